@@ -1,0 +1,98 @@
+"""`python -m playground` subcommands: run, list, inspect, node, bench."""
+
+import argparse
+import sys
+from pathlib import Path
+
+
+from playground.errors import ScenarioError
+
+EXIT_BAD_INPUT = 2
+
+
+def _cmd_run(args) -> int:
+    from playground.run import execute
+    from playground.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, ranks=args.ranks, transport=args.transport, overrides=args.set or [])
+    code, _ = execute(scenario, Path(args.out))
+    return code
+
+
+def _cmd_list(args) -> int:
+    import yaml
+
+    from playground.report import make_console
+    from playground.scenario import builtin_dir, builtin_names
+
+    console = make_console()
+    for name in builtin_names():
+        try:
+            raw = yaml.safe_load((builtin_dir() / f"{name}.yaml").read_text()) or {}
+        except Exception:  # noqa: BLE001 - a broken file still gets listed
+            raw = {}
+        console.print(f"[bold]{name:<16}[/bold] {raw.get('ranks', '?'):>3} ranks  {raw.get('description', '')}",
+                      highlight=False)
+    return 0
+
+
+def _cmd_inspect(args) -> int:
+    from playground.inspect import inspect_run
+
+    return inspect_run(Path(args.run_dir), trace_path=args.trace, plot_path=args.plot)
+
+
+def _cmd_node(args) -> int:
+    from playground.external import run_external
+
+    return run_external(args.scenario, overrides=args.set or [], out=Path(args.out))
+
+
+def _cmd_bench(args) -> int:
+    from playground.bench import run_bench
+
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m playground", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a scenario with N ranks")
+    r.add_argument("scenario", help="built-in name (see `list`) or path to a YAML file")
+    r.add_argument("--ranks", "-n", type=int, help="number of rank processes (1-64)")
+    r.add_argument("--transport", choices=["ipc", "tcp", "shm"], help="data plane (default: the scenario's, ipc)")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5")
+    r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
+    r.set_defaults(func=_cmd_run)
+
+    sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
+
+    i = sub.add_parser("inspect", help="summarise a run's per-rank timing logs")
+    i.add_argument("run_dir", nargs="?", default="runs/latest")
+    i.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
+    i.add_argument("--plot", metavar="FILE.png", help="draw the per-rank timeline")
+    i.set_defaults(func=_cmd_inspect)
+
+    nd = sub.add_parser("node", help="run one rank under another launcher (torchrun, mpiexec, srun)")
+    nd.add_argument("scenario")
+    nd.add_argument("--set", action="append", metavar="KEY=VALUE")
+    nd.add_argument("--out", default="runs")
+    nd.set_defaults(func=_cmd_node)
+
+    from playground.bench import add_bench_parser
+
+    add_bench_parser(sub, _cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ScenarioError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,24 @@
+"""Pure helpers that cut a buffer into chunks (one per rank) and segments (pipelining units)."""
+
+DEFAULT_SEGMENT_BYTES = 1 << 20
+
+
+def chunk_bounds(count: int, num_chunks: int) -> list[tuple[int, int]]:
+    """[start, stop) of `num_chunks` near-equal chunks covering `count` elements; some may be empty."""
+    return [(i * count // num_chunks, (i + 1) * count // num_chunks) for i in range(num_chunks)]
+
+
+def segment_bounds(start: int, stop: int, segment_elems: int) -> list[tuple[int, int]]:
+    """Cut [start, stop) into segments of at most `segment_elems`; one empty segment if empty.
+
+    Both sides of a transfer compute the same list from the same chunk bounds, so a receiver
+    knows how many messages to expect without any extra header.
+    """
+    if stop <= start:
+        return [(start, start)]
+    step = max(1, segment_elems)
+    return [(a, min(a + step, stop)) for a in range(start, stop, step)]
+
+
+def segment_elems_for(segment_bytes: int, itemsize: int) -> int:
+    return max(1, segment_bytes // max(1, itemsize))

@@ -1,0 +1,105 @@
+"""Ring all-reduce: reduce-scatter, then all-gather, around a ring of N ranks.
+
+Words: the buffer is cut into N *chunks* (one per rank, near-equal, some empty when the count
+is smaller than N); each chunk is cut into *segments* of at most `segment_bytes`, the unit that
+is sent as one message. In each of the N-1 reduce-scatter *steps* a rank sends one chunk to its
+right neighbour and receives another from its left neighbour, reducing it into its buffer; after
+them rank r holds the fully reduced chunk r. The N-1 all-gather steps pass the reduced chunks
+around the same way, copying instead of reducing.
+
+All segments of a step are posted at once; while the rank reduces segment k, ZeroMQ's I/O thread
+is already receiving segment k+1 and sending the outgoing chunk, so send, receive and reduction
+overlap (as Gloo's ring_chunked does).
+
+Cost (alpha-beta): 2(N-1) steps, each moving S/N bytes: T = 2(N-1)(alpha + S/(N beta)); every rank
+sends and receives 2(N-1)/N x S bytes, which is why busbw = algbw x 2(N-1)/N.
+Results are bit-identical on all ranks: each chunk is reduced in one fixed order, then copied.
+"""
+
+import numpy as np
+
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_bounds, segment_elems_for
+from playground.collectives.ops import ReduceOp, reduce_into
+from playground.errors import CommError
+from playground.trace import CAT_PHASE, CAT_REDUCE, now_us
+
+TAG_RING = -10
+
+
+def reduce_scatter_steps(rank: int, size: int) -> list[tuple[int, int]]:
+    """(send_chunk, recv_chunk) for each step; afterwards rank r owns the reduced chunk r."""
+    return [((rank - s - 1) % size, (rank - s - 2) % size) for s in range(size - 1)]
+
+
+def allgather_steps(rank: int, size: int) -> list[tuple[int, int]]:
+    """(send_chunk, recv_chunk) for each step, starting from owning chunk `rank`."""
+    return [((rank - s) % size, (rank - s - 1) % size) for s in range(size - 1)]
+
+
+def ring_pass(comm, buf: np.ndarray, bounds, steps, segment_elems: int, op: ReduceOp | None, tag: int,
+              phase: str) -> None:
+    """Run `steps` around the ring on flat `buf`: reduce with `op`, or copy when op is None."""
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    tracer = comm.tracer
+    t_phase = now_us()
+    for step, (send_chunk, recv_chunk) in enumerate(steps):
+        sends = [comm.isend(buf[a:b], right, tag) for a, b in segment_bounds(*bounds[send_chunk], segment_elems)]
+        for a, b in segment_bounds(*bounds[recv_chunk], segment_elems):
+            incoming = comm.recv(left, tag)
+            if incoming.size != b - a:
+                raise CommError(f"rank {comm.rank}: {phase} step {step}: expected {b - a} elements from rank "
+                                f"{left}, got {incoming.size} (do all ranks pass the same count and dtype?)")
+            if op is None:
+                buf[a:b] = incoming
+            else:
+                t0 = now_us()
+                reduce_into(buf[a:b], incoming, op)
+                if tracer.enabled:
+                    tracer.add("reduce", CAT_REDUCE, t0, now_us() - t0, {"bytes": incoming.nbytes})
+        for req in sends:
+            req.wait()
+    if tracer.enabled:
+        tracer.add(phase, CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
+
+
+def _flat_copy(x: np.ndarray) -> np.ndarray:
+    return np.array(x, copy=True, order="C").reshape(-1)
+
+
+def allreduce_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
+                   segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
+    buf = _flat_copy(x)
+    if comm.size == 1 or buf.size == 0:
+        return buf.reshape(x.shape)
+    bounds = chunk_bounds(buf.size, comm.size)
+    seg = segment_elems_for(segment_bytes, buf.itemsize)
+    ring_pass(comm, buf, bounds, reduce_scatter_steps(comm.rank, comm.size), seg, op, TAG_RING, "ring.reduce_scatter")
+    ring_pass(comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather")
+    return buf.reshape(x.shape)
+
+
+def reduce_scatter_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
+                        segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+    """Rank r gets chunk r (of `chunk_bounds(x.size, N)`) of the reduction of every rank's flat `x`."""
+    buf = _flat_copy(x)
+    bounds = chunk_bounds(buf.size, comm.size)
+    if comm.size > 1 and buf.size:
+        seg = segment_elems_for(segment_bytes, buf.itemsize)
+        ring_pass(comm, buf, bounds, reduce_scatter_steps(comm.rank, comm.size), seg, op, TAG_RING,
+                  "ring.reduce_scatter")
+    a, b = bounds[comm.rank]
+    return buf[a:b].copy()
+
+
+def allgather_ring(comm, x: np.ndarray, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+    """Concatenation of every rank's flat `x` (all the same length), in rank order, on every rank."""
+    part = np.ascontiguousarray(x).reshape(-1)
+    n = part.size
+    buf = np.empty(n * comm.size, dtype=part.dtype)
+    buf[comm.rank * n:(comm.rank + 1) * n] = part
+    if comm.size > 1 and n:
+        bounds = [(i * n, (i + 1) * n) for i in range(comm.size)]
+        seg = segment_elems_for(segment_bytes, buf.itemsize)
+        ring_pass(comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather")
+    return buf

@@ -1,0 +1,105 @@
+"""Binomial-tree reduce and broadcast, and all-reduce as reduce-to-root then broadcast.
+
+Ranks are renumbered relative to the root (vrank = (rank - root) mod N). In the reduce, at round
+k (mask = 2^k) a rank whose bit k is set sends its partial result to vrank - mask and is done;
+the others receive from vrank + mask (if it exists) and reduce. After ceil(log2 N) rounds the root
+holds the result. The broadcast runs the same tree backwards. Any N works, not only powers of two.
+
+Large buffers are cut into segments so a parent reduces segment k while segment k+1 arrives.
+Cost (alpha-beta): 2 ceil(log2 N) (alpha + S/beta): few steps (good for small S), but every step
+moves the whole buffer (poor for large S, where the ring wins). Results are bit-identical on all
+ranks: the root's reduction is broadcast.
+"""
+
+import numpy as np
+
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_bounds, segment_elems_for
+from playground.collectives.ops import ReduceOp, reduce_into
+from playground.errors import CommError
+from playground.trace import CAT_PHASE, CAT_REDUCE, now_us
+
+TAG_TREE_REDUCE = -20
+TAG_TREE_BCAST = -21
+
+
+def reduce_schedule(vrank: int, size: int) -> tuple[list[int], int | None]:
+    """(children to receive from in order, parent to send to or None), in relative ranks."""
+    children, mask = [], 1
+    while mask < size:
+        if vrank & mask:
+            return children, vrank - mask
+        if vrank + mask < size:
+            children.append(vrank + mask)
+        mask <<= 1
+    return children, None
+
+
+def bcast_schedule(vrank: int, size: int) -> tuple[int | None, list[int]]:
+    """(parent to receive from or None, children to send to in order), in relative ranks."""
+    children, parent = reduce_schedule(vrank, size)
+    return parent, list(reversed(children))
+
+
+def _send_segments(comm, buf, dst, tag, seg):
+    return [comm.isend(buf[a:b], dst, tag) for a, b in segment_bounds(0, buf.size, seg)]
+
+
+def _recv_segments(comm, buf, src, tag, seg, op: ReduceOp | None, phase: str):
+    tracer = comm.tracer
+    for a, b in segment_bounds(0, buf.size, seg):
+        incoming = comm.recv(src, tag)
+        if incoming.size != b - a:
+            raise CommError(f"rank {comm.rank}: {phase}: expected {b - a} elements from rank {src}, "
+                            f"got {incoming.size} (do all ranks pass the same count and dtype?)")
+        if op is None:
+            buf[a:b] = incoming
+        else:
+            t0 = now_us()
+            reduce_into(buf[a:b], incoming, op)
+            if tracer.enabled:
+                tracer.add("reduce", CAT_REDUCE, t0, now_us() - t0, {"bytes": incoming.nbytes})
+
+
+def reduce_tree_into(comm, buf: np.ndarray, op: ReduceOp, root: int, segment_bytes: int) -> None:
+    """Reduce flat `buf` over all ranks onto `root`, in place (other ranks' buffers are scratch)."""
+    size = comm.size
+    vrank = (comm.rank - root) % size
+    seg = segment_elems_for(segment_bytes, buf.itemsize)
+    t0 = now_us()
+    children, parent = reduce_schedule(vrank, size)
+    for child in children:
+        _recv_segments(comm, buf, (child + root) % size, TAG_TREE_REDUCE, seg, op, "tree.reduce")
+    if parent is not None:
+        for req in _send_segments(comm, buf, (parent + root) % size, TAG_TREE_REDUCE, seg):
+            req.wait()
+    if comm.tracer.enabled:
+        comm.tracer.add("tree.reduce", CAT_PHASE, t0, now_us() - t0, {"children": len(children)})
+
+
+def broadcast_tree_into(comm, buf: np.ndarray, root: int, segment_bytes: int) -> None:
+    """Copy `root`'s flat `buf` into every rank's `buf`, in place."""
+    size = comm.size
+    vrank = (comm.rank - root) % size
+    seg = segment_elems_for(segment_bytes, buf.itemsize)
+    t0 = now_us()
+    parent, children = bcast_schedule(vrank, size)
+    if parent is not None:
+        _recv_segments(comm, buf, (parent + root) % size, TAG_TREE_BCAST, seg, None, "tree.broadcast")
+    sends = []
+    for child in children:
+        sends += _send_segments(comm, buf, (child + root) % size, TAG_TREE_BCAST, seg)
+    for req in sends:
+        req.wait()
+    if comm.tracer.enabled:
+        comm.tracer.add("tree.broadcast", CAT_PHASE, t0, now_us() - t0, {"children": len(children)})
+
+
+def allreduce_tree(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
+                   segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
+    buf = np.array(x, copy=True, order="C").reshape(-1)
+    if comm.size == 1 or buf.size == 0:
+        return buf.reshape(x.shape)
+    reduce_tree_into(comm, buf, op, 0, segment_bytes)
+    broadcast_tree_into(comm, buf, 0, segment_bytes)
+    return buf.reshape(x.shape)

@@ -1,0 +1,35 @@
+"""Plots drawn with matplotlib (Agg backend: no screen needed)."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+_COLORS = {"send": "tab:blue", "wait": "tab:red", "reduce": "tab:green", "compute": "tab:orange",
+           "phase": "tab:gray", "op": "lightgray"}
+
+
+def plot_timeline(events_by_rank: dict[int, list[dict]], path: Path) -> None:
+    """One lane per (rank, thread): timed operations in grey, send/wait/reduce/compute on top."""
+    lanes = sorted({(r, e.get("tid", 0)) for r, evs in events_by_rank.items() for e in evs})
+    t0 = min((e["ts"] for evs in events_by_rank.values() for e in evs), default=0.0)
+    fig, ax = plt.subplots(figsize=(12, 1 + 0.45 * max(1, len(lanes))))
+    for y, (rank, tid) in enumerate(lanes):
+        for cat in ("op", "phase", "compute", "send", "wait", "reduce"):
+            spans = [((e["ts"] - t0) / 1e3, max(e["dur"], 0.5) / 1e3) for e in events_by_rank[rank]
+                     if e.get("tid", 0) == tid and e.get("cat") == cat]
+            if spans:
+                h = 0.8 if cat in ("op", "phase") else 0.5
+                ax.broken_barh(spans, (y - h / 2, h), color=_COLORS[cat], label=cat)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles, strict=False))
+    ax.legend(uniq.values(), uniq.keys(), loc="upper right", ncols=len(uniq), fontsize=8)
+    ax.set_yticks(range(len(lanes)), [f"rank {r}" + (f" t{t}" if t else "") for r, t in lanes])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    ax.set_title("per-rank timeline")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,142 @@
+"""How ranks find each other: a coordinator (ROUTER) and each rank's control socket (DEALER).
+
+Control messages are small JSON objects, kept apart from the data plane:
+  rank -> coordinator: register {rank, host, pid, endpoint, t_us}, progress {...},
+                       done {rank, result}, error {rank, error_type, message, traceback}
+  coordinator -> rank: table {endpoints, hosts, t_us}, release {}, abort {reason}
+A rank learns who it is from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as under
+torchrun; MPICH's PMI_*, Open MPI's OMPI_COMM_WORLD_* and Slurm's SLURM_* map onto them).
+"""
+
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+
+import zmq
+
+from playground.errors import CommTimeout, PeerLost
+from playground.trace import now_us
+
+_ENV_ALIASES = {
+    "RANK": ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"),
+    "WORLD_SIZE": ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"),
+}
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+
+    @classmethod
+    def from_environ(cls, environ=None) -> "RankEnv":
+        env = os.environ if environ is None else environ
+
+        def first(name):
+            for alias in _ENV_ALIASES.get(name, (name,)):
+                if env.get(alias) not in (None, ""):
+                    return env[alias]
+            raise ValueError(f"{name} is not set (set {' or '.join(_ENV_ALIASES.get(name, (name,)))})")
+
+        rank, size = int(first("RANK")), int(first("WORLD_SIZE"))
+        if not 0 <= rank < size:
+            raise ValueError(f"RANK {rank} is outside 0..{size - 1}")
+        return cls(rank, size, env.get("MASTER_ADDR", "127.0.0.1"), int(first("MASTER_PORT")))
+
+    @property
+    def coordinator(self) -> str:
+        return f"tcp://{self.master_addr}:{self.master_port}"
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def is_loopback(addr: str) -> bool:
+    return addr in ("localhost", "::1") or addr.startswith("127.")
+
+
+def local_ip_towards(addr: str) -> str:
+    """This host's address on the route to `addr` (what peers on other hosts can reach)."""
+    if is_loopback(addr):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((addr, 9))
+        return s.getsockname()[0]
+
+
+def ipc_dir(master_port: int) -> str:
+    return os.environ.get("PLAYGROUND_IPC_DIR") or os.path.join(tempfile.gettempdir(), f"playground-{master_port}")
+
+
+def bind_data_socket(ctx: zmq.Context, env: RankEnv, transport: str) -> tuple[zmq.Socket, str]:
+    """The rank's PULL socket, bound, and the endpoint peers connect to."""
+    sock = ctx.socket(zmq.PULL)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.LINGER, 0)
+    if transport in ("ipc", "shm"):
+        path = os.path.join(ipc_dir(env.master_port), f"rank-{env.rank}.sock")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            os.unlink(path)
+        sock.bind(f"ipc://{path}")
+        return sock, f"ipc://{path}"
+    host = local_ip_towards(env.master_addr)
+    sock.bind(f"tcp://{'127.0.0.1' if host == '127.0.0.1' else '*'}:0")
+    port = sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+    return sock, f"tcp://{host}:{port}"
+
+
+def send_ctrl(sock: zmq.Socket, msg: dict) -> None:
+    sock.send(json.dumps(msg, default=_jsonable).encode())
+
+
+def _jsonable(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def recv_ctrl(sock: zmq.Socket, want: str, timeout_s: float, rank: int) -> dict:
+    """The next control message of type `want`; an abort raises PeerLost, silence CommTimeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not sock.poll(int(left * 1000) + 1):
+            if time.monotonic() >= deadline:
+                raise CommTimeout(rank, f"{want} from the coordinator", None, None, timeout_s)
+            continue
+        msg = json.loads(sock.recv())
+        if msg.get("type") == "abort":
+            raise PeerLost(f"rank {rank}: aborted: {msg.get('reason', 'the run was aborted')}")
+        if msg.get("type") == want:
+            return msg
+
+
+def join(ctrl: zmq.Socket, env: RankEnv, endpoint: str, timeout_s: float) -> tuple[list[str], float]:
+    """Register with the coordinator; returns every rank's endpoint and this host's clock offset (us)."""
+    t0 = now_us()
+    send_ctrl(ctrl, {"type": "register", "rank": env.rank, "host": socket.gethostname(), "pid": os.getpid(),
+                     "endpoint": endpoint, "t_us": t0})
+    table = recv_ctrl(ctrl, "table", timeout_s, env.rank)
+    offset = 0.0
+    if table.get("host") != socket.gethostname():
+        # Another host's CLOCK_MONOTONIC has another origin: estimate it NTP-style, best of 5 pings.
+        samples = []
+        for _ in range(5):
+            t0 = now_us()
+            send_ctrl(ctrl, {"type": "clock", "rank": env.rank})
+            t_coord = recv_ctrl(ctrl, "clock", timeout_s, env.rank)["t_us"]
+            t1 = now_us()
+            samples.append((t1 - t0, t_coord - (t0 + t1) / 2))
+        offset = min(samples)[1]
+    return table["endpoints"], offset

@@ -1,0 +1,87 @@
+"""What a node's results turn into: tables for the terminal and rows for result.json.
+
+A node module may define `summarize(results, params, run_dir) -> Report`, run in the launcher
+once every rank has finished (`results[r]` is what rank r's `main` returned). Without it, the
+launcher shows rank 0's `rows` and is ok when every rank returned ok (default True).
+"""
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    rows: list[dict]
+    columns: dict[str, str] | None = None  # key -> header, in display order; None: keys of row 0
+
+
+@dataclass(frozen=True)
+class Report:
+    ok: bool
+    tables: list[Table]
+    notes: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # why ok is False, one line each
+    data: dict = field(default_factory=dict)  # extra keys for result.json
+    files: list[str] = field(default_factory=list)  # plots and other files written to the run dir
+
+
+def default_report(results: list[dict], title: str) -> Report:
+    failures = [f"rank {r}: {res.get('error', 'not ok')}" for r, res in enumerate(results) if not res.get("ok", True)]
+    rows = results[0].get("rows", []) if results else []
+    return Report(ok=not failures, tables=[Table(title, rows)], failures=failures)
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that never wraps tables when output goes to a file or pipe."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 200)
+
+
+def format_cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if value == 0:
+            return "0"
+        a = abs(value)
+        if a >= 1000:
+            return f"{value:,.0f}"
+        if a >= 100:
+            return f"{value:.1f}"
+        if a >= 1:
+            return f"{value:.2f}"
+        return f"{value:.3g}" if a >= 0.001 else f"{value:.2e}"
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value}"
+    return str(value)
+
+
+def render_table(table: Table, console: Console) -> None:
+    if not table.rows:
+        console.print(f"[bold]{table.title}[/bold]: no rows")
+        return
+    columns = table.columns or {k: k for k in table.rows[0]}
+    rt = RichTable(title=table.title, title_justify="left", header_style="bold")
+    for key, header in columns.items():
+        numeric = isinstance(table.rows[0].get(key), (int, float)) and not isinstance(table.rows[0].get(key), bool)
+        rt.add_column(header, justify="right" if numeric else "left")
+    for row in table.rows:
+        rt.add_row(*(format_cell(row.get(k)) for k in columns))
+    console.print(rt)
+
+
+def render_report(report: Report, console: Console) -> None:
+    for table in report.tables:
+        render_table(table, console)
+    for note in report.notes:
+        console.print(note, highlight=False)

@@ -1,0 +1,130 @@
+"""One run end to end: run directory, launch, summary table, result.json, exit status."""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from playground.launch import Launcher, LaunchOutcome
+from playground.report import Report, default_report, make_console, render_report
+from playground.scenario import Scenario, load_node
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def make_run_dir(base: Path, name: str) -> Path:
+    """runs/<YYYYmmdd-HHMMSS>-<name>[-k]/, with runs/latest pointing at it."""
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = base / f"{stamp}-{name}"
+    k = 1
+    while True:
+        try:
+            run_dir.mkdir()
+            break
+        except FileExistsError:
+            k += 1
+            run_dir = base / f"{stamp}-{name}-{k}"
+    latest = base / "latest"
+    tmp = base / f".latest-{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(run_dir.name)
+        os.replace(tmp, latest)
+    except OSError:
+        pass
+    return run_dir
+
+
+def _json_default(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
+    module, _ = load_node(scenario.node)
+    if not outcome.ok:
+        return Report(ok=False, tables=[], failures=[f.headline() for f in outcome.failures])
+    hook = getattr(module, "summarize", None)
+    if hook is None:
+        return default_report(outcome.results, scenario.name)
+    return hook(outcome.results, scenario.params, run_dir)
+
+
+def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path) -> dict:
+    ok = outcome.ok and report.ok
+    return {
+        "ok": ok,
+        "scenario": scenario.name,
+        "ranks": scenario.ranks,
+        "transport": scenario.transport,
+        "node": scenario.node,
+        "elapsed_s": round(outcome.elapsed_s, 3),
+        "rows": report.tables[0].rows if report.tables else [],
+        "tables": [{"title": t.title, "rows": t.rows} for t in report.tables],
+        "notes": report.notes,
+        "failures": [f.headline() for f in outcome.failures] + list(report.failures),
+        "files": report.files,
+        "run_dir": str(run_dir),
+        "rank_results": [{"rank": r, "bytes_sent": (res or {}).get("bytes_sent"),
+                          "bytes_received": (res or {}).get("bytes_received")} for r, res in enumerate(outcome.results)],
+        **report.data,
+    }
+
+
+def print_failures(outcome: LaunchOutcome, console: Console) -> None:
+    root = outcome.root_cause
+    if root is None:
+        return
+    console.print(f"[bold red]FAILED[/bold red] root cause: {root.headline()}", highlight=False)
+    if root.traceback:
+        lines = root.traceback.rstrip().splitlines()
+        console.print("\n".join("    " + ln for ln in lines[-12:]), highlight=False, markup=False)
+    if root.stack:
+        console.print(f"    where rank {root.rank} was stuck:", highlight=False)
+        console.print("\n".join("    " + ln for ln in root.stack.strip().splitlines()[:12]), highlight=False,
+                      markup=False)
+    others = [f for f in outcome.failures if f is not root]
+    for f in others:
+        console.print(f"  then {f.headline()}", highlight=False, markup=False)
+        if f.stack and f.kind == "hang" and not root.stack:
+            console.print("\n".join("    " + ln for ln in f.stack.strip().splitlines()[:12]), markup=False)
+
+
+def execute(scenario: Scenario, out_base: Path, console: Console | None = None) -> tuple[int, dict]:
+    console = console or make_console()
+    err = make_console(stderr=True)
+    run_dir = make_run_dir(out_base, scenario.name)
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_dict(), sort_keys=False))
+    console.print(f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks over {scenario.transport}, "
+                  f"node {scenario.node} -> {run_dir}", highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task(scenario.name, total=None)
+
+        def on_progress(msg: dict) -> None:
+            progress.update(task, completed=msg.get("done", 0), total=msg.get("total") or None,
+                            description=f"{scenario.name} {msg.get('label', '')}".strip())
+
+        outcome = Launcher(scenario, run_dir, on_progress).run()
+    if outcome.interrupted:
+        err.print("interrupted: every rank was stopped", highlight=False)
+    report = summarize(scenario, outcome, run_dir) if not outcome.interrupted else Report(False, [])
+    result = result_dict(scenario, outcome, report, run_dir)
+    (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=_json_default))
+    if outcome.ok:
+        render_report(report, console)
+    else:
+        print_failures(outcome, err)
+    for line in report.failures:
+        err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)
+    console.print(f"logs: {run_dir}  (python -m playground inspect {run_dir})", highlight=False)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED, result
+    return (EXIT_OK if result["ok"] else EXIT_FAILED), result

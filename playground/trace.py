@@ -1,0 +1,102 @@
+"""Per-rank event log: buffered in memory while timing, written as JSON lines outside it.
+
+One event a line: {"ts": us, "dur": us, "name", "cat", "rank", "tid", "args"}; `ts` is on one
+clock for the whole run (CLOCK_MONOTONIC on one host, plus an offset estimated at rendezvous
+across hosts). Each event maps onto a Chrome trace "X" event (pid = rank, tid = thread).
+"""
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+# Categories that `inspect` splits a rank's time into.
+CAT_SEND = "send"  # handing a message to the transport
+CAT_WAIT = "wait"  # blocked until a message arrived
+CAT_REDUCE = "reduce"  # combining received data
+CAT_COMPUTE = "compute"  # a node's own work
+CAT_OP = "op"  # one whole timed operation (an all-reduce, a request, ...)
+CAT_PHASE = "phase"  # a phase inside an operation (reduce-scatter, all-gather)
+PHASE_CATS = (CAT_SEND, CAT_WAIT, CAT_REDUCE)
+
+
+def now_us() -> float:
+    return time.monotonic_ns() / 1000.0
+
+
+class Tracer:
+    """Collects events in a list; `flush()` appends them to rank-<r>.jsonl."""
+
+    def __init__(self, rank: int, path: Path | None, enabled: bool = True, clock_offset_us: float = 0.0):
+        self.rank = rank
+        self.path = path
+        self.enabled = enabled
+        self.clock_offset_us = clock_offset_us
+        self._events: list[tuple] = []
+        self._lock = threading.Lock()
+        self._tids: dict[int, int] = {}
+
+    def add(self, name: str, cat: str, start_us: float, dur_us: float, args: dict | None = None) -> None:
+        if self.enabled:
+            self._events.append((start_us, dur_us, name, cat, threading.get_ident(), args))
+
+    @contextmanager
+    def span(self, name: str, cat: str = CAT_COMPUTE, **args):
+        if not self.enabled:
+            yield
+            return
+        t0 = time.monotonic_ns()
+        try:
+            yield
+        finally:
+            t1 = time.monotonic_ns()
+            self._events.append((t0 / 1000.0, (t1 - t0) / 1000.0, name, cat, threading.get_ident(), args or None))
+
+    def flush(self) -> None:
+        """Write buffered events; call outside timed regions (between iterations, at the end)."""
+        if self.path is None:
+            self._events.clear()
+            return
+        with self._lock:
+            events, self._events = self._events, []
+            if not events:
+                return
+            tids = self._tids
+            main = threading.main_thread().ident
+            lines = []
+            for ts, dur, name, cat, ident, args in events:
+                tid = 0 if ident == main else tids.setdefault(ident, len(tids) + 1)
+                ev = {"ts": round(ts + self.clock_offset_us, 3), "dur": round(dur, 3), "name": name,
+                      "cat": cat, "rank": self.rank, "tid": tid}
+                if args:
+                    ev["args"] = args
+                lines.append(json.dumps(ev))
+            with open(self.path, "a") as f:
+                f.write("\n".join(lines) + "\n")
+
+
+def read_events(path: Path) -> list[dict]:
+    """Events of one rank log; a torn last line (rank killed mid-write) is skipped."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def to_chrome_trace(events_by_rank: dict[int, list[dict]]) -> dict:
+    """Chrome trace JSON (Perfetto, chrome://tracing): one process per rank, "X" events."""
+    trace = []
+    for rank, events in sorted(events_by_rank.items()):
+        trace.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
+        trace.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+        for tid in sorted({e.get("tid", 0) for e in events}):
+            label = "main" if tid == 0 else f"thread {tid}"
+            trace.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}})
+        for e in events:
+            trace.append({"ph": "X", "name": e["name"], "cat": e.get("cat", ""), "ts": e["ts"], "dur": e["dur"],
+                          "pid": rank, "tid": e.get("tid", 0), "args": e.get("args", {})})
+    return {"traceEvents": trace, "displayTimeUnit": "ms"}

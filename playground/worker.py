@@ -1,0 +1,114 @@
+"""What every rank process runs: join, build the communicator, call the node, report back.
+
+The same code runs under our launcher (forked, environment set) and under any other launcher that
+sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (`python -m playground node SCENARIO`).
+"""
+
+import faulthandler
+import os
+import signal
+import traceback
+from pathlib import Path
+
+import zmq
+
+from playground import rendezvous
+from playground.comm.communicator import Communicator
+from playground.errors import CommTimeout, PeerLost
+from playground.scenario import Scenario, load_node
+from playground.trace import Tracer, now_us
+
+RELEASE_TIMEOUT_S = 60.0  # waiting for the slowest rank to finish, after this rank is done
+_CTRL_LINGER_MS = 2000  # let a final error/done message reach the coordinator after close
+
+
+def _error_message(rank: int, exc: BaseException) -> dict:
+    msg = {"type": "error", "rank": rank, "error_type": type(exc).__name__, "message": str(exc),
+           "traceback": "".join(traceback.format_exception(exc))}
+    if isinstance(exc, CommTimeout):
+        msg["waiting_for"] = exc.peer
+    if isinstance(exc, PeerLost):
+        msg["secondary"] = True
+    return msg
+
+
+def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
+    """Run this rank to the end; returns the process exit status (0 ok, 1 failed)."""
+    stack_file = open(run_dir / f"rank-{env.rank}.stack", "w")  # noqa: SIM115 - lives as long as the process
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    ctx = zmq.Context()
+    ctrl = ctx.socket(zmq.DEALER)
+    ctrl.setsockopt(zmq.IDENTITY, f"rank-{env.rank}".encode())
+    ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
+    ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
+    ctrl.connect(env.coordinator)
+    data = None
+    tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
+    comm = None
+    try:
+        data, endpoint = rendezvous.bind_data_socket(ctx, env, scenario.transport)
+        endpoints, offset = rendezvous.join(ctrl, env, endpoint, max(30.0, scenario.timeout_s))
+        tracer.clock_offset_us = offset
+        comm = Communicator(env.rank, env.world_size, ctx, data, ctrl, endpoints, tracer,
+                            timeout_s=scenario.timeout_s, fault=scenario.fault)
+        comm.run_dir = run_dir
+        if scenario.transport == "shm":
+            from playground.comm.shm import enable_shm
+
+            enable_shm(comm)
+        comm.barrier()
+        _, func = load_node(scenario.node)
+        result = func(comm, scenario.params)
+        tracer.flush()
+        if result is None:
+            result = {}
+        if not isinstance(result, dict):
+            result = {"value": result}
+        result.setdefault("bytes_sent", comm.bytes_sent)
+        result.setdefault("bytes_received", comm.bytes_received)
+        rendezvous.send_ctrl(ctrl, {"type": "done", "rank": env.rank, "result": result})
+        rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
+        tracer.add("error", "error", now_us(), 0.0, {"type": type(exc).__name__, "message": str(exc)[:500]})
+        tracer.flush()
+        try:
+            rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc))
+        except zmq.ZMQError:
+            pass
+        return 1
+    finally:
+        if comm is not None:
+            comm.close()
+        if data is not None:
+            data.close(linger=0)
+        ctrl.close()
+        ctx.term()
+        faulthandler.unregister(signal.SIGUSR1)
+        stack_file.close()
+        stack_path = run_dir / f"rank-{env.rank}.stack"
+        if stack_path.exists() and stack_path.stat().st_size == 0:
+            stack_path.unlink()
+
+
+def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
+    """Entry point of a forked rank: set up the process, run, and exit without parent's atexit."""
+    os.environ.update(environ)
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    code = 1
+    try:
+        code = run_rank(scenario, run_dir, rendezvous.RankEnv.from_environ())
+    finally:
+        os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process if the launcher dies, so no rank outlives it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

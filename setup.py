@@ -1,0 +1,54 @@
+"""Builds the native C module (playground._native) with the machine's compiler.
+
+Without a working C compiler (or without Python's headers) the build stops with one line that
+says what is missing and how to get it, instead of a page of distutils output.
+"""
+
+import shutil
+import sysconfig
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+try:
+    from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
+except ImportError:  # setuptools < 59
+    from distutils.errors import (  # noqa: UP035
+        CCompilerError,
+        CompileError,
+        DistutilsExecError as ExecError,
+        DistutilsPlatformError as PlatformError,
+        LinkError,
+    )
+
+HOW_TO_FIX = "install one (Debian/Ubuntu: apt-get install gcc python3-dev; Fedora: dnf install gcc python3-devel; macOS: xcode-select --install)"
+
+
+class BuildNativeExt(build_ext):
+    """build_ext that turns a missing compiler or missing Python.h into one clear error."""
+
+    def run(self):
+        cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+        if shutil.which(cc) is None and shutil.which("cc") is None and shutil.which("gcc") is None:
+            raise SystemExit(
+                f"error: building playground._native needs a C compiler and none was found ('{cc}', cc, gcc): {HOW_TO_FIX}"
+            )
+        try:
+            super().run()
+        except (CCompilerError, CompileError, ExecError, LinkError, PlatformError) as e:
+            raise SystemExit(
+                f"error: could not compile native/native.c into playground._native ({e}); "
+                f"it needs a C compiler and Python's headers: {HOW_TO_FIX}"
+            ) from None
+
+
+setup(
+    cmdclass={"build_ext": BuildNativeExt},
+    ext_modules=[
+        Extension(
+            "playground._native",
+            sources=["native/native.c"],
+            extra_compile_args=["-O2", "-std=gnu11"],
+        )
+    ],
+)

@@ -25,6 +25,8 @@ class CommTimeout(CommError):
 class PeerLost(CommError):
     """Another rank died or failed, so this rank cannot go on."""
 
+    peer: int | None = None  # the rank this one was waiting for, when it was waiting
+
 
 class ResultMismatch(PlaygroundError):
     """A correctness check found a wrong result."""

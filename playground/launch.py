@@ -24,6 +24,7 @@ from playground.worker import child_main
 
 ABORT_GRACE_S = 2.0  # after an abort, how long ranks get to report and exit before SIGKILL
 STACK_WAIT_S = 0.3  # how long a hung rank gets to dump its stack on SIGUSR1
+SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
 
 
 @dataclass
@@ -37,6 +38,7 @@ class RankFailure:
     host: str = ""
     secondary: bool = False  # a consequence of another rank's failure (PeerLost)
     stack: str = ""
+    waiting_for: int | None = None  # the peer a timed-out rank was waiting for
 
     def headline(self) -> str:
         where = f" (pid {self.pid}{' on ' + self.host if self.host else ''})" if self.pid else ""
@@ -58,6 +60,10 @@ class LaunchOutcome:
     def root_cause(self) -> RankFailure | None:
         primary = [f for f in self.failures if not f.secondary]
         return (primary or self.failures or [None])[0]
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _signal_name(code: int) -> str:
@@ -89,6 +95,15 @@ class Launcher:
                 "MASTER_PORT": str(port), "PLAYGROUND_RUN_DIR": str(self.run_dir), "PLAYGROUND_IPC_DIR": self.ipc_dir}
 
     def run(self) -> LaunchOutcome:
+        """Run every rank to the end; Ctrl-C or SIGTERM stops all of them and returns interrupted."""
+        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self) -> LaunchOutcome:
         port = rendezvous.free_tcp_port()
         self.ipc_dir = rendezvous.ipc_dir(port)
         mp = multiprocess.get_context("fork")
@@ -169,8 +184,12 @@ class Launcher:
                                        f"did not register with the coordinator within "
                                        f"{register_deadline - self.t0:.0f}s (missing ranks {missing})",
                                        pid=self.pids.get(missing[0])), router, identities)
-            if self.abort_deadline is not None and now > self.abort_deadline:
-                return
+            if self.abort_deadline is not None:
+                silent = set(range(self.n)) - self.exited - self.reported
+                if now > self.abort_deadline or (self.exited | silent == set(range(self.n))
+                                                 and now > self.abort_deadline - ABORT_GRACE_S + SETTLE_S):
+                    self._blame_silent(silent)
+                    return
 
     def _fail(self, failure: RankFailure, router, identities) -> None:
         self.failures.append(failure)
@@ -186,14 +205,8 @@ class Launcher:
         failure = RankFailure(rank, time.monotonic() - self.t0, "error", text, msg.get("traceback", ""),
                               pid=self.pids.get(rank), host=self.hosts.get(rank, ""),
                               secondary=bool(msg.get("secondary")))
-        waited = msg.get("waiting_for")
-        if waited is not None and waited not in self.reported and waited not in self.exited:
-            failure.stack = self._dump_stack(waited)
-            if self.abort_deadline is None:
-                hung = RankFailure(waited, failure.at_s, "hang",
-                                   f"unresponsive: rank {rank} timed out waiting for it", pid=self.pids.get(waited),
-                                   host=self.hosts.get(waited, ""), stack=failure.stack)
-                self.failures.append(hung)
+        if msg.get("waiting_for") is not None:
+            failure.waiting_for = msg["waiting_for"]
         self._fail(failure, router, identities)
 
     def _on_exit(self, rank: int, router, identities) -> None:
@@ -211,6 +224,22 @@ class Launcher:
             kind = "exit"
         self._fail(RankFailure(rank, time.monotonic() - self.t0, kind, message, pid=self.pids.get(rank),
                                host=self.hosts.get(rank, "")), router, identities)
+
+    def _blame_silent(self, silent: set[int]) -> None:
+        """Ranks that neither reported nor exited after the abort are hung: they become the root cause."""
+        waited_on = {f.waiting_for for f in self.failures if f.waiting_for is not None}
+        hung = []
+        for rank in sorted(silent, key=lambda r: (r not in waited_on, r)):
+            waiters = sorted(f.rank for f in self.failures if f.waiting_for == rank)
+            why = f"rank {', '.join(map(str, waiters))} timed out waiting for it" if waiters else "did not finish"
+            hung.append(RankFailure(rank, time.monotonic() - self.t0, "hang",
+                                    f"unresponsive ({why}; it did not answer the abort)",
+                                    pid=self.pids.get(rank), host=self.hosts.get(rank, ""),
+                                    stack=self._dump_stack(rank)))
+        if hung:
+            for f in self.failures:
+                f.secondary = True
+            self.failures[:0] = hung
 
     def _dump_stack(self, rank: int) -> str:
         """Where a silent rank is stuck: ask it for a faulthandler dump (SIGUSR1)."""

@@ -50,7 +50,7 @@ def _json_default(o):
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
     module, _ = load_node(scenario.node)
     if not outcome.ok:
-        return Report(ok=False, tables=[], failures=[f.headline() for f in outcome.failures])
+        return Report(ok=False, tables=[])
     hook = getattr(module, "summarize", None)
     if hook is None:
         return default_report(outcome.results, scenario.name)
@@ -120,7 +120,7 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
     (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=_json_default))
     if outcome.ok:
         render_report(report, console)
-    else:
+    elif not outcome.interrupted:
         print_failures(outcome, err)
     for line in report.failures:
         err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)

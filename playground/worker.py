@@ -25,7 +25,7 @@ _CTRL_LINGER_MS = 2000  # let a final error/done message reach the coordinator a
 def _error_message(rank: int, exc: BaseException) -> dict:
     msg = {"type": "error", "rank": rank, "error_type": type(exc).__name__, "message": str(exc),
            "traceback": "".join(traceback.format_exception(exc))}
-    if isinstance(exc, CommTimeout):
+    if isinstance(exc, (CommTimeout, PeerLost)) and getattr(exc, "peer", None) is not None:
         msg["waiting_for"] = exc.peer
     if isinstance(exc, PeerLost):
         msg["secondary"] = True
@@ -96,6 +96,7 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
     os.environ.update(environ)
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     code = 1
     try:
         code = run_rank(scenario, run_dir, rendezvous.RankEnv.from_environ())

@@ -204,8 +204,10 @@ class Communicator:
         deadline = time.monotonic() + timeout_s
         while not q:
             if self.aborted:
-                raise PeerLost(f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: "
+                exc = PeerLost(f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: "
                                f"{self.aborted}")
+                exc.peer = src
+                raise exc
             left = deadline - time.monotonic()
             if left <= 0:
                 raise CommTimeout(self.rank, op, src, tag, timeout_s)

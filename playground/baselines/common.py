@@ -1,0 +1,180 @@
+"""The pure parts every baseline shares: names, buffer layout, input pattern, expected result, rows.
+
+Nothing here imports torch or mpi4py, so the bench command, the tests and both worker kinds use one
+definition of what a size means, what every rank sends and what the right answer is.
+
+Sizes follow nccl-tests so our table and theirs read the same way:
+  allreduce, broadcast, reduce   size = the buffer (input = output) in bytes
+  allgather                      size = the total output; each rank contributes size / N
+  reduce_scatter                 size = the total input; each rank receives size / N
+A size that is not a whole number of elements (per rank, where it is split) is rounded down, as
+nccl-tests does; the row reports the bytes really moved.
+
+Every rank fills its input with x_r[i] = ((7 i + 13 r) mod 17) - 8: small integers, so any sum over
+up to 2**20 ranks is exact in every dtype we test and a wrong element is a real bug, not rounding.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from playground.errors import ScenarioError
+
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
+REDUCING = frozenset({"allreduce", "reduce_scatter", "reduce"})
+OPS = ("sum", "max", "min")
+DTYPES = ("float32", "float64", "int32", "int64")
+ROOT = 0  # root of broadcast and reduce
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How many elements one rank puts in and gets out for one requested size."""
+
+    collective: str
+    nranks: int
+    itemsize: int
+    in_count: int
+    out_count: int
+
+    @property
+    def count(self) -> int:
+        """Elements counted as nccl-tests does: the larger of the per-rank input and output."""
+        return max(self.in_count, self.out_count)
+
+    @property
+    def size_bytes(self) -> int:
+        return self.count * self.itemsize
+
+
+def validate(collective: str, dtype: str, op: str, ranks: int, sizes: list[int], iters: int, warmup: int) -> None:
+    """Raise ScenarioError (one line, names what is allowed) before any process starts."""
+    checks = [
+        (collective in COLLECTIVES, f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}"),
+        (dtype in DTYPES, f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}"),
+        (op in OPS, f"unknown op {op!r}; allowed: {', '.join(OPS)}"),
+        (isinstance(ranks, int) and 1 <= ranks <= 64, f"ranks must be an integer 1-64, got {ranks!r}"),
+        (bool(sizes) and all(isinstance(s, int) and s > 0 for s in sizes),
+         f"sizes must be a non-empty list of positive byte counts, got {sizes!r}"),
+        (isinstance(iters, int) and iters >= 1, f"iters must be >= 1, got {iters!r}"),
+        (isinstance(warmup, int) and warmup >= 0, f"warmup must be >= 0, got {warmup!r}"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ScenarioError(message)
+
+
+def layout(collective: str, size_bytes: int, nranks: int, dtype: str) -> Layout:
+    itemsize = np.dtype(dtype).itemsize
+    if collective == "allgather":
+        per_rank = size_bytes // (itemsize * nranks)
+        return Layout(collective, nranks, itemsize, per_rank, per_rank * nranks)
+    if collective == "reduce_scatter":
+        per_rank = size_bytes // (itemsize * nranks)
+        return Layout(collective, nranks, itemsize, per_rank * nranks, per_rank)
+    count = size_bytes // itemsize
+    return Layout(collective, nranks, itemsize, count, count)
+
+
+def layouts(collective: str, sizes: list[int], nranks: int, dtype: str) -> list[Layout]:
+    """One layout per distinct real size; sizes too small for one element per rank are dropped."""
+    out: dict[int, Layout] = {}
+    for size in sizes:
+        lay = layout(collective, size, nranks, dtype)
+        if lay.in_count > 0 and lay.out_count > 0:
+            out.setdefault(lay.size_bytes, lay)
+    return [out[k] for k in sorted(out)]
+
+
+def bus_factor(collective: str, nranks: int) -> float:
+    """busbw / algbw, as nccl-tests defines it (the share of the data each link must carry)."""
+    if collective == "allreduce":
+        return 2 * (nranks - 1) / nranks
+    if collective in ("allgather", "reduce_scatter"):
+        return (nranks - 1) / nranks
+    if collective in ("broadcast", "reduce"):
+        return 1.0
+    raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
+
+
+def pattern(rank: int, count: int, dtype: str) -> np.ndarray:
+    """Rank `rank`'s input: x_r[i] = ((7 i + 13 r) mod 17) - 8 for i < count."""
+    i = np.arange(count, dtype=np.int64)
+    return ((7 * i + 13 * rank) % 17 - 8).astype(dtype)
+
+
+def _reduce_over_ranks(nranks: int, start: int, count: int, op: str, dtype: str) -> np.ndarray:
+    """op over r of x_r[start : start + count], computed from the formula in int64 (exact)."""
+    base = (7 * np.arange(start, start + count, dtype=np.int64)) % 17
+    acc = None
+    for r in range(nranks):
+        x = (base + 13 * r) % 17 - 8
+        if acc is None:
+            acc = x
+        elif op == "sum":
+            acc += x
+        elif op == "max":
+            np.maximum(acc, x, out=acc)
+        else:
+            np.minimum(acc, x, out=acc)
+    return acc.astype(dtype)
+
+
+def expected(lay: Layout, rank: int, op: str, dtype: str) -> np.ndarray | None:
+    """What rank `rank` must hold after the collective; None where its output is undefined (reduce, non-root)."""
+    n = lay.nranks
+    if lay.collective == "allreduce":
+        return _reduce_over_ranks(n, 0, lay.out_count, op, dtype)
+    if lay.collective == "reduce":
+        return _reduce_over_ranks(n, 0, lay.out_count, op, dtype) if rank == ROOT else None
+    if lay.collective == "reduce_scatter":
+        return _reduce_over_ranks(n, rank * lay.out_count, lay.out_count, op, dtype)
+    if lay.collective == "broadcast":
+        return pattern(ROOT, lay.out_count, dtype)
+    if lay.collective == "allgather":
+        return np.concatenate([pattern(r, lay.in_count, dtype) for r in range(n)])
+    raise ValueError(f"unknown collective {lay.collective!r}")
+
+
+def count_wrong(got: np.ndarray, want: np.ndarray | None) -> int:
+    """Elements that differ (nccl-tests' #wrong); a wrong length counts every element."""
+    if want is None:
+        return 0
+    if got.shape != want.shape:
+        return int(max(got.size, want.size))
+    return int(np.count_nonzero(got != want))
+
+
+def median_us(times_ns: list[int]) -> float:
+    return float(np.median(np.asarray(times_ns, dtype=np.float64))) / 1000.0
+
+
+def build_row(algorithm: str, lay: Layout, dtype: str, op: str, time_us: float, wrong: int) -> dict:
+    """One nccl-tests row: algbw = size / time, busbw = algbw x bus_factor; GB/s are 1e9 bytes/s."""
+    algbw = lay.size_bytes / (time_us * 1e-6) / 1e9 if time_us > 0 else float("nan")
+    return {
+        "size": lay.size_bytes,
+        "count": lay.count,
+        "dtype": dtype,
+        "op": op if lay.collective in REDUCING else "none",
+        "algorithm": algorithm,
+        "time_us": time_us,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * bus_factor(lay.collective, lay.nranks),
+        "wrong": wrong,
+    }
+
+
+def combine(algorithm: str, lays: list[Layout], dtype: str, op: str, per_rank: list[list[dict]]) -> list[dict]:
+    """Rows from every rank's records: time = max over ranks of the per-rank median (the slowest rank
+    sets the pace of a collective), wrong = sum over ranks."""
+    rows = []
+    for lay in lays:
+        recs = [next((r for r in recs if r.get("size") == lay.size_bytes and "median_us" in r), None)
+                for recs in per_rank]
+        missing = [rank for rank, rec in enumerate(recs) if rec is None]
+        if missing:
+            raise ValueError(f"ranks {missing} reported nothing for size {lay.size_bytes}")
+        time_us = max(rec["median_us"] for rec in recs)
+        rows.append(build_row(algorithm, lay, dtype, op, time_us, sum(rec["wrong"] for rec in recs)))
+    return rows

@@ -1,0 +1,82 @@
+"""One rank of the Gloo baseline: torch.distributed with the "gloo" backend on CPU tensors.
+
+Started by `playground.baselines.gloo` with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (the
+env:// rendezvous torchrun uses). Tensors wrap numpy arrays (torch.from_numpy shares memory), so
+the shared timing loop and check in `measure` see the very buffers Gloo wrote.
+
+    python -m playground.baselines.gloo_worker --spec JSON --out DIR
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from playground.baselines import common
+from playground.baselines.measure import Call, measure, record_error
+
+
+class GlooBackend:
+    def __init__(self, timeout_s: float):
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)  # ranks share the cores; intra-op threads would only fight each other
+        self.torch, self.dist = torch, dist
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        self.rank, self.nranks = dist.get_rank(), dist.get_world_size()
+        self.ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+        # newer torch renamed the tensor-in/tensor-out forms (the old names warn); older torch has only those
+        self.all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        self.reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def prepare(self, lay: common.Layout, op: str, inp: np.ndarray) -> Call:
+        dist, red = self.dist, self.ops[op]
+        src = self.torch.from_numpy(inp)
+        out_np = np.empty(lay.out_count, dtype=inp.dtype)
+        out = self.torch.from_numpy(out_np)
+        c = lay.collective
+        if c == "allgather":
+            return Call(lambda: None, lambda: self.all_gather(out, src), lambda: out_np)
+        if c == "reduce_scatter":
+            return Call(lambda: None, lambda: self.reduce_scatter(out, src, op=red), lambda: out_np)
+        # allreduce, broadcast and reduce work in place: restore the input before every iteration
+        reset = lambda: out.copy_(src)  # noqa: E731
+        if c == "allreduce":
+            return Call(reset, lambda: dist.all_reduce(out, op=red), lambda: out_np)
+        if c == "broadcast":
+            return Call(reset, lambda: dist.broadcast(out, src=common.ROOT), lambda: out_np)
+        if c == "reduce":
+            return Call(reset, lambda: dist.reduce(out, dst=common.ROOT, op=red), lambda: out_np)
+        raise ValueError(f"unknown collective {c!r}")
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--spec", required=True, help="JSON: collective, sizes, dtype, op, iters, warmup, timeout_s")
+    ap.add_argument("--out", required=True, type=Path)
+    args = ap.parse_args(argv)
+    spec = json.loads(args.spec)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        backend = GlooBackend(spec["timeout_s"])
+        measure(backend, spec, args.out)
+        backend.close()
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which names the first failure
+        record_error(args.out, rank, e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

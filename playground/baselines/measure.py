@@ -1,0 +1,80 @@
+"""The timing loop both baseline workers run, so Gloo and MPI are measured exactly alike.
+
+Per size: warm-up iterations, then timed iterations, each timed on its own with a barrier before it
+(outside the timed span) so every rank starts together and a slow rank shows in its own time rather
+than in the next iteration's. Each rank keeps the median of its times; the parent takes the max
+over ranks. The input is restored before each iteration (also untimed) because some collectives
+work in place. The last timed iteration's output is checked against the closed form.
+
+Results go to `rank-<r>.jsonl` in the run's directory, one JSON line per size, flushed at once, so
+a run that dies half-way still says how far it got. Pickle never carries them.
+"""
+
+import json
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from playground.baselines import common
+
+
+@dataclass
+class Call:
+    """One prepared collective: `reset` restores its buffers, `run` is the timed part, `result` reads the output."""
+
+    reset: Callable[[], None]
+    run: Callable[[], None]
+    result: Callable[[], np.ndarray]
+
+
+class Backend(Protocol):
+    rank: int
+    nranks: int
+
+    def barrier(self) -> None: ...
+
+    def prepare(self, lay: common.Layout, op: str, inp: np.ndarray) -> Call: ...
+
+
+def rank_file(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank}.jsonl"
+
+
+def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
+    """Run every size of `spec` and append one record per size to this rank's file."""
+    rank, n = backend.rank, backend.nranks
+    dtype, op = spec["dtype"], spec["op"]
+    with open(rank_file(out_dir, rank), "a") as f:
+        for lay in common.layouts(spec["collective"], spec["sizes"], n, dtype):
+            _write(f, {"rank": rank, "size": lay.size_bytes, "phase": "start"})
+            inp = common.pattern(rank, lay.in_count, dtype)
+            call = backend.prepare(lay, op, inp)
+            times_ns = []
+            for it in range(spec["warmup"] + spec["iters"]):
+                call.reset()
+                backend.barrier()
+                t0 = time.perf_counter_ns()
+                call.run()
+                dt = time.perf_counter_ns() - t0
+                if it >= spec["warmup"]:
+                    times_ns.append(dt)
+            wrong = common.count_wrong(call.result(), common.expected(lay, rank, op, dtype))
+            _write(f, {"rank": rank, "size": lay.size_bytes, "median_us": common.median_us(times_ns),
+                       "min_us": min(times_ns) / 1000, "max_us": max(times_ns) / 1000, "wrong": wrong})
+
+
+def record_error(out_dir: Path, rank: int, exc: BaseException) -> None:
+    """Leave the parent one line saying why this rank failed (the traceback goes to stderr)."""
+    traceback.print_exc()
+    with open(rank_file(out_dir, rank), "a") as f:
+        _write(f, {"rank": rank, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "t": time.time()})
+
+
+def _write(f, record: dict) -> None:
+    f.write(json.dumps(record) + "\n")
+    f.flush()

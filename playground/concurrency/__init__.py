@@ -1,0 +1,1 @@
+"""Pure parts of the concurrency experiments (lecture section 3): interleavings and workloads."""

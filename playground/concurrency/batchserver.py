@@ -1,0 +1,95 @@
+"""A single server over ZeroMQ that serves its queue one request or one batch at a time.
+
+The waiting room is an application-level FIFO (a deque) that the server refills, before every
+service, with everything already delivered to its PULL socket -- "take whatever is queued" in
+the lecture's batching section is literally `len(queue)`. With max_batch = 1 this is the plain
+single-server queue of section 2.3.
+
+Control messages travel in the same stream as requests, so they are seen in order: ABORT(load)
+drops what is still queued for that load and is acknowledged after every reply of that load
+(an overloaded run can end without draining a backlog that would take minutes); STOP ends.
+"""
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+import zmq
+
+from playground.concurrency.loadgen import ABORT, STOP, decode_request, encode_reply
+from playground.concurrency.timing import sleep_until
+
+# one queued request: (req_id, load_id, value)
+Item = tuple[int, int, float]
+
+
+def run_batch_server(
+    pull: zmq.Socket,
+    push: zmq.Socket,
+    cost_s: Callable[[list[Item]], float],
+    max_batch_of: Callable[[Item], int],
+    spin_tail_s: float,
+    idle_timeout_s: float,
+    on_served: Callable[[int], None] | None = None,
+    check_alive: Callable[[], None] | None = None,
+    compensate: bool = True,
+) -> dict:
+    """Serve until STOP; returns counts and the service time actually delivered.
+
+    `cost_s(batch)` is the service time a batch should take, `max_batch_of(first item)` caps the
+    batch. With `compensate`, time lost to late wake-ups (the process descheduled on a busy
+    machine) is paid back by shortening the next services, so the server's *mean* busy time --
+    and so the load rho -- stays what was asked; each single service may be off by the debt.
+    Raises TimeoutError when nothing arrives for `idle_timeout_s`.
+    """
+    queue: deque[Item] = deque()
+    poller = zmq.Poller()
+    poller.register(pull, zmq.POLLIN)
+    served = dropped = batches = 0
+    busy_s = 0.0
+    overshoot_s = 0.0
+    debt_s = 0.0  # service delivered beyond what was asked, still to pay back
+    idle_since = time.monotonic()
+    while True:
+        if not queue:
+            if not poller.poll(200):
+                if check_alive is not None:
+                    check_alive()
+                if time.monotonic() - idle_since > idle_timeout_s:
+                    raise TimeoutError(f"server: no request for {idle_timeout_s:.0f}s (served {served})")
+                continue
+        while True:  # take everything already delivered
+            try:
+                buf = pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            req_id, load_id, value = decode_request(buf)
+            if req_id == STOP:
+                return {"served": served, "dropped": dropped, "batches": batches, "busy_s": busy_s,
+                        "mean_overshoot_s": overshoot_s / max(batches, 1)}
+            if req_id == ABORT:
+                kept = deque(item for item in queue if item[1] != load_id)
+                dropped += len(queue) - len(kept)
+                queue = kept
+                push.send(encode_reply(ABORT, load_id, 0.0, 0.0, 0))
+                continue
+            queue.append((req_id, load_id, value))
+        if not queue:
+            continue
+        size = max(1, min(len(queue), max_batch_of(queue[0])))
+        batch = [queue.popleft() for _ in range(size)]
+        t_start = time.monotonic()
+        want_s = cost_s(batch)
+        pay_s = min(debt_s, want_s) if compensate else 0.0
+        sleep_until(t_start + want_s - pay_s, spin_tail_s)
+        t_end = time.monotonic()
+        debt_s += t_end - t_start - want_s
+        for req_id, load_id, _ in batch:
+            push.send(encode_reply(req_id, load_id, t_start, t_end, size))
+        served += size
+        batches += 1
+        busy_s += t_end - t_start
+        overshoot_s += t_end - t_start - want_s
+        idle_since = time.monotonic()
+        if on_served is not None:
+            on_served(served)

@@ -1,0 +1,7 @@
+"""A paged KV-cache server (vLLM's block manager over ZeroMQ) and the policies it is compared with.
+
+Pure parts, testable without processes: `block_manager` (paged), `contiguous` (first-fit and
+reserve-max), `policies` (choose one by name), `protocol` (wire encode/decode), `server`
+(`Server.handle` plus a thin ROUTER loop), `workloads`, `client`, `engine` (client-side replay).
+The wire protocol is documented in docs/kvcache.md.
+"""

@@ -1,0 +1,60 @@
+"""A KV-cache client over a ZeroMQ DEALER socket; times every call as the user sees it."""
+
+import time
+from collections import defaultdict
+
+import numpy as np
+import zmq
+
+from playground.kvcache import protocol as P
+
+
+class KVServerError(Exception):
+    def __init__(self, header: dict):
+        self.code, self.header = header.get("error"), header
+        super().__init__(f"{header.get('error')}: {header.get('message')}")
+
+
+class KVClient:
+    """One request in flight at a time; every wait has a timeout naming the op and the server."""
+
+    def __init__(self, address: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None):
+        self.address, self.timeout_s = address, timeout_s
+        self._own_ctx = ctx is None
+        self.ctx = ctx or zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.linger = 0
+        self.sock.connect(address)
+        self.next_id = 0
+        self.latencies_us: dict[str, list[float]] = defaultdict(list)
+        self.width: int | None = None
+
+    def call(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:
+        """(reply header, KV or None). Error replies are returned, not raised: see `check`."""
+        self.next_id += 1
+        t0 = time.perf_counter_ns()
+        self.sock.send_multipart(P.encode_request(op, kv, id=self.next_id, **fields), copy=False)
+        if not self.sock.poll(int(self.timeout_s * 1000)):
+            raise TimeoutError(f"kvcache client: no reply to {op!r} from {self.address} in {self.timeout_s:.1f}s")
+        frames = self.sock.recv_multipart(copy=False)
+        self.latencies_us[op].append((time.perf_counter_ns() - t0) / 1000)
+        header, out = P.decode_reply([f.buffer for f in frames], self.width)
+        if header.get("id") != self.next_id:
+            raise RuntimeError(f"kvcache client: reply id {header.get('id')} for request {self.next_id} ({op})")
+        return header, out
+
+    def check(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:
+        header, out = self.call(op, kv, **fields)
+        if not header.get("ok"):
+            raise KVServerError(header)
+        return header, out
+
+    def ping(self) -> dict:
+        info, _ = self.check("ping")
+        self.width = info["width"]
+        return info
+
+    def close(self) -> None:
+        self.sock.close(0)
+        if self._own_ctx:
+            self.ctx.term()

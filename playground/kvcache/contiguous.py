@@ -1,0 +1,234 @@
+"""Contiguous KV-cache allocation, the habit before vLLM: each sequence owns one run of
+adjacent slots [start, start + reserved).
+
+Two variants share this code:
+- first-fit (`reserve_max=False`): a run is exactly the prompt; when a sequence outgrows it,
+  it grows in place if the slots after it are free, else moves (its tokens copied) to the first
+  hole that fits, else the append is refused. A move reserves `growth` times the length, as
+  realloc-style vectors do, so a sequence is not moved on every token (that slack is internal
+  fragmentation, the price of fewer moves).
+- reserve-max (`reserve_max=True`): a run is prompt + max_new_tokens from the start and never
+  grows; the unused tail is internal fragmentation. Appending past it is refused.
+
+Free space is the holes between runs; a request can fail although the holes add up to enough
+(external fragmentation = 1 - largest hole / free slots). Fork copies the parent's tokens:
+there is no sharing without pages. Same check-then-act interface as BlockManager.
+"""
+
+import bisect
+import copy
+
+import numpy as np
+
+from playground.kvcache.block_manager import Copy
+
+
+class ContiguousAllocator:
+    def __init__(self, capacity_slots: int, reserve_max: bool = False, max_new_tokens: int = 2048,
+                 growth: float = 1.5, block_size: int = 16):
+        if capacity_slots < 1:
+            raise ValueError(f"capacity_slots must be >= 1, got {capacity_slots}")
+        self.name = "reserve_max" if reserve_max else "contiguous"
+        self.capacity_slots = capacity_slots
+        self.reserve_max = reserve_max
+        self.default_max_new_tokens = max_new_tokens
+        self.growth = growth
+        self.block_size = block_size  # only to express sizes in blocks in reports
+        self.runs: dict[int, tuple[int, int]] = {}  # seq_id -> (start, reserved)
+        self.seq_lens: dict[int, int] = {}
+        self.starts: list[int] = []  # sorted starts of all runs, for neighbour look-ups
+        self.start_owner: dict[int, int] = {}
+        self.num_moves = 0
+        self.moved_slots = 0
+
+    # -- holes -----------------------------------------------------------------------------
+    def _holes(self, ignore: int | None = None):
+        """(start, size) of every free run in address order; `ignore`'s run counts as free."""
+        pos = 0
+        for start in self.starts:
+            seq = self.start_owner[start]
+            if seq == ignore:
+                continue
+            begin, reserved = self.runs[seq]
+            if begin > pos:
+                yield pos, begin - pos
+            pos = max(pos, begin + reserved)
+        if pos < self.capacity_slots:
+            yield pos, self.capacity_slots - pos
+
+    def _first_fit(self, size: int, ignore: int | None = None) -> int | None:
+        for start, hole in self._holes(ignore):
+            if hole >= size:
+                return start
+        return None
+
+    def _room_after(self, seq_id: int) -> int:
+        """Slots from the start of `seq_id`'s run to the next run (or the end of the pool)."""
+        start, _ = self.runs[seq_id]
+        i = bisect.bisect_right(self.starts, start)
+        end = self.starts[i] if i < len(self.starts) else self.capacity_slots
+        return end - start
+
+    def _place(self, seq_id: int, start: int, reserved: int) -> None:
+        self.runs[seq_id] = (start, reserved)
+        bisect.insort(self.starts, start)
+        self.start_owner[start] = seq_id
+
+    def _unplace(self, seq_id: int) -> None:
+        start, _ = self.runs.pop(seq_id)
+        self.starts.pop(bisect.bisect_left(self.starts, start))
+        del self.start_owner[start]
+
+    # -- queries ---------------------------------------------------------------------------
+    def has(self, seq_id: int) -> bool:
+        return seq_id in self.runs
+
+    def length(self, seq_id: int) -> int:
+        return self.seq_lens[seq_id]
+
+    def slots(self, seq_id: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        stop = self.seq_lens[seq_id] if stop is None else stop
+        return self.runs[seq_id][0] + np.arange(start, stop, dtype=np.int64)
+
+    def _reservation(self, num_tokens: int, max_new_tokens: int | None) -> int:
+        if not self.reserve_max:
+            return num_tokens
+        extra = self.default_max_new_tokens if max_new_tokens is None else max_new_tokens
+        return num_tokens + extra
+
+    def can_allocate(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> bool:
+        return self._first_fit(self._reservation(num_tokens, max_new_tokens)) is not None
+
+    def fits_when_empty(self, num_tokens: int, max_new_tokens: int | None = None) -> bool:
+        return self._reservation(num_tokens, max_new_tokens) <= self.capacity_slots
+
+    def _plan_append(self, seq_id: int, num_tokens: int) -> tuple[str, int, int] | None:
+        """('stay'|'grow'|'move', start, reserved) for the append, or None if refused."""
+        start, reserved = self.runs[seq_id]
+        need = self.seq_lens[seq_id] + num_tokens
+        if need <= reserved:
+            return "stay", start, reserved
+        if self.reserve_max:
+            return None
+        roomy = max(need, int(self.seq_lens[seq_id] * self.growth))
+        room = self._room_after(seq_id)
+        if room >= need:
+            return "grow", start, min(roomy, room)
+        for size in (roomy, need):
+            new_start = self._first_fit(size, ignore=seq_id)
+            if new_start is not None:
+                return "move", new_start, size
+        return None
+
+    def can_append(self, seq_id: int, num_tokens: int) -> bool:
+        return self._plan_append(seq_id, num_tokens) is not None
+
+    def can_append_batch(self, num_tokens_by_seq: dict[int, int]) -> bool:
+        """Exact: the appends are tried in order on a scratch copy of the run table, because
+        two sequences may each fit alone and still compete for the same hole."""
+        if self.reserve_max:
+            return all(self.can_append(s, n) for s, n in num_tokens_by_seq.items())
+        trial = copy.copy(self)
+        trial.runs, trial.seq_lens = dict(self.runs), dict(self.seq_lens)
+        trial.starts, trial.start_owner = list(self.starts), dict(self.start_owner)
+        for seq_id, num_tokens in num_tokens_by_seq.items():
+            if not trial.can_append(seq_id, num_tokens):
+                return False
+            trial.append(seq_id, num_tokens)
+        return True
+
+    def can_fork(self, seq_id: int, num_children: int) -> bool:
+        start, reserved = self.runs[seq_id]
+        holes = sorted((size for _, size in self._holes()), reverse=True)
+        fit = 0
+        for size in holes:
+            fit += size // reserved if reserved else num_children
+        return fit >= num_children
+
+    # -- actions ---------------------------------------------------------------------------
+    def allocate(self, seq_id: int, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> int:
+        if seq_id in self.runs:
+            raise ValueError(f"sequence {seq_id} already exists")
+        reserved = self._reservation(num_tokens, max_new_tokens)
+        start = self._first_fit(reserved)
+        if start is None:
+            raise MemoryError(f"no hole of {reserved} slots")
+        self._place(seq_id, start, reserved)
+        self.seq_lens[seq_id] = num_tokens
+        return 0
+
+    def append(self, seq_id: int, num_tokens: int) -> list[Copy]:
+        plan = self._plan_append(seq_id, num_tokens)
+        if plan is None:
+            raise MemoryError(f"sequence {seq_id}: no room for {num_tokens} more tokens")
+        kind, start, reserved = plan
+        copies = []
+        old_start, _ = self.runs[seq_id]
+        self._unplace(seq_id)
+        self._place(seq_id, start, reserved)
+        if kind == "move":
+            copies.append(Copy(old_start, start, self.seq_lens[seq_id]))
+            self.num_moves += 1
+            self.moved_slots += self.seq_lens[seq_id]
+        self.seq_lens[seq_id] += num_tokens
+        return copies
+
+    def fork(self, seq_id: int, child_ids: list[int]) -> list[Copy]:
+        if not self.can_fork(seq_id, len(child_ids)):
+            raise MemoryError(f"no room to copy sequence {seq_id} {len(child_ids)} times")
+        start, reserved = self.runs[seq_id]
+        copies = []
+        for child in child_ids:
+            if child in self.runs:
+                raise ValueError(f"sequence {child} already exists")
+            new_start = self._first_fit(reserved)
+            self._place(child, new_start, reserved)
+            self.seq_lens[child] = self.seq_lens[seq_id]
+            copies.append(Copy(start, new_start, self.seq_lens[seq_id]))
+        return copies
+
+    def free(self, seq_id: int) -> None:
+        self._unplace(seq_id)
+        del self.seq_lens[seq_id]
+
+    # -- accounting ------------------------------------------------------------------------
+    def allocated_slots(self) -> int:
+        return sum(r for _, r in self.runs.values())
+
+    def usage(self) -> tuple[int, int, int]:
+        """(slots holding tokens, slots allocated, largest free run); O(runs), for sampling."""
+        allocated = sum(r for _, r in self.runs.values())
+        largest = max((size for _, size in self._holes()), default=0)
+        return sum(self.seq_lens.values()), allocated, largest
+
+    def stats(self) -> dict:
+        used, allocated, largest = self.usage()
+        return {
+            "capacity_slots": self.capacity_slots,
+            "used_slots": used,
+            "allocated_slots": allocated,
+            "free_slots": self.capacity_slots - allocated,
+            "largest_free_run_slots": largest,
+            "used_blocks": None,
+            "free_blocks": None,
+            "shared_blocks": 0,
+            "cow_copies": 0,
+            "cache_hit_blocks": 0,
+            "moved_slots": self.moved_slots,
+        }
+
+    def check_invariants(self) -> None:
+        end = 0
+        for start in self.starts:
+            seq = self.start_owner[start]
+            begin, reserved = self.runs[seq]
+            if begin != start or begin < end or begin + reserved > self.capacity_slots:
+                raise AssertionError(f"run of seq {seq} [{begin}, {begin + reserved}) overlaps or overflows")
+            if self.seq_lens[seq] > reserved:
+                raise AssertionError(f"seq {seq}: {self.seq_lens[seq]} tokens in a run of {reserved}")
+            end = begin + reserved
+        if len(self.starts) != len(self.runs) or set(self.seq_lens) != set(self.runs):
+            raise AssertionError("run index out of step with the runs")
+        stats = self.stats()
+        if stats["free_slots"] + stats["allocated_slots"] != self.capacity_slots:
+            raise AssertionError("free + allocated != capacity")

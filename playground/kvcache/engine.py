@@ -1,0 +1,186 @@
+"""What a client rank runs: a small inference-engine scheduler replaying a workload against the
+KV-cache server, plus the fork workloads of the lecture and a throughput benchmark.
+
+The replay loop is vLLM's in miniature: admit waiting requests while the server accepts them
+(an out_of_memory refusal means the request waits; one that can never fit, or waits longer than
+`max_wait_s`, fails), then one decode step appends a token to every running sequence in one
+batched request; if the server refuses the step, the newest sequence is preempted (freed, to be
+recreated later from its prompt and what it had generated: vLLM's recompute). A finished
+sequence is read back, checked against the KV it was given, and freed.
+"""
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from playground.kvcache import protocol as P
+from playground.kvcache.client import KVClient
+from playground.kvcache.workloads import ForkSpec, RequestSpec, kv_for
+
+
+@dataclass
+class _Job:
+    spec: RequestSpec
+    generated: int = 0
+    waited: bool = False
+    first_refused_s: float | None = None
+
+    @property
+    def length(self) -> int:
+        return self.spec.prompt_len + self.generated
+
+
+@dataclass
+class ReplayStats:
+    completed: int = 0
+    waited: int = 0
+    failed: int = 0
+    preempted: int = 0
+    read_mismatches: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _verify(client: KVClient, seq_id: int, key: int, length: int, width: int) -> bool:
+    header, kv = client.check("read", seq_id=seq_id)
+    return header["num_tokens"] == length and np.array_equal(kv, kv_for(key, 0, length, width))
+
+
+def replay(client: KVClient, requests: list[RequestSpec], width: int, max_running: int = 256,
+           decode_tokens_per_step: int = 1, max_wait_s: float = 10.0, admit_watermark_slots: int = 0,
+           verify_every: int = 1, on_done=lambda n: None) -> ReplayStats:
+    stats = ReplayStats()
+    waiting = deque(_Job(r) for r in requests)
+    running: dict[int, _Job] = {}  # seq_id -> job, in admission order
+    free_slots = None
+    while waiting or running:
+        while waiting and len(running) < max_running and (free_slots is None or free_slots >= admit_watermark_slots
+                                                           or not running):
+            job = waiting[0]
+            header, _ = client.call("create", kv_for(job.spec.req_id, 0, job.length, width), num_tokens=job.length)
+            if header["ok"]:
+                running[header["seq_id"]] = waiting.popleft()
+                free_slots = header["free_slots"]
+                continue
+            if header["error"] != P.OUT_OF_MEMORY:
+                raise RuntimeError(f"create refused: {header['message']}")
+            now = time.monotonic()
+            if not job.waited:
+                job.waited, job.first_refused_s = True, now
+                stats.waited += 1
+            if not header.get("fits_when_empty", True) or now - job.first_refused_s > max_wait_s:
+                waiting.popleft()
+                stats.failed += 1
+                stats.errors.append(f"request {job.spec.req_id} failed: {header['message']}")
+                on_done(stats.completed + stats.failed)
+                continue
+            break
+        if not running:
+            time.sleep(0.002)  # the pool is full of other clients' sequences: back off, retry
+            continue
+        steps = {s: min(decode_tokens_per_step, j.spec.output_len - j.generated) for s, j in running.items()}
+        kv = np.concatenate([kv_for(running[s].spec.req_id, running[s].length, n, width) for s, n in steps.items()])
+        header, _ = client.call("append", kv, seq_ids=list(steps), num_tokens=list(steps.values()))
+        if not header["ok"]:
+            if header["error"] != P.OUT_OF_MEMORY:
+                raise RuntimeError(f"append refused: {header['message']}")
+            victim = next(reversed(running))
+            client.check("free", seq_ids=[victim])
+            job = running.pop(victim)
+            if not job.waited:
+                job.waited = True
+                stats.waited += 1
+            job.first_refused_s = time.monotonic()
+            waiting.appendleft(job)
+            stats.preempted += 1
+            free_slots = None
+            continue
+        free_slots = header["free_slots"]
+        finished = []
+        for s, n in steps.items():
+            running[s].generated += n
+            if running[s].generated >= running[s].spec.output_len:
+                finished.append(s)
+        for s in finished:
+            job = running.pop(s)
+            if verify_every and job.spec.req_id % verify_every == 0:
+                if not _verify(client, s, job.spec.req_id, job.length, width):
+                    stats.read_mismatches += 1
+            stats.completed += 1
+        if finished:
+            free_slots = client.check("free", seq_ids=finished)[0]["free_slots"]
+            on_done(stats.completed + stats.failed)
+    return stats
+
+
+def run_fork_workload(client: KVClient, spec: ForkSpec, width: int, prefix_caching: bool) -> list[dict]:
+    """Each way of holding N samples of one prompt, measured by the server's own counters."""
+    rows = []
+    prompt_kv = kv_for(1_000_000, 0, spec.prompt_len, width)
+    tokens = list(range(spec.prompt_len))
+    modes = ["unshared", "fork"] + (["prefix_cache"] if prefix_caching else [])
+    for mode in modes:
+        base = client.check("stats")[0]
+        if mode == "fork":
+            parent = client.check("create", prompt_kv, num_tokens=spec.prompt_len,
+                                  max_new_tokens=spec.branch_tokens)[0]["seq_id"]
+            children = client.check("fork", seq_id=parent, num_children=spec.num_branches)[0]["child_ids"]
+        else:
+            extra = {"tokens": tokens} if mode == "prefix_cache" else {}
+            children = [client.check("create", prompt_kv, num_tokens=spec.prompt_len,
+                                     max_new_tokens=spec.branch_tokens, **extra)[0]["seq_id"]
+                        for _ in range(spec.num_branches)]
+        branch_kv = [kv_for(2_000_000 + b, spec.prompt_len, spec.branch_tokens, width) for b in range(spec.num_branches)]
+        client.check("append", np.concatenate(branch_kv), seq_ids=children,
+                     num_tokens=[spec.branch_tokens] * spec.num_branches)
+        if mode == "fork":
+            client.check("free", seq_ids=[parent])
+        st = client.check("stats")[0]
+        ok = all(np.array_equal(client.check("read", seq_id=c)[1], np.concatenate([prompt_kv, branch_kv[b]]))
+                 for b, c in enumerate(children))
+        client.check("free", seq_ids=children)
+        after = client.check("stats")[0]
+        block = st["block_size"]
+        rows.append({"mode": mode, "policy": st["policy"],
+                     "pages": st["used_blocks"] if st["used_blocks"] is not None else -(-st["allocated_slots"] // block),
+                     "allocated_slots": st["allocated_slots"], "used_slots": st["used_slots"],
+                     "shared_blocks": st["shared_blocks"], "cow_copies": st["cow_copies"] - base["cow_copies"],
+                     "reads_exact": ok, "leaked_slots": after["allocated_slots"]})
+    return rows
+
+
+def run_bench(client: KVClient, width: int, duration_s: float, num_seqs: int, prompt_len: int,
+              max_len: int, key_base: int) -> dict:
+    """A closed loop: one batched append per step to `num_seqs` sequences; a sequence that
+    reaches `max_len` is read back (checked), freed and replaced. Returns counts; latencies
+    stay in client.latencies_us."""
+    lengths: dict[int, tuple[int, int]] = {}  # seq_id -> (key, length)
+    key, mismatches, ops = key_base, 0, 0
+
+    def new_seq():
+        nonlocal key, ops
+        key += 1
+        seq_id = client.check("create", kv_for(key, 0, prompt_len, width), num_tokens=prompt_len)[0]["seq_id"]
+        ops += 1
+        lengths[seq_id] = (key, prompt_len)
+
+    for _ in range(num_seqs):
+        new_seq()
+    t_end = time.monotonic() + duration_s
+    tokens = 0
+    while time.monotonic() < t_end:
+        kv = np.concatenate([kv_for(k, n, 1, width) for k, n in lengths.values()])
+        client.check("append", kv, seq_ids=list(lengths), num_tokens=[1] * len(lengths))
+        ops += 1
+        tokens += len(lengths)
+        for s, (k, n) in list(lengths.items()):
+            lengths[s] = (k, n + 1)
+            if n + 1 >= max_len:
+                mismatches += not _verify(client, s, k, n + 1, width)
+                client.check("free", seq_ids=[s])
+                ops += 2
+                del lengths[s]
+                new_seq()
+    client.check("free", seq_ids=list(lengths))
+    return {"ops": ops + 1, "tokens_appended": tokens, "read_mismatches": mismatches}

@@ -1,0 +1,88 @@
+"""From the server's samples and the clients' timings to the figures of the report and its plot.
+
+Samples are (t_s, live_seqs, used_slots, allocated_slots, largest_free_run_slots), taken after
+mutating ops at most every `sample_every_s`. Averages are time-weighted over the *busy period*
+(samples with at least half the peak number of live sequences), so the ramp-up and the last
+stragglers of a replay do not dilute the steady state the lecture talks about.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+
+def percentiles_us(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50_us": float("nan"), "p99_us": float("nan"), "n": 0}
+    a = np.asarray(values)
+    return {"p50_us": float(np.percentile(a, 50)), "p99_us": float(np.percentile(a, 99)), "n": int(a.size)}
+
+
+def merge_latencies(per_client: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    merged: dict[str, list[float]] = {}
+    for lat in per_client:
+        for op, values in lat.items():
+            merged.setdefault(op, []).extend(values)
+    merged["all"] = [v for op, vs in merged.items() if op not in ("stats", "ping") for v in vs]
+    return merged
+
+
+def summarize_samples(samples: list, capacity_slots: int) -> dict:
+    """Busy-period time averages of concurrency, utilisation and fragmentation (fractions)."""
+    if not samples:
+        nan = float("nan")
+        return {"mean_live_seqs": nan, "utilisation": nan, "internal_frag": nan, "external_frag": nan,
+                "peak_utilisation": nan}
+    s = np.asarray(samples, dtype=float)
+    t, live, used, alloc, largest = s.T
+    dt = np.diff(t, append=t[-1] + (np.mean(np.diff(t)) if len(t) > 1 else 1.0))
+    busy = live >= 0.5 * live.max()
+    w = dt * busy
+    if w.sum() <= 0:
+        w = busy.astype(float)
+    free = capacity_slots - alloc
+    ext = np.where(free > 0, 1.0 - largest / np.maximum(free, 1), 0.0)
+    avg = lambda x: float(np.sum(x * w) / np.sum(w))  # noqa: E731
+    return {
+        "mean_live_seqs": avg(live),
+        "utilisation": avg(used / capacity_slots),
+        "internal_frag": avg((alloc - used) / capacity_slots),
+        "external_frag": avg(ext),
+        "peak_utilisation": float(np.max(used / capacity_slots)),
+    }
+
+
+def downsample(samples: list, max_points: int = 1500) -> list:
+    if len(samples) <= max_points:
+        return samples
+    idx = np.linspace(0, len(samples) - 1, max_points).astype(int)
+    return [samples[i] for i in idx]
+
+
+def plot_memory(per_policy: list[dict], path: Path, title: str) -> None:
+    """Memory in use (allocated and holding tokens) and live sequences over time, one colour a policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_mem, ax_seq) = plt.subplots(2, 1, figsize=(9, 7), sharex=False)
+    for i, pol in enumerate(per_policy):
+        if not pol["samples"]:
+            continue
+        s = np.asarray(pol["samples"], dtype=float)
+        cap = pol["stats"]["capacity_slots"]
+        color = f"C{i}"
+        ax_mem.plot(s[:, 0], 100 * s[:, 3] / cap, color=color, label=f"{pol['policy']}: allocated")
+        ax_mem.plot(s[:, 0], 100 * s[:, 2] / cap, color=color, linestyle="--", label=f"{pol['policy']}: holding tokens")
+        ax_seq.plot(s[:, 0], s[:, 1], color=color, label=pol["policy"])
+    ax_mem.set_ylabel("% of KV capacity")
+    ax_mem.set_title(title)
+    ax_mem.set_ylim(0, 105)
+    ax_mem.legend(fontsize=8, loc="lower right")
+    ax_seq.set_ylabel("admitted sequences")
+    ax_seq.set_xlabel("time since the policy's start (s)")
+    ax_seq.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,128 @@
+"""The KV-cache server's wire format: pure encode/decode, no sockets (docs/kvcache.md).
+
+A message is ZeroMQ multipart: frame 0 is a UTF-8 JSON object (the header, control data),
+frame 1, when present, is raw KV data: little-endian float32, C order, shape
+(num_tokens, width). Control and bulk data are kept apart and pickle never touches the wire,
+so any ZeroMQ client in any language can speak it. A ROUTER server sees the client's identity
+frame first; a REQ client's empty delimiter frame is accepted and echoed.
+
+Request header: {"op": ..., "id": <anything, echoed>, ...op fields}.
+Reply header:   {"ok": true, "id": ..., ...results} or
+                {"ok": false, "id": ..., "error": <code>, "message": <one line>}.
+"""
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+KV_DTYPE = np.dtype("<f4")
+OPS = ("ping", "create", "append", "fork", "read", "free", "stats")
+
+# error codes: the names a client can switch on
+BAD_FRAME = "bad_frame"  # not 1-2 frames, header not a JSON object, no "op"
+BAD_REQUEST = "bad_request"  # a field missing or of the wrong type/range
+UNKNOWN_OP = "unknown_op"
+UNKNOWN_SEQUENCE = "unknown_sequence"
+BAD_KV_SHAPE = "bad_kv_shape"  # KV frame missing or not num_tokens x width float32
+OUT_OF_MEMORY = "out_of_memory"  # refused, nothing changed; may fit later (see fits_when_empty)
+ERROR_CODES = (BAD_FRAME, BAD_REQUEST, UNKNOWN_OP, UNKNOWN_SEQUENCE, BAD_KV_SHAPE, OUT_OF_MEMORY)
+
+
+class ProtocolError(Exception):
+    """A request the server refuses; becomes an error reply, the server goes on."""
+
+    def __init__(self, code: str, message: str, **extra):
+        self.code, self.extra = code, extra
+        super().__init__(message)
+
+
+@dataclass
+class Request:
+    header: dict
+    kv_bytes: bytes | memoryview | None
+
+    @property
+    def op(self) -> str:
+        return self.header["op"]
+
+
+def encode_request(op: str, kv: np.ndarray | None = None, **fields) -> list[bytes]:
+    frames = [json.dumps({"op": op, **fields}, separators=(",", ":")).encode()]
+    if kv is not None:
+        frames.append(np.ascontiguousarray(kv, dtype=KV_DTYPE).tobytes())
+    return frames
+
+
+def decode_request(frames: list) -> Request:
+    if not 1 <= len(frames) <= 2:
+        raise ProtocolError(BAD_FRAME, f"expected 1 or 2 frames (header, optional KV), got {len(frames)}")
+    try:
+        header = json.loads(bytes(frames[0]))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProtocolError(BAD_FRAME, f"frame 0 is not a JSON object: {e}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(BAD_FRAME, f"frame 0 must be a JSON object, got {type(header).__name__}")
+    if not isinstance(header.get("op"), str):
+        raise ProtocolError(BAD_FRAME, "header has no \"op\" string")
+    if header["op"] not in OPS:
+        raise ProtocolError(UNKNOWN_OP, f"unknown op {header['op']!r}; allowed: {', '.join(OPS)}")
+    return Request(header, frames[1] if len(frames) == 2 else None)
+
+
+def encode_reply(header: dict, kv: np.ndarray | None = None) -> list[bytes]:
+    frames = [json.dumps(header, separators=(",", ":")).encode()]
+    if kv is not None:
+        frames.append(np.ascontiguousarray(kv, dtype=KV_DTYPE).tobytes())
+    return frames
+
+
+def error_reply(req_id, code: str, message: str, **extra) -> list[bytes]:
+    return encode_reply({"ok": False, "id": req_id, "error": code, "message": message, **extra})
+
+
+def decode_reply(frames: list, width: int | None = None) -> tuple[dict, np.ndarray | None]:
+    """(header, KV array or None); the array is (num_tokens, width) when width is known."""
+    header = json.loads(bytes(frames[0]))
+    kv = None
+    if len(frames) > 1:
+        kv = np.frombuffer(frames[1], dtype=KV_DTYPE)
+        if width:
+            kv = kv.reshape(-1, width)
+    return header, kv
+
+
+# -- field checks: each names the field and what is allowed -----------------------------------
+def get_int(header: dict, name: str, minimum: int = 0, optional: bool = False) -> int | None:
+    if name not in header and optional:
+        return None
+    value = header.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ProtocolError(BAD_REQUEST, f"{header['op']}: field {name!r} must be an integer >= {minimum}, "
+                                         f"got {'nothing' if name not in header else repr(value)}")
+    return value
+
+
+def get_int_list(header: dict, name: str, minimum: int = 0) -> list[int]:
+    value = header.get(name)
+    if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value):
+        raise ProtocolError(BAD_REQUEST, f"{header['op']}: field {name!r} must be a list of integers >= {minimum}, "
+                                         f"got {str(value)[:80]}")
+    return value
+
+
+def kv_array(req: Request, num_tokens: int, width: int) -> np.ndarray:
+    """The request's KV frame as a (num_tokens, width) float32 view; BAD_KV_SHAPE otherwise."""
+    expect = num_tokens * width * KV_DTYPE.itemsize
+    if req.kv_bytes is None:
+        if num_tokens == 0:
+            return np.empty((0, width), KV_DTYPE)
+        raise ProtocolError(BAD_KV_SHAPE, f"{req.op}: KV frame missing; expected {num_tokens} x {width} float32 "
+                                          f"= {expect} bytes")
+    size = memoryview(req.kv_bytes).nbytes
+    if size != expect:
+        found = f"{size / (width * 4):g} tokens" if size % 4 == 0 else "not whole float32s"
+        raise ProtocolError(BAD_KV_SHAPE, f"{req.op}: KV frame has {size} bytes ({found} at width {width}); "
+                                          f"expected {num_tokens} x {width} float32 = {expect} bytes")
+    return np.frombuffer(req.kv_bytes, dtype=KV_DTYPE).reshape(num_tokens, width)

@@ -1,0 +1,65 @@
+"""Built-in workloads of the lecture (section 4.5, 4.6, exercise 10) and the KV data clients write.
+
+KV data is a pure function of (key, position), so a client can check a read without keeping a
+copy, and a sequence that was preempted and recreated writes exactly the same values. Every
+value is a small integer stored as float32, hence exact, and the columns differ per key, per
+position and per channel, so a slot mixed up with another is always caught.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def kv_for(key: int, start: int, num_tokens: int, width: int) -> np.ndarray:
+    """The KV vectors of positions [start, start + num_tokens) of the sequence named `key`."""
+    pos = np.arange(start, start + num_tokens, dtype=np.int64)[:, None]
+    chan = np.arange(width, dtype=np.int64)[None, :]
+    vals = (key * 7919 + pos * 104_729 + chan * 31 + (key * pos) % 997) % 65_521
+    vals[:, :1] = key % 65_521
+    if width > 1:
+        vals[:, 1:2] = pos % 65_521
+    return vals.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One inference request: the prompt is known, the output length only to the replayer."""
+
+    req_id: int
+    prompt_len: int
+    output_len: int
+
+
+def section46_requests(num_requests: int = 1000, prompt_min: int = 50, prompt_max: int = 499,
+                       output_mean: float = 200.0, output_cap: int = 2048, seed: int = 0) -> list[RequestSpec]:
+    """Prompts uniform in [prompt_min, prompt_max]; outputs geometric with the given mean, capped
+    (long-tailed as real outputs are, so a 'reserve the maximum' server wastes most of what it holds)."""
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(prompt_min, prompt_max + 1, size=num_requests)
+    outputs = np.minimum(rng.geometric(1.0 / output_mean, size=num_requests), output_cap)
+    return [RequestSpec(i, int(p), int(o)) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+
+
+@dataclass(frozen=True)
+class ForkSpec:
+    """A shared prompt, `num_branches` samples each writing `branch_tokens` (section 4.5, exercise 10)."""
+
+    prompt_len: int
+    num_branches: int
+    branch_tokens: int
+
+    def expected_pages(self, block_size: int) -> dict[str, int]:
+        """The lecture's closed form, only to check what the real server reports."""
+        cdiv = lambda a, b: -(-a // b)  # noqa: E731
+        full, partial = divmod(self.prompt_len, block_size)
+        unshared = self.num_branches * cdiv(self.prompt_len + self.branch_tokens, block_size)
+        if partial:
+            private = cdiv(partial + self.branch_tokens, block_size)
+        else:
+            private = cdiv(self.branch_tokens, block_size)
+        return {"unshared": unshared, "fork": full + self.num_branches * private}
+
+
+SECTION45 = ForkSpec(prompt_len=100, num_branches=4, branch_tokens=10)  # 28 vs 10 pages
+EXERCISE10 = ForkSpec(prompt_len=1000, num_branches=8, branch_tokens=200)  # 600 vs 166 pages

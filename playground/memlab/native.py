@@ -1,0 +1,16 @@
+"""Loads the C module with a message that says how to build it when it is missing."""
+
+from types import ModuleType
+
+
+def load_native() -> ModuleType:
+    """`playground._native`, or RuntimeError naming the command that builds it."""
+    try:
+        from playground import _native
+    except ImportError as e:
+        raise RuntimeError(
+            "the native module playground._native is not built: run `pip install .` "
+            "(or `python setup.py build_ext --inplace` in a checkout); it needs a C compiler"
+            f" ({e})"
+        ) from None
+    return _native

@@ -1,0 +1,103 @@
+"""The alpha-beta (latency-bandwidth) cost model of messages and all-reduces.
+
+A message of n bytes takes T(n) = alpha + n / beta: alpha is the fixed cost of any message
+(software stack, synchronisation, a round trip), beta the bandwidth in bytes per second. The
+effective bandwidth n / T(n) reaches half of beta at n = alpha * beta, which is why many small
+messages waste a link and why gradients are packed into buckets (lecture P4, sections 5.1-5.3).
+
+Collectives are sums of such messages along their critical path, for S bytes on N ranks:
+- ring all-reduce: reduce-scatter then all-gather, 2(N-1) steps each moving S/N bytes,
+  T = 2(N-1) * (alpha + S / (N * beta)); bandwidth-optimal, latency grows with N.
+- tree all-reduce (binomial reduce then broadcast of the whole array):
+  T = 2 * ceil(log2 N) * (alpha + S / beta); latency-optimal, bandwidth-poor.
+A schedule (one all-reduce per bucket, run back to back) costs the sum of its all-reduces.
+The model ignores reduction arithmetic, copies and contention: it is the yardstick that
+measured times are printed beside, not a promise.
+"""
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+ALGORITHMS = ("ring", "tree")
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """A fitted or assumed link: `alpha_s` per message, `beta_bytes_per_s` bandwidth."""
+
+    alpha_s: float
+    beta_bytes_per_s: float
+
+    def __post_init__(self):
+        if self.alpha_s < 0:
+            raise ValueError(f"alpha_s: must be >= 0, got {self.alpha_s}")
+        if not self.beta_bytes_per_s > 0:
+            raise ValueError(f"beta_bytes_per_s: must be > 0, got {self.beta_bytes_per_s}")
+
+    @property
+    def half_bandwidth_bytes(self) -> float:
+        """n_1/2 = alpha * beta: the message size that reaches half the peak bandwidth."""
+        return self.alpha_s * self.beta_bytes_per_s
+
+    def message_time_s(self, num_bytes: float) -> float:
+        """One point-to-point message."""
+        return self.alpha_s + num_bytes / self.beta_bytes_per_s
+
+    def sends_time_s(self, sizes_bytes: Iterable[float]) -> float:
+        """Messages sent one after another (the lecture's section 5.3 count)."""
+        return sum(self.message_time_s(n) for n in sizes_bytes)
+
+    def allreduce_time_s(self, num_bytes: float, num_ranks: int, algorithm: str = "ring") -> float:
+        """One all-reduce of `num_bytes` (each rank's array) over `num_ranks` ranks."""
+        if num_ranks < 1:
+            raise ValueError(f"num_ranks: must be >= 1, got {num_ranks}")
+        if num_ranks == 1 or num_bytes == 0:
+            return 0.0
+        if algorithm == "ring":
+            return 2 * (num_ranks - 1) * (self.alpha_s + num_bytes / (num_ranks * self.beta_bytes_per_s))
+        if algorithm == "tree":
+            return 2 * math.ceil(math.log2(num_ranks)) * self.message_time_s(num_bytes)
+        raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+
+    def schedule_time_s(self, bucket_sizes_bytes: Iterable[float], num_ranks: int, algorithm: str = "ring") -> float:
+        """All-reduces of the buckets run back to back: the sum of their times."""
+        return sum(self.allreduce_time_s(n, num_ranks, algorithm) for n in bucket_sizes_bytes)
+
+
+def allreduce_messages_per_rank(num_ranks: int, algorithm: str = "ring") -> int:
+    """Messages each rank sends in one all-reduce, by the model (a chunked ring may send more)."""
+    if num_ranks <= 1:
+        return 0
+    if algorithm == "ring":
+        return 2 * (num_ranks - 1)
+    if algorithm == "tree":
+        return 2 * math.ceil(math.log2(num_ranks))
+    raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+
+
+def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> AlphaBeta:
+    """Weighted least-squares fit of T(n) = alpha + n / beta to one-way message times.
+
+    Each point is weighted by 1/T^2, i.e. the fit minimises *relative* error: an unweighted fit
+    over 8 B .. 4 MiB is dominated by the large messages and leaves alpha to noise. Needs at least
+    two distinct sizes. A negative intercept is clipped to 0; a non-positive slope (no measurable
+    size dependence) raises ValueError, so a bad measurement is an error, not a silly model.
+    """
+    if len(sizes_bytes) != len(times_s):
+        raise ValueError(f"got {len(sizes_bytes)} sizes but {len(times_s)} times")
+    if len(set(sizes_bytes)) < 2:
+        raise ValueError("need at least two distinct message sizes to fit alpha and beta")
+    if min(times_s) <= 0:
+        raise ValueError("message times must be > 0")
+    weights = [1.0 / (t * t) for t in times_s]
+    w_sum = sum(weights)
+    mean_x = sum(w * x for w, x in zip(weights, sizes_bytes, strict=True)) / w_sum
+    mean_y = sum(w * y for w, y in zip(weights, times_s, strict=True)) / w_sum
+    sxx = sum(w * (x - mean_x) ** 2 for w, x in zip(weights, sizes_bytes, strict=True))
+    sxy = sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, sizes_bytes, times_s, strict=True))
+    slope = sxy / sxx
+    if slope <= 0:
+        raise ValueError(f"message time does not grow with size (slope {slope:.3g} s/B): cannot fit beta")
+    alpha = max(0.0, mean_y - slope * mean_x)
+    return AlphaBeta(alpha_s=alpha, beta_bytes_per_s=1.0 / slope)

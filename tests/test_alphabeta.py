@@ -1,0 +1,94 @@
+"""The alpha-beta model against hand-computed cases, and the fit that measures alpha and beta."""
+
+import math
+
+import pytest
+
+from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank, fit_alpha_beta
+
+# The lecture's InfiniBand link (section 5.3): alpha = 5 us, 50 GB/s.
+IB = AlphaBeta(alpha_s=5e-6, beta_bytes_per_s=50e9)
+LECTURE_TENSORS = [100_000] * 1000  # 1000 x 100 KB = 100 MB
+
+
+def test_lecture_1000_small_messages_take_about_7_ms():
+    # each message: 5 us + 100e3 / 50e9 s = 5 us + 2 us = 7 us; 1000 of them = 7 ms
+    assert IB.sends_time_s(LECTURE_TENSORS) == pytest.approx(7.0e-3)
+
+
+def test_lecture_one_bucket_takes_about_2_ms():
+    # one message: 5 us + 100e6 / 50e9 s = 2.005 ms
+    assert IB.sends_time_s([sum(LECTURE_TENSORS)]) == pytest.approx(2.005e-3)
+
+
+def test_half_bandwidth_point():
+    assert IB.half_bandwidth_bytes == pytest.approx(250_000)  # 5 us * 50 GB/s
+    n = IB.half_bandwidth_bytes
+    assert n / IB.message_time_s(n) == pytest.approx(IB.beta_bytes_per_s / 2)
+
+
+def test_ring_allreduce_hand_computed():
+    # N = 4, S = 100 MB: 2*3 steps of (5 us + 25 MB / 50 GB/s = 505 us) = 3.03 ms
+    assert IB.allreduce_time_s(100e6, 4) == pytest.approx(6 * 505e-6)
+    # N = 2: 2 * (alpha + S / (2 beta)) = 2 alpha + S / beta
+    assert IB.allreduce_time_s(100_000, 2) == pytest.approx(2 * 5e-6 + 2e-6)
+
+
+def test_ring_schedule_of_the_lecture_gradients_on_4_ranks():
+    per_tensor = IB.schedule_time_s(LECTURE_TENSORS, 4)
+    one_bucket = IB.schedule_time_s([sum(LECTURE_TENSORS)], 4)
+    # per tensor: 1000 * 6 * (5 us + 25 KB / 50 GB/s = 5.5 us) = 33 ms; one bucket: 3.03 ms
+    assert per_tensor == pytest.approx(33e-3)
+    assert one_bucket == pytest.approx(3.03e-3)
+    assert per_tensor - one_bucket == pytest.approx(999 * 6 * 5e-6)  # the alphas saved
+
+
+def test_tree_allreduce_hand_computed():
+    # N = 5: ceil(log2 5) = 3 levels, up and down: 6 * (5 us + 100e3 / 50e9) = 42 us
+    assert IB.allreduce_time_s(100_000, 5, "tree") == pytest.approx(42e-6)
+
+
+def test_trivial_cases_cost_nothing():
+    assert IB.allreduce_time_s(1e9, 1) == 0.0
+    assert IB.allreduce_time_s(0, 8) == 0.0
+    assert IB.schedule_time_s([], 8) == 0.0
+    assert allreduce_messages_per_rank(1) == 0
+    assert allreduce_messages_per_rank(4) == 6
+    assert allreduce_messages_per_rank(8, "tree") == 6
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="algorithm"):
+        IB.allreduce_time_s(10, 4, "butterfly")
+    with pytest.raises(ValueError, match="num_ranks"):
+        IB.allreduce_time_s(10, 0)
+    with pytest.raises(ValueError, match="beta_bytes_per_s"):
+        AlphaBeta(1e-6, 0)
+    with pytest.raises(ValueError, match="alpha_s"):
+        AlphaBeta(-1e-6, 1e9)
+
+
+def test_fit_recovers_exact_parameters():
+    truth = AlphaBeta(alpha_s=30e-6, beta_bytes_per_s=2e9)
+    sizes = [8, 1024, 65536, 1 << 20, 4 << 20]
+    fit = fit_alpha_beta(sizes, [truth.message_time_s(n) for n in sizes])
+    assert fit.alpha_s == pytest.approx(truth.alpha_s, rel=1e-6)
+    assert fit.beta_bytes_per_s == pytest.approx(truth.beta_bytes_per_s, rel=1e-6)
+
+
+def test_fit_keeps_alpha_accurate_despite_noise_on_large_messages():
+    truth = AlphaBeta(alpha_s=50e-6, beta_bytes_per_s=1e9)
+    sizes = [8, 64, 1024, 4 << 20]
+    times = [truth.message_time_s(n) for n in sizes]
+    times[-1] *= 1.05  # 5% noise on the big message would swamp alpha in an unweighted fit
+    fit = fit_alpha_beta(sizes, times)
+    assert fit.alpha_s == pytest.approx(50e-6, rel=0.05)
+    assert fit.beta_bytes_per_s == pytest.approx(1e9, rel=0.06)
+
+
+def test_fit_refuses_what_cannot_be_fitted():
+    with pytest.raises(ValueError, match="two distinct"):
+        fit_alpha_beta([8, 8], [1e-6, 1e-6])
+    with pytest.raises(ValueError, match="does not grow"):
+        fit_alpha_beta([8, 1024], [2e-6, 1e-6])
+    assert math.isfinite(fit_alpha_beta([8, 1024], [1e-6, 2e-6]).beta_bytes_per_s)

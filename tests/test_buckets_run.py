@@ -1,0 +1,86 @@
+"""Real multi-process runs of the buckets experiment, and its one-line errors for bad input."""
+
+import json
+
+import pytest
+
+from playground.buckets.bucketing import MIB, assign_buckets
+from playground.testing import run_scenario
+
+KIB = 1024
+# a small custom model: a tensor larger than the 64 KiB cap, a first bucket of 16 KiB
+TENSORS = [4 * KIB, 8 * KIB, 24 * KIB, 200 * KIB, 12 * KIB, 40 * KIB, 4 * KIB, 64 * KIB]
+SMALL = [f"params.tensor_bytes={json.dumps(TENSORS)}", "params.bucket_mb=[0.0625,1]",
+         "params.first_bucket_mb=0.015625", "params.iters=2", "params.warmup=1"]
+
+
+@pytest.mark.timeout(60)
+def test_custom_list_every_strategy_is_correct_and_modelled(runs_dir):
+    code, result, out, err = run_scenario("buckets", runs_dir, ranks=3, sets=SMALL, timeout_s=50)
+    assert code == 0, out + err
+    rows = {r["strategy"]: r for r in result["rows"]}
+    assert list(rows) == ["per-tensor", "bucketed 0.0625 MiB", "bucketed 1 MiB", "single bucket"]
+    expected_64k = assign_buckets(TENSORS, 64 * KIB, 16 * KIB)
+    assert rows["bucketed 0.0625 MiB"]["num_allreduces"] == len(expected_64k) == 5
+    assert rows["per-tensor"]["num_allreduces"] == len(TENSORS)
+    assert rows["single bucket"]["num_allreduces"] == 1
+    assert rows["bucketed 1 MiB"]["num_allreduces"] == 2  # 16 KiB first bucket, then the rest
+    for r in rows.values():
+        assert r["wrong"] == 0
+        assert r["measured_ms"] > 0 and r["model_ms"] > 0
+        assert r["messages"] == r["num_allreduces"] * 2 * (3 - 1)
+    ab = result["alpha_beta"]
+    assert ab["alpha_s"] >= 0 and ab["beta_bytes_per_s"] > 0
+    # the model charges alpha per all-reduce step, so per-tensor must be predicted slowest
+    assert rows["per-tensor"]["model_ms"] > rows["single bucket"]["model_ms"]
+    assert "buckets.png" in result["files"]
+    assert (runs_dir / "latest" / "buckets.png").stat().st_size > 0
+    assert "alpha =" in out and "beta =" in out
+
+
+@pytest.mark.timeout(60)
+def test_real_architecture_scaled_down(runs_dir):
+    code, result, out, err = run_scenario(
+        "buckets", runs_dir, ranks=2, timeout_s=50,
+        sets=["params.model=resnet50", "params.scale=0.02", "params.iters=1", "params.warmup=0"])
+    assert code == 0, out + err
+    rows = {r["strategy"]: r for r in result["rows"]}
+    assert rows["per-tensor"]["num_allreduces"] == 161
+    assert all(r["wrong"] == 0 for r in rows.values())
+    assert "resnet50: 161 tensors" in result["tables"][0]["title"]
+    assert "x0.02" in result["tables"][0]["title"]
+
+
+@pytest.mark.timeout(30)
+def test_one_rank_has_no_model_but_still_checks(runs_dir):
+    code, result, out, err = run_scenario("buckets", runs_dir, ranks=1, sets=SMALL, timeout_s=25)
+    assert code == 0, out + err
+    assert result["alpha_beta"] is None
+    assert all(r["wrong"] == 0 for r in result["rows"])
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("override", "key", "words"), [
+    ("params.bucket_mb=[25,-1]", "params.bucket_mb", "must be > 0"),
+    ("params.tensor_bytes=[]", "params.tensor_bytes", "empty list"),
+    ("params.model=vgg16", "params.model", "'lecture', 'resnet50', 'gpt2'"),
+    ("params.tensor_bytes=[4KiB,10]", "params.tensor_bytes", "multiple of 4"),
+    ("params.scale=0", "params.scale", "(0, 4]"),
+])
+def test_bad_params_get_one_line_and_exit_2(runs_dir, override, key, words):
+    code, result, out, err = run_scenario("buckets", runs_dir, sets=[override], timeout_s=25)
+    assert code == 2
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert len(lines) == 1, err
+    assert "buckets.yaml" in lines[0] and f"key '{key}'" in lines[0] and words in lines[0]
+    assert "Traceback" not in err
+    assert not (runs_dir / "latest").exists()
+
+
+@pytest.mark.parametrize("preset", ["buckets-resnet50", "buckets-gpt2", "buckets-sweep"])
+def test_presets_validate(preset):
+    from playground.scenario import load_scenario
+
+    sc = load_scenario(preset)
+    assert sc.params.iters >= 1
+    assert MIB > 0

@@ -1,0 +1,120 @@
+"""Collective algorithms: pure schedules, then the full correctness grid over in-process ranks."""
+
+import numpy as np
+import pytest
+
+from nodes.allreduce import expected_result, pattern
+from playground.collectives import ReduceOp, allgather, allreduce, broadcast, reduce, reduce_scatter
+from playground.collectives.chunks import chunk_bounds, segment_bounds
+from playground.collectives.ring import allgather_steps, reduce_scatter_steps
+from playground.collectives.tree import bcast_schedule, reduce_schedule
+from playground.comm.local import run_local
+
+WORLD_SIZES = [1, 2, 3, 4, 5, 7, 8, 13]
+
+
+def test_chunk_bounds_cover_everything_once():
+    for count in (0, 1, 7, 8, 9, 1001):
+        for n in (1, 3, 8, 13):
+            b = chunk_bounds(count, n)
+            assert len(b) == n and b[0][0] == 0 and b[-1][1] == count
+            assert all(b[i][1] == b[i + 1][0] for i in range(n - 1))
+
+
+def test_segment_bounds():
+    assert segment_bounds(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert segment_bounds(5, 5, 4) == [(5, 5)]  # an empty chunk is still one (empty) message
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_ring_schedule_reduces_each_chunk_once_per_rank(n):
+    # Simulate who holds which contributions: after reduce-scatter rank r owns all n contributions of chunk r.
+    held = [[{r} for _ in range(n)] for r in range(n)]  # held[rank][chunk] = contributing ranks
+    for step in range(n - 1):
+        sends = {r: reduce_scatter_steps(r, n)[step] for r in range(n)}
+        snapshot = [[set(c) for c in h] for h in held]
+        for r in range(n):
+            send_chunk, _ = sends[r]
+            right = (r + 1) % n
+            _, recv_chunk = sends[right]
+            assert recv_chunk == send_chunk, "right neighbour must expect the chunk this rank sends"
+            assert not snapshot[right][recv_chunk] & snapshot[r][send_chunk], "a contribution counted twice"
+            held[right][recv_chunk] |= snapshot[r][send_chunk]
+    for r in range(n):
+        assert held[r][r] == set(range(n))
+    # all-gather starts from the owned chunk and passes each chunk on exactly once
+    for r in range(n):
+        recvd = [allgather_steps(r, n)[s][1] for s in range(n - 1)]
+        assert sorted(recvd + [r]) == list(range(n))
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_tree_schedule_is_a_spanning_tree(n):
+    parents = {}
+    for v in range(n):
+        children, parent = reduce_schedule(v, n)
+        parents[v] = parent
+        for c in children:
+            assert reduce_schedule(c, n)[1] == v
+        assert bcast_schedule(v, n)[0] == parent
+    assert parents[0] is None and all(parents[v] is not None for v in range(1, n))
+
+
+def _grid(algorithm, n, segment_bytes):
+    def body(comm):
+        out = []
+        for dtype in ("float32", "float64", "int32", "int64"):
+            for op in ReduceOp:
+                if op is ReduceOp.PROD:
+                    continue
+                for count in sorted({0, 1, max(0, n - 1), n + 1, 257}):
+                    x = pattern(comm.rank, count, dtype)
+                    y = allreduce(comm, x, op, algorithm, segment_bytes)
+                    out.append(((dtype, op, count), y))
+        return out
+
+    results = run_local(n, body)
+    for k, ((dtype, op, count), _) in enumerate(results[0]):
+        want = expected_result(n, count, dtype, op)
+        for r in range(n):
+            got = results[r][k][1]
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (algorithm, n, dtype, op, count, r)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_allreduce_grid_bit_identical(algorithm, n):
+    _grid(algorithm, n, segment_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_allreduce_grid_multi_segment(algorithm, n):
+    _grid(algorithm, n, segment_bytes=8)  # 1-2 elements a message: every multi-segment path runs
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_other_collectives(n):
+    count = 11
+
+    def body(comm):
+        x = pattern(comm.rank, count, "float64")
+        return (broadcast(comm, x, root=n - 1), reduce(comm, x, "max", root=n // 2), allgather(comm, x),
+                reduce_scatter(comm, x, "sum", segment_bytes=16))
+
+    results = run_local(n, body)
+    total = expected_result(n, count, "float64", ReduceOp.SUM)
+    bounds = chunk_bounds(count, n)
+    for r, (b, red, ag, rs) in enumerate(results):
+        assert np.array_equal(b, pattern(n - 1, count, "float64"))
+        if r == n // 2:
+            assert np.array_equal(red, expected_result(n, count, "float64", ReduceOp.MAX))
+        else:
+            assert red is None
+        assert np.array_equal(ag, np.concatenate([pattern(q, count, "float64") for q in range(n)]))
+        assert np.array_equal(rs, total[bounds[r][0]:bounds[r][1]])
+
+
+def test_unknown_algorithm_is_rejected():
+    with pytest.raises(ValueError, match="allowed: ring, tree"):
+        run_local(1, lambda comm: allreduce(comm, np.ones(3), algorithm="bogus"))

@@ -1,0 +1,84 @@
+"""Real runs: forked ranks, ZeroMQ, the CLI as a user types it."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from playground.testing import run_cli, run_scenario
+
+TESTS = Path(__file__).resolve().parent
+
+
+def grid_scenario(tmp_path, algorithm, n, segment_bytes=1 << 20, transport="ipc"):
+    p = tmp_path / f"grid-{algorithm}-{n}.yaml"
+    p.write_text(f"name: grid\nnode: usernode_grid:main\nranks: {n}\ntransport: {transport}\ntimeout_s: 20\n"
+                 f"params:\n  algorithm: {algorithm}\n  segment_bytes: {segment_bytes}\n  big: 3001\n")
+    return str(p)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_grid_over_real_processes(tmp_path, runs_dir, algorithm, n):
+    """Every dtype x op x length (0, 1, N-1, N+1, 3001) in a user's own node module; exact on every rank."""
+    code, result, out, err = run_scenario(grid_scenario(tmp_path, algorithm, n), runs_dir,
+                                          env={"PYTHONPATH": str(TESTS)})
+    assert code == 0, out + err
+    assert result["ok"] and result["ranks"] == n
+    assert len(result["rows"]) == 4 * 3 * len({0, 1, max(0, n - 1), n + 1, 3001})
+    assert all(row["wrong"] == 0 for row in result["rows"])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+def test_multi_segment_over_tcp(tmp_path, runs_dir, algorithm):
+    code, result, out, err = run_scenario(grid_scenario(tmp_path, algorithm, 3, segment_bytes=64, transport="tcp"),
+                                          runs_dir, env={"PYTHONPATH": str(TESTS)})
+    assert code == 0, out + err
+    assert result["transport"] == "tcp" and all(row["wrong"] == 0 for row in result["rows"])
+
+
+@pytest.mark.timeout(60)
+def test_ring_run_writes_run_dir_and_matching_table(runs_dir):
+    code, result, out, err = run_scenario("ring", runs_dir, ranks=4,
+                                          sets=["params.sizes=[8,1KiB,100000]", "params.iters=3", "params.warmup=1"])
+    assert code == 0, out + err
+    run_dir = Path(result["run_dir"])
+    assert (runs_dir / "latest").resolve() == run_dir.resolve()
+    assert (run_dir / "scenario.yaml").exists()
+    assert sorted(p.name for p in run_dir.glob("rank-*.jsonl")) == [f"rank-{r}.jsonl" for r in range(4)]
+    for key in ("ok", "scenario", "ranks", "rows"):
+        assert key in result
+    assert [r["size"] for r in result["rows"]] == [8, 1024, 100000]
+    for row in result["rows"]:
+        assert row["algorithm"] == "ring" and row["wrong"] == 0 and row["time_us"] > 0
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * 3 / 4, rel=1e-3, abs=1e-4)
+        # the printed table has the same numbers as result.json
+        printed = next(line for line in out.splitlines() if re.match(rf"^\W*{row['size']}\s", line))
+        cells = [c.strip() for c in re.split(r"[│|]", printed) if c.strip()]
+        assert cells[0] == str(row["size"]) and cells[1] == str(row["count"]) and cells[-1] == str(row["wrong"])
+        assert float(cells[5].replace(",", "")) == pytest.approx(row["time_us"], rel=0.01)
+    # every event line is one JSON object in the documented format
+    for line in (run_dir / "rank-1.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        assert {"ts", "dur", "name", "cat", "rank", "tid"} <= set(ev) and ev["rank"] == 1
+
+
+@pytest.mark.timeout(60)
+def test_inspect_and_chrome_trace(runs_dir, tmp_path):
+    code, result, out, err = run_scenario("tree", runs_dir, ranks=3, sets=["params.sizes=[4KiB]", "params.iters=2"])
+    assert code == 0, out + err
+    trace = tmp_path / "t.json"
+    plot = tmp_path / "t.png"
+    proc = run_cli(["inspect", str(runs_dir / "latest"), "--trace", str(trace), "--plot", str(plot)], timeout_s=50)
+    assert proc.returncode == 0, proc.stderr
+    assert "slowest rank:" in proc.stdout and "critical phase" in proc.stdout
+    data = json.loads(trace.read_text())
+    names = {e["pid"]: e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1", 2: "rank 2"}
+    xs = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert xs and all({"ts", "dur", "pid", "tid", "name"} <= set(e) for e in xs)
+    assert {e["pid"] for e in xs} == {0, 1, 2}
+    assert plot.stat().st_size > 1000

@@ -1,11 +1,153 @@
-"""`python -m playground bench ...` (filled in by the collective-suite work)."""
+"""`python -m playground bench COLLECTIVE ...`: nccl-tests-style tables, plots, optional baselines.
+
+`bench allreduce --ranks 8 --algo ring,tree,hd --sizes 8..64MiB` runs our collective (a normal
+run of nodes/collective.py, so it gets a run directory, logs and result.json), then, with
+`--baseline gloo,mpi`, the same sizes and rank count through torch.distributed's Gloo and through
+MPI, one after the other (never at the same time: they would share the two cores), and prints the
+ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport.
+"""
+
+import json
+from pathlib import Path
+
+from playground.collectives import ALGORITHMS
+from playground.errors import ScenarioError
+from playground.report import Table, make_console, render_table
+from playground.scenario import load_scenario
+from playground.sizes import format_size, parse_size_range
 
 
 def add_bench_parser(sub, func) -> None:
-    b = sub.add_parser("bench", help="benchmark collectives (nccl-tests style)")
+    b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
+    b.add_argument("collective", choices=[*ALGORITHMS, "p2p"], help="what to measure")
+    b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
+    b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
+    b.add_argument("--sizes", "-s", default="8..64MiB", help="'8..64MiB' doubles like nccl-tests -b/-e/-f 2, "
+                   "or a comma list '8,1KiB,16MiB'")
+    b.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
+    b.add_argument("--transport", choices=["ipc", "tcp", "shm"], default="ipc")
+    b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
+    b.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
+    b.add_argument("--iters", "-i", type=int, default=20, help="timed iterations per size")
+    b.add_argument("--warmup", "-w", type=int, default=5, help="untimed iterations per size")
+    b.add_argument("--segment", default=None, help="segment size, e.g. 1MiB (the pipelining unit)")
+    b.add_argument("--no-check", action="store_true", help="skip the correctness check (#wrong = -1)")
+    b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
+    b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
+    b.add_argument("--out", default="runs", help="directory for run directories")
     b.set_defaults(func=func)
 
 
+def _sizes(text: str, step: int) -> list[int]:
+    try:
+        sizes = parse_size_range(text)
+    except ValueError as e:
+        raise ScenarioError(f"--sizes {text!r}: {e}") from None
+    if ".." in text and step != 2:
+        lo, hi = sizes[0], sizes[-1]
+        sizes, s = [], lo
+        while s <= hi:
+            sizes.append(s)
+            s *= step
+    return sizes
+
+
 def run_bench(args) -> int:
-    print("bench: not available yet")
-    return 2
+    from playground.run import execute
+
+    if args.collective == "p2p":
+        return _run_p2p(args, execute)
+    sizes = _sizes(args.sizes, args.step)
+    algos = (args.algo or ",".join(a for a in ALGORITHMS[args.collective] if a != "auto")).split(",")
+    baselines = [b for b in args.baseline.split(",") if b]
+    sets = [f"params.collective={args.collective}", f"params.algorithm=[{','.join(algos)}]",
+            f"params.sizes=[{','.join(map(str, sizes))}]", f"params.dtype={args.dtype}", f"params.op={args.op}",
+            f"params.iters={args.iters}", f"params.warmup={args.warmup}", f"params.check={not args.no_check}",
+            f"timeout_s={args.timeout}"]
+    if args.segment:
+        sets.append(f"params.segment_bytes={args.segment}")
+    scenario = load_scenario("bench", ranks=args.ranks or 8, transport=args.transport, overrides=sets)
+    if baselines:
+        from playground.baselines import BASELINES
+
+        for name in baselines:
+            if name not in BASELINES:
+                raise ScenarioError(f"--baseline {name!r}: allowed: {', '.join(BASELINES)}")
+    code, result = execute(scenario, Path(args.out))
+    if code != 0 or not baselines:
+        _plot(result, [])
+        return code
+    return _run_baselines(args, scenario, sizes, baselines, result)
+
+
+def _run_baselines(args, scenario, sizes, baselines, result) -> int:
+    from playground.baselines import BaselineError, available, run_baseline
+
+    console = make_console()
+    err = make_console(stderr=True)
+    extra_rows, failed = [], False
+    for name in baselines:
+        missing = available(name)
+        if missing:
+            err.print(f"baseline {name} skipped: {missing}", highlight=False)
+            continue
+        console.print(f"baseline {name}: {scenario.ranks} ranks, {len(sizes)} sizes ...", highlight=False)
+        try:
+            rows = run_baseline(name, args.collective, sizes, scenario.ranks, args.dtype, args.op, args.iters,
+                                args.warmup, timeout_s=max(300.0, args.timeout * 5))
+        except BaselineError as e:
+            err.print(f"[bold red]baseline {name} failed[/bold red]: {e}", highlight=False)
+            failed = True
+            continue
+        extra_rows += rows
+        failed |= any(r["wrong"] > 0 for r in rows)
+    if extra_rows:
+        cols = {"size": "size (B)", "count": "count", "dtype": "type", "op": "redop", "algorithm": "algo",
+                "time_us": "time (us)", "algbw_gbps": "algbw (GB/s)", "busbw_gbps": "busbw (GB/s)", "wrong": "#wrong"}
+        render_table(Table(f"{args.collective} baselines, {scenario.ranks} ranks", extra_rows, cols), console)
+        comparison = compare(result["rows"], extra_rows)
+        render_table(Table("ours (best algorithm per size) against each baseline: busbw ratio", comparison), console)
+        result["baseline_rows"] = extra_rows
+        result["comparison"] = comparison
+        if failed:
+            result["ok"] = False
+        Path(result["run_dir"], "result.json").write_text(json.dumps(result, indent=1))
+    _plot(result, extra_rows)
+    return 1 if failed or not result["ok"] else 0
+
+
+def compare(ours: list[dict], theirs: list[dict]) -> list[dict]:
+    """Per size: our best busbw (and which algorithm) and, per baseline, its busbw and our ratio."""
+    best: dict[int, dict] = {}
+    for r in ours:
+        if r["size"] not in best or r["time_us"] < best[r["size"]]["time_us"]:
+            best[r["size"]] = r
+    out = []
+    for size, r in sorted(best.items()):
+        row = {"size": format_size(size), "ours": r["algorithm"], "ours_us": r["time_us"], "ours_busbw": r["busbw_gbps"]}
+        for b in theirs:
+            if b["size"] == size:
+                row[f"{b['algorithm']}_us"] = b["time_us"]
+                row[f"{b['algorithm']}_busbw"] = b["busbw_gbps"]
+                row[f"x_{b['algorithm']}"] = round(b["time_us"] / r["time_us"], 2) if r["time_us"] else None
+        out.append(row)
+    return out
+
+
+def _plot(result: dict, baseline_rows: list[dict]) -> None:
+    if not result.get("rows"):
+        return
+    from playground.plot import plot_busbw
+
+    path = Path(result["run_dir"]) / "busbw.png"
+    plot_busbw(result["rows"] + baseline_rows, path, f"{result.get('collective', '')}, {result['ranks']} ranks")
+    make_console().print(f"plot: {path}", highlight=False)
+
+
+def _run_p2p(args, execute) -> int:
+    sizes = _sizes(args.sizes if args.sizes != "8..64MiB" else "64,4KiB,64KiB,1MiB,4MiB,16MiB", args.step)
+    sets = [f"params.sizes=[{','.join(map(str, sizes))}]", f"params.iters={args.iters}",
+            f"params.warmup={args.warmup}", f"timeout_s={args.timeout}"]
+    scenario = load_scenario("pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=sets)
+    code, _ = execute(scenario, Path(args.out))
+    return code

@@ -33,3 +33,21 @@ def plot_timeline(events_by_rank: dict[int, list[dict]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_busbw(rows: list[dict], path: Path, title: str) -> None:
+    """busbw against size, one line per algorithm (and baseline), log-scaled size axis."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for algo in dict.fromkeys(r["algorithm"] for r in rows):
+        pts = sorted((r["size"], r["busbw_gbps"]) for r in rows if r["algorithm"] == algo and r["size"] > 0)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"bus bandwidth: {title}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

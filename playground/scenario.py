@@ -130,7 +130,7 @@ def _check_top(raw: dict, src: str) -> None:
     if unknown:
         raise ScenarioError(f"{src}: key {unknown[0]!r}: unknown key; allowed: {', '.join(sorted(_TOP_KEYS))}")
     if not isinstance(raw.get("node"), str) or not raw["node"]:
-        raise ScenarioError(f"{src}: key 'node': required, a string like 'nodes.allreduce:main'")
+        raise ScenarioError(f"{src}: key 'node': required, a string like 'nodes.collective:main'")
     ranks = raw.get("ranks", 2)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= MAX_RANKS:
         raise ScenarioError(f"{src}: key 'ranks': expected an integer from 1 to {MAX_RANKS}, got {ranks!r}")

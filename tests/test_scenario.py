@@ -15,7 +15,7 @@ def write(tmp_path, text, name="s.yaml"):
 
 GOOD = """
 name: mine
-node: nodes.allreduce:main
+node: nodes.collective:main
 ranks: 3
 params:
   sizes: [8, 1KiB]
@@ -33,7 +33,7 @@ def test_load_and_override(tmp_path):
 
 
 @pytest.mark.parametrize("text,overrides,fragment", [
-    (GOOD + "  bogus: 1\n", [], "key 'params.bogus': unknown key; allowed: algorithm, check, dtype"),
+    (GOOD + "  bogus: 1\n", [], "key 'params.bogus': unknown key; allowed: algorithm, check, collective, dtype"),
     (GOOD, ["params.iters=many"], "key 'params.iters': expected an integer, got 'many'"),
     (GOOD, ["params.sizes=[8,12XB]"], "key 'params.sizes[1]': expected a byte count"),
     (GOOD, ["ranks=0"], "key 'ranks': expected an integer from 1 to 64, got 0"),

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nodes.allreduce import expected_result, pattern
+from playground.collectives.check import expected_result, pattern
 from playground.collectives import ReduceOp, allreduce
 
 

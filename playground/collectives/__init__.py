@@ -6,24 +6,32 @@ dtype. Results are bit-identical on all ranks and equal numpy's reduction of the
 
 import numpy as np
 
+from playground.collectives.auto import choose_allreduce
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds
+from playground.collectives.halving_doubling import allreduce_halving_doubling
 from playground.collectives.ops import ReduceOp
 from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
 from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
 
-ALLREDUCE_ALGORITHMS = {"ring": allreduce_ring, "tree": allreduce_tree}
+ALLREDUCE_ALGORITHMS = {"ring": allreduce_ring, "tree": allreduce_tree, "hd": allreduce_halving_doubling}
+# Which algorithms each collective offers; "auto" picks by size and rank count (collectives/auto.py).
+ALGORITHMS = {"allreduce": ("ring", "tree", "hd", "auto"), "allgather": ("ring",), "reduce_scatter": ("ring",),
+              "broadcast": ("tree",), "reduce": ("tree",)}
 
 __all__ = ["ReduceOp", "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "chunk_bounds",
-           "ALLREDUCE_ALGORITHMS", "DEFAULT_SEGMENT_BYTES"]
+           "run_collective", "ALGORITHMS", "ALLREDUCE_ALGORITHMS", "DEFAULT_SEGMENT_BYTES"]
 
 
 def allreduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, algorithm: str = "ring",
               segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
     """op-reduction of every rank's `x`, as a new array on every rank (`x` is not modified)."""
+    if algorithm == "auto":
+        algorithm = choose_allreduce(np.asarray(x).nbytes, comm.size)
     try:
         fn = ALLREDUCE_ALGORITHMS[algorithm]
     except KeyError:
-        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}") from None
+        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
+                         ) from None
     return fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes)
 
 
@@ -53,3 +61,19 @@ def reduce_scatter(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM,
                    segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
     """Chunk `rank` (see `chunk_bounds`) of the reduction of every rank's flat `x`."""
     return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes)
+
+
+def run_collective(comm, collective: str, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM,
+                   algorithm: str = "auto", segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray | None:
+    """Dispatch by name (what benchmarks and scenarios use); roots are rank 0."""
+    if collective == "allreduce":
+        return allreduce(comm, x, op, algorithm, segment_bytes)
+    if collective == "allgather":
+        return allgather(comm, x, segment_bytes)
+    if collective == "reduce_scatter":
+        return reduce_scatter(comm, x, op, segment_bytes)
+    if collective == "broadcast":
+        return broadcast(comm, x, 0, segment_bytes)
+    if collective == "reduce":
+        return reduce(comm, x, op, 0, segment_bytes)
+    raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(ALGORITHMS)}")

@@ -18,10 +18,10 @@ Results are bit-identical on all ranks: each chunk is reduced in one fixed order
 
 import numpy as np
 
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_bounds, segment_elems_for
-from playground.collectives.ops import ReduceOp, reduce_into
-from playground.errors import CommError
-from playground.trace import CAT_PHASE, CAT_REDUCE, now_us
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_elems_for
+from playground.collectives.ops import ReduceOp
+from playground.collectives.transfer import exchange
+from playground.trace import CAT_PHASE, now_us
 
 TAG_RING = -10
 
@@ -40,26 +40,12 @@ def ring_pass(comm, buf: np.ndarray, bounds, steps, segment_elems: int, op: Redu
               phase: str) -> None:
     """Run `steps` around the ring on flat `buf`: reduce with `op`, or copy when op is None."""
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
-    tracer = comm.tracer
     t_phase = now_us()
     for step, (send_chunk, recv_chunk) in enumerate(steps):
-        sends = [comm.isend(buf[a:b], right, tag) for a, b in segment_bounds(*bounds[send_chunk], segment_elems)]
-        for a, b in segment_bounds(*bounds[recv_chunk], segment_elems):
-            incoming = comm.recv(left, tag)
-            if incoming.size != b - a:
-                raise CommError(f"rank {comm.rank}: {phase} step {step}: expected {b - a} elements from rank "
-                                f"{left}, got {incoming.size} (do all ranks pass the same count and dtype?)")
-            if op is None:
-                buf[a:b] = incoming
-            else:
-                t0 = now_us()
-                reduce_into(buf[a:b], incoming, op)
-                if tracer.enabled:
-                    tracer.add("reduce", CAT_REDUCE, t0, now_us() - t0, {"bytes": incoming.nbytes})
-        for req in sends:
-            req.wait()
-    if tracer.enabled:
-        tracer.add(phase, CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
+        exchange(comm, buf, bounds[send_chunk], right, bounds[recv_chunk], left, segment_elems, op, tag,
+                 f"{phase} step {step}")
+    if comm.tracer.enabled:
+        comm.tracer.add(phase, CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
 
 
 def _flat_copy(x: np.ndarray) -> np.ndarray:

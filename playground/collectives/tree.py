@@ -14,9 +14,9 @@ ranks: the root's reduction is broadcast.
 import numpy as np
 
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_bounds, segment_elems_for
-from playground.collectives.ops import ReduceOp, reduce_into
-from playground.errors import CommError
-from playground.trace import CAT_PHASE, CAT_REDUCE, now_us
+from playground.collectives.ops import ReduceOp
+from playground.collectives.transfer import exchange
+from playground.trace import CAT_PHASE, now_us
 
 TAG_TREE_REDUCE = -20
 TAG_TREE_BCAST = -21
@@ -40,26 +40,6 @@ def bcast_schedule(vrank: int, size: int) -> tuple[int | None, list[int]]:
     return parent, list(reversed(children))
 
 
-def _send_segments(comm, buf, dst, tag, seg):
-    return [comm.isend(buf[a:b], dst, tag) for a, b in segment_bounds(0, buf.size, seg)]
-
-
-def _recv_segments(comm, buf, src, tag, seg, op: ReduceOp | None, phase: str):
-    tracer = comm.tracer
-    for a, b in segment_bounds(0, buf.size, seg):
-        incoming = comm.recv(src, tag)
-        if incoming.size != b - a:
-            raise CommError(f"rank {comm.rank}: {phase}: expected {b - a} elements from rank {src}, "
-                            f"got {incoming.size} (do all ranks pass the same count and dtype?)")
-        if op is None:
-            buf[a:b] = incoming
-        else:
-            t0 = now_us()
-            reduce_into(buf[a:b], incoming, op)
-            if tracer.enabled:
-                tracer.add("reduce", CAT_REDUCE, t0, now_us() - t0, {"bytes": incoming.nbytes})
-
-
 def reduce_tree_into(comm, buf: np.ndarray, op: ReduceOp, root: int, segment_bytes: int) -> None:
     """Reduce flat `buf` over all ranks onto `root`, in place (other ranks' buffers are scratch)."""
     size = comm.size
@@ -67,11 +47,11 @@ def reduce_tree_into(comm, buf: np.ndarray, op: ReduceOp, root: int, segment_byt
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     t0 = now_us()
     children, parent = reduce_schedule(vrank, size)
+    whole = (0, buf.size)
     for child in children:
-        _recv_segments(comm, buf, (child + root) % size, TAG_TREE_REDUCE, seg, op, "tree.reduce")
+        exchange(comm, buf, None, None, whole, (child + root) % size, seg, op, TAG_TREE_REDUCE, "tree.reduce")
     if parent is not None:
-        for req in _send_segments(comm, buf, (parent + root) % size, TAG_TREE_REDUCE, seg):
-            req.wait()
+        exchange(comm, buf, whole, (parent + root) % size, None, None, seg, None, TAG_TREE_REDUCE, "tree.reduce")
     if comm.tracer.enabled:
         comm.tracer.add("tree.reduce", CAT_PHASE, t0, now_us() - t0, {"children": len(children)})
 
@@ -83,11 +63,11 @@ def broadcast_tree_into(comm, buf: np.ndarray, root: int, segment_bytes: int) ->
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     t0 = now_us()
     parent, children = bcast_schedule(vrank, size)
+    whole = (0, buf.size)
     if parent is not None:
-        _recv_segments(comm, buf, (parent + root) % size, TAG_TREE_BCAST, seg, None, "tree.broadcast")
-    sends = []
-    for child in children:
-        sends += _send_segments(comm, buf, (child + root) % size, TAG_TREE_BCAST, seg)
+        exchange(comm, buf, None, None, whole, (parent + root) % size, seg, None, TAG_TREE_BCAST, "tree.broadcast")
+    sends = [comm.isend(buf[a:b], (child + root) % size, TAG_TREE_BCAST)
+             for child in children for a, b in segment_bounds(0, buf.size, seg)]
     for req in sends:
         req.wait()
     if comm.tracer.enabled:

@@ -1,0 +1,117 @@
+"""Collectives measured like nccl-tests: per size, warm-up, timed iterations, a correctness check.
+
+Every rank fills its input with a closed-form integer pattern (playground.collectives.check), so
+every partial sum is exact in every dtype and each rank checks its own result without
+communicating; `wrong` counts the elements that differ, nccl-tests' #wrong column. The check runs on
+the last timed iteration of every size (a sampled one: the timed loop itself stays clean).
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from playground.collectives import ALGORITHMS, DEFAULT_SEGMENT_BYTES, ReduceOp, run_collective
+from playground.collectives.auto import choose_allreduce
+from playground.collectives.check import busbw_factor, count_wrong, expected_output, input_count, pattern
+from playground.report import Report, Table
+from playground.sizes import Size, format_size
+from playground.trace import CAT_OP, now_us
+
+Collective = Literal["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"]
+Algorithm = Literal["ring", "tree", "hd", "auto"]
+
+
+@dataclass(frozen=True)
+class Params:
+    collective: Collective = "allreduce"
+    algorithm: tuple[Algorithm, ...] = ("ring",)
+    sizes: tuple[Size, ...] = (8, 1024, 32768, 1 << 20, 4 << 20)
+    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"
+    op: Literal["sum", "max", "min"] = "sum"
+    iters: int = 10
+    warmup: int = 2
+    check: bool = True
+    segment_bytes: Size = DEFAULT_SEGMENT_BYTES
+
+    def __post_init__(self):
+        if not self.sizes:
+            raise ValueError("sizes: give at least one size")
+        if not self.algorithm:
+            raise ValueError("algorithm: give at least one algorithm")
+        if self.iters < 1:
+            raise ValueError(f"iters: must be >= 1, got {self.iters}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
+        if self.segment_bytes < 1:
+            raise ValueError(f"segment_bytes: must be >= 1, got {self.segment_bytes}")
+        offered = ALGORITHMS[self.collective]
+        for algo in self.algorithm:
+            if algo not in offered and algo != "auto":
+                raise ValueError(f"algorithm: {self.collective} offers {', '.join(offered)}, got {algo!r}")
+
+
+def measure(comm, p: Params, algorithm: str, size_bytes: int) -> dict:
+    itemsize = np.dtype(p.dtype).itemsize
+    count = input_count(p.collective, size_bytes, itemsize, comm.size)
+    op = ReduceOp.parse(p.op)
+    x = pattern(comm.rank, count, p.dtype)
+    for _ in range(p.warmup):
+        run_collective(comm, p.collective, x, op, algorithm, p.segment_bytes)
+    times_us, out = [], None
+    for it in range(p.iters):
+        comm.barrier()
+        t0 = now_us()
+        out = run_collective(comm, p.collective, x, op, algorithm, p.segment_bytes)
+        dur = now_us() - t0
+        times_us.append(dur)
+        comm.tracer.add(p.collective, CAT_OP, t0, dur, {"bytes": count * itemsize, "iter": it, "algorithm": algorithm})
+    comm.tracer.flush()
+    wrong = count_wrong(out, expected_output(p.collective, comm.rank, comm.size, count, p.dtype, op)) if p.check else -1
+    total = count * comm.size if p.collective == "allgather" else count
+    chosen = choose_allreduce(count * itemsize, comm.size) if algorithm == "auto" and p.collective == "allreduce" else ""
+    return {"size": total * itemsize, "count": total, "algorithm": algorithm + (f"->{chosen}" if chosen else ""),
+            "median_us": float(np.median(times_us)), "mean_us": float(np.mean(times_us)),
+            "min_us": float(np.min(times_us)), "wrong": wrong}
+
+
+def main(comm, params: Params) -> dict:
+    rows = []
+    todo = [(a, s) for a in params.algorithm for s in params.sizes]
+    for k, (algorithm, size) in enumerate(todo):
+        comm.progress(k, len(todo), f"{algorithm} {format_size(size)}")
+        rows.append(measure(comm, params, algorithm, size))
+    comm.progress(len(todo), len(todo), "done")
+    return {"rows": rows, "ok": all(r["wrong"] <= 0 for r in rows)}
+
+
+COLUMNS = {"size": "size (B)", "count": "count", "dtype": "type", "op": "redop", "algorithm": "algo",
+           "time_us": "time (us)", "algbw_gbps": "algbw (GB/s)", "busbw_gbps": "busbw (GB/s)", "wrong": "#wrong"}
+
+
+def combine_rows(results: list[dict], params: Params) -> list[dict]:
+    """One row per (algorithm, size): the slowest rank's median (the op ends when the last rank does)."""
+    n = len(results)
+    rows = []
+    for k, base in enumerate(results[0]["rows"]):
+        per_rank = [res["rows"][k] for res in results]
+        t_us = max(r["median_us"] for r in per_rank)
+        algbw = base["size"] / (t_us * 1e-6) / 1e9 if t_us > 0 else 0.0
+        wrong = sum(max(0, r["wrong"]) for r in per_rank) if params.check else -1
+        op = params.op if params.collective in ("allreduce", "reduce_scatter", "reduce") else "none"
+        rows.append({"size": base["size"], "count": base["count"], "dtype": params.dtype, "op": op,
+                     "algorithm": base["algorithm"], "time_us": round(t_us, 2), "algbw_gbps": round(algbw, 4),
+                     "busbw_gbps": round(algbw * busbw_factor(params.collective, n), 4), "wrong": wrong})
+    return rows
+
+
+def summarize(results: list[dict], params: Params, run_dir) -> Report:
+    n = len(results)
+    rows = combine_rows(results, params)
+    failures = [f"{r['wrong']} wrong elements: {params.collective} {r['algorithm']} size {r['size']}"
+                for r in rows if r["wrong"] > 0]
+    factor = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}.get(params.collective, "1")
+    title = (f"{params.collective}, {n} ranks, {params.dtype}: median of {params.iters} iterations after "
+             f"{params.warmup} warm-up; slowest rank; busbw = algbw x {factor}")
+    return Report(ok=not failures, tables=[Table(title, rows, COLUMNS)], failures=failures,
+                  data={"collective": params.collective, "algorithms": list(params.algorithm)})

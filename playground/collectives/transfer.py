@@ -1,0 +1,39 @@
+"""The one I/O step every algorithm is built from: send some ranges of a buffer to one peer while
+receiving other ranges from another, reducing (or copying) each received segment as it lands.
+
+Both sides cut their ranges into segments with `segment_bounds`, so the receiver knows how many
+messages to expect without any extra header. All sends are posted first; while a segment is being
+reduced, ZeroMQ's I/O thread keeps receiving the next ones, so sending, receiving and reducing overlap.
+"""
+
+import numpy as np
+
+from playground.collectives.chunks import segment_bounds
+from playground.collectives.ops import ReduceOp, reduce_into
+from playground.errors import CommError
+from playground.trace import CAT_REDUCE, now_us
+
+
+def exchange(comm, buf: np.ndarray, send: tuple[int, int] | None, send_to: int | None,
+             recv: tuple[int, int] | None, recv_from: int | None, segment_elems: int,
+             op: ReduceOp | None, tag: int, what: str) -> None:
+    """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from` (reduce with `op`, or copy)."""
+    sends = []
+    if send is not None:
+        sends = [comm.isend(buf[a:b], send_to, tag) for a, b in segment_bounds(*send, segment_elems)]
+    if recv is not None:
+        tracer = comm.tracer
+        for a, b in segment_bounds(*recv, segment_elems):
+            incoming = comm.recv(recv_from, tag)
+            if incoming.size != b - a:
+                raise CommError(f"rank {comm.rank}: {what}: expected {b - a} elements from rank {recv_from}, "
+                                f"got {incoming.size} (do all ranks pass the same count and dtype?)")
+            if op is None:
+                buf[a:b] = incoming
+            else:
+                t0 = now_us()
+                reduce_into(buf[a:b], incoming, op)
+                if tracer.enabled:
+                    tracer.add("reduce", CAT_REDUCE, t0, now_us() - t0, {"bytes": incoming.nbytes})
+    for req in sends:
+        req.wait()

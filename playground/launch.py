@@ -19,6 +19,7 @@ import multiprocess
 import zmq
 
 from playground import rendezvous
+from playground.comm.shm import remove_shm_dir
 from playground.scenario import Scenario
 from playground.worker import child_main
 
@@ -109,12 +110,17 @@ class Launcher:
         mp = multiprocess.get_context("fork")
         interrupted = False
         try:
-            for rank in range(self.n):
-                p = mp.Process(target=child_main, args=(self.scenario, self.run_dir, self._env(rank, port)),
-                               name=f"rank-{rank}")
-                p.start()
-                self.procs.append(p)
-                self.pids[rank] = p.pid
+            # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                for rank in range(self.n):
+                    p = mp.Process(target=child_main, args=(self.scenario, self.run_dir, self._env(rank, port)),
+                                   name=f"rank-{rank}")
+                    p.start()
+                    self.procs.append(p)
+                    self.pids[rank] = p.pid
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
             ctx = zmq.Context()
             try:
                 router = ctx.socket(zmq.ROUTER)
@@ -128,6 +134,7 @@ class Launcher:
         finally:
             self._kill_all()
             self._cleanup_ipc()
+            remove_shm_dir(port)
         return LaunchOutcome(self.results, self.failures, time.monotonic() - self.t0, interrupted)
 
     # -- the poll loop -------------------------------------------------------------------

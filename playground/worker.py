@@ -14,6 +14,7 @@ import zmq
 
 from playground import rendezvous
 from playground.comm.communicator import Communicator
+from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
 from playground.errors import CommTimeout, PeerLost
 from playground.scenario import Scenario, load_node
 from playground.trace import Tracer, now_us
@@ -53,9 +54,9 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
                             timeout_s=scenario.timeout_s, fault=scenario.fault)
         comm.run_dir = run_dir
         if scenario.transport == "shm":
-            from playground.comm.shm import enable_shm
-
-            enable_shm(comm)
+            comm.shm = ShmChannels(env.rank, shm_dir_for(env.master_port))
+            # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the shared-memory path.
+            comm.shm_min_bytes = int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES))
         comm.barrier()
         _, func = load_node(scenario.node)
         result = func(comm, scenario.params)
@@ -93,10 +94,11 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
 
 def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
     """Entry point of a forked rank: set up the process, run, and exit without parent's atexit."""
-    os.environ.update(environ)
-    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # blocked by the launcher
+    os.environ.update(environ)
+    _die_with_parent()
     code = 1
     try:
         code = run_rank(scenario, run_dir, rendezvous.RankEnv.from_environ())

@@ -9,9 +9,8 @@ reduced, ZeroMQ's I/O thread keeps receiving the next ones, so sending, receivin
 import numpy as np
 
 from playground.collectives.chunks import segment_bounds
-from playground.collectives.ops import ReduceOp, reduce_into
+from playground.collectives.ops import ReduceOp
 from playground.errors import CommError
-from playground.trace import CAT_REDUCE, now_us
 
 
 def exchange(comm, buf: np.ndarray, send: tuple[int, int] | None, send_to: int | None,
@@ -22,18 +21,11 @@ def exchange(comm, buf: np.ndarray, send: tuple[int, int] | None, send_to: int |
     if send is not None:
         sends = [comm.isend(buf[a:b], send_to, tag) for a, b in segment_bounds(*send, segment_elems)]
     if recv is not None:
-        tracer = comm.tracer
+        ufunc = None if op is None else op.ufunc
         for a, b in segment_bounds(*recv, segment_elems):
-            incoming = comm.recv(recv_from, tag)
-            if incoming.size != b - a:
+            got = comm.recv_reduce(recv_from, tag, buf[a:b], ufunc)
+            if got != b - a:
                 raise CommError(f"rank {comm.rank}: {what}: expected {b - a} elements from rank {recv_from}, "
-                                f"got {incoming.size} (do all ranks pass the same count and dtype?)")
-            if op is None:
-                buf[a:b] = incoming
-            else:
-                t0 = now_us()
-                reduce_into(buf[a:b], incoming, op)
-                if tracer.enabled:
-                    tracer.add("reduce", CAT_REDUCE, t0, now_us() - t0, {"bytes": incoming.nbytes})
+                                f"got {got} (do all ranks pass the same count and dtype?)")
     for req in sends:
         req.wait()

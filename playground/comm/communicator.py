@@ -5,9 +5,13 @@ sends to; high-water marks are off, so a send never blocks (a ring step cannot d
 keeps each sender's messages in order, which gives per-(peer, tag) ordering; arrivals for other
 (peer, tag) pairs are parked until someone asks for them.
 
-Every wait polls the data socket *and* the control socket to the coordinator, so when any rank
-dies the launcher's abort reaches a blocked rank at once (PeerLost), not after the timeout.
-Waits block in the kernel (zmq poll), never spin: ranks often outnumber cores here.
+A message is a header frame (wire.py) and a payload frame: the array's bytes (zero-copy from
+64 KiB up), or with the shared-memory data path a descriptor of where the bytes are (shm.py).
+A receive blocks in zmq's recv with a short RCVTIMEO slice, never spinning (ranks often
+outnumber cores); between slices it checks the deadline and the control socket, so when another
+rank dies the launcher's abort reaches a blocked rank within one slice (PeerLost), not after the
+timeout. When the message being waited for arrives and the caller gave an `out` array, its bytes
+are received straight into it.
 
 Not thread-safe: use a communicator from one thread at a time (a node may hand it to a
 communication thread, as the overlap experiment does).
@@ -24,10 +28,10 @@ import zmq
 
 from playground.comm import wire
 from playground.errors import CommTimeout, FaultInjected, PeerLost
-from playground.trace import CAT_SEND, CAT_WAIT, Tracer
+from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this, copying is cheaper than tracking a zero-copy frame
-_SLICE_MS = 200  # longest single poll; between slices the deadline is re-checked
+SLICE_MS = 100  # longest single blocking receive; abort and deadline are checked between slices
 
 TAG_BARRIER = -1  # internal tags are negative; user tags are >= 0
 TAG_OBJ = -2
@@ -44,14 +48,14 @@ class Request:
 
 
 class _DoneRequest(Request):
-    def __init__(self, value=None):
-        self.value = value
-
     def wait(self, timeout_s=None):
-        return self.value
+        return None
 
     def test(self):
         return True
+
+
+DONE = _DoneRequest()
 
 
 class _SendRequest(Request):
@@ -68,7 +72,7 @@ class _SendRequest(Request):
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                self.tracker.wait(min(_SLICE_MS / 1000, max(0.0, deadline - time.monotonic())))
+                self.tracker.wait(min(SLICE_MS / 1000, max(0.0, deadline - time.monotonic())))
                 return None
             except zmq.NotDone:
                 self.comm.check_abort()
@@ -81,7 +85,7 @@ class _RecvRequest(Request):
         self.comm, self.src, self.tag, self.out = comm, src, tag, out
 
     def test(self):
-        self.comm.poll(0)
+        self.comm.drain()
         return bool(self.comm._pending.get((self.src, self.tag)))
 
     def wait(self, timeout_s=None):
@@ -97,15 +101,15 @@ class Communicator:
         self.tracer = tracer
         self.timeout_s = timeout_s
         self.endpoints = endpoints
+        self.run_dir = None
         self._ctx, self._data, self._ctrl = ctx, data, ctrl
+        data.setsockopt(zmq.RCVTIMEO, SLICE_MS)
         self._push: dict[int, zmq.Socket] = {}
         self._pending: dict[tuple[int, int], deque] = defaultdict(deque)
-        self._poller = zmq.Poller()
-        self._poller.register(data, zmq.POLLIN)
-        if ctrl is not None:
-            self._poller.register(ctrl, zmq.POLLIN)
         self._fault = fault
         self._num_ops = 0
+        self.shm = None  # ShmChannels when the shared-memory data path is on
+        self.shm_min_bytes = 1 << 62
         self.bytes_sent = 0
         self.bytes_received = 0
         self.aborted: str | None = None
@@ -145,18 +149,23 @@ class Communicator:
         self._count_op()
         x = np.ascontiguousarray(x)
         t0 = time.monotonic_ns()
-        header = wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape)
         sock = self._socket_to(dst)
-        if x.nbytes >= ZERO_COPY_MIN_BYTES:
-            tracker = sock.send_multipart([header, x], copy=False, track=True)
-            req: Request = _SendRequest(self, tracker, dst, tag)
+        nbytes = x.nbytes
+        req: Request = DONE
+        descriptor = self.shm.try_put(dst, x) if self.shm is not None and nbytes >= self.shm_min_bytes else None
+        if descriptor is not None:
+            sock.send(wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape), zmq.SNDMORE)
+            sock.send(descriptor)
+        elif nbytes >= ZERO_COPY_MIN_BYTES:
+            sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
+            req = _SendRequest(self, sock.send(x, copy=False, track=True), dst, tag)
         else:
-            sock.send_multipart([header, x.data])
-            req = _DoneRequest()
-        self.bytes_sent += x.nbytes
+            sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
+            sock.send(x)
+        self.bytes_sent += nbytes
         if self.tracer.enabled:
             self.tracer.add("send", CAT_SEND, t0 / 1000, (time.monotonic_ns() - t0) / 1000,
-                            {"peer": dst, "tag": tag, "bytes": x.nbytes})
+                            {"peer": dst, "tag": tag, "bytes": nbytes})
         return req
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
@@ -179,22 +188,35 @@ class Communicator:
             if msg.get("type") == "abort":
                 self.aborted = msg.get("reason", "the run was aborted")
 
-    def poll(self, timeout_ms: int) -> None:
-        """Move every arrived message into the pending queues; wait at most `timeout_ms`."""
-        events = dict(self._poller.poll(timeout_ms))
-        if self._ctrl is not None and self._ctrl in events:
-            self._handle_ctrl()
-        if self._data in events:
-            while True:
-                try:
-                    frames = self._data.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                src, tag, kind, dtype, shape = wire.decode_header(frames[0].bytes)
-                self._pending[(src, tag)].append((kind, dtype, shape, frames[1]))
+    def _next_message(self, flags: int, want: tuple[int, int] | None = None, out: np.ndarray | None = None):
+        """Receive one message (zmq.Again if none in this slice). When it is `want` and `out` fits,
+        its bytes land in `out` and None is returned; otherwise it is parked in the pending queues."""
+        src, tag, kind, dtype, shape = wire.decode_header(self._data.recv(flags))
+        if kind == wire.KIND_ARRAY:
+            nbytes = dtype.itemsize * int(np.prod(shape)) if shape else dtype.itemsize
+            if out is not None and (src, tag) == want and out.nbytes == nbytes and out.dtype == dtype \
+                    and out.flags.c_contiguous:
+                self._data.recv_into(out)
+                self.bytes_received += nbytes
+                return None
+            payload = self._data.recv(copy=nbytes < ZERO_COPY_MIN_BYTES)
+        else:
+            payload = self._data.recv()
+        self._pending[(src, tag)].append((kind, dtype, shape, payload))
+        return (src, tag)
 
-    def _take(self, src: int, tag: int, op: str, timeout_s: float | None):
-        q = self._pending.get((src, tag))
+    def drain(self) -> None:
+        """Park every message that has already arrived (non-blocking)."""
+        while True:
+            try:
+                self._next_message(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _take(self, src: int, tag: int, op: str, timeout_s: float | None, out: np.ndarray | None = None):
+        """The next message from (src, tag), waiting up to the timeout; None if it went into `out`."""
+        key = (src, tag)
+        q = self._pending.get(key)
         if q:
             return q.popleft()
         if not 0 <= src < self.size:
@@ -202,35 +224,74 @@ class Communicator:
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         t0 = time.monotonic_ns()
         deadline = time.monotonic() + timeout_s
-        while not q:
-            if self.aborted:
-                exc = PeerLost(f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: "
-                               f"{self.aborted}")
-                exc.peer = src
-                raise exc
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CommTimeout(self.rank, op, src, tag, timeout_s)
-            self.poll(min(_SLICE_MS, max(1, int(left * 1000))))
-            q = self._pending.get((src, tag))
+        while True:
+            try:
+                got = self._next_message(0, key, out)
+            except zmq.Again:
+                got = False
+                self.check_abort_or_raise(src, tag, op)
+                if time.monotonic() >= deadline:
+                    raise CommTimeout(self.rank, op, src, tag, timeout_s) from None
+            if got is None or got == key:
+                break
         if self.tracer.enabled:
             self.tracer.add("recv_wait", CAT_WAIT, t0 / 1000, (time.monotonic_ns() - t0) / 1000,
                             {"peer": src, "tag": tag})
-        return q.popleft()
+        return None if got is None else self._pending[key].popleft()
+
+    def check_abort_or_raise(self, src: int, tag: int, op: str) -> None:
+        if self._ctrl is not None and self._ctrl.poll(0):
+            self._handle_ctrl()
+        if self.aborted:
+            exc = PeerLost(f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: "
+                           f"{self.aborted}")
+            exc.peer = src
+            raise exc
+
+    def _array_of(self, src: int, msg) -> tuple[np.ndarray, int | None]:
+        """(read-only array view, shm release token or None) of a parked message."""
+        kind, dtype, shape, payload = msg
+        if kind == wire.KIND_SHM:
+            raw, end = self.shm.arrived(src, payload)
+            return raw.view(dtype).reshape(shape), end
+        if kind != wire.KIND_ARRAY:
+            raise ValueError(f"rank {self.rank}: expected an array from rank {src}, got message kind {kind}")
+        buf = payload if isinstance(payload, bytes) else payload.buffer
+        return np.frombuffer(buf, dtype=dtype).reshape(shape), None
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, timeout_s: float | None = None) -> np.ndarray:
-        """The next array from `src` with `tag`. Without `out`, a read-only zero-copy view."""
-        kind, dtype, shape, frame = self._take(src, tag, "recv", timeout_s)
-        if kind != wire.KIND_ARRAY:
-            raise ValueError(f"rank {self.rank}: expected an array from rank {src} tag {tag}, got kind {kind}")
-        arr = np.frombuffer(frame.buffer, dtype=dtype).reshape(shape)
+        """The next array from `src` with `tag`. Without `out`: a read-only array (zero-copy over ZeroMQ)."""
+        msg = self._take(src, tag, "recv", timeout_s, out)
+        if msg is None:
+            return out
+        arr, token = self._array_of(src, msg)
         self.bytes_received += arr.nbytes
-        if out is None:
-            return arr
-        if out.shape != arr.shape and out.size == arr.size:
-            out = out.reshape(arr.shape)
-        np.copyto(out, arr, casting="no")
-        return out
+        if token is not None:  # bytes in shared memory: copy out, then hand the space back
+            result = arr.copy() if out is None else _copy_into(out, arr)
+            self.shm.release(src, token)
+            return result
+        return arr if out is None else _copy_into(out, arr)
+
+    def recv_reduce(self, src: int, tag: int, target: np.ndarray, ufunc=None) -> int:
+        """Receive from (src, tag) straight into `target`: target = ufunc(target, message), or a copy
+        when ufunc is None. Returns the element count received (for the caller to check)."""
+        msg = self._take(src, tag, "recv", None, target if ufunc is None else None)
+        if msg is None:
+            return target.size
+        arr, token = self._array_of(src, msg)
+        self.bytes_received += arr.nbytes
+        if arr.size == target.size:
+            if ufunc is None:
+                np.copyto(target, arr.reshape(target.shape), casting="no")
+            else:
+                t0 = time.monotonic_ns()
+                ufunc(target, arr.reshape(target.shape), out=target)
+                if self.tracer.enabled:
+                    self.tracer.add("reduce", CAT_REDUCE, t0 / 1000, (time.monotonic_ns() - t0) / 1000,
+                                    {"peer": src, "bytes": arr.nbytes})
+        if token is not None:
+            self.shm.release(src, token)
+        return arr.size
 
     def irecv(self, src: int, tag: int = 0, out: np.ndarray | None = None) -> Request:
         return _RecvRequest(self, src, tag, out)
@@ -245,14 +306,15 @@ class Communicator:
     def send_obj(self, obj, dst: int, tag: int = 0) -> None:
         """Send a small JSON-able object (control data, never bulk arrays)."""
         self._count_op()
-        header = wire.encode_header(self.rank, tag, wire.KIND_JSON, np.dtype("u1"), ())
-        self._socket_to(dst).send_multipart([header, json.dumps(obj).encode()])
+        sock = self._socket_to(dst)
+        sock.send(wire.encode_header(self.rank, tag, wire.KIND_JSON, np.dtype("u1"), ()), zmq.SNDMORE)
+        sock.send(json.dumps(obj).encode())
 
     def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):
-        kind, _, _, frame = self._take(src, tag, "recv_obj", timeout_s)
+        kind, _, _, payload = self._take(src, tag, "recv_obj", timeout_s)
         if kind != wire.KIND_JSON:
             raise ValueError(f"rank {self.rank}: expected an object from rank {src} tag {tag}, got kind {kind}")
-        return json.loads(frame.bytes)
+        return json.loads(payload if isinstance(payload, bytes) else payload.bytes)
 
     def bcast_obj(self, obj=None, root: int = 0):
         if self.rank == root:
@@ -287,3 +349,12 @@ class Communicator:
         for sock in self._push.values():
             sock.close(linger=0)
         self._push.clear()
+        self._pending.clear()
+        if self.shm is not None:
+            self.shm.close()
+
+
+def _copy_into(out: np.ndarray, arr: np.ndarray) -> np.ndarray:
+    target = out.reshape(arr.shape) if out.shape != arr.shape and out.size == arr.size else out
+    np.copyto(target, arr, casting="no")
+    return out

@@ -1,0 +1,157 @@
+"""Shared-memory data path on one host: bytes go through /dev/shm, ZeroMQ carries descriptors.
+
+As NCCL's SHM transport does within a node: for each (sender, receiver) pair the sender owns a
+ring buffer, a file in /dev/shm mapped by both processes. To send, the sender copies the array
+into free space of its ring and sends a small descriptor (position, bytes, sequence end) over the
+normal ZeroMQ socket, which keeps per-(peer, tag) ordering, timeouts and abort handling exactly as
+on the ZeroMQ path. The receiver reduces or copies straight out of the mapping (one copy fewer
+than through the kernel's socket buffers) and then *releases* the message by advancing the
+`consumed` counter in the ring's header, which only the receiver writes and the sender reads
+(an aligned 8-byte store: atomic on the machines we run on).
+
+A sender never waits for space: when its ring has no room, that message simply goes over ZeroMQ.
+Positions restart at 0 whenever the ring is empty, so only the peak in-flight bytes are ever
+touched (the files are sparse). Why not multiprocessing.shared_memory: in Python 3.11 every process
+that attaches registers the segment with its resource tracker, which unlinks it when that
+process exits, under the others' feet.
+"""
+
+import mmap
+import os
+import shutil
+import struct
+from collections import deque
+
+import numpy as np
+
+HEADER_BYTES = 64
+ALIGN = 64
+DEFAULT_CAPACITY_BYTES = 1 << 30  # virtual size of each ring; pages are touched only as used
+SHM_MIN_BYTES = 32 * 1024  # smaller messages are cheaper inline in the ZeroMQ frame
+_DESC = struct.Struct("<QQQ")  # position, nbytes, end (sender's running total when this message ends)
+
+
+def shm_dir_for(master_port: int) -> str:
+    return os.path.join("/dev/shm", f"playground-{master_port}")
+
+
+def remove_shm_dir(master_port: int) -> None:
+    shutil.rmtree(shm_dir_for(master_port), ignore_errors=True)
+
+
+def _map(path: str, size: int, create: bool) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0), 0o600)
+    try:
+        if create:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size if create else os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+class _OutRing:
+    """The sender's side of one ring: where the next message fits, and what is still unread."""
+
+    def __init__(self, path: str, capacity: int):
+        self.map = _map(path, capacity, create=True)
+        self.consumed = np.frombuffer(self.map, dtype=np.uint64, count=1, offset=0)
+        self.data = np.frombuffer(self.map, dtype=np.uint8, offset=HEADER_BYTES)
+        self.cap = self.data.size
+        self.written = 0  # running total of bytes handed out (including alignment)
+        self.head = 0
+        self.outstanding: deque[tuple[int, int]] = deque()  # (end, position) in send order
+
+    def allocate(self, nbytes: int) -> tuple[int, int] | None:
+        """(position, end) for a message of `nbytes`, or None if it does not fit right now."""
+        consumed = int(self.consumed[0])
+        while self.outstanding and self.outstanding[0][0] <= consumed:
+            self.outstanding.popleft()
+        size = (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        if not self.outstanding:
+            self.head = 0
+            pos = 0 if size <= self.cap else None
+        else:
+            oldest = self.outstanding[0][1]
+            if self.head > oldest:  # unread data is [oldest, head): room after it, or before it after a wrap
+                pos = self.head if self.head + size <= self.cap else (0 if size <= oldest else None)
+            elif self.head < oldest:  # wrapped: room between head and the oldest unread message
+                pos = self.head if self.head + size <= oldest else None
+            else:  # head caught up with the oldest unread message: full
+                pos = None
+        if pos is None:
+            return None
+        self.head = pos + size
+        self.written += size
+        self.outstanding.append((self.written, pos))
+        return pos, self.written
+
+
+class _InRing:
+    """The receiver's side: views into the sender's ring, released in order."""
+
+    def __init__(self, path: str):
+        self.map = _map(path, 0, create=False)
+        self.consumed = np.frombuffer(self.map, dtype=np.uint64, count=1, offset=0)
+        self.data = np.frombuffer(self.map, dtype=np.uint8, offset=HEADER_BYTES)
+        self.arrived: deque[int] = deque()  # ends, in arrival (= send) order
+        self.released: set[int] = set()
+
+    def release(self, end: int) -> None:
+        self.released.add(end)
+        while self.arrived and self.arrived[0] in self.released:
+            done = self.arrived.popleft()
+            self.released.discard(done)
+            self.consumed[0] = done
+
+
+class ShmChannels:
+    """All rings of one rank: outgoing ones it owns, incoming ones it maps on first use."""
+
+    def __init__(self, rank: int, directory: str, capacity_bytes: int = DEFAULT_CAPACITY_BYTES):
+        self.rank, self.dir, self.capacity = rank, directory, capacity_bytes
+        os.makedirs(directory, exist_ok=True)
+        self._out: dict[int, _OutRing] = {}
+        self._in: dict[int, _InRing] = {}
+        self.bytes_via_shm = 0
+
+    def try_put(self, dst: int, x: np.ndarray) -> bytes | None:
+        """Copy `x` into the ring to `dst` and return its descriptor; None if there is no room."""
+        ring = self._out.get(dst)
+        if ring is None:
+            ring = self._out[dst] = _OutRing(os.path.join(self.dir, f"{self.rank}-{dst}"), self.capacity)
+        slot = ring.allocate(x.nbytes)
+        if slot is None:
+            return None
+        pos, end = slot
+        np.copyto(ring.data[pos:pos + x.nbytes], x.reshape(-1).view(np.uint8))
+        self.bytes_via_shm += x.nbytes
+        return _DESC.pack(pos, x.nbytes, end)
+
+    def arrived(self, src: int, descriptor: bytes) -> tuple[np.ndarray, int]:
+        """(read-only byte view, end) of a message as it arrives; `release(src, end)` when done."""
+        ring = self._in.get(src)
+        if ring is None:
+            ring = self._in[src] = _InRing(os.path.join(self.dir, f"{src}-{self.rank}"))
+        pos, nbytes, end = _DESC.unpack(descriptor)
+        ring.arrived.append(end)
+        view = ring.data[pos:pos + nbytes]
+        view.flags.writeable = False
+        return view, end
+
+    def release(self, src: int, end: int) -> None:
+        self._in[src].release(end)
+
+    def close(self) -> None:
+        for ring in list(self._out.values()) + list(self._in.values()):
+            ring.consumed = ring.data = None
+            try:
+                ring.map.close()
+            except BufferError:
+                pass  # a caller still holds a view; the mapping goes with the process
+        for dst in self._out:
+            try:
+                os.unlink(os.path.join(self.dir, f"{self.rank}-{dst}"))
+            except OSError:
+                pass
+        self._out.clear()
+        self._in.clear()

@@ -1,0 +1,69 @@
+"""The shared-memory data path: ring-buffer bookkeeping, and real runs that go through it."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from playground.comm.shm import ShmChannels
+from playground.testing import run_scenario
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def channels(tmp_path):
+    sender = ShmChannels(0, str(tmp_path), capacity_bytes=64 + 1024)
+    receiver = ShmChannels(1, str(tmp_path))
+    yield sender, receiver
+    sender.close()
+    receiver.close()
+
+
+def test_bytes_arrive_and_space_is_reused(channels):
+    sender, receiver = channels
+    for k in range(10):  # ten times the ring's capacity in total: space must be handed back
+        x = np.arange(100, dtype=np.float64) + k
+        desc = sender.try_put(1, x)
+        assert desc is not None
+        view, end = receiver.arrived(0, desc)
+        assert np.array_equal(view.view(np.float64), x)
+        receiver.release(0, end)
+
+
+def test_full_ring_refuses_instead_of_waiting(channels):
+    sender, receiver = channels
+    a = sender.try_put(1, np.ones(96, dtype=np.float64))  # 768 bytes
+    assert a is not None
+    assert sender.try_put(1, np.ones(64, dtype=np.float64)) is None  # 512 more do not fit: caller uses ZeroMQ
+    view, end = receiver.arrived(0, a)
+    receiver.release(0, end)
+    assert sender.try_put(1, np.ones(64, dtype=np.float64)) is not None
+
+
+def test_release_out_of_order_frees_only_a_prefix(channels):
+    sender, receiver = channels
+    d1 = sender.try_put(1, np.full(32, 1.0))  # 256 B each
+    d2 = sender.try_put(1, np.full(32, 2.0))
+    v1, e1 = receiver.arrived(0, d1)
+    v2, e2 = receiver.arrived(0, d2)
+    receiver.release(0, e2)  # the later message is done first (another tag was waited for)
+    assert sender.try_put(1, np.ones(75)) is None  # 600 B: the first message is still unread, no room
+    assert np.array_equal(v1.view(np.float64), np.full(32, 1.0))
+    receiver.release(0, e1)
+    assert sender.try_put(1, np.ones(75)) is not None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd"])
+def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm):
+    p = tmp_path / "g.yaml"
+    p.write_text(f"name: grid\nnode: usernode_grid:main\nranks: 5\ntransport: shm\ntimeout_s: 20\n"
+                 f"params:\n  algorithm: {algorithm}\n  segment_bytes: 64\n  big: 3001\n")
+    code, result, out, err = run_scenario(str(p), runs_dir, env={"PYTHONPATH": str(TESTS),
+                                                                 "PLAYGROUND_SHM_MIN_BYTES": "8"})
+    assert code == 0, out + err
+    assert result["transport"] == "shm" and all(row["wrong"] == 0 for row in result["rows"])
+    leftovers = [d for d in os.listdir("/dev/shm") if d.startswith("playground-")]
+    assert not any(Path("/dev/shm", d, "0-1").exists() for d in leftovers)

@@ -19,7 +19,7 @@ from playground.sizes import Size, format_size
 from playground.trace import CAT_OP, now_us
 
 Collective = Literal["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"]
-Algorithm = Literal["ring", "tree", "hd", "auto"]
+Algorithm = Literal["ring", "tree", "hd", "rd", "auto"]
 
 
 @dataclass(frozen=True)

@@ -55,21 +55,23 @@ def _within(events: list[dict], windows: list[tuple[float, float]]) -> list[dict
 
 
 def rank_times(rank: int, events: list[dict]) -> RankTimes:
+    """Where one rank's time went. Communication categories count inside the timed operations
+    (cat "op") of the main thread; compute counts wherever it ran, as nodes that overlap compute
+    with a communication thread record it outside any op."""
     ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == CAT_OP and e.get("tid", 0) == 0)
-    if ops:
-        total = sum(b - a for a, b in ops)
-        inside = _within(events, ops)
-    else:
-        total = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) if events else 0.0
-        inside = events
+    span = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) if events else 0.0
+    inside = _within(events, ops) if ops else events
 
-    def cat_sum(cat):
-        return sum(e["dur"] for e in inside if e.get("cat") == cat and e.get("tid", 0) == 0)
+    def cat_sum(cat, pool):
+        return sum(e["dur"] for e in pool if e.get("cat") == cat and e.get("tid", 0) == 0)
 
+    compute = cat_sum(CAT_COMPUTE, events)
+    total = sum(b - a for a, b in ops) if ops else span
+    total = max(total, compute)
     sent = sum(e.get("args", {}).get("bytes", 0) for e in events if e.get("cat") == CAT_SEND)
     received = sum(e.get("args", {}).get("bytes", 0) for e in events if e.get("cat") == CAT_REDUCE)
-    return RankTimes(rank, total, cat_sum(CAT_SEND), cat_sum(CAT_WAIT), cat_sum(CAT_REDUCE), cat_sum(CAT_COMPUTE),
-                     sent, received, len(events))
+    return RankTimes(rank, total, cat_sum(CAT_SEND, inside), cat_sum(CAT_WAIT, inside), cat_sum(CAT_REDUCE, inside),
+                     compute, sent, received, len(events))
 
 
 def load_run(run_dir: Path) -> dict[int, list[dict]]:

@@ -81,13 +81,13 @@ def _grid(algorithm, n, segment_bytes):
             assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (algorithm, n, dtype, op, count, r)
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_allreduce_grid_bit_identical(algorithm, n):
     _grid(algorithm, n, segment_bytes=1 << 20)
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
 @pytest.mark.parametrize("n", [2, 3, 8])
 def test_allreduce_grid_multi_segment(algorithm, n):
     _grid(algorithm, n, segment_bytes=8)  # 1-2 elements a message: every multi-segment path runs
@@ -116,5 +116,5 @@ def test_other_collectives(n):
 
 
 def test_unknown_algorithm_is_rejected():
-    with pytest.raises(ValueError, match="allowed: ring, tree, hd, auto"):
+    with pytest.raises(ValueError, match="allowed: ring, tree, hd, rd, auto"):
         run_local(1, lambda comm: allreduce(comm, np.ones(3), algorithm="bogus"))

@@ -19,7 +19,7 @@ def grid_scenario(tmp_path, algorithm, n, segment_bytes=1 << 20, transport="ipc"
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
 def test_grid_over_real_processes(tmp_path, runs_dir, algorithm, n):
     """Every dtype x op x length (0, 1, N-1, N+1, 3001) in a user's own node module; exact on every rank."""

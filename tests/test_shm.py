@@ -56,7 +56,7 @@ def test_release_out_of_order_frees_only_a_prefix(channels):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
 def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm):
     p = tmp_path / "g.yaml"
     p.write_text(f"name: grid\nnode: usernode_grid:main\nranks: 5\ntransport: shm\ntimeout_s: 20\n"

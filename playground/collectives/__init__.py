@@ -9,13 +9,15 @@ import numpy as np
 from playground.collectives.auto import choose_allreduce
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds
 from playground.collectives.halving_doubling import allreduce_halving_doubling
+from playground.collectives.recursive_doubling import allreduce_recursive_doubling
 from playground.collectives.ops import ReduceOp
 from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
 from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
 
-ALLREDUCE_ALGORITHMS = {"ring": allreduce_ring, "tree": allreduce_tree, "hd": allreduce_halving_doubling}
+ALLREDUCE_ALGORITHMS = {"ring": allreduce_ring, "tree": allreduce_tree, "hd": allreduce_halving_doubling,
+                        "rd": allreduce_recursive_doubling}
 # Which algorithms each collective offers; "auto" picks by size and rank count (collectives/auto.py).
-ALGORITHMS = {"allreduce": ("ring", "tree", "hd", "auto"), "allgather": ("ring",), "reduce_scatter": ("ring",),
+ALGORITHMS = {"allreduce": ("ring", "tree", "hd", "rd", "auto"), "allgather": ("ring",), "reduce_scatter": ("ring",),
               "broadcast": ("tree",), "reduce": ("tree",)}
 
 __all__ = ["ReduceOp", "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "chunk_bounds",

@@ -15,5 +15,5 @@ def choose_allreduce(nbytes: int, n: int) -> str:
     if n <= 2:
         return "ring"  # with two ranks all three do the same single exchange; the ring's is leanest
     if nbytes < SMALL_BYTES:
-        return "hd"
+        return "rd"
     return "ring" if n & (n - 1) else "hd"

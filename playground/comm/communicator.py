@@ -18,6 +18,7 @@ communication thread, as the overlap experiment does).
 """
 
 import json
+import math
 import os
 import signal
 import time
@@ -112,6 +113,7 @@ class Communicator:
         self.shm_min_bytes = 1 << 62
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.messages_sent = 0  # data messages (one per segment), not counting JSON objects
         self.aborted: str | None = None
 
     def __repr__(self):
@@ -160,9 +162,9 @@ class Communicator:
             sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
             req = _SendRequest(self, sock.send(x, copy=False, track=True), dst, tag)
         else:
-            sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
-            sock.send(x)
+            sock.send(wire.encode_inline(self.rank, tag, x))
         self.bytes_sent += nbytes
+        self.messages_sent += 1
         if self.tracer.enabled:
             self.tracer.add("send", CAT_SEND, t0 / 1000, (time.monotonic_ns() - t0) / 1000,
                             {"peer": dst, "tag": tag, "bytes": nbytes})
@@ -191,15 +193,18 @@ class Communicator:
     def _next_message(self, flags: int, want: tuple[int, int] | None = None, out: np.ndarray | None = None):
         """Receive one message (zmq.Again if none in this slice). When it is `want` and `out` fits,
         its bytes land in `out` and None is returned; otherwise it is parked in the pending queues."""
-        src, tag, kind, dtype, shape = wire.decode_header(self._data.recv(flags))
-        if kind == wire.KIND_ARRAY:
-            nbytes = dtype.itemsize * int(np.prod(shape)) if shape else dtype.itemsize
+        first = self._data.recv(flags)
+        src, tag, kind, dtype, shape = wire.decode_header(first)
+        if kind == wire.KIND_INLINE:
+            payload = memoryview(first)[wire.header_size(len(shape)):]
+        elif kind == wire.KIND_ARRAY:
+            nbytes = dtype.itemsize * math.prod(shape)
             if out is not None and (src, tag) == want and out.nbytes == nbytes and out.dtype == dtype \
                     and out.flags.c_contiguous:
                 self._data.recv_into(out)
                 self.bytes_received += nbytes
                 return None
-            payload = self._data.recv(copy=nbytes < ZERO_COPY_MIN_BYTES)
+            payload = self._data.recv(copy=False)
         else:
             payload = self._data.recv()
         self._pending[(src, tag)].append((kind, dtype, shape, payload))
@@ -254,9 +259,11 @@ class Communicator:
         if kind == wire.KIND_SHM:
             raw, end = self.shm.arrived(src, payload)
             return raw.view(dtype).reshape(shape), end
+        if kind == wire.KIND_INLINE:
+            return np.frombuffer(payload, dtype=dtype).reshape(shape), None
         if kind != wire.KIND_ARRAY:
             raise ValueError(f"rank {self.rank}: expected an array from rank {src}, got message kind {kind}")
-        buf = payload if isinstance(payload, bytes) else payload.buffer
+        buf = payload.buffer
         return np.frombuffer(buf, dtype=dtype).reshape(shape), None
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, timeout_s: float | None = None) -> np.ndarray:

@@ -1,12 +1,15 @@
 """Encoding of data-plane message headers: pure functions, no sockets.
 
-A data message is two frames: a fixed-layout header and the array's raw bytes (sent zero-copy).
-Header: src u16, tag i32, kind u8, ndim u8, dtype 8-byte str (numpy `dtype.str`), shape i64 x ndim.
-`kind` lets other payloads share the layout: ARRAY (bytes follow in frame 2), JSON (frame 2 is
-UTF-8 JSON, for small control objects; pickle never touches the wire), SHM (frame 2 is a
-descriptor of a shared-memory slot holding the bytes).
+A data message starts with a fixed-layout header: src u16, tag i32, kind u8, ndim u8, dtype as an
+8-byte string (numpy `dtype.str`), shape as i64 x ndim. `kind` says where the payload is:
+INLINE    the array's bytes follow the header in the same frame (small arrays: one frame is
+          cheaper than two)
+ARRAY     the array's bytes are the next frame (large arrays, sent zero-copy)
+JSON      the next frame is UTF-8 JSON, for small control objects (pickle never touches the wire)
+SHM       the next frame is a descriptor of a shared-memory slot holding the bytes (shm.py)
 """
 
+import math
 import struct
 
 import numpy as np
@@ -14,22 +17,44 @@ import numpy as np
 KIND_ARRAY = 0
 KIND_JSON = 1
 KIND_SHM = 2
+KIND_INLINE = 3
 
 _FIXED = struct.Struct("<HiBB8s")
-SUPPORTED_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                    "float16", "float32", "float64", "bool")
+_DTYPES: dict[bytes, np.dtype] = {}
+_DTYPE_STRS: dict[np.dtype, bytes] = {}
 
 
 def encode_header(src: int, tag: int, kind: int, dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    return _FIXED.pack(src, tag, kind, len(shape), dtype.str.encode()) + struct.pack(f"<{len(shape)}q", *shape)
+    dt = _DTYPE_STRS.get(dtype)
+    if dt is None:
+        dt = _DTYPE_STRS[dtype] = dtype.str.encode()
+    if len(shape) == 1:
+        return _FIXED.pack(src, tag, kind, 1, dt) + struct.pack("<q", shape[0])
+    return _FIXED.pack(src, tag, kind, len(shape), dt) + struct.pack(f"<{len(shape)}q", *shape)
+
+
+def header_size(ndim: int) -> int:
+    return _FIXED.size + 8 * ndim
 
 
 def decode_header(buf: bytes) -> tuple[int, int, int, np.dtype, tuple[int, ...]]:
-    """(src, tag, kind, dtype, shape); ValueError on a malformed header."""
+    """(src, tag, kind, dtype, shape); ValueError on a malformed header. For INLINE messages the
+    array's bytes start at `header_size(len(shape))`."""
     if len(buf) < _FIXED.size:
         raise ValueError(f"header too short: {len(buf)} bytes")
     src, tag, kind, ndim, dt = _FIXED.unpack_from(buf)
-    if len(buf) != _FIXED.size + 8 * ndim:
+    end = _FIXED.size + 8 * ndim
+    if len(buf) < end or (kind != KIND_INLINE and len(buf) != end):
         raise ValueError(f"header length {len(buf)} does not match ndim {ndim}")
     shape = struct.unpack_from(f"<{ndim}q", buf, _FIXED.size)
-    return src, tag, kind, np.dtype(dt.rstrip(b"\0").decode()), tuple(shape)
+    dtype = _DTYPES.get(dt)
+    if dtype is None:
+        dtype = _DTYPES[dt] = np.dtype(dt.rstrip(b"\0").decode())
+    if kind == KIND_INLINE and len(buf) != end + dtype.itemsize * math.prod(shape):
+        raise ValueError(f"inline message of {len(buf)} bytes does not hold a {dtype} array of shape {shape}")
+    return src, tag, kind, dtype, shape
+
+
+def encode_inline(src: int, tag: int, x: np.ndarray) -> bytes:
+    """Header and bytes of a small contiguous array in one frame."""
+    return encode_header(src, tag, KIND_INLINE, x.dtype, x.shape) + x.tobytes()

@@ -3,8 +3,12 @@
 Why at the start of every run: the model's prediction is only worth printing beside a
 measurement if its alpha and beta come from the same transport, machine and load. Rank 0 sends
 n bytes, rank 1 sends them back; half the median round trip is the one-way time T(n), and
-`fit_alpha_beta` fits T(n) = alpha + n / beta over a spread of sizes. The other ranks wait and
-receive the fit by broadcast, so every rank prints and models with the same numbers.
+`fit_alpha_beta` fits T(n) = alpha + n / beta over a spread of sizes. The fit is broadcast, so
+every rank prints and models with the same numbers.
+
+Two loads: `idle` (only ranks 0 and 1 talk, as in the textbook ping-pong) and `loaded` (every
+pair 2k <-> 2k+1 ping-pongs at once, rank 0 measuring): in a ring all-reduce every rank sends at
+once, and when ranks outnumber cores the idle-link numbers are far too optimistic.
 """
 
 import time
@@ -17,11 +21,12 @@ TAG_PINGPONG = 7100
 DEFAULT_SIZES_BYTES = (8, 1024, 16 * 1024, 64 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
 
 
-def one_way_times_s(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20, warmup: int = 3) -> list[float]:
-    """Median one-way time per size, measured by ranks 0 and 1 (others return [])."""
-    if comm.rank > 1:
+def one_way_times_s(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20, warmup: int = 3,
+                    loaded: bool = False) -> list[float]:
+    """Median one-way time per size on this rank's pair (rank ^ 1); [] for ranks left out."""
+    peer = comm.rank ^ 1
+    if peer >= comm.size or (not loaded and comm.rank > 1):
         return []
-    peer = 1 - comm.rank
     times = []
     for n in sizes_bytes:
         buf = np.zeros(n, dtype=np.uint8)
@@ -29,7 +34,7 @@ def one_way_times_s(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20, warmu
         round_trips = []
         for i in range(warmup + reps):
             t0 = time.perf_counter()
-            if comm.rank == 0:
+            if comm.rank % 2 == 0:
                 comm.send(buf, peer, TAG_PINGPONG)
                 comm.recv(peer, TAG_PINGPONG, out=out)
             else:
@@ -41,13 +46,14 @@ def one_way_times_s(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20, warmu
     return times
 
 
-def measure_alpha_beta(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20) -> tuple[AlphaBeta | None, list[dict]]:
+def measure_alpha_beta(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20,
+                       loaded: bool = False) -> tuple[AlphaBeta | None, list[dict]]:
     """(fit, points) on every rank; (None, []) with a single rank, where nothing is sent."""
     if comm.size < 2:
         return None, []
     comm.barrier()
-    with comm.tracer.span("pingpong", cat="phase"):
-        times = one_way_times_s(comm, sizes_bytes, reps)
+    with comm.tracer.span("pingpong.loaded" if loaded else "pingpong", cat="phase"):
+        times = one_way_times_s(comm, sizes_bytes, reps, loaded=loaded)
     if comm.rank == 0:
         fit = fit_alpha_beta(list(sizes_bytes), times)
         msg = {"alpha_s": fit.alpha_s, "beta_bytes_per_s": fit.beta_bytes_per_s,

@@ -46,7 +46,9 @@ def test_md1_quantiles_match_a_long_replay():
     rho, service_s = 0.9, 0.010
     arrivals = np.cumsum(rng.exponential(service_s / rho, 200_000))
     sojourn = q.fifo_departures(arrivals, np.full(len(arrivals), service_s)) - arrivals
-    assert np.percentile(sojourn, 99) == pytest.approx(q.md1_sojourn_quantile_s(service_s, rho, 0.99), rel=0.1)
+    assert np.percentile(sojourn, 99) == pytest.approx(
+        q.md1_sojourn_quantile_s(service_s, rho, 0.99), rel=0.1
+    )
     assert np.percentile(sojourn, 50) == pytest.approx(q.md1_sojourn_quantile_s(service_s, rho, 0.5), rel=0.1)
 
 

@@ -30,14 +30,15 @@ def run_batch_server(
     max_batch_of: Callable[[Item], int],
     spin_tail_s: float,
     idle_timeout_s: float,
-    on_served: Callable[[int], None] | None = None,
+    on_served: Callable[[int, int], None] | None = None,  # (served so far, load id of the last batch)
     check_alive: Callable[[], None] | None = None,
     compensate: bool = True,
 ) -> dict:
     """Serve until STOP; returns counts and the service time actually delivered.
 
     `cost_s(batch)` is the service time a batch should take, `max_batch_of(first item)` caps the
-    batch. With `compensate`, time lost to late wake-ups (the process descheduled on a busy
+    batch. Service time is measured from the previous service's end while requests are waiting,
+    so the time spent sending replies and reading requests counts as service. With `compensate`, time lost to late wake-ups (the process descheduled on a busy
     machine) is paid back by shortening the next services, so the server's *mean* busy time --
     and so the load rho -- stays what was asked; each single service may be off by the debt.
     Raises TimeoutError when nothing arrives for `idle_timeout_s`.
@@ -49,6 +50,7 @@ def run_batch_server(
     busy_s = 0.0
     overshoot_s = 0.0
     debt_s = 0.0  # service delivered beyond what was asked, still to pay back
+    busy_from = None  # end of the previous service when the next request was already waiting
     idle_since = time.monotonic()
     while True:
         if not queue:
@@ -65,8 +67,13 @@ def run_batch_server(
                 break
             req_id, load_id, value = decode_request(buf)
             if req_id == STOP:
-                return {"served": served, "dropped": dropped, "batches": batches, "busy_s": busy_s,
-                        "mean_overshoot_s": overshoot_s / max(batches, 1)}
+                return {
+                    "served": served,
+                    "dropped": dropped,
+                    "batches": batches,
+                    "busy_s": busy_s,
+                    "mean_overshoot_s": overshoot_s / max(batches, 1),
+                }
             if req_id == ABORT:
                 kept = deque(item for item in queue if item[1] != load_id)
                 dropped += len(queue) - len(kept)
@@ -75,15 +82,19 @@ def run_batch_server(
                 continue
             queue.append((req_id, load_id, value))
         if not queue:
+            busy_from = None
             continue
         size = max(1, min(len(queue), max_batch_of(queue[0])))
         batch = [queue.popleft() for _ in range(size)]
-        t_start = time.monotonic()
+        # In a busy period the next service starts when the previous one ended: the server's own
+        # messaging (replies, draining the socket) is part of its service time, not free time.
+        t_start = busy_from if busy_from is not None else time.monotonic()
         want_s = cost_s(batch)
         pay_s = min(debt_s, want_s) if compensate else 0.0
         sleep_until(t_start + want_s - pay_s, spin_tail_s)
         t_end = time.monotonic()
         debt_s += t_end - t_start - want_s
+        busy_from = t_end if (queue or pull.poll(0, zmq.POLLIN)) else None
         for req_id, load_id, _ in batch:
             push.send(encode_reply(req_id, load_id, t_start, t_end, size))
         served += size
@@ -92,4 +103,4 @@ def run_batch_server(
         overshoot_s += t_end - t_start - want_s
         idle_since = time.monotonic()
         if on_served is not None:
-            on_served(served)
+            on_served(served, batch[-1][1])

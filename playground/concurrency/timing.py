@@ -46,3 +46,17 @@ def calibrate_iterations(target_s: float, probe_iterations: int = 200_000) -> in
     cpu_work(probe_iterations)
     took = max(time.perf_counter() - t0, 1e-6)
     return max(1000, int(probe_iterations * target_s / took))
+
+
+def machine_note() -> str:
+    """One line on how busy the machine was, for reports whose timings it explains."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load1, load5, _ = os.getloadavg()
+    busy = (
+        " -- busier than its cores: expect late wake-ups and stretched timings"
+        if load1 > (cores or 1)
+        else ""
+    )
+    return f"Machine: {cores} cores usable, load average {load1:.1f} (1 min) / {load5:.1f} (5 min){busy}."

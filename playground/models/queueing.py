@@ -99,7 +99,9 @@ def little_number_in_system(arrival_rate_per_s: float, mean_sojourn_s: float) ->
     return arrival_rate_per_s * mean_sojourn_s
 
 
-def time_average_in_system(arrivals_s: np.ndarray, departures_s: np.ndarray, t0_s: float, t1_s: float) -> float:
+def time_average_in_system(
+    arrivals_s: np.ndarray, departures_s: np.ndarray, t0_s: float, t1_s: float
+) -> float:
     """Time average of N(t) = #{arrived <= t < departed} over [t0, t1], from timestamps.
 
     Each request contributes the part of [arrival, departure) inside the window. Over a window

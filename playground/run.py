@@ -3,6 +3,7 @@
 import json
 import os
 import time
+import traceback
 from pathlib import Path
 
 import yaml
@@ -54,7 +55,13 @@ def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Repo
     hook = getattr(module, "summarize", None)
     if hook is None:
         return default_report(outcome.results, scenario.name)
-    return hook(outcome.results, scenario.params, run_dir)
+    try:
+        return hook(outcome.results, scenario.params, run_dir)
+    except Exception as e:  # noqa: BLE001 - a broken summary fails the run, it does not crash the CLI
+        tb = traceback.format_exc().rstrip().splitlines()
+        where = next((ln.strip() for ln in reversed(tb) if ln.strip().startswith("File ")), "")
+        return Report(ok=False, tables=[], failures=[f"{scenario.node.partition(':')[0]}.summarize raised "
+                                                     f"{type(e).__name__}: {e} ({where})"])
 
 
 def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path) -> dict:

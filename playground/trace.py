@@ -19,6 +19,8 @@ CAT_COMPUTE = "compute"  # a node's own work
 CAT_OP = "op"  # one whole timed operation (an all-reduce, a request, ...)
 CAT_PHASE = "phase"  # a phase inside an operation (reduce-scatter, all-gather)
 PHASE_CATS = (CAT_SEND, CAT_WAIT, CAT_REDUCE)
+ARG_NAMES = {"send": ("peer", "tag", "bytes"), "recv_wait": ("peer", "tag"), "reduce": ("peer", "bytes")}
+_get_ident = threading.get_ident
 
 
 def now_us() -> float:
@@ -39,7 +41,12 @@ class Tracer:
 
     def add(self, name: str, cat: str, start_us: float, dur_us: float, args: dict | None = None) -> None:
         if self.enabled:
-            self._events.append((start_us, dur_us, name, cat, threading.get_ident(), args))
+            self._events.append((start_us, dur_us, name, cat, _get_ident(), args))
+
+    def add_ns(self, name: str, cat: str, t0_ns: int, t1_ns: int, *args) -> None:
+        """The hot-path form used per message: raw ns and positional args, turned into a dict at
+        flush (`ARG_NAMES[name]` names them), so logging costs a tuple, not a dict, per message."""
+        self._events.append((t0_ns, t1_ns, name, cat, _get_ident(), args, None))
 
     @contextmanager
     def span(self, name: str, cat: str = CAT_COMPUTE, **args):
@@ -65,7 +72,13 @@ class Tracer:
             tids = self._tids
             main = threading.main_thread().ident
             lines = []
-            for ts, dur, name, cat, ident, args in events:
+            for event in events:
+                if len(event) == 7:  # add_ns form
+                    t0, t1, name, cat, ident, values, _ = event
+                    ts, dur = t0 / 1000.0, (t1 - t0) / 1000.0
+                    args = dict(zip(ARG_NAMES.get(name, ()), values, strict=False))
+                else:
+                    ts, dur, name, cat, ident, args = event
                 tid = 0 if ident == main else tids.setdefault(ident, len(tids) + 1)
                 ev = {"ts": round(ts + self.clock_offset_us, 3), "dur": round(dur, 3), "name": name,
                       "cat": cat, "rank": self.rank, "tid": tid}

@@ -54,9 +54,9 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
                             timeout_s=scenario.timeout_s, fault=scenario.fault)
         comm.run_dir = run_dir
         if scenario.transport == "shm":
-            comm.shm = ShmChannels(env.rank, shm_dir_for(env.master_port))
             # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the shared-memory path.
-            comm.shm_min_bytes = int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES))
+            comm.use_shm(ShmChannels(env.rank, shm_dir_for(env.master_port)),
+                         int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES)))
         comm.barrier()
         _, func = load_node(scenario.node)
         result = func(comm, scenario.params)

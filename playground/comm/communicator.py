@@ -107,10 +107,11 @@ class Communicator:
         data.setsockopt(zmq.RCVTIMEO, SLICE_MS)
         self._push: dict[int, zmq.Socket] = {}
         self._pending: dict[tuple[int, int], deque] = defaultdict(deque)
-        self._fault = fault
+        self._fault = fault if fault is not None and fault.rank == rank else None
         self._num_ops = 0
         self.shm = None  # ShmChannels when the shared-memory data path is on
         self.shm_min_bytes = 1 << 62
+        self._large_min_bytes = ZERO_COPY_MIN_BYTES
         self.bytes_sent = 0
         self.bytes_received = 0
         self.messages_sent = 0  # data messages (one per segment), not counting JSON objects
@@ -133,6 +134,7 @@ class Communicator:
         return sock
 
     def _count_op(self) -> None:
+        """Fault drills only: the fault fires on this rank's operation number after_ops + 1."""
         self._num_ops += 1
         f = self._fault
         if f is not None and f.rank == self.rank and self._num_ops > f.after_ops:
@@ -148,27 +150,34 @@ class Communicator:
 
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
-        self._count_op()
-        x = np.ascontiguousarray(x)
+        if self._fault is not None:
+            self._count_op()
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
         t0 = time.monotonic_ns()
-        sock = self._socket_to(dst)
+        sock = self._push.get(dst) or self._socket_to(dst)
         nbytes = x.nbytes
         req: Request = DONE
-        descriptor = self.shm.try_put(dst, x) if self.shm is not None and nbytes >= self.shm_min_bytes else None
-        if descriptor is not None:
-            sock.send(wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape), zmq.SNDMORE)
-            sock.send(descriptor)
-        elif nbytes >= ZERO_COPY_MIN_BYTES:
-            sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
-            req = _SendRequest(self, sock.send(x, copy=False, track=True), dst, tag)
-        else:
+        if nbytes < self._large_min_bytes:  # small: header and bytes in one frame
             sock.send(wire.encode_inline(self.rank, tag, x))
+        else:
+            descriptor = self.shm.try_put(dst, x) if self.shm is not None and nbytes >= self.shm_min_bytes else None
+            if descriptor is not None:
+                sock.send(wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape), zmq.SNDMORE)
+                sock.send(descriptor)
+            else:
+                sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
+                req = _SendRequest(self, sock.send(x, copy=False, track=True), dst, tag)
         self.bytes_sent += nbytes
         self.messages_sent += 1
         if self.tracer.enabled:
-            self.tracer.add("send", CAT_SEND, t0 / 1000, (time.monotonic_ns() - t0) / 1000,
-                            {"peer": dst, "tag": tag, "bytes": nbytes})
+            self.tracer.add_ns("send", CAT_SEND, t0, time.monotonic_ns(), dst, tag, nbytes)
         return req
+
+    def use_shm(self, channels, min_bytes: int) -> None:
+        """Send arrays of at least `min_bytes` through shared memory (ZeroMQ carries descriptors)."""
+        self.shm, self.shm_min_bytes = channels, min_bytes
+        self._large_min_bytes = min(ZERO_COPY_MIN_BYTES, min_bytes)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
         self.isend(x, dst, tag).wait()
@@ -197,6 +206,12 @@ class Communicator:
         src, tag, kind, dtype, shape = wire.decode_header(first)
         if kind == wire.KIND_INLINE:
             payload = memoryview(first)[wire.header_size(len(shape)):]
+            if out is not None and (src, tag) == want and out.nbytes == len(payload) and out.dtype == dtype \
+                    and out.flags.c_contiguous:
+                if len(payload):
+                    memoryview(out).cast("B")[:] = payload
+                self.bytes_received += len(payload)
+                return None
         elif kind == wire.KIND_ARRAY:
             nbytes = dtype.itemsize * math.prod(shape)
             if out is not None and (src, tag) == want and out.nbytes == nbytes and out.dtype == dtype \
@@ -240,8 +255,7 @@ class Communicator:
             if got is None or got == key:
                 break
         if self.tracer.enabled:
-            self.tracer.add("recv_wait", CAT_WAIT, t0 / 1000, (time.monotonic_ns() - t0) / 1000,
-                            {"peer": src, "tag": tag})
+            self.tracer.add_ns("recv_wait", CAT_WAIT, t0, time.monotonic_ns(), src, tag)
         return None if got is None else self._pending[key].popleft()
 
     def check_abort_or_raise(self, src: int, tag: int, op: str) -> None:
@@ -260,7 +274,8 @@ class Communicator:
             raw, end = self.shm.arrived(src, payload)
             return raw.view(dtype).reshape(shape), end
         if kind == wire.KIND_INLINE:
-            return np.frombuffer(payload, dtype=dtype).reshape(shape), None
+            arr = np.frombuffer(payload, dtype=dtype)
+            return (arr if len(shape) == 1 else arr.reshape(shape)), None
         if kind != wire.KIND_ARRAY:
             raise ValueError(f"rank {self.rank}: expected an array from rank {src}, got message kind {kind}")
         buf = payload.buffer
@@ -294,8 +309,7 @@ class Communicator:
                 t0 = time.monotonic_ns()
                 ufunc(target, arr.reshape(target.shape), out=target)
                 if self.tracer.enabled:
-                    self.tracer.add("reduce", CAT_REDUCE, t0 / 1000, (time.monotonic_ns() - t0) / 1000,
-                                    {"peer": src, "bytes": arr.nbytes})
+                    self.tracer.add_ns("reduce", CAT_REDUCE, t0, time.monotonic_ns(), src, arr.nbytes)
         if token is not None:
             self.shm.release(src, token)
         return arr.size

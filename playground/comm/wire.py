@@ -24,13 +24,14 @@ _DTYPES: dict[bytes, np.dtype] = {}
 _DTYPE_STRS: dict[np.dtype, bytes] = {}
 
 
+_SHAPE = [struct.Struct(f"<{n}q") for n in range(33)]  # numpy's maximum ndim is 32
+
+
 def encode_header(src: int, tag: int, kind: int, dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     dt = _DTYPE_STRS.get(dtype)
     if dt is None:
         dt = _DTYPE_STRS[dtype] = dtype.str.encode()
-    if len(shape) == 1:
-        return _FIXED.pack(src, tag, kind, 1, dt) + struct.pack("<q", shape[0])
-    return _FIXED.pack(src, tag, kind, len(shape), dt) + struct.pack(f"<{len(shape)}q", *shape)
+    return _FIXED.pack(src, tag, kind, len(shape), dt) + _SHAPE[len(shape)].pack(*shape)
 
 
 def header_size(ndim: int) -> int:
@@ -44,9 +45,9 @@ def decode_header(buf: bytes) -> tuple[int, int, int, np.dtype, tuple[int, ...]]
         raise ValueError(f"header too short: {len(buf)} bytes")
     src, tag, kind, ndim, dt = _FIXED.unpack_from(buf)
     end = _FIXED.size + 8 * ndim
-    if len(buf) < end or (kind != KIND_INLINE and len(buf) != end):
+    if ndim > 32 or len(buf) < end or (kind != KIND_INLINE and len(buf) != end):
         raise ValueError(f"header length {len(buf)} does not match ndim {ndim}")
-    shape = struct.unpack_from(f"<{ndim}q", buf, _FIXED.size)
+    shape = _SHAPE[ndim].unpack_from(buf, _FIXED.size)
     dtype = _DTYPES.get(dt)
     if dtype is None:
         dtype = _DTYPES[dt] = np.dtype(dt.rstrip(b"\0").decode())

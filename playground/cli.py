@@ -26,13 +26,16 @@ def _cmd_list(args) -> int:
     from playground.scenario import builtin_dir, builtin_names
 
     console = make_console()
-    for name in builtin_names():
+    names = builtin_names()
+    width = max(map(len, names), default=0) + 2
+    for name in names:
         try:
             raw = yaml.safe_load((builtin_dir() / f"{name}.yaml").read_text()) or {}
         except Exception:  # noqa: BLE001 - a broken file still gets listed
             raw = {}
-        console.print(f"[bold]{name:<16}[/bold] {raw.get('ranks', '?'):>3} ranks  {raw.get('description', '')}",
-                      highlight=False)
+        ranks = raw.get("ranks", "?")
+        console.print(f"[bold]{name:<{width}}[/bold]{ranks:>3} rank{'' if ranks == 1 else 's'}  "
+                      f"{raw.get('description', '')}", highlight=False)
     return 0
 
 

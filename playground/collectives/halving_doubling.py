@@ -58,40 +58,52 @@ def halving_steps(new_rank: int, p: int) -> list[tuple[int, tuple[int, int], tup
     return steps
 
 
+def run_folded(comm, buf: np.ndarray, op: ReduceOp, seg: int, tag: int, name: str, core) -> None:
+    """Fold the extra ranks into a power-of-two group, run `core(new_rank, p)` there, fold back out.
+
+    Shared by halving-doubling and recursive doubling, which differ only in their core.
+    """
+    size = comm.size
+    whole = (0, buf.size)
+    new_rank, partner = fold_role(comm.rank, size)
+    if new_rank is None:  # send my data to the odd rank after me, and wait for the result
+        exchange(comm, buf, whole, partner, None, None, seg, None, tag, f"{name}.fold")
+        exchange(comm, buf, None, None, whole, partner, seg, None, tag, f"{name}.unfold")
+        return
+    if partner is not None:
+        exchange(comm, buf, None, None, whole, partner, seg, op, tag, f"{name}.fold")
+    core(new_rank, 1 << (size.bit_length() - 1))
+    if partner is not None:
+        exchange(comm, buf, whole, partner, None, None, seg, None, tag, f"{name}.unfold")
+
+
 def allreduce_halving_doubling(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
                                segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
     buf = np.array(x, copy=True, order="C").reshape(-1)
-    size = comm.size
-    if size == 1 or buf.size == 0:
+    if comm.size == 1 or buf.size == 0:
         return buf.reshape(x.shape)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
-    whole = (0, buf.size)
-    new_rank, partner = fold_role(comm.rank, size)
-    t0 = now_us()
-    if new_rank is None:  # send my data to the odd rank after me, and wait for the result
-        exchange(comm, buf, whole, partner, None, None, seg, None, TAG_HD, "hd.fold")
-        exchange(comm, buf, None, None, whole, partner, seg, None, TAG_HD, "hd.unfold")
-        return buf.reshape(x.shape)
-    if partner is not None:
-        exchange(comm, buf, None, None, whole, partner, seg, op, TAG_HD, "hd.fold")
-    p = 1 << (size.bit_length() - 1)
-    blocks = chunk_bounds(buf.size, p)
 
-    def span(block_range):
-        return blocks[block_range[0]][0], blocks[block_range[1] - 1][1]
+    def core(new_rank: int, p: int) -> None:
+        blocks = chunk_bounds(buf.size, p)
 
-    steps = halving_steps(new_rank, p)
-    for peer_new, send_blocks, keep_blocks in steps:
-        peer = old_rank(peer_new, size)
-        exchange(comm, buf, span(send_blocks), peer, span(keep_blocks), peer, seg, op, TAG_HD, "hd.reduce_scatter")
-    t1 = now_us()
-    for peer_new, send_blocks, keep_blocks in reversed(steps):
-        peer = old_rank(peer_new, size)
-        exchange(comm, buf, span(keep_blocks), peer, span(send_blocks), peer, seg, None, TAG_HD, "hd.all_gather")
-    if partner is not None:
-        exchange(comm, buf, whole, partner, None, None, seg, None, TAG_HD, "hd.unfold")
-    if comm.tracer.enabled:
-        comm.tracer.add("hd.reduce_scatter", CAT_PHASE, t0, t1 - t0, {"steps": len(steps)})
-        comm.tracer.add("hd.all_gather", CAT_PHASE, t1, now_us() - t1, {"steps": len(steps)})
+        def span(block_range):
+            return blocks[block_range[0]][0], blocks[block_range[1] - 1][1]
+
+        steps = halving_steps(new_rank, p)
+        t0 = now_us()
+        for peer_new, send_blocks, keep_blocks in steps:
+            peer = old_rank(peer_new, comm.size)
+            exchange(comm, buf, span(send_blocks), peer, span(keep_blocks), peer, seg, op, TAG_HD,
+                     "hd.reduce_scatter")
+        t1 = now_us()
+        for peer_new, send_blocks, keep_blocks in reversed(steps):
+            peer = old_rank(peer_new, comm.size)
+            exchange(comm, buf, span(keep_blocks), peer, span(send_blocks), peer, seg, None, TAG_HD, "hd.all_gather")
+        if comm.tracer.enabled:
+            comm.tracer.add("hd.reduce_scatter", CAT_PHASE, t0, t1 - t0, {"steps": len(steps)})
+            comm.tracer.add("hd.all_gather", CAT_PHASE, t1, now_us() - t1, {"steps": len(steps)})
+
+    run_folded(comm, buf, op, seg, TAG_HD, "hd", core)
     return buf.reshape(x.shape)

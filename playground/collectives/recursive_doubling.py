@@ -15,7 +15,7 @@ only (MPICH makes the same choice for short messages).
 import numpy as np
 
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_elems_for
-from playground.collectives.halving_doubling import fold_role, old_rank
+from playground.collectives.halving_doubling import old_rank, run_folded
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
 from playground.trace import CAT_PHASE, now_us
@@ -27,30 +27,23 @@ def allreduce_recursive_doubling(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SU
                                  segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
     buf = np.array(x, copy=True, order="C").reshape(-1)
-    size = comm.size
-    if size == 1 or buf.size == 0:
+    if comm.size == 1 or buf.size == 0:
         return buf.reshape(x.shape)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     whole = (0, buf.size)
-    new_rank, partner = fold_role(comm.rank, size)
-    if new_rank is None:
-        exchange(comm, buf, whole, partner, None, None, seg, None, TAG_RD, "rd.fold")
-        exchange(comm, buf, None, None, whole, partner, seg, None, TAG_RD, "rd.unfold")
-        return buf.reshape(x.shape)
-    if partner is not None:
-        exchange(comm, buf, None, None, whole, partner, seg, op, TAG_RD, "rd.fold")
-    t0 = now_us()
-    p = 1 << (size.bit_length() - 1)
-    scratch = np.empty_like(buf)
-    d = 1
-    while d < p:
-        peer = old_rank(new_rank ^ d, size)
-        scratch[:] = buf  # what we send must not change while our own reduction runs
-        exchange(comm, scratch, whole, peer, None, None, seg, None, TAG_RD, "rd.step")  # post sends
-        exchange(comm, buf, None, None, whole, peer, seg, op, TAG_RD, "rd.step")
-        d *= 2
-    if partner is not None:
-        exchange(comm, buf, whole, partner, None, None, seg, None, TAG_RD, "rd.unfold")
-    if comm.tracer.enabled:
-        comm.tracer.add("rd.exchange", CAT_PHASE, t0, now_us() - t0, {"steps": p.bit_length() - 1})
+
+    def core(new_rank: int, p: int) -> None:
+        t0 = now_us()
+        scratch = np.empty_like(buf)
+        d = 1
+        while d < p:
+            peer = old_rank(new_rank ^ d, comm.size)
+            scratch[:] = buf  # what we send must not change while our own reduction runs
+            exchange(comm, scratch, whole, peer, None, None, seg, None, TAG_RD, "rd.step")  # post the sends
+            exchange(comm, buf, None, None, whole, peer, seg, op, TAG_RD, "rd.step")
+            d *= 2
+        if comm.tracer.enabled:
+            comm.tracer.add("rd.exchange", CAT_PHASE, t0, now_us() - t0, {"steps": p.bit_length() - 1})
+
+    run_folded(comm, buf, op, seg, TAG_RD, "rd", core)
     return buf.reshape(x.shape)

@@ -64,7 +64,12 @@ def run_baseline(name: str, collective: str, sizes: list[int], ranks: int, dtype
             "iters": iters, "warmup": warmup, "timeout_s": timeout_s}
     out_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"playground-{name}-"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    per_rank = module.run(spec, ranks, out_dir)
+    try:
+        per_rank = module.run(spec, ranks, out_dir)
+    except KeyboardInterrupt:
+        if work_dir is None:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     try:
         rows = common.combine(name, lays, dtype, op, per_rank)
     except ValueError as e:

@@ -44,8 +44,11 @@ def run_workers(name: str, cmds: list[list[str]], envs: list[dict], out_dir: Pat
         for i, (cmd, env) in enumerate(zip(cmds, envs, strict=True)):
             log = open(out_dir / f"proc-{i}.log", "wb")  # noqa: SIM115 - closed in finally
             logs.append(log)
-            procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+            try:
+                procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+            except OSError as e:
+                raise BaselineError(f"{name}: cannot start {cmd[0]}: {e}") from None
         failed = _watch(procs, t0 + timeout_s)
     except KeyboardInterrupt:
         _kill_all(procs)

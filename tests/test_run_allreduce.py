@@ -82,3 +82,15 @@ def test_inspect_and_chrome_trace(runs_dir, tmp_path):
     assert xs and all({"ts", "dur", "pid", "tid", "name"} <= set(e) for e in xs)
     assert {e["pid"] for e in xs} == {0, 1, 2}
     assert plot.stat().st_size > 1000
+
+
+@pytest.mark.timeout(90)
+def test_sixty_four_ranks(runs_dir):
+    """The largest world we support: counts below and above N, every rank checked."""
+    code, result, out, err = run_scenario("ring", runs_dir, ranks=64, timeout_s=80,
+                                          sets=["params.sizes=[4,260]", "params.iters=1", "params.warmup=0",
+                                                "params.algorithm=[ring,tree]", "params.dtype=float32"])
+    assert code == 0, out + err
+    assert result["ranks"] == 64 and len(result["rows"]) == 4
+    assert all(row["wrong"] == 0 for row in result["rows"])
+    assert len(list((runs_dir / "latest").glob("rank-*.jsonl"))) == 64

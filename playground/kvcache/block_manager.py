@@ -89,6 +89,11 @@ class BlockManager:
         table = np.asarray(self.block_tables[seq_id], dtype=np.int64)
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
+    def slot_list(self, seq_id: int, start: int, stop: int) -> list[int]:
+        """`slots` as a list; cheaper for the few positions of one append."""
+        table, bs = self.block_tables[seq_id], self.block_size
+        return [table[p // bs] * bs + p % bs for p in range(start, stop)]
+
     def _cache_keys(self, tokens) -> list[tuple]:
         """Keys of the prompt's full blocks that are already cached, in order (a prefix)."""
         keys, prev = [], None
@@ -113,19 +118,25 @@ class BlockManager:
         return cdiv(num_tokens, self.block_size) <= self.num_blocks
 
     def _append_blocks_needed(self, seq_id: int, num_tokens: int) -> int:
+        """New blocks for the tokens alone, not counting a copy-on-write of the last block."""
         if num_tokens <= 0:
             return 0
-        length, table = self.seq_lens[seq_id], self.block_tables[seq_id]
-        need = cdiv(length + num_tokens, self.block_size) - cdiv(length, self.block_size)
-        if length % self.block_size and self.blocks[table[-1]].ref_count > 1:
-            need += 1  # the copy of the shared, partly filled last block
-        return need
+        length = self.seq_lens[seq_id]
+        return cdiv(length + num_tokens, self.block_size) - cdiv(length, self.block_size)
 
     def can_append(self, seq_id: int, num_tokens: int) -> bool:
         return self.can_append_batch({seq_id: num_tokens})
 
     def can_append_batch(self, num_tokens_by_seq: dict[int, int]) -> bool:
-        need = sum(self._append_blocks_needed(s, n) for s, n in num_tokens_by_seq.items())
+        """Exact: a shared partly filled block written by k sequences of the batch is copied
+        min(k, ref_count - 1) times (the last holder to write keeps the original)."""
+        need, writers = 0, {}
+        for seq_id, n in num_tokens_by_seq.items():
+            need += self._append_blocks_needed(seq_id, n)
+            if n > 0 and self.seq_lens[seq_id] % self.block_size:
+                last = self.block_tables[seq_id][-1]
+                writers[last] = writers.get(last, 0) + 1
+        need += sum(min(k, self.blocks[b].ref_count - 1) for b, k in writers.items())
         return need <= self.num_free_blocks
 
     def can_fork(self, seq_id: int, num_children: int) -> bool:
@@ -187,9 +198,8 @@ class BlockManager:
         return len(hits) * self.block_size
 
     def append(self, seq_id: int, num_tokens: int) -> list[Copy]:
-        """Make room for `num_tokens` more tokens; returns the copies to do before writing them."""
-        if not self.can_append(seq_id, num_tokens):
-            raise MemoryError(f"sequence {seq_id}: no room for {num_tokens} more tokens")
+        """Make room for `num_tokens` more tokens; returns the copies to do before writing them.
+        The caller has checked `can_append(_batch)`."""
         copies: list[Copy] = []
         if num_tokens <= 0:
             return copies
@@ -212,6 +222,12 @@ class BlockManager:
         self.num_used_slots += num_tokens
         self.seq_lens[seq_id] = new_length
         return copies
+
+    def append_batch(self, num_tokens_by_seq: dict[int, int]) -> list[Copy] | None:
+        """All the appends, or none (None, nothing changed); copies are to be done in order."""
+        if not self.can_append_batch(num_tokens_by_seq):
+            return None
+        return [c for seq_id, n in num_tokens_by_seq.items() for c in self.append(seq_id, n)]
 
     def fork(self, seq_id: int, child_ids: list[int]) -> list[Copy]:
         table = self.block_tables[seq_id]

@@ -58,3 +58,23 @@ class KVClient:
         self.sock.close(0)
         if self._own_ctx:
             self.ctx.term()
+
+
+class LocalClient(KVClient):
+    """The same calls straight into a Server object, no socket: for tests and profiling."""
+
+    def __init__(self, server, identity: bytes = b"local"):
+        self.server, self.identity, self.address = server, identity, "local"
+        self.next_id = 0
+        self.latencies_us = defaultdict(list)
+        self.width = server.width
+
+    def call(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:
+        self.next_id += 1
+        t0 = time.perf_counter_ns()
+        frames = self.server.handle(self.identity, P.encode_request(op, kv, id=self.next_id, **fields))
+        self.latencies_us[op].append((time.perf_counter_ns() - t0) / 1000)
+        return P.decode_reply(frames, self.width)
+
+    def close(self) -> None:
+        pass

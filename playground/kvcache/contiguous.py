@@ -42,25 +42,30 @@ class ContiguousAllocator:
         self.moved_slots = 0
 
     # -- holes -----------------------------------------------------------------------------
-    def _holes(self, ignore: int | None = None):
+    def _holes(self, ignore: int | None = None) -> list[tuple[int, int]]:
         """(start, size) of every free run in address order; `ignore`'s run counts as free."""
-        pos = 0
+        holes, pos, runs, owner = [], 0, self.runs, self.start_owner
         for start in self.starts:
-            seq = self.start_owner[start]
+            seq = owner[start]
             if seq == ignore:
                 continue
-            begin, reserved = self.runs[seq]
-            if begin > pos:
-                yield pos, begin - pos
-            pos = max(pos, begin + reserved)
+            if start > pos:
+                holes.append((pos, start - pos))
+            pos = start + runs[seq][1]
         if pos < self.capacity_slots:
-            yield pos, self.capacity_slots - pos
+            holes.append((pos, self.capacity_slots - pos))
+        return holes
 
     def _first_fit(self, size: int, ignore: int | None = None) -> int | None:
-        for start, hole in self._holes(ignore):
-            if hole >= size:
-                return start
-        return None
+        pos, runs, owner = 0, self.runs, self.start_owner
+        for start in self.starts:
+            seq = owner[start]
+            if seq == ignore:
+                continue
+            if start - pos >= size:
+                return pos
+            pos = start + runs[seq][1]
+        return pos if self.capacity_slots - pos >= size else None
 
     def _room_after(self, seq_id: int) -> int:
         """Slots from the start of `seq_id`'s run to the next run (or the end of the pool)."""
@@ -89,6 +94,10 @@ class ContiguousAllocator:
     def slots(self, seq_id: int, start: int = 0, stop: int | None = None) -> np.ndarray:
         stop = self.seq_lens[seq_id] if stop is None else stop
         return self.runs[seq_id][0] + np.arange(start, stop, dtype=np.int64)
+
+    def slot_list(self, seq_id: int, start: int, stop: int) -> list[int]:
+        base = self.runs[seq_id][0]
+        return list(range(base + start, base + stop))
 
     def _reservation(self, num_tokens: int, max_new_tokens: int | None) -> int:
         if not self.reserve_max:
@@ -137,6 +146,19 @@ class ContiguousAllocator:
             trial.append(seq_id, num_tokens)
         return True
 
+    def append_batch(self, num_tokens_by_seq: dict[int, int]) -> list[Copy] | None:
+        """All the appends, or none (None, nothing changed); copies are to be done in order."""
+        saved = dict(self.runs), dict(self.seq_lens), list(self.starts), dict(self.start_owner), \
+            self.num_moves, self.moved_slots
+        copies: list[Copy] = []
+        for seq_id, num_tokens in num_tokens_by_seq.items():
+            plan = self._plan_append(seq_id, num_tokens)
+            if plan is None:
+                self.runs, self.seq_lens, self.starts, self.start_owner, self.num_moves, self.moved_slots = saved
+                return None
+            copies += self._apply(seq_id, num_tokens, plan)
+        return copies
+
     def can_fork(self, seq_id: int, num_children: int) -> bool:
         start, reserved = self.runs[seq_id]
         holes = sorted((size for _, size in self._holes()), reverse=True)
@@ -161,7 +183,13 @@ class ContiguousAllocator:
         plan = self._plan_append(seq_id, num_tokens)
         if plan is None:
             raise MemoryError(f"sequence {seq_id}: no room for {num_tokens} more tokens")
+        return self._apply(seq_id, num_tokens, plan)
+
+    def _apply(self, seq_id: int, num_tokens: int, plan: tuple[str, int, int]) -> list[Copy]:
         kind, start, reserved = plan
+        if kind == "stay":
+            self.seq_lens[seq_id] += num_tokens
+            return []
         copies = []
         old_start, _ = self.runs[seq_id]
         self._unplace(seq_id)

@@ -4,8 +4,10 @@ KV-cache server, plus the fork workloads of the lecture and a throughput benchma
 The replay loop is vLLM's in miniature: admit waiting requests while the server accepts them
 (an out_of_memory refusal means the request waits; one that can never fit, or waits longer than
 `max_wait_s`, fails), then one decode step appends a token to every running sequence in one
-batched request; if the server refuses the step, the newest sequence is preempted (freed, to be
-recreated later from its prompt and what it had generated: vLLM's recompute). A finished
+batched request; if the server refuses the step, the newest sequences are preempted (freed, to be
+recreated later from its prompt and what it had generated: vLLM's recompute), and nothing is
+admitted until a running sequence finishes, or the freed room would be refilled at once and
+the same step refused again (a livelock we hit with first-fit). A finished
 sequence is read back, checked against the KV it was given, and freed.
 """
 
@@ -17,7 +19,7 @@ import numpy as np
 
 from playground.kvcache import protocol as P
 from playground.kvcache.client import KVClient
-from playground.kvcache.workloads import ForkSpec, RequestSpec, kv_for
+from playground.kvcache.workloads import ForkSpec, RequestSpec, kv_for, kv_for_batch
 
 
 @dataclass
@@ -53,11 +55,12 @@ def replay(client: KVClient, requests: list[RequestSpec], width: int, max_runnin
     stats = ReplayStats()
     waiting = deque(_Job(r) for r in requests)
     running: dict[int, _Job] = {}  # seq_id -> job, in admission order
-    free_slots = None
+    free_slots, pressure = None, False  # pressure: preempted since the last finish; admit nothing
     while waiting or running:
-        while waiting and len(running) < max_running and (free_slots is None or free_slots >= admit_watermark_slots
-                                                           or not running):
+        while waiting and len(running) < max_running and not (pressure and running):
             job = waiting[0]
+            if running and free_slots is not None and free_slots - job.length < admit_watermark_slots:
+                break  # keep headroom for the running sequences to grow (vLLM's watermark)
             header, _ = client.call("create", kv_for(job.spec.req_id, 0, job.length, width), num_tokens=job.length)
             if header["ok"]:
                 running[header["seq_id"]] = waiting.popleft()
@@ -80,21 +83,28 @@ def replay(client: KVClient, requests: list[RequestSpec], width: int, max_runnin
             time.sleep(0.002)  # the pool is full of other clients' sequences: back off, retry
             continue
         steps = {s: min(decode_tokens_per_step, j.spec.output_len - j.generated) for s, j in running.items()}
-        kv = np.concatenate([kv_for(running[s].spec.req_id, running[s].length, n, width) for s, n in steps.items()])
+        jobs = [running[s] for s in steps]
+        kv = kv_for_batch([j.spec.req_id for j in jobs], [j.length for j in jobs], list(steps.values()), width)
         header, _ = client.call("append", kv, seq_ids=list(steps), num_tokens=list(steps.values()))
         if not header["ok"]:
             if header["error"] != P.OUT_OF_MEMORY:
                 raise RuntimeError(f"append refused: {header['message']}")
-            victim = next(reversed(running))
-            client.check("free", seq_ids=[victim])
-            job = running.pop(victim)
-            if not job.waited:
-                job.waited = True
-                stats.waited += 1
-            job.first_refused_s = time.monotonic()
-            waiting.appendleft(job)
-            stats.preempted += 1
-            free_slots = None
+            victims, room = [], 0  # newest first, until what they free covers this step's tokens
+            for victim in reversed(running):
+                victims.append(victim)
+                room += running[victim].length
+                if room >= sum(steps.values()):
+                    break
+            free_slots = client.check("free", seq_ids=victims)[0]["free_slots"]
+            for victim in victims:
+                job = running.pop(victim)
+                if not job.waited:
+                    job.waited = True
+                    stats.waited += 1
+                job.first_refused_s = time.monotonic()
+                waiting.appendleft(job)
+            stats.preempted += len(victims)
+            pressure = True
             continue
         free_slots = header["free_slots"]
         finished = []
@@ -109,6 +119,7 @@ def replay(client: KVClient, requests: list[RequestSpec], width: int, max_runnin
                     stats.read_mismatches += 1
             stats.completed += 1
         if finished:
+            pressure = False
             free_slots = client.check("free", seq_ids=finished)[0]["free_slots"]
             on_done(stats.completed + stats.failed)
     return stats
@@ -170,7 +181,7 @@ def run_bench(client: KVClient, width: int, duration_s: float, num_seqs: int, pr
     t_end = time.monotonic() + duration_s
     tokens = 0
     while time.monotonic() < t_end:
-        kv = np.concatenate([kv_for(k, n, 1, width) for k, n in lengths.values()])
+        kv = kv_for_batch([k for k, _ in lengths.values()], [n for _, n in lengths.values()], [1] * len(lengths), width)
         client.check("append", kv, seq_ids=list(lengths), num_tokens=[1] * len(lengths))
         ops += 1
         tokens += len(lengths)

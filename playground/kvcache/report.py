@@ -28,7 +28,9 @@ def _replay_tables(params, per_policy: list[dict], run_dir: Path) -> tuple[list[
     for pol in per_policy:
         st, clients = pol["stats"], list(pol["clients"].values())
         frag = metrics.summarize_samples(pol["samples"], st["capacity_slots"])
-        total = lambda k: sum(c.get(k, 0) for c in clients)  # noqa: E731
+        def total(key: str, clients=clients) -> int:
+            return sum(c.get(key, 0) for c in clients)
+
         rows.append({
             "policy": pol["policy"], "peak_seqs": st["peak_live_seqs"], "mean_seqs": frag["mean_live_seqs"],
             "util_pct": 100 * frag["utilisation"], "peak_util_pct": 100 * frag["peak_utilisation"],

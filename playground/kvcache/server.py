@@ -122,19 +122,20 @@ class Server:
             if not self.policy.has(s):
                 raise P.ProtocolError(P.UNKNOWN_SEQUENCE, f"append: no sequence {s}")
         kv = P.kv_array(req, sum(counts), self.width)
-        if not self.policy.can_append_batch(dict(zip(seq_ids, counts, strict=True))):
+        old_lengths = [self.policy.length(s) for s in seq_ids]
+        copies = self.policy.append_batch(dict(zip(seq_ids, counts, strict=True)))  # all or nothing
+        if copies is None:
             fits = not getattr(self.policy, "reserve_max", False) or all(
                 self.policy.length(s) + n <= self.policy.runs[s][1] for s, n in zip(seq_ids, counts, strict=True))
             raise self._oom("append", f"{sum(counts)} tokens in {len(seq_ids)} sequences"
                             + ("" if fits else " (past a sequence's reserved maximum)"), fits)
-        row, lengths = 0, []
-        for s, n in zip(seq_ids, counts, strict=True):
-            old = self.policy.length(s)
-            for c in self.policy.append(s, n):
-                self.kv[c.dst_slot:c.dst_slot + c.num_slots] = self.kv[c.src_slot:c.src_slot + c.num_slots]
-            self.kv[self.policy.slots(s, old, old + n)] = kv[row:row + n]
-            row += n
+        for c in copies:  # in planning order: each source is read before a later copy reuses it
+            self.kv[c.dst_slot:c.dst_slot + c.num_slots] = self.kv[c.src_slot:c.src_slot + c.num_slots]
+        slots, lengths = [], []
+        for s, n, old in zip(seq_ids, counts, old_lengths, strict=True):
+            slots += self.policy.slot_list(s, old, old + n)
             lengths.append(old + n)
+        self.kv[slots] = kv  # one scatter for the whole batch
         return {"lengths": lengths, "free_slots": self._free_slots()}
 
     def _op_fork(self, client, req) -> dict:

@@ -11,15 +11,30 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def kv_for(key: int, start: int, num_tokens: int, width: int) -> np.ndarray:
-    """The KV vectors of positions [start, start + num_tokens) of the sequence named `key`."""
-    pos = np.arange(start, start + num_tokens, dtype=np.int64)[:, None]
+def kv_rows(keys, positions, width: int) -> np.ndarray:
+    """The KV vector of each (key, position) pair, one row each: a batch in one numpy pass."""
+    key = np.asarray(keys, dtype=np.int64)[:, None]
+    pos = np.asarray(positions, dtype=np.int64)[:, None]
     chan = np.arange(width, dtype=np.int64)[None, :]
     vals = (key * 7919 + pos * 104_729 + chan * 31 + (key * pos) % 997) % 65_521
     vals[:, :1] = key % 65_521
     if width > 1:
         vals[:, 1:2] = pos % 65_521
     return vals.astype(np.float32)
+
+
+def kv_for(key: int, start: int, num_tokens: int, width: int) -> np.ndarray:
+    """The KV vectors of positions [start, start + num_tokens) of the sequence named `key`."""
+    return kv_rows(np.full(num_tokens, key), np.arange(start, start + num_tokens), width)
+
+
+def kv_for_batch(keys: list[int], starts: list[int], counts: list[int], width: int) -> np.ndarray:
+    """kv_for of several sequences, concatenated in order (a batched append's KV frame)."""
+    counts_a = np.asarray(counts, dtype=np.int64)
+    rows_key = np.repeat(np.asarray(keys, dtype=np.int64), counts_a)
+    first = np.repeat(np.cumsum(counts_a) - counts_a, counts_a)
+    rows_pos = np.repeat(np.asarray(starts, dtype=np.int64), counts_a) + np.arange(counts_a.sum()) - first
+    return kv_rows(rows_key, rows_pos, width)
 
 
 @dataclass(frozen=True)

@@ -37,13 +37,18 @@ def allgather_steps(rank: int, size: int) -> list[tuple[int, int]]:
 
 
 def ring_pass(comm, buf: np.ndarray, bounds, steps, segment_elems: int, op: ReduceOp | None, tag: int,
-              phase: str) -> None:
-    """Run `steps` around the ring on flat `buf`: reduce with `op`, or copy when op is None."""
+              phase: str, source: np.ndarray | None = None) -> None:
+    """Run `steps` around the ring on flat `buf`: reduce with `op`, or copy when op is None.
+
+    With `source` (reduce-scatter only), step 0 sends from it and every received chunk is reduced
+    with source's chunk into `buf`: each chunk is received exactly once in a reduce-scatter, so
+    `buf` never needs a copy of the input first (one full pass over the data saved).
+    """
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
     t_phase = now_us()
     for step, (send_chunk, recv_chunk) in enumerate(steps):
         exchange(comm, buf, bounds[send_chunk], right, bounds[recv_chunk], left, segment_elems, op, tag,
-                 f"{phase} step {step}")
+                 f"{phase} step {step}", send_buf=source if step == 0 else None, base=source)
     if comm.tracer.enabled:
         comm.tracer.add(phase, CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
 
@@ -55,12 +60,14 @@ def _flat_copy(x: np.ndarray) -> np.ndarray:
 def allreduce_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
                    segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
-    buf = _flat_copy(x)
-    if comm.size == 1 or buf.size == 0:
-        return buf.reshape(x.shape)
+    if comm.size == 1 or x.size == 0:
+        return _flat_copy(x).reshape(x.shape)
+    source = np.ascontiguousarray(x).reshape(-1)
+    buf = np.empty_like(source)  # every chunk is written by the reduce-scatter or the all-gather
     bounds = chunk_bounds(buf.size, comm.size)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
-    ring_pass(comm, buf, bounds, reduce_scatter_steps(comm.rank, comm.size), seg, op, TAG_RING, "ring.reduce_scatter")
+    ring_pass(comm, buf, bounds, reduce_scatter_steps(comm.rank, comm.size), seg, op, TAG_RING,
+              "ring.reduce_scatter", source=source)
     ring_pass(comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather")
     return buf.reshape(x.shape)
 
@@ -68,13 +75,15 @@ def allreduce_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
 def reduce_scatter_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
                         segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
     """Rank r gets chunk r (of `chunk_bounds(x.size, N)`) of the reduction of every rank's flat `x`."""
-    buf = _flat_copy(x)
-    bounds = chunk_bounds(buf.size, comm.size)
-    if comm.size > 1 and buf.size:
-        seg = segment_elems_for(segment_bytes, buf.itemsize)
-        ring_pass(comm, buf, bounds, reduce_scatter_steps(comm.rank, comm.size), seg, op, TAG_RING,
-                  "ring.reduce_scatter")
+    source = np.ascontiguousarray(x).reshape(-1)
+    bounds = chunk_bounds(source.size, comm.size)
     a, b = bounds[comm.rank]
+    if comm.size == 1 or source.size == 0:
+        return source[a:b].copy()
+    buf = np.empty_like(source)
+    seg = segment_elems_for(segment_bytes, buf.itemsize)
+    ring_pass(comm, buf, bounds, reduce_scatter_steps(comm.rank, comm.size), seg, op, TAG_RING,
+              "ring.reduce_scatter", source=source)
     return buf[a:b].copy()
 
 

@@ -294,9 +294,9 @@ class Communicator:
             return result
         return arr if out is None else _copy_into(out, arr)
 
-    def recv_reduce(self, src: int, tag: int, target: np.ndarray, ufunc=None) -> int:
-        """Receive from (src, tag) straight into `target`: target = ufunc(target, message), or a copy
-        when ufunc is None. Returns the element count received (for the caller to check)."""
+    def recv_reduce(self, src: int, tag: int, target: np.ndarray, ufunc=None, base: np.ndarray | None = None) -> int:
+        """Receive from (src, tag) straight into `target`: target = ufunc(base, message) (base defaults
+        to target itself), or a copy when ufunc is None. Returns the element count received."""
         msg = self._take(src, tag, "recv", None, target if ufunc is None else None)
         if msg is None:
             return target.size
@@ -307,7 +307,7 @@ class Communicator:
                 np.copyto(target, arr.reshape(target.shape), casting="no")
             else:
                 t0 = time.monotonic_ns()
-                ufunc(target, arr.reshape(target.shape), out=target)
+                ufunc(target if base is None else base, arr.reshape(target.shape), out=target)
                 if self.tracer.enabled:
                     self.tracer.add_ns("reduce", CAT_REDUCE, t0, time.monotonic_ns(), src, arr.nbytes)
         if token is not None:

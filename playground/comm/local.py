@@ -55,13 +55,13 @@ class LocalCommunicator:
             return out
         return arr
 
-    def recv_reduce(self, src: int, tag: int, target: np.ndarray, ufunc=None) -> int:
+    def recv_reduce(self, src: int, tag: int, target: np.ndarray, ufunc=None, base=None) -> int:
         arr = self.recv(src, tag)
         if arr.size == target.size:
             if ufunc is None:
                 np.copyto(target, arr.reshape(target.shape))
             else:
-                ufunc(target, arr.reshape(target.shape), out=target)
+                ufunc(target if base is None else base, arr.reshape(target.shape), out=target)
         return arr.size
 
     def barrier(self, timeout_s=None):

@@ -32,6 +32,7 @@ from playground.errors import CommTimeout, FaultInjected, PeerLost
 from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this, copying is cheaper than tracking a zero-copy frame
+SOCKET_BUFFER_BYTES = 4 << 20  # kernel socket buffers: fewer wake-ups per large message (capped by net.core.*mem_max)
 SLICE_MS = 100  # longest single blocking receive; abort and deadline are checked between slices
 
 TAG_BARRIER = -1  # internal tags are negative; user tags are >= 0
@@ -129,6 +130,7 @@ class Communicator:
             sock = self._ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDBUF, SOCKET_BUFFER_BYTES)
             sock.connect(self.endpoints[dst])
             self._push[dst] = sock
         return sock

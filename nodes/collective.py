@@ -100,8 +100,8 @@ def combine_rows(results: list[dict], params: Params) -> list[dict]:
         wrong = sum(max(0, r["wrong"]) for r in per_rank) if params.check else -1
         op = params.op if params.collective in ("allreduce", "reduce_scatter", "reduce") else "none"
         rows.append({"size": base["size"], "count": base["count"], "dtype": params.dtype, "op": op,
-                     "algorithm": base["algorithm"], "time_us": round(t_us, 2), "algbw_gbps": round(algbw, 4),
-                     "busbw_gbps": round(algbw * busbw_factor(params.collective, n), 4), "wrong": wrong})
+                     "algorithm": base["algorithm"], "time_us": round(t_us, 2), "algbw_gbps": round(algbw, 6),
+                     "busbw_gbps": round(algbw * busbw_factor(params.collective, n), 6), "wrong": wrong})
     return rows
 
 

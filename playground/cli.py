@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, bench."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench."""
 
 import argparse
 import sys
@@ -45,6 +45,12 @@ def _cmd_inspect(args) -> int:
     return inspect_run(Path(args.run_dir), trace_path=args.trace, plot_path=args.plot)
 
 
+def _cmd_node(args) -> int:
+    from playground.external import run_external
+
+    return run_external(args.scenario, overrides=args.set or [], out=Path(args.out))
+
+
 def _cmd_bench(args) -> int:
     from playground.bench import run_bench
 
@@ -70,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
     i.add_argument("--plot", metavar="FILE.png", help="draw the per-rank timeline")
     i.set_defaults(func=_cmd_inspect)
+
+    nd = sub.add_parser("node", help="run one rank under another launcher (torchrun, mpiexec, srun, a shell loop)",
+                        description="One rank of a run started by another launcher; the rank comes from RANK/"
+                                    "WORLD_SIZE (or PMI_*, OMPI_COMM_WORLD_*, SLURM_*), the coordinator from "
+                                    "MASTER_ADDR/MASTER_PORT. See docs/external-launchers.md.")
+    nd.add_argument("scenario", help="built-in name (see `list`) or path to a YAML file")
+    nd.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5")
+    nd.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
+    nd.set_defaults(func=_cmd_node)
 
     from playground.bench import add_bench_parser
 

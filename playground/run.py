@@ -30,16 +30,38 @@ def make_run_dir(base: Path, name: str) -> Path:
         except FileExistsError:
             k += 1
             run_dir = base / f"{stamp}-{name}-{k}"
-    latest = base / "latest"
-    tmp = base / f".latest-{os.getpid()}"
+    point_latest(base, run_dir)
+    return run_dir
+
+
+def point_latest(base: Path, run_dir: Path) -> None:
+    """Make base/latest point at run_dir (atomically: a reader never sees it missing)."""
+    latest, tmp = base / "latest", base / f".latest-{os.getpid()}"
+    target = run_dir.name if run_dir.resolve().parent == base.resolve() else str(run_dir.resolve())
     try:
         if tmp.is_symlink():
             tmp.unlink()
-        tmp.symlink_to(run_dir.name)
+        tmp.symlink_to(target)
         os.replace(tmp, latest)
     except OSError:
         pass
-    return run_dir
+
+
+def write_result(run_dir: Path, result: dict) -> None:
+    (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=_json_default))
+
+
+def print_outcome(outcome: LaunchOutcome, report: Report, run_dir: Path, console: Console, err: Console) -> None:
+    """The table on success, else the root cause first; then the report's own failures and the logs."""
+    if outcome.ok:
+        render_report(report, console)
+    elif outcome.failures:
+        print_failures(outcome, err)
+    elif not outcome.interrupted:
+        err.print("[bold red]FAILED[/bold red] not every rank finished", highlight=False)
+    for line in report.failures:
+        err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)
+    console.print(f"logs: {run_dir}  (python -m playground inspect {run_dir})", highlight=False)
 
 
 def _json_default(o):
@@ -124,14 +146,8 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
         err.print("interrupted: every rank was stopped", highlight=False)
     report = summarize(scenario, outcome, run_dir) if not outcome.interrupted else Report(False, [])
     result = result_dict(scenario, outcome, report, run_dir)
-    (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=_json_default))
-    if outcome.ok:
-        render_report(report, console)
-    elif not outcome.interrupted:
-        print_failures(outcome, err)
-    for line in report.failures:
-        err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)
-    console.print(f"logs: {run_dir}  (python -m playground inspect {run_dir})", highlight=False)
+    write_result(run_dir, result)
+    print_outcome(outcome, report, run_dir, console, err)
     if outcome.interrupted:
         return EXIT_INTERRUPTED, result
     return (EXIT_OK if result["ok"] else EXIT_FAILED), result

@@ -54,7 +54,8 @@ def test_ring_run_writes_run_dir_and_matching_table(runs_dir):
     assert [r["size"] for r in result["rows"]] == [8, 1024, 100000]
     for row in result["rows"]:
         assert row["algorithm"] == "ring" and row["wrong"] == 0 and row["time_us"] > 0
-        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * 3 / 4, rel=1e-3, abs=1e-4)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * 3 / 4, rel=1e-3, abs=2e-6)
+        assert row["algbw_gbps"] == pytest.approx(row["size"] / row["time_us"] / 1e3, rel=1e-3, abs=2e-6)
         # the printed table has the same numbers as result.json
         printed = next(line for line in out.splitlines() if re.match(rf"^\W*{row['size']}\s", line))
         cells = [c.strip() for c in re.split(r"[│|]", printed) if c.strip()]

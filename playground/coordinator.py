@@ -1,0 +1,283 @@
+"""The coordinator: the one place that knows every rank's state during a run.
+
+Ranks talk to it over a ZeroMQ ROUTER with the control messages of `playground.rendezvous`:
+register -> (all registered) table to everyone; clock -> clock; progress -> the launcher's bar;
+done -> (all done) release to everyone; error -> record the failure and abort the others.
+The first failure is the root cause; failures that are consequences of it (PeerLost) are marked
+secondary. Ranks that neither report nor go away after an abort are blamed as hung, with their
+stack when this host can ask them for it.
+
+Two owners use it. `Launcher` forks the ranks itself and also watches each process's exit
+sentinel (`watch_exits=True`): a rank is gone when its process is. Under another launcher
+(`playground.external`, torchrun / mpiexec / srun) there are no sentinels (`watch_exits=False`):
+a rank counts as gone once it has said its last word (an error, or done and released), and a rank
+that dies silently is found by its peers' receive timeouts.
+"""
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+
+ABORT_GRACE_S = 2.0  # after an abort, how long ranks get to report and exit before SIGKILL
+STACK_WAIT_S = 0.3  # how long a hung rank gets to dump its stack on SIGUSR1
+SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
+POLL_MS = 200  # longest single wait of the loop; deadlines are checked between waits
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    at_s: float
+    kind: str  # "error", "signal", "exit", "hang", "register"
+    message: str
+    traceback: str = ""
+    pid: int | None = None
+    host: str = ""
+    secondary: bool = False  # a consequence of another rank's failure (PeerLost)
+    stack: str = ""
+    waiting_for: int | None = None  # the peer a timed-out rank was waiting for
+
+    def headline(self) -> str:
+        where = f" (pid {self.pid}{' on ' + self.host if self.host else ''})" if self.pid else ""
+        return f"rank {self.rank}{where} at {self.at_s:.2f}s: {self.message}"
+
+
+@dataclass
+class LaunchOutcome:
+    results: list[dict | None]
+    failures: list[RankFailure] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.interrupted and all(r is not None for r in self.results)
+
+    @property
+    def root_cause(self) -> RankFailure | None:
+        primary = [f for f in self.failures if not f.secondary]
+        return (primary or self.failures or [None])[0]
+
+
+class Coordinator:
+    """Registration, release and abort for `world_size` ranks; the loop is `serve`.
+
+    Not thread-safe: the thread that calls `serve` owns the router socket and all the state; read
+    `outcome()` only after `serve` has returned.
+    """
+
+    def __init__(self, world_size: int, timeout_s: float, run_dir: Path, on_progress=None,
+                 watch_exits: bool = True):
+        self.n = world_size
+        self.timeout_s = timeout_s
+        self.run_dir = run_dir
+        self.on_progress = on_progress
+        self.watch_exits = watch_exits
+        self.t0 = time.monotonic()
+        self.router: zmq.Socket | None = None
+        self.pids: dict[int, int] = {}
+        self.hosts: dict[int, str] = {}
+        self.identities: dict[int, bytes] = {}
+        self.endpoints: dict[int, str] = {}
+        self.results: list[dict | None] = [None] * world_size
+        self.failures: list[RankFailure] = []
+        self.reported: set[int] = set()  # ranks that sent done or error
+        self.exited: set[int] = set()  # ranks that are gone (process exit, or last word said)
+        self.released = False
+        self.abort_deadline: float | None = None
+        self.register_deadline = self.t0 + max(30.0, timeout_s)
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.t0
+
+    def outcome(self, interrupted: bool = False) -> LaunchOutcome:
+        return LaunchOutcome(self.results, self.failures, self.elapsed_s(), interrupted)
+
+    # -- the loop --------------------------------------------------------------------------
+    def serve(self, router: zmq.Socket, watch: dict | None = None, stop: threading.Event | None = None) -> None:
+        """Answer ranks until every rank is gone or an abort has settled.
+
+        `watch` maps extra pollable file descriptors (process sentinels) to a callback run once when
+        the descriptor becomes readable; `stop` ends the loop early from another thread.
+        """
+        self.router = router
+        watch = dict(watch or {})
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        for fd in watch:
+            poller.register(fd, zmq.POLLIN)
+        while len(self.exited) < self.n and not (stop is not None and stop.is_set()):
+            for sock, _ in poller.poll(POLL_MS):
+                if sock is router:
+                    self.drain()
+                else:
+                    poller.unregister(sock)
+                    watch.pop(sock)()
+            if self.tick():
+                return
+
+    def drain(self) -> None:
+        """Handle every control message waiting on the router."""
+        while self.router.poll(0):
+            ident, raw = self.router.recv_multipart()
+            self.on_message(ident, json.loads(raw))
+
+    def on_message(self, ident: bytes, msg: dict) -> None:
+        kind, rank = msg.get("type"), msg.get("rank")
+        if kind in ("register", "done", "error") and not (isinstance(rank, int) and 0 <= rank < self.n):
+            self.fail(RankFailure(rank if isinstance(rank, int) else -1, self.elapsed_s(), "register",
+                                  f"sent {kind} as rank {rank!r}, but the run has {self.n} ranks "
+                                  f"(is WORLD_SIZE the same for every process?)", pid=msg.get("pid")))
+            return
+        if kind == "register":
+            self.identities[rank], self.endpoints[rank] = ident, msg["endpoint"]
+            self.hosts[rank] = msg.get("host", "")
+            if msg.get("pid") is not None:
+                self.pids.setdefault(rank, msg["pid"])
+            if len(self.endpoints) == self.n:
+                self._broadcast({"type": "table", "endpoints": [self.endpoints[r] for r in range(self.n)],
+                                 "host": socket.gethostname(), "t_us": time.monotonic_ns() / 1000})
+        elif kind == "clock":
+            self._send(ident, {"type": "clock", "t_us": time.monotonic_ns() / 1000})
+        elif kind == "progress":
+            if self.on_progress:
+                self.on_progress(msg)
+        elif kind == "done":
+            self.results[rank] = msg.get("result", {})
+            self.reported.add(rank)
+            if not self.released and all(r is not None for r in self.results):
+                self.released = True
+                self._broadcast({"type": "release"})
+                if not self.watch_exits:
+                    self.exited.update(range(self.n))
+        elif kind == "error":
+            self.reported.add(rank)
+            if not self.watch_exits:
+                self.exited.add(rank)
+            self.on_error(rank, msg)
+
+    def tick(self) -> bool:
+        """Check the deadlines; True when the loop should end (an abort has settled)."""
+        now = time.monotonic()
+        if len(self.endpoints) < self.n and now > self.register_deadline and self.abort_deadline is None:
+            missing = sorted(set(range(self.n)) - set(self.endpoints))
+            self.fail(RankFailure(missing[0], now - self.t0, "register",
+                                  f"did not register with the coordinator within "
+                                  f"{self.register_deadline - self.t0:.0f}s (missing ranks {missing})",
+                                  pid=self.pids.get(missing[0])))
+        if self.abort_deadline is not None:
+            everyone = set(range(self.n))
+            silent = everyone - self.exited - self.reported
+            if now > self.abort_deadline or (self.exited | silent == everyone
+                                             and now > self.abort_deadline - ABORT_GRACE_S + SETTLE_S):
+                self.blame_silent(silent)
+                return True
+        return False
+
+    # -- failures ----------------------------------------------------------------------------
+    def fail(self, failure: RankFailure) -> None:
+        """Record a failure; the first one also tells every other live rank to abort."""
+        self.failures.append(failure)
+        if self.abort_deadline is None:
+            self.abort_deadline = time.monotonic() + ABORT_GRACE_S
+            reason = f"rank {failure.rank} failed: {failure.message.splitlines()[0] if failure.message else failure.kind}"
+            for r, ident in self.identities.items():
+                if r != failure.rank and r not in self.exited:
+                    self._send(ident, {"type": "abort", "reason": reason})
+
+    def on_error(self, rank: int, msg: dict) -> None:
+        text = f"{msg.get('error_type', 'Error')}: {msg.get('message', '')}"
+        failure = RankFailure(rank, self.elapsed_s(), "error", text, msg.get("traceback", ""),
+                              pid=self.pids.get(rank), host=self.hosts.get(rank, ""),
+                              secondary=bool(msg.get("secondary")))
+        if msg.get("waiting_for") is not None:
+            failure.waiting_for = msg["waiting_for"]
+        self.fail(failure)
+
+    def blame_silent(self, silent: set[int]) -> None:
+        """Ranks that neither reported nor exited after the abort are hung: they become the root cause."""
+        waited_on = {f.waiting_for for f in self.failures if f.waiting_for is not None}
+        hung = []
+        for rank in sorted(silent, key=lambda r: (r not in waited_on, r)):
+            waiters = sorted(f.rank for f in self.failures if f.waiting_for == rank)
+            why = f"rank {', '.join(map(str, waiters))} timed out waiting for it" if waiters else "did not finish"
+            if not self.watch_exits and self._is_gone(rank):
+                what = f"its process is gone: it exited or was killed without reporting ({why})"
+            else:
+                what = f"unresponsive ({why}; it did not answer the abort)"
+            stack = self.dump_stack(rank)
+            if not self.watch_exits and self._can_signal(rank) and self._kill(rank):
+                what = what[:-1] + ", so the coordinator killed it)"
+            hung.append(RankFailure(rank, self.elapsed_s(), "hang", what, pid=self.pids.get(rank),
+                                    host=self.hosts.get(rank, ""), stack=stack))
+        if hung:
+            for f in self.failures:
+                f.secondary = True
+            self.failures[:0] = hung
+
+    def dump_stack(self, rank: int) -> str:
+        """Where a silent rank is stuck: ask it for a faulthandler dump (SIGUSR1), if it is ours to signal."""
+        if not self._can_signal(rank):
+            return ""
+        path = self.run_dir / f"rank-{rank}.stack"
+        try:
+            os.kill(self.pids[rank], signal.SIGUSR1)
+        except (ProcessLookupError, KeyError):
+            return ""
+        deadline = time.monotonic() + STACK_WAIT_S
+        while time.monotonic() < deadline:
+            text = path.read_text() if path.exists() else ""
+            if text.strip():
+                return text
+            time.sleep(0.02)
+        return ""
+
+    def _can_signal(self, rank: int) -> bool:
+        """Our own children always; under another launcher only a playground process on this host
+        (a pid from elsewhere, or one reused since the rank died, must not get SIGUSR1)."""
+        if self.watch_exits:
+            return True
+        if rank not in self.pids or self.hosts.get(rank) != socket.gethostname():
+            return False
+        try:
+            with open(f"/proc/{self.pids[rank]}/cmdline", "rb") as f:
+                return b"playground" in f.read()
+        except OSError:
+            return False
+
+    def _kill(self, rank: int) -> bool:
+        """Stop a hung rank on this host, as our own launcher would: nobody else may (a shell loop)."""
+        try:
+            os.kill(self.pids[rank], signal.SIGKILL)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def _is_gone(self, rank: int) -> bool:
+        """On this host: the process no longer runs (absent, or a zombie its launcher has not reaped yet)."""
+        if rank not in self.pids or self.hosts.get(rank) != socket.gethostname():
+            return False
+        try:
+            with open(f"/proc/{self.pids[rank]}/stat") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state in ("Z", "X")
+
+    # -- sending -----------------------------------------------------------------------------
+    def _send(self, ident: bytes, msg: dict) -> None:
+        if self.router is not None:
+            self.router.send_multipart([ident, json.dumps(msg).encode()])
+
+    def _broadcast(self, msg: dict) -> None:
+        for r in range(self.n):
+            if r in self.identities:
+                self._send(self.identities[r], msg)
+

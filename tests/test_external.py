@@ -1,0 +1,213 @@
+"""`python -m playground node`: ranks started by someone else (a shell loop, mpiexec) join one run
+over tcp; rank 0 hosts the coordinator and writes result.json; a failure ends every process."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import playground
+from playground.errors import ScenarioError
+from playground.external import coordinator_port, run_dir_for
+from playground.rendezvous import free_tcp_port
+
+ROOT = Path(playground.__file__).resolve().parent.parent  # the same playground the tests imported
+SMALL = ["--set", "params.sizes=[1KiB]", "--set", "params.iters=3", "--set", "params.warmup=1"]
+# Whatever launched pytest must not leak into the ranks (a RANK from torchrun, a SLURM_PROCID, ...).
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PMI_RANK", "PMI_SIZE",
+                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                 "TORCHELASTIC_RUN_ID", "PLAYGROUND_COORD_PORT", "PLAYGROUND_RUN_DIR", "PLAYGROUND_IPC_DIR")
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return {**env, **extra}
+
+
+class Ranks:
+    """Processes this test started, each in its own session; `finish` waits for all of them and then
+    checks (and kills) anything left behind in those sessions."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, args: list[str], env: dict) -> subprocess.Popen:
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def start_nodes(self, n: int, out: Path, sets: list[str], names=("RANK", "WORLD_SIZE")) -> int:
+        port = free_tcp_port()
+        for r in range(n):
+            env = clean_env(**{names[0]: str(r), names[1]: str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+            self.start([sys.executable, "-m", "playground", "node", "ring", "--out", str(out), *sets], env)
+        return port
+
+    def finish(self, timeout_s: float = 45) -> list[tuple[int, str, str]]:
+        deadline = time.monotonic() + timeout_s
+        done = []
+        for p in self.procs:
+            try:
+                out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill_all()
+                raise AssertionError(f"rank process {p.args} did not finish within {timeout_s}s") from None
+            done.append((p.returncode, out, err))
+        assert not self.leftovers(), f"processes left behind: {self.leftovers()}"
+        return done
+
+    def leftovers(self) -> list[psutil.Process]:
+        sids = {p.pid for p in self.procs}
+        left = []
+        for q in psutil.process_iter():
+            try:
+                if os.getsid(q.pid) in sids and q.status() != psutil.STATUS_ZOMBIE:
+                    left.append(q)
+            except (ProcessLookupError, psutil.Error):
+                pass
+        return left
+
+    def kill_all(self) -> None:
+        for q in self.leftovers():
+            q.kill()
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+
+
+@pytest.fixture
+def ranks():
+    r = Ranks()
+    try:
+        yield r
+    finally:
+        r.kill_all()
+
+
+def assert_good_run(run_dir: Path, out: Path, n: int) -> None:
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["ok"] is True and result["ranks"] == n and result["transport"] == "tcp"
+    assert [row["size"] for row in result["rows"]] == [1024]
+    assert all(row["wrong"] == 0 for row in result["rows"])
+    assert sorted(p.name for p in run_dir.glob("rank-*.jsonl")) == [f"rank-{r}.jsonl" for r in range(n)]
+    assert (run_dir / "scenario.yaml").exists()
+    assert (out / "latest").resolve() == run_dir.resolve()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [2, 3])
+def test_ranks_from_a_shell_loop_join_one_run(ranks, runs_dir, n):
+    port = ranks.start_nodes(n, runs_dir, SMALL)
+    done = ranks.finish()
+    assert [code for code, _, _ in done] == [0] * n, done
+    assert "#wrong" in done[0][1]  # rank 0 prints the table; the others stay quiet
+    assert all(not out.strip() for _, out, _ in done[1:]), done
+    assert_good_run(runs_dir / f"ring-{port}", runs_dir, n)
+
+
+@pytest.mark.timeout(60)
+def test_mpich_environment_names(ranks, runs_dir):
+    port = ranks.start_nodes(2, runs_dir, SMALL, names=("PMI_RANK", "PMI_SIZE"))
+    done = ranks.finish()
+    assert [code for code, _, _ in done] == [0, 0], done
+    assert_good_run(runs_dir / f"ring-{port}", runs_dir, 2)
+
+
+@pytest.mark.timeout(60)
+def test_raising_rank_fails_every_process_fast(ranks, runs_dir):
+    t0 = time.monotonic()
+    port = ranks.start_nodes(3, runs_dir, [*SMALL, "--set", "fault.rank=1", "--set", "fault.action=raise",
+                                           "--set", "timeout_s=30"])
+    done = ranks.finish()
+    elapsed = time.monotonic() - t0
+    assert [code for code, _, _ in done] == [1, 1, 1], done
+    assert elapsed < 15, f"took {elapsed:.1f}s: the abort must not wait for the 30 s receive timeout"
+    root = next(line for line in done[0][2].splitlines() if "root cause" in line)
+    assert "rank 1" in root and "FaultInjected" in root, done[0][2]
+    result = json.loads((runs_dir / f"ring-{port}" / "result.json").read_text())
+    assert result["ok"] is False and "rank 1" in result["failures"][0]
+    assert "PeerLost" in done[2][2]  # rank 2 says it stopped because of another rank
+
+
+@pytest.mark.timeout(60)
+def test_killed_rank_is_found_by_timeouts(ranks, runs_dir):
+    """No sentinels under another launcher: a SIGKILLed rank is found by its peers' receive timeout."""
+    port = ranks.start_nodes(3, runs_dir, [*SMALL, "--set", "fault.rank=1", "--set", "fault.action=kill",
+                                           "--set", "fault.after_ops=4", "--set", "timeout_s=3"])
+    done = ranks.finish()
+    assert [code for code, _, _ in done] == [1, -9, 1], done
+    root = next(line for line in done[0][2].splitlines() if "root cause" in line)
+    assert "rank 1" in root and "process is gone" in root, done[0][2]
+    assert json.loads((runs_dir / f"ring-{port}" / "result.json").read_text())["ok"] is False
+
+
+@pytest.mark.timeout(60)
+def test_hung_rank_is_named_with_its_stack_and_stopped(ranks, runs_dir):
+    """A hung rank on rank 0's host is blamed with its stack and killed: a shell loop would not kill it."""
+    ranks.start_nodes(3, runs_dir, [*SMALL, "--set", "fault.rank=1", "--set", "fault.action=hang",
+                                    "--set", "fault.after_ops=4", "--set", "timeout_s=2"])
+    done = ranks.finish(timeout_s=30)
+    assert [code for code, _, _ in done] == [1, -9, 1], done
+    root = next(line for line in done[0][2].splitlines() if "root cause" in line)
+    assert "rank 1" in root and "unresponsive" in root and "killed it" in root, done[0][2]
+    assert "_count_op" in done[0][2]  # the hung rank's own stack shows where it was stuck
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("env,sets,expect", [
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29400"}, ["--set", "params.bogus=1"], "key 'params.bogus'"),
+    ({"WORLD_SIZE": "2", "MASTER_PORT": "29400"}, [], "RANK is not set"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, [], "MASTER_PORT is not set"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "x"}, [], "must be integers"),
+])
+def test_bad_input_is_one_line_and_status_2(ranks, runs_dir, env, sets, expect):
+    ranks.start([sys.executable, "-m", "playground", "node", "ring", "--out", str(runs_dir), *sets], clean_env(**env))
+    [(code, out, err)] = ranks.finish()
+    assert code == 2 and expect in err and len(err.strip().splitlines()) == 1, err
+    assert not runs_dir.exists()  # nothing is created before the input is valid
+
+
+def test_coordinator_port_rule():
+    assert coordinator_port({}, 29500) == 29500
+    assert coordinator_port({"TORCHELASTIC_RUN_ID": "abc"}, 29500) == 29501  # torchrun's store owns 29500
+    assert coordinator_port({"TORCHELASTIC_RUN_ID": "abc", "PLAYGROUND_COORD_PORT": "40000"}, 29500) == 40000
+    with pytest.raises(ScenarioError, match="PLAYGROUND_COORD_PORT"):
+        coordinator_port({"PLAYGROUND_COORD_PORT": "http"}, 29500)
+    assert run_dir_for(Path("runs"), "ring", 29500, {}) == Path("runs/ring-29500")
+    assert run_dir_for(Path("runs"), "ring", 29500, {"PLAYGROUND_RUN_DIR": "/x/y"}) == Path("/x/y")
+
+
+def _mpich_mpiexec() -> str | None:
+    exe = shutil.which("mpiexec")
+    if exe is None:
+        return None
+    try:
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return exe if "HYDRA" in version or "MPICH" in version else None
+
+
+MPIEXEC = _mpich_mpiexec()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(MPIEXEC is None, reason="MPICH's mpiexec (hydra) is not installed (apt-get install mpich); "
+                                            "-genv is MPICH syntax")
+def test_under_mpiexec(ranks, runs_dir):
+    port = free_tcp_port()
+    ranks.start([MPIEXEC, "-n", "2", "-genv", "MASTER_ADDR", "127.0.0.1", "-genv", "MASTER_PORT", str(port),
+                 sys.executable, "-m", "playground", "node", "ring", "--out", str(runs_dir), *SMALL], clean_env())
+    [(code, out, err)] = ranks.finish()
+    assert code == 0, out + err
+    assert "2 ranks over tcp" in out
+    assert_good_run(runs_dir / f"ring-{port}", runs_dir, 2)

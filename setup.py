@@ -4,22 +4,13 @@ Without a working C compiler (or without Python's headers) the build stops with 
 says what is missing and how to get it, instead of a page of distutils output.
 """
 
+import os
 import shutil
 import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
-
-try:
-    from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
-except ImportError:  # setuptools < 59
-    from distutils.errors import (  # noqa: UP035
-        CCompilerError,
-        CompileError,
-        DistutilsExecError as ExecError,
-        DistutilsPlatformError as PlatformError,
-        LinkError,
-    )
+from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
 
 HOW_TO_FIX = "install one (Debian/Ubuntu: apt-get install gcc python3-dev; Fedora: dnf install gcc python3-devel; macOS: xcode-select --install)"
 
@@ -28,10 +19,10 @@ class BuildNativeExt(build_ext):
     """build_ext that turns a missing compiler or missing Python.h into one clear error."""
 
     def run(self):
-        cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-        if shutil.which(cc) is None and shutil.which("cc") is None and shutil.which("gcc") is None:
+        cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+        if shutil.which(cc) is None:
             raise SystemExit(
-                f"error: building playground._native needs a C compiler and none was found ('{cc}', cc, gcc): {HOW_TO_FIX}"
+                f"error: building playground._native needs a C compiler; '{cc}' was not found: {HOW_TO_FIX}"
             )
         try:
             super().run()

@@ -11,6 +11,11 @@ every load waits for the one before and prefetchers cannot guess the next addres
   a page visited before the next page: one TLB miss per 64 loads, so the DRAM plateau is the
   memory's own latency (what lmbench2's line_initialize measured).
 
+- `thrash`: lat_mem_rd -t's own order, rebuilt: round r visits every page once, in one random
+  page order, at line bitreverse((k + r) mod lines_per_page) of the k-th page. The page sequence is
+  a strict cycle, so once the set has more pages than a TLB level has entries, an LRU-like TLB
+  misses on every load; `random` revisits pages in random order and still hits sometimes.
+
 `huge_pages=True` asks for 2 MiB transparent huge pages (madvise), which also takes TLB misses
 out of `random` up to ~6 GiB of reach; `huge_page_bytes` reports how much the kernel gave.
 One buffer of the largest size is allocated once and reused, as lat_mem_rd does.
@@ -27,7 +32,7 @@ import numpy as np
 from playground.memlab.native import load_native
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
-LAYOUTS = ("random", "page_grouped")
+LAYOUTS = ("random", "page_grouped", "thrash")
 
 
 def cycle_order(num_slots: int, rng: np.random.Generator) -> np.ndarray:
@@ -45,6 +50,27 @@ def page_grouped_order(num_slots: int, slots_per_page: int, rng: np.random.Gener
         tail = num_pages * slots_per_page + rng.permutation(rest).astype(np.int64)
         order = np.concatenate([order, tail])
     return order
+
+
+def bit_reversed(n: int) -> np.ndarray:
+    """0..n-1 in bit-reversed order (n a power of two), lmbench's words_initialize."""
+    bits = max(n.bit_length() - 1, 0)
+    idx = np.arange(n)
+    out = np.zeros(n, dtype=np.int64)
+    for b in range(bits):
+        out |= ((idx >> b) & 1) << (bits - 1 - b)
+    return out
+
+
+def thrash_order(num_slots: int, slots_per_page: int, rng: np.random.Generator) -> np.ndarray:
+    """lat_mem_rd -t's visiting order over whole pages (a partial last page is left out)."""
+    num_pages = max(num_slots // slots_per_page, 1)
+    per_page = min(slots_per_page, num_slots)
+    pages = rng.permutation(num_pages).astype(np.int64)
+    lines = bit_reversed(per_page)
+    k = np.arange(num_pages)[None, :]
+    r = np.arange(per_page)[:, None]
+    return (pages[k] * slots_per_page + lines[(k + r) % per_page]).ravel()
 
 
 def follow(order: np.ndarray) -> np.ndarray:
@@ -140,12 +166,14 @@ def measure_point(
     rng = np.random.default_rng(seed + working_set_bytes)
     if layout == "random":
         order = cycle_order(num_slots, rng)
+    elif layout == "thrash":
+        order = thrash_order(num_slots, max(1, mmap.PAGESIZE // slot_bytes), rng)
     else:
         order = page_grouped_order(num_slots, max(1, mmap.PAGESIZE // slot_bytes), rng)
     start = native.link_chain(buf.array, order, slot_bytes)
     del order
     num_loads = max(min_loads, 100)
-    warmup = min(num_slots, 1_000_000) + 100
+    warmup = min(num_slots, 250_000) + 100  # a whole cycle while it is short; past that no line is reused anyway
     times, end, overhead = native.chase(buf.array, start, num_loads, repeats, warmup)
     value = statistics.median(times) if statistic == "median" else min(times)
     return ChasePoint(working_set_bytes, value, min(times), max(times), (num_loads + 99) // 100 * 100, overhead)

@@ -7,11 +7,17 @@ working set on it, which is where that level of the hierarchy ends: its capacity
 that size and the next point measured. The lmbench manual says to read these off a log-scale
 plot by eye; this does the same, with the tolerance written down.
 
-Plateaus are named in order after the data caches the OS reports (L1d, L2, L3) and the first
-one past them "DRAM"; a further step ("DRAM+TLB") is the page walk once the set outgrows the
-TLB's reach. The names are a reading aid; the sizes beside them are the evidence.
+Each plateau is named after the smallest cache the OS reports that holds its largest working set
+(L1d, L2, L3), or "DRAM" past them all or once a load takes `dram_min_ns` (60 ns: no cache is
+that slow, and on a cloud VM the L3 the OS reports is shared with other tenants' cores, so the
+set spills to DRAM long before the reported size). A second plateau inside the same cache gets "+TLB": with
+4 KiB pages the set has outgrown a TLB level's reach, so every load also pays a TLB miss (on
+this machine 256 KiB = 64 L1 TLB entries; 12 MiB = 3072 L2 TLB entries). The names are a
+reading aid; the sizes beside them are the evidence. With huge pages there is no TLB step to name,
+so callers pass another `repeat_suffix`.
 """
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -64,19 +70,23 @@ def _fits(values: list[float], rel_tol: float) -> bool:
 def detect_levels(
     sizes_bytes: list[int],
     ns_per_load: list[float],
-    cache_names: list[str] = ("L1", "L2", "L3"),
+    caches: list[tuple[str, int]] = (),
     rel_tol: float = 0.15,
     min_points: int = 2,
+    dram_min_ns: float = 60.0,
+    repeat_suffix: str = "+TLB",
 ) -> list[Level]:
-    """The plateaus of the curve as named levels (see the module docstring)."""
-    names = list(cache_names) + ["DRAM"]
-    levels = []
-    for k, (i, j) in enumerate(find_plateaus(sizes_bytes, ns_per_load, rel_tol, min_points)):
-        name = names[k] if k < len(names) else "DRAM+TLB" if k == len(names) else f"level {k + 1}"
+    """The plateaus of the curve as named levels; `caches` is [(name, size_bytes)] smallest first."""
+    levels: list[Level] = []
+    for i, j in find_plateaus(sizes_bytes, ns_per_load, rel_tol, min_points):
+        latency = statistics.median(ns_per_load[i : j + 1])
+        name = "DRAM" if latency >= dram_min_ns else next((n for n, size in caches if sizes_bytes[j] <= size), "DRAM")
+        if any(lv.name == name or lv.name.startswith(name + repeat_suffix) for lv in levels):
+            name += repeat_suffix
         levels.append(
             Level(
                 name=name,
-                latency_ns=statistics.median(ns_per_load[i : j + 1]),
+                latency_ns=latency,
                 first_bytes=sizes_bytes[i],
                 last_bytes=sizes_bytes[j],
                 next_bytes=sizes_bytes[j + 1] if j + 1 < len(sizes_bytes) else None,
@@ -84,6 +94,17 @@ def detect_levels(
             )
         )
     return levels
+
+
+def matching_level(level: Level, others: list[Level]) -> Level | None:
+    """The level of another curve whose working-set range overlaps `level`'s most (in log size),
+    so a plateau is compared with the same plateau even if the two curves sample other sizes."""
+    def overlap(a: Level, b: Level) -> float:
+        lo, hi = max(a.first_bytes, b.first_bytes), min(a.last_bytes, b.last_bytes)
+        return math.log2(hi / lo) if hi >= lo else -math.log2(lo / hi)
+
+    best = max(others, key=lambda o: overlap(level, o), default=None)
+    return best if best is not None and overlap(level, best) >= -1.0 else None
 
 
 def latency_at(sizes_bytes: list[int], ns_per_load: list[float], first_bytes: int, last_bytes: int) -> float | None:

@@ -19,7 +19,7 @@ class PageSizeRow:
     used_units: int
     waste_units: int
     waste_pct: float  # of the units allocated
-    half_page_estimate_pct: float  # the model: P/2 wasted a block
+    half_page_estimate_pct: float  # the model: (P-1)/2 wasted a block
     page_table_bytes: int
 
 
@@ -39,7 +39,7 @@ def tradeoff(block_sizes: list[int], page_units_list: list[int], entry_bytes: in
             n, w = pages_and_waste(s, p)
             pages += n
             waste += w
-        estimate = len(block_sizes) * p / 2
+        estimate = len(block_sizes) * (p - 1) / 2  # sizes spread over whole units: (P-1)/2 a block
         rows.append(
             PageSizeRow(
                 page_units=p,

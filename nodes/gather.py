@@ -1,0 +1,97 @@
+"""Sequential vs random gather (seed §1.6): same data, same work, only the index order differs.
+
+out[i] = src[idx[i]] for every element of a float32 array larger than the last-level cache,
+once with idx = 0, 1, 2, ... and once with a random permutation, in C
+(playground._native.gather) and with np.take beside it. Sequential indices use every byte of
+each line and let the prefetcher run ahead; random ones pay a miss for 4 useful bytes.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from playground.memlab.native import load_native
+from playground.memlab.plots import plot_xy
+from playground.report import Report, Table
+from playground.sizes import Size, format_size
+
+
+@dataclass(frozen=True)
+class Params:
+    src_bytes: Size = 64 * 1024 * 1024
+    repeats: int = 2
+    statistic: Literal["min", "median"] = "min"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.src_bytes < 4096 or self.src_bytes % 4:
+            raise ValueError(f"src_bytes: a multiple of 4 and >= 4 KiB, got {self.src_bytes}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats: must be >= 1, got {self.repeats}")
+
+
+def check_scenario(params: Params, ranks: int) -> None:
+    if ranks != 1:
+        raise ValueError(f"key 'ranks': the gather lab measures one core, needs 1, got {ranks}")
+
+
+def _pick(times_ns: list[float], statistic: str) -> float:
+    return min(times_ns) if statistic == "min" else float(np.median(times_ns))
+
+
+def main(comm, params: Params) -> dict:
+    import time
+
+    native = load_native()
+    n = params.src_bytes // 4
+    src = (np.arange(n, dtype=np.int64) % 1000).astype(np.float32)
+    expected = float(src.sum(dtype=np.float64))  # a permutation gathers every element once
+    out = np.empty(n, dtype=np.float32)
+    rng = np.random.default_rng(params.seed)
+    rows = []
+    for k, order in enumerate(("sequential", "random")):
+        comm.progress(k, 2, f"gather {order}")
+        idx = np.arange(n, dtype=np.int64) if order == "sequential" else rng.permutation(n).astype(np.int64)
+        with comm.tracer.span("gather.native", cat="compute", order=order):
+            times_ns, checksum = native.gather(src, idx, out, params.repeats)
+        take_ns = []
+        for _ in range(params.repeats):
+            t0 = time.perf_counter_ns()
+            np.take(src, idx, out=out)
+            take_ns.append(time.perf_counter_ns() - t0)
+        t, t_take = _pick(times_ns, params.statistic), _pick(take_ns, params.statistic)
+        rows.append({
+            "order": order,
+            "elements": n,
+            "ms": t / 1e6,
+            "ns_per_element": t / n,
+            "useful_gb_s": 4 * n / t,
+            "np_take_ms": t_take / 1e6,
+            "checksum_ok": checksum == expected,
+        })
+        del idx
+    comm.progress(2, 2, "done")
+    rows[1]["vs_sequential"] = rows[1]["ms"] / rows[0]["ms"]
+    rows[0]["vs_sequential"] = 1.0
+    return {"ok": all(r["checksum_ok"] for r in rows), "rows": rows}
+
+
+def summarize(results: list[dict], params: Params, run_dir) -> Report:
+    rows = results[0]["rows"]
+    failures = [f"{r['order']} gather: checksum does not equal the sum of src" for r in rows if not r["checksum_ok"]]
+    plot_xy([r["order"] for r in rows], {"native C (ms)": [r["ms"] for r in rows],
+                                         "np.take (ms)": [r["np_take_ms"] for r in rows]},
+            run_dir / "gather.png", title=f"gather of {format_size(params.src_bytes)} float32",
+            xlabel="index order", ylabel="ms", bars=True)
+    return Report(
+        ok=not failures,
+        tables=[Table("gather: out = src.take(idx), in C", rows, {
+            "order": "indices", "elements": "elements", "ms": "ms (C)", "ns_per_element": "ns/elem",
+            "useful_gb_s": "useful GB/s", "vs_sequential": "x sequential", "np_take_ms": "np.take ms",
+            "checksum_ok": "sum ok"})],
+        notes=[f"every element of a {format_size(params.src_bytes)} array gathered once; "
+               f"{params.statistic} of {params.repeats}"],
+        failures=failures,
+        files=["gather.png"],
+    )

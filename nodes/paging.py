@@ -1,0 +1,131 @@
+"""Demand paging and copy-on-write, measured with psutil (seed §4.2, §4.5).
+
+One rank allocates a large array (an anonymous mapping, see playground.memlab.paging), then
+touches half and all of it, reading RSS (psutil) and minor page faults (getrusage) after each
+step, with 4 KiB pages and with transparent huge pages. Then it forks a child that writes one
+byte in each page of part of the parent's array: the child's private memory (USS) grows by
+whole pages, and the parent still sees its own data.
+"""
+
+import mmap
+from dataclasses import dataclass
+from typing import Literal
+
+from playground.memlab import paging
+from playground.memlab.plots import plot_xy
+from playground.report import Report, Table
+from playground.sizes import Size, format_size
+
+MIB = 1024 * 1024
+SLACK_BYTES = 4 * MIB  # allocator and interpreter noise allowed around each RSS delta
+
+
+@dataclass(frozen=True)
+class Params:
+    size_bytes: Size = 256 * MIB
+    page_modes: tuple[Literal["4KiB", "thp"], ...] = ("4KiB", "thp")
+    cow_size_bytes: Size = 64 * MIB
+    child_write_fraction: float = 0.25
+
+    def __post_init__(self):
+        if self.size_bytes < 8 * MIB:
+            raise ValueError(f"size_bytes: must be >= 8 MiB, got {self.size_bytes}")
+        if not self.page_modes:
+            raise ValueError("page_modes: give at least one of '4KiB', 'thp'")
+        if self.cow_size_bytes < MIB:
+            raise ValueError(f"cow_size_bytes: must be >= 1 MiB, got {self.cow_size_bytes}")
+        if not 0 < self.child_write_fraction <= 1:
+            raise ValueError(f"child_write_fraction: must be in (0, 1], got {self.child_write_fraction}")
+
+
+def check_scenario(params: Params, ranks: int) -> None:
+    if ranks != 1:
+        raise ValueError(f"key 'ranks': the paging lab runs in one process (plus its fork), needs 1, got {ranks}")
+
+
+def main(comm, params: Params) -> dict:
+    rows = []
+    for k, mode in enumerate(params.page_modes):
+        comm.progress(k, len(params.page_modes) + 1, f"demand paging {mode}")
+        with comm.tracer.span("paging.demand", cat="compute", mode=mode):
+            steps = paging.demand_paging(params.size_bytes, huge_pages=(mode == "thp"))
+        for s in steps:
+            rows.append({"pages": mode, **paging.as_dicts([s])[0]})
+    comm.progress(len(params.page_modes), len(params.page_modes) + 1, "copy-on-write")
+    write_bytes = int(params.cow_size_bytes * params.child_write_fraction)
+    with comm.tracer.span("paging.cow", cat="compute"):
+        cow = paging.copy_on_write(params.cow_size_bytes, write_bytes)
+    comm.progress(1, 1, "done")
+    return {"ok": True, "rows": rows, "cow": paging.as_dicts([cow])[0], "cow_write_bytes": write_bytes,
+            "page_bytes": mmap.PAGESIZE}
+
+
+def check_steps(rows: list[dict]) -> list[str]:
+    """Each RSS delta must be the bytes touched (give or take SLACK_BYTES + 5%)."""
+    failures = []
+    for r in rows:
+        want, got = r["touched_bytes"], r["rss_delta_bytes"]
+        if abs(got - want) > SLACK_BYTES + 0.05 * want:
+            failures.append(f"{r['pages']} '{r['step']}': RSS grew {format_size(max(got, 0))}, "
+                            f"expected about {format_size(want)}")
+    return failures
+
+
+def check_cow(cow: dict, write_bytes: int) -> list[str]:
+    failures = []
+    delta = cow["child_uss_delta_bytes"]
+    if abs(delta - write_bytes) > SLACK_BYTES + 0.05 * write_bytes:
+        failures.append(f"copy-on-write: child's private memory grew {format_size(max(delta, 0))}, "
+                        f"expected about {format_size(write_bytes)}")
+    if not cow["parent_unchanged"]:
+        failures.append("copy-on-write: the parent saw the child's writes")
+    return failures
+
+
+def summarize(results: list[dict], params: Params, run_dir) -> Report:
+    res = results[0]
+    rows, cow, write_bytes, page = res["rows"], res["cow"], res["cow_write_bytes"], res["page_bytes"]
+    for r in rows:
+        r["touched_mib"] = r["touched_bytes"] / MIB
+        r["rss_mib"] = r["rss_bytes"] / MIB
+        r["rss_delta_mib"] = r["rss_delta_bytes"] / MIB
+        r["faults_if_4k"] = r["touched_bytes"] // page
+    failures = check_steps(rows) + check_cow(cow, write_bytes)
+    cow_row = {
+        "array": format_size(params.cow_size_bytes),
+        "child_wrote": f"{cow['child_pages_written']} bytes, 1 per page",
+        "pages_written": cow["child_pages_written"],
+        "uss_before_mib": cow["child_uss_before_bytes"] / MIB,
+        "uss_after_mib": cow["child_uss_after_bytes"] / MIB,
+        "uss_delta_mib": cow["child_uss_delta_bytes"] / MIB,
+        "expected_mib": write_bytes / MIB,
+        "minor_faults": cow["child_minor_faults"],
+        "us_per_fault": cow["child_us_per_fault"],
+        "parent_unchanged": cow["parent_unchanged"],
+    }
+    labels = [f"{r['pages']}: {r['step']}" for r in rows] + ["child after COW writes"]
+    plot_xy(labels, {"RSS / USS delta (MiB)": [r["rss_delta_mib"] for r in rows] + [cow_row["uss_delta_mib"]],
+                     "touched / written span (MiB)": [r["touched_mib"] for r in rows] + [write_bytes / MIB]},
+            run_dir / "paging.png", title=f"demand paging of {format_size(params.size_bytes)}",
+            xlabel="step", ylabel="MiB", bars=True)
+    return Report(
+        ok=not failures,
+        tables=[
+            Table("demand paging (RSS from psutil, minor faults from getrusage)", rows, {
+                "pages": "pages", "step": "step", "touched_mib": "touched MiB", "rss_mib": "RSS MiB",
+                "rss_delta_mib": "RSS delta MiB", "minor_faults": "minor faults", "faults_if_4k": "4 KiB pages touched",
+                "us_per_fault": "us/fault"}),
+            Table("copy-on-write in a forked child (USS = private memory)", [cow_row], {
+                "array": "parent array", "child_wrote": "child wrote", "uss_before_mib": "USS before MiB",
+                "uss_after_mib": "USS after MiB", "uss_delta_mib": "USS delta MiB", "expected_mib": "pages x 4 KiB",
+                "minor_faults": "minor faults", "us_per_fault": "us/fault", "parent_unchanged": "parent unchanged"}),
+        ],
+        notes=[
+            "allocation reserves addresses only: RSS grows at the first write to each page (one minor fault per page;"
+            " one per 2 MiB with transparent huge pages, which zero 512x more memory per fault)",
+            "the child writes 1 byte per page yet gets a private copy of each whole page: COW works in pages",
+        ],
+        failures=failures,
+        data={"cow": cow_row},
+        files=["paging.png"],
+    )

@@ -1,0 +1,104 @@
+"""Strided reads (seed §1.5): reading fewer elements does not save time until it saves lines.
+
+One rank reads every stride-th float32 of an array larger than the last-level cache with 8
+independent accumulators (playground._native.strided_sum). While stride * 4 B is within one
+cache line, every line is still fetched, so the time per pass barely moves; past a line, the
+lines touched halve with each doubling and so, roughly, does the time.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from playground.memlab import sysinfo
+from playground.memlab.native import load_native
+from playground.memlab.plots import plot_xy
+from playground.report import Report, Table
+from playground.sizes import Size, format_size
+
+EXACT_FLOAT_SUM = 8 * 2**24  # 8 float accumulators of 1.0 stay exact up to this many elements
+
+
+@dataclass(frozen=True)
+class Params:
+    array_bytes: Size = 128 * 1024 * 1024
+    strides: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    repeats: int = 5
+    statistic: Literal["min", "median"] = "min"
+
+    def __post_init__(self):
+        if self.array_bytes < 4096 or self.array_bytes % 4:
+            raise ValueError(f"array_bytes: a multiple of 4 and >= 4 KiB, got {self.array_bytes}")
+        if not self.strides or any(s < 1 for s in self.strides):
+            raise ValueError(f"strides: each must be >= 1 element, got {list(self.strides)}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats: must be >= 1, got {self.repeats}")
+
+
+def check_scenario(params: Params, ranks: int) -> None:
+    if ranks != 1:
+        raise ValueError(f"key 'ranks': the stride lab measures one core, needs 1, got {ranks}")
+
+
+def lines_touched(num_elems: int, stride_elems: int, line_bytes: int) -> int:
+    """Distinct cache lines holding a[0], a[s], a[2s], ... of a float32 array (line-aligned)."""
+    num_read = len(range(0, num_elems, stride_elems))
+    if 4 * stride_elems > line_bytes:  # each element in a line of its own
+        return num_read
+    return (4 * stride_elems * (num_read - 1)) // line_bytes + 1  # gaps < a line: every line
+
+
+def main(comm, params: Params) -> dict:
+    native = load_native()
+    line = sysinfo.cache_line_bytes()
+    n = params.array_bytes // 4
+    a = np.ones(n, dtype=np.float32)  # ones: the checksum is the count of elements read
+    rows = []
+    for k, s in enumerate(params.strides):
+        comm.progress(k, len(params.strides), f"stride {s}")
+        with comm.tracer.span("stride.pass", cat="compute", stride=s):
+            times_ns, checksum = native.strided_sum(a, s, params.repeats)
+        t = min(times_ns) if params.statistic == "min" else float(np.median(times_ns))
+        elems = len(range(0, n, s))
+        lines = lines_touched(n, s, line)
+        rows.append({
+            "stride_elems": s,
+            "stride_bytes": 4 * s,
+            "elements_read": elems,
+            "lines_touched": lines,
+            "ms_per_pass": t / 1e6,
+            "ns_per_element": t / elems,
+            "line_gb_s": lines * line / t,  # bytes of the lines fetched, per ns = GB/s
+            "checksum": checksum,
+            "checksum_ok": checksum == elems if elems <= EXACT_FLOAT_SUM else None,
+        })
+    comm.progress(len(params.strides), len(params.strides), "done")
+    base = rows[0]["ms_per_pass"]
+    for r in rows:
+        r["time_vs_first"] = r["ms_per_pass"] / base
+    return {"ok": all(r["checksum_ok"] is not False for r in rows), "rows": rows, "line_bytes": line}
+
+
+def summarize(results: list[dict], params: Params, run_dir) -> Report:
+    res = results[0]
+    rows = res["rows"]
+    failures = [f"stride {r['stride_elems']}: checksum {r['checksum']} != {r['elements_read']} elements read"
+                for r in rows if r["checksum_ok"] is False]
+    strides = [r["stride_elems"] for r in rows]
+    plot_xy(strides, {"ms per pass": [r["ms_per_pass"] for r in rows],
+                      "lines touched (millions)": [r["lines_touched"] / 1e6 for r in rows]},
+            run_dir / "stride.png", title=f"strided read of {format_size(params.array_bytes)} float32",
+            xlabel="stride (elements)", ylabel="ms per pass / million lines", logx=True, logy=True)
+    line = res["line_bytes"]
+    return Report(
+        ok=not failures,
+        tables=[Table("strided read", rows, {
+            "stride_elems": "stride", "stride_bytes": "bytes", "elements_read": "elements",
+            "lines_touched": "lines", "ms_per_pass": "ms/pass", "time_vs_first": "x stride 1",
+            "ns_per_element": "ns/elem", "line_gb_s": "GB/s of lines", "checksum_ok": "sum ok"})],
+        notes=[f"cache line {line} B: strides up to {line // 4} elements touch every line; "
+               f"8 independent accumulators, {params.statistic} of {params.repeats} passes"],
+        failures=failures,
+        files=["stride.png"],
+    )

@@ -1,0 +1,91 @@
+"""Toy address translation (seed §4.1, exercise 8) as a table.
+
+Each address "PROCESS:VADDR" goes through that process's page table: VPN and offset, frame,
+physical address (or a page fault). The default tables show exercise 8 (16 KiB pages, page 3 ->
+frame 77: 0xC123 -> 0x134123), two neighbouring addresses (0x3FFF, 0x4000) that land in frames
+far apart, and two processes using the same virtual address for different physical memory.
+`expect` lists translations the run must reproduce.
+"""
+
+from dataclasses import dataclass, field
+
+from playground.memlab.translation import PageTable, parse_address, translate_all
+from playground.report import Report, Table
+from playground.sizes import Size
+
+
+def _default_tables() -> dict:
+    return {"A": {0: 12, 1: 40, 3: 77}, "B": {0: 5, 3: 9}}
+
+
+def _default_expect() -> dict:
+    return {"A:0xC123": "0x134123"}
+
+
+@dataclass(frozen=True)
+class Params:
+    page_size: Size = 16 * 1024
+    tables: dict = field(default_factory=_default_tables)  # process -> {virtual page: frame}
+    addresses: tuple[str, ...] = ("A:0xC123", "A:0x3FFF", "A:0x4000", "B:0xC123", "B:0x4000")
+    expect: dict = field(default_factory=_default_expect)  # "PROC:VADDR" -> physical address
+
+    def __post_init__(self):
+        if self.page_size <= 0 or self.page_size & (self.page_size - 1):
+            raise ValueError(f"page_size: must be a power of two, got {self.page_size}")
+        for proc, entries in self.tables.items():
+            if not isinstance(entries, dict) or not all(
+                isinstance(k, int) and isinstance(v, int) and k >= 0 and v >= 0 for k, v in entries.items()
+            ):
+                raise ValueError(f"tables: {proc!r} must map page numbers to frame numbers (ints >= 0), got {entries!r}")
+        for text in list(self.addresses) + list(self.expect):
+            proc, sep, addr = str(text).partition(":")
+            if not sep or proc not in self.tables:
+                raise ValueError(f"addresses: {text!r} must be PROCESS:ADDRESS with a process from tables "
+                                 f"({', '.join(map(str, self.tables))})")
+            try:
+                parse_address(addr)
+            except ValueError:
+                raise ValueError(f"addresses: {text!r}: {addr!r} is not a number (e.g. 0xC123)") from None
+
+
+def check_scenario(params: Params, ranks: int) -> None:
+    if ranks != 1:
+        raise ValueError(f"key 'ranks': translation is a single-process model, needs 1, got {ranks}")
+
+
+def _split(text: str) -> tuple[str, int]:
+    proc, _, addr = text.partition(":")
+    return proc, parse_address(addr)
+
+
+def main(comm, params: Params) -> dict:
+    tables = {proc: PageTable(params.page_size, entries) for proc, entries in params.tables.items()}
+    wanted = list(params.addresses) + [a for a in params.expect if a not in params.addresses]
+    rows = []
+    for text, t in zip(wanted, translate_all(tables, [_split(a) for a in wanted]), strict=True):
+        expected = params.expect.get(text)
+        rows.append({
+            "process": t.process,
+            "virtual": f"{t.virtual_address:#x}",
+            "vpn": t.vpn,
+            "offset": f"{t.offset:#x}",
+            "frame": t.pfn if t.pfn is not None else "page fault",
+            "physical": f"{t.physical_address:#x}" if t.physical_address is not None else "-",
+            "expected": expected or "",
+            "ok": None if expected is None else t.physical_address == parse_address(expected),
+        })
+    return {"ok": all(r["ok"] is not False for r in rows), "rows": rows}
+
+
+def summarize(results: list[dict], params: Params, run_dir) -> Report:
+    rows = results[0]["rows"]
+    failures = [f"{r['process']}:{r['virtual']} -> {r['physical']}, expected {r['expected']}"
+                for r in rows if r["ok"] is False]
+    bits = params.page_size.bit_length() - 1
+    return Report(
+        ok=not failures,
+        tables=[Table(f"address translation, {params.page_size // 1024} KiB pages", rows)],
+        notes=[f"offset = low {bits} bits (page {params.page_size:#x} bytes), VPN = the rest; "
+               "physical = frame * page size + offset"],
+        failures=failures,
+    )

@@ -4,7 +4,6 @@ import argparse
 import sys
 from pathlib import Path
 
-
 from playground.errors import ScenarioError
 
 EXIT_BAD_INPUT = 2

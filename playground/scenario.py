@@ -9,7 +9,7 @@ import copy
 import dataclasses
 import importlib
 import importlib.resources
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 

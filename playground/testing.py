@@ -6,14 +6,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+# `-P`: the current directory must not shadow the package the tests imported (in a checkout after
+# `pip install .`, ./playground has no compiled native module; the installed one does).
+PLAYGROUND = [sys.executable, "-P", "-m", "playground"]
+
+
+def subprocess_env(extra: dict | None = None) -> dict:
+    """The environment for a child `python -P -m playground`: it imports the same playground as we did."""
+    env = {**os.environ, **(extra or {})}
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
 
 def run_cli(args: list[str], timeout_s: float = 60, cwd: Path | None = None, env: dict | None = None
             ) -> subprocess.CompletedProcess:
     """`python -m playground ARGS` as a user would type it; the whole process group dies on timeout."""
-    full_env = {**os.environ, **(env or {})}
-    root = str(Path(__file__).resolve().parent.parent)  # the same playground the tests imported
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, full_env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.Popen([sys.executable, "-m", "playground", *args], stdout=subprocess.PIPE,
+    full_env = subprocess_env(env)
+    proc = subprocess.Popen([*PLAYGROUND, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=cwd, env=full_env, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from playground.collectives.check import expected_result, pattern
 from playground.collectives import ReduceOp, allgather, allreduce, broadcast, reduce, reduce_scatter
+from playground.collectives.check import expected_result, pattern
 from playground.collectives.chunks import chunk_bounds, segment_bounds
 from playground.collectives.ring import allgather_steps, reduce_scatter_steps
 from playground.collectives.tree import bcast_schedule, reduce_schedule

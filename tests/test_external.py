@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import playground
 from playground.errors import ScenarioError
 from playground.external import coordinator_port, run_dir_for
 from playground.rendezvous import free_tcp_port
+from playground.testing import PLAYGROUND
 
 ROOT = Path(playground.__file__).resolve().parent.parent  # the same playground the tests imported
 SMALL = ["--set", "params.sizes=[1KiB]", "--set", "params.iters=3", "--set", "params.warmup=1"]
@@ -48,7 +48,7 @@ class Ranks:
         port = free_tcp_port()
         for r in range(n):
             env = clean_env(**{names[0]: str(r), names[1]: str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-            self.start([sys.executable, "-m", "playground", "node", "ring", "--out", str(out), *sets], env)
+            self.start([*PLAYGROUND, "node", "ring", "--out", str(out), *sets], env)
         return port
 
     def finish(self, timeout_s: float = 45) -> list[tuple[int, str, str]]:
@@ -170,7 +170,7 @@ def test_hung_rank_is_named_with_its_stack_and_stopped(ranks, runs_dir):
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "x"}, [], "must be integers"),
 ])
 def test_bad_input_is_one_line_and_status_2(ranks, runs_dir, env, sets, expect):
-    ranks.start([sys.executable, "-m", "playground", "node", "ring", "--out", str(runs_dir), *sets], clean_env(**env))
+    ranks.start([*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *sets], clean_env(**env))
     [(code, out, err)] = ranks.finish()
     assert code == 2 and expect in err and len(err.strip().splitlines()) == 1, err
     assert not runs_dir.exists()  # nothing is created before the input is valid
@@ -206,7 +206,7 @@ MPIEXEC = _mpich_mpiexec()
 def test_under_mpiexec(ranks, runs_dir):
     port = free_tcp_port()
     ranks.start([MPIEXEC, "-n", "2", "-genv", "MASTER_ADDR", "127.0.0.1", "-genv", "MASTER_PORT", str(port),
-                 sys.executable, "-m", "playground", "node", "ring", "--out", str(runs_dir), *SMALL], clean_env())
+                 *PLAYGROUND, "node", "ring", "--out", str(runs_dir), *SMALL], clean_env())
     [(code, out, err)] = ranks.finish()
     assert code == 0, out + err
     assert "2 ranks over tcp" in out

@@ -4,19 +4,15 @@ no process behind; so does Ctrl-C on the launcher."""
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from playground.testing import run_scenario
-
-import playground
+from playground.testing import PLAYGROUND, run_scenario, subprocess_env
 
 TESTS = Path(__file__).resolve().parent
-ROOT = Path(playground.__file__).resolve().parent.parent  # the same playground the tests imported
 
 
 def session_processes(sid: int) -> list[psutil.Process]:
@@ -31,8 +27,8 @@ def session_processes(sid: int) -> list[psutil.Process]:
 
 
 def launch(args, env_extra=None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-m", "playground", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    env = subprocess_env({"PYTHONPATH": str(TESTS), **(env_extra or {})})
+    return subprocess.Popen([*PLAYGROUND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True)
 
 

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.collectives.check import expected_result, pattern
 from playground.collectives import ReduceOp, allreduce
+from playground.collectives.check import expected_result, pattern
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ import numpy as np
 from playground.collectives.auto import choose_allreduce
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds
 from playground.collectives.halving_doubling import allreduce_halving_doubling
-from playground.collectives.recursive_doubling import allreduce_recursive_doubling
 from playground.collectives.ops import ReduceOp
+from playground.collectives.recursive_doubling import allreduce_recursive_doubling
 from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
 from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
 

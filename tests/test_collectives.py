@@ -118,3 +118,15 @@ def test_other_collectives(n):
 def test_unknown_algorithm_is_rejected():
     with pytest.raises(ValueError, match="allowed: ring, tree, hd, rd, auto"):
         run_local(1, lambda comm: allreduce(comm, np.ones(3), algorithm="bogus"))
+
+
+def test_auto_picks_by_size():
+    from playground.collectives.auto import choose_allreduce
+
+    assert choose_allreduce(8, 8) == "rd" and choose_allreduce(4096, 3) == "rd"
+    assert choose_allreduce(16 << 20, 4) == "ring"
+
+
+@pytest.mark.parametrize("n", [3, 8])
+def test_auto_grid(n):
+    _grid("auto", n, segment_bytes=1 << 20)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
+from playground.errors import CommTimeout
 from playground.models.alphabeta import fit_alpha_beta
 from playground.report import Report, Table
 from playground.sizes import Size, format_size
@@ -47,6 +48,8 @@ class RawPair:
         self.ctx = zmq.Context()
         self.pull = self.ctx.socket(zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, 0)
+        self.pull.setsockopt(zmq.RCVTIMEO, int(comm.timeout_s * 1000))  # every blocking receive has a timeout
+        self.peer = 1 - comm.rank
         if transport == "tcp":
             self.pull.bind("tcp://127.0.0.1:*")
             endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
@@ -68,7 +71,11 @@ class RawPair:
             self.push.send(buf)
 
     def recv(self, out: np.ndarray) -> None:
-        frame = self.pull.recv(copy=False)
+        try:
+            frame = self.pull.recv(copy=False)
+        except zmq.Again:
+            raise CommTimeout(1 - self.peer, "raw pyzmq recv", self.peer, None,
+                              self.pull.getsockopt(zmq.RCVTIMEO) / 1000) from None
         out[:] = np.frombuffer(frame.buffer, dtype=out.dtype)
 
     def close(self):

@@ -76,10 +76,10 @@ def builtin_names() -> list[str]:
 
 def find_scenario_file(name_or_path: str) -> Path:
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise ScenarioError(f"{name_or_path}: no such scenario file")
+    if p.is_file():
         return p
+    if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        raise ScenarioError(f"{name_or_path}: no such scenario file")
     builtin = builtin_dir() / f"{name_or_path}.yaml"
     if builtin.is_file():
         return builtin

@@ -11,6 +11,11 @@ All segments of a step are posted at once; while the rank reduces segment k, Zer
 is already receiving segment k+1 and sending the outgoing chunk, so send, receive and reduction
 overlap (as Gloo's ring_chunked does).
 
+In the reduce-scatter a rank forwards every chunk it reduces (except the last, its own), so the
+reduction is written straight into the message for the right neighbour (`isend_computed`: on the
+shared-memory path, into the ring slot the neighbour reads) and sent segment by segment as soon as
+it is ready, as NCCL's ring does, instead of into a buffer and then copied out at the next step.
+
 Cost (alpha-beta): 2(N-1) steps, each moving S/N bytes: T = 2(N-1)(alpha + S/(N beta)); every rank
 sends and receives 2(N-1)/N x S bytes, which is why busbw = algbw x 2(N-1)/N.
 Results are bit-identical on all ranks: each chunk is reduced in one fixed order, then copied.
@@ -18,9 +23,15 @@ Results are bit-identical on all ranks: each chunk is reduced in one fixed order
 
 import numpy as np
 
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_elems_for
+from playground.collectives.chunks import (
+    DEFAULT_SEGMENT_BYTES,
+    chunk_bounds,
+    segment_bounds,
+    segment_elems_for,
+)
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
+from playground.errors import CommError
 from playground.trace import CAT_PHASE, now_us
 
 TAG_RING = -10
@@ -37,24 +48,53 @@ def allgather_steps(rank: int, size: int) -> list[tuple[int, int]]:
 
 
 def ring_pass(comm, buf: np.ndarray, bounds, steps, segment_elems: int, op: ReduceOp | None, tag: int,
-              phase: str, source: np.ndarray | None = None) -> None:
-    """Run `steps` around the ring on flat `buf`: reduce with `op`, or copy when op is None.
-
-    With `source` (reduce-scatter only), step 0 sends from it and every received chunk is reduced
-    with source's chunk into `buf`: each chunk is received exactly once in a reduce-scatter, so
-    `buf` never needs a copy of the input first (one full pass over the data saved).
-    """
+              phase: str) -> None:
+    """Run `steps` around the ring on flat `buf`: reduce with `op`, or copy when op is None."""
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
     t_phase = now_us()
     for step, (send_chunk, recv_chunk) in enumerate(steps):
         exchange(comm, buf, bounds[send_chunk], right, bounds[recv_chunk], left, segment_elems, op, tag,
-                 f"{phase} step {step}", send_buf=source if step == 0 else None, base=source)
+                 f"{phase} step {step}")
     if comm.tracer.enabled:
         comm.tracer.add(phase, CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
 
 
 def _flat_copy(x: np.ndarray) -> np.ndarray:
     return np.array(x, copy=True, order="C").reshape(-1)
+
+
+def reduce_scatter_into(comm, buf: np.ndarray, source: np.ndarray, bounds, segment_elems: int, op: ReduceOp,
+                        tag: int) -> None:
+    """Ring reduce-scatter of flat `source` over all ranks; rank r's reduced chunk r lands in `buf`.
+
+    Only chunk r of `buf` is written: every other reduced chunk goes straight to the right
+    neighbour as it is computed.
+    """
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    steps = reduce_scatter_steps(comm.rank, comm.size)
+    last = len(steps) - 1
+    ufunc = op.ufunc
+    t_phase = now_us()
+
+    def received(got: int, want: int, step: int) -> None:
+        if got != want:
+            raise CommError(f"rank {comm.rank}: ring.reduce_scatter step {step}: expected {want} elements from rank "
+                            f"{left}, got {got} (do all ranks pass the same count and dtype?)")
+
+    sends = [comm.isend(source[a:b], right, tag) for a, b in segment_bounds(*bounds[steps[0][0]], segment_elems)]
+    for step, (_, recv_chunk) in enumerate(steps):
+        for a, b in segment_bounds(*bounds[recv_chunk], segment_elems):
+            if step < last:  # this chunk is what we send at the next step: reduce into the message
+                def fill(out, a=a, b=b, step=step):
+                    received(comm.recv_reduce(left, tag, out, ufunc, base=source[a:b]), b - a, step)
+
+                sends.append(comm.isend_computed(right, tag, b - a, buf.dtype, fill))
+            else:
+                received(comm.recv_reduce(left, tag, buf[a:b], ufunc, base=source[a:b]), b - a, step)
+    for req in sends:
+        req.wait()
+    if comm.tracer.enabled:
+        comm.tracer.add("ring.reduce_scatter", CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
 
 
 def allreduce_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
@@ -66,8 +106,7 @@ def allreduce_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
     buf = np.empty_like(source)  # every chunk is written by the reduce-scatter or the all-gather
     bounds = chunk_bounds(buf.size, comm.size)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
-    ring_pass(comm, buf, bounds, reduce_scatter_steps(comm.rank, comm.size), seg, op, TAG_RING,
-              "ring.reduce_scatter", source=source)
+    reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)
     ring_pass(comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather")
     return buf.reshape(x.shape)
 
@@ -82,8 +121,7 @@ def reduce_scatter_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         return source[a:b].copy()
     buf = np.empty_like(source)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
-    ring_pass(comm, buf, bounds, reduce_scatter_steps(comm.rank, comm.size), seg, op, TAG_RING,
-              "ring.reduce_scatter", source=source)
+    reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)
     return buf[a:b].copy()
 
 

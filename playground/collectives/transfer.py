@@ -15,19 +15,15 @@ from playground.errors import CommError
 
 def exchange(comm, buf: np.ndarray, send: tuple[int, int] | None, send_to: int | None,
              recv: tuple[int, int] | None, recv_from: int | None, segment_elems: int,
-             op: ReduceOp | None, tag: int, what: str, *, send_buf: np.ndarray | None = None,
-             base: np.ndarray | None = None) -> None:
-    """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or
-    copy. `send_buf` sends from another array; with `base`, buf[recv] = op(base[recv], incoming),
-    which lets the ring reduce straight from the caller's input without copying it first."""
+             op: ReduceOp | None, tag: int, what: str) -> None:
+    """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or copy."""
     sends = []
     if send is not None:
-        src = buf if send_buf is None else send_buf
-        sends = [comm.isend(src[a:b], send_to, tag) for a, b in segment_bounds(*send, segment_elems)]
+        sends = [comm.isend(buf[a:b], send_to, tag) for a, b in segment_bounds(*send, segment_elems)]
     if recv is not None:
         ufunc = None if op is None else op.ufunc
         for a, b in segment_bounds(*recv, segment_elems):
-            got = comm.recv_reduce(recv_from, tag, buf[a:b], ufunc, None if base is None else base[a:b])
+            got = comm.recv_reduce(recv_from, tag, buf[a:b], ufunc)
             if got != b - a:
                 raise CommError(f"rank {comm.rank}: {what}: expected {b - a} elements from rank {recv_from}, "
                                 f"got {got} (do all ranks pass the same count and dtype?)")

@@ -176,6 +176,35 @@ class Communicator:
             self.tracer.add_ns("send", CAT_SEND, t0, time.monotonic_ns(), dst, tag, nbytes)
         return req
 
+    def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> Request:
+        """Send `count` elements of `dtype` that `fill(out)` writes straight into the outgoing buffer.
+
+        On the shared-memory path `out` is the slot in the ring to `dst`, so a result computed for a
+        peer (a reduction the ring forwards) is written once, where the peer reads it, instead of
+        into a buffer and then copied into the ring. Otherwise `out` is a new array, sent as usual.
+        """
+        dtype = np.dtype(dtype)
+        nbytes = count * dtype.itemsize
+        if self.shm is not None and nbytes >= self.shm_min_bytes:
+            got = self.shm.try_alloc(dst, nbytes)
+            if got is not None:
+                if self._fault is not None:
+                    self._count_op()
+                view, descriptor = got
+                fill(view.view(dtype))
+                t0 = time.monotonic_ns()
+                sock = self._push.get(dst) or self._socket_to(dst)
+                sock.send(wire.encode_header(self.rank, tag, wire.KIND_SHM, dtype, (count,)), zmq.SNDMORE)
+                sock.send(descriptor)
+                self.bytes_sent += nbytes
+                self.messages_sent += 1
+                if self.tracer.enabled:
+                    self.tracer.add_ns("send", CAT_SEND, t0, time.monotonic_ns(), dst, tag, nbytes)
+                return DONE
+        out = np.empty(count, dtype)
+        fill(out)
+        return self.isend(out, dst, tag)
+
     def use_shm(self, channels, min_bytes: int) -> None:
         """Send arrays of at least `min_bytes` through shared memory (ZeroMQ carries descriptors)."""
         self.shm, self.shm_min_bytes = channels, min_bytes

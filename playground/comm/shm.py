@@ -114,18 +114,28 @@ class ShmChannels:
         self._in: dict[int, _InRing] = {}
         self.bytes_via_shm = 0
 
-    def try_put(self, dst: int, x: np.ndarray) -> bytes | None:
-        """Copy `x` into the ring to `dst` and return its descriptor; None if there is no room."""
+    def try_alloc(self, dst: int, nbytes: int) -> tuple[np.ndarray, bytes] | None:
+        """(writable byte view, descriptor) of fresh space in the ring to `dst`; None if there is no
+        room. Send the descriptor before allocating again for `dst`: the receiver releases space
+        in the order descriptors arrive."""
         ring = self._out.get(dst)
         if ring is None:
             ring = self._out[dst] = _OutRing(os.path.join(self.dir, f"{self.rank}-{dst}"), self.capacity)
-        slot = ring.allocate(x.nbytes)
+        slot = ring.allocate(nbytes)
         if slot is None:
             return None
         pos, end = slot
-        np.copyto(ring.data[pos:pos + x.nbytes], x.reshape(-1).view(np.uint8))
-        self.bytes_via_shm += x.nbytes
-        return _DESC.pack(pos, x.nbytes, end)
+        self.bytes_via_shm += nbytes
+        return ring.data[pos:pos + nbytes], _DESC.pack(pos, nbytes, end)
+
+    def try_put(self, dst: int, x: np.ndarray) -> bytes | None:
+        """Copy `x` into the ring to `dst` and return its descriptor; None if there is no room."""
+        got = self.try_alloc(dst, x.nbytes)
+        if got is None:
+            return None
+        view, descriptor = got
+        np.copyto(view, x.reshape(-1).view(np.uint8))
+        return descriptor
 
     def arrived(self, src: int, descriptor: bytes) -> tuple[np.ndarray, int]:
         """(read-only byte view, end) of a message as it arrives; `release(src, end)` when done."""

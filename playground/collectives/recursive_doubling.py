@@ -34,12 +34,12 @@ def allreduce_recursive_doubling(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SU
 
     def core(new_rank: int, p: int) -> None:
         t0 = now_us()
-        scratch = np.empty_like(buf)
         d = 1
         while d < p:
             peer = old_rank(new_rank ^ d, comm.size)
-            scratch[:] = buf  # what we send must not change while our own reduction runs
-            exchange(comm, scratch, whole, peer, None, None, seg, None, TAG_RD, "rd.step")  # post the sends
+            # Send first and let the sends complete (small arrays are copied at once; zero-copy ones
+            # leave with ZeroMQ's I/O thread, whatever the peer does), then reduce into the buffer.
+            exchange(comm, buf, whole, peer, None, None, seg, None, TAG_RD, "rd.step")
             exchange(comm, buf, None, None, whole, peer, seg, op, TAG_RD, "rd.step")
             d *= 2
         if comm.tracer.enabled:

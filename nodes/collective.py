@@ -11,7 +11,7 @@ from typing import Literal
 
 import numpy as np
 
-from playground.collectives import ALGORITHMS, DEFAULT_SEGMENT_BYTES, ReduceOp, run_collective
+from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce
 from playground.collectives.check import busbw_factor, count_wrong, expected_output, input_count, pattern
 from playground.report import Report, Table
@@ -32,7 +32,7 @@ class Params:
     iters: int = 10
     warmup: int = 2
     check: bool = True
-    segment_bytes: Size = DEFAULT_SEGMENT_BYTES
+    segment_bytes: Size | None = None  # None: the transport's preferred segment (1 MiB ZeroMQ, 4 MiB shm)
 
     def __post_init__(self):
         if not self.sizes:
@@ -43,7 +43,7 @@ class Params:
             raise ValueError(f"iters: must be >= 1, got {self.iters}")
         if self.warmup < 0:
             raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
-        if self.segment_bytes < 1:
+        if self.segment_bytes is not None and self.segment_bytes < 1:
             raise ValueError(f"segment_bytes: must be >= 1, got {self.segment_bytes}")
         offered = ALGORITHMS[self.collective]
         for algo in self.algorithm:

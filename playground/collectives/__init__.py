@@ -7,7 +7,7 @@ dtype. Results are bit-identical on all ranks and equal numpy's reduction of the
 import numpy as np
 
 from playground.collectives.auto import choose_allreduce
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_bytes_for
 from playground.collectives.halving_doubling import allreduce_halving_doubling
 from playground.collectives.ops import ReduceOp
 from playground.collectives.recursive_doubling import allreduce_recursive_doubling
@@ -25,8 +25,9 @@ __all__ = ["ReduceOp", "allreduce", "broadcast", "reduce", "allgather", "reduce_
 
 
 def allreduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, algorithm: str = "ring",
-              segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+              segment_bytes: int | None = None) -> np.ndarray:
     """op-reduction of every rank's `x`, as a new array on every rank (`x` is not modified)."""
+    segment_bytes = segment_bytes or segment_bytes_for(comm)
     if algorithm == "auto":
         algorithm = choose_allreduce(np.asarray(x).nbytes, comm.size)
     try:
@@ -37,8 +38,9 @@ def allreduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, algorithm:
     return fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes)
 
 
-def broadcast(comm, x: np.ndarray, root: int = 0, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+def broadcast(comm, x: np.ndarray, root: int = 0, segment_bytes: int | None = None) -> np.ndarray:
     """`root`'s `x` on every rank (every rank passes an array of the same shape and dtype)."""
+    segment_bytes = segment_bytes or segment_bytes_for(comm)
     buf = np.array(x, copy=True, order="C").reshape(-1)
     if comm.size > 1 and buf.size:
         broadcast_tree_into(comm, buf, root, segment_bytes)
@@ -46,27 +48,30 @@ def broadcast(comm, x: np.ndarray, root: int = 0, segment_bytes: int = DEFAULT_S
 
 
 def reduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, root: int = 0,
-           segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray | None:
+           segment_bytes: int | None = None) -> np.ndarray | None:
     """The reduction on `root`; None on the other ranks."""
+    segment_bytes = segment_bytes or segment_bytes_for(comm)
     buf = np.array(x, copy=True, order="C").reshape(-1)
     if comm.size > 1 and buf.size:
         reduce_tree_into(comm, buf, ReduceOp.parse(op), root, segment_bytes)
     return buf.reshape(np.shape(x)) if comm.rank == root else None
 
 
-def allgather(comm, x: np.ndarray, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+def allgather(comm, x: np.ndarray, segment_bytes: int | None = None) -> np.ndarray:
     """Every rank's flat `x`, concatenated in rank order, on every rank."""
+    segment_bytes = segment_bytes or segment_bytes_for(comm)
     return allgather_ring(comm, x, segment_bytes)
 
 
 def reduce_scatter(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM,
-                   segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+                   segment_bytes: int | None = None) -> np.ndarray:
     """Chunk `rank` (see `chunk_bounds`) of the reduction of every rank's flat `x`."""
+    segment_bytes = segment_bytes or segment_bytes_for(comm)
     return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes)
 
 
 def run_collective(comm, collective: str, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM,
-                   algorithm: str = "auto", segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray | None:
+                   algorithm: str = "auto", segment_bytes: int | None = None) -> np.ndarray | None:
     """Dispatch by name (what benchmarks and scenarios use); roots are rank 0."""
     if collective == "allreduce":
         return allreduce(comm, x, op, algorithm, segment_bytes)

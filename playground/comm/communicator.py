@@ -33,6 +33,8 @@ from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this, copying is cheaper than tracking a zero-copy frame
 SOCKET_BUFFER_BYTES = 4 << 20  # kernel socket buffers: fewer wake-ups per large message (capped by net.core.*mem_max)
+ZMQ_SEGMENT_BYTES = 1 << 20
+SHM_SEGMENT_BYTES = 4 << 20
 SLICE_MS = 100  # longest single blocking receive; abort and deadline are checked between slices
 
 TAG_BARRIER = -1  # internal tags are negative; user tags are >= 0
@@ -112,6 +114,7 @@ class Communicator:
         self._num_ops = 0
         self.shm = None  # ShmChannels when the shared-memory data path is on
         self.shm_min_bytes = 1 << 62
+        self.segment_bytes = ZMQ_SEGMENT_BYTES  # what collectives cut large buffers into by default
         self._large_min_bytes = ZERO_COPY_MIN_BYTES
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -209,6 +212,7 @@ class Communicator:
         """Send arrays of at least `min_bytes` through shared memory (ZeroMQ carries descriptors)."""
         self.shm, self.shm_min_bytes = channels, min_bytes
         self._large_min_bytes = min(ZERO_COPY_MIN_BYTES, min_bytes)
+        self.segment_bytes = SHM_SEGMENT_BYTES
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
         self.isend(x, dst, tag).wait()

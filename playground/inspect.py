@@ -6,6 +6,7 @@ the timed operations: copies, Python, scheduling). "total" is the time inside ti
 (cat "op") when the node records them, else the span from the first to the last event.
 """
 
+import bisect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +46,6 @@ def _within(events: list[dict], windows: list[tuple[float, float]]) -> list[dict
     if not windows:
         return events
     out, starts = [], [w[0] for w in windows]
-    import bisect
-
     for e in events:
         i = bisect.bisect_right(starts, e["ts"]) - 1
         if i >= 0 and e["ts"] <= windows[i][1]:

@@ -18,7 +18,6 @@ CAT_REDUCE = "reduce"  # combining received data
 CAT_COMPUTE = "compute"  # a node's own work
 CAT_OP = "op"  # one whole timed operation (an all-reduce, a request, ...)
 CAT_PHASE = "phase"  # a phase inside an operation (reduce-scatter, all-gather)
-PHASE_CATS = (CAT_SEND, CAT_WAIT, CAT_REDUCE)
 ARG_NAMES = {"send": ("peer", "tag", "bytes"), "recv_wait": ("peer", "tag"), "reduce": ("peer", "bytes")}
 _get_ident = threading.get_ident
 

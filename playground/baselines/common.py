@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from playground.collectives.check import COLLECTIVES, ROOT, busbw_factor, expected_result, pattern
+from playground.collectives.ops import ReduceOp
 from playground.errors import ScenarioError
 
-COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
 REDUCING = frozenset({"allreduce", "reduce_scatter", "reduce"})
 OPS = ("sum", "max", "min")
 DTYPES = ("float32", "float64", "int32", "int64")
-ROOT = 0  # root of broadcast and reduce
 
 
 @dataclass(frozen=True)
@@ -88,36 +88,14 @@ def layouts(collective: str, sizes: list[int], nranks: int, dtype: str) -> list[
 
 def bus_factor(collective: str, nranks: int) -> float:
     """busbw / algbw, as nccl-tests defines it (the share of the data each link must carry)."""
-    if collective == "allreduce":
-        return 2 * (nranks - 1) / nranks
-    if collective in ("allgather", "reduce_scatter"):
-        return (nranks - 1) / nranks
-    if collective in ("broadcast", "reduce"):
-        return 1.0
-    raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
-
-
-def pattern(rank: int, count: int, dtype: str) -> np.ndarray:
-    """Rank `rank`'s input: x_r[i] = ((7 i + 13 r) mod 17) - 8 for i < count."""
-    i = np.arange(count, dtype=np.int64)
-    return ((7 * i + 13 * rank) % 17 - 8).astype(dtype)
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
+    return busbw_factor(collective, nranks)
 
 
 def _reduce_over_ranks(nranks: int, start: int, count: int, op: str, dtype: str) -> np.ndarray:
-    """op over r of x_r[start : start + count], computed from the formula in int64 (exact)."""
-    base = (7 * np.arange(start, start + count, dtype=np.int64)) % 17
-    acc = None
-    for r in range(nranks):
-        x = (base + 13 * r) % 17 - 8
-        if acc is None:
-            acc = x
-        elif op == "sum":
-            acc += x
-        elif op == "max":
-            np.maximum(acc, x, out=acc)
-        else:
-            np.minimum(acc, x, out=acc)
-    return acc.astype(dtype)
+    """op over r of x_r[start : start + count], exact (the same closed form our own checks use)."""
+    return expected_result(nranks, start + count, dtype, ReduceOp.parse(op))[start:]
 
 
 def expected(lay: Layout, rank: int, op: str, dtype: str) -> np.ndarray | None:

@@ -7,17 +7,14 @@ the shared timing loop and check in `measure` see the very buffers Gloo wrote.
     python -m playground.baselines.gloo_worker --spec JSON --out DIR
 """
 
-import argparse
 import datetime
-import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from playground.baselines import common
-from playground.baselines.measure import Call, measure, record_error
+from playground.baselines.measure import Call, measure, parse_worker_args, record_error
 
 
 class GlooBackend:
@@ -62,18 +59,14 @@ class GlooBackend:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--spec", required=True, help="JSON: collective, sizes, dtype, op, iters, warmup, timeout_s")
-    ap.add_argument("--out", required=True, type=Path)
-    args = ap.parse_args(argv)
-    spec = json.loads(args.spec)
+    spec, out = parse_worker_args(__doc__, argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
         backend = GlooBackend(spec["timeout_s"])
-        measure(backend, spec, args.out)
+        measure(backend, spec, out)
         backend.close()
     except Exception as e:  # noqa: BLE001 - reported to the parent, which names the first failure
-        record_error(args.out, rank, e)
+        record_error(out, rank, e)
         return 1
     return 0
 

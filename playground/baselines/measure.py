@@ -10,6 +10,7 @@ Results go to `rank-<r>.jsonl` in the run's directory, one JSON line per size, f
 a run that dies half-way still says how far it got. Pickle never carries them.
 """
 
+import argparse
 import json
 import time
 import traceback
@@ -39,6 +40,15 @@ class Backend(Protocol):
     def barrier(self) -> None: ...
 
     def prepare(self, lay: common.Layout, op: str, inp: np.ndarray) -> Call: ...
+
+
+def parse_worker_args(description: str, argv: list[str] | None) -> tuple[dict, Path]:
+    """(spec, out dir) from a worker's command line: both kinds of worker take the same two flags."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--spec", required=True, help="JSON: collective, sizes, dtype, op, iters, warmup, timeout_s")
+    ap.add_argument("--out", required=True, type=Path)
+    args = ap.parse_args(argv)
+    return json.loads(args.spec), args.out
 
 
 def rank_file(out_dir: Path, rank: int) -> Path:

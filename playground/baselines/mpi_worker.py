@@ -6,15 +6,12 @@ out of place, so the shared timing loop in `measure` sees exactly what MPI wrote
 calls Abort so the others do not sit in a collective until the parent's deadline.
 """
 
-import argparse
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from playground.baselines import common
-from playground.baselines.measure import Call, measure, record_error
+from playground.baselines.measure import Call, measure, parse_worker_args, record_error
 
 
 class MPIBackend:
@@ -48,18 +45,14 @@ class MPIBackend:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--spec", required=True, help="JSON: collective, sizes, dtype, op, iters, warmup, timeout_s")
-    ap.add_argument("--out", required=True, type=Path)
-    args = ap.parse_args(argv)
-    spec = json.loads(args.spec)
+    spec, out = parse_worker_args(__doc__, argv)
     backend = None
     try:
         backend = MPIBackend()
-        measure(backend, spec, args.out)
+        measure(backend, spec, out)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which names the first failure
         rank = backend.rank if backend else 0
-        record_error(args.out, rank, e)
+        record_error(out, rank, e)
         if backend is not None:
             backend.comm.Abort(1)
         return 1

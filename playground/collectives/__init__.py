@@ -7,7 +7,7 @@ dtype. Results are bit-identical on all ranks and equal numpy's reduction of the
 import numpy as np
 
 from playground.collectives.auto import choose_allreduce
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_bytes_for
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, flat_copy, segment_bytes_for
 from playground.collectives.halving_doubling import allreduce_halving_doubling
 from playground.collectives.ops import ReduceOp
 from playground.collectives.recursive_doubling import allreduce_recursive_doubling
@@ -41,7 +41,7 @@ def allreduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, algorithm:
 def broadcast(comm, x: np.ndarray, root: int = 0, segment_bytes: int | None = None) -> np.ndarray:
     """`root`'s `x` on every rank (every rank passes an array of the same shape and dtype)."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    buf = np.array(x, copy=True, order="C").reshape(-1)
+    buf = flat_copy(x)
     if comm.size > 1 and buf.size:
         broadcast_tree_into(comm, buf, root, segment_bytes)
     return buf.reshape(np.shape(x))
@@ -51,7 +51,7 @@ def reduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, root: int = 0
            segment_bytes: int | None = None) -> np.ndarray | None:
     """The reduction on `root`; None on the other ranks."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    buf = np.array(x, copy=True, order="C").reshape(-1)
+    buf = flat_copy(x)
     if comm.size > 1 and buf.size:
         reduce_tree_into(comm, buf, ReduceOp.parse(op), root, segment_bytes)
     return buf.reshape(np.shape(x)) if comm.rank == root else None

@@ -26,6 +26,7 @@ import numpy as np
 from playground.collectives.chunks import (
     DEFAULT_SEGMENT_BYTES,
     chunk_bounds,
+    flat_copy,
     segment_bounds,
     segment_elems_for,
 )
@@ -58,9 +59,6 @@ def ring_pass(comm, buf: np.ndarray, bounds, steps, segment_elems: int, op: Redu
     if comm.tracer.enabled:
         comm.tracer.add(phase, CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
 
-
-def _flat_copy(x: np.ndarray) -> np.ndarray:
-    return np.array(x, copy=True, order="C").reshape(-1)
 
 
 def reduce_scatter_into(comm, buf: np.ndarray, source: np.ndarray, bounds, segment_elems: int, op: ReduceOp,
@@ -101,7 +99,7 @@ def allreduce_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
                    segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
     if comm.size == 1 or x.size == 0:
-        return _flat_copy(x).reshape(x.shape)
+        return flat_copy(x).reshape(x.shape)
     source = np.ascontiguousarray(x).reshape(-1)
     buf = np.empty_like(source)  # every chunk is written by the reduce-scatter or the all-gather
     bounds = chunk_bounds(buf.size, comm.size)

@@ -218,12 +218,17 @@ class Communicator:
         self.isend(x, dst, tag).wait()
 
     # -- receiving -------------------------------------------------------------------------
-    def check_abort(self) -> None:
-        """Raise PeerLost if the coordinator has told this rank to abort."""
+    def check_abort(self, src: int | None = None, tag: int | None = None, op: str = "") -> None:
+        """Raise PeerLost if the coordinator has told this rank to abort; name what it waited for."""
         if self._ctrl is not None and self._ctrl.poll(0):
             self._handle_ctrl()
         if self.aborted:
-            raise PeerLost(f"rank {self.rank}: aborted: {self.aborted}")
+            if src is None:
+                raise PeerLost(f"rank {self.rank}: aborted: {self.aborted}")
+            exc = PeerLost(f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: "
+                           f"{self.aborted}")
+            exc.peer = src
+            raise exc
 
     def _handle_ctrl(self) -> None:
         while True:
@@ -284,7 +289,7 @@ class Communicator:
                 got = self._next_message(0, key, out)
             except zmq.Again:
                 got = False
-                self.check_abort_or_raise(src, tag, op)
+                self.check_abort(src, tag, op)
                 if time.monotonic() >= deadline:
                     raise CommTimeout(self.rank, op, src, tag, timeout_s) from None
             if got is None or got == key:
@@ -292,15 +297,6 @@ class Communicator:
         if self.tracer.enabled:
             self.tracer.add_ns("recv_wait", CAT_WAIT, t0, time.monotonic_ns(), src, tag)
         return None if got is None else self._pending[key].popleft()
-
-    def check_abort_or_raise(self, src: int, tag: int, op: str) -> None:
-        if self._ctrl is not None and self._ctrl.poll(0):
-            self._handle_ctrl()
-        if self.aborted:
-            exc = PeerLost(f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: "
-                           f"{self.aborted}")
-            exc.peer = src
-            raise exc
 
     def _array_of(self, src: int, msg) -> tuple[np.ndarray, int | None]:
         """(read-only array view, shm release token or None) of a parked message."""

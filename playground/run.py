@@ -55,9 +55,11 @@ def print_outcome(outcome: LaunchOutcome, report: Report, run_dir: Path, console
     """The table on success, else the root cause first; then the report's own failures and the logs."""
     if outcome.ok:
         render_report(report, console)
+    elif outcome.interrupted:
+        pass  # the ranks were stopped on purpose: "interrupted" was said, no failures to blame
     elif outcome.failures:
         print_failures(outcome, err)
-    elif not outcome.interrupted:
+    else:
         err.print("[bold red]FAILED[/bold red] not every rank finished", highlight=False)
     for line in report.failures:
         err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)

@@ -14,6 +14,7 @@ import zmq
 
 from playground import rendezvous
 from playground.comm.communicator import Communicator
+from playground.comm.pipes import Inboxes, spin_budget_s
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
 from playground.errors import CommTimeout, PeerLost
 from playground.scenario import Scenario, load_node
@@ -49,6 +50,8 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     comm = None
     try:
         data, endpoint = rendezvous.bind_data_socket(ctx, env, scenario.transport)
+        if scenario.transport == "shm":  # every inbox exists before any rank leaves the rendezvous
+            inboxes = Inboxes(env.rank, shm_dir_for(env.master_port), spin_budget_s(env.world_size))
         endpoints, offset = rendezvous.join(ctrl, env, endpoint, max(30.0, scenario.timeout_s))
         tracer.clock_offset_us = offset
         comm = Communicator(env.rank, env.world_size, ctx, data, ctrl, endpoints, tracer,
@@ -56,7 +59,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         comm.run_dir = run_dir
         if scenario.transport == "shm":
             # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the shared-memory path.
-            comm.use_shm(ShmChannels(env.rank, shm_dir_for(env.master_port)),
+            comm.use_shm(ShmChannels(env.rank, shm_dir_for(env.master_port)), inboxes,
                          int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES)))
         comm.barrier()
         _, func = load_node(scenario.node)

@@ -36,7 +36,7 @@ def test_full_ring_refuses_instead_of_waiting(channels):
     sender, receiver = channels
     a = sender.try_put(1, np.ones(96, dtype=np.float64))  # 768 bytes
     assert a is not None
-    assert sender.try_put(1, np.ones(64, dtype=np.float64)) is None  # 512 more do not fit: caller uses ZeroMQ
+    assert sender.try_put(1, np.ones(64, dtype=np.float64)) is None  # 512 more do not fit: the caller waits
     view, end = receiver.arrived(0, a)
     receiver.release(0, end)
     assert sender.try_put(1, np.ones(64, dtype=np.float64)) is not None

@@ -6,12 +6,14 @@ keeps each sender's messages in order, which gives per-(peer, tag) ordering; arr
 (peer, tag) pairs are parked until someone asks for them.
 
 A message is a header frame (wire.py) and a payload frame: the array's bytes (zero-copy from
-64 KiB up), or with the shared-memory data path a descriptor of where the bytes are (shm.py).
-A receive blocks in zmq's recv with a short RCVTIMEO slice, never spinning (ranks often
-outnumber cores); between slices it checks the deadline and the control socket, so when another
-rank dies the launcher's abort reaches a blocked rank within one slice (PeerLost), not after the
-timeout. When the message being waited for arrives and the caller gave an `out` array, its bytes
-are received straight into it.
+64 KiB up). With the shared-memory data path on one host (`use_shm`), ZeroMQ is bypassed: large
+arrays go through /dev/shm rings (shm.py) and each message, as one record of header and inline
+bytes or ring descriptor, through the receiver's named pipe (pipes.py), which wakes it directly.
+A receive blocks (in zmq's recv with a short RCVTIMEO slice, or in poll on the pipe) and never
+spins for long (ranks often outnumber cores); between slices it checks the deadline and the
+control socket, so when another rank dies the launcher's abort reaches a blocked rank within one
+slice (PeerLost), not after the timeout. When the message being waited for arrives and the caller
+gave an `out` array, its bytes are received straight into it.
 
 Not thread-safe: use a communicator from one thread at a time (a node may hand it to a
 communication thread, as the overlap experiment does).
@@ -27,7 +29,7 @@ from collections import defaultdict, deque
 import numpy as np
 import zmq
 
-from playground.comm import wire
+from playground.comm import pipes, wire
 from playground.errors import CommTimeout, FaultInjected, PeerLost
 from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
@@ -113,9 +115,9 @@ class Communicator:
         self._fault = fault if fault is not None and fault.rank == rank else None
         self._num_ops = 0
         self.shm = None  # ShmChannels when the shared-memory data path is on
+        self.pipes = None  # and the Inboxes that carry its messages
         self.shm_min_bytes = 1 << 62
         self.segment_bytes = ZMQ_SEGMENT_BYTES  # what collectives cut large buffers into by default
-        self._large_min_bytes = ZERO_COPY_MIN_BYTES
         self.bytes_sent = 0
         self.bytes_received = 0
         self.messages_sent = 0  # data messages (one per segment), not counting JSON objects
@@ -160,16 +162,21 @@ class Communicator:
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         t0 = time.monotonic_ns()
-        sock = self._push.get(dst) or self._socket_to(dst)
         nbytes = x.nbytes
         req: Request = DONE
-        if nbytes < self._large_min_bytes:  # small: header and bytes in one frame
-            sock.send(wire.encode_inline(self.rank, tag, x))
+        if self.pipes is not None:
+            if not 0 <= dst < self.size:
+                raise ValueError(f"rank {self.rank}: destination {dst} is not a rank (world size {self.size})")
+            if self._inline_fits(nbytes, x.ndim):
+                self._post(dst, tag, wire.encode_inline(self.rank, tag, x))
+            else:
+                view, descriptor = self._ring_slot(dst, tag, nbytes)
+                np.copyto(view, x.reshape(-1).view(np.uint8))
+                self._post(dst, tag, wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape) + descriptor)
         else:
-            descriptor = self.shm.try_put(dst, x) if self.shm is not None and nbytes >= self.shm_min_bytes else None
-            if descriptor is not None:
-                sock.send(wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape), zmq.SNDMORE)
-                sock.send(descriptor)
+            sock = self._push.get(dst) or self._socket_to(dst)
+            if nbytes < ZERO_COPY_MIN_BYTES:  # small: header and bytes in one frame
+                sock.send(wire.encode_inline(self.rank, tag, x))
             else:
                 sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
                 req = _SendRequest(self, sock.send(x, copy=False, track=True), dst, tag)
@@ -188,31 +195,73 @@ class Communicator:
         """
         dtype = np.dtype(dtype)
         nbytes = count * dtype.itemsize
-        if self.shm is not None and nbytes >= self.shm_min_bytes:
-            got = self.shm.try_alloc(dst, nbytes)
-            if got is not None:
-                if self._fault is not None:
-                    self._count_op()
-                view, descriptor = got
-                fill(view.view(dtype))
-                t0 = time.monotonic_ns()
-                sock = self._push.get(dst) or self._socket_to(dst)
-                sock.send(wire.encode_header(self.rank, tag, wire.KIND_SHM, dtype, (count,)), zmq.SNDMORE)
-                sock.send(descriptor)
-                self.bytes_sent += nbytes
-                self.messages_sent += 1
-                if self.tracer.enabled:
-                    self.tracer.add_ns("send", CAT_SEND, t0, time.monotonic_ns(), dst, tag, nbytes)
-                return DONE
+        if self.pipes is not None and not self._inline_fits(nbytes, 1):
+            if self._fault is not None:
+                self._count_op()
+            view, descriptor = self._ring_slot(dst, tag, nbytes)
+            fill(view.view(dtype))
+            t0 = time.monotonic_ns()
+            self._post(dst, tag, wire.encode_header(self.rank, tag, wire.KIND_SHM, dtype, (count,)) + descriptor)
+            self.bytes_sent += nbytes
+            self.messages_sent += 1
+            if self.tracer.enabled:
+                self.tracer.add_ns("send", CAT_SEND, t0, time.monotonic_ns(), dst, tag, nbytes)
+            return DONE
         out = np.empty(count, dtype)
         fill(out)
         return self.isend(out, dst, tag)
 
-    def use_shm(self, channels, min_bytes: int) -> None:
-        """Send arrays of at least `min_bytes` through shared memory (ZeroMQ carries descriptors)."""
-        self.shm, self.shm_min_bytes = channels, min_bytes
-        self._large_min_bytes = min(ZERO_COPY_MIN_BYTES, min_bytes)
+    def use_shm(self, channels, inboxes, min_bytes: int) -> None:
+        """Bypass ZeroMQ on one host: arrays of at least `min_bytes` (or too large for one pipe
+        record) go through shared-memory rings, every message through the peers' pipes."""
+        self.shm, self.pipes, self.shm_min_bytes = channels, inboxes, min_bytes
         self.segment_bytes = SHM_SEGMENT_BYTES
+
+    def _inline_fits(self, nbytes: int, ndim: int) -> bool:
+        """On the pipe path: do an array's bytes travel in its record (else in the shm ring)?"""
+        return nbytes < self.shm_min_bytes and nbytes <= pipes.MAX_RECORD - wire.header_size(ndim)
+
+    def _post(self, dst: int, tag: int, record: bytes) -> None:
+        """Put a record in `dst`'s pipe, waiting while it is full (or not open yet)."""
+        if self.pipes.try_send(dst, record):
+            return
+        self._wait_for_room(dst, tag, "room in the pipe to", lambda: self.pipes.try_send(dst, record))
+
+    def _ring_slot(self, dst: int, tag: int, nbytes: int) -> tuple[np.ndarray, bytes]:
+        """(writable byte view, descriptor) of space in the ring to `dst`, waiting while it is full."""
+        got = self.shm.try_alloc(dst, nbytes)
+        if got is None:
+            self._wait_for_room(dst, tag, "room in the shared-memory ring to",
+                                lambda: self.shm.try_alloc(dst, nbytes))
+            got = self._room
+        return got
+
+    def _wait_for_room(self, dst: int, tag: int, what: str, attempt) -> None:
+        """Retry `attempt` until it succeeds; meanwhile take in (and copy out of shared memory)
+        everything that arrives, so two ranks flooding each other both make progress."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            self._copy_out_parked()
+            got = attempt()
+            if got:
+                self._room = got
+                return
+            self.check_abort(dst, tag, what)
+            if time.monotonic() >= deadline:
+                raise CommTimeout(self.rank, what, dst, tag, self.timeout_s)
+            self._next_message(1)  # the peer makes room by receiving, unannounced: look again in 1 ms
+
+    def _copy_out_parked(self) -> None:
+        """Drain the pipe and move parked shared-memory messages into private memory, releasing
+        their ring space to the senders."""
+        self.drain()
+        for (src, _), q in self._pending.items():
+            for i, (kind, dtype, shape, payload) in enumerate(q):
+                if kind in (wire.KIND_SHM, wire.KIND_JSON_SHM):
+                    view, end = payload
+                    q[i] = (wire.KIND_ARRAY if kind == wire.KIND_SHM else wire.KIND_JSON, dtype, shape,
+                            view.tobytes())
+                    self.shm.release(src, end)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
         self.isend(x, dst, tag).wait()
@@ -239,10 +288,21 @@ class Communicator:
             if msg.get("type") == "abort":
                 self.aborted = msg.get("reason", "the run was aborted")
 
-    def _next_message(self, flags: int, want: tuple[int, int] | None = None, out: np.ndarray | None = None):
-        """Receive one message (zmq.Again if none in this slice). When it is `want` and `out` fits,
-        its bytes land in `out` and None is returned; otherwise it is parked in the pending queues."""
-        first = self._data.recv(flags)
+    def _next_message(self, timeout_ms: int, want: tuple[int, int] | None = None, out: np.ndarray | None = None):
+        """Receive one message, waiting up to `timeout_ms`; False if none came. When it is `want` and
+        `out` fits, its bytes land in `out` and None is returned; otherwise it is parked in the
+        pending queues and its (src, tag) returned."""
+        if self.pipes is not None:
+            return self._next_record(timeout_ms, want, out)
+        try:
+            if timeout_ms == SLICE_MS:  # the socket's RCVTIMEO
+                first = self._data.recv(0)
+            elif timeout_ms <= 0 or self._data.poll(timeout_ms):
+                first = self._data.recv(zmq.NOBLOCK)
+            else:
+                return False
+        except zmq.Again:
+            return False
         src, tag, kind, dtype, shape = wire.decode_header(first)
         if kind == wire.KIND_INLINE:
             payload = memoryview(first)[wire.header_size(len(shape)):]
@@ -265,13 +325,36 @@ class Communicator:
         self._pending[(src, tag)].append((kind, dtype, shape, payload))
         return (src, tag)
 
+    def _next_record(self, timeout_ms: int, want, out):
+        record = self.pipes.next_record(timeout_ms)
+        if record is None:
+            return False
+        src, tag, kind, dtype, shape, payload = wire.decode_record(record)
+        fits = out is not None and (src, tag) == want and out.dtype == dtype and out.flags.c_contiguous
+        if kind in (wire.KIND_SHM, wire.KIND_JSON_SHM):
+            # Registered on arrival: ring space is handed back in arrival order, whatever the tag.
+            view, end = self.shm.arrived(src, payload)
+            if kind == wire.KIND_SHM and fits and out.nbytes == view.nbytes:
+                np.copyto(out.reshape(-1).view(np.uint8), view)
+                self.shm.release(src, end)
+                self.bytes_received += view.nbytes
+                return None
+            payload = (view, end)
+        elif kind == wire.KIND_INLINE:
+            if fits and out.nbytes == len(payload):
+                if len(payload):
+                    memoryview(out).cast("B")[:] = payload
+                self.bytes_received += len(payload)
+                return None
+        elif kind == wire.KIND_JSON:
+            payload = payload.tobytes()
+        self._pending[(src, tag)].append((kind, dtype, shape, payload))
+        return (src, tag)
+
     def drain(self) -> None:
         """Park every message that has already arrived (non-blocking)."""
-        while True:
-            try:
-                self._next_message(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        while self._next_message(0) is not False:
+            pass
 
     def _take(self, src: int, tag: int, op: str, timeout_s: float | None, out: np.ndarray | None = None):
         """The next message from (src, tag), waiting up to the timeout; None if it went into `out`."""
@@ -285,15 +368,13 @@ class Communicator:
         t0 = time.monotonic_ns()
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                got = self._next_message(0, key, out)
-            except zmq.Again:
-                got = False
+            got = self._next_message(SLICE_MS, key, out)
+            if got is None or got == key:
+                break
+            if got is False:
                 self.check_abort(src, tag, op)
                 if time.monotonic() >= deadline:
                     raise CommTimeout(self.rank, op, src, tag, timeout_s) from None
-            if got is None or got == key:
-                break
         if self.tracer.enabled:
             self.tracer.add_ns("recv_wait", CAT_WAIT, t0, time.monotonic_ns(), src, tag)
         return None if got is None else self._pending[key].popleft()
@@ -302,14 +383,14 @@ class Communicator:
         """(read-only array view, shm release token or None) of a parked message."""
         kind, dtype, shape, payload = msg
         if kind == wire.KIND_SHM:
-            raw, end = self.shm.arrived(src, payload)
+            raw, end = payload
             return raw.view(dtype).reshape(shape), end
         if kind == wire.KIND_INLINE:
             arr = np.frombuffer(payload, dtype=dtype)
             return (arr if len(shape) == 1 else arr.reshape(shape)), None
         if kind != wire.KIND_ARRAY:
             raise ValueError(f"rank {self.rank}: expected an array from rank {src}, got message kind {kind}")
-        buf = payload.buffer
+        buf = payload.buffer if isinstance(payload, zmq.Frame) else payload
         return np.frombuffer(buf, dtype=dtype).reshape(shape), None
 
     def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, timeout_s: float | None = None) -> np.ndarray:
@@ -358,12 +439,30 @@ class Communicator:
     def send_obj(self, obj, dst: int, tag: int = 0) -> None:
         """Send a small JSON-able object (control data, never bulk arrays)."""
         self._count_op()
+        body = json.dumps(obj).encode()
+        u1 = np.dtype("u1")
+        if self.pipes is not None:
+            if not 0 <= dst < self.size:
+                raise ValueError(f"rank {self.rank}: destination {dst} is not a rank (world size {self.size})")
+            header = wire.encode_header(self.rank, tag, wire.KIND_JSON, u1, ())
+            if len(header) + len(body) <= pipes.MAX_RECORD:
+                self._post(dst, tag, header + body)
+                return
+            view, descriptor = self._ring_slot(dst, tag, len(body))
+            view[:] = np.frombuffer(body, dtype=np.uint8)
+            self._post(dst, tag, wire.encode_header(self.rank, tag, wire.KIND_JSON_SHM, u1, ()) + descriptor)
+            return
         sock = self._socket_to(dst)
-        sock.send(wire.encode_header(self.rank, tag, wire.KIND_JSON, np.dtype("u1"), ()), zmq.SNDMORE)
-        sock.send(json.dumps(obj).encode())
+        sock.send(wire.encode_header(self.rank, tag, wire.KIND_JSON, u1, ()), zmq.SNDMORE)
+        sock.send(body)
 
     def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):
         kind, _, _, payload = self._take(src, tag, "recv_obj", timeout_s)
+        if kind == wire.KIND_JSON_SHM:
+            view, end = payload
+            body = view.tobytes()
+            self.shm.release(src, end)
+            return json.loads(body)
         if kind != wire.KIND_JSON:
             raise ValueError(f"rank {self.rank}: expected an object from rank {src} tag {tag}, got kind {kind}")
         return json.loads(payload if isinstance(payload, bytes) else payload.bytes)
@@ -404,6 +503,8 @@ class Communicator:
         self._pending.clear()
         if self.shm is not None:
             self.shm.close()
+        if self.pipes is not None:
+            self.pipes.close()
 
 
 def _copy_into(out: np.ndarray, arr: np.ndarray) -> np.ndarray:

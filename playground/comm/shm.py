@@ -1,19 +1,19 @@
-"""Shared-memory data path on one host: bytes go through /dev/shm, ZeroMQ carries descriptors.
+"""Shared-memory data path on one host: bytes go through /dev/shm rings, a pipe carries descriptors.
 
 As NCCL's SHM transport does within a node: for each (sender, receiver) pair the sender owns a
-ring buffer, a file in /dev/shm mapped by both processes. To send, the sender copies the array
-into free space of its ring and sends a small descriptor (position, bytes, sequence end) over the
-normal ZeroMQ socket, which keeps per-(peer, tag) ordering, timeouts and abort handling exactly as
-on the ZeroMQ path. The receiver reduces or copies straight out of the mapping (one copy fewer
-than through the kernel's socket buffers) and then *releases* the message by advancing the
-`consumed` counter in the ring's header, which only the receiver writes and the sender reads
-(an aligned 8-byte store: atomic on the machines we run on).
+ring buffer, a file in /dev/shm mapped by both processes. To send, the sender writes the array
+into free space of its ring and sends a small descriptor (position, bytes, sequence end) to the
+receiver's inbox (pipes.py), which keeps per-sender ordering. The receiver registers each
+descriptor as it arrives, reduces or copies straight out of the mapping (no trip through the
+kernel's socket buffers) and then *releases* the message; space goes back to the sender in
+arrival order by advancing the `consumed` counter in the ring's header, which only the receiver
+writes and the sender reads (an aligned 8-byte store: atomic on the machines we run on).
 
-A sender never waits for space: when its ring has no room, that message simply goes over ZeroMQ.
-Positions restart at 0 whenever the ring is empty, so only the peak in-flight bytes are ever
-touched (the files are sparse). Why not multiprocessing.shared_memory: in Python 3.11 every process
-that attaches registers the segment with its resource tracker, which unlinks it when that
-process exits, under the others' feet.
+`try_alloc` never waits: when the ring has no room it says so, and the communicator waits, taking
+in (and copying out) what arrives meanwhile. Positions restart at 0 whenever the ring is empty, so
+only the peak in-flight bytes are ever touched (the files are sparse). Why not
+multiprocessing.shared_memory: in Python 3.11 every process that attaches registers the segment
+with its resource tracker, which unlinks it when that process exits, under the others' feet.
 """
 
 import mmap
@@ -27,7 +27,7 @@ import numpy as np
 HEADER_BYTES = 64
 ALIGN = 64
 DEFAULT_CAPACITY_BYTES = 1 << 30  # virtual size of each ring; pages are touched only as used
-SHM_MIN_BYTES = 32 * 1024  # smaller messages are cheaper inline in the ZeroMQ frame
+SHM_MIN_BYTES = 32 * 1024  # smaller arrays travel inline in their pipe record when they fit one
 _DESC = struct.Struct("<QQQ")  # position, nbytes, end (sender's running total when this message ends)
 
 

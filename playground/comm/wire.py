@@ -6,7 +6,11 @@ INLINE    the array's bytes follow the header in the same frame (small arrays: o
           cheaper than two)
 ARRAY     the array's bytes are the next frame (large arrays, sent zero-copy)
 JSON      the next frame is UTF-8 JSON, for small control objects (pickle never touches the wire)
-SHM       the next frame is a descriptor of a shared-memory slot holding the bytes (shm.py)
+SHM       the payload is a descriptor of a shared-memory slot holding the bytes (shm.py)
+JSON_SHM  as SHM, but the slot holds UTF-8 JSON (an object too large for one pipe record)
+
+On one host with shared memory, header and payload travel together as one pipe record
+(pipes.py): `decode_record` splits them.
 """
 
 import math
@@ -18,6 +22,7 @@ KIND_ARRAY = 0
 KIND_JSON = 1
 KIND_SHM = 2
 KIND_INLINE = 3
+KIND_JSON_SHM = 4
 
 _FIXED = struct.Struct("<HiBB8s")
 _DTYPES: dict[bytes, np.dtype] = {}
@@ -41,11 +46,21 @@ def header_size(ndim: int) -> int:
 def decode_header(buf: bytes) -> tuple[int, int, int, np.dtype, tuple[int, ...]]:
     """(src, tag, kind, dtype, shape); ValueError on a malformed header. For INLINE messages the
     array's bytes start at `header_size(len(shape))`."""
+    return _decode(buf, record=False)
+
+
+def decode_record(buf: bytes) -> tuple[int, int, int, np.dtype, tuple[int, ...], memoryview]:
+    """(src, tag, kind, dtype, shape, payload) of a header followed by its payload in one buffer."""
+    src, tag, kind, dtype, shape = _decode(buf, record=True)
+    return src, tag, kind, dtype, shape, memoryview(buf)[header_size(len(shape)):]
+
+
+def _decode(buf: bytes, record: bool) -> tuple[int, int, int, np.dtype, tuple[int, ...]]:
     if len(buf) < _FIXED.size:
         raise ValueError(f"header too short: {len(buf)} bytes")
     src, tag, kind, ndim, dt = _FIXED.unpack_from(buf)
     end = _FIXED.size + 8 * ndim
-    if ndim > 32 or len(buf) < end or (kind != KIND_INLINE and len(buf) != end):
+    if ndim > 32 or len(buf) < end or (kind != KIND_INLINE and not record and len(buf) != end):
         raise ValueError(f"header length {len(buf)} does not match ndim {ndim}")
     shape = _SHAPE[ndim].unpack_from(buf, _FIXED.size)
     dtype = _DTYPES.get(dt)

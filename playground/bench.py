@@ -35,6 +35,8 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
+    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other scenario key, as for `run` (e.g. fault.rank=1 fault.action=corrupt)")
     b.set_defaults(func=func)
 
 
@@ -66,6 +68,7 @@ def run_bench(args) -> int:
             f"timeout_s={args.timeout}"]
     if args.segment:
         sets.append(f"params.segment_bytes={args.segment}")
+    sets += args.set
     scenario = load_scenario("bench", ranks=args.ranks or 8, transport=args.transport, overrides=sets)
     if baselines:
         from playground.baselines import BASELINES
@@ -147,7 +150,7 @@ def _plot(result: dict, baseline_rows: list[dict]) -> None:
 def _run_p2p(args, execute) -> int:
     sizes = _sizes(args.sizes if args.sizes != "8..64MiB" else "64,4KiB,64KiB,1MiB,4MiB,16MiB", args.step)
     sets = [f"params.sizes=[{','.join(map(str, sizes))}]", f"params.iters={args.iters}",
-            f"params.warmup={args.warmup}", f"timeout_s={args.timeout}"]
+            f"params.warmup={args.warmup}", f"timeout_s={args.timeout}", *args.set]
     scenario = load_scenario("pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=sets)
     code, _ = execute(scenario, Path(args.out))
     return code

@@ -25,10 +25,11 @@ FAULT_ACTIONS = ("raise", "kill", "hang", "exit")
 
 @dataclass(frozen=True)
 class Fault:
-    """Make one rank fail on purpose after `after_ops` communication operations (for drills)."""
+    """Make one rank fail on purpose after `after_ops` communication operations (for drills);
+    `corrupt` flips one bit of the next array it sends, which the collectives' check must catch."""
 
     rank: int
-    action: Literal["raise", "kill", "hang", "exit"] = "raise"
+    action: Literal["raise", "kill", "hang", "exit", "corrupt"] = "raise"
     after_ops: int = 0
 
     def __post_init__(self):

@@ -140,11 +140,16 @@ class Communicator:
             self._push[dst] = sock
         return sock
 
-    def _count_op(self) -> None:
-        """Fault drills only: the fault fires on this rank's operation number after_ops + 1."""
+    def _count_op(self, array: bool = False) -> bool:
+        """Fault drills only: the fault fires on this rank's operation number after_ops + 1 (for
+        `corrupt`, on the first array send from there: True means flip a bit of this message)."""
         self._num_ops += 1
         f = self._fault
         if f is not None and f.rank == self.rank and self._num_ops > f.after_ops:
+            if f.action == "corrupt":
+                if array:
+                    self._fault = None
+                return array
             self._fault = None
             if f.action == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -154,13 +159,15 @@ class Communicator:
                 while True:
                     time.sleep(3600)
             raise FaultInjected(f"rank {self.rank}: injected fault after {f.after_ops} operations")
+        return False
 
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
-        if self._fault is not None:
-            self._count_op()
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
+        if self._fault is not None and self._count_op(array=x.nbytes > 0):
+            x = x.copy()
+            x.reshape(-1).view(np.uint8)[0] ^= 1
         t0 = time.monotonic_ns()
         nbytes = x.nbytes
         req: Request = DONE
@@ -196,10 +203,11 @@ class Communicator:
         dtype = np.dtype(dtype)
         nbytes = count * dtype.itemsize
         if self.pipes is not None and not self._inline_fits(nbytes, 1):
-            if self._fault is not None:
-                self._count_op()
+            corrupt = self._fault is not None and self._count_op(array=nbytes > 0)
             view, descriptor = self._ring_slot(dst, tag, nbytes)
             fill(view.view(dtype))
+            if corrupt:
+                view[0] ^= 1
             t0 = time.monotonic_ns()
             self._post(dst, tag, wire.encode_header(self.rank, tag, wire.KIND_SHM, dtype, (count,)) + descriptor)
             self.bytes_sent += nbytes

@@ -1,0 +1,54 @@
+"""`python -m playground bench ...` as a user runs it: the nccl-tests table, result.json, the plot,
+exit status 1 on a wrong result, and p2p beside raw pyzmq."""
+
+import json
+
+import pytest
+
+from playground.testing import run_cli
+
+
+def _result(out_dir) -> dict:
+    return json.loads((out_dir / "latest" / "result.json").read_text())
+
+
+@pytest.mark.timeout(90)
+def test_bench_allreduce_rows_table_and_plot(tmp_path):
+    proc = run_cli(["bench", "allreduce", "--ranks", "3", "--algo", "ring,rd", "--sizes", "8..1KiB", "--step", "4",
+                    "--iters", "2", "--warmup", "1", "--out", str(tmp_path)], timeout_s=80)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if "#wrong" in line)
+    for col in ("size (B)", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        assert col in header
+    result = _result(tmp_path)
+    rows = result["rows"]
+    assert [(r["algorithm"], r["size"]) for r in rows] == [(a, s) for a in ("ring", "rd") for s in (8, 32, 128, 512)]
+    for r in rows:
+        assert r["wrong"] == 0 and r["count"] == r["size"] // 4 and r["dtype"] == "float32" and r["op"] == "sum"
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * 2 / 3, rel=1e-3, abs=2e-6)
+    assert (tmp_path / "latest" / "busbw.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("transport", ["ipc", "shm"])
+def test_a_wrong_result_fails_the_bench(tmp_path, transport):
+    """Rank 1 flips one bit of a message it sends in the (only, checked) timed iteration."""
+    proc = run_cli(["bench", "allreduce", "--ranks", "3", "--algo", "ring", "--sizes", "64KiB", "--iters", "1",
+                    "--warmup", "0", "--transport", transport, "--out", str(tmp_path),
+                    "--set", "fault.rank=1", "--set", "fault.action=corrupt"], timeout_s=80)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = _result(tmp_path)
+    assert not result["ok"] and result["rows"][0]["wrong"] > 0
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("transport", ["ipc", "shm"])
+def test_bench_p2p_measures_ours_and_raw_pyzmq(tmp_path, transport):
+    proc = run_cli(["bench", "p2p", "--sizes", "64,64KiB", "--iters", "3", "--warmup", "1", "--transport", transport,
+                    "--out", str(tmp_path)], timeout_s=80)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _result(tmp_path)["tables"][0]["rows"]
+    assert [r["size"] for r in rows] == [64, 65536]
+    assert all(r["ours_us"] > 0 and r["raw_us"] > 0 and r["ours_gbps"] > 0 for r in rows)
+    assert ("shared memory" in proc.stdout) == (transport == "shm")

@@ -46,11 +46,12 @@ SMALL = ["--set", "params.sizes=[4KiB]", "--set", "params.iters=200", "--set", "
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["ipc", "shm"])
 @pytest.mark.parametrize("action,expect", [("kill", "killed by SIGKILL"), ("raise", "FaultInjected"),
                                            ("exit", "exited with status 3")])
-def test_dead_rank_fails_fast_on_every_rank(runs_dir, action, expect):
+def test_dead_rank_fails_fast_on_every_rank(runs_dir, action, expect, transport):
     t0 = time.monotonic()
-    proc = launch(["run", "ring", "--ranks", "4", "--out", str(runs_dir), "--set", "fault.rank=2",
+    proc = launch(["run", "ring", "--ranks", "4", "--transport", transport, "--out", str(runs_dir), "--set", "fault.rank=2",
                    "--set", f"fault.action={action}", "--set", "fault.after_ops=20", "--set", "timeout_s=30", *SMALL])
     out, err, leftovers = finish(proc)
     elapsed = time.monotonic() - t0
@@ -86,9 +87,10 @@ def write_user_scenario(tmp: Path) -> Path:
 
 
 @pytest.mark.timeout(60)
-def test_hung_rank_is_named_with_its_stack(runs_dir):
+@pytest.mark.parametrize("transport", ["ipc", "shm"])
+def test_hung_rank_is_named_with_its_stack(runs_dir, transport):
     t0 = time.monotonic()
-    proc = launch(["run", "ring", "--ranks", "3", "--out", str(runs_dir), "--set", "fault.rank=1",
+    proc = launch(["run", "ring", "--ranks", "3", "--transport", transport, "--out", str(runs_dir), "--set", "fault.rank=1",
                    "--set", "fault.action=hang", "--set", "fault.after_ops=10", "--set", "timeout_s=2", *SMALL])
     out, err, leftovers = finish(proc)
     assert proc.returncode == 1 and not leftovers
@@ -98,10 +100,16 @@ def test_hung_rank_is_named_with_its_stack(runs_dir):
     assert "_count_op" in err  # the hung rank's own stack shows where it was stuck
 
 
+def shm_dirs() -> set[str]:
+    return {d for d in os.listdir("/dev/shm") if d.startswith("playground-")}
+
+
 @pytest.mark.timeout(60)
-def test_ctrl_c_leaves_no_process_behind(runs_dir):
-    proc = launch(["run", "ring", "--ranks", "4", "--out", str(runs_dir), "--set", "params.sizes=[1MiB]",
-                   "--set", "params.iters=100000"])
+@pytest.mark.parametrize("transport", ["ipc", "shm"])
+def test_ctrl_c_leaves_no_process_behind(runs_dir, transport):
+    before = shm_dirs()
+    proc = launch(["run", "ring", "--ranks", "4", "--transport", transport, "--out", str(runs_dir),
+                   "--set", "params.sizes=[1MiB]", "--set", "params.iters=100000"])
     deadline = time.monotonic() + 30
     while len(session_processes(proc.pid)) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)  # waiting for the ranks to exist, not papering over a race
@@ -112,3 +120,4 @@ def test_ctrl_c_leaves_no_process_behind(runs_dir):
     assert "interrupted" in err
     assert "root cause" not in err  # Ctrl-C is not a failure to blame on a rank
     assert not leftovers
+    assert shm_dirs() <= before  # rings and pipes in /dev/shm are gone too

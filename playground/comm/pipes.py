@@ -22,6 +22,8 @@ import struct
 import time
 from collections import deque
 
+from playground.errors import PeerLost
+
 PIPE_BUF = select.PIPE_BUF
 MAX_RECORD = PIPE_BUF - 4
 PIPE_BYTES = 1 << 20  # the default ceiling (/proc/sys/fs/pipe-max-size) for unprivileged users
@@ -78,6 +80,10 @@ class Inboxes:
             return True
         except BlockingIOError:
             return False
+        except BrokenPipeError:  # no reader any more: the peer's process is gone
+            exc = PeerLost(f"rank {self.rank}: rank {dst} closed its inbox (it exited or died)")
+            exc.peer = dst
+            raise exc from None
 
     # -- receiving -------------------------------------------------------------------------
     def next_record(self, timeout_ms: int) -> bytes | None:

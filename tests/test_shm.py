@@ -67,3 +67,15 @@ def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm):
     assert result["transport"] == "shm" and all(row["wrong"] == 0 for row in result["rows"])
     leftovers = [d for d in os.listdir("/dev/shm") if d.startswith("playground-")]
     assert not any(Path("/dev/shm", d, "0-1").exists() for d in leftovers)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ranks", [3, 8])  # 3: receivers poll before sleeping; 8 on 2 cores: they sleep at once
+def test_grid_over_shared_memory_default_split(tmp_path, runs_dir, ranks):
+    """Default thresholds: small arrays inline in pipe records, large ones (big: 3001) through rings."""
+    p = tmp_path / "g.yaml"
+    p.write_text(f"name: grid\nnode: usernode_grid:main\nranks: {ranks}\ntransport: shm\ntimeout_s: 20\n"
+                 f"params:\n  algorithm: ring\n  segment_bytes: 4096\n  big: 3001\n")
+    code, result, out, err = run_scenario(str(p), runs_dir, env={"PYTHONPATH": str(TESTS)})
+    assert code == 0, out + err
+    assert all(row["wrong"] == 0 for row in result["rows"])

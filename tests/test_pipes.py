@@ -138,3 +138,19 @@ def test_large_objects_and_timeouts_on_the_pipe_path(tmp_path):
         for c in comms:
             c.close()
         ctx.destroy(linger=0)
+
+
+@pytest.mark.timeout(60)
+def test_a_sender_whose_peer_never_receives_times_out_naming_it(tmp_path):
+    ctx, (sender, receiver) = _pair(tmp_path, ring_bytes=64 + 50_000)
+    sender.timeout_s = 0.3
+    try:
+        sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # 40,000 B: fits the ring
+        with pytest.raises(CommTimeout, match=r"rank 0: timed out after 0.3s waiting for room to send to rank 1 "
+                                              r"\(tag 4\) in the shared-memory ring to it") as info:
+            sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # no room until rank 1 receives
+        assert info.value.peer == 1
+    finally:
+        sender.close()
+        receiver.close()
+        ctx.destroy(linger=0)

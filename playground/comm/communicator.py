@@ -231,32 +231,31 @@ class Communicator:
 
     def _post(self, dst: int, tag: int, record: bytes) -> None:
         """Put a record in `dst`'s pipe, waiting while it is full (or not open yet)."""
-        if self.pipes.try_send(dst, record):
-            return
-        self._wait_for_room(dst, tag, "room in the pipe to", lambda: self.pipes.try_send(dst, record))
+        if not self.pipes.try_send(dst, record):
+            self._wait_for_room(dst, tag, "its pipe", lambda: self.pipes.try_send(dst, record))
 
     def _ring_slot(self, dst: int, tag: int, nbytes: int) -> tuple[np.ndarray, bytes]:
         """(writable byte view, descriptor) of space in the ring to `dst`, waiting while it is full."""
         got = self.shm.try_alloc(dst, nbytes)
         if got is None:
-            self._wait_for_room(dst, tag, "room in the shared-memory ring to",
-                                lambda: self.shm.try_alloc(dst, nbytes))
-            got = self._room
+            got = self._wait_for_room(dst, tag, "the shared-memory ring to it", lambda: self.shm.try_alloc(dst, nbytes))
         return got
 
-    def _wait_for_room(self, dst: int, tag: int, what: str, attempt) -> None:
-        """Retry `attempt` until it succeeds; meanwhile take in (and copy out of shared memory)
-        everything that arrives, so two ranks flooding each other both make progress."""
+    def _wait_for_room(self, dst: int, tag: int, where: str, attempt):
+        """Retry `attempt` until it returns something true, and return that; meanwhile take in (and
+        copy out of shared memory) everything that arrives, so ranks flooding each other all progress."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             self._copy_out_parked()
             got = attempt()
             if got:
-                self._room = got
-                return
-            self.check_abort(dst, tag, what)
+                return got
+            self.check_abort()
             if time.monotonic() >= deadline:
-                raise CommTimeout(self.rank, what, dst, tag, self.timeout_s)
+                exc = CommTimeout(self.rank, f"room to send to rank {dst} (tag {tag}) in {where}", None, None,
+                                  self.timeout_s)
+                exc.peer = dst
+                raise exc
             self._next_message(1)  # the peer makes room by receiving, unannounced: look again in 1 ms
 
     def _copy_out_parked(self) -> None:

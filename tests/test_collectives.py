@@ -125,6 +125,10 @@ def test_auto_picks_by_size():
 
     assert choose_allreduce(8, 8) == "rd" and choose_allreduce(4096, 3) == "rd"
     assert choose_allreduce(16 << 20, 4) == "ring"
+    # in between, by rank count: the ring's 2(N-1) steps lose to fewer, larger steps
+    assert [choose_allreduce(1 << 20, n) for n in (2, 4, 8, 13)] == ["rd", "hd", "tree", "tree"]
+    assert [choose_allreduce(4 << 20, n) for n in (2, 3, 8)] == ["rd", "hd", "hd"]
+    assert all(choose_allreduce(16 << 20, n) == "ring" for n in (1, 2, 5, 8, 64))
 
 
 @pytest.mark.parametrize("n", [3, 8])

@@ -3,17 +3,35 @@
 Small messages are latency-bound, so the algorithm with the fewest sequential steps wins:
 recursive doubling (log2 p steps, + 2 when N is not a power of two) against the tree's
 2 ceil(log2 N) and the ring's 2(N-1). Large messages are bandwidth-bound: ring and halving-doubling
-both move the minimum 2(N-1)/N x S per rank, and the ring does it with one neighbour per step.
+both move the minimum 2(N-1)/N x S per rank, the ring with one neighbour per step. In between,
+the ring's 2(N-1) steps cost more than its bytes save, the more so the more ranks there are.
 
-Measured with `python -m playground bench allreduce --algo ring,tree,hd,rd` on the 2-core
-development machine (medians of 3 runs, README): below 64 KiB recursive doubling was fastest or
-within noise of the tree at 2, 4 and 8 ranks (8 B at 2 ranks: rd 155 us, tree 248, ring 308); from
-16 MiB up the ring was fastest at 2 and 4 ranks over ZeroMQ and within 10% of the best at 8, where
-oversubscription (8 ranks on 2 cores) blurs every difference.
+The crossovers were measured with `bench allreduce --algo ring,rd,tree,hd --sizes 4KiB..4MiB
+--step 4` (and 16/64 MiB from the README's table) over ZeroMQ and over shm, 2 runs each, on the
+2-core development machine. Medians, best first (us):
+- 2 ranks: rd best from 4 KiB to 1 MiB on both paths (1 MiB ipc: rd 733, hd 1296, ring 1418)
+  and at 4 MiB over shm; the ring from 16 MiB (shm 16 MiB: ring 3.37 GB/s, rd 2.38).
+- 4 ranks: rd up to 256 KiB (ipc: rd 1256, tree 1965, ring 2370), hd at 1-4 MiB (4 MiB ipc: hd
+  10388, ring 10993, rd 16482), the ring from 16 MiB.
+- 8 ranks (on 2 cores): rd/tree tie up to 16 KiB; the tree from 64 KiB to 1 MiB (1 MiB ipc: tree
+  7709, hd 8585, ring 14467), hd at 4 MiB, the ring from 16 MiB (shm 16 MiB: ring 1.00 GB/s,
+  tree 0.80, hd 0.71; 64 MiB best on both paths).
 """
 
-SMALL_BYTES = 64 * 1024  # below: latency-bound
+# Per rank count (up to and including `max_ranks`): (below this many bytes, use this), in order;
+# at or above the last bound, the ring.
+CROSSOVERS: tuple[tuple[int, tuple[tuple[int, str], ...]], ...] = (
+    (2, ((8 << 20, "rd"),)),
+    (4, ((512 << 10, "rd"), (8 << 20, "hd"))),
+    (1 << 30, ((32 << 10, "rd"), (2 << 20, "tree"), (8 << 20, "hd"))),
+)
 
 
 def choose_allreduce(nbytes: int, n: int) -> str:
-    return "rd" if nbytes < SMALL_BYTES else "ring"
+    for max_ranks, bands in CROSSOVERS:
+        if n <= max_ranks:
+            for below, algorithm in bands:
+                if nbytes < below:
+                    return algorithm
+            return "ring"
+    return "ring"

@@ -16,8 +16,8 @@ from pathlib import Path
 import multiprocess
 import zmq
 
-from playground import rendezvous
-from playground.comm.shm import remove_shm_dir
+from playground import rendezvous, scratch
+from playground.comm.shm import remove_shm_dir, shm_dir_for
 from playground.coordinator import Coordinator, LaunchOutcome, RankFailure
 from playground.scenario import Scenario
 from playground.worker import child_main
@@ -62,8 +62,12 @@ class Launcher:
                 signal.signal(sig, handler)
 
     def _run(self) -> LaunchOutcome:
+        scratch.sweep_stale()  # left by launchers that were SIGKILLed
         port = rendezvous.free_tcp_port()
         self.ipc_dir = rendezvous.ipc_dir(port)
+        scratch.claim(self.ipc_dir)
+        if self.scenario.transport == "shm":
+            scratch.claim(shm_dir_for(port))
         mp = multiprocess.get_context("fork")
         interrupted = False
         try:
@@ -135,7 +139,7 @@ class Launcher:
         d = self.ipc_dir
         if d and os.path.isdir(d):
             for name in os.listdir(d):
-                if name.startswith("rank-") and name.endswith(".sock"):
+                if (name.startswith("rank-") and name.endswith(".sock")) or name == scratch.OWNER_FILE:
                     try:
                         os.unlink(os.path.join(d, name))
                     except OSError:

@@ -114,4 +114,16 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
     title = (f"{params.collective}, {n} ranks, {params.dtype}: median of {params.iters} iterations after "
              f"{params.warmup} warm-up; slowest rank; busbw = algbw x {factor}")
     return Report(ok=not failures, tables=[Table(title, rows, COLUMNS)], failures=failures,
+                  notes=closing_lines(rows, params.check),
                   data={"collective": params.collective, "algorithms": list(params.algorithm)})
+
+
+def closing_lines(rows: list[dict], checked: bool) -> list[str]:
+    """nccl-tests' last lines: wrong values overall, and the average busbw (here per algorithm)."""
+    wrong = sum(max(0, r["wrong"]) for r in rows)
+    lines = [f"wrong values: {wrong} {'OK' if wrong == 0 else 'FAILED'}" if checked else "wrong values: not checked"]
+    by_algo: dict[str, list[float]] = {}
+    for r in rows:
+        by_algo.setdefault(r["algorithm"].split("->")[0], []).append(r["busbw_gbps"])
+    lines.append("avg busbw (GB/s): " + ", ".join(f"{a} {sum(v) / len(v):.3g}" for a, v in by_algo.items()))
+    return lines

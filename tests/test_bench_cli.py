@@ -27,6 +27,7 @@ def test_bench_allreduce_rows_table_and_plot(tmp_path):
         assert r["wrong"] == 0 and r["count"] == r["size"] // 4 and r["dtype"] == "float32" and r["op"] == "sum"
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * 2 / 3, rel=1e-3, abs=2e-6)
     assert (tmp_path / "latest" / "busbw.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrong values: 0 OK" in proc.stdout and "avg busbw (GB/s): ring " in proc.stdout
 
 
 @pytest.mark.timeout(90)
@@ -39,6 +40,7 @@ def test_a_wrong_result_fails_the_bench(tmp_path, transport):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = _result(tmp_path)
     assert not result["ok"] and result["rows"][0]["wrong"] > 0
+    assert f"wrong values: {result['rows'][0]['wrong']} FAILED" in proc.stdout
     assert "Traceback" not in proc.stderr
 
 

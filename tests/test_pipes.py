@@ -154,3 +154,23 @@ def test_a_sender_whose_peer_never_receives_times_out_naming_it(tmp_path):
         sender.close()
         receiver.close()
         ctx.destroy(linger=0)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("shm", [False, True])
+def test_a_peer_that_is_not_a_rank_is_one_clear_error(tmp_path, shm):
+    ctx, comms = _pair(tmp_path, ring_bytes=1 << 20)
+    comm = comms[0]
+    inboxes = comm.pipes
+    if not shm:
+        comm.shm = comm.pipes = None  # the ZeroMQ path
+    try:
+        with pytest.raises(ValueError, match=r"rank 0: destination 5 is not a rank \(world size 2\)"):
+            comm.send(np.ones(3), 5)
+        with pytest.raises(ValueError, match=r"rank 0: source -1 is not a rank \(world size 2\)"):
+            comm.recv(-1)
+    finally:
+        inboxes.close()
+        for c in comms:
+            c.close()
+        ctx.destroy(linger=0)

@@ -130,8 +130,7 @@ class Communicator:
     def _socket_to(self, dst: int) -> zmq.Socket:
         sock = self._push.get(dst)
         if sock is None:
-            if not 0 <= dst < self.size:
-                raise ValueError(f"rank {self.rank}: destination {dst} is not a rank (world size {self.size})")
+            self._check_peer(dst, "destination")
             sock = self._ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.setsockopt(zmq.LINGER, 0)
@@ -139,6 +138,10 @@ class Communicator:
             sock.connect(self.endpoints[dst])
             self._push[dst] = sock
         return sock
+
+    def _check_peer(self, peer: int, role: str) -> None:
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {self.rank}: {role} {peer} is not a rank (world size {self.size})")
 
     def _count_op(self, array: bool = False) -> bool:
         """Fault drills only: the fault fires on this rank's operation number after_ops + 1 (for
@@ -172,8 +175,7 @@ class Communicator:
         nbytes = x.nbytes
         req: Request = DONE
         if self.pipes is not None:
-            if not 0 <= dst < self.size:
-                raise ValueError(f"rank {self.rank}: destination {dst} is not a rank (world size {self.size})")
+            self._check_peer(dst, "destination")
             if self._inline_fits(nbytes, x.ndim):
                 self._post(dst, tag, wire.encode_inline(self.rank, tag, x))
             else:
@@ -369,8 +371,7 @@ class Communicator:
         q = self._pending.get(key)
         if q:
             return q.popleft()
-        if not 0 <= src < self.size:
-            raise ValueError(f"rank {self.rank}: source {src} is not a rank (world size {self.size})")
+        self._check_peer(src, "source")
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         t0 = time.monotonic_ns()
         deadline = time.monotonic() + timeout_s
@@ -449,8 +450,7 @@ class Communicator:
         body = json.dumps(obj).encode()
         u1 = np.dtype("u1")
         if self.pipes is not None:
-            if not 0 <= dst < self.size:
-                raise ValueError(f"rank {self.rank}: destination {dst} is not a rank (world size {self.size})")
+            self._check_peer(dst, "destination")
             header = wire.encode_header(self.rank, tag, wire.KIND_JSON, u1, ())
             if len(header) + len(body) <= pipes.MAX_RECORD:
                 self._post(dst, tag, header + body)

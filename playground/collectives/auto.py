@@ -16,6 +16,9 @@ The crossovers were measured with `bench allreduce --algo ring,rd,tree,hd --size
 - 8 ranks (on 2 cores): rd/tree tie up to 16 KiB; the tree from 64 KiB to 1 MiB (1 MiB ipc: tree
   7709, hd 8585, ring 14467), hd at 4 MiB, the ring from 16 MiB (shm 16 MiB: ring 1.00 GB/s,
   tree 0.80, hd 0.71; 64 MiB best on both paths).
+Checked again over shm at 1-8 MiB, 3 runs: at 4 ranks hd best at 1-4 MiB (4 MiB: hd 3309, ring
+3560), the ring at 8 MiB (6329 against hd 7708); at 8 ranks the tree at 1-2 MiB, hd at 4 MiB,
+the ring at 8 MiB (14858 against tree 18463).
 """
 
 # Per rank count (up to and including `max_ranks`): (below this many bytes, use this), in order;

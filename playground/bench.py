@@ -32,6 +32,8 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--warmup", "-w", type=int, default=5, help="untimed iterations per size")
     b.add_argument("--segment", default=None, help="segment size, e.g. 1MiB (the pipelining unit)")
     b.add_argument("--no-check", action="store_true", help="skip the correctness check (#wrong = -1)")
+    b.add_argument("--inplace", action="store_true", help="allreduce: also measure in place (nccl-tests' "
+                   "in-place columns: the result overwrites the input)")
     b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
@@ -68,6 +70,8 @@ def run_bench(args) -> int:
             f"timeout_s={args.timeout}"]
     if args.segment:
         sets.append(f"params.segment_bytes={args.segment}")
+    if args.inplace:
+        sets.append("params.inplace=true")
     sets += args.set
     scenario = load_scenario("bench", ranks=args.ranks or 8, transport=args.transport, overrides=sets)
     if baselines:

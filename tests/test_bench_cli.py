@@ -54,3 +54,22 @@ def test_bench_p2p_measures_ours_and_raw_pyzmq(tmp_path, transport):
     assert [r["size"] for r in rows] == [64, 65536]
     assert all(r["ours_us"] > 0 and r["raw_us"] > 0 and r["ours_gbps"] > 0 for r in rows)
     assert ("shared memory" in proc.stdout) == (transport == "shm")
+
+
+@pytest.mark.timeout(90)
+def test_bench_in_place_columns(tmp_path):
+    proc = run_cli(["bench", "allreduce", "--ranks", "3", "--algo", "ring,hd", "--sizes", "8,256KiB", "--inplace",
+                    "--iters", "2", "--warmup", "1", "--out", str(tmp_path)], timeout_s=80)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "in-place time (us)" in proc.stdout
+    for r in _result(tmp_path)["rows"]:
+        assert r["wrong"] == 0 and r["ip_wrong"] == 0 and r["ip_time_us"] > 0
+        assert r["ip_busbw_gbps"] == pytest.approx(r["ip_algbw_gbps"] * 2 * 2 / 3, rel=1e-3, abs=2e-6)
+
+
+@pytest.mark.timeout(30)
+def test_in_place_is_only_for_allreduce(tmp_path):
+    proc = run_cli(["bench", "allgather", "--inplace", "--ranks", "2", "--out", str(tmp_path)], timeout_s=25)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith("key 'params.inplace': only allreduce works in place, not allgather")
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -3,7 +3,15 @@
 import numpy as np
 import pytest
 
-from playground.collectives import ReduceOp, allgather, allreduce, broadcast, reduce, reduce_scatter
+from playground.collectives import (
+    ReduceOp,
+    allgather,
+    allreduce,
+    broadcast,
+    reduce,
+    reduce_scatter,
+    run_collective,
+)
 from playground.collectives.check import expected_result, pattern
 from playground.collectives.chunks import chunk_bounds, segment_bounds
 from playground.collectives.ring import allgather_steps, reduce_scatter_steps
@@ -60,7 +68,7 @@ def test_tree_schedule_is_a_spanning_tree(n):
     assert parents[0] is None and all(parents[v] is not None for v in range(1, n))
 
 
-def _grid(algorithm, n, segment_bytes):
+def _grid(algorithm, n, segment_bytes, inplace=False):
     def body(comm):
         out = []
         for dtype in ("float32", "float64", "int32", "int64"):
@@ -69,8 +77,9 @@ def _grid(algorithm, n, segment_bytes):
                     continue
                 for count in sorted({0, 1, max(0, n - 1), n + 1, 257}):
                     x = pattern(comm.rank, count, dtype)
-                    y = allreduce(comm, x, op, algorithm, segment_bytes)
-                    out.append(((dtype, op, count), y))
+                    y = allreduce(comm, x, op, algorithm, segment_bytes, inplace=inplace)
+                    assert (y is x) == inplace
+                    out.append(((dtype, op, count), y.copy()))
         return out
 
     results = run_local(n, body)
@@ -91,6 +100,21 @@ def test_allreduce_grid_bit_identical(algorithm, n):
 @pytest.mark.parametrize("n", [2, 3, 8])
 def test_allreduce_grid_multi_segment(algorithm, n):
     _grid(algorithm, n, segment_bytes=8)  # 1-2 elements a message: every multi-segment path runs
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("segment_bytes", [8, 1 << 20])
+def test_allreduce_in_place_grid(algorithm, n, segment_bytes):
+    """The result lands in the input array itself, equal to the out-of-place result."""
+    _grid(algorithm, n, segment_bytes=segment_bytes, inplace=True)
+
+
+def test_in_place_needs_a_writable_contiguous_array():
+    with pytest.raises(ValueError, match="in-place all-reduce needs a writable C-contiguous numpy array"):
+        run_local(2, lambda comm: allreduce(comm, np.ones((4, 4))[:, 1], inplace=True))
+    with pytest.raises(ValueError, match="allgather: only allreduce works in place"):
+        run_local(1, lambda comm: run_collective(comm, "allgather", np.ones(4), inplace=True))
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8])

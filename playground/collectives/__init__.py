@@ -25,8 +25,9 @@ __all__ = ["ReduceOp", "allreduce", "broadcast", "reduce", "allgather", "reduce_
 
 
 def allreduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, algorithm: str = "ring",
-              segment_bytes: int | None = None) -> np.ndarray:
-    """op-reduction of every rank's `x`, as a new array on every rank (`x` is not modified)."""
+              segment_bytes: int | None = None, inplace: bool = False) -> np.ndarray:
+    """op-reduction of every rank's `x`, as a new array on every rank (`x` is not modified); with
+    `inplace`, written into `x` itself (a writable C-contiguous array), which is returned."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     if algorithm == "auto":
         algorithm = choose_allreduce(np.asarray(x).nbytes, comm.size)
@@ -35,7 +36,8 @@ def allreduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, algorithm:
     except KeyError:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
                          ) from None
-    return fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes)
+    result = fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes, inplace=inplace)
+    return x if inplace else result
 
 
 def broadcast(comm, x: np.ndarray, root: int = 0, segment_bytes: int | None = None) -> np.ndarray:
@@ -71,10 +73,14 @@ def reduce_scatter(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM,
 
 
 def run_collective(comm, collective: str, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM,
-                   algorithm: str = "auto", segment_bytes: int | None = None) -> np.ndarray | None:
-    """Dispatch by name (what benchmarks and scenarios use); roots are rank 0."""
+                   algorithm: str = "auto", segment_bytes: int | None = None, inplace: bool = False
+                   ) -> np.ndarray | None:
+    """Dispatch by name (what benchmarks and scenarios use); roots are rank 0; only the all-reduce
+    works in place."""
     if collective == "allreduce":
-        return allreduce(comm, x, op, algorithm, segment_bytes)
+        return allreduce(comm, x, op, algorithm, segment_bytes, inplace)
+    if inplace:
+        raise ValueError(f"{collective}: only allreduce works in place")
     if collective == "allgather":
         return allgather(comm, x, segment_bytes)
     if collective == "reduce_scatter":

@@ -18,6 +18,16 @@ def flat_copy(x: np.ndarray) -> np.ndarray:
     return np.array(x, copy=True, order="C").reshape(-1)
 
 
+def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
+    """The flat buffer an algorithm reduces into: a new copy of `x`, or with `inplace` `x`'s own
+    memory (nccl-tests' in-place: the send and receive buffers are one)."""
+    if not inplace:
+        return flat_copy(x)
+    if not (isinstance(x, np.ndarray) and x.flags.c_contiguous and x.flags.writeable):
+        raise ValueError("in-place all-reduce needs a writable C-contiguous numpy array")
+    return x.reshape(-1)
+
+
 def chunk_bounds(count: int, num_chunks: int) -> list[tuple[int, int]]:
     """[start, stop) of `num_chunks` near-equal chunks covering `count` elements; some may be empty."""
     return [(i * count // num_chunks, (i + 1) * count // num_chunks) for i in range(num_chunks)]

@@ -20,7 +20,7 @@ Results are bit-identical on all ranks: each block is reduced once, in one order
 
 import numpy as np
 
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, flat_copy, segment_elems_for
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_elems_for, work_buffer
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
 from playground.trace import CAT_PHASE, now_us
@@ -78,9 +78,10 @@ def run_folded(comm, buf: np.ndarray, op: ReduceOp, seg: int, tag: int, name: st
 
 
 def allreduce_halving_doubling(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                               segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
-    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
-    buf = flat_copy(x)
+                               segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False) -> np.ndarray:
+    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
+    itself with `inplace`)."""
+    buf = work_buffer(x, inplace)
     if comm.size == 1 or buf.size == 0:
         return buf.reshape(x.shape)
     seg = segment_elems_for(segment_bytes, buf.itemsize)

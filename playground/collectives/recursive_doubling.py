@@ -14,7 +14,7 @@ only (MPICH makes the same choice for short messages).
 
 import numpy as np
 
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, flat_copy, segment_elems_for
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_elems_for, work_buffer
 from playground.collectives.halving_doubling import old_rank, run_folded
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
@@ -24,9 +24,10 @@ TAG_RD = -40
 
 
 def allreduce_recursive_doubling(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
-    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
-    buf = flat_copy(x)
+                                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False) -> np.ndarray:
+    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
+    itself with `inplace`)."""
+    buf = work_buffer(x, inplace)
     if comm.size == 1 or buf.size == 0:
         return buf.reshape(x.shape)
     seg = segment_elems_for(segment_bytes, buf.itemsize)

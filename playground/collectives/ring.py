@@ -26,9 +26,9 @@ import numpy as np
 from playground.collectives.chunks import (
     DEFAULT_SEGMENT_BYTES,
     chunk_bounds,
-    flat_copy,
     segment_bounds,
     segment_elems_for,
+    work_buffer,
 )
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
@@ -96,12 +96,14 @@ def reduce_scatter_into(comm, buf: np.ndarray, source: np.ndarray, bounds, segme
 
 
 def allreduce_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                   segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
-    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
+                   segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False) -> np.ndarray:
+    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
+    itself with `inplace`: safe because the reduce-scatter writes only this rank's own chunk, which
+    it never sent, and every send has completed before the all-gather overwrites the rest)."""
     if comm.size == 1 or x.size == 0:
-        return flat_copy(x).reshape(x.shape)
-    source = np.ascontiguousarray(x).reshape(-1)
-    buf = np.empty_like(source)  # every chunk is written by the reduce-scatter or the all-gather
+        return work_buffer(x, inplace).reshape(x.shape)
+    source = work_buffer(x, True) if inplace else np.ascontiguousarray(x).reshape(-1)
+    buf = source if inplace else np.empty_like(source)  # every chunk is written by reduce-scatter or all-gather
     bounds = chunk_bounds(buf.size, comm.size)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)

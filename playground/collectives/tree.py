@@ -13,7 +13,12 @@ ranks: the root's reduction is broadcast.
 
 import numpy as np
 
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, flat_copy, segment_bounds, segment_elems_for
+from playground.collectives.chunks import (
+    DEFAULT_SEGMENT_BYTES,
+    segment_bounds,
+    segment_elems_for,
+    work_buffer,
+)
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
 from playground.trace import CAT_PHASE, now_us
@@ -75,9 +80,10 @@ def broadcast_tree_into(comm, buf: np.ndarray, root: int, segment_bytes: int) ->
 
 
 def allreduce_tree(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                   segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
-    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's."""
-    buf = flat_copy(x)
+                   segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False) -> np.ndarray:
+    """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
+    itself with `inplace`)."""
+    buf = work_buffer(x, inplace)
     if comm.size == 1 or buf.size == 0:
         return buf.reshape(x.shape)
     reduce_tree_into(comm, buf, op, 0, segment_bytes)

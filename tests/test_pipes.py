@@ -62,6 +62,23 @@ def _pair(tmp_path, ring_bytes: int):
     return ctx, comms
 
 
+@pytest.fixture
+def make_pair(tmp_path):
+    """make_pair(ring_bytes) -> [rank 0, rank 1] communicators over shm + pipes, closed afterwards."""
+    made = []
+
+    def make(ring_bytes: int):
+        ctx, comms = _pair(tmp_path, ring_bytes)
+        made.append((ctx, comms))
+        return comms
+
+    yield make
+    for ctx, comms in made:
+        for c in comms:
+            c.close()
+        ctx.destroy(linger=0)
+
+
 def _run_both(fn, comms):
     errors, results = [], [None, None]
 
@@ -82,10 +99,10 @@ def _run_both(fn, comms):
 
 
 @pytest.mark.timeout(60)
-def test_two_ranks_flooding_each_other_make_progress(tmp_path):
+def test_two_ranks_flooding_each_other_make_progress(make_pair):
     """Each rank sends 2 MB of small records (twice a pipe) and 6 MiB through a 1 MiB ring before it
     receives anything: senders must take in what arrives while they wait for room."""
-    ctx, comms = _pair(tmp_path, ring_bytes=1 << 20)
+    comms = make_pair(1 << 20)
     small = [np.full(700, k, dtype=np.float32) for k in range(700)]  # 2,800 B each: inline records
     large = [np.full(49_152, k, dtype=np.float32) for k in range(32)]  # 192 KiB each: ring
 
@@ -99,78 +116,50 @@ def test_two_ranks_flooding_each_other_make_progress(tmp_path):
         ok_large = all(np.array_equal(c.recv(peer, 2), x + peer) for x in large)
         return ok_small, ok_large
 
-    try:
-        assert _run_both(flood, comms) == [(True, True), (True, True)]
-    finally:
-        for c in comms:
-            c.close()
-        ctx.destroy(linger=0)
+    assert _run_both(flood, comms) == [(True, True), (True, True)]
 
 
 @pytest.mark.timeout(60)
-def test_ring_space_is_released_in_arrival_order_not_receive_order(tmp_path):
+def test_ring_space_is_released_in_arrival_order_not_receive_order(make_pair):
     """Receiving a later tag first must not hand back the space of an earlier, unread message."""
-    ctx, (sender, receiver) = _pair(tmp_path, ring_bytes=64 + 3 * 40_000)
+    sender, receiver = make_pair(64 + 3 * 40_000)
     a, b, c = (np.full(10_000, v, dtype=np.float32) for v in (1.0, 2.0, 3.0))  # 40,000 B: ring
-    try:
-        sender.send(a, 1, tag=1)
-        sender.send(b, 1, tag=2)
-        assert np.array_equal(receiver.recv(0, 2), b)
-        sender.send(c, 1, tag=3)  # must not land on a's bytes, which are still unread
-        assert np.array_equal(receiver.recv(0, 1), a)
-        assert np.array_equal(receiver.recv(0, 3), c)
-    finally:
-        sender.close()
-        receiver.close()
-        ctx.destroy(linger=0)
+    sender.send(a, 1, tag=1)
+    sender.send(b, 1, tag=2)
+    assert np.array_equal(receiver.recv(0, 2), b)
+    sender.send(c, 1, tag=3)  # must not land on a's bytes, which are still unread
+    assert np.array_equal(receiver.recv(0, 1), a)
+    assert np.array_equal(receiver.recv(0, 3), c)
 
 
 @pytest.mark.timeout(60)
-def test_large_objects_and_timeouts_on_the_pipe_path(tmp_path):
-    ctx, comms = _pair(tmp_path, ring_bytes=1 << 20)
+def test_large_objects_and_timeouts_on_the_pipe_path(make_pair):
+    comms = make_pair(1 << 20)
     big = {"rows": [{"size": k, "name": "x" * 50} for k in range(200)]}  # about 13 KB of JSON
-    try:
-        got = _run_both(lambda c: c.allgather_obj({**big, "rank": c.rank}), comms)
-        assert got[0] == got[1] == [{**big, "rank": 0}, {**big, "rank": 1}]
-        with pytest.raises(CommTimeout, match="rank 0: timed out after 0.2s waiting for recv from rank 1 tag 9"):
-            comms[0].recv(1, 9, timeout_s=0.2)
-    finally:
-        for c in comms:
-            c.close()
-        ctx.destroy(linger=0)
+    got = _run_both(lambda c: c.allgather_obj({**big, "rank": c.rank}), comms)
+    assert got[0] == got[1] == [{**big, "rank": 0}, {**big, "rank": 1}]
+    with pytest.raises(CommTimeout, match="rank 0: timed out after 0.2s waiting for recv from rank 1 tag 9"):
+        comms[0].recv(1, 9, timeout_s=0.2)
 
 
 @pytest.mark.timeout(60)
-def test_a_sender_whose_peer_never_receives_times_out_naming_it(tmp_path):
-    ctx, (sender, receiver) = _pair(tmp_path, ring_bytes=64 + 50_000)
+def test_a_sender_whose_peer_never_receives_times_out_naming_it(make_pair):
+    sender, _ = make_pair(64 + 50_000)
     sender.timeout_s = 0.3
-    try:
-        sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # 40,000 B: fits the ring
-        with pytest.raises(CommTimeout, match=r"rank 0: timed out after 0.3s waiting for room to send to rank 1 "
-                                              r"\(tag 4\) in the shared-memory ring to it") as info:
-            sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # no room until rank 1 receives
-        assert info.value.peer == 1
-    finally:
-        sender.close()
-        receiver.close()
-        ctx.destroy(linger=0)
+    sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # 40,000 B: fits the ring
+    with pytest.raises(CommTimeout, match=r"rank 0: timed out after 0.3s waiting for room to send to rank 1 "
+                                          r"\(tag 4\) in the shared-memory ring to it") as info:
+        sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # no room until rank 1 receives
+    assert info.value.peer == 1
 
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("shm", [False, True])
-def test_a_peer_that_is_not_a_rank_is_one_clear_error(tmp_path, shm):
-    ctx, comms = _pair(tmp_path, ring_bytes=1 << 20)
-    comm = comms[0]
-    inboxes = comm.pipes
-    if not shm:
-        comm.shm = comm.pipes = None  # the ZeroMQ path
-    try:
-        with pytest.raises(ValueError, match=r"rank 0: destination 5 is not a rank \(world size 2\)"):
-            comm.send(np.ones(3), 5)
-        with pytest.raises(ValueError, match=r"rank 0: source -1 is not a rank \(world size 2\)"):
-            comm.recv(-1)
-    finally:
-        inboxes.close()
-        for c in comms:
-            c.close()
-        ctx.destroy(linger=0)
+def test_a_peer_that_is_not_a_rank_is_one_clear_error(make_pair, shm):
+    comm = make_pair(1 << 20)[0]
+    if not shm:  # the ZeroMQ path (the pipes are closed with the pair)
+        comm = Communicator(0, 2, comm._ctx, comm._data, None, ["", ""], Tracer(0, None, enabled=False))
+    with pytest.raises(ValueError, match=r"rank 0: destination 5 is not a rank \(world size 2\)"):
+        comm.send(np.ones(3), 5)
+    with pytest.raises(ValueError, match=r"rank 0: source -1 is not a rank \(world size 2\)"):
+        comm.recv(-1)

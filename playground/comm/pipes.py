@@ -54,9 +54,6 @@ class Inboxes:
         self._buf = b""
         self._records: deque[bytes] = deque()
 
-    def fileno(self) -> int:
-        return self._fd
-
     # -- sending ---------------------------------------------------------------------------
     def _peer_fd(self, dst: int) -> int | None:
         fd = self._out.get(dst)

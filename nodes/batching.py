@@ -19,8 +19,15 @@ import numpy as np
 import zmq
 
 from playground.concurrency.batchserver import run_batch_server
-from playground.concurrency.loadgen import ABORT, STOP, OpenLoopClient, bind_random
-from playground.concurrency.timing import machine_note, set_timer_slack_ns
+from playground.concurrency.loadgen import (
+    ABORT,
+    STOP,
+    OpenLoopClient,
+    bind_random,
+    check_server_and_client,
+    run_server_and_client,
+)
+from playground.concurrency.timing import machine_note
 from playground.models import queueing as qm
 from playground.report import Report, Table
 
@@ -63,17 +70,11 @@ class Params:
 
 
 def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 2:
-        raise ValueError(f"key 'ranks': batching runs one server and one client, needs 2, got {ranks}")
+    check_server_and_client("batching", ranks)
 
 
 def main(comm, params: Params) -> dict:
-    set_timer_slack_ns(1)
-    ctx = zmq.Context()
-    try:
-        return _serve(comm, ctx, params) if comm.rank == 0 else _load(comm, ctx, params)
-    finally:
-        ctx.destroy(linger=0)
+    return run_server_and_client(comm, params, _serve, _load)
 
 
 def _serve(comm, ctx: zmq.Context, p: Params) -> dict:

@@ -26,10 +26,12 @@ from playground.concurrency.loadgen import (
     STOP,
     OpenLoopClient,
     bind_random,
+    check_server_and_client,
     poisson_arrivals_s,
+    run_server_and_client,
     service_times_s,
 )
-from playground.concurrency.timing import machine_note, set_timer_slack_ns
+from playground.concurrency.timing import machine_note
 from playground.models import queueing as qm
 from playground.report import Report, Table
 
@@ -62,19 +64,11 @@ class Params:
 
 
 def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 2:
-        raise ValueError(f"key 'ranks': queue runs one server and one client, needs 2, got {ranks}")
+    check_server_and_client("queue", ranks)
 
 
 def main(comm, params: Params) -> dict:
-    set_timer_slack_ns(1)
-    ctx = zmq.Context()
-    try:
-        if comm.rank == 0:
-            return _serve(comm, ctx, params)
-        return _load(comm, ctx, params)
-    finally:
-        ctx.destroy(linger=0)
+    return run_server_and_client(comm, params, _serve, _load)
 
 
 def _serve(comm, ctx: zmq.Context, p: Params) -> dict:

@@ -29,6 +29,22 @@ ABORT = -1
 STOP = -2
 
 
+def check_server_and_client(experiment: str, ranks: int) -> None:
+    if ranks != 2:
+        raise ValueError(f"key 'ranks': {experiment} runs one server and one client, needs 2, got {ranks}")
+
+
+def run_server_and_client(comm, params, serve, load):
+    """Rank 0 runs `serve(comm, ctx, params)`, rank 1 `load(...)`, each with its own ZeroMQ context
+    (the measured data path, apart from the communicator's) and 1 us timer slack."""
+    set_timer_slack_ns(1)
+    ctx = zmq.Context()
+    try:
+        return (serve if comm.rank == 0 else load)(comm, ctx, params)
+    finally:
+        ctx.destroy(linger=0)
+
+
 def encode_request(req_id: int, load_id: int, value: float) -> bytes:
     return REQUEST.pack(req_id, load_id, value)
 

@@ -52,12 +52,17 @@ def request(sock, header: dict, kv: np.ndarray | None = None, timeout_ms: int = 
     return json.loads(reply[0]), out
 
 
+def connect(ctx, kind: int, endpoint: str) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.linger = 0
+    sock.connect(endpoint)
+    return sock
+
+
 @pytest.mark.timeout(30)
 def test_raw_dealer_create_fork_append_read_free(server, ctx):
     endpoint, _ = server
-    sock = ctx.socket(zmq.DEALER)
-    sock.linger = 0
-    sock.connect(endpoint)
+    sock = connect(ctx, zmq.DEALER, endpoint)
     info, _ = request(sock, {"op": "ping", "id": "hello"})
     assert info["ok"] and info["id"] == "hello" and info["width"] == WIDTH and info["block_size"] == 16
     prompt = np.arange(20 * WIDTH, dtype=np.float32).reshape(20, WIDTH)
@@ -82,9 +87,7 @@ def test_raw_dealer_create_fork_append_read_free(server, ctx):
 @pytest.mark.timeout(30)
 def test_raw_req_socket_and_error_replies(server, ctx):
     endpoint, proc = server
-    sock = ctx.socket(zmq.REQ)  # REQ adds an empty delimiter frame; the server echoes it
-    sock.linger = 0
-    sock.connect(endpoint)
+    sock = connect(ctx, zmq.REQ, endpoint)  # REQ adds an empty delimiter frame; the server echoes it
     h, _ = request(sock, {"op": "read", "seq_id": 12345})
     assert h["ok"] is False and h["error"] == "unknown_sequence"
     sock.send(b"{broken")
@@ -102,15 +105,11 @@ def test_raw_req_socket_and_error_replies(server, ctx):
 @pytest.mark.timeout(30)
 def test_vanished_client_blocks_return_after_the_lease(server, ctx):
     endpoint, _ = server
-    gone = ctx.socket(zmq.DEALER)
-    gone.linger = 0
-    gone.connect(endpoint)
+    gone = connect(ctx, zmq.DEALER, endpoint)
     h, _ = request(gone, {"op": "create", "num_tokens": 40}, np.ones((40, WIDTH), np.float32))
     assert h["ok"]
     gone.close(0)  # vanishes without freeing
-    watcher = ctx.socket(zmq.DEALER)
-    watcher.linger = 0
-    watcher.connect(endpoint)
+    watcher = connect(ctx, zmq.DEALER, endpoint)
     deadline = time.monotonic() + 10
     while True:  # the outcome we wait for is the lease expiring (0.5 s); poll it, bounded
         st, _ = request(watcher, {"op": "stats"})

@@ -120,7 +120,6 @@ class Communicator:
         self.segment_bytes = ZMQ_SEGMENT_BYTES  # what collectives cut large buffers into by default
         self.bytes_sent = 0
         self.bytes_received = 0
-        self.messages_sent = 0  # data messages (one per segment), not counting JSON objects
         self.aborted: str | None = None
 
     def __repr__(self):
@@ -190,7 +189,6 @@ class Communicator:
                 sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
                 req = _SendRequest(self, sock.send(x, copy=False, track=True), dst, tag)
         self.bytes_sent += nbytes
-        self.messages_sent += 1
         if self.tracer.enabled:
             self.tracer.add_ns("send", CAT_SEND, t0, time.monotonic_ns(), dst, tag, nbytes)
         return req
@@ -213,7 +211,6 @@ class Communicator:
             t0 = time.monotonic_ns()
             self._post(dst, tag, wire.encode_header(self.rank, tag, wire.KIND_SHM, dtype, (count,)) + descriptor)
             self.bytes_sent += nbytes
-            self.messages_sent += 1
             if self.tracer.enabled:
                 self.tracer.add_ns("send", CAT_SEND, t0, time.monotonic_ns(), dst, tag, nbytes)
             return DONE

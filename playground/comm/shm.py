@@ -112,7 +112,6 @@ class ShmChannels:
         os.makedirs(directory, exist_ok=True)
         self._out: dict[int, _OutRing] = {}
         self._in: dict[int, _InRing] = {}
-        self.bytes_via_shm = 0
 
     def try_alloc(self, dst: int, nbytes: int) -> tuple[np.ndarray, bytes] | None:
         """(writable byte view, descriptor) of fresh space in the ring to `dst`; None if there is no
@@ -125,17 +124,7 @@ class ShmChannels:
         if slot is None:
             return None
         pos, end = slot
-        self.bytes_via_shm += nbytes
         return ring.data[pos:pos + nbytes], _DESC.pack(pos, nbytes, end)
-
-    def try_put(self, dst: int, x: np.ndarray) -> bytes | None:
-        """Copy `x` into the ring to `dst` and return its descriptor; None if there is no room."""
-        got = self.try_alloc(dst, x.nbytes)
-        if got is None:
-            return None
-        view, descriptor = got
-        np.copyto(view, x.reshape(-1).view(np.uint8))
-        return descriptor
 
     def arrived(self, src: int, descriptor: bytes) -> tuple[np.ndarray, int]:
         """(read-only byte view, end) of a message as it arrives; `release(src, end)` when done."""

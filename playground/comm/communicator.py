@@ -312,16 +312,11 @@ class Communicator:
         src, tag, kind, dtype, shape = wire.decode_header(first)
         if kind == wire.KIND_INLINE:
             payload = memoryview(first)[wire.header_size(len(shape)):]
-            if out is not None and (src, tag) == want and out.nbytes == len(payload) and out.dtype == dtype \
-                    and out.flags.c_contiguous:
-                if len(payload):
-                    memoryview(out).cast("B")[:] = payload
-                self.bytes_received += len(payload)
-                return None
+            if _fits(out, (src, tag) == want, dtype, len(payload)):
+                return self._inline_into(out, payload)
         elif kind == wire.KIND_ARRAY:
             nbytes = dtype.itemsize * math.prod(shape)
-            if out is not None and (src, tag) == want and out.nbytes == nbytes and out.dtype == dtype \
-                    and out.flags.c_contiguous:
+            if _fits(out, (src, tag) == want, dtype, nbytes):
                 self._data.recv_into(out)
                 self.bytes_received += nbytes
                 return None
@@ -336,26 +331,27 @@ class Communicator:
         if record is None:
             return False
         src, tag, kind, dtype, shape, payload = wire.decode_record(record)
-        fits = out is not None and (src, tag) == want and out.dtype == dtype and out.flags.c_contiguous
         if kind in (wire.KIND_SHM, wire.KIND_JSON_SHM):
             # Registered on arrival: ring space is handed back in arrival order, whatever the tag.
             view, end = self.shm.arrived(src, payload)
-            if kind == wire.KIND_SHM and fits and out.nbytes == view.nbytes:
+            if kind == wire.KIND_SHM and _fits(out, (src, tag) == want, dtype, view.nbytes):
                 np.copyto(out.reshape(-1).view(np.uint8), view)
                 self.shm.release(src, end)
                 self.bytes_received += view.nbytes
                 return None
             payload = (view, end)
         elif kind == wire.KIND_INLINE:
-            if fits and out.nbytes == len(payload):
-                if len(payload):
-                    memoryview(out).cast("B")[:] = payload
-                self.bytes_received += len(payload)
-                return None
+            if _fits(out, (src, tag) == want, dtype, len(payload)):
+                return self._inline_into(out, payload)
         elif kind == wire.KIND_JSON:
             payload = payload.tobytes()
         self._pending[(src, tag)].append((kind, dtype, shape, payload))
         return (src, tag)
+
+    def _inline_into(self, out: np.ndarray, payload: memoryview) -> None:
+        if len(payload):
+            memoryview(out).cast("B")[:] = payload
+        self.bytes_received += len(payload)
 
     def drain(self) -> None:
         """Park every message that has already arrived (non-blocking)."""
@@ -509,6 +505,11 @@ class Communicator:
             self.shm.close()
         if self.pipes is not None:
             self.pipes.close()
+
+
+def _fits(out: np.ndarray | None, wanted: bool, dtype: np.dtype, nbytes: int) -> bool:
+    """Can the awaited message's bytes go straight into the caller's `out`?"""
+    return wanted and out is not None and out.nbytes == nbytes and out.dtype == dtype and out.flags.c_contiguous
 
 
 def _copy_into(out: np.ndarray, arr: np.ndarray) -> np.ndarray:

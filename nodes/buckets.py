@@ -44,20 +44,26 @@ class Params:
     def __post_init__(self):
         if self.tensor_bytes is not None:
             if not self.tensor_bytes:
-                raise ValueError("tensor_bytes: empty list; give the gradient sizes in backward order, "
-                                 "or remove the key to use `model`")
+                raise ValueError(
+                    "tensor_bytes: empty list; give the gradient sizes in backward order, "
+                    "or remove the key to use `model`"
+                )
             for i, n in enumerate(self.tensor_bytes):
                 if n < ITEMSIZE or n % ITEMSIZE:
-                    raise ValueError(f"tensor_bytes: entry {i} is {n}; each size must be a positive "
-                                     f"multiple of {ITEMSIZE} bytes (float32 gradients)")
+                    raise ValueError(
+                        f"tensor_bytes: entry {i} is {n}; each size must be a positive "
+                        f"multiple of {ITEMSIZE} bytes (float32 gradients)"
+                    )
         if not 0 < self.scale <= 4:
             raise ValueError(f"scale: must be in (0, 4], got {self.scale}")
         if not self.bucket_mb:
             raise ValueError("bucket_mb: give at least one cap in MiB, e.g. [25]")
         for cap in self.bucket_mb:
             if cap <= 0:
-                raise ValueError(f"bucket_mb: caps must be > 0 MiB, got {cap} (one all-reduce per tensor is "
-                                 f"strategy per_tensor)")
+                raise ValueError(
+                    f"bucket_mb: caps must be > 0 MiB, got {cap} (one all-reduce per tensor is "
+                    f"strategy per_tensor)"
+                )
         if self.first_bucket_mb is not None and self.first_bucket_mb <= 0:
             raise ValueError(f"first_bucket_mb: must be > 0 MiB or null, got {self.first_bucket_mb}")
         if not self.strategies:
@@ -100,7 +106,7 @@ def schedules(p: Params, tensor_bytes: list[int]) -> list[tuple[str, float | Non
 def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Bucket], p: Params, tick) -> dict:
     """Warm-up, then `iters` timed passes; every pass's results are checked after its timing."""
     times_s, sent_bytes, wrong = [], 0, 0
-    views = [grads[offsets[b.first]:offsets[b.first + b.num_tensors]] for b in buckets]
+    views = [grads[offsets[b.first] : offsets[b.first + b.num_tensors]] for b in buckets]
     for it in range(p.warmup + p.iters):
         comm.barrier()
         sent0 = comm.bytes_sent
@@ -114,7 +120,9 @@ def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Buck
         if it >= p.warmup:
             times_s.append(dt)
             sent_bytes = comm.bytes_sent - sent0
-        wrong += sum(count_wrong(out, view, comm.rank, comm.size) for out, view in zip(outs, views, strict=True))
+        wrong += sum(
+            count_wrong(out, view, comm.rank, comm.size) for out, view in zip(outs, views, strict=True)
+        )
         del outs
         comm.tracer.flush()
         tick()
@@ -133,6 +141,7 @@ def main(comm, params: Params) -> dict:
     done = 0
     rows = []
     for label, cap_mb, buckets in plan:
+
         def tick(label=label):
             nonlocal done
             done += 1
@@ -140,20 +149,42 @@ def main(comm, params: Params) -> dict:
 
         comm.progress(done, total, label)
         res = run_schedule(comm, grads, offsets, buckets, params, tick)
-        rows.append({"strategy": label, "cap_mb": cap_mb, "num_allreduces": len(buckets),
-                     "bucket_bytes": [b.num_bytes for b in buckets], **res})
-    return {"ok": all(r["wrong"] == 0 for r in rows), "rows": rows, "num_tensors": len(elems),
-            "total_bytes": offsets[-1] * ITEMSIZE,
-            "alpha_beta": None if fit is None else {"alpha_s": fit.alpha_s, "beta_bytes_per_s": fit.beta_bytes_per_s,
-                                                    "points": points},
-            "alpha_beta_loaded": None if loaded is None else {"alpha_s": loaded.alpha_s,
-                                                              "beta_bytes_per_s": loaded.beta_bytes_per_s}}
+        rows.append(
+            {
+                "strategy": label,
+                "cap_mb": cap_mb,
+                "num_allreduces": len(buckets),
+                "bucket_bytes": [b.num_bytes for b in buckets],
+                **res,
+            }
+        )
+    return {
+        "ok": all(r["wrong"] == 0 for r in rows),
+        "rows": rows,
+        "num_tensors": len(elems),
+        "total_bytes": offsets[-1] * ITEMSIZE,
+        "alpha_beta": None
+        if fit is None
+        else {"alpha_s": fit.alpha_s, "beta_bytes_per_s": fit.beta_bytes_per_s, "points": points},
+        "alpha_beta_loaded": None
+        if loaded is None
+        else {"alpha_s": loaded.alpha_s, "beta_bytes_per_s": loaded.beta_bytes_per_s},
+    }
 
 
-COLUMNS = {"strategy": "strategy", "num_allreduces": "all-reduces", "messages": "msgs/rank (model)",
-           "payload": "bytes/rank", "sent": "sent/rank", "measured_ms": "measured (ms)",
-           "model_ms": "model (ms)", "diff_ms": "measured - model (ms)", "ratio": "measured/model",
-           "loaded_model_ms": "model, loaded link (ms)", "wrong": "#wrong"}
+COLUMNS = {
+    "strategy": "strategy",
+    "num_allreduces": "all-reduces",
+    "messages": "msgs/rank (model)",
+    "payload": "bytes/rank",
+    "sent": "sent/rank",
+    "measured_ms": "measured (ms)",
+    "model_ms": "model (ms)",
+    "diff_ms": "measured - model (ms)",
+    "ratio": "measured/model",
+    "loaded_model_ms": "model, loaded link (ms)",
+    "wrong": "#wrong",
+}
 
 
 def combine(results: list[dict], params: Params) -> list[dict]:
@@ -169,16 +200,26 @@ def combine(results: list[dict], params: Params) -> list[dict]:
         slowest = [max(r["times_s"][i] for r in per_rank) for i in range(len(base["times_s"]))]
         measured = float(np.median(slowest))
         model_s = model.schedule_time_s(base["bucket_bytes"], n, params.algorithm) if model else float("nan")
-        rows.append({
-            "strategy": base["strategy"], "cap_mb": base["cap_mb"], "num_allreduces": base["num_allreduces"],
-            "messages": base["num_allreduces"] * allreduce_messages_per_rank(n, params.algorithm),
-            "payload": format_size(sum(base["bucket_bytes"])), "sent": format_size(base["sent_bytes"]),
-            "measured_ms": measured * 1e3, "model_ms": model_s * 1e3, "diff_ms": (measured - model_s) * 1e3,
-            "ratio": measured / model_s if model and model_s > 0 else float("nan"),
-            "loaded_model_ms": (loaded.schedule_time_s(base["bucket_bytes"], n, params.algorithm) * 1e3
-                                if loaded else float("nan")),
-            "wrong": sum(r["wrong"] for r in per_rank),
-        })
+        rows.append(
+            {
+                "strategy": base["strategy"],
+                "cap_mb": base["cap_mb"],
+                "num_allreduces": base["num_allreduces"],
+                "messages": base["num_allreduces"] * allreduce_messages_per_rank(n, params.algorithm),
+                "payload": format_size(sum(base["bucket_bytes"])),
+                "sent": format_size(base["sent_bytes"]),
+                "measured_ms": measured * 1e3,
+                "model_ms": model_s * 1e3,
+                "diff_ms": (measured - model_s) * 1e3,
+                "ratio": measured / model_s if model and model_s > 0 else float("nan"),
+                "loaded_model_ms": (
+                    loaded.schedule_time_s(base["bucket_bytes"], n, params.algorithm) * 1e3
+                    if loaded
+                    else float("nan")
+                ),
+                "wrong": sum(r["wrong"] for r in per_rank),
+            }
+        )
     return rows
 
 
@@ -196,8 +237,10 @@ def plot_sweep(rows: list[dict], path) -> bool:
     caps = [r["cap_mb"] for r in swept]
     ax.plot(caps, [r["measured_ms"] for r in swept], "o-", label="bucketed, measured")
     ax.plot(caps, [r["model_ms"] for r in swept], "s--", label="bucketed, alpha-beta model")
-    for r, style in ((next((x for x in rows if x["strategy"] == "per-tensor"), None), ":"),
-                     (next((x for x in rows if x["strategy"] == "single bucket"), None), "-.")):
+    for r, style in (
+        (next((x for x in rows if x["strategy"] == "per-tensor"), None), ":"),
+        (next((x for x in rows if x["strategy"] == "single bucket"), None), "-."),
+    ):
         if r:
             ax.axhline(r["measured_ms"], linestyle=style, color="gray", label=f"{r['strategy']}, measured")
     ax.set_xscale("log")
@@ -216,36 +259,59 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
     n = len(results)
     rows = combine(results, params)
     r0 = results[0]
-    failures = [f"{r['strategy']}: {r['wrong']} wrong elements (summed over ranks)" for r in rows if r["wrong"]]
+    failures = [
+        f"{r['strategy']}: {r['wrong']} wrong elements (summed over ranks)" for r in rows if r["wrong"]
+    ]
     scaled = "real sizes" if params.scale == 1 else f"sizes x{params.scale:g} (tensors and caps)"
-    title = (f"gradient all-reduce, {params.source}: {r0['num_tensors']} tensors, "
-             f"{format_size(r0['total_bytes'])} float32 per rank, {scaled}; {n} ranks, {params.algorithm}; "
-             f"slowest rank, median of {params.iters}")
+    title = (
+        f"gradient all-reduce, {params.source}: {r0['num_tensors']} tensors, "
+        f"{format_size(r0['total_bytes'])} float32 per rank, {scaled}; {n} ranks, {params.algorithm}; "
+        f"slowest rank, median of {params.iters}"
+    )
     notes = []
     ab = r0["alpha_beta"]
     if ab:
-        notes.append(f"alpha-beta from ping-pong rank 0 <-> 1: alpha = {ab['alpha_s'] * 1e6:.1f} us, "
-                     f"beta = {ab['beta_bytes_per_s'] / 1e9:.3f} GB/s (n_1/2 = "
-                     f"{format_size(int(ab['alpha_s'] * ab['beta_bytes_per_s']))})")
+        notes.append(
+            f"alpha-beta from ping-pong rank 0 <-> 1: alpha = {ab['alpha_s'] * 1e6:.1f} us, "
+            f"beta = {ab['beta_bytes_per_s'] / 1e9:.3f} GB/s (n_1/2 = "
+            f"{format_size(int(ab['alpha_s'] * ab['beta_bytes_per_s']))})"
+        )
         abl = r0["alpha_beta_loaded"]
-        notes.append(f"the same ping-pong with every pair of ranks talking at once (as in a ring): alpha = "
-                     f"{abl['alpha_s'] * 1e6:.1f} us, beta = {abl['beta_bytes_per_s'] / 1e9:.3f} GB/s "
-                     "(column 'model, loaded link')")
-        notes.append(f"model: {params.algorithm} all-reduce of S bytes = "
-                     + ("2(N-1)(alpha + S/(N beta))" if params.algorithm == "ring" else "2 ceil(log2 N)(alpha + S/beta)")
-                     + ", summed over the schedule's all-reduces")
+        notes.append(
+            f"the same ping-pong with every pair of ranks talking at once (as in a ring): alpha = "
+            f"{abl['alpha_s'] * 1e6:.1f} us, beta = {abl['beta_bytes_per_s'] / 1e9:.3f} GB/s "
+            "(column 'model, loaded link')"
+        )
+        notes.append(
+            f"model: {params.algorithm} all-reduce of S bytes = "
+            + (
+                "2(N-1)(alpha + S/(N beta))"
+                if params.algorithm == "ring"
+                else "2 ceil(log2 N)(alpha + S/beta)"
+            )
+            + ", summed over the schedule's all-reduces"
+        )
     else:
         notes.append("one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0")
     cores = os.cpu_count() or 1
-    notes.append(f"machine load average (1 min) when the run ended: {os.getloadavg()[0]:.1f} on {cores} cores "
-                 "(other users' work inflates and scatters the times)")
+    notes.append(
+        f"machine load average (1 min) when the run ended: {os.getloadavg()[0]:.1f} on {cores} cores "
+        "(other users' work inflates and scatters the times)"
+    )
     if n > cores:
-        notes.append(f"{n} ranks on {cores} cores: oversubscribed, so ranks time-share the CPUs and measured "
-                     "times include waiting for a core")
+        notes.append(
+            f"{n} ranks on {cores} cores: oversubscribed, so ranks time-share the CPUs and measured "
+            "times include waiting for a core"
+        )
     files = []
     if plot_sweep(rows, run_dir / "buckets.png"):
         files.append("buckets.png")
         notes.append(f"plot: {run_dir / 'buckets.png'}")
-    return Report(ok=not failures and all(r.get("ok", False) for r in results), tables=[Table(title, rows, COLUMNS)],
-                  notes=notes, failures=failures, files=files,
-                  data={"alpha_beta": ab, "algorithm": params.algorithm})
+    return Report(
+        ok=not failures and all(r.get("ok", False) for r in results),
+        tables=[Table(title, rows, COLUMNS)],
+        notes=notes,
+        failures=failures,
+        files=files,
+        data={"alpha_beta": ab, "algorithm": params.algorithm},
+    )

@@ -73,15 +73,34 @@ def measure(comm, p: Params, algorithm: str, size_bytes: int, inplace: bool = Fa
         out = run_collective(comm, p.collective, work, op, algorithm, p.segment_bytes, inplace)
         dur = now_us() - t0
         times_us.append(dur)
-        comm.tracer.add(p.collective, CAT_OP, t0, dur, {"bytes": count * itemsize, "iter": it, "algorithm": algorithm,
-                                                        "inplace": inplace})
+        comm.tracer.add(
+            p.collective,
+            CAT_OP,
+            t0,
+            dur,
+            {"bytes": count * itemsize, "iter": it, "algorithm": algorithm, "inplace": inplace},
+        )
     comm.tracer.flush()
-    wrong = count_wrong(out, expected_output(p.collective, comm.rank, comm.size, count, p.dtype, op)) if p.check else -1
+    wrong = (
+        count_wrong(out, expected_output(p.collective, comm.rank, comm.size, count, p.dtype, op))
+        if p.check
+        else -1
+    )
     total = count * comm.size if p.collective == "allgather" else count
-    chosen = choose_allreduce(count * itemsize, comm.size) if algorithm == "auto" and p.collective == "allreduce" else ""
-    return {"size": total * itemsize, "count": total, "algorithm": algorithm + (f"->{chosen}" if chosen else ""),
-            "median_us": float(np.median(times_us)), "mean_us": float(np.mean(times_us)),
-            "min_us": float(np.min(times_us)), "wrong": wrong}
+    chosen = (
+        choose_allreduce(count * itemsize, comm.size)
+        if algorithm == "auto" and p.collective == "allreduce"
+        else ""
+    )
+    return {
+        "size": total * itemsize,
+        "count": total,
+        "algorithm": algorithm + (f"->{chosen}" if chosen else ""),
+        "median_us": float(np.median(times_us)),
+        "mean_us": float(np.mean(times_us)),
+        "min_us": float(np.min(times_us)),
+        "wrong": wrong,
+    }
 
 
 def main(comm, params: Params) -> dict:
@@ -98,10 +117,23 @@ def main(comm, params: Params) -> dict:
     return {"rows": rows, "ok": all(r["wrong"] <= 0 for r in rows)}
 
 
-COLUMNS = {"size": "size (B)", "count": "count", "dtype": "type", "op": "redop", "algorithm": "algo",
-           "time_us": "time (us)", "algbw_gbps": "algbw (GB/s)", "busbw_gbps": "busbw (GB/s)", "wrong": "#wrong"}
-IN_PLACE_COLUMNS = {"ip_time_us": "in-place time (us)", "ip_algbw_gbps": "algbw", "ip_busbw_gbps": "busbw",
-                    "ip_wrong": "#wrong"}
+COLUMNS = {
+    "size": "size (B)",
+    "count": "count",
+    "dtype": "type",
+    "op": "redop",
+    "algorithm": "algo",
+    "time_us": "time (us)",
+    "algbw_gbps": "algbw (GB/s)",
+    "busbw_gbps": "busbw (GB/s)",
+    "wrong": "#wrong",
+}
+IN_PLACE_COLUMNS = {
+    "ip_time_us": "in-place time (us)",
+    "ip_algbw_gbps": "algbw",
+    "ip_busbw_gbps": "busbw",
+    "ip_wrong": "#wrong",
+}
 
 
 def combine_rows(results: list[dict], params: Params) -> list[dict]:
@@ -112,8 +144,13 @@ def combine_rows(results: list[dict], params: Params) -> list[dict]:
     rows = []
     for k, base in enumerate(results[0]["rows"]):
         per_rank = [res["rows"][k] for res in results]
-        row = {"size": base["size"], "count": base["count"], "dtype": params.dtype, "op": op,
-               "algorithm": base["algorithm"]}
+        row = {
+            "size": base["size"],
+            "count": base["count"],
+            "dtype": params.dtype,
+            "op": op,
+            "algorithm": base["algorithm"],
+        }
         row.update(_slowest(per_rank, "", base["size"], factor, params.check))
         if "ip_median_us" in base:
             row.update(_slowest(per_rank, "ip_", base["size"], factor, params.check))
@@ -124,29 +161,48 @@ def combine_rows(results: list[dict], params: Params) -> list[dict]:
 def _slowest(per_rank: list[dict], prefix: str, size: int, factor: float, checked: bool) -> dict:
     t_us = max(r[prefix + "median_us"] for r in per_rank)
     algbw = size / (t_us * 1e-6) / 1e9 if t_us > 0 else 0.0
-    return {prefix + "time_us": round(t_us, 2), prefix + "algbw_gbps": round(algbw, 6),
-            prefix + "busbw_gbps": round(algbw * factor, 6),
-            prefix + "wrong": sum(max(0, r[prefix + "wrong"]) for r in per_rank) if checked else -1}
+    return {
+        prefix + "time_us": round(t_us, 2),
+        prefix + "algbw_gbps": round(algbw, 6),
+        prefix + "busbw_gbps": round(algbw * factor, 6),
+        prefix + "wrong": sum(max(0, r[prefix + "wrong"]) for r in per_rank) if checked else -1,
+    }
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     n = len(results)
     rows = combine_rows(results, params)
-    failures = [f"{r[key]} wrong elements: {params.collective} {r['algorithm']}{place} size {r['size']}"
-                for r in rows for key, place in (("wrong", ""), ("ip_wrong", " in place")) if r.get(key, 0) > 0]
-    factor = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}.get(params.collective, "1")
-    title = (f"{params.collective}, {n} ranks, {params.dtype}: median of {params.iters} iterations after "
-             f"{params.warmup} warm-up; slowest rank; busbw = algbw x {factor}")
+    failures = [
+        f"{r[key]} wrong elements: {params.collective} {r['algorithm']}{place} size {r['size']}"
+        for r in rows
+        for key, place in (("wrong", ""), ("ip_wrong", " in place"))
+        if r.get(key, 0) > 0
+    ]
+    factor = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}.get(
+        params.collective, "1"
+    )
+    title = (
+        f"{params.collective}, {n} ranks, {params.dtype}: median of {params.iters} iterations after "
+        f"{params.warmup} warm-up; slowest rank; busbw = algbw x {factor}"
+    )
     columns = {**COLUMNS, **IN_PLACE_COLUMNS} if params.inplace else COLUMNS
-    return Report(ok=not failures, tables=[Table(title, rows, columns)], failures=failures,
-                  notes=closing_lines(rows, params.check),
-                  data={"collective": params.collective, "algorithms": list(params.algorithm)})
+    return Report(
+        ok=not failures,
+        tables=[Table(title, rows, columns)],
+        failures=failures,
+        notes=closing_lines(rows, params.check),
+        data={"collective": params.collective, "algorithms": list(params.algorithm)},
+    )
 
 
 def closing_lines(rows: list[dict], checked: bool) -> list[str]:
     """nccl-tests' last lines: wrong values overall, and the average busbw (here per algorithm)."""
     wrong = sum(max(0, r["wrong"]) + max(0, r.get("ip_wrong", 0)) for r in rows)
-    lines = [f"wrong values: {wrong} {'OK' if wrong == 0 else 'FAILED'}" if checked else "wrong values: not checked"]
+    lines = [
+        f"wrong values: {wrong} {'OK' if wrong == 0 else 'FAILED'}"
+        if checked
+        else "wrong values: not checked"
+    ]
     by_algo: dict[str, list[float]] = {}
     for r in rows:
         by_algo.setdefault(r["algorithm"].split("->")[0], []).append(r["busbw_gbps"])

@@ -23,9 +23,13 @@ class Params:
 
     def __post_init__(self):
         if self.capacity <= 0 or self.num_steps <= 0:
-            raise ValueError(f"capacity: capacity and num_steps must be > 0, got {self.capacity}, {self.num_steps}")
+            raise ValueError(
+                f"capacity: capacity and num_steps must be > 0, got {self.capacity}, {self.num_steps}"
+            )
         if not 1 <= self.min_size <= self.max_size:
-            raise ValueError(f"min_size: need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}")
+            raise ValueError(
+                f"min_size: need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
+            )
         if not 1 <= self.page_units <= self.capacity:
             raise ValueError(f"page_units: must be in 1..capacity, got {self.page_units}")
         if self.show_failures < 0:
@@ -39,14 +43,28 @@ def check_scenario(params: Params, ranks: int) -> None:
 
 def main(comm, params: Params) -> dict:
     workload = make_workload(params.num_steps, params.min_size, params.max_size, params.seed)
-    contiguous = run_workload(ContiguousAllocator(params.capacity), "contiguous first fit", workload, params.capacity)
-    paged = run_workload(PagedAllocator(params.capacity, params.page_units), f"paged ({params.page_units}/page)",
-                         workload, params.capacity)
+    contiguous = run_workload(
+        ContiguousAllocator(params.capacity), "contiguous first fit", workload, params.capacity
+    )
+    paged = run_workload(
+        PagedAllocator(params.capacity, params.page_units),
+        f"paged ({params.page_units}/page)",
+        workload,
+        params.capacity,
+    )
     rows = [contiguous.row(params.capacity), paged.row(params.capacity)]
     examples = [
-        {"policy": stats.policy, "step": f.step, "request": f.request, "free_units": f.free_units,
-         "holes": f.num_holes if stats is contiguous else "-", "largest_hole": f.largest_hole, "cause": f.cause}
-        for stats in (contiguous, paged) for f in stats.failures[: params.show_failures]
+        {
+            "policy": stats.policy,
+            "step": f.step,
+            "request": f.request,
+            "free_units": f.free_units,
+            "holes": f.num_holes if stats is contiguous else "-",
+            "largest_hole": f.largest_hole,
+            "cause": f.cause,
+        }
+        for stats in (contiguous, paged)
+        for f in stats.failures[: params.show_failures]
     ]
     ok = all(f.cause == "out of space" for f in paged.failures)  # paging has no external fragmentation
     return {"ok": ok, "rows": rows, "examples": examples}
@@ -58,14 +76,25 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return Report(
         ok=not failures,
         tables=[
-            Table(f"contiguous vs paged: capacity {params.capacity}, {params.num_steps} steps, "
-                  f"sizes {params.min_size}-{params.max_size}", res["rows"], {
-                      "policy": "policy", "requests": "alloc requests", "failures": "failures",
-                      "external_frag_failures": "external frag", "out_of_space_failures": "out of space",
-                      "mean_used_pct": "mean used %", "internal_frag_pct": "internal frag %"}),
+            Table(
+                f"contiguous vs paged: capacity {params.capacity}, {params.num_steps} steps, "
+                f"sizes {params.min_size}-{params.max_size}",
+                res["rows"],
+                {
+                    "policy": "policy",
+                    "requests": "alloc requests",
+                    "failures": "failures",
+                    "external_frag_failures": "external frag",
+                    "out_of_space_failures": "out of space",
+                    "mean_used_pct": "mean used %",
+                    "internal_frag_pct": "internal frag %",
+                },
+            ),
             Table("first failures", res["examples"]),
         ],
-        notes=["external fragmentation: the free units add up to the request but no single hole holds it",
-               f"internal fragmentation: unused units in each block's last page (about half of {params.page_units})"],
+        notes=[
+            "external fragmentation: the free units add up to the request but no single hole holds it",
+            f"internal fragmentation: unused units in each block's last page (about half of {params.page_units})",
+        ],
         failures=failures,
     )

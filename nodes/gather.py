@@ -61,15 +61,17 @@ def main(comm, params: Params) -> dict:
             np.take(src, idx, out=out)
             take_ns.append(time.perf_counter_ns() - t0)
         t, t_take = _pick(times_ns, params.statistic), _pick(take_ns, params.statistic)
-        rows.append({
-            "order": order,
-            "elements": n,
-            "ms": t / 1e6,
-            "ns_per_element": t / n,
-            "useful_gb_s": 4 * n / t,
-            "np_take_ms": t_take / 1e6,
-            "checksum_ok": checksum == expected,
-        })
+        rows.append(
+            {
+                "order": order,
+                "elements": n,
+                "ms": t / 1e6,
+                "ns_per_element": t / n,
+                "useful_gb_s": 4 * n / t,
+                "np_take_ms": t_take / 1e6,
+                "checksum_ok": checksum == expected,
+            }
+        )
         del idx
     comm.progress(2, 2, "done")
     rows[1]["vs_sequential"] = rows[1]["ms"] / rows[0]["ms"]
@@ -79,19 +81,40 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     rows = results[0]["rows"]
-    failures = [f"{r['order']} gather: checksum does not equal the sum of src" for r in rows if not r["checksum_ok"]]
-    plot_xy([r["order"] for r in rows], {"native C (ms)": [r["ms"] for r in rows],
-                                         "np.take (ms)": [r["np_take_ms"] for r in rows]},
-            run_dir / "gather.png", title=f"gather of {format_size(params.src_bytes)} float32",
-            xlabel="index order", ylabel="ms", bars=True)
+    failures = [
+        f"{r['order']} gather: checksum does not equal the sum of src" for r in rows if not r["checksum_ok"]
+    ]
+    plot_xy(
+        [r["order"] for r in rows],
+        {"native C (ms)": [r["ms"] for r in rows], "np.take (ms)": [r["np_take_ms"] for r in rows]},
+        run_dir / "gather.png",
+        title=f"gather of {format_size(params.src_bytes)} float32",
+        xlabel="index order",
+        ylabel="ms",
+        bars=True,
+    )
     return Report(
         ok=not failures,
-        tables=[Table("gather: out = src.take(idx), in C", rows, {
-            "order": "indices", "elements": "elements", "ms": "ms (C)", "ns_per_element": "ns/elem",
-            "useful_gb_s": "useful GB/s", "vs_sequential": "x sequential", "np_take_ms": "np.take ms",
-            "checksum_ok": "sum ok"})],
-        notes=[f"every element of a {format_size(params.src_bytes)} array gathered once; "
-               f"{params.statistic} of {params.repeats}"],
+        tables=[
+            Table(
+                "gather: out = src.take(idx), in C",
+                rows,
+                {
+                    "order": "indices",
+                    "elements": "elements",
+                    "ms": "ms (C)",
+                    "ns_per_element": "ns/elem",
+                    "useful_gb_s": "useful GB/s",
+                    "vs_sequential": "x sequential",
+                    "np_take_ms": "np.take ms",
+                    "checksum_ok": "sum ok",
+                },
+            )
+        ],
+        notes=[
+            f"every element of a {format_size(params.src_bytes)} array gathered once; "
+            f"{params.statistic} of {params.repeats}"
+        ],
         failures=failures,
         files=["gather.png"],
     )

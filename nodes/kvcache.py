@@ -57,8 +57,18 @@ class Params:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("capacity_tokens", "block_size", "width", "num_requests", "prompt_min", "output_cap",
-                     "decode_tokens_per_step", "max_running", "bench_seqs", "bench_prompt_tokens"):
+        for name in (
+            "capacity_tokens",
+            "block_size",
+            "width",
+            "num_requests",
+            "prompt_min",
+            "output_cap",
+            "decode_tokens_per_step",
+            "max_running",
+            "bench_seqs",
+            "bench_prompt_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if not self.policies or len(set(self.policies)) != len(self.policies):
@@ -145,8 +155,15 @@ def _serve(comm, p: Params) -> dict:
             t0 = time.monotonic()
             clients = _collect(comm, srv, p, policy, thread)
             elapsed_s = time.monotonic() - t0
-            per_policy.append({"policy": policy, "elapsed_s": elapsed_s, "stats": srv.stats(),
-                               "samples": metrics.downsample(srv.samples), "clients": clients})
+            per_policy.append(
+                {
+                    "policy": policy,
+                    "elapsed_s": elapsed_s,
+                    "stats": srv.stats(),
+                    "samples": metrics.downsample(srv.samples),
+                    "clients": clients,
+                }
+            )
     finally:
         thread.stopping.set()
         thread.join(5)
@@ -154,8 +171,17 @@ def _serve(comm, p: Params) -> dict:
 
 
 def _new_server(p: Params, policy: str) -> Server:
-    return Server(policy, p.capacity_tokens, p.block_size, p.width, p.lease_s, p.prefix_caching,
-                  p.max_new_tokens, p.growth, check_invariants=p.check_invariants)
+    return Server(
+        policy,
+        p.capacity_tokens,
+        p.block_size,
+        p.width,
+        p.lease_s,
+        p.prefix_caching,
+        p.max_new_tokens,
+        p.growth,
+        check_invariants=p.check_invariants,
+    )
 
 
 def _collect(comm, srv: Server, p: Params, policy: str, thread: _ServerThread) -> dict:
@@ -176,8 +202,13 @@ def _collect(comm, srv: Server, p: Params, policy: str, thread: _ServerThread) -
         if srv.num_ops != last_ops:
             last_ops, last_change = srv.num_ops, time.monotonic()
         elif time.monotonic() - last_change > comm.timeout_s:
-            raise CommTimeout(0, f"kvcache results ({policy}; no request reached the server)", min(pending),
-                              TAG_RESULT, comm.timeout_s)
+            raise CommTimeout(
+                0,
+                f"kvcache results ({policy}; no request reached the server)",
+                min(pending),
+                TAG_RESULT,
+                comm.timeout_s,
+            )
         if p.workload == "section46":
             comm.progress(min(srv.num_freed_seqs, total), total, f"kvcache {policy}")
     return {str(k): v for k, v in sorted(out.items())}
@@ -203,16 +234,40 @@ def _client(comm, p: Params) -> dict:
 
 def _run_workload(comm, client: KVClient, p: Params) -> dict:
     if p.workload == "section46":
-        reqs = section46_requests(p.num_requests, p.prompt_min, p.prompt_max, p.output_mean, p.output_cap, p.seed)
-        mine = reqs[comm.rank - 1::comm.size - 1]
+        reqs = section46_requests(
+            p.num_requests, p.prompt_min, p.prompt_max, p.output_mean, p.output_cap, p.seed
+        )
+        mine = reqs[comm.rank - 1 :: comm.size - 1]
         watermark = int(p.admit_watermark * p.capacity_tokens)
-        st = engine.replay(client, mine, p.width, p.max_running, p.decode_tokens_per_step, p.max_wait_s,
-                           watermark, p.verify_every)
-        return {"requests": len(mine), "completed": st.completed, "waited": st.waited, "failed": st.failed,
-                "preempted": st.preempted, "read_mismatches": st.read_mismatches, "errors": st.errors[:5]}
+        st = engine.replay(
+            client,
+            mine,
+            p.width,
+            p.max_running,
+            p.decode_tokens_per_step,
+            p.max_wait_s,
+            watermark,
+            p.verify_every,
+        )
+        return {
+            "requests": len(mine),
+            "completed": st.completed,
+            "waited": st.waited,
+            "failed": st.failed,
+            "preempted": st.preempted,
+            "read_mismatches": st.read_mismatches,
+            "errors": st.errors[:5],
+        }
     if p.workload == "bench":
-        return engine.run_bench(client, p.width, p.bench_duration_s, p.bench_seqs, p.bench_prompt_tokens,
-                                p.bench_max_len, key_base=comm.rank * 10_000_000)
+        return engine.run_bench(
+            client,
+            p.width,
+            p.bench_duration_s,
+            p.bench_seqs,
+            p.bench_prompt_tokens,
+            p.bench_max_len,
+            key_base=comm.rank * 10_000_000,
+        )
     if comm.rank != 1:
         return {"idle": True}
     return {"fork_rows": engine.run_fork_workload(client, _fork_spec(p), p.width, p.prefix_caching)}

@@ -44,7 +44,9 @@ class Setting:
         if self.layers < 1:
             raise ValueError(f"layers: must be >= 1, got {self.layers}")
         if self.layer_bytes < ITEMSIZE or self.layer_bytes % ITEMSIZE:
-            raise ValueError(f"layer_bytes: must be a positive multiple of {ITEMSIZE} bytes, got {self.layer_bytes}")
+            raise ValueError(
+                f"layer_bytes: must be a positive multiple of {ITEMSIZE} bytes, got {self.layer_bytes}"
+            )
         if self.compute_ms < 0:
             raise ValueError(f"compute_ms: must be >= 0, got {self.compute_ms}")
         if self.bucket_mb is not None and self.bucket_mb <= 0:
@@ -52,7 +54,11 @@ class Setting:
 
     def buckets(self) -> list[Bucket]:
         sizes = [int(self.layer_bytes)] * self.layers
-        return per_tensor(sizes) if self.bucket_mb is None else assign_buckets(sizes, round(self.bucket_mb * MIB))
+        return (
+            per_tensor(sizes)
+            if self.bucket_mb is None
+            else assign_buckets(sizes, round(self.bucket_mb * MIB))
+        )
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,9 @@ def run_step(comm, mode: str, s: Setting, it: int, ctx: dict) -> dict:
         for layer in range(s.layers):
             sl = slice(layer * layer_elems, (layer + 1) * layer_elems)
             c0 = time.perf_counter()
-            with tracer.span("backward.layer", cat="compute", layer=layer, setting=s.name, mode=mode, iter=it):
+            with tracer.span(
+                "backward.layer", cat="compute", layer=layer, setting=s.name, mode=mode, iter=it
+            ):
                 backward_layer(ctx["burner"], ctx["units"], base[sl], grads[sl], comm.rank)
             compute_s.append(time.perf_counter() - c0)
             if mode == "overlap" and layer in ready_after:
@@ -104,15 +112,26 @@ def run_step(comm, mode: str, s: Setting, it: int, ctx: dict) -> dict:
         else:
             for b in buckets:
                 m0 = time.perf_counter()
-                with tracer.span("bucket.allreduce", cat="op", bucket=b.index, iter=it, bytes=b.num_bytes,
-                                 setting=s.name, mode=mode):
+                with tracer.span(
+                    "bucket.allreduce",
+                    cat="op",
+                    bucket=b.index,
+                    iter=it,
+                    bytes=b.num_bytes,
+                    setting=s.name,
+                    mode=mode,
+                ):
                     out = allreduce(comm, views[b.index], algorithm=ctx["algorithm"])
                 outs[b.index] = (out, time.perf_counter() - m0)
     step_s = time.perf_counter() - t0
     wrong = sum(count_wrong(outs[b.index][0], views[b.index], comm.rank, comm.size) for b in buckets)
     tracer.flush()
-    return {"step_s": step_s, "compute_s": compute_s, "comm_s": [outs[b.index][1] for b in buckets],
-            "wrong": wrong}
+    return {
+        "step_s": step_s,
+        "compute_s": compute_s,
+        "comm_s": [outs[b.index][1] for b in buckets],
+        "wrong": wrong,
+    }
 
 
 def calibrate(comm, burner: Burner, round_ms: float = 300.0) -> float:
@@ -135,9 +154,17 @@ def main(comm, params: Params) -> dict:
         base = make_base(layer_elems * s.layers, params.seed + si)
         grads = np.zeros_like(base)
         buckets = s.buckets()
-        views = [grads[b.first * layer_elems:(b.last + 1) * layer_elems] for b in buckets]
-        ctx = {"burner": burner, "units": round(s.compute_ms * units_per_ms), "base": base, "grads": grads,
-               "layer_elems": layer_elems, "buckets": buckets, "views": views, "algorithm": params.algorithm}
+        views = [grads[b.first * layer_elems : (b.last + 1) * layer_elems] for b in buckets]
+        ctx = {
+            "burner": burner,
+            "units": round(s.compute_ms * units_per_ms),
+            "base": base,
+            "grads": grads,
+            "layer_elems": layer_elems,
+            "buckets": buckets,
+            "views": views,
+            "algorithm": params.algorithm,
+        }
         per_mode = {}
         for mode in MODES:
             if mode == "overlap":
@@ -154,17 +181,32 @@ def main(comm, params: Params) -> dict:
                 if mode == "overlap":
                     ctx.pop("thread").close()
             per_mode[mode] = steps
-        out.append({"setting": s.name, "num_buckets": len(buckets), "bucket_bytes": [b.num_bytes for b in buckets],
-                     "modes": per_mode})
+        out.append(
+            {
+                "setting": s.name,
+                "num_buckets": len(buckets),
+                "bucket_bytes": [b.num_bytes for b in buckets],
+                "modes": per_mode,
+            }
+        )
     comm.progress(done, steps_total, "done")
     wrong = sum(st["wrong"] for r in out for steps in r["modes"].values() for st in steps)
     return {"ok": wrong == 0, "settings": out, "units_per_ms": units_per_ms, "wrong": wrong}
 
 
-COLUMNS = {"setting": "setting", "mode": "mode", "step_ms": "step (ms)", "compute_ms": "compute (ms)",
-           "comm_ms": "comm (ms)", "exposed_ms": "exposed comm (ms)", "hidden_ms": "hidden comm (ms)",
-           "efficiency_pct": "overlap eff. (%)", "model_ms": "model step (ms)", "speedup": "speedup vs serial",
-           "wrong": "#wrong"}
+COLUMNS = {
+    "setting": "setting",
+    "mode": "mode",
+    "step_ms": "step (ms)",
+    "compute_ms": "compute (ms)",
+    "comm_ms": "comm (ms)",
+    "exposed_ms": "exposed comm (ms)",
+    "hidden_ms": "hidden comm (ms)",
+    "efficiency_pct": "overlap eff. (%)",
+    "model_ms": "model step (ms)",
+    "speedup": "speedup vs serial",
+    "wrong": "#wrong",
+}
 
 
 def _slowest(results: list[dict], si: int, mode: str, i: int) -> dict:
@@ -204,42 +246,74 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
             per_mode[mode] = sorted(picks, key=lambda st: st["step_s"])[len(picks) // 2]
         serial = per_mode["serial"]
         bucket_compute = _compute_per_bucket(serial["compute_s"], s.buckets())
-        model = {"serial": serial_step_s(bucket_compute, serial["comm_s"]),
-                 "overlap": pipeline_step_s(bucket_compute, serial["comm_s"])}
+        model = {
+            "serial": serial_step_s(bucket_compute, serial["comm_s"]),
+            "overlap": pipeline_step_s(bucket_compute, serial["comm_s"]),
+        }
         for mode in MODES:
             st = per_mode[mode]
             t = StepTimes(st["step_s"], sum(st["compute_s"]), sum(st["comm_s"]))
             wrong = sum(x["wrong"] for res in results for x in res["settings"][si]["modes"][mode])
-            rows.append({"setting": s.name, "mode": mode, "step_ms": t.step_s * 1e3, "compute_ms": t.compute_s * 1e3,
-                         "comm_ms": t.comm_s * 1e3, "exposed_ms": t.exposed_comm_s * 1e3,
-                         "hidden_ms": t.hidden_comm_s * 1e3, "efficiency_pct": 100 * t.overlap_efficiency,
-                         "model_ms": model[mode] * 1e3, "speedup": serial["step_s"] / t.step_s, "wrong": wrong})
+            rows.append(
+                {
+                    "setting": s.name,
+                    "mode": mode,
+                    "step_ms": t.step_s * 1e3,
+                    "compute_ms": t.compute_s * 1e3,
+                    "comm_ms": t.comm_s * 1e3,
+                    "exposed_ms": t.exposed_comm_s * 1e3,
+                    "hidden_ms": t.hidden_comm_s * 1e3,
+                    "efficiency_pct": 100 * t.overlap_efficiency,
+                    "model_ms": model[mode] * 1e3,
+                    "speedup": serial["step_s"] / t.step_s,
+                    "wrong": wrong,
+                }
+            )
             if wrong:
                 failures.append(f"{s.name} {mode}: {wrong} wrong elements (summed over ranks and steps)")
         seen = traced_overlap_s(Path(run_dir), s.name, n, params.warmup)
         traced_ms[s.name] = seen * 1e3
         ov = rows[-1]
-        notes.append(f"{s.name}: {s.layers} layers x {format_size(int(s.layer_bytes))} gradients, "
-                     f"{s.compute_ms:g} ms compute each, {len(s.buckets())} buckets; overlap hid "
-                     f"{ov['hidden_ms']:.1f} of {ov['comm_ms']:.1f} ms of communication "
-                     f"({ov['efficiency_pct']:.0f}%), step {ov['speedup']:.2f}x faster than serial; the trace shows "
-                     f"compute and all-reduce running at once for {seen * 1e3:.1f} ms per step and rank")
-    notes.append("rows: the slowest rank's step (median of the timed steps); exposed = step - compute, "
-                 "hidden = compute + comm - step, efficiency = hidden / comm; model: serial = sum of the serial "
-                 "mode's per-bucket compute and all-reduce times, overlap = the same times as a two-stage pipeline")
+        notes.append(
+            f"{s.name}: {s.layers} layers x {format_size(int(s.layer_bytes))} gradients, "
+            f"{s.compute_ms:g} ms compute each, {len(s.buckets())} buckets; overlap hid "
+            f"{ov['hidden_ms']:.1f} of {ov['comm_ms']:.1f} ms of communication "
+            f"({ov['efficiency_pct']:.0f}%), step {ov['speedup']:.2f}x faster than serial; the trace shows "
+            f"compute and all-reduce running at once for {seen * 1e3:.1f} ms per step and rank"
+        )
+    notes.append(
+        "rows: the slowest rank's step (median of the timed steps); exposed = step - compute, "
+        "hidden = compute + comm - step, efficiency = hidden / comm; model: serial = sum of the serial "
+        "mode's per-bucket compute and all-reduce times, overlap = the same times as a two-stage pipeline"
+    )
     cores = os.cpu_count() or 1
-    notes.append(f"machine load average (1 min) when the run ended: {os.getloadavg()[0]:.1f} on {cores} cores "
-                 "(other users' work inflates and scatters the times)")
+    notes.append(
+        f"machine load average (1 min) when the run ended: {os.getloadavg()[0]:.1f} on {cores} cores "
+        "(other users' work inflates and scatters the times)"
+    )
     if 2 * n > cores:
-        notes.append(f"{n} ranks x 2 threads on {cores} cores: oversubscribed; in overlap mode the all-reduce "
-                     "competes with compute for CPU (here no NIC or copy engine moves the data), so compute "
-                     "spans stretch and the hidden share is lower than on a machine with spare cores")
-    notes.append(f"compute calibration: {results[0]['units_per_ms']:.1f} np.sin passes over 64 KiB per ms "
-                 "(median over ranks, measured with every rank computing)")
-    return Report(ok=not failures and all(r.get("ok", False) for r in results),
-                  tables=[Table(f"backward + gradient all-reduce, {n} ranks, {params.algorithm}: serial vs overlapped",
-                                rows, COLUMNS)], notes=notes, failures=failures,
-                  data={"traced_overlap_ms_per_step": traced_ms, "units_per_ms": results[0]["units_per_ms"]})
+        notes.append(
+            f"{n} ranks x 2 threads on {cores} cores: oversubscribed; in overlap mode the all-reduce "
+            "competes with compute for CPU (here no NIC or copy engine moves the data), so compute "
+            "spans stretch and the hidden share is lower than on a machine with spare cores"
+        )
+    notes.append(
+        f"compute calibration: {results[0]['units_per_ms']:.1f} np.sin passes over 64 KiB per ms "
+        "(median over ranks, measured with every rank computing)"
+    )
+    return Report(
+        ok=not failures and all(r.get("ok", False) for r in results),
+        tables=[
+            Table(
+                f"backward + gradient all-reduce, {n} ranks, {params.algorithm}: serial vs overlapped",
+                rows,
+                COLUMNS,
+            )
+        ],
+        notes=notes,
+        failures=failures,
+        data={"traced_overlap_ms_per_step": traced_ms, "units_per_ms": results[0]["units_per_ms"]},
+    )
 
 
 def _compute_per_bucket(layer_compute_s: list[float], buckets: list[Bucket]) -> list[float]:

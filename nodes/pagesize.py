@@ -27,7 +27,9 @@ class Params:
         if self.num_blocks < 1:
             raise ValueError(f"num_blocks: must be >= 1, got {self.num_blocks}")
         if not 1 <= self.min_size <= self.max_size:
-            raise ValueError(f"min_size: need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}")
+            raise ValueError(
+                f"min_size: need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
+            )
         if not self.page_units or any(p < 1 for p in self.page_units):
             raise ValueError(f"page_units: each must be >= 1, got {list(self.page_units)}")
         if self.entry_bytes < 1:
@@ -45,31 +47,62 @@ def main(comm, params: Params) -> dict:
     checks = []
     for size, page, want_pages, want_waste in EXERCISE_9:
         pages, waste = pages_and_waste(size, page)
-        checks.append({"sequence": size, "page": page, "pages": pages, "waste": waste,
-                       "waste_pct": 100.0 * waste / (pages * page), "seed_says": f"{want_pages} pages, {want_waste} wasted",
-                       "ok": (pages, waste) == (want_pages, want_waste)})
+        checks.append(
+            {
+                "sequence": size,
+                "page": page,
+                "pages": pages,
+                "waste": waste,
+                "waste_pct": 100.0 * waste / (pages * page),
+                "seed_says": f"{want_pages} pages, {want_waste} wasted",
+                "ok": (pages, waste) == (want_pages, want_waste),
+            }
+        )
     return {"ok": all(c["ok"] for c in checks), "rows": rows, "exercise_9": checks}
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     res = results[0]
     rows = res["rows"]
-    failures = [f"exercise 9, page {c['page']}: got {c['pages']} pages / {c['waste']} wasted, seed says {c['seed_says']}"
-                for c in res["exercise_9"] if not c["ok"]]
+    failures = [
+        f"exercise 9, page {c['page']}: got {c['pages']} pages / {c['waste']} wasted, seed says {c['seed_says']}"
+        for c in res["exercise_9"]
+        if not c["ok"]
+    ]
     pages = [r["page_units"] for r in rows]
-    plot_xy(pages, {"internal waste %": [r["waste_pct"] for r in rows],
-                    "page-table entries / 100": [r["pages"] / 100 for r in rows]},
-            run_dir / "pagesize.png", title=f"page size trade-off, {params.num_blocks} blocks",
-            xlabel="page size (units)", ylabel="% / hundreds of entries", logx=True, logy=True)
+    plot_xy(
+        pages,
+        {
+            "internal waste %": [r["waste_pct"] for r in rows],
+            "page-table entries / 100": [r["pages"] / 100 for r in rows],
+        },
+        run_dir / "pagesize.png",
+        title=f"page size trade-off, {params.num_blocks} blocks",
+        xlabel="page size (units)",
+        ylabel="% / hundreds of entries",
+        logx=True,
+        logy=True,
+    )
     return Report(
         ok=not failures,
         tables=[
-            Table(f"page size trade-off: {params.num_blocks} blocks of {params.min_size}-{params.max_size} units", rows, {
-                "page_units": "page", "pages": "pages (= PT entries)", "waste_units": "wasted units",
-                "waste_pct": "waste %", "half_page_estimate_pct": "model (P-1)/2 %", "page_table_bytes": "PT bytes"}),
+            Table(
+                f"page size trade-off: {params.num_blocks} blocks of {params.min_size}-{params.max_size} units",
+                rows,
+                {
+                    "page_units": "page",
+                    "pages": "pages (= PT entries)",
+                    "waste_units": "wasted units",
+                    "waste_pct": "waste %",
+                    "half_page_estimate_pct": "model (P-1)/2 %",
+                    "page_table_bytes": "PT bytes",
+                },
+            ),
             Table("exercise 9 (700-token sequence)", res["exercise_9"]),
         ],
-        notes=["small pages: little waste, many entries; big pages: the opposite (vLLM picks 16 tokens a page)"],
+        notes=[
+            "small pages: little waste, many entries; big pages: the opposite (vLLM picks 16 tokens a page)"
+        ],
         failures=failures,
         files=["pagesize.png"],
     )

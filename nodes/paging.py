@@ -40,7 +40,9 @@ class Params:
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': the paging lab runs in one process (plus its fork), needs 1, got {ranks}")
+        raise ValueError(
+            f"key 'ranks': the paging lab runs in one process (plus its fork), needs 1, got {ranks}"
+        )
 
 
 def main(comm, params: Params) -> dict:
@@ -56,8 +58,13 @@ def main(comm, params: Params) -> dict:
     with comm.tracer.span("paging.cow", cat="compute"):
         cow = paging.copy_on_write(params.cow_size_bytes, write_bytes)
     comm.progress(1, 1, "done")
-    return {"ok": True, "rows": rows, "cow": paging.as_dicts([cow])[0], "cow_write_bytes": write_bytes,
-            "page_bytes": mmap.PAGESIZE}
+    return {
+        "ok": True,
+        "rows": rows,
+        "cow": paging.as_dicts([cow])[0],
+        "cow_write_bytes": write_bytes,
+        "page_bytes": mmap.PAGESIZE,
+    }
 
 
 def check_steps(rows: list[dict]) -> list[str]:
@@ -66,8 +73,10 @@ def check_steps(rows: list[dict]) -> list[str]:
     for r in rows:
         want, got = r["touched_bytes"], r["rss_delta_bytes"]
         if abs(got - want) > SLACK_BYTES + 0.05 * want:
-            failures.append(f"{r['pages']} '{r['step']}': RSS grew {format_size(max(got, 0))}, "
-                            f"expected about {format_size(want)}")
+            failures.append(
+                f"{r['pages']} '{r['step']}': RSS grew {format_size(max(got, 0))}, "
+                f"expected about {format_size(want)}"
+            )
     return failures
 
 
@@ -75,8 +84,10 @@ def check_cow(cow: dict, write_bytes: int) -> list[str]:
     failures = []
     delta = cow["child_uss_delta_bytes"]
     if abs(delta - write_bytes) > SLACK_BYTES + 0.05 * write_bytes:
-        failures.append(f"copy-on-write: child's private memory grew {format_size(max(delta, 0))}, "
-                        f"expected about {format_size(write_bytes)}")
+        failures.append(
+            f"copy-on-write: child's private memory grew {format_size(max(delta, 0))}, "
+            f"expected about {format_size(write_bytes)}"
+        )
     if not cow["parent_unchanged"]:
         failures.append("copy-on-write: the parent saw the child's writes")
     return failures
@@ -104,21 +115,50 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         "parent_unchanged": cow["parent_unchanged"],
     }
     labels = [f"{r['pages']}: {r['step']}" for r in rows] + ["child after COW writes"]
-    plot_xy(labels, {"RSS / USS delta (MiB)": [r["rss_delta_mib"] for r in rows] + [cow_row["uss_delta_mib"]],
-                     "touched / written span (MiB)": [r["touched_mib"] for r in rows] + [write_bytes / MIB]},
-            run_dir / "paging.png", title=f"demand paging of {format_size(params.size_bytes)}",
-            xlabel="step", ylabel="MiB", bars=True)
+    plot_xy(
+        labels,
+        {
+            "RSS / USS delta (MiB)": [r["rss_delta_mib"] for r in rows] + [cow_row["uss_delta_mib"]],
+            "touched / written span (MiB)": [r["touched_mib"] for r in rows] + [write_bytes / MIB],
+        },
+        run_dir / "paging.png",
+        title=f"demand paging of {format_size(params.size_bytes)}",
+        xlabel="step",
+        ylabel="MiB",
+        bars=True,
+    )
     return Report(
         ok=not failures,
         tables=[
-            Table("demand paging (RSS from psutil, minor faults from getrusage)", rows, {
-                "pages": "pages", "step": "step", "touched_mib": "touched MiB", "rss_mib": "RSS MiB",
-                "rss_delta_mib": "RSS delta MiB", "minor_faults": "minor faults", "faults_if_4k": "4 KiB pages touched",
-                "us_per_fault": "us/fault"}),
-            Table("copy-on-write in a forked child (USS = private memory)", [cow_row], {
-                "array": "parent array", "child_wrote": "child wrote", "uss_before_mib": "USS before MiB",
-                "uss_after_mib": "USS after MiB", "uss_delta_mib": "USS delta MiB", "expected_mib": "pages x 4 KiB",
-                "minor_faults": "minor faults", "us_per_fault": "us/fault", "parent_unchanged": "parent unchanged"}),
+            Table(
+                "demand paging (RSS from psutil, minor faults from getrusage)",
+                rows,
+                {
+                    "pages": "pages",
+                    "step": "step",
+                    "touched_mib": "touched MiB",
+                    "rss_mib": "RSS MiB",
+                    "rss_delta_mib": "RSS delta MiB",
+                    "minor_faults": "minor faults",
+                    "faults_if_4k": "4 KiB pages touched",
+                    "us_per_fault": "us/fault",
+                },
+            ),
+            Table(
+                "copy-on-write in a forked child (USS = private memory)",
+                [cow_row],
+                {
+                    "array": "parent array",
+                    "child_wrote": "child wrote",
+                    "uss_before_mib": "USS before MiB",
+                    "uss_after_mib": "USS after MiB",
+                    "uss_delta_mib": "USS delta MiB",
+                    "expected_mib": "pages x 4 KiB",
+                    "minor_faults": "minor faults",
+                    "us_per_fault": "us/fault",
+                    "parent_unchanged": "parent unchanged",
+                },
+            ),
         ],
         notes=[
             "allocation reserves addresses only: RSS grows at the first write to each page (one minor fault per page;"

@@ -75,8 +75,9 @@ class RawPair:
         try:
             frame = self.pull.recv(copy=False)
         except zmq.Again:
-            raise CommTimeout(1 - self.peer, "raw pyzmq recv", self.peer, None,
-                              self.pull.getsockopt(zmq.RCVTIMEO) / 1000) from None
+            raise CommTimeout(
+                1 - self.peer, "raw pyzmq recv", self.peer, None, self.pull.getsockopt(zmq.RCVTIMEO) / 1000
+            ) from None
         out[:] = np.frombuffer(frame.buffer, dtype=out.dtype)
 
     def close(self):
@@ -85,7 +86,7 @@ class RawPair:
         self.ctx.term()
         if self.endpoint.startswith("ipc://"):
             try:
-                os.unlink(self.endpoint[len("ipc://"):])
+                os.unlink(self.endpoint[len("ipc://") :])
             except OSError:
                 pass
 
@@ -124,7 +125,9 @@ def _stream(rank: int, send, recv, buf, out, ack, window: int, iters: int) -> fl
 def main(comm, params: Params) -> dict:
     if comm.rank > 1:
         return {"rows": []}
-    raw = RawPair(comm, os.environ.get("PLAYGROUND_TRANSPORT", "tcp" if comm.endpoints[0].startswith("tcp") else "ipc"))
+    raw = RawPair(
+        comm, os.environ.get("PLAYGROUND_TRANSPORT", "tcp" if comm.endpoints[0].startswith("tcp") else "ipc")
+    )
     peer = 1 - comm.rank
     ours_send = lambda b: comm.send(b, peer, TAG)  # noqa: E731
     ours_recv = lambda o: comm.recv(peer, TAG, out=o)  # noqa: E731
@@ -137,11 +140,13 @@ def main(comm, params: Params) -> dict:
             row = {"size": n}
             for name, send, recv in (("ours", ours_send, ours_recv), ("raw", raw.send, raw.recv)):
                 with comm.tracer.span(f"pingpong.{name}", cat="op", bytes=n):
-                    row[f"{name}_oneway_us"] = _pingpong(comm.rank, send, recv, buf, out, params.iters,
-                                                         params.warmup) * 1e6
+                    row[f"{name}_oneway_us"] = (
+                        _pingpong(comm.rank, send, recv, buf, out, params.iters, params.warmup) * 1e6
+                    )
                 with comm.tracer.span(f"stream.{name}", cat="op", bytes=n):
-                    row[f"{name}_stream_gbps"] = _stream(comm.rank, send, recv, buf, out, ack, params.window,
-                                                         params.iters)
+                    row[f"{name}_stream_gbps"] = _stream(
+                        comm.rank, send, recv, buf, out, ack, params.window, params.iters
+                    )
             comm.tracer.flush()
             rows.append(row)
     finally:
@@ -152,28 +157,51 @@ def main(comm, params: Params) -> dict:
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     rows = []
     for r in results[0]["rows"]:
-        rows.append({"size": r["size"], "ours_us": r["ours_oneway_us"], "raw_us": r["raw_oneway_us"],
-                     "lat_ratio": r["ours_oneway_us"] / r["raw_oneway_us"],
-                     "ours_gbps": r["ours_stream_gbps"], "raw_gbps": r["raw_stream_gbps"],
-                     "bw_ratio": r["raw_stream_gbps"] / r["ours_stream_gbps"]})
+        rows.append(
+            {
+                "size": r["size"],
+                "ours_us": r["ours_oneway_us"],
+                "raw_us": r["raw_oneway_us"],
+                "lat_ratio": r["ours_oneway_us"] / r["raw_oneway_us"],
+                "ours_gbps": r["ours_stream_gbps"],
+                "raw_gbps": r["raw_stream_gbps"],
+                "bw_ratio": r["raw_stream_gbps"] / r["ours_stream_gbps"],
+            }
+        )
     notes = []
     if len(rows) >= 2:
         try:
             fit = fit_alpha_beta([r["size"] for r in rows], [r["ours_us"] * 1e-6 for r in rows])
-            notes.append(f"alpha-beta fit to our one-way times: alpha = {fit.alpha_s * 1e6:.1f} us, "
-                         f"beta = {fit.beta_bytes_per_s / 1e9:.2f} GB/s, half-bandwidth size n1/2 = "
-                         f"{format_size(int(fit.alpha_s * fit.beta_bytes_per_s))}")
+            notes.append(
+                f"alpha-beta fit to our one-way times: alpha = {fit.alpha_s * 1e6:.1f} us, "
+                f"beta = {fit.beta_bytes_per_s / 1e9:.2f} GB/s, half-bandwidth size n1/2 = "
+                f"{format_size(int(fit.alpha_s * fit.beta_bytes_per_s))}"
+            )
             for r in rows:
                 r["model_us"] = (fit.alpha_s + r["size"] / fit.beta_bytes_per_s) * 1e6
         except ValueError as e:
             notes.append(f"no alpha-beta fit: {e}")
-    cols = {"size": "size (B)", "ours_us": "ours one-way (us)", "raw_us": "raw pyzmq (us)", "lat_ratio": "ours/raw",
-            "model_us": "alpha+n/beta (us)", "ours_gbps": "ours stream (GB/s)", "raw_gbps": "raw stream (GB/s)",
-            "bw_ratio": "raw/ours"}
+    cols = {
+        "size": "size (B)",
+        "ours_us": "ours one-way (us)",
+        "raw_us": "raw pyzmq (us)",
+        "lat_ratio": "ours/raw",
+        "model_us": "alpha+n/beta (us)",
+        "ours_gbps": "ours stream (GB/s)",
+        "raw_gbps": "raw stream (GB/s)",
+        "bw_ratio": "raw/ours",
+    }
     if results[0].get("ours_path", "ZeroMQ") == "ZeroMQ":
-        notes.append("ratios > 1 are the framework's overhead over bare pyzmq on the same transport and socket types")
+        notes.append(
+            "ratios > 1 are the framework's overhead over bare pyzmq on the same transport and socket types"
+        )
     else:
-        notes.append("ours went through shared memory and per-rank pipes (--transport shm), raw pyzmq over ipc: "
-                     "ratios < 1 are what bypassing ZeroMQ on one host gains")
-    return Report(ok=True, tables=[Table(f"point-to-point, rank 0 <-> rank 1 ({len(results)} ranks)", rows, cols)],
-                  notes=notes)
+        notes.append(
+            "ours went through shared memory and per-rank pipes (--transport shm), raw pyzmq over ipc: "
+            "ratios < 1 are what bypassing ZeroMQ on one host gains"
+        )
+    return Report(
+        ok=True,
+        tables=[Table(f"point-to-point, rank 0 <-> rank 1 ({len(results)} ranks)", rows, cols)],
+        notes=notes,
+    )

@@ -62,17 +62,19 @@ def main(comm, params: Params) -> dict:
         t = min(times_ns) if params.statistic == "min" else float(np.median(times_ns))
         elems = len(range(0, n, s))
         lines = lines_touched(n, s, line)
-        rows.append({
-            "stride_elems": s,
-            "stride_bytes": 4 * s,
-            "elements_read": elems,
-            "lines_touched": lines,
-            "ms_per_pass": t / 1e6,
-            "ns_per_element": t / elems,
-            "line_gb_s": lines * line / t,  # bytes of the lines fetched, per ns = GB/s
-            "checksum": checksum,
-            "checksum_ok": checksum == elems if elems <= EXACT_FLOAT_SUM else None,
-        })
+        rows.append(
+            {
+                "stride_elems": s,
+                "stride_bytes": 4 * s,
+                "elements_read": elems,
+                "lines_touched": lines,
+                "ms_per_pass": t / 1e6,
+                "ns_per_element": t / elems,
+                "line_gb_s": lines * line / t,  # bytes of the lines fetched, per ns = GB/s
+                "checksum": checksum,
+                "checksum_ok": checksum == elems if elems <= EXACT_FLOAT_SUM else None,
+            }
+        )
     comm.progress(len(params.strides), len(params.strides), "done")
     base = rows[0]["ms_per_pass"]
     for r in rows:
@@ -83,22 +85,49 @@ def main(comm, params: Params) -> dict:
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     res = results[0]
     rows = res["rows"]
-    failures = [f"stride {r['stride_elems']}: checksum {r['checksum']} != {r['elements_read']} elements read"
-                for r in rows if r["checksum_ok"] is False]
+    failures = [
+        f"stride {r['stride_elems']}: checksum {r['checksum']} != {r['elements_read']} elements read"
+        for r in rows
+        if r["checksum_ok"] is False
+    ]
     strides = [r["stride_elems"] for r in rows]
-    plot_xy(strides, {"ms per pass": [r["ms_per_pass"] for r in rows],
-                      "lines touched (millions)": [r["lines_touched"] / 1e6 for r in rows]},
-            run_dir / "stride.png", title=f"strided read of {format_size(params.array_bytes)} float32",
-            xlabel="stride (elements)", ylabel="ms per pass / million lines", logx=True, logy=True)
+    plot_xy(
+        strides,
+        {
+            "ms per pass": [r["ms_per_pass"] for r in rows],
+            "lines touched (millions)": [r["lines_touched"] / 1e6 for r in rows],
+        },
+        run_dir / "stride.png",
+        title=f"strided read of {format_size(params.array_bytes)} float32",
+        xlabel="stride (elements)",
+        ylabel="ms per pass / million lines",
+        logx=True,
+        logy=True,
+    )
     line = res["line_bytes"]
     return Report(
         ok=not failures,
-        tables=[Table("strided read", rows, {
-            "stride_elems": "stride", "stride_bytes": "bytes", "elements_read": "elements",
-            "lines_touched": "lines", "ms_per_pass": "ms/pass", "time_vs_first": "x stride 1",
-            "ns_per_element": "ns/elem", "line_gb_s": "GB/s of lines", "checksum_ok": "sum ok"})],
-        notes=[f"cache line {line} B: strides up to {line // 4} elements touch every line; "
-               f"8 independent accumulators, {params.statistic} of {params.repeats} passes"],
+        tables=[
+            Table(
+                "strided read",
+                rows,
+                {
+                    "stride_elems": "stride",
+                    "stride_bytes": "bytes",
+                    "elements_read": "elements",
+                    "lines_touched": "lines",
+                    "ms_per_pass": "ms/pass",
+                    "time_vs_first": "x stride 1",
+                    "ns_per_element": "ns/elem",
+                    "line_gb_s": "GB/s of lines",
+                    "checksum_ok": "sum ok",
+                },
+            )
+        ],
+        notes=[
+            f"cache line {line} B: strides up to {line // 4} elements touch every line; "
+            f"8 independent accumulators, {params.statistic} of {params.repeats} passes"
+        ],
         failures=failures,
         files=["stride.png"],
     )

@@ -36,12 +36,16 @@ class Params:
             if not isinstance(entries, dict) or not all(
                 isinstance(k, int) and isinstance(v, int) and k >= 0 and v >= 0 for k, v in entries.items()
             ):
-                raise ValueError(f"tables: {proc!r} must map page numbers to frame numbers (ints >= 0), got {entries!r}")
+                raise ValueError(
+                    f"tables: {proc!r} must map page numbers to frame numbers (ints >= 0), got {entries!r}"
+                )
         for text in list(self.addresses) + list(self.expect):
             proc, sep, addr = str(text).partition(":")
             if not sep or proc not in self.tables:
-                raise ValueError(f"addresses: {text!r} must be PROCESS:ADDRESS with a process from tables "
-                                 f"({', '.join(map(str, self.tables))})")
+                raise ValueError(
+                    f"addresses: {text!r} must be PROCESS:ADDRESS with a process from tables "
+                    f"({', '.join(map(str, self.tables))})"
+                )
             try:
                 parse_address(addr)
             except ValueError:
@@ -64,28 +68,35 @@ def main(comm, params: Params) -> dict:
     rows = []
     for text, t in zip(wanted, translate_all(tables, [_split(a) for a in wanted]), strict=True):
         expected = params.expect.get(text)
-        rows.append({
-            "process": t.process,
-            "virtual": f"{t.virtual_address:#x}",
-            "vpn": t.vpn,
-            "offset": f"{t.offset:#x}",
-            "frame": t.pfn if t.pfn is not None else "page fault",
-            "physical": f"{t.physical_address:#x}" if t.physical_address is not None else "-",
-            "expected": expected or "",
-            "ok": None if expected is None else t.physical_address == parse_address(expected),
-        })
+        rows.append(
+            {
+                "process": t.process,
+                "virtual": f"{t.virtual_address:#x}",
+                "vpn": t.vpn,
+                "offset": f"{t.offset:#x}",
+                "frame": t.pfn if t.pfn is not None else "page fault",
+                "physical": f"{t.physical_address:#x}" if t.physical_address is not None else "-",
+                "expected": expected or "",
+                "ok": None if expected is None else t.physical_address == parse_address(expected),
+            }
+        )
     return {"ok": all(r["ok"] is not False for r in rows), "rows": rows}
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     rows = results[0]["rows"]
-    failures = [f"{r['process']}:{r['virtual']} -> {r['physical']}, expected {r['expected']}"
-                for r in rows if r["ok"] is False]
+    failures = [
+        f"{r['process']}:{r['virtual']} -> {r['physical']}, expected {r['expected']}"
+        for r in rows
+        if r["ok"] is False
+    ]
     bits = params.page_size.bit_length() - 1
     return Report(
         ok=not failures,
         tables=[Table(f"address translation, {params.page_size // 1024} KiB pages", rows)],
-        notes=[f"offset = low {bits} bits (page {params.page_size:#x} bytes), VPN = the rest; "
-               "physical = frame * page size + offset"],
+        notes=[
+            f"offset = low {bits} bits (page {params.page_size:#x} bytes), VPN = the rest; "
+            "physical = frame * page size + offset"
+        ],
         failures=failures,
     )

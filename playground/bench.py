@@ -22,8 +22,12 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("collective", choices=[*ALGORITHMS, "p2p"], help="what to measure")
     b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
     b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
-    b.add_argument("--sizes", "-s", default="8..64MiB", help="'8..64MiB' doubles like nccl-tests -b/-e/-f 2, "
-                   "or a comma list '8,1KiB,16MiB'")
+    b.add_argument(
+        "--sizes",
+        "-s",
+        default="8..64MiB",
+        help="'8..64MiB' doubles like nccl-tests -b/-e/-f 2, or a comma list '8,1KiB,16MiB'",
+    )
     b.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
     b.add_argument("--transport", choices=["ipc", "tcp", "shm"], default="ipc")
     b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
@@ -32,13 +36,22 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--warmup", "-w", type=int, default=5, help="untimed iterations per size")
     b.add_argument("--segment", default=None, help="segment size, e.g. 1MiB (the pipelining unit)")
     b.add_argument("--no-check", action="store_true", help="skip the correctness check (#wrong = -1)")
-    b.add_argument("--inplace", action="store_true", help="allreduce: also measure in place (nccl-tests' "
-                   "in-place columns: the result overwrites the input)")
+    b.add_argument(
+        "--inplace",
+        action="store_true",
+        help="allreduce: also measure in place (nccl-tests' "
+        "in-place columns: the result overwrites the input)",
+    )
     b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
-    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other scenario key, as for `run` (e.g. fault.rank=1 fault.action=corrupt)")
+    b.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other scenario key, as for `run` (e.g. fault.rank=1 fault.action=corrupt)",
+    )
     b.set_defaults(func=func)
 
 
@@ -64,10 +77,17 @@ def run_bench(args) -> int:
     sizes = _sizes(args.sizes, args.step)
     algos = (args.algo or ",".join(a for a in ALGORITHMS[args.collective] if a != "auto")).split(",")
     baselines = [b for b in args.baseline.split(",") if b]
-    sets = [f"params.collective={args.collective}", f"params.algorithm=[{','.join(algos)}]",
-            f"params.sizes=[{','.join(map(str, sizes))}]", f"params.dtype={args.dtype}", f"params.op={args.op}",
-            f"params.iters={args.iters}", f"params.warmup={args.warmup}", f"params.check={not args.no_check}",
-            f"timeout_s={args.timeout}"]
+    sets = [
+        f"params.collective={args.collective}",
+        f"params.algorithm=[{','.join(algos)}]",
+        f"params.sizes=[{','.join(map(str, sizes))}]",
+        f"params.dtype={args.dtype}",
+        f"params.op={args.op}",
+        f"params.iters={args.iters}",
+        f"params.warmup={args.warmup}",
+        f"params.check={not args.no_check}",
+        f"timeout_s={args.timeout}",
+    ]
     if args.segment:
         sets.append(f"params.segment_bytes={args.segment}")
     if args.inplace:
@@ -100,8 +120,17 @@ def _run_baselines(args, scenario, sizes, baselines, result) -> int:
             continue
         console.print(f"baseline {name}: {scenario.ranks} ranks, {len(sizes)} sizes ...", highlight=False)
         try:
-            rows = run_baseline(name, args.collective, sizes, scenario.ranks, args.dtype, args.op, args.iters,
-                                args.warmup, timeout_s=max(300.0, args.timeout * 5))
+            rows = run_baseline(
+                name,
+                args.collective,
+                sizes,
+                scenario.ranks,
+                args.dtype,
+                args.op,
+                args.iters,
+                args.warmup,
+                timeout_s=max(300.0, args.timeout * 5),
+            )
         except BaselineError as e:
             err.print(f"[bold red]baseline {name} failed[/bold red]: {e}", highlight=False)
             failed = True
@@ -109,11 +138,22 @@ def _run_baselines(args, scenario, sizes, baselines, result) -> int:
         extra_rows += rows
         failed |= any(r["wrong"] > 0 for r in rows)
     if extra_rows:
-        cols = {"size": "size (B)", "count": "count", "dtype": "type", "op": "redop", "algorithm": "algo",
-                "time_us": "time (us)", "algbw_gbps": "algbw (GB/s)", "busbw_gbps": "busbw (GB/s)", "wrong": "#wrong"}
+        cols = {
+            "size": "size (B)",
+            "count": "count",
+            "dtype": "type",
+            "op": "redop",
+            "algorithm": "algo",
+            "time_us": "time (us)",
+            "algbw_gbps": "algbw (GB/s)",
+            "busbw_gbps": "busbw (GB/s)",
+            "wrong": "#wrong",
+        }
         render_table(Table(f"{args.collective} baselines, {scenario.ranks} ranks", extra_rows, cols), console)
         comparison = compare(result["rows"], extra_rows)
-        render_table(Table("ours (best algorithm per size) against each baseline: busbw ratio", comparison), console)
+        render_table(
+            Table("ours (best algorithm per size) against each baseline: busbw ratio", comparison), console
+        )
         result["baseline_rows"] = extra_rows
         result["comparison"] = comparison
         if failed:
@@ -131,7 +171,12 @@ def compare(ours: list[dict], theirs: list[dict]) -> list[dict]:
             best[r["size"]] = r
     out = []
     for size, r in sorted(best.items()):
-        row = {"size": format_size(size), "ours": r["algorithm"], "ours_us": r["time_us"], "ours_busbw": r["busbw_gbps"]}
+        row = {
+            "size": format_size(size),
+            "ours": r["algorithm"],
+            "ours_us": r["time_us"],
+            "ours_busbw": r["busbw_gbps"],
+        }
         for b in theirs:
             if b["size"] == size:
                 row[f"{b['algorithm']}_us"] = b["time_us"]
@@ -147,14 +192,21 @@ def _plot(result: dict, baseline_rows: list[dict]) -> None:
     from playground.plot import plot_busbw
 
     path = Path(result["run_dir"]) / "busbw.png"
-    plot_busbw(result["rows"] + baseline_rows, path, f"{result.get('collective', '')}, {result['ranks']} ranks")
+    plot_busbw(
+        result["rows"] + baseline_rows, path, f"{result.get('collective', '')}, {result['ranks']} ranks"
+    )
     make_console().print(f"plot: {path}", highlight=False)
 
 
 def _run_p2p(args, execute) -> int:
     sizes = _sizes(args.sizes if args.sizes != "8..64MiB" else "64,4KiB,64KiB,1MiB,4MiB,16MiB", args.step)
-    sets = [f"params.sizes=[{','.join(map(str, sizes))}]", f"params.iters={args.iters}",
-            f"params.warmup={args.warmup}", f"timeout_s={args.timeout}", *args.set]
+    sets = [
+        f"params.sizes=[{','.join(map(str, sizes))}]",
+        f"params.iters={args.iters}",
+        f"params.warmup={args.warmup}",
+        f"timeout_s={args.timeout}",
+        *args.set,
+    ]
     scenario = load_scenario("pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=sets)
     code, _ = execute(scenario, Path(args.out))
     return code

@@ -13,7 +13,9 @@ def _cmd_run(args) -> int:
     from playground.run import execute
     from playground.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario, ranks=args.ranks, transport=args.transport, overrides=args.set or [])
+    scenario = load_scenario(
+        args.scenario, ranks=args.ranks, transport=args.transport, overrides=args.set or []
+    )
     code, _ = execute(scenario, Path(args.out))
     return code
 
@@ -33,8 +35,11 @@ def _cmd_list(args) -> int:
         except Exception:  # noqa: BLE001 - a broken file still gets listed
             raw = {}
         ranks = raw.get("ranks", "?")
-        console.print(f"[bold]{name:<{width}}[/bold]{ranks:>3} rank{'' if ranks == 1 else 's'}  "
-                      f"{raw.get('description', '')}", highlight=False)
+        console.print(
+            f"[bold]{name:<{width}}[/bold]{ranks:>3} rank{'' if ranks == 1 else 's'}  "
+            f"{raw.get('description', '')}",
+            highlight=False,
+        )
     return 0
 
 
@@ -63,8 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario with N ranks")
     r.add_argument("scenario", help="built-in name (see `list`) or path to a YAML file")
     r.add_argument("--ranks", "-n", type=int, help="number of rank processes (1-64)")
-    r.add_argument("--transport", choices=["ipc", "tcp", "shm"], help="data plane (default: the scenario's, ipc)")
-    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5")
+    r.add_argument(
+        "--transport", choices=["ipc", "tcp", "shm"], help="data plane (default: the scenario's, ipc)"
+    )
+    r.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5"
+    )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     r.set_defaults(func=_cmd_run)
 
@@ -76,12 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--plot", metavar="FILE.png", help="draw the per-rank timeline")
     i.set_defaults(func=_cmd_inspect)
 
-    nd = sub.add_parser("node", help="run one rank under another launcher (torchrun, mpiexec, srun, a shell loop)",
-                        description="One rank of a run started by another launcher; the rank comes from RANK/"
-                                    "WORLD_SIZE (or PMI_*, OMPI_COMM_WORLD_*, SLURM_*), the coordinator from "
-                                    "MASTER_ADDR/MASTER_PORT. See docs/external-launchers.md.")
+    nd = sub.add_parser(
+        "node",
+        help="run one rank under another launcher (torchrun, mpiexec, srun, a shell loop)",
+        description="One rank of a run started by another launcher; the rank comes from RANK/"
+        "WORLD_SIZE (or PMI_*, OMPI_COMM_WORLD_*, SLURM_*), the coordinator from "
+        "MASTER_ADDR/MASTER_PORT. See docs/external-launchers.md.",
+    )
     nd.add_argument("scenario", help="built-in name (see `list`) or path to a YAML file")
-    nd.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5")
+    nd.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5"
+    )
     nd.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     nd.set_defaults(func=_cmd_node)
 

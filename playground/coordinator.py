@@ -73,8 +73,9 @@ class Coordinator:
     `outcome()` only after `serve` has returned.
     """
 
-    def __init__(self, world_size: int, timeout_s: float, run_dir: Path, on_progress=None,
-                 watch_exits: bool = True):
+    def __init__(
+        self, world_size: int, timeout_s: float, run_dir: Path, on_progress=None, watch_exits: bool = True
+    ):
         self.n = world_size
         self.timeout_s = timeout_s
         self.run_dir = run_dir
@@ -101,7 +102,9 @@ class Coordinator:
         return LaunchOutcome(self.results, self.failures, self.elapsed_s(), interrupted)
 
     # -- the loop --------------------------------------------------------------------------
-    def serve(self, router: zmq.Socket, watch: dict | None = None, stop: threading.Event | None = None) -> None:
+    def serve(
+        self, router: zmq.Socket, watch: dict | None = None, stop: threading.Event | None = None
+    ) -> None:
         """Answer ranks until every rank is gone or an abort has settled.
 
         `watch` maps extra pollable file descriptors (process sentinels) to a callback run once when
@@ -132,9 +135,16 @@ class Coordinator:
     def on_message(self, ident: bytes, msg: dict) -> None:
         kind, rank = msg.get("type"), msg.get("rank")
         if kind in ("register", "done", "error") and not (isinstance(rank, int) and 0 <= rank < self.n):
-            self.fail(RankFailure(rank if isinstance(rank, int) else -1, self.elapsed_s(), "register",
-                                  f"sent {kind} as rank {rank!r}, but the run has {self.n} ranks "
-                                  f"(is WORLD_SIZE the same for every process?)", pid=msg.get("pid")))
+            self.fail(
+                RankFailure(
+                    rank if isinstance(rank, int) else -1,
+                    self.elapsed_s(),
+                    "register",
+                    f"sent {kind} as rank {rank!r}, but the run has {self.n} ranks "
+                    f"(is WORLD_SIZE the same for every process?)",
+                    pid=msg.get("pid"),
+                )
+            )
             return
         if kind == "register":
             self.identities[rank], self.endpoints[rank] = ident, msg["endpoint"]
@@ -142,8 +152,14 @@ class Coordinator:
             if msg.get("pid") is not None:
                 self.pids.setdefault(rank, msg["pid"])
             if len(self.endpoints) == self.n:
-                self._broadcast({"type": "table", "endpoints": [self.endpoints[r] for r in range(self.n)],
-                                 "host": socket.gethostname(), "t_us": time.monotonic_ns() / 1000})
+                self._broadcast(
+                    {
+                        "type": "table",
+                        "endpoints": [self.endpoints[r] for r in range(self.n)],
+                        "host": socket.gethostname(),
+                        "t_us": time.monotonic_ns() / 1000,
+                    }
+                )
         elif kind == "clock":
             self._send(ident, {"type": "clock", "t_us": time.monotonic_ns() / 1000})
         elif kind == "progress":
@@ -168,15 +184,22 @@ class Coordinator:
         now = time.monotonic()
         if len(self.endpoints) < self.n and now > self.register_deadline and self.abort_deadline is None:
             missing = sorted(set(range(self.n)) - set(self.endpoints))
-            self.fail(RankFailure(missing[0], now - self.t0, "register",
-                                  f"did not register with the coordinator within "
-                                  f"{self.register_deadline - self.t0:.0f}s (missing ranks {missing})",
-                                  pid=self.pids.get(missing[0])))
+            self.fail(
+                RankFailure(
+                    missing[0],
+                    now - self.t0,
+                    "register",
+                    f"did not register with the coordinator within "
+                    f"{self.register_deadline - self.t0:.0f}s (missing ranks {missing})",
+                    pid=self.pids.get(missing[0]),
+                )
+            )
         if self.abort_deadline is not None:
             everyone = set(range(self.n))
             silent = everyone - self.exited - self.reported
-            if now > self.abort_deadline or (self.exited | silent == everyone
-                                             and now > self.abort_deadline - ABORT_GRACE_S + SETTLE_S):
+            if now > self.abort_deadline or (
+                self.exited | silent == everyone and now > self.abort_deadline - ABORT_GRACE_S + SETTLE_S
+            ):
                 self.blame_silent(silent)
                 return True
         return False
@@ -194,9 +217,16 @@ class Coordinator:
 
     def on_error(self, rank: int, msg: dict) -> None:
         text = f"{msg.get('error_type', 'Error')}: {msg.get('message', '')}"
-        failure = RankFailure(rank, self.elapsed_s(), "error", text, msg.get("traceback", ""),
-                              pid=self.pids.get(rank), host=self.hosts.get(rank, ""),
-                              secondary=bool(msg.get("secondary")))
+        failure = RankFailure(
+            rank,
+            self.elapsed_s(),
+            "error",
+            text,
+            msg.get("traceback", ""),
+            pid=self.pids.get(rank),
+            host=self.hosts.get(rank, ""),
+            secondary=bool(msg.get("secondary")),
+        )
         if msg.get("waiting_for") is not None:
             failure.waiting_for = msg["waiting_for"]
         self.fail(failure)
@@ -207,7 +237,11 @@ class Coordinator:
         hung = []
         for rank in sorted(silent, key=lambda r: (r not in waited_on, r)):
             waiters = sorted(f.rank for f in self.failures if f.waiting_for == rank)
-            why = f"rank {', '.join(map(str, waiters))} timed out waiting for it" if waiters else "did not finish"
+            why = (
+                f"rank {', '.join(map(str, waiters))} timed out waiting for it"
+                if waiters
+                else "did not finish"
+            )
             if not self.watch_exits and self._is_gone(rank):
                 what = f"its process is gone: it exited or was killed without reporting ({why})"
             else:
@@ -215,8 +249,17 @@ class Coordinator:
             stack = self.dump_stack(rank)
             if not self.watch_exits and self._can_signal(rank) and self._kill(rank):
                 what = what[:-1] + ", so the coordinator killed it)"
-            hung.append(RankFailure(rank, self.elapsed_s(), "hang", what, pid=self.pids.get(rank),
-                                    host=self.hosts.get(rank, ""), stack=stack))
+            hung.append(
+                RankFailure(
+                    rank,
+                    self.elapsed_s(),
+                    "hang",
+                    what,
+                    pid=self.pids.get(rank),
+                    host=self.hosts.get(rank, ""),
+                    stack=stack,
+                )
+            )
         if hung:
             for f in self.failures:
                 f.secondary = True
@@ -280,4 +323,3 @@ class Coordinator:
         for r in range(self.n):
             if r in self.identities:
                 self._send(self.identities[r], msg)
-

@@ -56,8 +56,9 @@ def coordinator_port(environ, master_port: int) -> int:
     port = master_port + 1 if environ.get("TORCHELASTIC_RUN_ID") else master_port
     if not 0 < port < 65536:
         rule = "MASTER_PORT + 1 under torchrun" if environ.get("TORCHELASTIC_RUN_ID") else "MASTER_PORT"
-        raise ScenarioError(f"coordinator port {port} ({rule}) is not a port number 1-65535; "
-                            f"set PLAYGROUND_COORD_PORT")
+        raise ScenarioError(
+            f"coordinator port {port} ({rule}) is not a port number 1-65535; set PLAYGROUND_COORD_PORT"
+        )
     return port
 
 
@@ -84,8 +85,10 @@ def read_rank_env(environ) -> rendezvous.RankEnv:
         return rendezvous.RankEnv.from_environ(environ)
     except ValueError as e:
         if "invalid literal" in str(e):  # int() does not say which variable it was
-            raise ScenarioError(f"environment: RANK, WORLD_SIZE and MASTER_PORT (or their PMI_*, OMPI_COMM_WORLD_*, "
-                                f"SLURM_* aliases) must be integers ({e})") from None
+            raise ScenarioError(
+                f"environment: RANK, WORLD_SIZE and MASTER_PORT (or their PMI_*, OMPI_COMM_WORLD_*, "
+                f"SLURM_* aliases) must be integers ({e})"
+            ) from None
         raise ScenarioError(f"environment: {e}") from None
 
 
@@ -115,8 +118,14 @@ class CoordinatorThread(threading.Thread):
                 self.coordinator.serve(router, stop=self.stop)
             except Exception as e:  # noqa: BLE001 - a coordinator bug must abort the ranks, not strand them
                 self.error = traceback.format_exc()
-                self.coordinator.fail(RankFailure(0, self.coordinator.elapsed_s(), "error",
-                                                  f"the coordinator crashed: {type(e).__name__}: {e}"))
+                self.coordinator.fail(
+                    RankFailure(
+                        0,
+                        self.coordinator.elapsed_s(),
+                        "error",
+                        f"the coordinator crashed: {type(e).__name__}: {e}",
+                    )
+                )
         finally:
             router.close()
             ctx.term()  # waits up to FLUSH_LINGER_MS for release/abort messages to leave
@@ -125,8 +134,10 @@ class CoordinatorThread(threading.Thread):
 def _terminated(signum, frame):
     # torchrun (and srun) stop the other ranks with SIGTERM when one fails: report it as a consequence
     # (PeerLost is secondary), so rank 0 can still write the root cause.
-    raise PeerLost(f"terminated by {signal.Signals(signum).name} (the launcher is stopping the run, "
-                   f"usually because another rank failed)")
+    raise PeerLost(
+        f"terminated by {signal.Signals(signum).name} (the launcher is stopping the run, "
+        f"usually because another rank failed)"
+    )
 
 
 def _run_rank_reporting_sigterm(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
@@ -169,8 +180,11 @@ def run_external(scenario_arg: str, overrides: list[str], out: Path) -> int:
     if env.rank != 0:
         code = _run_rank_reporting_sigterm(scenario, run_dir, rank_env)
         if code != EXIT_OK:
-            print(f"rank {env.rank}: failed: {_last_error(run_dir, env.rank) or 'see its log'} "
-                  f"(rank 0 reports the root cause; log {run_dir / f'rank-{env.rank}.jsonl'})", file=sys.stderr)
+            print(
+                f"rank {env.rank}: failed: {_last_error(run_dir, env.rank) or 'see its log'} "
+                f"(rank 0 reports the root cause; log {run_dir / f'rank-{env.rank}.jsonl'})",
+                file=sys.stderr,
+            )
         return code
     return _run_rank0(scenario, run_dir, rank_env, endpoint, out)
 
@@ -185,11 +199,17 @@ def _run_rank0(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv, endpo
     thread.start()
     try:
         if not thread.bound.wait(BIND_WAIT_S) or thread.error:
-            err.print(thread.error or f"rank 0: the coordinator did not start within {BIND_WAIT_S:.0f}s",
-                      highlight=False, markup=False)
+            err.print(
+                thread.error or f"rank 0: the coordinator did not start within {BIND_WAIT_S:.0f}s",
+                highlight=False,
+                markup=False,
+            )
             return EXIT_FAILED
-        console.print(f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks over tcp (external launcher), "
-                      f"node {scenario.node}, coordinator {endpoint} -> {run_dir}", highlight=False)
+        console.print(
+            f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks over tcp (external launcher), "
+            f"node {scenario.node}, coordinator {endpoint} -> {run_dir}",
+            highlight=False,
+        )
         _run_rank_reporting_sigterm(scenario, run_dir, env)
         # Rank 0's own part has ended, so it has reported done-and-released or an error (which starts
         # the abort): the coordinator only has the abort grace and stack dumps left.

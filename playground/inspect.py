@@ -33,8 +33,13 @@ class RankTimes:
         return max(0.0, self.total_us - self.send_us - self.wait_us - self.reduce_us - self.compute_us)
 
     def phases(self) -> dict[str, float]:
-        return {"send": self.send_us, "receive-wait": self.wait_us, "reduce": self.reduce_us,
-                "compute": self.compute_us, "other": self.other_us}
+        return {
+            "send": self.send_us,
+            "receive-wait": self.wait_us,
+            "reduce": self.reduce_us,
+            "compute": self.compute_us,
+            "other": self.other_us,
+        }
 
     @property
     def critical_phase(self) -> str:
@@ -57,7 +62,9 @@ def rank_times(rank: int, events: list[dict]) -> RankTimes:
     """Where one rank's time went. Communication categories count inside the timed operations
     (cat "op") of the main thread; compute counts wherever it ran, as nodes that overlap compute
     with a communication thread record it outside any op."""
-    ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == CAT_OP and e.get("tid", 0) == 0)
+    ops = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == CAT_OP and e.get("tid", 0) == 0
+    )
     span = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) if events else 0.0
     inside = _within(events, ops) if ops else events
 
@@ -69,14 +76,25 @@ def rank_times(rank: int, events: list[dict]) -> RankTimes:
     total = max(total, compute)
     sent = sum(e.get("args", {}).get("bytes", 0) for e in events if e.get("cat") == CAT_SEND)
     received = sum(e.get("args", {}).get("bytes", 0) for e in events if e.get("cat") == CAT_REDUCE)
-    return RankTimes(rank, total, cat_sum(CAT_SEND, inside), cat_sum(CAT_WAIT, inside), cat_sum(CAT_REDUCE, inside),
-                     compute, sent, received, len(events))
+    return RankTimes(
+        rank,
+        total,
+        cat_sum(CAT_SEND, inside),
+        cat_sum(CAT_WAIT, inside),
+        cat_sum(CAT_REDUCE, inside),
+        compute,
+        sent,
+        received,
+        len(events),
+    )
 
 
 def load_run(run_dir: Path) -> dict[int, list[dict]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ScenarioError(f"{run_dir}: no such run directory (run a scenario first: python -m playground run ring)")
+        raise ScenarioError(
+            f"{run_dir}: no such run directory (run a scenario first: python -m playground run ring)"
+        )
     logs = sorted(run_dir.glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
     if not logs:
         raise ScenarioError(f"{run_dir}: no rank-<r>.jsonl logs in this directory")
@@ -90,29 +108,59 @@ def inspect_run(run_dir: Path, trace_path: str | None = None, plot_path: str | N
     result = json.loads(result_file.read_text()) if result_file.exists() else {}
     counted = {res["rank"]: res for res in result.get("rank_results", [])}
     times = [rank_times(r, ev) for r, ev in sorted(events.items())]
-    rows = [{"rank": t.rank, "total_ms": t.total_us / 1e3, "send_ms": t.send_us / 1e3,
-             "wait_ms": t.wait_us / 1e3, "reduce_ms": t.reduce_us / 1e3, "compute_ms": t.compute_us / 1e3,
-             "other_ms": t.other_us / 1e3, "sent_MiB": (counted.get(t.rank, {}).get("bytes_sent") or t.bytes_sent) / 2**20,
-             "received_MiB": (counted.get(t.rank, {}).get("bytes_received") or t.bytes_received) / 2**20, "events": t.num_events}
-            for t in times]
+    rows = [
+        {
+            "rank": t.rank,
+            "total_ms": t.total_us / 1e3,
+            "send_ms": t.send_us / 1e3,
+            "wait_ms": t.wait_us / 1e3,
+            "reduce_ms": t.reduce_us / 1e3,
+            "compute_ms": t.compute_us / 1e3,
+            "other_ms": t.other_us / 1e3,
+            "sent_MiB": (counted.get(t.rank, {}).get("bytes_sent") or t.bytes_sent) / 2**20,
+            "received_MiB": (counted.get(t.rank, {}).get("bytes_received") or t.bytes_received) / 2**20,
+            "events": t.num_events,
+        }
+        for t in times
+    ]
     title = f"{result.get('scenario', Path(run_dir).name)}: time per rank inside timed operations"
-    render_table(Table(title, rows, {"rank": "rank", "total_ms": "total (ms)", "send_ms": "send (ms)",
-                                     "wait_ms": "recv-wait (ms)", "reduce_ms": "reduce (ms)",
-                                     "compute_ms": "compute (ms)", "other_ms": "other (ms)",
-                                     "sent_MiB": "sent (MiB)", "received_MiB": "received (MiB)",
-                                     "events": "events"}), console)
+    render_table(
+        Table(
+            title,
+            rows,
+            {
+                "rank": "rank",
+                "total_ms": "total (ms)",
+                "send_ms": "send (ms)",
+                "wait_ms": "recv-wait (ms)",
+                "reduce_ms": "reduce (ms)",
+                "compute_ms": "compute (ms)",
+                "other_ms": "other (ms)",
+                "sent_MiB": "sent (MiB)",
+                "received_MiB": "received (MiB)",
+                "events": "events",
+            },
+        ),
+        console,
+    )
     slowest = max(times, key=lambda t: t.total_us)
     phase = slowest.critical_phase
     share = slowest.phases()[phase] / slowest.total_us * 100 if slowest.total_us else 0.0
-    console.print(f"slowest rank: {slowest.rank} ({slowest.total_us / 1e3:.2f} ms); its critical phase: "
-                  f"{phase} ({share:.0f}% of its time)", highlight=False)
+    console.print(
+        f"slowest rank: {slowest.rank} ({slowest.total_us / 1e3:.2f} ms); its critical phase: "
+        f"{phase} ({share:.0f}% of its time)",
+        highlight=False,
+    )
     if result.get("ok") is False:
         for line in result.get("failures", [])[:5]:
             console.print(f"[red]failure[/red]: {line}", highlight=False)
     if trace_path:
         Path(trace_path).write_text(json.dumps(to_chrome_trace(events)))
-        console.print(f"wrote Chrome trace {trace_path} ({sum(len(e) for e in events.values())} events, "
-                      f"{len(events)} processes): open in https://ui.perfetto.dev or chrome://tracing", highlight=False)
+        console.print(
+            f"wrote Chrome trace {trace_path} ({sum(len(e) for e in events.values())} events, "
+            f"{len(events)} processes): open in https://ui.perfetto.dev or chrome://tracing",
+            highlight=False,
+        )
     if plot_path:
         from playground.plot import plot_timeline
 

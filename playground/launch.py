@@ -49,8 +49,15 @@ class Launcher:
         self.ipc_dir = ""
 
     def _env(self, rank: int, port: int) -> dict:
-        return {"RANK": str(rank), "WORLD_SIZE": str(self.n), "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port), "PLAYGROUND_RUN_DIR": str(self.run_dir), "PLAYGROUND_IPC_DIR": self.ipc_dir}
+        return {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(self.n),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PLAYGROUND_RUN_DIR": str(self.run_dir),
+            "PLAYGROUND_IPC_DIR": self.ipc_dir,
+        }
 
     def run(self) -> LaunchOutcome:
         """Run every rank to the end; Ctrl-C or SIGTERM stops all of them and returns interrupted."""
@@ -75,8 +82,11 @@ class Launcher:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             try:
                 for rank in range(self.n):
-                    p = mp.Process(target=child_main, args=(self.scenario, self.run_dir, self._env(rank, port)),
-                                   name=f"rank-{rank}")
+                    p = mp.Process(
+                        target=child_main,
+                        args=(self.scenario, self.run_dir, self._env(rank, port)),
+                        name=f"rank-{rank}",
+                    )
                     p.start()
                     self.procs.append(p)
                     self.coordinator.pids[rank] = p.pid
@@ -87,7 +97,9 @@ class Launcher:
                 router = ctx.socket(zmq.ROUTER)
                 router.setsockopt(zmq.LINGER, 0)
                 router.bind(f"tcp://127.0.0.1:{port}")
-                sentinels = {p.sentinel: functools.partial(self._on_exit, rank) for rank, p in enumerate(self.procs)}
+                sentinels = {
+                    p.sentinel: functools.partial(self._on_exit, rank) for rank, p in enumerate(self.procs)
+                }
                 self.coordinator.serve(router, watch=sentinels)
             finally:
                 ctx.destroy(linger=0)
@@ -114,8 +126,16 @@ class Launcher:
         else:
             message = f"exited with status {code} before finishing"
             kind = "exit"
-        coord.fail(RankFailure(rank, coord.elapsed_s(), kind, message, pid=coord.pids.get(rank),
-                               host=coord.hosts.get(rank, "")))
+        coord.fail(
+            RankFailure(
+                rank,
+                coord.elapsed_s(),
+                kind,
+                message,
+                pid=coord.pids.get(rank),
+                host=coord.hosts.get(rank, ""),
+            )
+        )
 
     # -- teardown --------------------------------------------------------------------------
     def _kill_all(self) -> None:
@@ -131,9 +151,16 @@ class Launcher:
             if rank not in coord.exited and p.exitcode is not None:
                 coord.exited.add(rank)
                 if rank not in coord.reported and not any(f.rank == rank for f in coord.failures):
-                    coord.failures.append(RankFailure(rank, coord.elapsed_s(), "signal",
-                                                      "killed by the launcher after the run was aborted",
-                                                      pid=p.pid, secondary=True))
+                    coord.failures.append(
+                        RankFailure(
+                            rank,
+                            coord.elapsed_s(),
+                            "signal",
+                            "killed by the launcher after the run was aborted",
+                            pid=p.pid,
+                            secondary=True,
+                        )
+                    )
 
     def _cleanup_ipc(self) -> None:
         d = self.ipc_dir

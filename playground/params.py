@@ -71,7 +71,9 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
             raise ParamError(key, f"expected {_describe(tp)}, got {value!r}")
         args = get_args(tp)
         if origin is tuple and len(args) != 2 and args:
-            return tuple(coerce(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+            return tuple(
+                coerce(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
+            )
         item = args[0] if args else Any
         return tuple(coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value))
     if origin is dict or tp is dict:
@@ -110,9 +112,7 @@ def build_params(cls: type, raw: dict | None, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(raw) - set(fields))
     if unknown:
-        raise ParamError(
-            prefix + str(unknown[0]), f"unknown key; allowed: {', '.join(sorted(fields))}"
-        )
+        raise ParamError(prefix + str(unknown[0]), f"unknown key; allowed: {', '.join(sorted(fields))}")
     values = {name: coerce(hints[name], raw[name], prefix + name) for name in raw}
     try:
         return cls(**values)

@@ -7,8 +7,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-_COLORS = {"send": "tab:blue", "wait": "tab:red", "reduce": "tab:green", "compute": "tab:orange",
-           "phase": "tab:gray", "op": "lightgray"}
+_COLORS = {
+    "send": "tab:blue",
+    "wait": "tab:red",
+    "reduce": "tab:green",
+    "compute": "tab:orange",
+    "phase": "tab:gray",
+    "op": "lightgray",
+}
 
 
 def plot_timeline(events_by_rank: dict[int, list[dict]], path: Path) -> None:
@@ -18,8 +24,11 @@ def plot_timeline(events_by_rank: dict[int, list[dict]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(12, 1 + 0.45 * max(1, len(lanes))))
     for y, (rank, tid) in enumerate(lanes):
         for cat in ("op", "phase", "compute", "send", "wait", "reduce"):
-            spans = [((e["ts"] - t0) / 1e3, max(e["dur"], 0.5) / 1e3) for e in events_by_rank[rank]
-                     if e.get("tid", 0) == tid and e.get("cat") == cat]
+            spans = [
+                ((e["ts"] - t0) / 1e3, max(e["dur"], 0.5) / 1e3)
+                for e in events_by_rank[rank]
+                if e.get("tid", 0) == tid and e.get("cat") == cat
+            ]
             if spans:
                 h = 0.8 if cat in ("op", "phase") else 0.5
                 ax.broken_barh(spans, (y - h / 2, h), color=_COLORS[cat], label=cat)

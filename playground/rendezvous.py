@@ -73,7 +73,9 @@ def local_ip_towards(addr: str) -> str:
 
 
 def ipc_dir(master_port: int) -> str:
-    return os.environ.get("PLAYGROUND_IPC_DIR") or os.path.join(tempfile.gettempdir(), f"playground-{master_port}")
+    return os.environ.get("PLAYGROUND_IPC_DIR") or os.path.join(
+        tempfile.gettempdir(), f"playground-{master_port}"
+    )
 
 
 def bind_data_socket(ctx: zmq.Context, env: RankEnv, transport: str) -> tuple[zmq.Socket, str]:
@@ -126,8 +128,17 @@ def recv_ctrl(sock: zmq.Socket, want: str, timeout_s: float, rank: int) -> dict:
 def join(ctrl: zmq.Socket, env: RankEnv, endpoint: str, timeout_s: float) -> tuple[list[str], float]:
     """Register with the coordinator; returns every rank's endpoint and this host's clock offset (us)."""
     t0 = now_us()
-    send_ctrl(ctrl, {"type": "register", "rank": env.rank, "host": socket.gethostname(), "pid": os.getpid(),
-                     "endpoint": endpoint, "t_us": t0})
+    send_ctrl(
+        ctrl,
+        {
+            "type": "register",
+            "rank": env.rank,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "endpoint": endpoint,
+            "t_us": t0,
+        },
+    )
     table = recv_ctrl(ctrl, "table", timeout_s, env.rank)
     offset = 0.0
     if table.get("host") != socket.gethostname():

@@ -32,7 +32,9 @@ class Report:
 
 
 def default_report(results: list[dict], title: str) -> Report:
-    failures = [f"rank {r}: {res.get('error', 'not ok')}" for r, res in enumerate(results) if not res.get("ok", True)]
+    failures = [
+        f"rank {r}: {res.get('error', 'not ok')}" for r, res in enumerate(results) if not res.get("ok", True)
+    ]
     rows = results[0].get("rows", []) if results else []
     return Report(ok=not failures, tables=[Table(title, rows)], failures=failures)
 
@@ -73,7 +75,9 @@ def render_table(table: Table, console: Console) -> None:
     columns = table.columns or {k: k for k in table.rows[0]}
     rt = RichTable(title=table.title, title_justify="left", header_style="bold")
     for key, header in columns.items():
-        numeric = isinstance(table.rows[0].get(key), (int, float)) and not isinstance(table.rows[0].get(key), bool)
+        numeric = isinstance(table.rows[0].get(key), (int, float)) and not isinstance(
+            table.rows[0].get(key), bool
+        )
         rt.add_column(header, justify="right" if numeric else "left")
     for row in table.rows:
         rt.add_row(*(format_cell(row.get(k)) for k in columns))

@@ -51,7 +51,9 @@ def write_result(run_dir: Path, result: dict) -> None:
     (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=_json_default))
 
 
-def print_outcome(outcome: LaunchOutcome, report: Report, run_dir: Path, console: Console, err: Console) -> None:
+def print_outcome(
+    outcome: LaunchOutcome, report: Report, run_dir: Path, console: Console, err: Console
+) -> None:
     """The table on success, else the root cause first; then the report's own failures and the logs."""
     if outcome.ok:
         render_report(report, console)
@@ -84,8 +86,13 @@ def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Repo
     except Exception as e:  # noqa: BLE001 - a broken summary fails the run, it does not crash the CLI
         tb = traceback.format_exc().rstrip().splitlines()
         where = next((ln.strip() for ln in reversed(tb) if ln.strip().startswith("File ")), "")
-        return Report(ok=False, tables=[], failures=[f"{scenario.node.partition(':')[0]}.summarize raised "
-                                                     f"{type(e).__name__}: {e} ({where})"])
+        return Report(
+            ok=False,
+            tables=[],
+            failures=[
+                f"{scenario.node.partition(':')[0]}.summarize raised {type(e).__name__}: {e} ({where})"
+            ],
+        )
 
 
 def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path) -> dict:
@@ -103,8 +110,14 @@ def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_
         "failures": [f.headline() for f in outcome.failures] + list(report.failures),
         "files": report.files,
         "run_dir": str(run_dir),
-        "rank_results": [{"rank": r, "bytes_sent": (res or {}).get("bytes_sent"),
-                          "bytes_received": (res or {}).get("bytes_received")} for r, res in enumerate(outcome.results)],
+        "rank_results": [
+            {
+                "rank": r,
+                "bytes_sent": (res or {}).get("bytes_sent"),
+                "bytes_received": (res or {}).get("bytes_received"),
+            }
+            for r, res in enumerate(outcome.results)
+        ],
         **report.data,
     }
 
@@ -119,8 +132,11 @@ def print_failures(outcome: LaunchOutcome, console: Console) -> None:
         console.print("\n".join("    " + ln for ln in lines[-12:]), highlight=False, markup=False)
     if root.stack:
         console.print(f"    where rank {root.rank} was stuck:", highlight=False)
-        console.print("\n".join("    " + ln for ln in root.stack.strip().splitlines()[:12]), highlight=False,
-                      markup=False)
+        console.print(
+            "\n".join("    " + ln for ln in root.stack.strip().splitlines()[:12]),
+            highlight=False,
+            markup=False,
+        )
     others = [f for f in outcome.failures if f is not root]
     for f in others:
         console.print(f"  then {f.headline()}", highlight=False, markup=False)
@@ -133,15 +149,28 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
     err = make_console(stderr=True)
     run_dir = make_run_dir(out_base, scenario.name)
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_dict(), sort_keys=False))
-    console.print(f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks over {scenario.transport}, "
-                  f"node {scenario.node} -> {run_dir}", highlight=False)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
+    console.print(
+        f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks over {scenario.transport}, "
+        f"node {scenario.node} -> {run_dir}",
+        highlight=False,
+    )
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
         task = progress.add_task(scenario.name, total=None)
 
         def on_progress(msg: dict) -> None:
-            progress.update(task, completed=msg.get("done", 0), total=msg.get("total") or None,
-                            description=f"{scenario.name} {msg.get('label', '')}".strip())
+            progress.update(
+                task,
+                completed=msg.get("done", 0),
+                total=msg.get("total") or None,
+                description=f"{scenario.name} {msg.get('label', '')}".strip(),
+            )
 
         outcome = Launcher(scenario, run_dir, on_progress).run()
     if outcome.interrupted:

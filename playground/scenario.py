@@ -129,7 +129,9 @@ def load_node(spec: str, where: str = "node") -> tuple[Any, Any]:
 def _check_top(raw: dict, src: str) -> None:
     unknown = sorted(set(raw) - _TOP_KEYS)
     if unknown:
-        raise ScenarioError(f"{src}: key {unknown[0]!r}: unknown key; allowed: {', '.join(sorted(_TOP_KEYS))}")
+        raise ScenarioError(
+            f"{src}: key {unknown[0]!r}: unknown key; allowed: {', '.join(sorted(_TOP_KEYS))}"
+        )
     if not isinstance(raw.get("node"), str) or not raw["node"]:
         raise ScenarioError(f"{src}: key 'node': required, a string like 'nodes.collective:main'")
     ranks = raw.get("ranks", 2)
@@ -211,7 +213,13 @@ def scenario_from_dict(d: dict) -> Scenario:
     params = build_params(params_cls, d.get("params")) if params_cls else d.get("params", {})
     fault = build_params(Fault, d["fault"]) if d.get("fault") else None
     return Scenario(
-        name=d["name"], node=d["node"], ranks=d["ranks"], transport=d.get("transport", "ipc"),
-        timeout_s=float(d.get("timeout_s", 30.0)), description=d.get("description", ""),
-        params=params, fault=fault, source=d.get("source", ""),
+        name=d["name"],
+        node=d["node"],
+        ranks=d["ranks"],
+        transport=d.get("transport", "ipc"),
+        timeout_s=float(d.get("timeout_s", 30.0)),
+        description=d.get("description", ""),
+        params=params,
+        fault=fault,
+        source=d.get("source", ""),
     )

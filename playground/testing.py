@@ -19,24 +19,40 @@ def subprocess_env(extra: dict | None = None) -> dict:
     return env
 
 
-def run_cli(args: list[str], timeout_s: float = 60, cwd: Path | None = None, env: dict | None = None
-            ) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], timeout_s: float = 60, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """`python -m playground ARGS` as a user would type it; the whole process group dies on timeout."""
     full_env = subprocess_env(env)
-    proc = subprocess.Popen([*PLAYGROUND, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd, env=full_env, start_new_session=True)
+    proc = subprocess.Popen(
+        [*PLAYGROUND, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
-        raise AssertionError(f"`playground {' '.join(args)}` did not finish in {timeout_s}s\n{out}\n{err}") from None
+        raise AssertionError(
+            f"`playground {' '.join(args)}` did not finish in {timeout_s}s\n{out}\n{err}"
+        ) from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def run_scenario(scenario: str, out: Path, ranks: int | None = None, sets: list[str] = (),
-                 transport: str | None = None, timeout_s: float = 60, env: dict | None = None
-                 ) -> tuple[int, dict, str, str]:
+def run_scenario(
+    scenario: str,
+    out: Path,
+    ranks: int | None = None,
+    sets: list[str] = (),
+    transport: str | None = None,
+    timeout_s: float = 60,
+    env: dict | None = None,
+) -> tuple[int, dict, str, str]:
     """(exit code, result.json or {}, stdout, stderr) of `run SCENARIO` into `out`."""
     args = ["run", scenario, "--out", str(out)]
     if ranks is not None:

@@ -57,7 +57,9 @@ class Tracer:
             yield
         finally:
             t1 = time.monotonic_ns()
-            self._events.append((t0 / 1000.0, (t1 - t0) / 1000.0, name, cat, threading.get_ident(), args or None))
+            self._events.append(
+                (t0 / 1000.0, (t1 - t0) / 1000.0, name, cat, threading.get_ident(), args or None)
+            )
 
     def flush(self) -> None:
         """Write buffered events; call outside timed regions (between iterations, at the end)."""
@@ -79,8 +81,14 @@ class Tracer:
                 else:
                     ts, dur, name, cat, ident, args = event
                 tid = 0 if ident == main else tids.setdefault(ident, len(tids) + 1)
-                ev = {"ts": round(ts + self.clock_offset_us, 3), "dur": round(dur, 3), "name": name,
-                      "cat": cat, "rank": self.rank, "tid": tid}
+                ev = {
+                    "ts": round(ts + self.clock_offset_us, 3),
+                    "dur": round(dur, 3),
+                    "name": name,
+                    "cat": cat,
+                    "rank": self.rank,
+                    "tid": tid,
+                }
                 if args:
                     ev["args"] = args
                 lines.append(json.dumps(ev))
@@ -103,12 +111,26 @@ def to_chrome_trace(events_by_rank: dict[int, list[dict]]) -> dict:
     """Chrome trace JSON (Perfetto, chrome://tracing): one process per rank, "X" events."""
     trace = []
     for rank, events in sorted(events_by_rank.items()):
-        trace.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
-        trace.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+        trace.append(
+            {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}}
+        )
+        trace.append(
+            {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}}
+        )
         for tid in sorted({e.get("tid", 0) for e in events}):
             label = "main" if tid == 0 else f"thread {tid}"
             trace.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}})
         for e in events:
-            trace.append({"ph": "X", "name": e["name"], "cat": e.get("cat", ""), "ts": e["ts"], "dur": e["dur"],
-                          "pid": rank, "tid": e.get("tid", 0), "args": e.get("args", {})})
+            trace.append(
+                {
+                    "ph": "X",
+                    "name": e["name"],
+                    "cat": e.get("cat", ""),
+                    "ts": e["ts"],
+                    "dur": e["dur"],
+                    "pid": rank,
+                    "tid": e.get("tid", 0),
+                    "args": e.get("args", {}),
+                }
+            )
     return {"traceEvents": trace, "displayTimeUnit": "ms"}

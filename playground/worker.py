@@ -25,8 +25,13 @@ _CTRL_LINGER_MS = 2000  # let a final error/done message reach the coordinator a
 
 
 def _error_message(rank: int, exc: BaseException) -> dict:
-    msg = {"type": "error", "rank": rank, "error_type": type(exc).__name__, "message": str(exc),
-           "traceback": "".join(traceback.format_exception(exc))}
+    msg = {
+        "type": "error",
+        "rank": rank,
+        "error_type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
     if isinstance(exc, (CommTimeout, PeerLost)) and getattr(exc, "peer", None) is not None:
         msg["waiting_for"] = exc.peer
     if isinstance(exc, PeerLost):
@@ -54,13 +59,25 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             inboxes = Inboxes(env.rank, shm_dir_for(env.master_port), spin_budget_s(env.world_size))
         endpoints, offset = rendezvous.join(ctrl, env, endpoint, max(30.0, scenario.timeout_s))
         tracer.clock_offset_us = offset
-        comm = Communicator(env.rank, env.world_size, ctx, data, ctrl, endpoints, tracer,
-                            timeout_s=scenario.timeout_s, fault=scenario.fault)
+        comm = Communicator(
+            env.rank,
+            env.world_size,
+            ctx,
+            data,
+            ctrl,
+            endpoints,
+            tracer,
+            timeout_s=scenario.timeout_s,
+            fault=scenario.fault,
+        )
         comm.run_dir = run_dir
         if scenario.transport == "shm":
             # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the shared-memory path.
-            comm.use_shm(ShmChannels(env.rank, shm_dir_for(env.master_port)), inboxes,
-                         int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES)))
+            comm.use_shm(
+                ShmChannels(env.rank, shm_dir_for(env.master_port)),
+                inboxes,
+                int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES)),
+            )
         comm.barrier()
         _, func = load_node(scenario.node)
         result = func(comm, scenario.params)

@@ -19,7 +19,9 @@ from playground.errors import ScenarioError
 # -- busbw factors and sizes, as nccl-tests defines them -------------------------------------------
 
 
-@pytest.mark.parametrize("n, allreduce, gather", [(1, 0.0, 0.0), (2, 1.0, 0.5), (4, 1.5, 0.75), (8, 1.75, 0.875)])
+@pytest.mark.parametrize(
+    "n, allreduce, gather", [(1, 0.0, 0.0), (2, 1.0, 0.5), (4, 1.5, 0.75), (8, 1.75, 0.875)]
+)
 def test_bus_factors(n, allreduce, gather):
     assert bus_factor("allreduce", n) == allreduce
     assert bus_factor("allgather", n) == gather
@@ -91,7 +93,7 @@ def test_reductions_equal_numpy(n, op, dtype):
         rs = layout("reduce_scatter", per_rank * n * np.dtype(dtype).itemsize, n, dtype)
         full = NP_OPS[op](_stack(n, rs.in_count, dtype), axis=0)
         for r in range(n):
-            assert np.array_equal(expected(rs, r, op, dtype), full[r * per_rank:(r + 1) * per_rank])
+            assert np.array_equal(expected(rs, r, op, dtype), full[r * per_rank : (r + 1) * per_rank])
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 8])
@@ -120,7 +122,17 @@ def test_build_row_units():
     assert row["size"] == 16 << 20 and row["count"] == 4 << 20 and row["algorithm"] == "gloo"
     assert row["algbw_gbps"] == pytest.approx((16 << 20) / 0.02 / 1e9)
     assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 1.5)
-    assert set(row) == {"size", "count", "dtype", "op", "algorithm", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}
+    assert set(row) == {
+        "size",
+        "count",
+        "dtype",
+        "op",
+        "algorithm",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+    }
     ag = common.build_row("mpi", layout("allgather", 64, 2, "float32"), "float32", "sum", 1.0, 0)
     assert ag["op"] == "none"  # as nccl-tests prints for collectives that do not reduce
 
@@ -128,9 +140,15 @@ def test_build_row_units():
 def test_combine_takes_max_of_rank_medians_and_sums_wrong():
     lays = layouts("allreduce", [8, 64], 2, "float32")
     per_rank = [
-        [{"rank": 0, "size": 8, "phase": "start"}, {"rank": 0, "size": 8, "median_us": 5.0, "wrong": 0},
-         {"rank": 0, "size": 64, "median_us": 9.0, "wrong": 1}],
-        [{"rank": 1, "size": 8, "median_us": 7.0, "wrong": 0}, {"rank": 1, "size": 64, "median_us": 3.0, "wrong": 2}],
+        [
+            {"rank": 0, "size": 8, "phase": "start"},
+            {"rank": 0, "size": 8, "median_us": 5.0, "wrong": 0},
+            {"rank": 0, "size": 64, "median_us": 9.0, "wrong": 1},
+        ],
+        [
+            {"rank": 1, "size": 8, "median_us": 7.0, "wrong": 0},
+            {"rank": 1, "size": 64, "median_us": 3.0, "wrong": 2},
+        ],
     ]
     rows = common.combine("mpi", lays, "float32", "sum", per_rank)
     assert [(r["size"], r["time_us"], r["wrong"]) for r in rows] == [(8, 7.0, 0), (64, 9.0, 3)]
@@ -145,17 +163,28 @@ def test_median_us():
 # -- validation and availability -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"collective": "alltoall"}, "allowed: allreduce, allgather"),
-    ({"dtype": "float16"}, "allowed: float32, float64, int32, int64"),
-    ({"op": "prod"}, "allowed: sum, max, min"),
-    ({"ranks": 0}, "ranks must be"),
-    ({"sizes": []}, "sizes must be"),
-    ({"iters": 0}, "iters must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"collective": "alltoall"}, "allowed: allreduce, allgather"),
+        ({"dtype": "float16"}, "allowed: float32, float64, int32, int64"),
+        ({"op": "prod"}, "allowed: sum, max, min"),
+        ({"ranks": 0}, "ranks must be"),
+        ({"sizes": []}, "sizes must be"),
+        ({"iters": 0}, "iters must be"),
+    ],
+)
 def test_bad_arguments_fail_before_any_process(kwargs, message):
-    args = {"name": "gloo", "collective": "allreduce", "sizes": [8], "ranks": 2, "dtype": "float32", "op": "sum",
-            "iters": 1, "warmup": 0} | kwargs
+    args = {
+        "name": "gloo",
+        "collective": "allreduce",
+        "sizes": [8],
+        "ranks": 2,
+        "dtype": "float32",
+        "op": "sum",
+        "iters": 1,
+        "warmup": 0,
+    } | kwargs
     with pytest.raises(ScenarioError, match=message):
         run_baseline(**args)
 
@@ -185,12 +214,14 @@ def test_package_imports_without_torch_or_mpi4py():
         from playground.baselines import common, gloo, mpi, measure, procs
         print(b.available("gloo")); print(b.available("mpi"))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env=worker_env({}))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=worker_env({})
+    )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["torch is not installed: pip install torch==2.13.0",
-                                       "mpi4py or mpiexec not found: apt-get install mpich && "
-                                       "pip install --no-binary mpi4py mpi4py"]
+    assert out.stdout.splitlines() == [
+        "torch is not installed: pip install torch==2.13.0",
+        "mpi4py or mpiexec not found: apt-get install mpich && pip install --no-binary mpi4py mpi4py",
+    ]
 
 
 # -- the process runner, with stand-in workers (no extras needed) ---------------------------------
@@ -199,30 +230,40 @@ def test_package_imports_without_torch_or_mpi4py():
 def _workers(tmp_path, n, body):
     """n stand-in workers running `body` with RANK and OUT (the rank file) defined."""
     prelude = "import json, os, sys, time, subprocess\nRANK = int(sys.argv[1])\nOUT = sys.argv[2]\n"
-    cmds = [[sys.executable, "-c", prelude + textwrap.dedent(body), str(r), str(tmp_path / f"rank-{r}.jsonl")]
-            for r in range(n)]
+    cmds = [
+        [sys.executable, "-c", prelude + textwrap.dedent(body), str(r), str(tmp_path / f"rank-{r}.jsonl")]
+        for r in range(n)
+    ]
     return cmds, [worker_env({}) for _ in range(n)]
 
 
 @pytest.mark.timeout(60)
 def test_runner_collects_each_ranks_records(tmp_path):
-    cmds, envs = _workers(tmp_path, 3, """
+    cmds, envs = _workers(
+        tmp_path,
+        3,
+        """
         with open(OUT, "a") as f:
             f.write(json.dumps({"rank": RANK, "size": 8, "median_us": RANK + 1.0, "wrong": 0}) + "\\n")
-    """)
+    """,
+    )
     per_rank = run_workers("fake", cmds, envs, tmp_path, 3, timeout_s=30)
     assert [recs[0]["median_us"] for recs in per_rank] == [1.0, 2.0, 3.0]
 
 
 @pytest.mark.timeout(60)
 def test_runner_names_the_first_failure_and_stops_the_rest(tmp_path):
-    cmds, envs = _workers(tmp_path, 3, """
+    cmds, envs = _workers(
+        tmp_path,
+        3,
+        """
         if RANK == 1:
             with open(OUT, "a") as f:
                 f.write(json.dumps({"rank": 1, "error": "RuntimeError: boom", "t": time.time()}) + "\\n")
             sys.exit(1)
         time.sleep(60)
-    """)
+    """,
+    )
     t0 = time.monotonic()
     with pytest.raises(BaselineError, match=r"^fake: rank 1 failed: RuntimeError: boom$"):
         run_workers("fake", cmds, envs, tmp_path, 3, timeout_s=30)
@@ -231,24 +272,32 @@ def test_runner_names_the_first_failure_and_stops_the_rest(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_runner_reports_a_crash_without_a_record(tmp_path):
-    cmds, envs = _workers(tmp_path, 2, """
+    cmds, envs = _workers(
+        tmp_path,
+        2,
+        """
         print("segfault-ish last words", flush=True)
         os.kill(os.getpid(), 9) if RANK == 0 else time.sleep(60)
-    """)
+    """,
+    )
     with pytest.raises(BaselineError, match=r"killed by SIGKILL: segfault-ish last words"):
         run_workers("fake", cmds, envs, tmp_path, 2, timeout_s=30)
 
 
 @pytest.mark.timeout(60)
 def test_runner_timeout_kills_the_whole_group(tmp_path):
-    cmds, envs = _workers(tmp_path, 2, """
+    cmds, envs = _workers(
+        tmp_path,
+        2,
+        """
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         with open(OUT + ".child", "w") as f:
             f.write(str(child.pid))
         with open(OUT, "a") as f:
             f.write(json.dumps({"rank": RANK, "size": 4096, "phase": "start"}) + "\\n")
         time.sleep(120)
-    """)
+    """,
+    )
     t0 = time.monotonic()
     with pytest.raises(BaselineError, match=r"timed out after 3s \(reached size 4096 B\)"):
         run_workers("fake", cmds, envs, tmp_path, 2, timeout_s=3)
@@ -307,8 +356,11 @@ def test_gloo_two_ranks(collective, op, dtype):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("collective, op, dtype", REAL_CASES)
 def test_mpi_two_ranks(collective, op, dtype):
-    pytest.importorskip("mpi4py", reason="optional extra mpi4py not installed "
-                                         "(apt-get install mpich && pip install --no-binary mpi4py mpi4py)")
+    pytest.importorskip(
+        "mpi4py",
+        reason="optional extra mpi4py not installed "
+        "(apt-get install mpich && pip install --no-binary mpi4py mpi4py)",
+    )
     if shutil.which("mpiexec") is None:
         pytest.skip("optional extra MPI: mpiexec not on PATH (apt-get install mpich)")
     rows = run_baseline("mpi", collective, REAL_SIZES, 2, dtype, op, iters=3, warmup=1, timeout_s=90)
@@ -322,8 +374,15 @@ def test_mpi_worker_failure_is_one_line(tmp_path):
         pytest.skip("optional extra MPI: mpiexec not on PATH (apt-get install mpich)")
     from playground.baselines import mpi
 
-    spec = {"collective": "allreduce", "sizes": [8], "dtype": "float32", "op": "no-such-op", "iters": 1,
-            "warmup": 0, "timeout_s": 60}
+    spec = {
+        "collective": "allreduce",
+        "sizes": [8],
+        "dtype": "float32",
+        "op": "no-such-op",
+        "iters": 1,
+        "warmup": 0,
+        "timeout_s": 60,
+    }
     with pytest.raises(BaselineError, match=r"^mpi: rank \d failed: KeyError: 'no-such-op'$"):
         mpi.run(spec, 2, tmp_path)
     # the first rank to fail aborts the job, so the other may not get to write its own error

@@ -14,17 +14,40 @@ def _result(out_dir) -> dict:
 
 @pytest.mark.timeout(90)
 def test_bench_allreduce_rows_table_and_plot(tmp_path):
-    proc = run_cli(["bench", "allreduce", "--ranks", "3", "--algo", "ring,rd", "--sizes", "8..1KiB", "--step", "4",
-                    "--iters", "2", "--warmup", "1", "--out", str(tmp_path)], timeout_s=80)
+    proc = run_cli(
+        [
+            "bench",
+            "allreduce",
+            "--ranks",
+            "3",
+            "--algo",
+            "ring,rd",
+            "--sizes",
+            "8..1KiB",
+            "--step",
+            "4",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        timeout_s=80,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     header = next(line for line in proc.stdout.splitlines() if "#wrong" in line)
     for col in ("size (B)", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
         assert col in header
     result = _result(tmp_path)
     rows = result["rows"]
-    assert [(r["algorithm"], r["size"]) for r in rows] == [(a, s) for a in ("ring", "rd") for s in (8, 32, 128, 512)]
+    assert [(r["algorithm"], r["size"]) for r in rows] == [
+        (a, s) for a in ("ring", "rd") for s in (8, 32, 128, 512)
+    ]
     for r in rows:
-        assert r["wrong"] == 0 and r["count"] == r["size"] // 4 and r["dtype"] == "float32" and r["op"] == "sum"
+        assert (
+            r["wrong"] == 0 and r["count"] == r["size"] // 4 and r["dtype"] == "float32" and r["op"] == "sum"
+        )
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * 2 / 3, rel=1e-3, abs=2e-6)
     assert (tmp_path / "latest" / "busbw.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "wrong values: 0 OK" in proc.stdout and "avg busbw (GB/s): ring " in proc.stdout
@@ -34,9 +57,31 @@ def test_bench_allreduce_rows_table_and_plot(tmp_path):
 @pytest.mark.parametrize("transport", ["ipc", "shm"])
 def test_a_wrong_result_fails_the_bench(tmp_path, transport):
     """Rank 1 flips one bit of a message it sends in the (only, checked) timed iteration."""
-    proc = run_cli(["bench", "allreduce", "--ranks", "3", "--algo", "ring", "--sizes", "64KiB", "--iters", "1",
-                    "--warmup", "0", "--transport", transport, "--out", str(tmp_path),
-                    "--set", "fault.rank=1", "--set", "fault.action=corrupt"], timeout_s=80)
+    proc = run_cli(
+        [
+            "bench",
+            "allreduce",
+            "--ranks",
+            "3",
+            "--algo",
+            "ring",
+            "--sizes",
+            "64KiB",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--transport",
+            transport,
+            "--out",
+            str(tmp_path),
+            "--set",
+            "fault.rank=1",
+            "--set",
+            "fault.action=corrupt",
+        ],
+        timeout_s=80,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = _result(tmp_path)
     assert not result["ok"] and result["rows"][0]["wrong"] > 0
@@ -47,8 +92,23 @@ def test_a_wrong_result_fails_the_bench(tmp_path, transport):
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", ["ipc", "shm"])
 def test_bench_p2p_measures_ours_and_raw_pyzmq(tmp_path, transport):
-    proc = run_cli(["bench", "p2p", "--sizes", "64,64KiB", "--iters", "3", "--warmup", "1", "--transport", transport,
-                    "--out", str(tmp_path)], timeout_s=80)
+    proc = run_cli(
+        [
+            "bench",
+            "p2p",
+            "--sizes",
+            "64,64KiB",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--transport",
+            transport,
+            "--out",
+            str(tmp_path),
+        ],
+        timeout_s=80,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _result(tmp_path)["tables"][0]["rows"]
     assert [r["size"] for r in rows] == [64, 65536]
@@ -58,8 +118,26 @@ def test_bench_p2p_measures_ours_and_raw_pyzmq(tmp_path, transport):
 
 @pytest.mark.timeout(90)
 def test_bench_in_place_columns(tmp_path):
-    proc = run_cli(["bench", "allreduce", "--ranks", "3", "--algo", "ring,hd", "--sizes", "8,256KiB", "--inplace",
-                    "--iters", "2", "--warmup", "1", "--out", str(tmp_path)], timeout_s=80)
+    proc = run_cli(
+        [
+            "bench",
+            "allreduce",
+            "--ranks",
+            "3",
+            "--algo",
+            "ring,hd",
+            "--sizes",
+            "8,256KiB",
+            "--inplace",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        timeout_s=80,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "in-place time (us)" in proc.stdout
     for r in _result(tmp_path)["rows"]:

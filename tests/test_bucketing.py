@@ -85,11 +85,14 @@ def test_lecture_gradients_in_ddp_buckets():
 
 
 # -- architectures ----------------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "num_params", "num_tensors"), [
-    ("resnet50", 25_557_032, 161),
-    ("gpt2", 124_439_808, 148),
-    ("lecture", 25_000_000, 1000),
-])
+@pytest.mark.parametrize(
+    ("name", "num_params", "num_tensors"),
+    [
+        ("resnet50", 25_557_032, 161),
+        ("gpt2", 124_439_808, 148),
+        ("lecture", 25_000_000, 1000),
+    ],
+)
 def test_architecture_parameter_counts(name, num_params, num_tensors):
     tensors = backward_order(name)
     assert sum(t.num_elements for t in tensors) == num_params

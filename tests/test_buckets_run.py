@@ -10,8 +10,13 @@ from playground.testing import run_scenario
 KIB = 1024
 # a small custom model: a tensor larger than the 64 KiB cap, a first bucket of 16 KiB
 TENSORS = [4 * KIB, 8 * KIB, 24 * KIB, 200 * KIB, 12 * KIB, 40 * KIB, 4 * KIB, 64 * KIB]
-SMALL = [f"params.tensor_bytes={json.dumps(TENSORS)}", "params.bucket_mb=[0.0625,1]",
-         "params.first_bucket_mb=0.015625", "params.iters=2", "params.warmup=1"]
+SMALL = [
+    f"params.tensor_bytes={json.dumps(TENSORS)}",
+    "params.bucket_mb=[0.0625,1]",
+    "params.first_bucket_mb=0.015625",
+    "params.iters=2",
+    "params.warmup=1",
+]
 
 
 @pytest.mark.timeout(60)
@@ -41,8 +46,12 @@ def test_custom_list_every_strategy_is_correct_and_modelled(runs_dir):
 @pytest.mark.timeout(60)
 def test_real_architecture_scaled_down(runs_dir):
     code, result, out, err = run_scenario(
-        "buckets", runs_dir, ranks=2, timeout_s=50,
-        sets=["params.model=resnet50", "params.scale=0.02", "params.iters=1", "params.warmup=0"])
+        "buckets",
+        runs_dir,
+        ranks=2,
+        timeout_s=50,
+        sets=["params.model=resnet50", "params.scale=0.02", "params.iters=1", "params.warmup=0"],
+    )
     assert code == 0, out + err
     rows = {r["strategy"]: r for r in result["rows"]}
     assert rows["per-tensor"]["num_allreduces"] == 161
@@ -60,13 +69,16 @@ def test_one_rank_has_no_model_but_still_checks(runs_dir):
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("override", "key", "words"), [
-    ("params.bucket_mb=[25,-1]", "params.bucket_mb", "must be > 0"),
-    ("params.tensor_bytes=[]", "params.tensor_bytes", "empty list"),
-    ("params.model=vgg16", "params.model", "'lecture', 'resnet50', 'gpt2'"),
-    ("params.tensor_bytes=[4KiB,10]", "params.tensor_bytes", "multiple of 4"),
-    ("params.scale=0", "params.scale", "(0, 4]"),
-])
+@pytest.mark.parametrize(
+    ("override", "key", "words"),
+    [
+        ("params.bucket_mb=[25,-1]", "params.bucket_mb", "must be > 0"),
+        ("params.tensor_bytes=[]", "params.tensor_bytes", "empty list"),
+        ("params.model=vgg16", "params.model", "'lecture', 'resnet50', 'gpt2'"),
+        ("params.tensor_bytes=[4KiB,10]", "params.tensor_bytes", "multiple of 4"),
+        ("params.scale=0", "params.scale", "(0, 4]"),
+    ],
+)
 def test_bad_params_get_one_line_and_exit_2(runs_dir, override, key, words):
     code, result, out, err = run_scenario("buckets", runs_dir, sets=[override], timeout_s=25)
     assert code == 2

@@ -87,7 +87,14 @@ def _grid(algorithm, n, segment_bytes, inplace=False):
         want = expected_result(n, count, dtype, op)
         for r in range(n):
             got = results[r][k][1]
-            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (algorithm, n, dtype, op, count, r)
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (
+                algorithm,
+                n,
+                dtype,
+                op,
+                count,
+                r,
+            )
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
@@ -123,8 +130,12 @@ def test_other_collectives(n):
 
     def body(comm):
         x = pattern(comm.rank, count, "float64")
-        return (broadcast(comm, x, root=n - 1), reduce(comm, x, "max", root=n // 2), allgather(comm, x),
-                reduce_scatter(comm, x, "sum", segment_bytes=16))
+        return (
+            broadcast(comm, x, root=n - 1),
+            reduce(comm, x, "max", root=n // 2),
+            allgather(comm, x),
+            reduce_scatter(comm, x, "sum", segment_bytes=16),
+        )
 
     results = run_local(n, body)
     total = expected_result(n, count, "float64", ReduceOp.SUM)
@@ -136,7 +147,7 @@ def test_other_collectives(n):
         else:
             assert red is None
         assert np.array_equal(ag, np.concatenate([pattern(q, count, "float64") for q in range(n)]))
-        assert np.array_equal(rs, total[bounds[r][0]:bounds[r][1]])
+        assert np.array_equal(rs, total[bounds[r][0] : bounds[r][1]])
 
 
 def test_unknown_algorithm_is_rejected():

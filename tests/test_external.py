@@ -20,9 +20,23 @@ from playground.testing import PLAYGROUND
 ROOT = Path(playground.__file__).resolve().parent.parent  # the same playground the tests imported
 SMALL = ["--set", "params.sizes=[1KiB]", "--set", "params.iters=3", "--set", "params.warmup=1"]
 # Whatever launched pytest must not leak into the ranks (a RANK from torchrun, a SLURM_PROCID, ...).
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PMI_RANK", "PMI_SIZE",
-                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-                 "TORCHELASTIC_RUN_ID", "PLAYGROUND_COORD_PORT", "PLAYGROUND_RUN_DIR", "PLAYGROUND_IPC_DIR")
+LAUNCHER_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "TORCHELASTIC_RUN_ID",
+    "PLAYGROUND_COORD_PORT",
+    "PLAYGROUND_RUN_DIR",
+    "PLAYGROUND_IPC_DIR",
+)
 
 
 def clean_env(**extra) -> dict:
@@ -39,15 +53,18 @@ class Ranks:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, args: list[str], env: dict) -> subprocess.Popen:
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        )
         self.procs.append(p)
         return p
 
     def start_nodes(self, n: int, out: Path, sets: list[str], names=("RANK", "WORLD_SIZE")) -> int:
         port = free_tcp_port()
         for r in range(n):
-            env = clean_env(**{names[0]: str(r), names[1]: str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+            env = clean_env(
+                **{names[0]: str(r), names[1]: str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            )
             self.start([*PLAYGROUND, "node", "ring", "--out", str(out), *sets], env)
         return port
 
@@ -125,8 +142,9 @@ def test_mpich_environment_names(ranks, runs_dir):
 @pytest.mark.timeout(60)
 def test_raising_rank_fails_every_process_fast(ranks, runs_dir):
     t0 = time.monotonic()
-    port = ranks.start_nodes(3, runs_dir, [*SMALL, "--set", "fault.rank=1", "--set", "fault.action=raise",
-                                           "--set", "timeout_s=30"])
+    port = ranks.start_nodes(
+        3, runs_dir, [*SMALL, "--set", "fault.rank=1", "--set", "fault.action=raise", "--set", "timeout_s=30"]
+    )
     done = ranks.finish()
     elapsed = time.monotonic() - t0
     assert [code for code, _, _ in done] == [1, 1, 1], done
@@ -141,8 +159,21 @@ def test_raising_rank_fails_every_process_fast(ranks, runs_dir):
 @pytest.mark.timeout(60)
 def test_killed_rank_is_found_by_timeouts(ranks, runs_dir):
     """No sentinels under another launcher: a SIGKILLed rank is found by its peers' receive timeout."""
-    port = ranks.start_nodes(3, runs_dir, [*SMALL, "--set", "fault.rank=1", "--set", "fault.action=kill",
-                                           "--set", "fault.after_ops=4", "--set", "timeout_s=3"])
+    port = ranks.start_nodes(
+        3,
+        runs_dir,
+        [
+            *SMALL,
+            "--set",
+            "fault.rank=1",
+            "--set",
+            "fault.action=kill",
+            "--set",
+            "fault.after_ops=4",
+            "--set",
+            "timeout_s=3",
+        ],
+    )
     done = ranks.finish()
     assert [code for code, _, _ in done] == [1, -9, 1], done
     root = next(line for line in done[0][2].splitlines() if "root cause" in line)
@@ -153,8 +184,21 @@ def test_killed_rank_is_found_by_timeouts(ranks, runs_dir):
 @pytest.mark.timeout(60)
 def test_hung_rank_is_named_with_its_stack_and_stopped(ranks, runs_dir):
     """A hung rank on rank 0's host is blamed with its stack and killed: a shell loop would not kill it."""
-    ranks.start_nodes(3, runs_dir, [*SMALL, "--set", "fault.rank=1", "--set", "fault.action=hang",
-                                    "--set", "fault.after_ops=4", "--set", "timeout_s=2"])
+    ranks.start_nodes(
+        3,
+        runs_dir,
+        [
+            *SMALL,
+            "--set",
+            "fault.rank=1",
+            "--set",
+            "fault.action=hang",
+            "--set",
+            "fault.after_ops=4",
+            "--set",
+            "timeout_s=2",
+        ],
+    )
     done = ranks.finish(timeout_s=30)
     assert [code for code, _, _ in done] == [1, -9, 1], done
     root = next(line for line in done[0][2].splitlines() if "root cause" in line)
@@ -163,12 +207,19 @@ def test_hung_rank_is_named_with_its_stack_and_stopped(ranks, runs_dir):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("env,sets,expect", [
-    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29400"}, ["--set", "params.bogus=1"], "key 'params.bogus'"),
-    ({"WORLD_SIZE": "2", "MASTER_PORT": "29400"}, [], "RANK is not set"),
-    ({"RANK": "0", "WORLD_SIZE": "2"}, [], "MASTER_PORT is not set"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "x"}, [], "must be integers"),
-])
+@pytest.mark.parametrize(
+    "env,sets,expect",
+    [
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29400"},
+            ["--set", "params.bogus=1"],
+            "key 'params.bogus'",
+        ),
+        ({"WORLD_SIZE": "2", "MASTER_PORT": "29400"}, [], "RANK is not set"),
+        ({"RANK": "0", "WORLD_SIZE": "2"}, [], "MASTER_PORT is not set"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "x"}, [], "must be integers"),
+    ],
+)
 def test_bad_input_is_one_line_and_status_2(ranks, runs_dir, env, sets, expect):
     ranks.start([*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *sets], clean_env(**env))
     [(code, out, err)] = ranks.finish()
@@ -201,12 +252,32 @@ MPIEXEC = _mpich_mpiexec()
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(MPIEXEC is None, reason="MPICH's mpiexec (hydra) is not installed (apt-get install mpich); "
-                                            "-genv is MPICH syntax")
+@pytest.mark.skipif(
+    MPIEXEC is None,
+    reason="MPICH's mpiexec (hydra) is not installed (apt-get install mpich); -genv is MPICH syntax",
+)
 def test_under_mpiexec(ranks, runs_dir):
     port = free_tcp_port()
-    ranks.start([MPIEXEC, "-n", "2", "-genv", "MASTER_ADDR", "127.0.0.1", "-genv", "MASTER_PORT", str(port),
-                 *PLAYGROUND, "node", "ring", "--out", str(runs_dir), *SMALL], clean_env())
+    ranks.start(
+        [
+            MPIEXEC,
+            "-n",
+            "2",
+            "-genv",
+            "MASTER_ADDR",
+            "127.0.0.1",
+            "-genv",
+            "MASTER_PORT",
+            str(port),
+            *PLAYGROUND,
+            "node",
+            "ring",
+            "--out",
+            str(runs_dir),
+            *SMALL,
+        ],
+        clean_env(),
+    )
     [(code, out, err)] = ranks.finish()
     assert code == 0, out + err
     assert "2 ranks over tcp" in out

@@ -28,8 +28,14 @@ def session_processes(sid: int) -> list[psutil.Process]:
 
 def launch(args, env_extra=None) -> subprocess.Popen:
     env = subprocess_env({"PYTHONPATH": str(TESTS), **(env_extra or {})})
-    return subprocess.Popen([*PLAYGROUND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+    return subprocess.Popen(
+        [*PLAYGROUND, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def finish(proc, timeout_s=30):
@@ -47,12 +53,33 @@ SMALL = ["--set", "params.sizes=[4KiB]", "--set", "params.iters=200", "--set", "
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", ["ipc", "shm"])
-@pytest.mark.parametrize("action,expect", [("kill", "killed by SIGKILL"), ("raise", "FaultInjected"),
-                                           ("exit", "exited with status 3")])
+@pytest.mark.parametrize(
+    "action,expect",
+    [("kill", "killed by SIGKILL"), ("raise", "FaultInjected"), ("exit", "exited with status 3")],
+)
 def test_dead_rank_fails_fast_on_every_rank(runs_dir, action, expect, transport):
     t0 = time.monotonic()
-    proc = launch(["run", "ring", "--ranks", "4", "--transport", transport, "--out", str(runs_dir), "--set", "fault.rank=2",
-                   "--set", f"fault.action={action}", "--set", "fault.after_ops=20", "--set", "timeout_s=30", *SMALL])
+    proc = launch(
+        [
+            "run",
+            "ring",
+            "--ranks",
+            "4",
+            "--transport",
+            transport,
+            "--out",
+            str(runs_dir),
+            "--set",
+            "fault.rank=2",
+            "--set",
+            f"fault.action={action}",
+            "--set",
+            "fault.after_ops=20",
+            "--set",
+            "timeout_s=30",
+            *SMALL,
+        ]
+    )
     out, err, leftovers = finish(proc)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 1, out + err
@@ -62,8 +89,10 @@ def test_dead_rank_fails_fast_on_every_rank(runs_dir, action, expect, transport)
     assert "rank 2" in root and expect in root, err
     # every other rank was told and reported it
     for r in (0, 1, 3):
-        assert any(f"rank {r} " in line and ("PeerLost" in line or "killed by the launcher" in line)
-                   for line in err.splitlines()), err
+        assert any(
+            f"rank {r} " in line and ("PeerLost" in line or "killed by the launcher" in line)
+            for line in err.splitlines()
+        ), err
     import json
 
     result = json.loads((runs_dir / "latest" / "result.json").read_text())
@@ -72,8 +101,9 @@ def test_dead_rank_fails_fast_on_every_rank(runs_dir, action, expect, transport)
 
 @pytest.mark.timeout(60)
 def test_raising_user_node_reports_traceback(runs_dir):
-    code, result, out, err = run_scenario(str(write_user_scenario(runs_dir.parent)), runs_dir,
-                                          env={"PYTHONPATH": str(TESTS)}, timeout_s=50)
+    code, result, out, err = run_scenario(
+        str(write_user_scenario(runs_dir.parent)), runs_dir, env={"PYTHONPATH": str(TESTS)}, timeout_s=50
+    )
     assert code == 1
     assert "root cause: rank 1" in err and "ValueError: bad gradient on rank 1" in err
     assert "usernode_raise.py" in err  # the traceback points at the user's code
@@ -90,8 +120,27 @@ def write_user_scenario(tmp: Path) -> Path:
 @pytest.mark.parametrize("transport", ["ipc", "shm"])
 def test_hung_rank_is_named_with_its_stack(runs_dir, transport):
     t0 = time.monotonic()
-    proc = launch(["run", "ring", "--ranks", "3", "--transport", transport, "--out", str(runs_dir), "--set", "fault.rank=1",
-                   "--set", "fault.action=hang", "--set", "fault.after_ops=10", "--set", "timeout_s=2", *SMALL])
+    proc = launch(
+        [
+            "run",
+            "ring",
+            "--ranks",
+            "3",
+            "--transport",
+            transport,
+            "--out",
+            str(runs_dir),
+            "--set",
+            "fault.rank=1",
+            "--set",
+            "fault.action=hang",
+            "--set",
+            "fault.after_ops=10",
+            "--set",
+            "timeout_s=2",
+            *SMALL,
+        ]
+    )
     out, err, leftovers = finish(proc)
     assert proc.returncode == 1 and not leftovers
     assert time.monotonic() - t0 < 15
@@ -108,8 +157,22 @@ def shm_dirs() -> set[str]:
 @pytest.mark.parametrize("transport", ["ipc", "shm"])
 def test_ctrl_c_leaves_no_process_behind(runs_dir, transport):
     before = shm_dirs()
-    proc = launch(["run", "ring", "--ranks", "4", "--transport", transport, "--out", str(runs_dir),
-                   "--set", "params.sizes=[1MiB]", "--set", "params.iters=100000"])
+    proc = launch(
+        [
+            "run",
+            "ring",
+            "--ranks",
+            "4",
+            "--transport",
+            transport,
+            "--out",
+            str(runs_dir),
+            "--set",
+            "params.sizes=[1MiB]",
+            "--set",
+            "params.iters=100000",
+        ]
+    )
     deadline = time.monotonic() + 30
     while len(session_processes(proc.pid)) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)  # waiting for the ranks to exist, not papering over a race

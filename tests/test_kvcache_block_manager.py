@@ -76,7 +76,9 @@ def test_can_append_counts_the_cow_block():
     bm.check_invariants()
 
 
-@pytest.mark.parametrize("prompt,branches,writes,unshared,shared", [(100, 4, 10, 28, 10), (1000, 8, 200, 600, 166)])
+@pytest.mark.parametrize(
+    "prompt,branches,writes,unshared,shared", [(100, 4, 10, 28, 10), (1000, 8, 200, 600, 166)]
+)
 def test_lecture_page_counts(prompt, branches, writes, unshared, shared):
     """Section 4.5 (28 vs 10) and exercise 10 (600 vs 166) at block size 16."""
     bm = BlockManager(num_blocks=1000, block_size=16)

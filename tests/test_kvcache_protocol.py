@@ -22,14 +22,17 @@ def test_reply_round_trip():
     assert header == {"ok": True, "id": 1} and out.shape == (2, 3)
 
 
-@pytest.mark.parametrize("frames,code", [
-    ([], P.BAD_FRAME),
-    ([b"a", b"b", b"c"], P.BAD_FRAME),
-    ([b"\xff\xfe"], P.BAD_FRAME),
-    ([b"[1, 2]"], P.BAD_FRAME),
-    ([b'{"id": 1}'], P.BAD_FRAME),
-    ([b'{"op": "explode"}'], P.UNKNOWN_OP),
-])
+@pytest.mark.parametrize(
+    "frames,code",
+    [
+        ([], P.BAD_FRAME),
+        ([b"a", b"b", b"c"], P.BAD_FRAME),
+        ([b"\xff\xfe"], P.BAD_FRAME),
+        ([b"[1, 2]"], P.BAD_FRAME),
+        ([b'{"id": 1}'], P.BAD_FRAME),
+        ([b'{"op": "explode"}'], P.UNKNOWN_OP),
+    ],
+)
 def test_malformed_frames(frames, code):
     with pytest.raises(P.ProtocolError) as e:
         P.decode_request(frames)

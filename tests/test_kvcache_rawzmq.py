@@ -21,10 +21,29 @@ def server(tmp_path):
     """(endpoint, process) of a standalone server on a fresh ipc path; always killed."""
     endpoint = f"ipc://{tmp_path}/kv.sock"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "playground.kvcache.server", "--bind", endpoint,
-                             "--policy", "paged", "--capacity-tokens", "256", "--block-size", "16",
-                             "--width", str(WIDTH), "--lease-s", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "playground.kvcache.server",
+            "--bind",
+            endpoint,
+            "--policy",
+            "paged",
+            "--capacity-tokens",
+            "256",
+            "--block-size",
+            "16",
+            "--width",
+            str(WIDTH),
+            "--lease-s",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = proc.stdout.readline()  # "serving ... on ENDPOINT", printed once bound
         assert "serving" in line, proc.stderr.read()
@@ -71,8 +90,11 @@ def test_raw_dealer_create_fork_append_read_free(server, ctx):
     h, _ = request(sock, {"op": "fork", "id": 2, "seq_id": parent, "num_children": 2})
     c1, c2 = h["child_ids"]
     tail1, tail2 = np.full((3, WIDTH), 1.5, np.float32), np.full((1, WIDTH), -2.0, np.float32)
-    h, _ = request(sock, {"op": "append", "id": 3, "seq_ids": [c1, c2], "num_tokens": [3, 1]},
-                   np.concatenate([tail1, tail2]))
+    h, _ = request(
+        sock,
+        {"op": "append", "id": 3, "seq_ids": [c1, c2], "num_tokens": [3, 1]},
+        np.concatenate([tail1, tail2]),
+    )
     assert h["ok"] and h["lengths"] == [23, 21]
     h, kv = request(sock, {"op": "read", "id": 4, "seq_id": c1})
     assert h["num_tokens"] == 23 and np.array_equal(kv, np.concatenate([prompt, tail1]))

@@ -41,13 +41,22 @@ def prefix_kv(tokens: list[int]) -> np.ndarray:
     return np.asarray(rows, dtype=np.float32).reshape(-1, WIDTH)
 
 
-@pytest.mark.parametrize("policy,caching", [("paged", False), ("paged", True), ("contiguous", False),
-                                            ("reserve_max", False)])
+@pytest.mark.parametrize(
+    "policy,caching", [("paged", False), ("paged", True), ("contiguous", False), ("reserve_max", False)]
+)
 @pytest.mark.parametrize("seed", range(4))
 def test_random_interleavings_read_exactly_what_was_written(policy, caching, seed):
     rng = random.Random(seed)
-    server = Server(policy, capacity_tokens=160, block_size=4, width=WIDTH, enable_prefix_caching=caching,
-                    max_new_tokens=12, growth=1.5, check_invariants=True)
+    server = Server(
+        policy,
+        capacity_tokens=160,
+        block_size=4,
+        width=WIDTH,
+        enable_prefix_caching=caching,
+        max_new_tokens=12,
+        growth=1.5,
+        check_invariants=True,
+    )
     clients = [b"A", b"B", b"C"]
     model: dict[int, list] = {}  # seq_id -> [client, tokens, kv rows (np)]
     counts = {"oom": 0, "cow": 0}
@@ -69,7 +78,9 @@ def test_random_interleavings_read_exactly_what_was_written(policy, caching, see
         elif op == "append":
             seqs = rng.sample(mine, rng.randint(1, len(mine)))
             ns = [rng.randint(0, 5) for _ in seqs]
-            new = [np.asarray(rng.choices(range(1000), k=n * WIDTH), np.float32).reshape(n, WIDTH) for n in ns]
+            new = [
+                np.asarray(rng.choices(range(1000), k=n * WIDTH), np.float32).reshape(n, WIDTH) for n in ns
+            ]
             h, _ = call(server, client, "append", np.concatenate(new), seq_ids=seqs, num_tokens=ns)
             if h["ok"]:
                 for s, rows in zip(seqs, new, strict=True):
@@ -141,7 +152,9 @@ def test_out_of_memory_then_admitted_after_a_free():
 
 def test_reserve_max_refuses_past_the_reservation():
     server = Server("reserve_max", capacity_tokens=100, block_size=4, width=WIDTH, max_new_tokens=4)
-    s = ok(server, b"A", "create", np.zeros((2, WIDTH), np.float32), num_tokens=2, max_new_tokens=1)[0]["seq_id"]
+    s = ok(server, b"A", "create", np.zeros((2, WIDTH), np.float32), num_tokens=2, max_new_tokens=1)[0][
+        "seq_id"
+    ]
     h = call(server, b"A", "append", np.zeros((2, WIDTH), np.float32), seq_ids=[s], num_tokens=[2])[0]
     assert h["error"] == P.OUT_OF_MEMORY and h["fits_when_empty"] is False
     assert "reserved maximum" in h["message"]
@@ -149,8 +162,15 @@ def test_reserve_max_refuses_past_the_reservation():
 
 def test_lease_expiry_frees_a_vanished_clients_sequences_only():
     clock = Clock()
-    server = Server("paged", capacity_tokens=64, block_size=4, width=WIDTH, lease_s=5.0, clock=clock,
-                    check_invariants=True)
+    server = Server(
+        "paged",
+        capacity_tokens=64,
+        block_size=4,
+        width=WIDTH,
+        lease_s=5.0,
+        clock=clock,
+        check_invariants=True,
+    )
     a = ok(server, b"A", "create", np.zeros((6, WIDTH), np.float32), num_tokens=6)[0]["seq_id"]
     kids = ok(server, b"A", "fork", seq_id=a, num_children=2)[0]["child_ids"]
     b = ok(server, b"B", "create", np.ones((3, WIDTH), np.float32), num_tokens=3)[0]["seq_id"]

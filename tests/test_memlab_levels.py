@@ -71,6 +71,8 @@ def test_slow_plateaus_are_dram_whatever_the_os_says():
 
 def test_matching_level_pairs_overlapping_plateaus():
     ours = detect_levels([16 * KIB, 24 * KIB, 64 * KIB, 128 * KIB], [1.1, 1.1, 4.0, 4.1], CACHES)
-    ref = detect_levels([512, 4 * KIB, 8 * KIB, 48 * KIB, 96 * KIB, 192 * KIB], [1.2, 1.2, 1.2, 4.0, 4.0, 4.0], CACHES)
+    ref = detect_levels(
+        [512, 4 * KIB, 8 * KIB, 48 * KIB, 96 * KIB, 192 * KIB], [1.2, 1.2, 1.2, 4.0, 4.0, 4.0], CACHES
+    )
     assert [matching_level(lv, ref).latency_ns for lv in ours] == [1.2, 4.0]
     assert matching_level(ours[0], []) is None

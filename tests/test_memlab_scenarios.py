@@ -8,7 +8,8 @@ from playground.testing import run_scenario
 @pytest.mark.timeout(60)
 def test_cache_scenario_finds_levels_and_writes_a_plot(tmp_path):
     code, result, out, err = run_scenario(
-        "cache", tmp_path, sets=["params.max_bytes=256KiB", "params.min_loads=2000", "params.repeats=2"])
+        "cache", tmp_path, sets=["params.max_bytes=256KiB", "params.min_loads=2000", "params.repeats=2"]
+    )
     assert code == 0, out + err
     sizes = [r["working_set_bytes"] for r in result["rows"]]
     assert sizes[0] == 4 * 1024 and sizes[-1] == 256 * 1024
@@ -21,7 +22,10 @@ def test_cache_scenario_finds_levels_and_writes_a_plot(tmp_path):
 @pytest.mark.timeout(60)
 def test_stride_scenario_checksums(tmp_path):
     code, result, out, err = run_scenario(
-        "stride", tmp_path, sets=["params.array_bytes=1MiB", "params.strides=[1,16,17,64]", "params.repeats=1"])
+        "stride",
+        tmp_path,
+        sets=["params.array_bytes=1MiB", "params.strides=[1,16,17,64]", "params.repeats=1"],
+    )
     assert code == 0, out + err
     rows = result["rows"]
     assert [r["elements_read"] for r in rows] == [262144, 16384, 15421, 4096]
@@ -32,7 +36,9 @@ def test_stride_scenario_checksums(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_gather_scenario_checksums(tmp_path):
-    code, result, out, err = run_scenario("gather", tmp_path, sets=["params.src_bytes=256KiB", "params.repeats=1"])
+    code, result, out, err = run_scenario(
+        "gather", tmp_path, sets=["params.src_bytes=256KiB", "params.repeats=1"]
+    )
     assert code == 0, out + err
     assert [r["order"] for r in result["rows"]] == ["sequential", "random"]
     assert all(r["checksum_ok"] for r in result["rows"])
@@ -41,7 +47,10 @@ def test_gather_scenario_checksums(tmp_path):
 @pytest.mark.timeout(60)
 def test_paging_scenario_passes_its_own_checks(tmp_path):
     code, result, out, err = run_scenario(
-        "paging", tmp_path, sets=["params.size_bytes=32MiB", "params.cow_size_bytes=8MiB", "params.page_modes=[4KiB]"])
+        "paging",
+        tmp_path,
+        sets=["params.size_bytes=32MiB", "params.cow_size_bytes=8MiB", "params.page_modes=[4KiB]"],
+    )
     assert code == 0, out + err
     assert [r["step"] for r in result["rows"]] == ["allocate", "touch first half", "touch second half"]
     assert result["cow"]["parent_unchanged"] is True
@@ -63,11 +72,14 @@ def test_translation_reports_exercise_8(tmp_path):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("sets, key", [
-    (["params.layout=zigzag"], "params.layout"),
-    (["params.max_bytes=1KiB"], "params.max_bytes"),
-    (["params.statistic=mean"], "params.statistic"),
-])
+@pytest.mark.parametrize(
+    "sets, key",
+    [
+        (["params.layout=zigzag"], "params.layout"),
+        (["params.max_bytes=1KiB"], "params.max_bytes"),
+        (["params.statistic=mean"], "params.statistic"),
+    ],
+)
 def test_bad_cache_params_are_one_line_exit_2(tmp_path, sets, key):
     code, _, out, err = run_scenario("cache", tmp_path, sets=sets)
     assert code == 2

@@ -6,8 +6,13 @@ from playground.memlab import lmbench, sysinfo
 def write_index(root, n, level, kind, size, line=64, shared="0"):
     d = root / f"index{n}"
     d.mkdir()
-    for name, value in {"level": level, "type": kind, "size": size, "coherency_line_size": line,
-                        "shared_cpu_list": shared}.items():
+    for name, value in {
+        "level": level,
+        "type": kind,
+        "size": size,
+        "coherency_line_size": line,
+        "shared_cpu_list": shared,
+    }.items():
         (d / name).write_text(f"{value}\n")
 
 
@@ -18,7 +23,10 @@ def test_data_caches_from_a_sysfs_tree(tmp_path):
     write_index(tmp_path, 3, 3, "Unified", "32768K", shared="0-7")
     caches = sysinfo.data_caches(tmp_path)
     assert [(c.name, c.size_bytes, c.shared_by_cpus) for c in caches] == [
-        ("L1d", 32768, 1), ("L2", 1 << 20, 1), ("L3", 32 << 20, 8)]
+        ("L1d", 32768, 1),
+        ("L2", 1 << 20, 1),
+        ("L3", 32 << 20, 8),
+    ]
     assert sysinfo.cache_line_bytes(tmp_path) == 64
 
 

@@ -48,9 +48,12 @@ def test_intersection_of_span_sets():
 
 
 # -- real runs ------------------------------------------------------------------------------------
-SMALL = ['params.settings=[{name: cb, layers: 8, layer_bytes: 512KiB, compute_ms: 10},'
-         ' {name: mb, layers: 6, layer_bytes: 1MiB, compute_ms: 2, bucket_mb: 2}]',
-         "params.iters=3", "params.warmup=1"]
+SMALL = [
+    "params.settings=[{name: cb, layers: 8, layer_bytes: 512KiB, compute_ms: 10},"
+    " {name: mb, layers: 6, layer_bytes: 1MiB, compute_ms: 2, bucket_mb: 2}]",
+    "params.iters=3",
+    "params.warmup=1",
+]
 
 
 @pytest.mark.timeout(60)
@@ -81,8 +84,9 @@ def test_overlap_really_overlaps_and_the_trace_shows_two_threads(runs_dir, tmp_p
     compute_tids = {e["tid"] for e in ov_events if e["name"] == "backward.layer"}
     comm_tids = {e["tid"] for e in ov_events if e["name"] == "bucket.allreduce"}
     assert compute_tids == {0} and len(comm_tids) == 1 and 0 not in comm_tids
-    serial_comm_tids = {e["tid"] for e in events
-                        if e["name"] == "bucket.allreduce" and e["args"].get("mode") == "serial"}
+    serial_comm_tids = {
+        e["tid"] for e in events if e["name"] == "bucket.allreduce" and e["args"].get("mode") == "serial"
+    }
     assert serial_comm_tids == {0}
 
     trace_file = tmp_path / "t.json"
@@ -94,12 +98,15 @@ def test_overlap_really_overlaps_and_the_trace_shows_two_threads(runs_dir, tmp_p
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("override", "key", "words"), [
-    ("params.settings=[{name: x, layers: 0}]", "params.settings[0].layers", "must be >= 1"),
-    ("params.settings=[{name: x, compute_ms: -2}]", "params.settings[0].compute_ms", "must be >= 0"),
-    ("params.settings=[]", "params.settings", "at least one"),
-    ("params.settings=[{name: x, colour: red}]", "params.settings[0].colour", "unknown key"),
-])
+@pytest.mark.parametrize(
+    ("override", "key", "words"),
+    [
+        ("params.settings=[{name: x, layers: 0}]", "params.settings[0].layers", "must be >= 1"),
+        ("params.settings=[{name: x, compute_ms: -2}]", "params.settings[0].compute_ms", "must be >= 0"),
+        ("params.settings=[]", "params.settings", "at least one"),
+        ("params.settings=[{name: x, colour: red}]", "params.settings[0].colour", "unknown key"),
+    ],
+)
 def test_bad_params_get_one_line_and_exit_2(runs_dir, override, key, words):
     code, result, out, err = run_scenario("overlap", runs_dir, sets=[override], timeout_s=25)
     assert code == 2

@@ -54,10 +54,21 @@ def _pair(tmp_path, ring_bytes: int):
     ctx = zmq.Context()
     comms = []
     for rank in range(2):
-        comm = Communicator(rank, 2, ctx, ctx.socket(zmq.PULL), None, ["", ""], Tracer(rank, None, enabled=False),
-                            timeout_s=10.0)
-        comm.use_shm(ShmChannels(rank, str(tmp_path), capacity_bytes=ring_bytes),
-                     pipes.Inboxes(rank, str(tmp_path)), 32 * 1024)
+        comm = Communicator(
+            rank,
+            2,
+            ctx,
+            ctx.socket(zmq.PULL),
+            None,
+            ["", ""],
+            Tracer(rank, None, enabled=False),
+            timeout_s=10.0,
+        )
+        comm.use_shm(
+            ShmChannels(rank, str(tmp_path), capacity_bytes=ring_bytes),
+            pipes.Inboxes(rank, str(tmp_path)),
+            32 * 1024,
+        )
         comms.append(comm)
     return ctx, comms
 
@@ -147,8 +158,11 @@ def test_a_sender_whose_peer_never_receives_times_out_naming_it(make_pair):
     sender, _ = make_pair(64 + 50_000)
     sender.timeout_s = 0.3
     sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # 40,000 B: fits the ring
-    with pytest.raises(CommTimeout, match=r"rank 0: timed out after 0.3s waiting for room to send to rank 1 "
-                                          r"\(tag 4\) in the shared-memory ring to it") as info:
+    with pytest.raises(
+        CommTimeout,
+        match=r"rank 0: timed out after 0.3s waiting for room to send to rank 1 "
+        r"\(tag 4\) in the shared-memory ring to it",
+    ) as info:
         sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # no room until rank 1 receives
     assert info.value.peer == 1
 

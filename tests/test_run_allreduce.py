@@ -13,9 +13,11 @@ TESTS = Path(__file__).resolve().parent
 
 def grid_scenario(tmp_path, algorithm, n, segment_bytes=1 << 20, transport="ipc", inplace=False, big=3001):
     p = tmp_path / f"grid-{algorithm}-{n}.yaml"
-    p.write_text(f"name: grid\nnode: usernode_grid:main\nranks: {n}\ntransport: {transport}\ntimeout_s: 20\n"
-                 f"params:\n  algorithm: {algorithm}\n  segment_bytes: {segment_bytes}\n  big: {big}\n"
-                 f"  inplace: {str(inplace).lower()}\n")
+    p.write_text(
+        f"name: grid\nnode: usernode_grid:main\nranks: {n}\ntransport: {transport}\ntimeout_s: 20\n"
+        f"params:\n  algorithm: {algorithm}\n  segment_bytes: {segment_bytes}\n  big: {big}\n"
+        f"  inplace: {str(inplace).lower()}\n"
+    )
     return str(p)
 
 
@@ -24,8 +26,9 @@ def grid_scenario(tmp_path, algorithm, n, segment_bytes=1 << 20, transport="ipc"
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
 def test_grid_over_real_processes(tmp_path, runs_dir, algorithm, n):
     """Every dtype x op x length (0, 1, N-1, N+1, 3001) in a user's own node module; exact on every rank."""
-    code, result, out, err = run_scenario(grid_scenario(tmp_path, algorithm, n), runs_dir,
-                                          env={"PYTHONPATH": str(TESTS)})
+    code, result, out, err = run_scenario(
+        grid_scenario(tmp_path, algorithm, n), runs_dir, env={"PYTHONPATH": str(TESTS)}
+    )
     assert code == 0, out + err
     assert result["ok"] and result["ranks"] == n
     assert len(result["rows"]) == 4 * 3 * len({0, 1, max(0, n - 1), n + 1, 3001})
@@ -38,8 +41,9 @@ def test_grid_over_real_processes(tmp_path, runs_dir, algorithm, n):
 def test_in_place_over_real_processes(tmp_path, runs_dir, algorithm, transport):
     """In place, sends leave from the very array the results land in (zero-copy over ZeroMQ from
     64 KiB: 100,003 elements in 5 chunks and 128 KiB segments make such messages)."""
-    scenario = grid_scenario(tmp_path, algorithm, 5, segment_bytes=128 << 10, transport=transport, inplace=True,
-                             big=100_003)
+    scenario = grid_scenario(
+        tmp_path, algorithm, 5, segment_bytes=128 << 10, transport=transport, inplace=True, big=100_003
+    )
     code, result, out, err = run_scenario(scenario, runs_dir, env={"PYTHONPATH": str(TESTS)})
     assert code == 0, out + err
     assert all(row["wrong"] == 0 for row in result["rows"])
@@ -48,16 +52,20 @@ def test_in_place_over_real_processes(tmp_path, runs_dir, algorithm, transport):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ["ring", "tree"])
 def test_multi_segment_over_tcp(tmp_path, runs_dir, algorithm):
-    code, result, out, err = run_scenario(grid_scenario(tmp_path, algorithm, 3, segment_bytes=64, transport="tcp"),
-                                          runs_dir, env={"PYTHONPATH": str(TESTS)})
+    code, result, out, err = run_scenario(
+        grid_scenario(tmp_path, algorithm, 3, segment_bytes=64, transport="tcp"),
+        runs_dir,
+        env={"PYTHONPATH": str(TESTS)},
+    )
     assert code == 0, out + err
     assert result["transport"] == "tcp" and all(row["wrong"] == 0 for row in result["rows"])
 
 
 @pytest.mark.timeout(60)
 def test_ring_run_writes_run_dir_and_matching_table(runs_dir):
-    code, result, out, err = run_scenario("ring", runs_dir, ranks=4,
-                                          sets=["params.sizes=[8,1KiB,100000]", "params.iters=3", "params.warmup=1"])
+    code, result, out, err = run_scenario(
+        "ring", runs_dir, ranks=4, sets=["params.sizes=[8,1KiB,100000]", "params.iters=3", "params.warmup=1"]
+    )
     assert code == 0, out + err
     run_dir = Path(result["run_dir"])
     assert (runs_dir / "latest").resolve() == run_dir.resolve()
@@ -73,7 +81,9 @@ def test_ring_run_writes_run_dir_and_matching_table(runs_dir):
         # the printed table has the same numbers as result.json
         printed = next(line for line in out.splitlines() if re.match(rf"^\W*{row['size']}\s", line))
         cells = [c.strip() for c in re.split(r"[│|]", printed) if c.strip()]
-        assert cells[0] == str(row["size"]) and cells[1] == str(row["count"]) and cells[-1] == str(row["wrong"])
+        assert (
+            cells[0] == str(row["size"]) and cells[1] == str(row["count"]) and cells[-1] == str(row["wrong"])
+        )
         assert float(cells[5].replace(",", "")) == pytest.approx(row["time_us"], rel=0.01)
     # every event line is one JSON object in the documented format
     for line in (run_dir / "rank-1.jsonl").read_text().splitlines():
@@ -83,15 +93,23 @@ def test_ring_run_writes_run_dir_and_matching_table(runs_dir):
 
 @pytest.mark.timeout(60)
 def test_inspect_and_chrome_trace(runs_dir, tmp_path):
-    code, result, out, err = run_scenario("tree", runs_dir, ranks=3, sets=["params.sizes=[4KiB]", "params.iters=2"])
+    code, result, out, err = run_scenario(
+        "tree", runs_dir, ranks=3, sets=["params.sizes=[4KiB]", "params.iters=2"]
+    )
     assert code == 0, out + err
     trace = tmp_path / "t.json"
     plot = tmp_path / "t.png"
-    proc = run_cli(["inspect", str(runs_dir / "latest"), "--trace", str(trace), "--plot", str(plot)], timeout_s=50)
+    proc = run_cli(
+        ["inspect", str(runs_dir / "latest"), "--trace", str(trace), "--plot", str(plot)], timeout_s=50
+    )
     assert proc.returncode == 0, proc.stderr
     assert "slowest rank:" in proc.stdout and "critical phase" in proc.stdout
     data = json.loads(trace.read_text())
-    names = {e["pid"]: e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in data["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     assert names == {0: "rank 0", 1: "rank 1", 2: "rank 2"}
     xs = [e for e in data["traceEvents"] if e["ph"] == "X"]
     assert xs and all({"ts", "dur", "pid", "tid", "name"} <= set(e) for e in xs)
@@ -102,9 +120,19 @@ def test_inspect_and_chrome_trace(runs_dir, tmp_path):
 @pytest.mark.timeout(90)
 def test_sixty_four_ranks(runs_dir):
     """The largest world we support: counts below and above N, every rank checked."""
-    code, result, out, err = run_scenario("ring", runs_dir, ranks=64, timeout_s=80,
-                                          sets=["params.sizes=[4,260]", "params.iters=1", "params.warmup=0",
-                                                "params.algorithm=[ring,tree]", "params.dtype=float32"])
+    code, result, out, err = run_scenario(
+        "ring",
+        runs_dir,
+        ranks=64,
+        timeout_s=80,
+        sets=[
+            "params.sizes=[4,260]",
+            "params.iters=1",
+            "params.warmup=0",
+            "params.algorithm=[ring,tree]",
+            "params.dtype=float32",
+        ],
+    )
     assert code == 0, out + err
     assert result["ranks"] == 64 and len(result["rows"]) == 4
     assert all(row["wrong"] == 0 for row in result["rows"])

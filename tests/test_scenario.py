@@ -32,23 +32,30 @@ def test_load_and_override(tmp_path):
     assert s.to_dict()["params"]["sizes"] == [16, 2048]
 
 
-@pytest.mark.parametrize("text,overrides,fragment", [
-    (GOOD + "  bogus: 1\n", [], "key 'params.bogus': unknown key; allowed: algorithm, check, collective, dtype"),
-    (GOOD, ["params.iters=many"], "key 'params.iters': expected an integer, got 'many'"),
-    (GOOD, ["params.sizes=[8,12XB]"], "key 'params.sizes[1]': expected a byte count"),
-    (GOOD, ["ranks=0"], "key 'ranks': expected an integer from 1 to 64, got 0"),
-    (GOOD, ["ranks=65"], "key 'ranks': expected an integer from 1 to 64"),
-    (GOOD, ["transport=udp"], "key 'transport': expected one of ipc, tcp, shm"),
-    (GOOD, ["params.dtype=float16"], "key 'params.dtype': expected one of 'float32'"),
-    (GOOD, ["params.iters=0"], "key 'params.iters': must be >= 1, got 0"),
-    (GOOD, ["colour=red"], "key 'colour': unknown key; allowed:"),
-    (GOOD, ["fault.rank=9"], "key 'fault.rank': expected 0..2, got 9"),
-    (GOOD, ["fault.action=explode", "fault.rank=1"], "key 'fault.action': expected one of"),
-    ("name: x\n", [], "key 'node': required"),
-    ("node: nodes.nope:main\n", [], "cannot import node module 'nodes.nope'"),
-    ("node: [unclosed\n", [], "invalid YAML"),
-    ("- a list\n", [], "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "text,overrides,fragment",
+    [
+        (
+            GOOD + "  bogus: 1\n",
+            [],
+            "key 'params.bogus': unknown key; allowed: algorithm, check, collective, dtype",
+        ),
+        (GOOD, ["params.iters=many"], "key 'params.iters': expected an integer, got 'many'"),
+        (GOOD, ["params.sizes=[8,12XB]"], "key 'params.sizes[1]': expected a byte count"),
+        (GOOD, ["ranks=0"], "key 'ranks': expected an integer from 1 to 64, got 0"),
+        (GOOD, ["ranks=65"], "key 'ranks': expected an integer from 1 to 64"),
+        (GOOD, ["transport=udp"], "key 'transport': expected one of ipc, tcp, shm"),
+        (GOOD, ["params.dtype=float16"], "key 'params.dtype': expected one of 'float32'"),
+        (GOOD, ["params.iters=0"], "key 'params.iters': must be >= 1, got 0"),
+        (GOOD, ["colour=red"], "key 'colour': unknown key; allowed:"),
+        (GOOD, ["fault.rank=9"], "key 'fault.rank': expected 0..2, got 9"),
+        (GOOD, ["fault.action=explode", "fault.rank=1"], "key 'fault.action': expected one of"),
+        ("name: x\n", [], "key 'node': required"),
+        ("node: nodes.nope:main\n", [], "cannot import node module 'nodes.nope'"),
+        ("node: [unclosed\n", [], "invalid YAML"),
+        ("- a list\n", [], "expected a mapping"),
+    ],
+)
 def test_bad_input_is_one_clear_line(tmp_path, text, overrides, fragment):
     path = write(tmp_path, text)
     with pytest.raises(ScenarioError) as e:
@@ -63,13 +70,16 @@ def test_unknown_scenario_lists_builtins():
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("args,fragment", [
-    (["run", "nope"], "unknown scenario 'nope'"),
-    (["run", "ring", "--ranks", "0"], "key 'ranks': expected an integer from 1 to 64, got 0"),
-    (["run", "ring", "--set", "params.sizes=[1QB]"], "key 'params.sizes[0]'"),
-    (["run", "ring", "--set", "params.nope=1"], "key 'params.nope': unknown key"),
-    (["inspect", "/nonexistent/run"], "no such run directory"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["run", "nope"], "unknown scenario 'nope'"),
+        (["run", "ring", "--ranks", "0"], "key 'ranks': expected an integer from 1 to 64, got 0"),
+        (["run", "ring", "--set", "params.sizes=[1QB]"], "key 'params.sizes[0]'"),
+        (["run", "ring", "--set", "params.nope=1"], "key 'params.nope': unknown key"),
+        (["inspect", "/nonexistent/run"], "no such run directory"),
+    ],
+)
 def test_cli_bad_input_exit_2_without_traceback(tmp_path, args, fragment):
     proc = run_cli(args + (["--out", str(tmp_path)] if args[0] == "run" else []), timeout_s=50)
     assert proc.returncode == 2, proc.stderr

@@ -43,9 +43,27 @@ def _shm_dirs() -> set[str]:
 @pytest.mark.timeout(90)
 def test_a_killed_launchers_shared_memory_is_freed_by_the_next_run(runs_dir):
     before = _shm_dirs()
-    proc = subprocess.Popen([*PLAYGROUND, "run", "ring", "--ranks", "3", "--transport", "shm", "--out", str(runs_dir),
-                             "--set", "params.sizes=[1MiB]", "--set", "params.iters=100000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env(), start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            *PLAYGROUND,
+            "run",
+            "ring",
+            "--ranks",
+            "3",
+            "--transport",
+            "shm",
+            "--out",
+            str(runs_dir),
+            "--set",
+            "params.sizes=[1MiB]",
+            "--set",
+            "params.iters=100000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=subprocess_env(),
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
     while not any(os.path.exists(f"/dev/shm/{d}/inbox-2") for d in _shm_dirs() - before):
         assert time.monotonic() < deadline and proc.poll() is None, "the ranks never started"
@@ -55,7 +73,9 @@ def test_a_killed_launchers_shared_memory_is_freed_by_the_next_run(runs_dir):
     proc.wait(10)
     try:
         assert os.path.isdir(f"/dev/shm/{left}")
-        done = run_cli(["run", "ring", "--ranks", "2", "--out", str(runs_dir), "--set", "params.sizes=[8]"], timeout_s=60)
+        done = run_cli(
+            ["run", "ring", "--ranks", "2", "--out", str(runs_dir), "--set", "params.sizes=[8]"], timeout_s=60
+        )
         assert done.returncode == 0, done.stderr
         assert not os.path.exists(f"/dev/shm/{left}")
     finally:

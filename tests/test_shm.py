@@ -69,10 +69,13 @@ def test_release_out_of_order_frees_only_a_prefix(channels):
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
 def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm):
     p = tmp_path / "g.yaml"
-    p.write_text(f"name: grid\nnode: usernode_grid:main\nranks: 5\ntransport: shm\ntimeout_s: 20\n"
-                 f"params:\n  algorithm: {algorithm}\n  segment_bytes: 64\n  big: 3001\n")
-    code, result, out, err = run_scenario(str(p), runs_dir, env={"PYTHONPATH": str(TESTS),
-                                                                 "PLAYGROUND_SHM_MIN_BYTES": "8"})
+    p.write_text(
+        f"name: grid\nnode: usernode_grid:main\nranks: 5\ntransport: shm\ntimeout_s: 20\n"
+        f"params:\n  algorithm: {algorithm}\n  segment_bytes: 64\n  big: 3001\n"
+    )
+    code, result, out, err = run_scenario(
+        str(p), runs_dir, env={"PYTHONPATH": str(TESTS), "PLAYGROUND_SHM_MIN_BYTES": "8"}
+    )
     assert code == 0, out + err
     assert result["transport"] == "shm" and all(row["wrong"] == 0 for row in result["rows"])
     leftovers = [d for d in os.listdir("/dev/shm") if d.startswith("playground-")]
@@ -80,12 +83,16 @@ def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("ranks", [3, 8])  # 3: receivers poll before sleeping; 8 on 2 cores: they sleep at once
+@pytest.mark.parametrize(
+    "ranks", [3, 8]
+)  # 3: receivers poll before sleeping; 8 on 2 cores: they sleep at once
 def test_grid_over_shared_memory_default_split(tmp_path, runs_dir, ranks):
     """Default thresholds: small arrays inline in pipe records, large ones (big: 3001) through rings."""
     p = tmp_path / "g.yaml"
-    p.write_text(f"name: grid\nnode: usernode_grid:main\nranks: {ranks}\ntransport: shm\ntimeout_s: 20\n"
-                 f"params:\n  algorithm: ring\n  segment_bytes: 4096\n  big: 3001\n")
+    p.write_text(
+        f"name: grid\nnode: usernode_grid:main\nranks: {ranks}\ntransport: shm\ntimeout_s: 20\n"
+        f"params:\n  algorithm: ring\n  segment_bytes: 4096\n  big: 3001\n"
+    )
     code, result, out, err = run_scenario(str(p), runs_dir, env={"PYTHONPATH": str(TESTS)})
     assert code == 0, out + err
     assert all(row["wrong"] == 0 for row in result["rows"])

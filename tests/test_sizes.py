@@ -3,8 +3,20 @@ import pytest
 from playground.sizes import format_size, parse_size, parse_size_range
 
 
-@pytest.mark.parametrize("text,expected", [(8, 8), ("8", 8), ("1KiB", 1024), ("64MiB", 64 << 20), ("2GiB", 2 << 30),
-                                           ("1K", 1000), ("1.5KiB", 1536), (" 4 kib ", 4096), ("0", 0)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (8, 8),
+        ("8", 8),
+        ("1KiB", 1024),
+        ("64MiB", 64 << 20),
+        ("2GiB", 2 << 30),
+        ("1K", 1000),
+        ("1.5KiB", 1536),
+        (" 4 kib ", 4096),
+        ("0", 0),
+    ],
+)
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 

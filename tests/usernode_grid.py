@@ -24,9 +24,13 @@ def main(comm, params):
             for count in sorted({0, 1, max(0, n - 1), n + 1, params.big}):
                 x = pattern(comm.rank, count, dtype)
                 before = x.copy()
-                y = allreduce(comm, x, ReduceOp.parse(op), params.algorithm, params.segment_bytes, params.inplace)
+                y = allreduce(
+                    comm, x, ReduceOp.parse(op), params.algorithm, params.segment_bytes, params.inplace
+                )
                 want = expected_result(n, count, dtype, ReduceOp.parse(op))
-                wrong = int(np.count_nonzero(y != want)) + int(y.dtype != want.dtype) + int(y.shape != want.shape)
+                wrong = (
+                    int(np.count_nonzero(y != want)) + int(y.dtype != want.dtype) + int(y.shape != want.shape)
+                )
                 if params.inplace:
                     wrong += int(y is not x)
                 else:

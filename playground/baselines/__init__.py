@@ -17,7 +17,16 @@ from playground.errors import ScenarioError
 
 BASELINES = ("gloo", "mpi")
 
-__all__ = ["BASELINES", "COLLECTIVES", "DTYPES", "OPS", "BaselineError", "available", "bus_factor", "run_baseline"]
+__all__ = [
+    "BASELINES",
+    "COLLECTIVES",
+    "DTYPES",
+    "OPS",
+    "BaselineError",
+    "available",
+    "bus_factor",
+    "run_baseline",
+]
 
 
 def _module(name: str):
@@ -40,9 +49,18 @@ def available(name: str) -> str | None:
         return str(e)
 
 
-def run_baseline(name: str, collective: str, sizes: list[int], ranks: int, dtype: str = "float32",
-                 op: str = "sum", iters: int = 20, warmup: int = 5, timeout_s: float = 300.0,
-                 work_dir: Path | None = None) -> list[dict]:
+def run_baseline(
+    name: str,
+    collective: str,
+    sizes: list[int],
+    ranks: int,
+    dtype: str = "float32",
+    op: str = "sum",
+    iters: int = 20,
+    warmup: int = 5,
+    timeout_s: float = 300.0,
+    work_dir: Path | None = None,
+) -> list[dict]:
     """Run `collective` with `ranks` processes of baseline `name`; one nccl-tests row per size.
 
     Rows: {"size", "count", "dtype", "op", "algorithm", "time_us", "algbw_gbps", "busbw_gbps", "wrong"},
@@ -60,8 +78,15 @@ def run_baseline(name: str, collective: str, sizes: list[int], ranks: int, dtype
     lays = common.layouts(collective, sizes, ranks, dtype)
     if not lays:
         return []
-    spec = {"collective": collective, "sizes": [lay.size_bytes for lay in lays], "dtype": dtype, "op": op,
-            "iters": iters, "warmup": warmup, "timeout_s": timeout_s}
+    spec = {
+        "collective": collective,
+        "sizes": [lay.size_bytes for lay in lays],
+        "dtype": dtype,
+        "op": op,
+        "iters": iters,
+        "warmup": warmup,
+        "timeout_s": timeout_s,
+    }
     out_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"playground-{name}-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     try:

@@ -47,15 +47,19 @@ class Layout:
         return self.count * self.itemsize
 
 
-def validate(collective: str, dtype: str, op: str, ranks: int, sizes: list[int], iters: int, warmup: int) -> None:
+def validate(
+    collective: str, dtype: str, op: str, ranks: int, sizes: list[int], iters: int, warmup: int
+) -> None:
     """Raise ScenarioError (one line, names what is allowed) before any process starts."""
     checks = [
         (collective in COLLECTIVES, f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}"),
         (dtype in DTYPES, f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}"),
         (op in OPS, f"unknown op {op!r}; allowed: {', '.join(OPS)}"),
         (isinstance(ranks, int) and 1 <= ranks <= 64, f"ranks must be an integer 1-64, got {ranks!r}"),
-        (bool(sizes) and all(isinstance(s, int) and s > 0 for s in sizes),
-         f"sizes must be a non-empty list of positive byte counts, got {sizes!r}"),
+        (
+            bool(sizes) and all(isinstance(s, int) and s > 0 for s in sizes),
+            f"sizes must be a non-empty list of positive byte counts, got {sizes!r}",
+        ),
         (isinstance(iters, int) and iters >= 1, f"iters must be >= 1, got {iters!r}"),
         (isinstance(warmup, int) and warmup >= 0, f"warmup must be >= 0, got {warmup!r}"),
     ]
@@ -143,13 +147,17 @@ def build_row(algorithm: str, lay: Layout, dtype: str, op: str, time_us: float, 
     }
 
 
-def combine(algorithm: str, lays: list[Layout], dtype: str, op: str, per_rank: list[list[dict]]) -> list[dict]:
+def combine(
+    algorithm: str, lays: list[Layout], dtype: str, op: str, per_rank: list[list[dict]]
+) -> list[dict]:
     """Rows from every rank's records: time = max over ranks of the per-rank median (the slowest rank
     sets the pace of a collective), wrong = sum over ranks."""
     rows = []
     for lay in lays:
-        recs = [next((r for r in recs if r.get("size") == lay.size_bytes and "median_us" in r), None)
-                for recs in per_rank]
+        recs = [
+            next((r for r in recs if r.get("size") == lay.size_bytes and "median_us" in r), None)
+            for recs in per_rank
+        ]
         missing = [rank for rank, rec in enumerate(recs) if rec is None]
         if missing:
             raise ValueError(f"ranks {missing} reported nothing for size {lay.size_bytes}")

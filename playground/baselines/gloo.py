@@ -26,9 +26,26 @@ def run(spec: dict, ranks: int, out_dir: Path) -> list[list[dict]]:
     port = free_tcp_port()
     cmds, envs = [], []
     for rank in range(ranks):
-        cmds.append([sys.executable, "-m", "playground.baselines.gloo_worker",
-                     "--spec", json.dumps(spec), "--out", str(out_dir)])
-        envs.append(worker_env({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(ranks),
-                                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}))
+        cmds.append(
+            [
+                sys.executable,
+                "-m",
+                "playground.baselines.gloo_worker",
+                "--spec",
+                json.dumps(spec),
+                "--out",
+                str(out_dir),
+            ]
+        )
+        envs.append(
+            worker_env(
+                {
+                    "RANK": str(rank),
+                    "LOCAL_RANK": str(rank),
+                    "WORLD_SIZE": str(ranks),
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port),
+                }
+            )
+        )
     return run_workers("gloo", cmds, envs, out_dir, ranks, spec["timeout_s"])
-

@@ -45,7 +45,9 @@ class Backend(Protocol):
 def parse_worker_args(description: str, argv: list[str] | None) -> tuple[dict, Path]:
     """(spec, out dir) from a worker's command line: both kinds of worker take the same two flags."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--spec", required=True, help="JSON: collective, sizes, dtype, op, iters, warmup, timeout_s")
+    ap.add_argument(
+        "--spec", required=True, help="JSON: collective, sizes, dtype, op, iters, warmup, timeout_s"
+    )
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
     return json.loads(args.spec), args.out
@@ -74,8 +76,17 @@ def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
                 if it >= spec["warmup"]:
                     times_ns.append(dt)
             wrong = common.count_wrong(call.result(), common.expected(lay, rank, op, dtype))
-            _write(f, {"rank": rank, "size": lay.size_bytes, "median_us": common.median_us(times_ns),
-                       "min_us": min(times_ns) / 1000, "max_us": max(times_ns) / 1000, "wrong": wrong})
+            _write(
+                f,
+                {
+                    "rank": rank,
+                    "size": lay.size_bytes,
+                    "median_us": common.median_us(times_ns),
+                    "min_us": min(times_ns) / 1000,
+                    "max_us": max(times_ns) / 1000,
+                    "wrong": wrong,
+                },
+            )
 
 
 def record_error(out_dir: Path, rank: int, exc: BaseException) -> None:

@@ -28,6 +28,16 @@ def available() -> str | None:
 
 
 def run(spec: dict, ranks: int, out_dir: Path) -> list[list[dict]]:
-    cmd = [shutil.which("mpiexec") or "mpiexec", "-n", str(ranks), sys.executable, "-m",
-           "playground.baselines.mpi_worker", "--spec", json.dumps(spec), "--out", str(out_dir)]
+    cmd = [
+        shutil.which("mpiexec") or "mpiexec",
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "playground.baselines.mpi_worker",
+        "--spec",
+        json.dumps(spec),
+        "--out",
+        str(out_dir),
+    ]
     return run_workers("mpi", [cmd], [worker_env({})], out_dir, ranks, spec["timeout_s"])

@@ -34,8 +34,9 @@ class BaselineError(PlaygroundError):
     """A baseline run failed: a worker crashed, timed out, or reported nothing. The message is one line."""
 
 
-def run_workers(name: str, cmds: list[list[str]], envs: list[dict], out_dir: Path, nranks: int,
-                timeout_s: float) -> list[list[dict]]:
+def run_workers(
+    name: str, cmds: list[list[str]], envs: list[dict], out_dir: Path, nranks: int, timeout_s: float
+) -> list[list[dict]]:
     """Run the commands to completion and return each rank's records; BaselineError on any failure."""
     procs: list[subprocess.Popen] = []
     logs = []
@@ -45,8 +46,16 @@ def run_workers(name: str, cmds: list[list[str]], envs: list[dict], out_dir: Pat
             log = open(out_dir / f"proc-{i}.log", "wb")  # noqa: SIM115 - closed in finally
             logs.append(log)
             try:
-                procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                              stderr=subprocess.STDOUT, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
             except OSError as e:
                 raise BaselineError(f"{name}: cannot start {cmd[0]}: {e}") from None
         failed = _watch(procs, t0 + timeout_s)
@@ -59,10 +68,13 @@ def run_workers(name: str, cmds: list[list[str]], envs: list[dict], out_dir: Pat
             log.close()
     per_rank = [_read_records(rank_file(out_dir, r)) for r in range(nranks)]
     if failed == "timeout":
-        raise BaselineError(f"{name}: timed out after {timeout_s:.0f}s{_progress(per_rank)}; "
-                            f"logs in {out_dir}")
+        raise BaselineError(
+            f"{name}: timed out after {timeout_s:.0f}s{_progress(per_rank)}; logs in {out_dir}"
+        )
     if failed is not None:
-        raise BaselineError(f"{name}: {_first_error(per_rank, procs[failed], out_dir / f'proc-{failed}.log')}")
+        raise BaselineError(
+            f"{name}: {_first_error(per_rank, procs[failed], out_dir / f'proc-{failed}.log')}"
+        )
     errors = _errors(per_rank)
     if errors:
         raise BaselineError(f"{name}: {errors[0]}")

@@ -57,30 +57,41 @@ def resnet50_parameters(num_classes: int = 1000) -> list[TensorSpec]:
     return params
 
 
-def gpt2_small_parameters(vocab: int = 50257, context: int = 1024, width: int = 768,
-                          num_layers: int = 12) -> list[TensorSpec]:
+def gpt2_small_parameters(
+    vocab: int = 50257, context: int = 1024, width: int = 768, num_layers: int = 12
+) -> list[TensorSpec]:
     """Hugging Face GPT2LMHeadModel ("gpt2", 124M) parameters in registration order.
 
     The LM head shares its weight with `wte`, so it adds no tensor: one gradient, accumulated
     from both uses. HF's Conv1D stores weights as (in, out).
     """
-    params = [TensorSpec("transformer.wte.weight", (vocab, width)),
-              TensorSpec("transformer.wpe.weight", (context, width))]
+    params = [
+        TensorSpec("transformer.wte.weight", (vocab, width)),
+        TensorSpec("transformer.wpe.weight", (context, width)),
+    ]
     for i in range(num_layers):
         p = f"transformer.h.{i}."
         params += [
-            TensorSpec(p + "ln_1.weight", (width,)), TensorSpec(p + "ln_1.bias", (width,)),
-            TensorSpec(p + "attn.c_attn.weight", (width, 3 * width)), TensorSpec(p + "attn.c_attn.bias", (3 * width,)),
-            TensorSpec(p + "attn.c_proj.weight", (width, width)), TensorSpec(p + "attn.c_proj.bias", (width,)),
-            TensorSpec(p + "ln_2.weight", (width,)), TensorSpec(p + "ln_2.bias", (width,)),
-            TensorSpec(p + "mlp.c_fc.weight", (width, 4 * width)), TensorSpec(p + "mlp.c_fc.bias", (4 * width,)),
-            TensorSpec(p + "mlp.c_proj.weight", (4 * width, width)), TensorSpec(p + "mlp.c_proj.bias", (width,)),
+            TensorSpec(p + "ln_1.weight", (width,)),
+            TensorSpec(p + "ln_1.bias", (width,)),
+            TensorSpec(p + "attn.c_attn.weight", (width, 3 * width)),
+            TensorSpec(p + "attn.c_attn.bias", (3 * width,)),
+            TensorSpec(p + "attn.c_proj.weight", (width, width)),
+            TensorSpec(p + "attn.c_proj.bias", (width,)),
+            TensorSpec(p + "ln_2.weight", (width,)),
+            TensorSpec(p + "ln_2.bias", (width,)),
+            TensorSpec(p + "mlp.c_fc.weight", (width, 4 * width)),
+            TensorSpec(p + "mlp.c_fc.bias", (4 * width,)),
+            TensorSpec(p + "mlp.c_proj.weight", (4 * width, width)),
+            TensorSpec(p + "mlp.c_proj.bias", (width,)),
         ]
     params += [TensorSpec("transformer.ln_f.weight", (width,)), TensorSpec("transformer.ln_f.bias", (width,))]
     return params
 
 
-def lecture_parameters(num_tensors: int = 1000, tensor_bytes: int = 100_000, itemsize: int = 4) -> list[TensorSpec]:
+def lecture_parameters(
+    num_tensors: int = 1000, tensor_bytes: int = 100_000, itemsize: int = 4
+) -> list[TensorSpec]:
     """The lecture's section 5.3 example: 1000 gradients of 100 KB each (100 MB in all)."""
     if tensor_bytes % itemsize:
         raise ValueError(f"tensor_bytes: {tensor_bytes} is not a whole number of {itemsize}-byte elements")

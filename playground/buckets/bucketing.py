@@ -45,7 +45,9 @@ class Bucket:
         return self.first + self.num_tensors - 1
 
 
-def assign_buckets(tensor_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[Bucket]:
+def assign_buckets(
+    tensor_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None = None
+) -> list[Bucket]:
     """Buckets of consecutive tensors, each at most its cap unless it holds one larger tensor."""
     if cap_bytes < 0:
         raise ValueError(f"cap_bytes: must be >= 0, got {cap_bytes}")

@@ -36,8 +36,14 @@ class CommThread:
             bucket, step = item
             try:
                 t0 = time.perf_counter()
-                with self.comm.tracer.span("bucket.allreduce", cat="op", bucket=bucket, iter=step,
-                                           bytes=int(self.views[bucket].nbytes), **self.span_args):
+                with self.comm.tracer.span(
+                    "bucket.allreduce",
+                    cat="op",
+                    bucket=bucket,
+                    iter=step,
+                    bytes=int(self.views[bucket].nbytes),
+                    **self.span_args,
+                ):
                     out = allreduce(self.comm, self.views[bucket], algorithm=self.algorithm)
                 self.done.put((bucket, out, time.perf_counter() - t0))
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
@@ -56,8 +62,10 @@ class CommThread:
             try:
                 bucket, out, dt = self.done.get(timeout=max(0.0, left))
             except queue.Empty:
-                raise TimeoutError(f"rank {self.comm.rank}: communication thread finished {len(results)} of "
-                                   f"{num_buckets} buckets in {timeout_s:.0f}s") from None
+                raise TimeoutError(
+                    f"rank {self.comm.rank}: communication thread finished {len(results)} of "
+                    f"{num_buckets} buckets in {timeout_s:.0f}s"
+                ) from None
             if isinstance(out, BaseException):
                 raise out
             results[bucket] = (out, dt)

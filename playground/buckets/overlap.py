@@ -60,6 +60,7 @@ class StepTimes:
 def intersection_s(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
     """Total time covered by both interval sets (start, end): how long the trace shows compute
     and communication running at once. Intervals within one set may overlap or be unsorted."""
+
     def merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
         out: list[list[float]] = []
         for s, e in sorted(spans):

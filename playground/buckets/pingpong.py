@@ -21,8 +21,9 @@ TAG_PINGPONG = 7100
 DEFAULT_SIZES_BYTES = (8, 1024, 16 * 1024, 64 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
 
 
-def one_way_times_s(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20, warmup: int = 3,
-                    loaded: bool = False) -> list[float]:
+def one_way_times_s(
+    comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20, warmup: int = 3, loaded: bool = False
+) -> list[float]:
     """Median one-way time per size on this rank's pair (rank ^ 1); [] for ranks left out."""
     peer = comm.rank ^ 1
     if peer >= comm.size or (not loaded and comm.rank > 1):
@@ -46,8 +47,9 @@ def one_way_times_s(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20, warmu
     return times
 
 
-def measure_alpha_beta(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20,
-                       loaded: bool = False) -> tuple[AlphaBeta | None, list[dict]]:
+def measure_alpha_beta(
+    comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20, loaded: bool = False
+) -> tuple[AlphaBeta | None, list[dict]]:
     """(fit, points) on every rank; (None, []) with a single rank, where nothing is sent."""
     if comm.size < 2:
         return None, []
@@ -56,8 +58,11 @@ def measure_alpha_beta(comm, sizes_bytes=DEFAULT_SIZES_BYTES, reps: int = 20,
         times = one_way_times_s(comm, sizes_bytes, reps, loaded=loaded)
     if comm.rank == 0:
         fit = fit_alpha_beta(list(sizes_bytes), times)
-        msg = {"alpha_s": fit.alpha_s, "beta_bytes_per_s": fit.beta_bytes_per_s,
-               "points": [{"bytes": n, "one_way_s": t} for n, t in zip(sizes_bytes, times, strict=True)]}
+        msg = {
+            "alpha_s": fit.alpha_s,
+            "beta_bytes_per_s": fit.beta_bytes_per_s,
+            "points": [{"bytes": n, "one_way_s": t} for n, t in zip(sizes_bytes, times, strict=True)],
+        }
     else:
         msg = None
     msg = comm.bcast_obj(msg, root=0)

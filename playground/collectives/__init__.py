@@ -14,18 +14,44 @@ from playground.collectives.recursive_doubling import allreduce_recursive_doubli
 from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
 from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
 
-ALLREDUCE_ALGORITHMS = {"ring": allreduce_ring, "tree": allreduce_tree, "hd": allreduce_halving_doubling,
-                        "rd": allreduce_recursive_doubling}
+ALLREDUCE_ALGORITHMS = {
+    "ring": allreduce_ring,
+    "tree": allreduce_tree,
+    "hd": allreduce_halving_doubling,
+    "rd": allreduce_recursive_doubling,
+}
 # Which algorithms each collective offers; "auto" picks by size and rank count (collectives/auto.py).
-ALGORITHMS = {"allreduce": ("ring", "tree", "hd", "rd", "auto"), "allgather": ("ring",), "reduce_scatter": ("ring",),
-              "broadcast": ("tree",), "reduce": ("tree",)}
+ALGORITHMS = {
+    "allreduce": ("ring", "tree", "hd", "rd", "auto"),
+    "allgather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "broadcast": ("tree",),
+    "reduce": ("tree",),
+}
 
-__all__ = ["ReduceOp", "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "chunk_bounds",
-           "run_collective", "ALGORITHMS", "ALLREDUCE_ALGORITHMS", "DEFAULT_SEGMENT_BYTES"]
+__all__ = [
+    "ReduceOp",
+    "allreduce",
+    "broadcast",
+    "reduce",
+    "allgather",
+    "reduce_scatter",
+    "chunk_bounds",
+    "run_collective",
+    "ALGORITHMS",
+    "ALLREDUCE_ALGORITHMS",
+    "DEFAULT_SEGMENT_BYTES",
+]
 
 
-def allreduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, algorithm: str = "ring",
-              segment_bytes: int | None = None, inplace: bool = False) -> np.ndarray:
+def allreduce(
+    comm,
+    x: np.ndarray,
+    op: ReduceOp | str = ReduceOp.SUM,
+    algorithm: str = "ring",
+    segment_bytes: int | None = None,
+    inplace: bool = False,
+) -> np.ndarray:
     """op-reduction of every rank's `x`, as a new array on every rank (`x` is not modified); with
     `inplace`, written into `x` itself (a writable C-contiguous array), which is returned."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
@@ -34,8 +60,9 @@ def allreduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, algorithm:
     try:
         fn = ALLREDUCE_ALGORITHMS[algorithm]
     except KeyError:
-        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
-                         ) from None
+        raise ValueError(
+            f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
+        ) from None
     result = fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes, inplace=inplace)
     return x if inplace else result
 
@@ -49,8 +76,9 @@ def broadcast(comm, x: np.ndarray, root: int = 0, segment_bytes: int | None = No
     return buf.reshape(np.shape(x))
 
 
-def reduce(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, root: int = 0,
-           segment_bytes: int | None = None) -> np.ndarray | None:
+def reduce(
+    comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, root: int = 0, segment_bytes: int | None = None
+) -> np.ndarray | None:
     """The reduction on `root`; None on the other ranks."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     buf = flat_copy(x)
@@ -65,16 +93,23 @@ def allgather(comm, x: np.ndarray, segment_bytes: int | None = None) -> np.ndarr
     return allgather_ring(comm, x, segment_bytes)
 
 
-def reduce_scatter(comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM,
-                   segment_bytes: int | None = None) -> np.ndarray:
+def reduce_scatter(
+    comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, segment_bytes: int | None = None
+) -> np.ndarray:
     """Chunk `rank` (see `chunk_bounds`) of the reduction of every rank's flat `x`."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes)
 
 
-def run_collective(comm, collective: str, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM,
-                   algorithm: str = "auto", segment_bytes: int | None = None, inplace: bool = False
-                   ) -> np.ndarray | None:
+def run_collective(
+    comm,
+    collective: str,
+    x: np.ndarray,
+    op: ReduceOp | str = ReduceOp.SUM,
+    algorithm: str = "auto",
+    segment_bytes: int | None = None,
+    inplace: bool = False,
+) -> np.ndarray | None:
     """Dispatch by name (what benchmarks and scenarios use); roots are rank 0; only the all-reduce
     works in place."""
     if collective == "allreduce":

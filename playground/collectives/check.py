@@ -42,7 +42,9 @@ def input_count(collective: str, size_bytes: int, itemsize: int, n: int) -> int:
     return total // n if collective == "allgather" else total
 
 
-def expected_output(collective: str, rank: int, n: int, count: int, dtype: str, op: ReduceOp) -> np.ndarray | None:
+def expected_output(
+    collective: str, rank: int, n: int, count: int, dtype: str, op: ReduceOp
+) -> np.ndarray | None:
     """What rank `rank` must hold after the collective on inputs of `count` elements (None: nothing)."""
     if collective == "allreduce":
         return expected_result(n, count, dtype, op)

@@ -77,8 +77,13 @@ def run_folded(comm, buf: np.ndarray, op: ReduceOp, seg: int, tag: int, name: st
         exchange(comm, buf, whole, partner, None, None, seg, None, tag, f"{name}.unfold")
 
 
-def allreduce_halving_doubling(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                               segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False) -> np.ndarray:
+def allreduce_halving_doubling(
+    comm,
+    x: np.ndarray,
+    op: ReduceOp = ReduceOp.SUM,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    inplace: bool = False,
+) -> np.ndarray:
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
     itself with `inplace`)."""
     buf = work_buffer(x, inplace)
@@ -96,12 +101,33 @@ def allreduce_halving_doubling(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         t0 = now_us()
         for peer_new, send_blocks, keep_blocks in steps:
             peer = old_rank(peer_new, comm.size)
-            exchange(comm, buf, span(send_blocks), peer, span(keep_blocks), peer, seg, op, TAG_HD,
-                     "hd.reduce_scatter")
+            exchange(
+                comm,
+                buf,
+                span(send_blocks),
+                peer,
+                span(keep_blocks),
+                peer,
+                seg,
+                op,
+                TAG_HD,
+                "hd.reduce_scatter",
+            )
         t1 = now_us()
         for peer_new, send_blocks, keep_blocks in reversed(steps):
             peer = old_rank(peer_new, comm.size)
-            exchange(comm, buf, span(keep_blocks), peer, span(send_blocks), peer, seg, None, TAG_HD, "hd.all_gather")
+            exchange(
+                comm,
+                buf,
+                span(keep_blocks),
+                peer,
+                span(send_blocks),
+                peer,
+                seg,
+                None,
+                TAG_HD,
+                "hd.all_gather",
+            )
         if comm.tracer.enabled:
             comm.tracer.add("hd.reduce_scatter", CAT_PHASE, t0, t1 - t0, {"steps": len(steps)})
             comm.tracer.add("hd.all_gather", CAT_PHASE, t1, now_us() - t1, {"steps": len(steps)})

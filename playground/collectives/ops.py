@@ -22,10 +22,17 @@ class ReduceOp(enum.Enum):
         try:
             return cls(str(value).lower())
         except ValueError:
-            raise ValueError(f"unknown reduce op {value!r}; allowed: {', '.join(o.value for o in cls)}") from None
+            raise ValueError(
+                f"unknown reduce op {value!r}; allowed: {', '.join(o.value for o in cls)}"
+            ) from None
 
 
-_UFUNCS = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}
+_UFUNCS = {
+    ReduceOp.SUM: np.add,
+    ReduceOp.PROD: np.multiply,
+    ReduceOp.MAX: np.maximum,
+    ReduceOp.MIN: np.minimum,
+}
 
 
 def reduce_into(acc: np.ndarray, incoming: np.ndarray, op: ReduceOp) -> None:

@@ -23,8 +23,13 @@ from playground.trace import CAT_PHASE, now_us
 TAG_RD = -40
 
 
-def allreduce_recursive_doubling(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False) -> np.ndarray:
+def allreduce_recursive_doubling(
+    comm,
+    x: np.ndarray,
+    op: ReduceOp = ReduceOp.SUM,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    inplace: bool = False,
+) -> np.ndarray:
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
     itself with `inplace`)."""
     buf = work_buffer(x, inplace)

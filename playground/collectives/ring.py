@@ -48,21 +48,32 @@ def allgather_steps(rank: int, size: int) -> list[tuple[int, int]]:
     return [((rank - s) % size, (rank - s - 1) % size) for s in range(size - 1)]
 
 
-def ring_pass(comm, buf: np.ndarray, bounds, steps, segment_elems: int, op: ReduceOp | None, tag: int,
-              phase: str) -> None:
+def ring_pass(
+    comm, buf: np.ndarray, bounds, steps, segment_elems: int, op: ReduceOp | None, tag: int, phase: str
+) -> None:
     """Run `steps` around the ring on flat `buf`: reduce with `op`, or copy when op is None."""
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
     t_phase = now_us()
     for step, (send_chunk, recv_chunk) in enumerate(steps):
-        exchange(comm, buf, bounds[send_chunk], right, bounds[recv_chunk], left, segment_elems, op, tag,
-                 f"{phase} step {step}")
+        exchange(
+            comm,
+            buf,
+            bounds[send_chunk],
+            right,
+            bounds[recv_chunk],
+            left,
+            segment_elems,
+            op,
+            tag,
+            f"{phase} step {step}",
+        )
     if comm.tracer.enabled:
         comm.tracer.add(phase, CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
 
 
-
-def reduce_scatter_into(comm, buf: np.ndarray, source: np.ndarray, bounds, segment_elems: int, op: ReduceOp,
-                        tag: int) -> None:
+def reduce_scatter_into(
+    comm, buf: np.ndarray, source: np.ndarray, bounds, segment_elems: int, op: ReduceOp, tag: int
+) -> None:
     """Ring reduce-scatter of flat `source` over all ranks; rank r's reduced chunk r lands in `buf`.
 
     Only chunk r of `buf` is written: every other reduced chunk goes straight to the right
@@ -76,13 +87,18 @@ def reduce_scatter_into(comm, buf: np.ndarray, source: np.ndarray, bounds, segme
 
     def received(got: int, want: int, step: int) -> None:
         if got != want:
-            raise CommError(f"rank {comm.rank}: ring.reduce_scatter step {step}: expected {want} elements from rank "
-                            f"{left}, got {got} (do all ranks pass the same count and dtype?)")
+            raise CommError(
+                f"rank {comm.rank}: ring.reduce_scatter step {step}: expected {want} elements from rank "
+                f"{left}, got {got} (do all ranks pass the same count and dtype?)"
+            )
 
-    sends = [comm.isend(source[a:b], right, tag) for a, b in segment_bounds(*bounds[steps[0][0]], segment_elems)]
+    sends = [
+        comm.isend(source[a:b], right, tag) for a, b in segment_bounds(*bounds[steps[0][0]], segment_elems)
+    ]
     for step, (_, recv_chunk) in enumerate(steps):
         for a, b in segment_bounds(*bounds[recv_chunk], segment_elems):
             if step < last:  # this chunk is what we send at the next step: reduce into the message
+
                 def fill(out, a=a, b=b, step=step):
                     received(comm.recv_reduce(left, tag, out, ufunc, base=source[a:b]), b - a, step)
 
@@ -95,24 +111,34 @@ def reduce_scatter_into(comm, buf: np.ndarray, source: np.ndarray, bounds, segme
         comm.tracer.add("ring.reduce_scatter", CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
 
 
-def allreduce_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                   segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False) -> np.ndarray:
+def allreduce_ring(
+    comm,
+    x: np.ndarray,
+    op: ReduceOp = ReduceOp.SUM,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    inplace: bool = False,
+) -> np.ndarray:
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
     itself with `inplace`: safe because the reduce-scatter writes only this rank's own chunk, which
     it never sent, and every send has completed before the all-gather overwrites the rest)."""
     if comm.size == 1 or x.size == 0:
         return work_buffer(x, inplace).reshape(x.shape)
     source = work_buffer(x, True) if inplace else np.ascontiguousarray(x).reshape(-1)
-    buf = source if inplace else np.empty_like(source)  # every chunk is written by reduce-scatter or all-gather
+    buf = (
+        source if inplace else np.empty_like(source)
+    )  # every chunk is written by reduce-scatter or all-gather
     bounds = chunk_bounds(buf.size, comm.size)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)
-    ring_pass(comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather")
+    ring_pass(
+        comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather"
+    )
     return buf.reshape(x.shape)
 
 
-def reduce_scatter_ring(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                        segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
+def reduce_scatter_ring(
+    comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM, segment_bytes: int = DEFAULT_SEGMENT_BYTES
+) -> np.ndarray:
     """Rank r gets chunk r (of `chunk_bounds(x.size, N)`) of the reduction of every rank's flat `x`."""
     source = np.ascontiguousarray(x).reshape(-1)
     bounds = chunk_bounds(source.size, comm.size)
@@ -130,9 +156,11 @@ def allgather_ring(comm, x: np.ndarray, segment_bytes: int = DEFAULT_SEGMENT_BYT
     part = np.ascontiguousarray(x).reshape(-1)
     n = part.size
     buf = np.empty(n * comm.size, dtype=part.dtype)
-    buf[comm.rank * n:(comm.rank + 1) * n] = part
+    buf[comm.rank * n : (comm.rank + 1) * n] = part
     if comm.size > 1 and n:
         bounds = [(i * n, (i + 1) * n) for i in range(comm.size)]
         seg = segment_elems_for(segment_bytes, buf.itemsize)
-        ring_pass(comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather")
+        ring_pass(
+            comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather"
+        )
     return buf

@@ -13,9 +13,18 @@ from playground.collectives.ops import ReduceOp
 from playground.errors import CommError
 
 
-def exchange(comm, buf: np.ndarray, send: tuple[int, int] | None, send_to: int | None,
-             recv: tuple[int, int] | None, recv_from: int | None, segment_elems: int,
-             op: ReduceOp | None, tag: int, what: str) -> None:
+def exchange(
+    comm,
+    buf: np.ndarray,
+    send: tuple[int, int] | None,
+    send_to: int | None,
+    recv: tuple[int, int] | None,
+    recv_from: int | None,
+    segment_elems: int,
+    op: ReduceOp | None,
+    tag: int,
+    what: str,
+) -> None:
     """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or copy."""
     sends = []
     if send is not None:
@@ -25,7 +34,9 @@ def exchange(comm, buf: np.ndarray, send: tuple[int, int] | None, send_to: int |
         for a, b in segment_bounds(*recv, segment_elems):
             got = comm.recv_reduce(recv_from, tag, buf[a:b], ufunc)
             if got != b - a:
-                raise CommError(f"rank {comm.rank}: {what}: expected {b - a} elements from rank {recv_from}, "
-                                f"got {got} (do all ranks pass the same count and dtype?)")
+                raise CommError(
+                    f"rank {comm.rank}: {what}: expected {b - a} elements from rank {recv_from}, "
+                    f"got {got} (do all ranks pass the same count and dtype?)"
+                )
     for req in sends:
         req.wait()

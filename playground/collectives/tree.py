@@ -56,7 +56,9 @@ def reduce_tree_into(comm, buf: np.ndarray, op: ReduceOp, root: int, segment_byt
     for child in children:
         exchange(comm, buf, None, None, whole, (child + root) % size, seg, op, TAG_TREE_REDUCE, "tree.reduce")
     if parent is not None:
-        exchange(comm, buf, whole, (parent + root) % size, None, None, seg, None, TAG_TREE_REDUCE, "tree.reduce")
+        exchange(
+            comm, buf, whole, (parent + root) % size, None, None, seg, None, TAG_TREE_REDUCE, "tree.reduce"
+        )
     if comm.tracer.enabled:
         comm.tracer.add("tree.reduce", CAT_PHASE, t0, now_us() - t0, {"children": len(children)})
 
@@ -70,17 +72,27 @@ def broadcast_tree_into(comm, buf: np.ndarray, root: int, segment_bytes: int) ->
     parent, children = bcast_schedule(vrank, size)
     whole = (0, buf.size)
     if parent is not None:
-        exchange(comm, buf, None, None, whole, (parent + root) % size, seg, None, TAG_TREE_BCAST, "tree.broadcast")
-    sends = [comm.isend(buf[a:b], (child + root) % size, TAG_TREE_BCAST)
-             for child in children for a, b in segment_bounds(0, buf.size, seg)]
+        exchange(
+            comm, buf, None, None, whole, (parent + root) % size, seg, None, TAG_TREE_BCAST, "tree.broadcast"
+        )
+    sends = [
+        comm.isend(buf[a:b], (child + root) % size, TAG_TREE_BCAST)
+        for child in children
+        for a, b in segment_bounds(0, buf.size, seg)
+    ]
     for req in sends:
         req.wait()
     if comm.tracer.enabled:
         comm.tracer.add("tree.broadcast", CAT_PHASE, t0, now_us() - t0, {"children": len(children)})
 
 
-def allreduce_tree(comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM,
-                   segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False) -> np.ndarray:
+def allreduce_tree(
+    comm,
+    x: np.ndarray,
+    op: ReduceOp = ReduceOp.SUM,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    inplace: bool = False,
+) -> np.ndarray:
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
     itself with `inplace`)."""
     buf = work_buffer(x, inplace)

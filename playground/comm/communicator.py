@@ -34,7 +34,9 @@ from playground.errors import CommTimeout, FaultInjected, PeerLost
 from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this, copying is cheaper than tracking a zero-copy frame
-SOCKET_BUFFER_BYTES = 4 << 20  # kernel socket buffers: fewer wake-ups per large message (capped by net.core.*mem_max)
+SOCKET_BUFFER_BYTES = (
+    4 << 20
+)  # kernel socket buffers: fewer wake-ups per large message (capped by net.core.*mem_max)
 ZMQ_SEGMENT_BYTES = 1 << 20
 SHM_SEGMENT_BYTES = 4 << 20
 SLICE_MS = 100  # longest single blocking receive; abort and deadline are checked between slices
@@ -83,7 +85,9 @@ class _SendRequest(Request):
             except zmq.NotDone:
                 self.comm.check_abort()
                 if time.monotonic() >= deadline:
-                    raise CommTimeout(self.comm.rank, "send completion to", self.peer, self.tag, timeout_s) from None
+                    raise CommTimeout(
+                        self.comm.rank, "send completion to", self.peer, self.tag, timeout_s
+                    ) from None
 
 
 class _RecvRequest(Request):
@@ -101,8 +105,18 @@ class _RecvRequest(Request):
 class Communicator:
     """One rank's view of the world: `rank`, `size`, send/recv/isend/irecv/sendrecv, barrier."""
 
-    def __init__(self, rank: int, size: int, ctx: zmq.Context, data: zmq.Socket, ctrl: zmq.Socket | None,
-                 endpoints: list[str], tracer: Tracer, timeout_s: float = 30.0, fault=None):
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        ctx: zmq.Context,
+        data: zmq.Socket,
+        ctrl: zmq.Socket | None,
+        endpoints: list[str],
+        tracer: Tracer,
+        timeout_s: float = 30.0,
+        fault=None,
+    ):
         self.rank, self.size = rank, size
         self.tracer = tracer
         self.timeout_s = timeout_s
@@ -180,7 +194,9 @@ class Communicator:
             else:
                 view, descriptor = self._ring_slot(dst, tag, nbytes)
                 np.copyto(view, x.reshape(-1).view(np.uint8))
-                self._post(dst, tag, wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape) + descriptor)
+                self._post(
+                    dst, tag, wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape) + descriptor
+                )
         else:
             sock = self._push.get(dst) or self._socket_to(dst)
             if nbytes < ZERO_COPY_MIN_BYTES:  # small: header and bytes in one frame
@@ -209,7 +225,9 @@ class Communicator:
             if corrupt:
                 view[0] ^= 1
             t0 = time.monotonic_ns()
-            self._post(dst, tag, wire.encode_header(self.rank, tag, wire.KIND_SHM, dtype, (count,)) + descriptor)
+            self._post(
+                dst, tag, wire.encode_header(self.rank, tag, wire.KIND_SHM, dtype, (count,)) + descriptor
+            )
             self.bytes_sent += nbytes
             if self.tracer.enabled:
                 self.tracer.add_ns("send", CAT_SEND, t0, time.monotonic_ns(), dst, tag, nbytes)
@@ -237,7 +255,9 @@ class Communicator:
         """(writable byte view, descriptor) of space in the ring to `dst`, waiting while it is full."""
         got = self.shm.try_alloc(dst, nbytes)
         if got is None:
-            got = self._wait_for_room(dst, tag, "the shared-memory ring to it", lambda: self.shm.try_alloc(dst, nbytes))
+            got = self._wait_for_room(
+                dst, tag, "the shared-memory ring to it", lambda: self.shm.try_alloc(dst, nbytes)
+            )
         return got
 
     def _wait_for_room(self, dst: int, tag: int, where: str, attempt):
@@ -251,8 +271,13 @@ class Communicator:
                 return got
             self.check_abort()
             if time.monotonic() >= deadline:
-                exc = CommTimeout(self.rank, f"room to send to rank {dst} (tag {tag}) in {where}", None, None,
-                                  self.timeout_s)
+                exc = CommTimeout(
+                    self.rank,
+                    f"room to send to rank {dst} (tag {tag}) in {where}",
+                    None,
+                    None,
+                    self.timeout_s,
+                )
                 exc.peer = dst
                 raise exc
             self._next_message(1)  # the peer makes room by receiving, unannounced: look again in 1 ms
@@ -265,8 +290,12 @@ class Communicator:
             for i, (kind, dtype, shape, payload) in enumerate(q):
                 if kind in (wire.KIND_SHM, wire.KIND_JSON_SHM):
                     view, end = payload
-                    q[i] = (wire.KIND_ARRAY if kind == wire.KIND_SHM else wire.KIND_JSON, dtype, shape,
-                            view.tobytes())
+                    q[i] = (
+                        wire.KIND_ARRAY if kind == wire.KIND_SHM else wire.KIND_JSON,
+                        dtype,
+                        shape,
+                        view.tobytes(),
+                    )
                     self.shm.release(src, end)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
@@ -280,8 +309,9 @@ class Communicator:
         if self.aborted:
             if src is None:
                 raise PeerLost(f"rank {self.rank}: aborted: {self.aborted}")
-            exc = PeerLost(f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: "
-                           f"{self.aborted}")
+            exc = PeerLost(
+                f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: {self.aborted}"
+            )
             exc.peer = src
             raise exc
 
@@ -294,7 +324,9 @@ class Communicator:
             if msg.get("type") == "abort":
                 self.aborted = msg.get("reason", "the run was aborted")
 
-    def _next_message(self, timeout_ms: int, want: tuple[int, int] | None = None, out: np.ndarray | None = None):
+    def _next_message(
+        self, timeout_ms: int, want: tuple[int, int] | None = None, out: np.ndarray | None = None
+    ):
         """Receive one message, waiting up to `timeout_ms`; False if none came. When it is `want` and
         `out` fits, its bytes land in `out` and None is returned; otherwise it is parked in the
         pending queues and its (src, tag) returned."""
@@ -311,7 +343,7 @@ class Communicator:
             return False
         src, tag, kind, dtype, shape = wire.decode_header(first)
         if kind == wire.KIND_INLINE:
-            payload = memoryview(first)[wire.header_size(len(shape)):]
+            payload = memoryview(first)[wire.header_size(len(shape)) :]
             if _fits(out, (src, tag) == want, dtype, len(payload)):
                 return self._inline_into(out, payload)
         elif kind == wire.KIND_ARRAY:
@@ -394,7 +426,9 @@ class Communicator:
         buf = payload.buffer if isinstance(payload, zmq.Frame) else payload
         return np.frombuffer(buf, dtype=dtype).reshape(shape), None
 
-    def recv(self, src: int, tag: int = 0, out: np.ndarray | None = None, timeout_s: float | None = None) -> np.ndarray:
+    def recv(
+        self, src: int, tag: int = 0, out: np.ndarray | None = None, timeout_s: float | None = None
+    ) -> np.ndarray:
         """The next array from `src` with `tag`. Without `out`: a read-only array (zero-copy over ZeroMQ)."""
         msg = self._take(src, tag, "recv", timeout_s, out)
         if msg is None:
@@ -407,7 +441,9 @@ class Communicator:
             return result
         return arr if out is None else _copy_into(out, arr)
 
-    def recv_reduce(self, src: int, tag: int, target: np.ndarray, ufunc=None, base: np.ndarray | None = None) -> int:
+    def recv_reduce(
+        self, src: int, tag: int, target: np.ndarray, ufunc=None, base: np.ndarray | None = None
+    ) -> int:
         """Receive from (src, tag) straight into `target`: target = ufunc(base, message) (base defaults
         to target itself), or a copy when ufunc is None. Returns the element count received."""
         msg = self._take(src, tag, "recv", None, target if ufunc is None else None)
@@ -430,7 +466,9 @@ class Communicator:
     def irecv(self, src: int, tag: int = 0, out: np.ndarray | None = None) -> Request:
         return _RecvRequest(self, src, tag, out)
 
-    def sendrecv(self, x: np.ndarray, dst: int, src: int, tag: int = 0, out: np.ndarray | None = None) -> np.ndarray:
+    def sendrecv(
+        self, x: np.ndarray, dst: int, src: int, tag: int = 0, out: np.ndarray | None = None
+    ) -> np.ndarray:
         req = self.isend(x, dst, tag)
         y = self.recv(src, tag, out=out)
         req.wait()
@@ -464,7 +502,9 @@ class Communicator:
             self.shm.release(src, end)
             return json.loads(body)
         if kind != wire.KIND_JSON:
-            raise ValueError(f"rank {self.rank}: expected an object from rank {src} tag {tag}, got kind {kind}")
+            raise ValueError(
+                f"rank {self.rank}: expected an object from rank {src} tag {tag}, got kind {kind}"
+            )
         return json.loads(payload if isinstance(payload, bytes) else payload.bytes)
 
     def bcast_obj(self, obj=None, root: int = 0):
@@ -494,7 +534,9 @@ class Communicator:
     def progress(self, done: int, total: int, label: str = "") -> None:
         """Advance the launcher's progress bar (only rank 0's reports are shown)."""
         if self._ctrl is not None and self.rank == 0:
-            self._ctrl.send(json.dumps({"type": "progress", "done": done, "total": total, "label": label}).encode())
+            self._ctrl.send(
+                json.dumps({"type": "progress", "done": done, "total": total, "label": label}).encode()
+            )
 
     def close(self) -> None:
         for sock in self._push.values():
@@ -509,7 +551,9 @@ class Communicator:
 
 def _fits(out: np.ndarray | None, wanted: bool, dtype: np.dtype, nbytes: int) -> bool:
     """Can the awaited message's bytes go straight into the caller's `out`?"""
-    return wanted and out is not None and out.nbytes == nbytes and out.dtype == dtype and out.flags.c_contiguous
+    return (
+        wanted and out is not None and out.nbytes == nbytes and out.dtype == dtype and out.flags.c_contiguous
+    )
 
 
 def _copy_into(out: np.ndarray, arr: np.ndarray) -> np.ndarray:

@@ -112,7 +112,7 @@ class Inboxes:
             (n,) = _LEN.unpack_from(buf, pos)
             if end - pos - 4 < n:
                 break
-            self._records.append(buf[pos + 4:pos + 4 + n])
+            self._records.append(buf[pos + 4 : pos + 4 + n])
             pos += 4 + n
         self._buf = buf[pos:]
         return bool(self._records)

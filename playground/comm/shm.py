@@ -124,7 +124,7 @@ class ShmChannels:
         if slot is None:
             return None
         pos, end = slot
-        return ring.data[pos:pos + nbytes], _DESC.pack(pos, nbytes, end)
+        return ring.data[pos : pos + nbytes], _DESC.pack(pos, nbytes, end)
 
     def arrived(self, src: int, descriptor: bytes) -> tuple[np.ndarray, int]:
         """(read-only byte view, end) of a message as it arrives; `release(src, end)` when done."""
@@ -133,7 +133,7 @@ class ShmChannels:
             ring = self._in[src] = _InRing(os.path.join(self.dir, f"{src}-{self.rank}"))
         pos, nbytes, end = _DESC.unpack(descriptor)
         ring.arrived.append(end)
-        view = ring.data[pos:pos + nbytes]
+        view = ring.data[pos : pos + nbytes]
         view.flags.writeable = False
         return view, end
 

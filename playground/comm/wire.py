@@ -52,7 +52,7 @@ def decode_header(buf: bytes) -> tuple[int, int, int, np.dtype, tuple[int, ...]]
 def decode_record(buf: bytes) -> tuple[int, int, int, np.dtype, tuple[int, ...], memoryview]:
     """(src, tag, kind, dtype, shape, payload) of a header followed by its payload in one buffer."""
     src, tag, kind, dtype, shape = _decode(buf, record=True)
-    return src, tag, kind, dtype, shape, memoryview(buf)[header_size(len(shape)):]
+    return src, tag, kind, dtype, shape, memoryview(buf)[header_size(len(shape)) :]
 
 
 def _decode(buf: bytes, record: bool) -> tuple[int, int, int, np.dtype, tuple[int, ...]]:

@@ -100,7 +100,7 @@ class BlockManager:
         if not self.enable_prefix_caching or tokens is None:
             return keys
         for i in range(len(tokens) // self.block_size):
-            key = (prev, tuple(tokens[i * self.block_size:(i + 1) * self.block_size]))
+            key = (prev, tuple(tokens[i * self.block_size : (i + 1) * self.block_size]))
             block_id = self.cached_blocks.get(key)
             if block_id is None:
                 break
@@ -174,7 +174,9 @@ class BlockManager:
         if seq_id in self.block_tables:
             raise ValueError(f"sequence {seq_id} already exists")
         if not self.can_allocate(num_tokens, tokens):
-            raise MemoryError(f"need {self.blocks_needed(num_tokens, tokens)} blocks, {self.num_free_blocks} free")
+            raise MemoryError(
+                f"need {self.blocks_needed(num_tokens, tokens)} blocks, {self.num_free_blocks} free"
+            )
         table: list[int] = []
         hits = self._cache_keys(tokens)
         for key in hits:
@@ -187,7 +189,7 @@ class BlockManager:
             block.num_tokens = min(self.block_size, num_tokens - i * self.block_size)
             if self.enable_prefix_caching and tokens is not None and block.num_tokens == self.block_size:
                 prev = table[-1] if table else None
-                key = (prev, tuple(tokens[i * self.block_size:(i + 1) * self.block_size]))
+                key = (prev, tuple(tokens[i * self.block_size : (i + 1) * self.block_size]))
                 if key not in self.cached_blocks:
                     self.cached_blocks[key] = block.block_id
                     block.cache_key = key

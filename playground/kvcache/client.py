@@ -35,12 +35,16 @@ class KVClient:
         t0 = time.perf_counter_ns()
         self.sock.send_multipart(P.encode_request(op, kv, id=self.next_id, **fields), copy=False)
         if not self.sock.poll(int(self.timeout_s * 1000)):
-            raise TimeoutError(f"kvcache client: no reply to {op!r} from {self.address} in {self.timeout_s:.1f}s")
+            raise TimeoutError(
+                f"kvcache client: no reply to {op!r} from {self.address} in {self.timeout_s:.1f}s"
+            )
         frames = self.sock.recv_multipart(copy=False)
         self.latencies_us[op].append((time.perf_counter_ns() - t0) / 1000)
         header, out = P.decode_reply([f.buffer for f in frames], self.width)
         if header.get("id") != self.next_id:
-            raise RuntimeError(f"kvcache client: reply id {header.get('id')} for request {self.next_id} ({op})")
+            raise RuntimeError(
+                f"kvcache client: reply id {header.get('id')} for request {self.next_id} ({op})"
+            )
         return header, out
 
     def check(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:

@@ -24,8 +24,14 @@ from playground.kvcache.block_manager import Copy
 
 
 class ContiguousAllocator:
-    def __init__(self, capacity_slots: int, reserve_max: bool = False, max_new_tokens: int = 2048,
-                 growth: float = 1.5, block_size: int = 16):
+    def __init__(
+        self,
+        capacity_slots: int,
+        reserve_max: bool = False,
+        max_new_tokens: int = 2048,
+        growth: float = 1.5,
+        block_size: int = 16,
+    ):
         if capacity_slots < 1:
             raise ValueError(f"capacity_slots must be >= 1, got {capacity_slots}")
         self.name = "reserve_max" if reserve_max else "contiguous"
@@ -148,13 +154,21 @@ class ContiguousAllocator:
 
     def append_batch(self, num_tokens_by_seq: dict[int, int]) -> list[Copy] | None:
         """All the appends, or none (None, nothing changed); copies are to be done in order."""
-        saved = dict(self.runs), dict(self.seq_lens), list(self.starts), dict(self.start_owner), \
-            self.num_moves, self.moved_slots
+        saved = (
+            dict(self.runs),
+            dict(self.seq_lens),
+            list(self.starts),
+            dict(self.start_owner),
+            self.num_moves,
+            self.moved_slots,
+        )
         copies: list[Copy] = []
         for seq_id, num_tokens in num_tokens_by_seq.items():
             plan = self._plan_append(seq_id, num_tokens)
             if plan is None:
-                self.runs, self.seq_lens, self.starts, self.start_owner, self.num_moves, self.moved_slots = saved
+                self.runs, self.seq_lens, self.starts, self.start_owner, self.num_moves, self.moved_slots = (
+                    saved
+                )
                 return None
             copies += self._apply(seq_id, num_tokens, plan)
         return copies

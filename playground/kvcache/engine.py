@@ -49,9 +49,17 @@ def _verify(client: KVClient, seq_id: int, key: int, length: int, width: int) ->
     return header["num_tokens"] == length and np.array_equal(kv, kv_for(key, 0, length, width))
 
 
-def replay(client: KVClient, requests: list[RequestSpec], width: int, max_running: int = 256,
-           decode_tokens_per_step: int = 1, max_wait_s: float = 10.0, admit_watermark_slots: int = 0,
-           verify_every: int = 1, on_done=lambda n: None) -> ReplayStats:
+def replay(
+    client: KVClient,
+    requests: list[RequestSpec],
+    width: int,
+    max_running: int = 256,
+    decode_tokens_per_step: int = 1,
+    max_wait_s: float = 10.0,
+    admit_watermark_slots: int = 0,
+    verify_every: int = 1,
+    on_done=lambda n: None,
+) -> ReplayStats:
     stats = ReplayStats()
     waiting = deque(_Job(r) for r in requests)
     running: dict[int, _Job] = {}  # seq_id -> job, in admission order
@@ -61,7 +69,9 @@ def replay(client: KVClient, requests: list[RequestSpec], width: int, max_runnin
             job = waiting[0]
             if running and free_slots is not None and free_slots - job.length < admit_watermark_slots:
                 break  # keep headroom for the running sequences to grow (vLLM's watermark)
-            header, _ = client.call("create", kv_for(job.spec.req_id, 0, job.length, width), num_tokens=job.length)
+            header, _ = client.call(
+                "create", kv_for(job.spec.req_id, 0, job.length, width), num_tokens=job.length
+            )
             if header["ok"]:
                 running[header["seq_id"]] = waiting.popleft()
                 free_slots = header["free_slots"]
@@ -84,7 +94,9 @@ def replay(client: KVClient, requests: list[RequestSpec], width: int, max_runnin
             continue
         steps = {s: min(decode_tokens_per_step, j.spec.output_len - j.generated) for s, j in running.items()}
         jobs = [running[s] for s in steps]
-        kv = kv_for_batch([j.spec.req_id for j in jobs], [j.length for j in jobs], list(steps.values()), width)
+        kv = kv_for_batch(
+            [j.spec.req_id for j in jobs], [j.length for j in jobs], list(steps.values()), width
+        )
         header, _ = client.call("append", kv, seq_ids=list(steps), num_tokens=list(steps.values()))
         if not header["ok"]:
             if header["error"] != P.OUT_OF_MEMORY:
@@ -134,35 +146,69 @@ def run_fork_workload(client: KVClient, spec: ForkSpec, width: int, prefix_cachi
     for mode in modes:
         base = client.check("stats")[0]
         if mode == "fork":
-            parent = client.check("create", prompt_kv, num_tokens=spec.prompt_len,
-                                  max_new_tokens=spec.branch_tokens)[0]["seq_id"]
+            parent = client.check(
+                "create", prompt_kv, num_tokens=spec.prompt_len, max_new_tokens=spec.branch_tokens
+            )[0]["seq_id"]
             children = client.check("fork", seq_id=parent, num_children=spec.num_branches)[0]["child_ids"]
         else:
             extra = {"tokens": tokens} if mode == "prefix_cache" else {}
-            children = [client.check("create", prompt_kv, num_tokens=spec.prompt_len,
-                                     max_new_tokens=spec.branch_tokens, **extra)[0]["seq_id"]
-                        for _ in range(spec.num_branches)]
-        branch_kv = [kv_for(2_000_000 + b, spec.prompt_len, spec.branch_tokens, width) for b in range(spec.num_branches)]
-        client.check("append", np.concatenate(branch_kv), seq_ids=children,
-                     num_tokens=[spec.branch_tokens] * spec.num_branches)
+            children = [
+                client.check(
+                    "create",
+                    prompt_kv,
+                    num_tokens=spec.prompt_len,
+                    max_new_tokens=spec.branch_tokens,
+                    **extra,
+                )[0]["seq_id"]
+                for _ in range(spec.num_branches)
+            ]
+        branch_kv = [
+            kv_for(2_000_000 + b, spec.prompt_len, spec.branch_tokens, width)
+            for b in range(spec.num_branches)
+        ]
+        client.check(
+            "append",
+            np.concatenate(branch_kv),
+            seq_ids=children,
+            num_tokens=[spec.branch_tokens] * spec.num_branches,
+        )
         if mode == "fork":
             client.check("free", seq_ids=[parent])
         st = client.check("stats")[0]
-        ok = all(np.array_equal(client.check("read", seq_id=c)[1], np.concatenate([prompt_kv, branch_kv[b]]))
-                 for b, c in enumerate(children))
+        ok = all(
+            np.array_equal(client.check("read", seq_id=c)[1], np.concatenate([prompt_kv, branch_kv[b]]))
+            for b, c in enumerate(children)
+        )
         client.check("free", seq_ids=children)
         after = client.check("stats")[0]
         block = st["block_size"]
-        rows.append({"mode": mode, "policy": st["policy"],
-                     "pages": st["used_blocks"] if st["used_blocks"] is not None else -(-st["allocated_slots"] // block),
-                     "allocated_slots": st["allocated_slots"], "used_slots": st["used_slots"],
-                     "shared_blocks": st["shared_blocks"], "cow_copies": st["cow_copies"] - base["cow_copies"],
-                     "reads_exact": ok, "leaked_slots": after["allocated_slots"]})
+        rows.append(
+            {
+                "mode": mode,
+                "policy": st["policy"],
+                "pages": st["used_blocks"]
+                if st["used_blocks"] is not None
+                else -(-st["allocated_slots"] // block),
+                "allocated_slots": st["allocated_slots"],
+                "used_slots": st["used_slots"],
+                "shared_blocks": st["shared_blocks"],
+                "cow_copies": st["cow_copies"] - base["cow_copies"],
+                "reads_exact": ok,
+                "leaked_slots": after["allocated_slots"],
+            }
+        )
     return rows
 
 
-def run_bench(client: KVClient, width: int, duration_s: float, num_seqs: int, prompt_len: int,
-              max_len: int, key_base: int) -> dict:
+def run_bench(
+    client: KVClient,
+    width: int,
+    duration_s: float,
+    num_seqs: int,
+    prompt_len: int,
+    max_len: int,
+    key_base: int,
+) -> dict:
     """A closed loop: one batched append per step to `num_seqs` sequences; a sequence that
     reaches `max_len` is read back (checked), freed and replaced. Returns counts; latencies
     stay in client.latencies_us."""
@@ -181,7 +227,9 @@ def run_bench(client: KVClient, width: int, duration_s: float, num_seqs: int, pr
     t_end = time.monotonic() + duration_s
     tokens = 0
     while time.monotonic() < t_end:
-        kv = kv_for_batch([k for k, _ in lengths.values()], [n for _, n in lengths.values()], [1] * len(lengths), width)
+        kv = kv_for_batch(
+            [k for k, _ in lengths.values()], [n for _, n in lengths.values()], [1] * len(lengths), width
+        )
         client.check("append", kv, seq_ids=list(lengths), num_tokens=[1] * len(lengths))
         ops += 1
         tokens += len(lengths)

@@ -31,8 +31,13 @@ def summarize_samples(samples: list, capacity_slots: int) -> dict:
     """Busy-period time averages of concurrency, utilisation and fragmentation (fractions)."""
     if not samples:
         nan = float("nan")
-        return {"mean_live_seqs": nan, "utilisation": nan, "internal_frag": nan, "external_frag": nan,
-                "peak_utilisation": nan}
+        return {
+            "mean_live_seqs": nan,
+            "utilisation": nan,
+            "internal_frag": nan,
+            "external_frag": nan,
+            "peak_utilisation": nan,
+        }
     s = np.asarray(samples, dtype=float)
     t, live, used, alloc, largest = s.T
     dt = np.diff(t, append=t[-1] + (np.mean(np.diff(t)) if len(t) > 1 else 1.0))
@@ -74,7 +79,13 @@ def plot_memory(per_policy: list[dict], path: Path, title: str) -> None:
         cap = pol["stats"]["capacity_slots"]
         color = f"C{i}"
         ax_mem.plot(s[:, 0], 100 * s[:, 3] / cap, color=color, label=f"{pol['policy']}: allocated")
-        ax_mem.plot(s[:, 0], 100 * s[:, 2] / cap, color=color, linestyle="--", label=f"{pol['policy']}: holding tokens")
+        ax_mem.plot(
+            s[:, 0],
+            100 * s[:, 2] / cap,
+            color=color,
+            linestyle="--",
+            label=f"{pol['policy']}: holding tokens",
+        )
         ax_seq.plot(s[:, 0], s[:, 1], color=color, label=pol["policy"])
     ax_mem.set_ylabel("% of KV capacity")
     ax_mem.set_title(title)

@@ -14,16 +14,23 @@ PolicyName = Literal["paged", "contiguous", "reserve_max"]
 POLICIES = ("paged", "contiguous", "reserve_max")
 
 
-def make_policy(name: str, capacity_tokens: int, block_size: int = 16, enable_prefix_caching: bool = False,
-                max_new_tokens: int = 2048, growth: float = 1.5):
+def make_policy(
+    name: str,
+    capacity_tokens: int,
+    block_size: int = 16,
+    enable_prefix_caching: bool = False,
+    max_new_tokens: int = 2048,
+    growth: float = 1.5,
+):
     """A fresh allocator; paged capacity rounds down to whole blocks."""
     if name == "paged":
         return BlockManager(capacity_tokens // block_size, block_size, enable_prefix_caching)
     if name == "contiguous":
         return ContiguousAllocator(capacity_tokens, reserve_max=False, growth=growth, block_size=block_size)
     if name == "reserve_max":
-        return ContiguousAllocator(capacity_tokens, reserve_max=True, max_new_tokens=max_new_tokens,
-                                   block_size=block_size)
+        return ContiguousAllocator(
+            capacity_tokens, reserve_max=True, max_new_tokens=max_new_tokens, block_size=block_size
+        )
     raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")
 
 

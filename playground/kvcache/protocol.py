@@ -64,7 +64,7 @@ def decode_request(frames: list) -> Request:
     if not isinstance(header, dict):
         raise ProtocolError(BAD_FRAME, f"frame 0 must be a JSON object, got {type(header).__name__}")
     if not isinstance(header.get("op"), str):
-        raise ProtocolError(BAD_FRAME, "header has no \"op\" string")
+        raise ProtocolError(BAD_FRAME, 'header has no "op" string')
     if header["op"] not in OPS:
         raise ProtocolError(UNKNOWN_OP, f"unknown op {header['op']!r}; allowed: {', '.join(OPS)}")
     return Request(header, frames[1] if len(frames) == 2 else None)
@@ -98,17 +98,23 @@ def get_int(header: dict, name: str, minimum: int = 0, optional: bool = False) -
         return None
     value = header.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ProtocolError(BAD_REQUEST, f"{header['op']}: field {name!r} must be an integer >= {minimum}, "
-                                         f"got {'nothing' if name not in header else repr(value)}")
+        raise ProtocolError(
+            BAD_REQUEST,
+            f"{header['op']}: field {name!r} must be an integer >= {minimum}, "
+            f"got {'nothing' if name not in header else repr(value)}",
+        )
     return value
 
 
 def get_int_list(header: dict, name: str, minimum: int = 0) -> list[int]:
     value = header.get(name)
     if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value):
-        raise ProtocolError(BAD_REQUEST, f"{header['op']}: field {name!r} must be a list of integers >= {minimum}, "
-                                         f"got {str(value)[:80]}")
+        isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value
+    ):
+        raise ProtocolError(
+            BAD_REQUEST,
+            f"{header['op']}: field {name!r} must be a list of integers >= {minimum}, got {str(value)[:80]}",
+        )
     return value
 
 
@@ -118,11 +124,16 @@ def kv_array(req: Request, num_tokens: int, width: int) -> np.ndarray:
     if req.kv_bytes is None:
         if num_tokens == 0:
             return np.empty((0, width), KV_DTYPE)
-        raise ProtocolError(BAD_KV_SHAPE, f"{req.op}: KV frame missing; expected {num_tokens} x {width} float32 "
-                                          f"= {expect} bytes")
+        raise ProtocolError(
+            BAD_KV_SHAPE,
+            f"{req.op}: KV frame missing; expected {num_tokens} x {width} float32 = {expect} bytes",
+        )
     size = memoryview(req.kv_bytes).nbytes
     if size != expect:
         found = f"{size / (width * 4):g} tokens" if size % 4 == 0 else "not whole float32s"
-        raise ProtocolError(BAD_KV_SHAPE, f"{req.op}: KV frame has {size} bytes ({found} at width {width}); "
-                                          f"expected {num_tokens} x {width} float32 = {expect} bytes")
+        raise ProtocolError(
+            BAD_KV_SHAPE,
+            f"{req.op}: KV frame has {size} bytes ({found} at width {width}); "
+            f"expected {num_tokens} x {width} float32 = {expect} bytes",
+        )
     return np.frombuffer(req.kv_bytes, dtype=KV_DTYPE).reshape(num_tokens, width)

@@ -16,50 +16,89 @@ from playground.report import Report, Table
 def _leak_failures(pol: dict) -> list[str]:
     st, out = pol["stats"], []
     if st["live_seqs"] or st["allocated_slots"]:
-        out.append(f"{pol['policy']}: {st['live_seqs']} sequences / {st['allocated_slots']} slots still held "
-                   f"after every client freed its sequences")
+        out.append(
+            f"{pol['policy']}: {st['live_seqs']} sequences / {st['allocated_slots']} slots still held "
+            f"after every client freed its sequences"
+        )
     if st["errors"].get("internal_error"):
         out.append(f"{pol['policy']}: {st['errors']['internal_error']} internal errors in the server")
     return out
 
 
-def _replay_tables(params, per_policy: list[dict], run_dir: Path) -> tuple[list[Table], list[str], list[str], list]:
+def _replay_tables(
+    params, per_policy: list[dict], run_dir: Path
+) -> tuple[list[Table], list[str], list[str], list]:
     rows, lat_rows, failures, notes = [], [], [], []
     for pol in per_policy:
         st, clients = pol["stats"], list(pol["clients"].values())
         frag = metrics.summarize_samples(pol["samples"], st["capacity_slots"])
+
         def total(key: str, clients=clients) -> int:
             return sum(c.get(key, 0) for c in clients)
 
-        rows.append({
-            "policy": pol["policy"], "peak_seqs": st["peak_live_seqs"], "mean_seqs": frag["mean_live_seqs"],
-            "util_pct": 100 * frag["utilisation"], "peak_util_pct": 100 * frag["peak_utilisation"],
-            "internal_pct": 100 * frag["internal_frag"], "external_pct": 100 * frag["external_frag"],
-            "completed": total("completed"), "waited": total("waited"), "preempted": total("preempted"),
-            "failed": total("failed"), "cow_copies": st["cow_copies"], "moved_slots": st["moved_slots"],
-            "elapsed_s": pol["elapsed_s"],
-        })
+        rows.append(
+            {
+                "policy": pol["policy"],
+                "peak_seqs": st["peak_live_seqs"],
+                "mean_seqs": frag["mean_live_seqs"],
+                "util_pct": 100 * frag["utilisation"],
+                "peak_util_pct": 100 * frag["peak_utilisation"],
+                "internal_pct": 100 * frag["internal_frag"],
+                "external_pct": 100 * frag["external_frag"],
+                "completed": total("completed"),
+                "waited": total("waited"),
+                "preempted": total("preempted"),
+                "failed": total("failed"),
+                "cow_copies": st["cow_copies"],
+                "moved_slots": st["moved_slots"],
+                "elapsed_s": pol["elapsed_s"],
+            }
+        )
         lat = metrics.merge_latencies([c.get("latencies_us", {}) for c in clients])
         for op in ("create", "append", "read", "free", "all"):
             q = metrics.percentiles_us(lat.get(op, []))
-            lat_rows.append({"policy": pol["policy"], "op": op, "n": q["n"], "p50_us": q["p50_us"], "p99_us": q["p99_us"]})
+            lat_rows.append(
+                {"policy": pol["policy"], "op": op, "n": q["n"], "p50_us": q["p50_us"], "p99_us": q["p99_us"]}
+            )
         if total("read_mismatches"):
-            failures.append(f"{pol['policy']}: {total('read_mismatches')} reads differed from what was written")
+            failures.append(
+                f"{pol['policy']}: {total('read_mismatches')} reads differed from what was written"
+            )
         failures += _leak_failures(pol)
     by = {r["policy"]: r for r in rows}
     if "paged" in by and "reserve_max" in by and by["reserve_max"]["peak_seqs"]:
-        notes.append(f"paged admits {by['paged']['peak_seqs'] / by['reserve_max']['peak_seqs']:.1f}x the peak "
-                     f"concurrent sequences of reserve-max (lecture 4.6: about 5x)")
-    notes.append("util/internal/external: time averages over the busy period (>= half the peak sequences); "
-                 "external = share of free slots outside the largest hole")
-    tables = [Table(f"KV-cache policies, workload {params.workload} ({params.num_requests} requests, "
-                    f"capacity {params.capacity_tokens} tokens, block {params.block_size})", rows,
-                    {"policy": "policy", "peak_seqs": "peak seqs", "mean_seqs": "mean seqs", "util_pct": "util %",
-                     "peak_util_pct": "peak util %", "internal_pct": "internal frag %",
-                     "external_pct": "external frag %", "completed": "done", "waited": "waited",
-                     "preempted": "preempted", "failed": "failed", "cow_copies": "COW copies",
-                     "moved_slots": "moved slots", "elapsed_s": "time s"}),
-              Table("op latency as the clients measured it", lat_rows)]
+        notes.append(
+            f"paged admits {by['paged']['peak_seqs'] / by['reserve_max']['peak_seqs']:.1f}x the peak "
+            f"concurrent sequences of reserve-max (lecture 4.6: about 5x)"
+        )
+    notes.append(
+        "util/internal/external: time averages over the busy period (>= half the peak sequences); "
+        "external = share of free slots outside the largest hole"
+    )
+    tables = [
+        Table(
+            f"KV-cache policies, workload {params.workload} ({params.num_requests} requests, "
+            f"capacity {params.capacity_tokens} tokens, block {params.block_size})",
+            rows,
+            {
+                "policy": "policy",
+                "peak_seqs": "peak seqs",
+                "mean_seqs": "mean seqs",
+                "util_pct": "util %",
+                "peak_util_pct": "peak util %",
+                "internal_pct": "internal frag %",
+                "external_pct": "external frag %",
+                "completed": "done",
+                "waited": "waited",
+                "preempted": "preempted",
+                "failed": "failed",
+                "cow_copies": "COW copies",
+                "moved_slots": "moved slots",
+                "elapsed_s": "time s",
+            },
+        ),
+        Table("op latency as the clients measured it", lat_rows),
+    ]
     return tables, notes, failures, ["kvcache-memory.png"]
 
 
@@ -77,11 +116,15 @@ def _fork_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str]
                 failures.append(f"{pol['policy']} {row['mode']}: {row['leaked_slots']} slots leaked")
             want = expected.get(row["mode"] if row["mode"] != "prefix_cache" else "fork")
             if pol["policy"] == "paged" and want is not None and row["pages"] != want:
-                failures.append(f"paged {row['mode']}: server holds {row['pages']} pages, the lecture says {want}")
+                failures.append(
+                    f"paged {row['mode']}: server holds {row['pages']} pages, the lecture says {want}"
+                )
         failures += _leak_failures(pol)
-    notes = [f"{spec.prompt_len}-token prompt, {spec.num_branches} branches writing {spec.branch_tokens} each, "
-             f"block {params.block_size}: the lecture expects {expected['unshared']} pages unshared, "
-             f"{expected['fork']} with fork + copy-on-write (pages of contiguous policies = allocated slots / block)"]
+    notes = [
+        f"{spec.prompt_len}-token prompt, {spec.num_branches} branches writing {spec.branch_tokens} each, "
+        f"block {params.block_size}: the lecture expects {expected['unshared']} pages unshared, "
+        f"{expected['fork']} with fork + copy-on-write (pages of contiguous policies = allocated slots / block)"
+    ]
     return [Table(f"Sharing a prompt: workload {params.workload}", rows)], notes, failures
 
 
@@ -92,34 +135,49 @@ def _bench_tables(params, results: list[dict], per_policy: list[dict]) -> tuple[
         ops = pol["stats"]["num_ops"]
         lat = metrics.merge_latencies([c.get("latencies_us", {}) for c in clients])
         a, q = metrics.percentiles_us(lat.get("append", [])), metrics.percentiles_us(lat["all"])
-        rows.append({"policy": pol["policy"], "clients": len(clients), "ops": ops,
-                     "ops_per_s": ops / pol["elapsed_s"],
-                     "tokens_per_s": sum(c["tokens_appended"] for c in clients) / pol["elapsed_s"],
-                     "append_p50_us": a["p50_us"], "append_p99_us": a["p99_us"],
-                     "all_p50_us": q["p50_us"], "all_p99_us": q["p99_us"]})
+        rows.append(
+            {
+                "policy": pol["policy"],
+                "clients": len(clients),
+                "ops": ops,
+                "ops_per_s": ops / pol["elapsed_s"],
+                "tokens_per_s": sum(c["tokens_appended"] for c in clients) / pol["elapsed_s"],
+                "append_p50_us": a["p50_us"],
+                "append_p99_us": a["p99_us"],
+                "all_p50_us": q["p50_us"],
+                "all_p99_us": q["p99_us"],
+            }
+        )
         mism = sum(c.get("read_mismatches", 0) for c in clients)
         if mism:
             failures.append(f"{pol['policy']}: {mism} reads differed from what was written")
         failures += _leak_failures(pol)
-    title = (f"KV-cache server throughput: {params.bench_seqs} sequences per client, one batched append "
-             f"of a token to each per request, {params.bench_duration_s:g} s")
+    title = (
+        f"KV-cache server throughput: {params.bench_seqs} sequences per client, one batched append "
+        f"of a token to each per request, {params.bench_duration_s:g} s"
+    )
     return [Table(title, rows)], failures
 
 
 def summarize(results: list[dict], params, run_dir) -> Report:
-    failures = [f"rank {r}: {res.get('error', 'not ok')}" for r, res in enumerate(results) if not res.get("ok", True)]
+    failures = [
+        f"rank {r}: {res.get('error', 'not ok')}" for r, res in enumerate(results) if not res.get("ok", True)
+    ]
     if failures or not results or "policies" not in results[0]:
         return Report(ok=False, tables=[], failures=failures or ["rank 0 returned no kvcache results"])
     per_policy = results[0]["policies"]
     files, notes = [], []
     if params.workload == "section46":
         tables, notes, more, files = _replay_tables(params, per_policy, Path(run_dir))
-        metrics.plot_memory(per_policy, Path(run_dir) / files[0],
-                            f"KV-cache memory over time, {params.num_requests} requests")
+        metrics.plot_memory(
+            per_policy, Path(run_dir) / files[0], f"KV-cache memory over time, {params.num_requests} requests"
+        )
     elif params.workload == "bench":
         tables, more = _bench_tables(params, results, per_policy)
     else:
         tables, notes, more = _fork_tables(params, per_policy)
     failures += more
-    data = {"kvcache": [{k: v for k, v in pol.items() if k not in ("samples", "clients")} for pol in per_policy]}
+    data = {
+        "kvcache": [{k: v for k, v in pol.items() if k not in ("samples", "clients")} for pol in per_policy]
+    }
     return Report(ok=not failures, tables=tables, notes=notes, failures=failures, data=data, files=files)

@@ -24,12 +24,24 @@ _MUTATING = ("create", "append", "fork", "free")
 
 
 class Server:
-    def __init__(self, policy: str = "paged", capacity_tokens: int = 200_000, block_size: int = 16,
-                 width: int = 8, lease_s: float | None = 30.0, enable_prefix_caching: bool = False,
-                 max_new_tokens: int = 2048, growth: float = 1.5, sample_every_s: float = 0.002,
-                 check_invariants: bool = False, clock=time.monotonic):
+    def __init__(
+        self,
+        policy: str = "paged",
+        capacity_tokens: int = 200_000,
+        block_size: int = 16,
+        width: int = 8,
+        lease_s: float | None = 30.0,
+        enable_prefix_caching: bool = False,
+        max_new_tokens: int = 2048,
+        growth: float = 1.5,
+        sample_every_s: float = 0.002,
+        check_invariants: bool = False,
+        clock=time.monotonic,
+    ):
         self.policy_name = policy
-        self.policy = make_policy(policy, capacity_tokens, block_size, enable_prefix_caching, max_new_tokens, growth)
+        self.policy = make_policy(
+            policy, capacity_tokens, block_size, enable_prefix_caching, max_new_tokens, growth
+        )
         self.block_size, self.width, self.lease_s = block_size, width, lease_s
         self.kv = np.zeros((self.policy.capacity_slots, width), dtype=P.KV_DTYPE)
         self.clock, self.check_invariants = clock, check_invariants
@@ -76,23 +88,34 @@ class Server:
     def _seq(self, header: dict, name: str = "seq_id") -> int:
         seq_id = P.get_int(header, name)
         if not self.policy.has(seq_id):
-            raise P.ProtocolError(P.UNKNOWN_SEQUENCE, f"{header['op']}: no sequence {seq_id} (never created, "
-                                                      f"freed, or its client's lease expired)")
+            raise P.ProtocolError(
+                P.UNKNOWN_SEQUENCE,
+                f"{header['op']}: no sequence {seq_id} (never created, freed, or its client's lease expired)",
+            )
         return seq_id
 
     def _oom(self, op: str, what: str, fits_when_empty: bool) -> P.ProtocolError:
         _, allocated, largest = self.policy.usage()
         free = self.policy.capacity_slots - allocated
-        return P.ProtocolError(P.OUT_OF_MEMORY, f"{op}: no room for {what} ({self.policy_name}: {free} slots free, "
-                                                f"largest free run {largest})",
-                               fits_when_empty=fits_when_empty, free_slots=free)
+        return P.ProtocolError(
+            P.OUT_OF_MEMORY,
+            f"{op}: no room for {what} ({self.policy_name}: {free} slots free, largest free run {largest})",
+            fits_when_empty=fits_when_empty,
+            free_slots=free,
+        )
 
     def _free_slots(self) -> int:
         return self.policy.capacity_slots - self.policy.allocated_slots()
 
     def _op_ping(self, client, req) -> dict:
-        return {"policy": self.policy_name, "block_size": self.block_size, "width": self.width, "dtype": "float32",
-                "capacity_slots": self.policy.capacity_slots, "lease_s": self.lease_s}
+        return {
+            "policy": self.policy_name,
+            "block_size": self.block_size,
+            "width": self.width,
+            "dtype": "float32",
+            "capacity_slots": self.policy.capacity_slots,
+            "lease_s": self.lease_s,
+        }
 
     def _op_create(self, client, req) -> dict:
         h = req.header
@@ -116,8 +139,11 @@ class Server:
         h = req.header
         seq_ids, counts = P.get_int_list(h, "seq_ids"), P.get_int_list(h, "num_tokens")
         if len(seq_ids) != len(counts) or len(set(seq_ids)) != len(seq_ids):
-            raise P.ProtocolError(P.BAD_REQUEST, "append: 'seq_ids' (distinct) and 'num_tokens' must be lists "
-                                                 f"of one length, got {len(seq_ids)} and {len(counts)}")
+            raise P.ProtocolError(
+                P.BAD_REQUEST,
+                "append: 'seq_ids' (distinct) and 'num_tokens' must be lists "
+                f"of one length, got {len(seq_ids)} and {len(counts)}",
+            )
         for s in seq_ids:
             if not self.policy.has(s):
                 raise P.ProtocolError(P.UNKNOWN_SEQUENCE, f"append: no sequence {s}")
@@ -126,11 +152,17 @@ class Server:
         copies = self.policy.append_batch(dict(zip(seq_ids, counts, strict=True)))  # all or nothing
         if copies is None:
             fits = not getattr(self.policy, "reserve_max", False) or all(
-                self.policy.length(s) + n <= self.policy.runs[s][1] for s, n in zip(seq_ids, counts, strict=True))
-            raise self._oom("append", f"{sum(counts)} tokens in {len(seq_ids)} sequences"
-                            + ("" if fits else " (past a sequence's reserved maximum)"), fits)
+                self.policy.length(s) + n <= self.policy.runs[s][1]
+                for s, n in zip(seq_ids, counts, strict=True)
+            )
+            raise self._oom(
+                "append",
+                f"{sum(counts)} tokens in {len(seq_ids)} sequences"
+                + ("" if fits else " (past a sequence's reserved maximum)"),
+                fits,
+            )
         for c in copies:  # in planning order: each source is read before a later copy reuses it
-            self.kv[c.dst_slot:c.dst_slot + c.num_slots] = self.kv[c.src_slot:c.src_slot + c.num_slots]
+            self.kv[c.dst_slot : c.dst_slot + c.num_slots] = self.kv[c.src_slot : c.src_slot + c.num_slots]
         slots, lengths = [], []
         for s, n, old in zip(seq_ids, counts, old_lengths, strict=True):
             slots += self.policy.slot_list(s, old, old + n)
@@ -146,7 +178,7 @@ class Server:
         child_ids = list(range(self.next_seq_id, self.next_seq_id + k))
         self.next_seq_id += k
         for c in self.policy.fork(seq_id, child_ids):
-            self.kv[c.dst_slot:c.dst_slot + c.num_slots] = self.kv[c.src_slot:c.src_slot + c.num_slots]
+            self.kv[c.dst_slot : c.dst_slot + c.num_slots] = self.kv[c.src_slot : c.src_slot + c.num_slots]
         for child in child_ids:
             self.owner[child] = client
         self.peak_live_seqs = max(self.peak_live_seqs, len(self.owner))
@@ -155,7 +187,12 @@ class Server:
     def _op_read(self, client, req) -> dict:
         seq_id = self._seq(req.header)
         n = self.policy.length(seq_id)
-        return {"num_tokens": n, "width": self.width, "dtype": "float32", "_kv": self.kv[self.policy.slots(seq_id)]}
+        return {
+            "num_tokens": n,
+            "width": self.width,
+            "dtype": "float32",
+            "_kv": self.kv[self.policy.slots(seq_id)],
+        }
 
     def _op_free(self, client, req) -> dict:
         seq_ids = P.get_int_list(req.header, "seq_ids")
@@ -196,10 +233,18 @@ class Server:
             self.samples.append((now - self.start_s, len(self.owner), *self.policy.usage()))
 
     def stats(self) -> dict:
-        return {"policy": self.policy_name, "block_size": self.block_size, "width": self.width,
-                "live_seqs": len(self.owner), "peak_live_seqs": self.peak_live_seqs,
-                "num_ops": self.num_ops, "refused": self.num_refused, "errors": dict(self.errors),
-                "expired_seqs": self.num_expired_seqs, **self.policy.stats()}
+        return {
+            "policy": self.policy_name,
+            "block_size": self.block_size,
+            "width": self.width,
+            "live_seqs": len(self.owner),
+            "peak_live_seqs": self.peak_live_seqs,
+            "num_ops": self.num_ops,
+            "refused": self.num_refused,
+            "errors": dict(self.errors),
+            "expired_seqs": self.num_expired_seqs,
+            **self.policy.stats(),
+        }
 
 
 def serve(server: Server, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 50) -> None:
@@ -225,7 +270,9 @@ def serve(server: Server, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 5
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:*")
     ap.add_argument("--policy", default="paged", choices=("paged", "contiguous", "reserve_max"))
     ap.add_argument("--capacity-tokens", type=int, default=200_000)
@@ -234,8 +281,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lease-s", type=float, default=30.0)
     ap.add_argument("--prefix-caching", action="store_true")
     args = ap.parse_args(argv)
-    server = Server(args.policy, args.capacity_tokens, args.block_size, args.width, args.lease_s,
-                    args.prefix_caching)
+    server = Server(
+        args.policy, args.capacity_tokens, args.block_size, args.width, args.lease_s, args.prefix_caching
+    )
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.linger = 0

@@ -46,8 +46,14 @@ class RequestSpec:
     output_len: int
 
 
-def section46_requests(num_requests: int = 1000, prompt_min: int = 50, prompt_max: int = 499,
-                       output_mean: float = 200.0, output_cap: int = 2048, seed: int = 0) -> list[RequestSpec]:
+def section46_requests(
+    num_requests: int = 1000,
+    prompt_min: int = 50,
+    prompt_max: int = 499,
+    output_mean: float = 200.0,
+    output_cap: int = 2048,
+    seed: int = 0,
+) -> list[RequestSpec]:
     """Prompts uniform in [prompt_min, prompt_max]; outputs geometric with the given mean, capped
     (long-tailed as real outputs are, so a 'reserve the maximum' server wastes most of what it holds)."""
     rng = np.random.default_rng(seed)

@@ -143,7 +143,9 @@ def make_workload(num_steps: int, min_size: int, max_size: int, seed: int) -> li
     return [(rng.random() < 0.5, rng.randint(min_size, max_size), rng.random()) for _ in range(num_steps)]
 
 
-def run_workload(allocator, policy: str, workload: list[tuple[bool, int, float]], capacity: int) -> PolicyStats:
+def run_workload(
+    allocator, policy: str, workload: list[tuple[bool, int, float]], capacity: int
+) -> PolicyStats:
     """Replay `workload`; a free with nothing live becomes an allocation, as in the seed."""
     stats = PolicyStats(policy)
     live: list[int] = []
@@ -156,9 +158,13 @@ def run_workload(allocator, policy: str, workload: list[tuple[bool, int, float]]
             else:
                 holes = getattr(allocator, "holes", None)
                 stats.failures.append(
-                    Failure(step, size, allocator.free_units(),
-                            len(holes) if holes is not None else 0,
-                            allocator.largest_hole() if holes is not None else allocator.free_units())
+                    Failure(
+                        step,
+                        size,
+                        allocator.free_units(),
+                        len(holes) if holes is not None else 0,
+                        allocator.largest_hole() if holes is not None else allocator.free_units(),
+                    )
                 )
         else:
             allocator.free(live.pop(int(pick * len(live))))

@@ -106,7 +106,7 @@ class ChaseBuffer:
         raw = np.frombuffer(self._map, dtype=np.uint8)
         skew = (-raw.ctypes.data) % HUGE_PAGE_BYTES
         self.array = raw[skew : skew + size_bytes]
-        self.array[::mmap.PAGESIZE] = 0  # fault every page in now, outside any timed region
+        self.array[:: mmap.PAGESIZE] = 0  # fault every page in now, outside any timed region
 
     def huge_page_bytes(self) -> int:
         """AnonHugePages of this mapping in /proc/self/smaps (0 where unknown)."""
@@ -162,7 +162,9 @@ def measure_point(
         raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
     num_slots = working_set_bytes // slot_bytes
     if num_slots < 2 or working_set_bytes > buf.size_bytes:
-        raise ValueError(f"working set {working_set_bytes} B needs 2+ slots of {slot_bytes} B inside {buf.size_bytes} B")
+        raise ValueError(
+            f"working set {working_set_bytes} B needs 2+ slots of {slot_bytes} B inside {buf.size_bytes} B"
+        )
     rng = np.random.default_rng(seed + working_set_bytes)
     if layout == "random":
         order = cycle_order(num_slots, rng)
@@ -173,13 +175,19 @@ def measure_point(
     start = native.link_chain(buf.array, order, slot_bytes)
     del order
     num_loads = max(min_loads, 100)
-    warmup = min(num_slots, 250_000) + 100  # a whole cycle while it is short; past that no line is reused anyway
+    warmup = (
+        min(num_slots, 250_000) + 100
+    )  # a whole cycle while it is short; past that no line is reused anyway
     times, end, overhead = native.chase(buf.array, start, num_loads, repeats, warmup)
     value = statistics.median(times) if statistic == "median" else min(times)
-    return ChasePoint(working_set_bytes, value, min(times), max(times), (num_loads + 99) // 100 * 100, overhead)
+    return ChasePoint(
+        working_set_bytes, value, min(times), max(times), (num_loads + 99) // 100 * 100, overhead
+    )
 
 
-def working_sets(min_bytes: int, max_bytes: int, points_per_octave: int, align_bytes: int = 4096) -> list[int]:
+def working_sets(
+    min_bytes: int, max_bytes: int, points_per_octave: int, align_bytes: int = 4096
+) -> list[int]:
     """Sizes from min to max, `points_per_octave` per doubling, rounded to `align_bytes`."""
     sizes, k = [], 0
     while True:

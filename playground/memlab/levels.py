@@ -80,7 +80,11 @@ def detect_levels(
     levels: list[Level] = []
     for i, j in find_plateaus(sizes_bytes, ns_per_load, rel_tol, min_points):
         latency = statistics.median(ns_per_load[i : j + 1])
-        name = "DRAM" if latency >= dram_min_ns else next((n for n, size in caches if sizes_bytes[j] <= size), "DRAM")
+        name = (
+            "DRAM"
+            if latency >= dram_min_ns
+            else next((n for n, size in caches if sizes_bytes[j] <= size), "DRAM")
+        )
         if any(lv.name == name or lv.name.startswith(name + repeat_suffix) for lv in levels):
             name += repeat_suffix
         levels.append(
@@ -99,6 +103,7 @@ def detect_levels(
 def matching_level(level: Level, others: list[Level]) -> Level | None:
     """The level of another curve whose working-set range overlaps `level`'s most (in log size),
     so a plateau is compared with the same plateau even if the two curves sample other sizes."""
+
     def overlap(a: Level, b: Level) -> float:
         lo, hi = max(a.first_bytes, b.first_bytes), min(a.last_bytes, b.last_bytes)
         return math.log2(hi / lo) if hi >= lo else -math.log2(lo / hi)
@@ -107,7 +112,9 @@ def matching_level(level: Level, others: list[Level]) -> Level | None:
     return best if best is not None and overlap(level, best) >= -1.0 else None
 
 
-def latency_at(sizes_bytes: list[int], ns_per_load: list[float], first_bytes: int, last_bytes: int) -> float | None:
+def latency_at(
+    sizes_bytes: list[int], ns_per_load: list[float], first_bytes: int, last_bytes: int
+) -> float | None:
     """Median latency of another curve (e.g. lat_mem_rd's) over [first_bytes, last_bytes]."""
     inside = [ns for s, ns in zip(sizes_bytes, ns_per_load, strict=True) if first_bytes <= s <= last_bytes]
     return statistics.median(inside) if inside else None

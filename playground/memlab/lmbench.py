@@ -38,8 +38,9 @@ def parse_output(text: str) -> tuple[list[int], list[float]]:
     return sizes, ns
 
 
-def run_lat_mem_rd(max_mib: int, stride_bytes: int = 64, repetitions: int = 3, thrash: bool = True,
-                   timeout_s: float = 600.0) -> tuple[list[int], list[float]]:
+def run_lat_mem_rd(
+    max_mib: int, stride_bytes: int = 64, repetitions: int = 3, thrash: bool = True, timeout_s: float = 600.0
+) -> tuple[list[int], list[float]]:
     """lat_mem_rd's curve up to max_mib; RuntimeError if it is not installed or fails."""
     exe = find_lat_mem_rd()
     if exe is None:

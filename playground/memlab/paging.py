@@ -75,8 +75,17 @@ def demand_paging(size_bytes: int, huge_pages: bool = False) -> list[PagingStep]
     def record(name: str, touched: int) -> None:
         nonlocal rss0, faults0, t0
         elapsed, faults, rss = time.perf_counter() - t0, minor_faults() - faults0, rss_bytes()
-        steps.append(PagingStep(name, touched, rss, rss - rss0, faults, elapsed,
-                                1e6 * elapsed / faults if faults and touched else None))
+        steps.append(
+            PagingStep(
+                name,
+                touched,
+                rss,
+                rss - rss0,
+                faults,
+                elapsed,
+                1e6 * elapsed / faults if faults and touched else None,
+            )
+        )
         rss0, faults0, t0 = rss_bytes(), minor_faults(), time.perf_counter()
 
     region, array = allocate(size_bytes, huge_pages)

@@ -55,8 +55,13 @@ def data_caches(root: Path = SYSFS_CACHE) -> list[CacheLevel]:
         line = _read(index / "coherency_line_size") or "64"
         shared = _read(index / "shared_cpu_list") or "0"
         levels.append(
-            CacheLevel(int(level), kind, parse_size(size.replace("K", "KiB").replace("M", "MiB")),
-                       int(line), _count_cpus(shared))
+            CacheLevel(
+                int(level),
+                kind,
+                parse_size(size.replace("K", "KiB").replace("M", "MiB")),
+                int(line),
+                _count_cpus(shared),
+            )
         )
     return sorted(levels, key=lambda c: c.level)
 

@@ -60,7 +60,9 @@ class AlphaBeta:
             return 2 * math.ceil(math.log2(num_ranks)) * self.message_time_s(num_bytes)
         raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
 
-    def schedule_time_s(self, bucket_sizes_bytes: Iterable[float], num_ranks: int, algorithm: str = "ring") -> float:
+    def schedule_time_s(
+        self, bucket_sizes_bytes: Iterable[float], num_ranks: int, algorithm: str = "ring"
+    ) -> float:
         """All-reduces of the buckets run back to back: the sum of their times."""
         return sum(self.allreduce_time_s(n, num_ranks, algorithm) for n in bucket_sizes_bytes)
 

@@ -131,17 +131,17 @@ class CoordinatorThread(threading.Thread):
             ctx.term()  # waits up to FLUSH_LINGER_MS for release/abort messages to leave
 
 
-def _terminated(signum, frame):
-    # torchrun (and srun) stop the other ranks with SIGTERM when one fails: report it as a consequence
-    # (PeerLost is secondary), so rank 0 can still write the root cause.
-    raise PeerLost(
-        f"terminated by {signal.Signals(signum).name} (the launcher is stopping the run, "
-        f"usually because another rank failed)"
-    )
-
-
 def _run_rank_reporting_sigterm(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    def terminated(signum, frame):
+        # torchrun (and srun) stop the other ranks with SIGTERM when one fails: report it as a
+        # consequence (PeerLost is secondary), so rank 0 can still write the root cause.
+        raise PeerLost(
+            env.rank,
+            f"terminated by {signal.Signals(signum).name} (the launcher is stopping the run, "
+            f"usually because another rank failed)",
+        )
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         return run_rank(scenario, run_dir, env)
     finally:

@@ -11,15 +11,8 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
+from playground.errors import ParamError
 from playground.sizes import ALLOWED_SIZE, Size, parse_size
-
-
-class ParamError(ValueError):
-    """A value that does not fit its field; `key` is the dotted path inside params."""
-
-    def __init__(self, key: str, message: str):
-        self.key = key
-        super().__init__(message)
 
 
 def _describe(tp: Any) -> str:
@@ -116,6 +109,8 @@ def build_params(cls: type, raw: dict | None, prefix: str = "") -> Any:
     values = {name: coerce(hints[name], raw[name], prefix + name) for name in raw}
     try:
         return cls(**values)
+    except ParamError as e:  # raised by the dataclass's __post_init__, relative to it
+        raise ParamError(prefix + e.field, e.message) from None
     except ValueError as e:
         msg = str(e)
         field, sep, rest = msg.partition(": ")

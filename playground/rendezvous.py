@@ -120,7 +120,7 @@ def recv_ctrl(sock: zmq.Socket, want: str, timeout_s: float, rank: int) -> dict:
             continue
         msg = json.loads(sock.recv())
         if msg.get("type") == "abort":
-            raise PeerLost(f"rank {rank}: aborted: {msg.get('reason', 'the run was aborted')}")
+            raise PeerLost(rank, msg.get("reason", "the run was aborted"))
         if msg.get("type") == want:
             return msg
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
-from playground.errors import ScenarioError
-from playground.params import ParamError, build_params, params_to_dict
+from playground.errors import ParamError, ScenarioError
+from playground.params import build_params, params_to_dict
 
 TRANSPORTS = ("ipc", "tcp", "shm")
 MAX_RANKS = 64
@@ -180,17 +180,19 @@ def load_scenario(
     try:
         params = build_params(params_cls, raw.get("params"), "") if params_cls else (raw.get("params") or {})
     except ParamError as e:
-        raise ScenarioError(f"{src}: key 'params.{e.key}': {e}") from None
+        raise ScenarioError(f"{src}: key 'params.{e.field}': {e.message}") from None
     try:
         fault = build_params(Fault, raw["fault"]) if raw.get("fault") else None
     except ParamError as e:
-        raise ScenarioError(f"{src}: key 'fault.{e.key}': {e}") from None
+        raise ScenarioError(f"{src}: key 'fault.{e.field}': {e.message}") from None
     if fault and not 0 <= fault.rank < raw["ranks"]:
         raise ScenarioError(f"{src}: key 'fault.rank': expected 0..{raw['ranks'] - 1}, got {fault.rank}")
     check = getattr(module, "check_scenario", None)
     if check:
         try:
             check(params, raw["ranks"])
+        except ParamError as e:
+            raise ScenarioError(f"{src}: key '{e.field}': {e.message}") from None
         except ValueError as e:
             raise ScenarioError(f"{src}: {e}") from None
     return Scenario(

@@ -32,7 +32,7 @@ def _error_message(rank: int, exc: BaseException) -> dict:
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(exc)),
     }
-    if isinstance(exc, (CommTimeout, PeerLost)) and getattr(exc, "peer", None) is not None:
+    if isinstance(exc, (CommTimeout, PeerLost)) and exc.peer is not None:
         msg["waiting_for"] = exc.peer
     if isinstance(exc, PeerLost):
         msg["secondary"] = True

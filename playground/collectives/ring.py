@@ -32,7 +32,7 @@ from playground.collectives.chunks import (
 )
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
-from playground.errors import CommError
+from playground.errors import MessageMismatch
 from playground.trace import CAT_PHASE, now_us
 
 TAG_RING = -10
@@ -87,9 +87,14 @@ def reduce_scatter_into(
 
     def received(got: int, want: int, step: int) -> None:
         if got != want:
-            raise CommError(
+            raise MessageMismatch(
                 f"rank {comm.rank}: ring.reduce_scatter step {step}: expected {want} elements from rank "
-                f"{left}, got {got} (do all ranks pass the same count and dtype?)"
+                f"{left}, got {got} (do all ranks pass the same count and dtype?)",
+                rank=comm.rank,
+                peer=left,
+                direction="from",
+                tag=tag,
+                op="ring.reduce_scatter",
             )
 
     sends = [

@@ -10,7 +10,7 @@ import numpy as np
 
 from playground.collectives.chunks import segment_bounds
 from playground.collectives.ops import ReduceOp
-from playground.errors import CommError
+from playground.errors import MessageMismatch
 
 
 def exchange(
@@ -34,9 +34,14 @@ def exchange(
         for a, b in segment_bounds(*recv, segment_elems):
             got = comm.recv_reduce(recv_from, tag, buf[a:b], ufunc)
             if got != b - a:
-                raise CommError(
+                raise MessageMismatch(
                     f"rank {comm.rank}: {what}: expected {b - a} elements from rank {recv_from}, "
-                    f"got {got} (do all ranks pass the same count and dtype?)"
+                    f"got {got} (do all ranks pass the same count and dtype?)",
+                    rank=comm.rank,
+                    peer=recv_from,
+                    direction="from",
+                    tag=tag,
+                    op=what,
                 )
     for req in sends:
         req.wait()

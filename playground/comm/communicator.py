@@ -30,7 +30,7 @@ import numpy as np
 import zmq
 
 from playground.comm import pipes, wire
-from playground.errors import CommTimeout, FaultInjected, PeerLost
+from playground.errors import CommTimeout, FaultInjected, InvalidPeer, PeerLost
 from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this, copying is cheaper than tracking a zero-copy frame
@@ -154,7 +154,7 @@ class Communicator:
 
     def _check_peer(self, peer: int, role: str) -> None:
         if not 0 <= peer < self.size:
-            raise ValueError(f"rank {self.rank}: {role} {peer} is not a rank (world size {self.size})")
+            raise InvalidPeer(self.rank, peer, role, self.size)
 
     def _count_op(self, array: bool = False) -> bool:
         """Fault drills only: the fault fires on this rank's operation number after_ops + 1 (for
@@ -174,7 +174,7 @@ class Communicator:
             if f.action == "hang":
                 while True:
                     time.sleep(3600)
-            raise FaultInjected(f"rank {self.rank}: injected fault after {f.after_ops} operations")
+            raise FaultInjected(self.rank, f.after_ops)
         return False
 
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
@@ -271,15 +271,15 @@ class Communicator:
                 return got
             self.check_abort()
             if time.monotonic() >= deadline:
-                exc = CommTimeout(
+                raise CommTimeout(
                     self.rank,
-                    f"room to send to rank {dst} (tag {tag}) in {where}",
-                    None,
-                    None,
+                    "send",
+                    dst,
+                    tag,
                     self.timeout_s,
+                    what=f"room to send to rank {dst} (tag {tag}) in {where}",
+                    direction="to",
                 )
-                exc.peer = dst
-                raise exc
             self._next_message(1)  # the peer makes room by receiving, unannounced: look again in 1 ms
 
     def _copy_out_parked(self) -> None:
@@ -307,13 +307,7 @@ class Communicator:
         if self._ctrl is not None and self._ctrl.poll(0):
             self._handle_ctrl()
         if self.aborted:
-            if src is None:
-                raise PeerLost(f"rank {self.rank}: aborted: {self.aborted}")
-            exc = PeerLost(
-                f"rank {self.rank}: aborted while waiting for {op} from rank {src} tag {tag}: {self.aborted}"
-            )
-            exc.peer = src
-            raise exc
+            raise PeerLost(self.rank, self.aborted, peer=src, tag=tag, op=op)
 
     def _handle_ctrl(self) -> None:
         while True:

@@ -78,9 +78,9 @@ class Inboxes:
         except BlockingIOError:
             return False
         except BrokenPipeError:  # no reader any more: the peer's process is gone
-            exc = PeerLost(f"rank {self.rank}: rank {dst} closed its inbox (it exited or died)")
-            exc.peer = dst
-            raise exc from None
+            raise PeerLost(
+                self.rank, f"rank {dst} closed its inbox (it exited or died)", peer=dst, direction="to"
+            ) from None
 
     # -- receiving -------------------------------------------------------------------------
     def next_record(self, timeout_ms: int) -> bytes | None:

@@ -6,10 +6,11 @@ from collections import defaultdict
 import numpy as np
 import zmq
 
+from playground.errors import PlaygroundError
 from playground.kvcache import protocol as P
 
 
-class KVServerError(Exception):
+class KVServerError(PlaygroundError):
     def __init__(self, header: dict):
         self.code, self.header = header.get("error"), header
         super().__init__(f"{header.get('error')}: {header.get('message')}")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from playground.errors import PlaygroundError
+
 KV_DTYPE = np.dtype("<f4")
 OPS = ("ping", "create", "append", "fork", "read", "free", "stats")
 
@@ -29,7 +31,7 @@ OUT_OF_MEMORY = "out_of_memory"  # refused, nothing changed; may fit later (see 
 ERROR_CODES = (BAD_FRAME, BAD_REQUEST, UNKNOWN_OP, UNKNOWN_SEQUENCE, BAD_KV_SHAPE, OUT_OF_MEMORY)
 
 
-class ProtocolError(Exception):
+class ProtocolError(PlaygroundError):
     """A request the server refuses; becomes an error reply, the server goes on."""
 
     def __init__(self, code: str, message: str, **extra):

@@ -126,7 +126,7 @@ def main(comm, params: Params) -> dict:
     if comm.rank > 1:
         return {"rows": []}
     raw = RawPair(
-        comm, os.environ.get("PLAYGROUND_TRANSPORT", "tcp" if comm.endpoints[0].startswith("tcp") else "ipc")
+        comm, os.environ.get("PLAYGROUND_TRANSPORT", "tcp" if comm.transport.name == "tcp" else "ipc")
     )
     peer = 1 - comm.rank
     ours_send = lambda b: comm.send(b, peer, TAG)  # noqa: E731
@@ -151,7 +151,7 @@ def main(comm, params: Params) -> dict:
             rows.append(row)
     finally:
         raw.close()
-    return {"rows": rows, "ours_path": "shared memory + pipes" if comm.pipes is not None else "ZeroMQ"}
+    return {"rows": rows, "ours_path": "shared memory + pipes" if comm.transport.name == "shm" else "ZeroMQ"}
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:

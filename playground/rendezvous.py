@@ -78,25 +78,6 @@ def ipc_dir(master_port: int) -> str:
     )
 
 
-def bind_data_socket(ctx: zmq.Context, env: RankEnv, transport: str) -> tuple[zmq.Socket, str]:
-    """The rank's PULL socket, bound, and the endpoint peers connect to."""
-    sock = ctx.socket(zmq.PULL)
-    sock.setsockopt(zmq.RCVHWM, 0)
-    sock.setsockopt(zmq.RCVBUF, 4 << 20)  # as the senders' SNDBUF: fewer wake-ups per large message
-    sock.setsockopt(zmq.LINGER, 0)
-    if transport in ("ipc", "shm"):
-        path = os.path.join(ipc_dir(env.master_port), f"rank-{env.rank}.sock")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if os.path.exists(path):
-            os.unlink(path)
-        sock.bind(f"ipc://{path}")
-        return sock, f"ipc://{path}"
-    host = local_ip_towards(env.master_addr)
-    sock.bind(f"tcp://{'127.0.0.1' if host == '127.0.0.1' else '*'}:0")
-    port = sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
-    return sock, f"tcp://{host}:{port}"
-
-
 def send_ctrl(sock: zmq.Socket, msg: dict) -> None:
     sock.send(json.dumps(msg, default=_jsonable).encode())
 

@@ -29,11 +29,19 @@ def now_us() -> float:
 class Tracer:
     """Collects events in a list; `flush()` appends them to rank-<r>.jsonl."""
 
-    def __init__(self, rank: int, path: Path | None, enabled: bool = True, clock_offset_us: float = 0.0):
+    def __init__(
+        self,
+        rank: int,
+        path: Path | None,
+        enabled: bool = True,
+        clock_offset_us: float = 0.0,
+        clock_ns=time.monotonic_ns,
+    ):
         self.rank = rank
         self.path = path
         self.enabled = enabled
         self.clock_offset_us = clock_offset_us
+        self.clock_ns = clock_ns  # the rank's time source: CLOCK_MONOTONIC, or a simulation's virtual clock
         self._events: list[tuple] = []
         self._lock = threading.Lock()
         self._tids: dict[int, int] = {}
@@ -47,16 +55,21 @@ class Tracer:
         flush (`ARG_NAMES[name]` names them), so logging costs a tuple, not a dict, per message."""
         self._events.append((t0_ns, t1_ns, name, cat, _get_ident(), args, None))
 
+    def now_us(self) -> float:
+        """This rank's clock, in microseconds (what `add` takes)."""
+        return self.clock_ns() / 1000.0
+
     @contextmanager
     def span(self, name: str, cat: str = CAT_COMPUTE, **args):
+        """Record the time the `with` body takes as one event (nothing when disabled)."""
         if not self.enabled:
             yield
             return
-        t0 = time.monotonic_ns()
+        t0 = self.clock_ns()
         try:
             yield
         finally:
-            t1 = time.monotonic_ns()
+            t1 = self.clock_ns()
             self._events.append(
                 (t0 / 1000.0, (t1 - t0) / 1000.0, name, cat, threading.get_ident(), args or None)
             )

@@ -14,8 +14,9 @@ import zmq
 
 from playground import rendezvous
 from playground.comm.communicator import Communicator
-from playground.comm.pipes import Inboxes, spin_budget_s
-from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
+from playground.comm.control import LauncherLink
+from playground.comm.faults import FaultyTransport
+from playground.comm.opening import open_end
 from playground.errors import CommTimeout, PeerLost
 from playground.scenario import Scenario, load_node
 from playground.trace import Tracer, now_us
@@ -50,34 +51,27 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
     ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
     ctrl.connect(env.coordinator)
-    data = None
+    end = None
     tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
     comm = None
     try:
-        data, endpoint = rendezvous.bind_data_socket(ctx, env, scenario.transport)
-        if scenario.transport == "shm":  # every inbox exists before any rank leaves the rendezvous
-            inboxes = Inboxes(env.rank, shm_dir_for(env.master_port), spin_budget_s(env.world_size))
-        endpoints, offset = rendezvous.join(ctrl, env, endpoint, max(30.0, scenario.timeout_s))
+        end = open_end(scenario.transport, env, ctx)
+        endpoints, offset = rendezvous.join(ctrl, env, end.endpoint, max(30.0, scenario.timeout_s))
         tracer.clock_offset_us = offset
+        transport = end.connect(endpoints)
+        end = None  # the transport owns it now
+        fault = scenario.fault
+        if fault is not None and fault.rank == env.rank:
+            transport = FaultyTransport(transport, env.rank, fault.action, fault.after_ops)
         comm = Communicator(
             env.rank,
             env.world_size,
-            ctx,
-            data,
-            ctrl,
-            endpoints,
-            tracer,
+            transport,
+            tracer=tracer,
             timeout_s=scenario.timeout_s,
-            fault=scenario.fault,
+            control=LauncherLink(ctrl, env.rank),
+            run_dir=run_dir,
         )
-        comm.run_dir = run_dir
-        if scenario.transport == "shm":
-            # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the shared-memory path.
-            comm.use_shm(
-                ShmChannels(env.rank, shm_dir_for(env.master_port)),
-                inboxes,
-                int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES)),
-            )
         comm.barrier()
         _, func = load_node(scenario.node)
         result = func(comm, scenario.params)
@@ -102,8 +96,8 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     finally:
         if comm is not None:
             comm.close()
-        if data is not None:
-            data.close(linger=0)
+        if end is not None:
+            end.close()
         ctrl.close()
         ctx.term()
         faulthandler.unregister(signal.SIGUSR1)

@@ -21,13 +21,17 @@ def grid_scenario(tmp_path, algorithm, n, segment_bytes=1 << 20, transport="ipc"
     return str(p)
 
 
+GRID = [("ipc", n) for n in (1, 2, 3, 5, 8)] + [(t, n) for t in ("tcp", "shm") for n in (3, 5)]
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
-@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
-def test_grid_over_real_processes(tmp_path, runs_dir, algorithm, n):
-    """Every dtype x op x length (0, 1, N-1, N+1, 3001) in a user's own node module; exact on every rank."""
+@pytest.mark.parametrize("transport,n", GRID)
+def test_grid_over_real_processes(tmp_path, runs_dir, algorithm, transport, n):
+    """Every dtype x op x length (0, 1, N-1, N+1, 3001) in a user's own node module; exact on every
+    rank; over each transport (ZeroMQ ipc at every size, tcp and shared memory at 3 and 5 ranks)."""
     code, result, out, err = run_scenario(
-        grid_scenario(tmp_path, algorithm, n), runs_dir, env={"PYTHONPATH": str(TESTS)}
+        grid_scenario(tmp_path, algorithm, n, transport=transport), runs_dir, env={"PYTHONPATH": str(TESTS)}
     )
     assert code == 0, out + err
     assert result["ok"] and result["ranks"] == n

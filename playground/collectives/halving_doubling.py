@@ -23,7 +23,7 @@ import numpy as np
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_elems_for, work_buffer
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
-from playground.trace import CAT_PHASE, now_us
+from playground.trace import CAT_PHASE
 
 TAG_HD = -30
 
@@ -98,39 +98,16 @@ def allreduce_halving_doubling(
             return blocks[block_range[0]][0], blocks[block_range[1] - 1][1]
 
         steps = halving_steps(new_rank, p)
-        t0 = now_us()
-        for peer_new, send_blocks, keep_blocks in steps:
-            peer = old_rank(peer_new, comm.size)
-            exchange(
-                comm,
-                buf,
-                span(send_blocks),
-                peer,
-                span(keep_blocks),
-                peer,
-                seg,
-                op,
-                TAG_HD,
-                "hd.reduce_scatter",
-            )
-        t1 = now_us()
-        for peer_new, send_blocks, keep_blocks in reversed(steps):
-            peer = old_rank(peer_new, comm.size)
-            exchange(
-                comm,
-                buf,
-                span(keep_blocks),
-                peer,
-                span(send_blocks),
-                peer,
-                seg,
-                None,
-                TAG_HD,
-                "hd.all_gather",
-            )
-        if comm.tracer.enabled:
-            comm.tracer.add("hd.reduce_scatter", CAT_PHASE, t0, t1 - t0, {"steps": len(steps)})
-            comm.tracer.add("hd.all_gather", CAT_PHASE, t1, now_us() - t1, {"steps": len(steps)})
+        with comm.tracer.span("hd.reduce_scatter", CAT_PHASE, steps=len(steps)):
+            for peer_new, send_blocks, keep_blocks in steps:
+                peer = old_rank(peer_new, comm.size)
+                send, keep = span(send_blocks), span(keep_blocks)
+                exchange(comm, buf, send, peer, keep, peer, seg, op, TAG_HD, "hd.reduce_scatter")
+        with comm.tracer.span("hd.all_gather", CAT_PHASE, steps=len(steps)):
+            for peer_new, send_blocks, keep_blocks in reversed(steps):
+                peer = old_rank(peer_new, comm.size)
+                send, keep = span(keep_blocks), span(send_blocks)
+                exchange(comm, buf, send, peer, keep, peer, seg, None, TAG_HD, "hd.all_gather")
 
     run_folded(comm, buf, op, seg, TAG_HD, "hd", core)
     return buf.reshape(x.shape)

@@ -18,7 +18,7 @@ from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_elems_f
 from playground.collectives.halving_doubling import old_rank, run_folded
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
-from playground.trace import CAT_PHASE, now_us
+from playground.trace import CAT_PHASE
 
 TAG_RD = -40
 
@@ -39,17 +39,15 @@ def allreduce_recursive_doubling(
     whole = (0, buf.size)
 
     def core(new_rank: int, p: int) -> None:
-        t0 = now_us()
-        d = 1
-        while d < p:
-            peer = old_rank(new_rank ^ d, comm.size)
-            # Send first and let the sends complete (small arrays are copied at once; zero-copy ones
-            # leave with ZeroMQ's I/O thread, whatever the peer does), then reduce into the buffer.
-            exchange(comm, buf, whole, peer, None, None, seg, None, TAG_RD, "rd.step")
-            exchange(comm, buf, None, None, whole, peer, seg, op, TAG_RD, "rd.step")
-            d *= 2
-        if comm.tracer.enabled:
-            comm.tracer.add("rd.exchange", CAT_PHASE, t0, now_us() - t0, {"steps": p.bit_length() - 1})
+        with comm.tracer.span("rd.exchange", CAT_PHASE, steps=p.bit_length() - 1):
+            d = 1
+            while d < p:
+                peer = old_rank(new_rank ^ d, comm.size)
+                # Send first and let the sends complete (small arrays are copied at once; zero-copy
+                # ones leave with ZeroMQ's I/O thread, whatever the peer does), then reduce into the buffer.
+                exchange(comm, buf, whole, peer, None, None, seg, None, TAG_RD, "rd.step")
+                exchange(comm, buf, None, None, whole, peer, seg, op, TAG_RD, "rd.step")
+                d *= 2
 
     run_folded(comm, buf, op, seg, TAG_RD, "rd", core)
     return buf.reshape(x.shape)

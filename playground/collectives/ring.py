@@ -33,7 +33,7 @@ from playground.collectives.chunks import (
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
 from playground.errors import MessageMismatch
-from playground.trace import CAT_PHASE, now_us
+from playground.trace import CAT_PHASE
 
 TAG_RING = -10
 
@@ -48,27 +48,17 @@ def allgather_steps(rank: int, size: int) -> list[tuple[int, int]]:
     return [((rank - s) % size, (rank - s - 1) % size) for s in range(size - 1)]
 
 
-def ring_pass(
-    comm, buf: np.ndarray, bounds, steps, segment_elems: int, op: ReduceOp | None, tag: int, phase: str
-) -> None:
-    """Run `steps` around the ring on flat `buf`: reduce with `op`, or copy when op is None."""
+def allgather_pass(comm, buf: np.ndarray, bounds, segment_elems: int, tag: int) -> None:
+    """The ring all-gather on flat `buf`, starting from owning chunk `rank`: N-1 steps of passing
+    the chunk received last to the right neighbour."""
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
-    t_phase = now_us()
-    for step, (send_chunk, recv_chunk) in enumerate(steps):
-        exchange(
-            comm,
-            buf,
-            bounds[send_chunk],
-            right,
-            bounds[recv_chunk],
-            left,
-            segment_elems,
-            op,
-            tag,
-            f"{phase} step {step}",
-        )
-    if comm.tracer.enabled:
-        comm.tracer.add(phase, CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
+    steps = allgather_steps(comm.rank, comm.size)
+    with comm.tracer.span("ring.all_gather", CAT_PHASE, steps=len(steps)):
+        for step, (send_chunk, recv_chunk) in enumerate(steps):
+            what = f"ring.all_gather step {step}"
+            exchange(
+                comm, buf, bounds[send_chunk], right, bounds[recv_chunk], left, segment_elems, None, tag, what
+            )
 
 
 def reduce_scatter_into(
@@ -83,7 +73,6 @@ def reduce_scatter_into(
     steps = reduce_scatter_steps(comm.rank, comm.size)
     last = len(steps) - 1
     ufunc = op.ufunc
-    t_phase = now_us()
 
     def received(got: int, want: int, step: int) -> None:
         if got != want:
@@ -97,23 +86,21 @@ def reduce_scatter_into(
                 op="ring.reduce_scatter",
             )
 
-    sends = [
-        comm.isend(source[a:b], right, tag) for a, b in segment_bounds(*bounds[steps[0][0]], segment_elems)
-    ]
-    for step, (_, recv_chunk) in enumerate(steps):
-        for a, b in segment_bounds(*bounds[recv_chunk], segment_elems):
-            if step < last:  # this chunk is what we send at the next step: reduce into the message
+    with comm.tracer.span("ring.reduce_scatter", CAT_PHASE, steps=len(steps)):
+        first = bounds[steps[0][0]]
+        sends = [comm.isend(source[a:b], right, tag) for a, b in segment_bounds(*first, segment_elems)]
+        for step, (_, recv_chunk) in enumerate(steps):
+            for a, b in segment_bounds(*bounds[recv_chunk], segment_elems):
+                if step < last:  # this chunk is what we send at the next step: reduce into the message
 
-                def fill(out, a=a, b=b, step=step):
-                    received(comm.recv_reduce(left, tag, out, ufunc, base=source[a:b]), b - a, step)
+                    def fill(out, a=a, b=b, step=step):
+                        received(comm.recv_reduce(left, tag, out, ufunc, base=source[a:b]), b - a, step)
 
-                sends.append(comm.isend_computed(right, tag, b - a, buf.dtype, fill))
-            else:
-                received(comm.recv_reduce(left, tag, buf[a:b], ufunc, base=source[a:b]), b - a, step)
-    for req in sends:
-        req.wait()
-    if comm.tracer.enabled:
-        comm.tracer.add("ring.reduce_scatter", CAT_PHASE, t_phase, now_us() - t_phase, {"steps": len(steps)})
+                    sends.append(comm.isend_computed(right, tag, b - a, buf.dtype, fill))
+                else:
+                    received(comm.recv_reduce(left, tag, buf[a:b], ufunc, base=source[a:b]), b - a, step)
+        for req in sends:
+            req.wait()
 
 
 def allreduce_ring(
@@ -135,9 +122,7 @@ def allreduce_ring(
     bounds = chunk_bounds(buf.size, comm.size)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)
-    ring_pass(
-        comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather"
-    )
+    allgather_pass(comm, buf, bounds, seg, TAG_RING)
     return buf.reshape(x.shape)
 
 
@@ -165,7 +150,5 @@ def allgather_ring(comm, x: np.ndarray, segment_bytes: int = DEFAULT_SEGMENT_BYT
     if comm.size > 1 and n:
         bounds = [(i * n, (i + 1) * n) for i in range(comm.size)]
         seg = segment_elems_for(segment_bytes, buf.itemsize)
-        ring_pass(
-            comm, buf, bounds, allgather_steps(comm.rank, comm.size), seg, None, TAG_RING, "ring.all_gather"
-        )
+        allgather_pass(comm, buf, bounds, seg, TAG_RING)
     return buf

@@ -21,7 +21,7 @@ from playground.collectives.chunks import (
 )
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
-from playground.trace import CAT_PHASE, now_us
+from playground.trace import CAT_PHASE
 
 TAG_TREE_REDUCE = -20
 TAG_TREE_BCAST = -21
@@ -50,17 +50,15 @@ def reduce_tree_into(comm, buf: np.ndarray, op: ReduceOp, root: int, segment_byt
     size = comm.size
     vrank = (comm.rank - root) % size
     seg = segment_elems_for(segment_bytes, buf.itemsize)
-    t0 = now_us()
     children, parent = reduce_schedule(vrank, size)
     whole = (0, buf.size)
-    for child in children:
-        exchange(comm, buf, None, None, whole, (child + root) % size, seg, op, TAG_TREE_REDUCE, "tree.reduce")
-    if parent is not None:
-        exchange(
-            comm, buf, whole, (parent + root) % size, None, None, seg, None, TAG_TREE_REDUCE, "tree.reduce"
-        )
-    if comm.tracer.enabled:
-        comm.tracer.add("tree.reduce", CAT_PHASE, t0, now_us() - t0, {"children": len(children)})
+    with comm.tracer.span("tree.reduce", CAT_PHASE, children=len(children)):
+        for child in children:
+            src = (child + root) % size
+            exchange(comm, buf, None, None, whole, src, seg, op, TAG_TREE_REDUCE, "tree.reduce")
+        if parent is not None:
+            dst = (parent + root) % size
+            exchange(comm, buf, whole, dst, None, None, seg, None, TAG_TREE_REDUCE, "tree.reduce")
 
 
 def broadcast_tree_into(comm, buf: np.ndarray, root: int, segment_bytes: int) -> None:
@@ -68,22 +66,19 @@ def broadcast_tree_into(comm, buf: np.ndarray, root: int, segment_bytes: int) ->
     size = comm.size
     vrank = (comm.rank - root) % size
     seg = segment_elems_for(segment_bytes, buf.itemsize)
-    t0 = now_us()
     parent, children = bcast_schedule(vrank, size)
     whole = (0, buf.size)
-    if parent is not None:
-        exchange(
-            comm, buf, None, None, whole, (parent + root) % size, seg, None, TAG_TREE_BCAST, "tree.broadcast"
-        )
-    sends = [
-        comm.isend(buf[a:b], (child + root) % size, TAG_TREE_BCAST)
-        for child in children
-        for a, b in segment_bounds(0, buf.size, seg)
-    ]
-    for req in sends:
-        req.wait()
-    if comm.tracer.enabled:
-        comm.tracer.add("tree.broadcast", CAT_PHASE, t0, now_us() - t0, {"children": len(children)})
+    with comm.tracer.span("tree.broadcast", CAT_PHASE, children=len(children)):
+        if parent is not None:
+            src = (parent + root) % size
+            exchange(comm, buf, None, None, whole, src, seg, None, TAG_TREE_BCAST, "tree.broadcast")
+        sends = [
+            comm.isend(buf[a:b], (child + root) % size, TAG_TREE_BCAST)
+            for child in children
+            for a, b in segment_bounds(0, buf.size, seg)
+        ]
+        for req in sends:
+            req.wait()
 
 
 def allreduce_tree(

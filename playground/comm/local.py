@@ -1,112 +1,110 @@
-"""An in-process stand-in for the communicator: one thread per rank, queues instead of sockets.
+"""An in-process transport: one thread per rank, a queue per rank instead of sockets.
 
-It runs the very same collective code as the ZeroMQ communicator, which makes large
-correctness grids fast (no processes) and lets a schedule be tried without a launcher. It is a
-model of the transport, not a transport: real runs always go over ZeroMQ.
+`run_local` runs a function on N threads, each with a real `Communicator` over this transport,
+so the production matching, deadlines and abort code run too: large correctness grids are fast
+(no processes) and a schedule can be tried without a launcher. Messages are copied at send time
+(the sender may reuse its array at once, as with a buffered MPI send). Real runs go over ZeroMQ
+or shared memory.
 """
 
 import queue
 import threading
-from collections import defaultdict
 
 import numpy as np
+import zmq
 
-from playground.errors import CommTimeout
-from playground.trace import Tracer
+from playground.comm.communicator import Communicator
+from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, PlainReserve
+from playground.errors import PeerLost
 
-
-class _Done:
-    def wait(self, timeout_s=None):
-        return None
-
-    def test(self):
-        return True
+SEGMENT_BYTES = 1 << 20
+_U1 = np.dtype("u1")
 
 
-class LocalCommunicator:
-    def __init__(self, rank: int, size: int, mailboxes, timeout_s: float = 10.0):
-        self.rank, self.size, self.timeout_s = rank, size, timeout_s
-        self.tracer = Tracer(rank, None, enabled=False)
-        self._mail = mailboxes
-        self.bytes_sent = self.bytes_received = 0
+class LocalTransport(PlainReserve):
+    """Rank `rank`'s side of `inboxes` (one queue per rank, shared by all threads)."""
 
-    def isend(self, x: np.ndarray, dst: int, tag: int = 0):
-        if not 0 <= dst < self.size:
-            raise ValueError(f"rank {self.rank}: destination {dst} is not a rank (world size {self.size})")
-        arr = np.array(x, copy=True)
+    name = "local"
+    segment_bytes = SEGMENT_BYTES
+
+    def __init__(self, rank: int, inboxes: list[queue.SimpleQueue]):
+        self.rank, self.inboxes = rank, inboxes
+
+    def send(self, dst: int, tag: int, x: np.ndarray):
+        arr = x.copy()
         arr.flags.writeable = False
-        self._mail[(dst, self.rank, tag)].put(arr)
-        self.bytes_sent += arr.nbytes
-        return _Done()
+        self.inboxes[dst].put(Message(self.rank, tag, KIND_ARRAY, arr.dtype, arr.shape, arr))
+        return COMPLETE
 
-    def isend_computed(self, dst: int, tag: int, count: int, dtype, fill):
-        out = np.empty(count, np.dtype(dtype))
-        fill(out)
-        return self.isend(out, dst, tag)
+    def send_obj(self, dst: int, tag: int, body: bytes):
+        self.inboxes[dst].put(Message(self.rank, tag, KIND_OBJ, _U1, (), body))
+        return COMPLETE
 
-    def send(self, x, dst, tag=0):
-        self.isend(x, dst, tag)
-
-    def recv(self, src: int, tag: int = 0, out=None, timeout_s=None):
-        t = self.timeout_s if timeout_s is None else timeout_s
+    def receive(self, timeout_ms: int) -> Message | None:
         try:
-            arr = self._mail[(self.rank, src, tag)].get(timeout=t)
+            if timeout_ms <= 0:
+                return self.inboxes[self.rank].get_nowait()
+            return self.inboxes[self.rank].get(timeout=timeout_ms / 1000)
         except queue.Empty:
-            raise CommTimeout(self.rank, "recv", src, tag, t) from None
-        self.bytes_received += arr.nbytes
-        if out is not None:
-            np.copyto(out.reshape(arr.shape), arr)
-            return out
-        return arr
+            return None
 
-    def recv_reduce(self, src: int, tag: int, target: np.ndarray, ufunc=None, base=None) -> int:
-        arr = self.recv(src, tag)
-        if arr.size == target.size:
-            if ufunc is None:
-                np.copyto(target, arr.reshape(target.shape))
-            else:
-                ufunc(target if base is None else base, arr.reshape(target.shape), out=target)
-        return arr.size
-
-    def barrier(self, timeout_s=None):
-        empty = np.empty(0, dtype=np.uint8)
-        dist = 1
-        while dist < self.size:
-            self.isend(empty, (self.rank + dist) % self.size, -1)
-            self.recv((self.rank - dist) % self.size, -1, timeout_s=timeout_s)
-            dist *= 2
+    def close(self) -> None:
+        pass
 
 
-def run_local(size: int, fn, timeout_s: float = 30.0) -> list:
-    """Run fn(comm) on `size` threads, one LocalCommunicator each; returns each rank's result.
+class _SharedAbort:
+    """The launcher's role in one process: when a rank fails, the others' waits raise PeerLost."""
 
-    The first exception raised on any rank is re-raised here.
+    def __init__(self):
+        self.reason: str | None = None
+
+    def abort_reason(self) -> str | None:
+        return self.reason
+
+    def progress(self, done: int, total: int, label: str = "") -> None:
+        pass
+
+
+def run_local(
+    size: int, fn, timeout_s: float = 30.0, transport: str = "local", directory: str | None = None
+) -> list:
+    """Run fn(comm) on `size` threads, one Communicator each; returns each rank's result.
+
+    `transport` is "local" (queues) or any real kind, "ipc", "tcp", "shm", with its sockets and
+    shared memory in `directory` (opening.open_world). When a rank raises, the others are aborted
+    (PeerLost) and the first error is re-raised here.
     """
-    lock = threading.Lock()
-    mail: dict = defaultdict(queue.Queue)
+    from playground.comm.opening import open_world  # opening imports this module
 
-    class _Mail(dict):
-        def __missing__(self, key):
-            with lock:
-                return mail[key]
-
-    boxes = _Mail()
+    ctx = zmq.Context() if transport in ("ipc", "tcp") else None
+    transports = open_world(transport, size, directory or "", ctx)
+    control = _SharedAbort()
     results: list = [None] * size
     errors: list = []
 
     def body(rank):
+        comm = Communicator(rank, size, transports[rank], timeout_s=timeout_s, control=control)
         try:
-            results[rank] = fn(LocalCommunicator(rank, size, boxes, timeout_s))
+            results[rank] = fn(comm)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller
             errors.append(e)
+            if not isinstance(e, PeerLost) and control.reason is None:
+                control.reason = f"rank {rank} failed: {type(e).__name__}: {e}"
 
     threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout_s + 5)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout_s + 5)
+    finally:
+        if not any(t.is_alive() for t in threads):
+            for t in transports:
+                t.close()
+            if ctx is not None:
+                ctx.term()
     if errors:
-        raise errors[0]
+        raise next((e for e in errors if not isinstance(e, PeerLost)), errors[0])
     if any(t.is_alive() for t in threads):
         raise TimeoutError(f"run_local: ranks still running after {timeout_s + 5}s")
     return results

@@ -60,6 +60,7 @@ class _OutRing:
         self.written = 0  # running total of bytes handed out (including alignment)
         self.head = 0
         self.outstanding: deque[tuple[int, int]] = deque()  # (end, position) in send order
+        self._undo = (0, 0)  # (head, written) before the last allocation
 
     def allocate(self, nbytes: int) -> tuple[int, int] | None:
         """(position, end) for a message of `nbytes`, or None if it does not fit right now."""
@@ -80,10 +81,16 @@ class _OutRing:
                 pos = None
         if pos is None:
             return None
+        self._undo = (self.head, self.written)
         self.head = pos + size
         self.written += size
         self.outstanding.append((self.written, pos))
         return pos, self.written
+
+    def undo(self) -> None:
+        """Take back the last allocation, which was never announced to the receiver."""
+        self.outstanding.pop()
+        self.head, self.written = self._undo
 
 
 class _InRing:
@@ -125,6 +132,10 @@ class ShmChannels:
             return None
         pos, end = slot
         return ring.data[pos : pos + nbytes], _DESC.pack(pos, nbytes, end)
+
+    def undo_alloc(self, dst: int) -> None:
+        """Return the space of the last `try_alloc` for `dst` (its descriptor could not be sent)."""
+        self._out[dst].undo()
 
     def arrived(self, src: int, descriptor: bytes) -> tuple[np.ndarray, int]:
         """(read-only byte view, end) of a message as it arrives; `release(src, end)` when done."""

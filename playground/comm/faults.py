@@ -1,0 +1,78 @@
+"""Failure drills: a transport wrapper that makes one rank fail on purpose (a scenario's `fault:`).
+
+It counts the rank's posts (arrays and objects); the post numbered `after_ops + 1` fires the
+fault: `kill` (SIGKILL itself), `exit` (status 3), `hang` (sleep forever), `raise`
+(FaultInjected), or `corrupt`: flip one bit of the first array posted from then on, which the
+collectives' correctness check must catch. A post that found no room does not count: it is retried.
+Only the failing rank's transport is wrapped, so the others pay nothing.
+"""
+
+import os
+import signal
+import time
+
+import numpy as np
+
+from playground.comm.transport import NoRoom, Outgoing
+from playground.errors import FaultInjected
+
+
+class FaultyTransport:
+    """`inner` with the scenario's fault armed on this rank."""
+
+    def __init__(self, inner, rank: int, action: str, after_ops: int):
+        self.inner, self.rank, self.action, self.after_ops = inner, rank, action, after_ops
+        self.name, self.segment_bytes = inner.name, inner.segment_bytes
+        self.num_ops = 0
+        self.armed = True
+        self._flipped: Outgoing | None = None
+
+    def _fire_if_due(self, array: bool) -> bool:
+        """Fire the fault if this post is the one; True means: corrupt this array."""
+        if not self.armed or self.num_ops < self.after_ops:
+            return False
+        if self.action == "corrupt":
+            return array
+        self.armed = False
+        if self.action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.action == "exit":
+            os._exit(3)
+        if self.action == "hang":
+            while True:
+                time.sleep(3600)
+        raise FaultInjected(self.rank, self.after_ops)
+
+    def _count(self, got, corrupted: bool = False):
+        if not isinstance(got, NoRoom):
+            self.num_ops += 1
+            if corrupted:
+                self.armed = False
+        return got
+
+    def send(self, dst: int, tag: int, x: np.ndarray):
+        corrupt = self._fire_if_due(x.nbytes > 0)
+        if corrupt:
+            x = x.copy()
+            x.reshape(-1).view(np.uint8)[0] ^= 1
+        return self._count(self.inner.send(dst, tag, x), corrupt)
+
+    def reserve(self, dst: int, count: int, dtype: np.dtype):
+        return self.inner.reserve(dst, count, dtype)
+
+    def send_reserved(self, out: Outgoing, tag: int):
+        corrupt = self._fire_if_due(out.array.nbytes > 0)
+        if corrupt and self._flipped is not out:  # flip once, even if the post is retried
+            out.array.reshape(-1).view(np.uint8)[0] ^= 1
+            self._flipped = out
+        return self._count(self.inner.send_reserved(out, tag), corrupt)
+
+    def send_obj(self, dst: int, tag: int, body: bytes):
+        self._fire_if_due(False)
+        return self._count(self.inner.send_obj(dst, tag, body))
+
+    def receive(self, timeout_ms: int):
+        return self.inner.receive(timeout_ms)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,88 @@
+"""Making a rank's transport in two steps around the rendezvous.
+
+First the rank opens its local end (a bound ZeroMQ socket, or its pipe inbox), whose address goes
+into the coordinator's table; every end exists before any rank leaves the rendezvous, so no
+first message can miss it. Once the table with every peer's address is back, `connect` returns
+the finished transport.
+"""
+
+import os
+import queue
+
+import zmq
+
+from playground.comm.local import LocalTransport
+from playground.comm.pipes import Inboxes, inbox_path, spin_budget_s
+from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
+from playground.comm.shm_transport import ShmTransport
+from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZmqTransport
+from playground.rendezvous import RankEnv, ipc_dir, local_ip_towards
+
+
+class ZmqEnd:
+    """The rank's PULL socket, bound on ipc:// in `ipc_directory` (one host) or on tcp:// on the
+    address that routes towards `master_addr` (reachable from other hosts)."""
+
+    def __init__(self, ctx: zmq.Context, rank: int, kind: str, ipc_directory: str, master_addr: str):
+        self.ctx, self.rank, self.kind = ctx, rank, kind
+        sock = self.sock = ctx.socket(zmq.PULL)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)  # as the senders' SNDBUF
+        sock.setsockopt(zmq.LINGER, 0)
+        if kind == "ipc":
+            path = os.path.join(ipc_directory, f"rank-{rank}.sock")
+            os.makedirs(ipc_directory, exist_ok=True)
+            if os.path.exists(path):
+                os.unlink(path)
+            sock.bind(f"ipc://{path}")
+            self.endpoint = f"ipc://{path}"
+        else:
+            host = local_ip_towards(master_addr)
+            sock.bind(f"tcp://{'127.0.0.1' if host == '127.0.0.1' else '*'}:0")
+            port = sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+            self.endpoint = f"tcp://{host}:{port}"
+
+    def connect(self, endpoints: list[str]) -> ZmqTransport:
+        return ZmqTransport(self.rank, self.ctx, self.sock, endpoints, self.kind)
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+class ShmEnd:
+    """The rank's pipe inbox in `directory` (the run's, in /dev/shm; its rings are made on first send)."""
+
+    def __init__(self, rank: int, world_size: int, directory: str):
+        self.rank, self.dir = rank, directory
+        self.inboxes = Inboxes(rank, directory, spin_budget_s(world_size))
+        self.endpoint = f"shm://{inbox_path(directory, rank)}"
+
+    def connect(self, endpoints: list[str]) -> ShmTransport:
+        # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the rings.
+        min_bytes = int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES))
+        return ShmTransport(self.rank, ShmChannels(self.rank, self.dir), self.inboxes, min_bytes)
+
+    def close(self) -> None:
+        self.inboxes.close()
+
+
+def open_end(kind: str, env: RankEnv, ctx: zmq.Context) -> ZmqEnd | ShmEnd:
+    """The local end of transport `kind` ("ipc", "tcp" or "shm") for this rank of a launched run."""
+    if kind == "shm":
+        return ShmEnd(env.rank, env.world_size, shm_dir_for(env.master_port))
+    return ZmqEnd(ctx, env.rank, kind, ipc_dir(env.master_port), env.master_addr)
+
+
+def open_world(kind: str, size: int, directory: str, ctx: zmq.Context | None = None) -> list:
+    """Transports of `kind` for all `size` ranks of a world inside this process (each rank then
+    runs on its own thread): how tests run the same code over every transport without a launcher.
+    ipc sockets and shared-memory files go into `directory`; ZeroMQ kinds need `ctx`."""
+    if kind == "local":
+        inboxes = [queue.SimpleQueue() for _ in range(size)]
+        return [LocalTransport(rank, inboxes) for rank in range(size)]
+    if kind == "shm":
+        ends = [ShmEnd(rank, size, directory) for rank in range(size)]
+    else:
+        ends = [ZmqEnd(ctx, rank, kind, directory, "127.0.0.1") for rank in range(size)]
+    endpoints = [end.endpoint for end in ends]
+    return [end.connect(endpoints) for end in ends]

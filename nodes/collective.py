@@ -13,8 +13,9 @@ import numpy as np
 
 from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce
-from playground.collectives.check import busbw_factor, count_wrong, expected_output, input_count, pattern
-from playground.report import Report, Table
+from playground.collectives.check import count_wrong, expected_output, input_count, pattern
+from playground.collectives.report import bench_report
+from playground.report import Report
 from playground.sizes import Size, format_size
 from playground.trace import CAT_OP, now_us
 
@@ -117,94 +118,13 @@ def main(comm, params: Params) -> dict:
     return {"rows": rows, "ok": all(r["wrong"] <= 0 for r in rows)}
 
 
-COLUMNS = {
-    "size": "size (B)",
-    "count": "count",
-    "dtype": "type",
-    "op": "redop",
-    "algorithm": "algo",
-    "time_us": "time (us)",
-    "algbw_gbps": "algbw (GB/s)",
-    "busbw_gbps": "busbw (GB/s)",
-    "wrong": "#wrong",
-}
-IN_PLACE_COLUMNS = {
-    "ip_time_us": "in-place time (us)",
-    "ip_algbw_gbps": "algbw",
-    "ip_busbw_gbps": "busbw",
-    "ip_wrong": "#wrong",
-}
-
-
-def combine_rows(results: list[dict], params: Params) -> list[dict]:
-    """One row per (algorithm, size): the slowest rank's median (the op ends when the last rank does);
-    with in-place measurements, their columns (prefix ip_) in the same row, as nccl-tests prints."""
-    factor = busbw_factor(params.collective, len(results))
-    op = params.op if params.collective in ("allreduce", "reduce_scatter", "reduce") else "none"
-    rows = []
-    for k, base in enumerate(results[0]["rows"]):
-        per_rank = [res["rows"][k] for res in results]
-        row = {
-            "size": base["size"],
-            "count": base["count"],
-            "dtype": params.dtype,
-            "op": op,
-            "algorithm": base["algorithm"],
-        }
-        row.update(_slowest(per_rank, "", base["size"], factor, params.check))
-        if "ip_median_us" in base:
-            row.update(_slowest(per_rank, "ip_", base["size"], factor, params.check))
-        rows.append(row)
-    return rows
-
-
-def _slowest(per_rank: list[dict], prefix: str, size: int, factor: float, checked: bool) -> dict:
-    t_us = max(r[prefix + "median_us"] for r in per_rank)
-    algbw = size / (t_us * 1e-6) / 1e9 if t_us > 0 else 0.0
-    return {
-        prefix + "time_us": round(t_us, 2),
-        prefix + "algbw_gbps": round(algbw, 6),
-        prefix + "busbw_gbps": round(algbw * factor, 6),
-        prefix + "wrong": sum(max(0, r[prefix + "wrong"]) for r in per_rank) if checked else -1,
-    }
-
-
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    n = len(results)
-    rows = combine_rows(results, params)
-    failures = [
-        f"{r[key]} wrong elements: {params.collective} {r['algorithm']}{place} size {r['size']}"
-        for r in rows
-        for key, place in (("wrong", ""), ("ip_wrong", " in place"))
-        if r.get(key, 0) > 0
-    ]
-    factor = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}.get(
-        params.collective, "1"
-    )
-    title = (
-        f"{params.collective}, {n} ranks, {params.dtype}: median of {params.iters} iterations after "
-        f"{params.warmup} warm-up; slowest rank; busbw = algbw x {factor}"
-    )
-    columns = {**COLUMNS, **IN_PLACE_COLUMNS} if params.inplace else COLUMNS
-    return Report(
-        ok=not failures,
-        tables=[Table(title, rows, columns)],
-        failures=failures,
-        notes=closing_lines(rows, params.check),
+    return bench_report(
+        [res["rows"] for res in results],
+        params.collective,
+        params.dtype,
+        params.op,
+        params.iters,
+        params.warmup,
         data={"collective": params.collective, "algorithms": list(params.algorithm)},
     )
-
-
-def closing_lines(rows: list[dict], checked: bool) -> list[str]:
-    """nccl-tests' last lines: wrong values overall, and the average busbw (here per algorithm)."""
-    wrong = sum(max(0, r["wrong"]) + max(0, r.get("ip_wrong", 0)) for r in rows)
-    lines = [
-        f"wrong values: {wrong} {'OK' if wrong == 0 else 'FAILED'}"
-        if checked
-        else "wrong values: not checked"
-    ]
-    by_algo: dict[str, list[float]] = {}
-    for r in rows:
-        by_algo.setdefault(r["algorithm"].split("->")[0], []).append(r["busbw_gbps"])
-    lines.append("avg busbw (GB/s): " + ", ".join(f"{a} {sum(v) / len(v):.3g}" for a, v in by_algo.items()))
-    return lines

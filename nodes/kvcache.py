@@ -1,7 +1,7 @@
 """Paged KV-cache server and its clients (lecture 4.3-4.6, exercises 9 and 10).
 
 Rank 0 runs the server on its own ZeroMQ ROUTER socket (a thread, so the main thread stays
-free for the communicator and the progress bar) speaking the protocol of docs/kvcache.md;
+free for the communicator and the progress bar) speaking the protocol of README.md#wire-protocol;
 ranks 1..N-1 are clients on DEALER sockets. For each policy in `policies` the server starts
 empty, the clients replay the workload, and report their timings to rank 0 over the
 communicator. Workloads: `section46` (1000 requests, capacity 200,000 tokens), `prefix`

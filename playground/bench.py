@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from playground.collectives import ALGORITHMS
+from playground.collectives.report import COLUMNS
 from playground.errors import ScenarioError
 from playground.report import Table, make_console, render_table
 from playground.scenario import load_scenario
@@ -138,18 +139,9 @@ def _run_baselines(args, scenario, sizes, baselines, result) -> int:
         extra_rows += rows
         failed |= any(r["wrong"] > 0 for r in rows)
     if extra_rows:
-        cols = {
-            "size": "size (B)",
-            "count": "count",
-            "dtype": "type",
-            "op": "redop",
-            "algorithm": "algo",
-            "time_us": "time (us)",
-            "algbw_gbps": "algbw (GB/s)",
-            "busbw_gbps": "busbw (GB/s)",
-            "wrong": "#wrong",
-        }
-        render_table(Table(f"{args.collective} baselines, {scenario.ranks} ranks", extra_rows, cols), console)
+        render_table(
+            Table(f"{args.collective} baselines, {scenario.ranks} ranks", extra_rows, COLUMNS), console
+        )
         comparison = compare(result["rows"], extra_rows)
         render_table(
             Table("ours (best algorithm per size) against each baseline: busbw ratio", comparison), console

@@ -48,7 +48,11 @@ def plot_busbw(rows: list[dict], path: Path, title: str) -> None:
     """busbw against size, one line per algorithm (and baseline), log-scaled size axis."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for algo in dict.fromkeys(r["algorithm"] for r in rows):
-        pts = sorted((r["size"], r["busbw_gbps"]) for r in rows if r["algorithm"] == algo and r["size"] > 0)
+        pts = sorted(
+            (r["size"], r["busbw_gbps"])
+            for r in rows
+            if r["algorithm"] == algo and r["size"] > 0 and r["busbw_gbps"] is not None  # None: zero time
+        )
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
     ax.set_xscale("log", base=2)

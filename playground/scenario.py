@@ -20,7 +20,6 @@ from playground.params import build_params, params_to_dict
 
 TRANSPORTS = ("ipc", "tcp", "shm")
 MAX_RANKS = 64
-FAULT_ACTIONS = ("raise", "kill", "hang", "exit")
 
 
 @dataclass(frozen=True)
@@ -205,23 +204,4 @@ def load_scenario(
         params=params,
         fault=fault,
         source=src,
-    )
-
-
-def scenario_from_dict(d: dict) -> Scenario:
-    """Rebuild a resolved scenario (as saved in a run directory) without re-reading overrides."""
-    module, _ = load_node(d["node"])
-    params_cls = getattr(module, "Params", None)
-    params = build_params(params_cls, d.get("params")) if params_cls else d.get("params", {})
-    fault = build_params(Fault, d["fault"]) if d.get("fault") else None
-    return Scenario(
-        name=d["name"],
-        node=d["node"],
-        ranks=d["ranks"],
-        transport=d.get("transport", "ipc"),
-        timeout_s=float(d.get("timeout_s", 30.0)),
-        description=d.get("description", ""),
-        params=params,
-        fault=fault,
-        source=d.get("source", ""),
     )

@@ -104,37 +104,7 @@ def test_allgather_and_broadcast_expected(n):
     assert all(np.array_equal(expected(bc, r, "sum", "int32"), pattern(0, 10, "int32")) for r in range(n))
 
 
-def test_count_wrong():
-    want = np.arange(10.0)
-    got = want.copy()
-    got[[2, 7]] = -1
-    assert common.count_wrong(got, want) == 2
-    assert common.count_wrong(want[:4], want) == 10
-    assert common.count_wrong(got, None) == 0
-
-
 # -- rows ------------------------------------------------------------------------------------------
-
-
-def test_build_row_units():
-    lay = layout("allreduce", 16 << 20, 4, "float32")
-    row = common.build_row("gloo", lay, "float32", "sum", time_us=20_000.0, wrong=0)
-    assert row["size"] == 16 << 20 and row["count"] == 4 << 20 and row["algorithm"] == "gloo"
-    assert row["algbw_gbps"] == pytest.approx((16 << 20) / 0.02 / 1e9)
-    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 1.5)
-    assert set(row) == {
-        "size",
-        "count",
-        "dtype",
-        "op",
-        "algorithm",
-        "time_us",
-        "algbw_gbps",
-        "busbw_gbps",
-        "wrong",
-    }
-    ag = common.build_row("mpi", layout("allgather", 64, 2, "float32"), "float32", "sum", 1.0, 0)
-    assert ag["op"] == "none"  # as nccl-tests prints for collectives that do not reduce
 
 
 def test_combine_takes_max_of_rank_medians_and_sums_wrong():

@@ -1,5 +1,5 @@
 """The standalone server (`python -m playground.kvcache.server`) spoken to with raw pyzmq only,
-following docs/kvcache.md: JSON header frame + raw float32 KV frame."""
+following README.md#wire-protocol: JSON header frame + raw float32 KV frame."""
 
 import json
 import os

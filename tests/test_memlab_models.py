@@ -60,6 +60,25 @@ def test_external_fragmentation_failure_leaves_state_unchanged():
     assert a.holes == [(20, 20), (60, 20)] and 9 not in a.blocks
 
 
+def test_first_fit_counts_an_ignored_run_free_and_knows_the_room_after_a_run():
+    """What the KV cache's contiguous policy builds moves and growth on."""
+    a = ContiguousAllocator(100)
+    for i in range(3):
+        a.allocate(i, 20)  # [0,20) [20,40) [40,60), hole [60,100)
+    a.free(0)
+    assert a.first_fit(30) == 60 and a.first_fit(30, ignore=1) == 0  # 1's run counted free: [0, 40)
+    assert a.room_after(1) == 20 and a.room_after(2) == 60
+    trial = a.copy()
+    trial.remove(2)
+    trial.place(2, 70, 10)
+    assert a.blocks[2] == (40, 20) and a.holes == [(0, 20), (60, 40)]  # the copy is independent
+    assert trial.holes == [(0, 20), (40, 30), (80, 20)] and trial.used_units() == 30
+    with pytest.raises(ValueError, match="already placed"):
+        a.place(1, 80, 5)
+    a.check_invariants()
+    trial.check_invariants()
+
+
 def test_paged_allocation_needs_no_adjacent_pages_and_wastes_the_last_page_tail():
     p = PagedAllocator(100, 16)  # 6 pages
     p.allocate(0, 20)  # 2 pages, 12 units wasted

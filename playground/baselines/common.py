@@ -1,5 +1,8 @@
 """The pure parts every baseline shares: names, buffer layout, input pattern, expected result, rows.
 
+Rows and the wrong count are our own bench's (`collectives.report.build_row`, `check.count_wrong`),
+so a ratio of a baseline to ours compares like with like.
+
 Nothing here imports torch or mpi4py, so the bench command, the tests and both worker kinds use one
 definition of what a size means, what every rank sends and what the right answer is.
 
@@ -18,13 +21,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.collectives.check import COLLECTIVES, ROOT, busbw_factor, expected_result, pattern
+from playground.collectives.check import COLLECTIVES, ROOT, busbw_factor, expected_output, pattern
 from playground.collectives.ops import ReduceOp
+from playground.collectives.report import build_row
 from playground.errors import ScenarioError
 
-REDUCING = frozenset({"allreduce", "reduce_scatter", "reduce"})
 OPS = ("sum", "max", "min")
 DTYPES = ("float32", "float64", "int32", "int64")
+
+__all__ = [  # with ROOT and pattern from collectives.check: what every rank sends, and the root
+    "COLLECTIVES",
+    "DTYPES",
+    "OPS",
+    "ROOT",
+    "Layout",
+    "bus_factor",
+    "combine",
+    "expected",
+    "layout",
+    "layouts",
+    "median_us",
+    "pattern",
+    "validate",
+]
 
 
 @dataclass(frozen=True)
@@ -97,54 +116,14 @@ def bus_factor(collective: str, nranks: int) -> float:
     return busbw_factor(collective, nranks)
 
 
-def _reduce_over_ranks(nranks: int, start: int, count: int, op: str, dtype: str) -> np.ndarray:
-    """op over r of x_r[start : start + count], exact (the same closed form our own checks use)."""
-    return expected_result(nranks, start + count, dtype, ReduceOp.parse(op))[start:]
-
-
 def expected(lay: Layout, rank: int, op: str, dtype: str) -> np.ndarray | None:
-    """What rank `rank` must hold after the collective; None where its output is undefined (reduce, non-root)."""
-    n = lay.nranks
-    if lay.collective == "allreduce":
-        return _reduce_over_ranks(n, 0, lay.out_count, op, dtype)
-    if lay.collective == "reduce":
-        return _reduce_over_ranks(n, 0, lay.out_count, op, dtype) if rank == ROOT else None
-    if lay.collective == "reduce_scatter":
-        return _reduce_over_ranks(n, rank * lay.out_count, lay.out_count, op, dtype)
-    if lay.collective == "broadcast":
-        return pattern(ROOT, lay.out_count, dtype)
-    if lay.collective == "allgather":
-        return np.concatenate([pattern(r, lay.in_count, dtype) for r in range(n)])
-    raise ValueError(f"unknown collective {lay.collective!r}")
-
-
-def count_wrong(got: np.ndarray, want: np.ndarray | None) -> int:
-    """Elements that differ (nccl-tests' #wrong); a wrong length counts every element."""
-    if want is None:
-        return 0
-    if got.shape != want.shape:
-        return int(max(got.size, want.size))
-    return int(np.count_nonzero(got != want))
+    """What rank `rank` must hold after the collective; None where it holds nothing (reduce, non-root).
+    The closed form our own checks use, given each rank's input count."""
+    return expected_output(lay.collective, rank, lay.nranks, lay.in_count, dtype, ReduceOp.parse(op))
 
 
 def median_us(times_ns: list[int]) -> float:
     return float(np.median(np.asarray(times_ns, dtype=np.float64))) / 1000.0
-
-
-def build_row(algorithm: str, lay: Layout, dtype: str, op: str, time_us: float, wrong: int) -> dict:
-    """One nccl-tests row: algbw = size / time, busbw = algbw x bus_factor; GB/s are 1e9 bytes/s."""
-    algbw = lay.size_bytes / (time_us * 1e-6) / 1e9 if time_us > 0 else float("nan")
-    return {
-        "size": lay.size_bytes,
-        "count": lay.count,
-        "dtype": dtype,
-        "op": op if lay.collective in REDUCING else "none",
-        "algorithm": algorithm,
-        "time_us": time_us,
-        "algbw_gbps": algbw,
-        "busbw_gbps": algbw * bus_factor(lay.collective, lay.nranks),
-        "wrong": wrong,
-    }
 
 
 def combine(
@@ -161,6 +140,5 @@ def combine(
         missing = [rank for rank, rec in enumerate(recs) if rec is None]
         if missing:
             raise ValueError(f"ranks {missing} reported nothing for size {lay.size_bytes}")
-        time_us = max(rec["median_us"] for rec in recs)
-        rows.append(build_row(algorithm, lay, dtype, op, time_us, sum(rec["wrong"] for rec in recs)))
+        rows.append(build_row(lay.collective, recs, lay.size_bytes, lay.count, dtype, op, algorithm))
     return rows

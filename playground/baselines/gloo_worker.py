@@ -51,7 +51,10 @@ class GlooBackend:
         if c == "broadcast":
             return Call(reset, lambda: dist.broadcast(out, src=common.ROOT), lambda: out_np)
         if c == "reduce":
-            return Call(reset, lambda: dist.reduce(out, dst=common.ROOT, op=red), lambda: out_np)
+            root_out = (
+                out_np if self.rank == common.ROOT else None
+            )  # elsewhere the buffer holds nothing defined
+            return Call(reset, lambda: dist.reduce(out, dst=common.ROOT, op=red), lambda: root_out)
         raise ValueError(f"unknown collective {c!r}")
 
     def close(self) -> None:

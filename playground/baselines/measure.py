@@ -22,11 +22,13 @@ from typing import Protocol
 import numpy as np
 
 from playground.baselines import common
+from playground.collectives.check import count_wrong
 
 
 @dataclass
 class Call:
-    """One prepared collective: `reset` restores its buffers, `run` is the timed part, `result` reads the output."""
+    """One prepared collective: `reset` restores its buffers, `run` is the timed part, `result` reads the
+    output (None where the collective defines none: reduce on a rank other than the root, as ours)."""
 
     reset: Callable[[], None]
     run: Callable[[], None]
@@ -75,7 +77,7 @@ def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
                 dt = time.perf_counter_ns() - t0
                 if it >= spec["warmup"]:
                     times_ns.append(dt)
-            wrong = common.count_wrong(call.result(), common.expected(lay, rank, op, dtype))
+            wrong = count_wrong(call.result(), common.expected(lay, rank, op, dtype))
             _write(
                 f,
                 {

@@ -37,7 +37,10 @@ class MPIBackend:
         if c == "reduce_scatter":
             return Call(nothing, lambda: comm.Reduce_scatter_block(inp, out, op=red), lambda: out)
         if c == "reduce":
-            return Call(nothing, lambda: comm.Reduce(inp, out, op=red, root=common.ROOT), lambda: out)
+            root_out = (
+                out if self.rank == common.ROOT else None
+            )  # MPI: recvbuf is significant only at the root
+            return Call(nothing, lambda: comm.Reduce(inp, out, op=red, root=common.ROOT), lambda: root_out)
         if c == "broadcast":
             # in place: restore each rank's own input so a broadcast that did nothing is caught
             return Call(lambda: np.copyto(out, inp), lambda: comm.Bcast(out, root=common.ROOT), lambda: out)

@@ -33,8 +33,3 @@ _UFUNCS = {
     ReduceOp.MAX: np.maximum,
     ReduceOp.MIN: np.minimum,
 }
-
-
-def reduce_into(acc: np.ndarray, incoming: np.ndarray, op: ReduceOp) -> None:
-    """acc = op(acc, incoming), in place, no temporary."""
-    op.ufunc(acc, incoming, out=acc)

@@ -3,5 +3,5 @@
 Pure parts, testable without processes: `block_manager` (paged), `contiguous` (first-fit and
 reserve-max), `policies` (choose one by name), `protocol` (wire encode/decode), `server`
 (`Server.handle` plus a thin ROUTER loop), `workloads`, `client`, `engine` (client-side replay).
-The wire protocol is documented in docs/kvcache.md.
+The wire protocol is documented in the README, section "Wire protocol" (README.md#wire-protocol).
 """

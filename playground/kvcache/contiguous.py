@@ -12,15 +12,17 @@ Two variants share this code:
 
 Free space is the holes between runs; a request can fail although the holes add up to enough
 (external fragmentation = 1 - largest hole / free slots). Fork copies the parent's tokens:
-there is no sharing without pages. Same check-then-act interface as BlockManager.
+there is no sharing without pages. Same check-then-act interface as BlockManager. Where runs
+and holes are is the memory lab's first-fit allocator (memlab.allocation.ContiguousAllocator),
+one block per sequence; this class adds lengths, growth, moves and forks.
 """
 
-import bisect
 import copy
 
 import numpy as np
 
 from playground.kvcache.block_manager import Copy
+from playground.memlab.allocation import ContiguousAllocator as FirstFit
 
 
 class ContiguousAllocator:
@@ -40,55 +42,15 @@ class ContiguousAllocator:
         self.default_max_new_tokens = max_new_tokens
         self.growth = growth
         self.block_size = block_size  # only to express sizes in blocks in reports
-        self.runs: dict[int, tuple[int, int]] = {}  # seq_id -> (start, reserved)
+        self.space = FirstFit(capacity_slots)  # one run per sequence: seq_id -> (start, reserved)
         self.seq_lens: dict[int, int] = {}
-        self.starts: list[int] = []  # sorted starts of all runs, for neighbour look-ups
-        self.start_owner: dict[int, int] = {}
         self.num_moves = 0
         self.moved_slots = 0
 
-    # -- holes -----------------------------------------------------------------------------
-    def _holes(self, ignore: int | None = None) -> list[tuple[int, int]]:
-        """(start, size) of every free run in address order; `ignore`'s run counts as free."""
-        holes, pos, runs, owner = [], 0, self.runs, self.start_owner
-        for start in self.starts:
-            seq = owner[start]
-            if seq == ignore:
-                continue
-            if start > pos:
-                holes.append((pos, start - pos))
-            pos = start + runs[seq][1]
-        if pos < self.capacity_slots:
-            holes.append((pos, self.capacity_slots - pos))
-        return holes
-
-    def _first_fit(self, size: int, ignore: int | None = None) -> int | None:
-        pos, runs, owner = 0, self.runs, self.start_owner
-        for start in self.starts:
-            seq = owner[start]
-            if seq == ignore:
-                continue
-            if start - pos >= size:
-                return pos
-            pos = start + runs[seq][1]
-        return pos if self.capacity_slots - pos >= size else None
-
-    def _room_after(self, seq_id: int) -> int:
-        """Slots from the start of `seq_id`'s run to the next run (or the end of the pool)."""
-        start, _ = self.runs[seq_id]
-        i = bisect.bisect_right(self.starts, start)
-        end = self.starts[i] if i < len(self.starts) else self.capacity_slots
-        return end - start
-
-    def _place(self, seq_id: int, start: int, reserved: int) -> None:
-        self.runs[seq_id] = (start, reserved)
-        bisect.insort(self.starts, start)
-        self.start_owner[start] = seq_id
-
-    def _unplace(self, seq_id: int) -> None:
-        start, _ = self.runs.pop(seq_id)
-        self.starts.pop(bisect.bisect_left(self.starts, start))
-        del self.start_owner[start]
+    @property
+    def runs(self) -> dict[int, tuple[int, int]]:
+        """seq_id -> (start, reserved) of its run."""
+        return self.space.blocks
 
     # -- queries ---------------------------------------------------------------------------
     def has(self, seq_id: int) -> bool:
@@ -112,7 +74,7 @@ class ContiguousAllocator:
         return num_tokens + extra
 
     def can_allocate(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> bool:
-        return self._first_fit(self._reservation(num_tokens, max_new_tokens)) is not None
+        return self.space.can_allocate(self._reservation(num_tokens, max_new_tokens))
 
     def fits_when_empty(self, num_tokens: int, max_new_tokens: int | None = None) -> bool:
         return self._reservation(num_tokens, max_new_tokens) <= self.capacity_slots
@@ -126,11 +88,11 @@ class ContiguousAllocator:
         if self.reserve_max:
             return None
         roomy = max(need, int(self.seq_lens[seq_id] * self.growth))
-        room = self._room_after(seq_id)
+        room = self.space.room_after(seq_id)
         if room >= need:
             return "grow", start, min(roomy, room)
         for size in (roomy, need):
-            new_start = self._first_fit(size, ignore=seq_id)
+            new_start = self.space.first_fit(size, ignore=seq_id)
             if new_start is not None:
                 return "move", new_start, size
         return None
@@ -144,8 +106,7 @@ class ContiguousAllocator:
         if self.reserve_max:
             return all(self.can_append(s, n) for s, n in num_tokens_by_seq.items())
         trial = copy.copy(self)
-        trial.runs, trial.seq_lens = dict(self.runs), dict(self.seq_lens)
-        trial.starts, trial.start_owner = list(self.starts), dict(self.start_owner)
+        trial.space, trial.seq_lens = self.space.copy(), dict(self.seq_lens)
         for seq_id, num_tokens in num_tokens_by_seq.items():
             if not trial.can_append(seq_id, num_tokens):
                 return False
@@ -154,28 +115,19 @@ class ContiguousAllocator:
 
     def append_batch(self, num_tokens_by_seq: dict[int, int]) -> list[Copy] | None:
         """All the appends, or none (None, nothing changed); copies are to be done in order."""
-        saved = (
-            dict(self.runs),
-            dict(self.seq_lens),
-            list(self.starts),
-            dict(self.start_owner),
-            self.num_moves,
-            self.moved_slots,
-        )
+        saved = (self.space.copy(), dict(self.seq_lens), self.num_moves, self.moved_slots)
         copies: list[Copy] = []
         for seq_id, num_tokens in num_tokens_by_seq.items():
             plan = self._plan_append(seq_id, num_tokens)
             if plan is None:
-                self.runs, self.seq_lens, self.starts, self.start_owner, self.num_moves, self.moved_slots = (
-                    saved
-                )
+                self.space, self.seq_lens, self.num_moves, self.moved_slots = saved
                 return None
             copies += self._apply(seq_id, num_tokens, plan)
         return copies
 
     def can_fork(self, seq_id: int, num_children: int) -> bool:
         start, reserved = self.runs[seq_id]
-        holes = sorted((size for _, size in self._holes()), reverse=True)
+        holes = sorted((size for _, size in self.space.holes), reverse=True)
         fit = 0
         for size in holes:
             fit += size // reserved if reserved else num_children
@@ -186,10 +138,10 @@ class ContiguousAllocator:
         if seq_id in self.runs:
             raise ValueError(f"sequence {seq_id} already exists")
         reserved = self._reservation(num_tokens, max_new_tokens)
-        start = self._first_fit(reserved)
+        start = self.space.first_fit(reserved)
         if start is None:
             raise MemoryError(f"no hole of {reserved} slots")
-        self._place(seq_id, start, reserved)
+        self.space.place(seq_id, start, reserved)
         self.seq_lens[seq_id] = num_tokens
         return 0
 
@@ -205,9 +157,8 @@ class ContiguousAllocator:
             self.seq_lens[seq_id] += num_tokens
             return []
         copies = []
-        old_start, _ = self.runs[seq_id]
-        self._unplace(seq_id)
-        self._place(seq_id, start, reserved)
+        old_start, _ = self.space.remove(seq_id)
+        self.space.place(seq_id, start, reserved)
         if kind == "move":
             copies.append(Copy(old_start, start, self.seq_lens[seq_id]))
             self.num_moves += 1
@@ -223,25 +174,23 @@ class ContiguousAllocator:
         for child in child_ids:
             if child in self.runs:
                 raise ValueError(f"sequence {child} already exists")
-            new_start = self._first_fit(reserved)
-            self._place(child, new_start, reserved)
+            new_start = self.space.first_fit(reserved)
+            self.space.place(child, new_start, reserved)
             self.seq_lens[child] = self.seq_lens[seq_id]
             copies.append(Copy(start, new_start, self.seq_lens[seq_id]))
         return copies
 
     def free(self, seq_id: int) -> None:
-        self._unplace(seq_id)
+        self.space.remove(seq_id)
         del self.seq_lens[seq_id]
 
     # -- accounting ------------------------------------------------------------------------
     def allocated_slots(self) -> int:
-        return sum(r for _, r in self.runs.values())
+        return self.space.used_units()
 
     def usage(self) -> tuple[int, int, int]:
         """(slots holding tokens, slots allocated, largest free run); O(runs), for sampling."""
-        allocated = sum(r for _, r in self.runs.values())
-        largest = max((size for _, size in self._holes()), default=0)
-        return sum(self.seq_lens.values()), allocated, largest
+        return sum(self.seq_lens.values()), self.space.used_units(), self.space.largest_hole()
 
     def stats(self) -> dict:
         used, allocated, largest = self.usage()
@@ -260,17 +209,12 @@ class ContiguousAllocator:
         }
 
     def check_invariants(self) -> None:
-        end = 0
-        for start in self.starts:
-            seq = self.start_owner[start]
-            begin, reserved = self.runs[seq]
-            if begin != start or begin < end or begin + reserved > self.capacity_slots:
-                raise AssertionError(f"run of seq {seq} [{begin}, {begin + reserved}) overlaps or overflows")
+        self.space.check_invariants()
+        for seq, (_, reserved) in self.runs.items():
             if self.seq_lens[seq] > reserved:
                 raise AssertionError(f"seq {seq}: {self.seq_lens[seq]} tokens in a run of {reserved}")
-            end = begin + reserved
-        if len(self.starts) != len(self.runs) or set(self.seq_lens) != set(self.runs):
-            raise AssertionError("run index out of step with the runs")
+        if set(self.seq_lens) != set(self.runs):
+            raise AssertionError("sequence lengths out of step with the runs")
         stats = self.stats()
         if stats["free_slots"] + stats["allocated_slots"] != self.capacity_slots:
             raise AssertionError("free + allocated != capacity")

@@ -1,4 +1,4 @@
-"""The KV-cache server's wire format: pure encode/decode, no sockets (docs/kvcache.md).
+"""The KV-cache server's wire format: pure encode/decode, no sockets (documented in README.md#wire-protocol).
 
 A message is ZeroMQ multipart: frame 0 is a UTF-8 JSON object (the header, control data),
 frame 1, when present, is raw KV data: little-endian float32, C order, shape

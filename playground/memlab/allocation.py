@@ -13,8 +13,10 @@ random stream of allocations and frees.
 """
 
 import bisect
+import copy
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -32,46 +34,104 @@ class Failure:
 
 
 class ContiguousAllocator:
-    """First fit over a sorted list of free holes [(start, length)], merged on free."""
+    """First fit: each block is one run [start, start + length) of adjacent units; the holes are
+    the gaps between runs in address order, so a free merges with its neighbours by construction.
+
+    The KV cache's contiguous policies (playground/kvcache/contiguous.py) are this allocator with
+    growth, moves and forks on top: `first_fit(size, ignore=...)` finds where a block could move
+    counting its own run as free, `room_after` says how far it could grow in place, and
+    `place`/`remove` move it.
+    """
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self.holes: list[tuple[int, int]] = [(0, capacity)] if capacity > 0 else []
         self.blocks: dict[int, tuple[int, int]] = {}  # block id -> (start, length)
+        self._order: list[tuple[int, int]] = []  # (start, block id) of every run, sorted: address order
+        self._used = 0
 
-    def free_units(self) -> int:
-        return sum(length for _, length in self.holes)
+    def copy(self) -> "ContiguousAllocator":
+        """An independent copy, to try operations on and throw away."""
+        other = copy.copy(self)
+        other.blocks, other._order = dict(self.blocks), list(self._order)
+        return other
+
+    # -- holes -----------------------------------------------------------------------------
+    def _gaps(self, ignore: int | None = None) -> Iterator[tuple[int, int]]:
+        """(start, length) of every hole in address order; `ignore`'s run counts as free."""
+        pos = 0
+        for start, block_id in self._order:
+            if block_id == ignore:
+                continue
+            if start > pos:
+                yield pos, start - pos
+            pos = start + self.blocks[block_id][1]
+        if pos < self.capacity:
+            yield pos, self.capacity - pos
+
+    @property
+    def holes(self) -> list[tuple[int, int]]:
+        return list(self._gaps())
 
     def largest_hole(self) -> int:
-        return max((length for _, length in self.holes), default=0)
+        return max((length for _, length in self._gaps()), default=0)
 
+    def first_fit(self, size: int, ignore: int | None = None) -> int | None:
+        """Start of the first hole of at least `size` units (`ignore`'s run counted free), or None."""
+        return next((start for start, length in self._gaps(ignore) if length >= size), None)
+
+    def room_after(self, block_id: int) -> int:
+        """Units from the start of `block_id`'s run to the next run (or the end)."""
+        start, _ = self.blocks[block_id]
+        k = bisect.bisect_right(self._order, (start, block_id))
+        return (self._order[k][0] if k < len(self._order) else self.capacity) - start
+
+    def free_units(self) -> int:
+        return self.capacity - self._used
+
+    def used_units(self) -> int:
+        return self._used
+
+    # -- blocks ----------------------------------------------------------------------------
     def can_allocate(self, size: int) -> bool:
-        return any(length >= size for _, length in self.holes)
+        return self.first_fit(size) is not None
 
     def allocate(self, block_id: int, size: int) -> int:
         """Start of the first hole that fits; ValueError if none (call can_allocate first)."""
-        for k, (start, length) in enumerate(self.holes):
-            if length >= size:
-                if length == size:
-                    del self.holes[k]
-                else:
-                    self.holes[k] = (start + size, length - size)
-                self.blocks[block_id] = (start, size)
-                return start
-        raise ValueError(f"no hole of {size} units (largest {self.largest_hole()})")
+        start = self.first_fit(size)
+        if start is None:
+            raise ValueError(f"no hole of {size} units (largest {self.largest_hole()})")
+        self.place(block_id, start, size)
+        return start
 
     def free(self, block_id: int) -> None:
-        start, length = self.blocks.pop(block_id)
-        k = bisect.bisect_left(self.holes, (start, 0))
-        self.holes.insert(k, (start, length))
-        if k + 1 < len(self.holes) and start + length == self.holes[k + 1][0]:  # merge right
-            self.holes[k] = (start, length + self.holes.pop(k + 1)[1])
-        if k > 0 and self.holes[k - 1][0] + self.holes[k - 1][1] == start:  # merge left
-            prev_start, prev_len = self.holes.pop(k - 1)
-            self.holes[k - 1] = (prev_start, prev_len + self.holes[k - 1][1])
+        self.remove(block_id)
 
-    def used_units(self) -> int:
-        return sum(length for _, length in self.blocks.values())
+    def place(self, block_id: int, start: int, length: int) -> None:
+        """Record `block_id` at [start, start + length); the caller has checked that it is free."""
+        if block_id in self.blocks:
+            raise ValueError(f"block {block_id} already placed at {self.blocks[block_id]}")
+        self.blocks[block_id] = (start, length)
+        bisect.insort(self._order, (start, block_id))
+        self._used += length
+
+    def remove(self, block_id: int) -> tuple[int, int]:
+        """Forget `block_id`'s run; returns its (start, length)."""
+        start, length = self.blocks.pop(block_id)
+        del self._order[bisect.bisect_left(self._order, (start, block_id))]
+        self._used -= length
+        return start, length
+
+    def check_invariants(self) -> None:
+        end = 0
+        for start, block_id in self._order:
+            begin, length = self.blocks[block_id]
+            if begin != start or begin < end or begin + length > self.capacity:
+                raise AssertionError(f"run of {block_id} [{begin}, {begin + length}) overlaps or overflows")
+            end = begin + length
+        if len(self._order) != len(self.blocks):
+            raise AssertionError("run index out of step with the runs")
+        if self._used != sum(length for _, length in self.blocks.values()):
+            raise AssertionError("used units out of step with the runs")
 
 
 class PagedAllocator:

@@ -1,0 +1,123 @@
+"""Rows and tables as nccl-tests prints them, built one way for our collectives and the baselines.
+
+`bench` divides a baseline's time by ours, so both rows must come from the same arithmetic: one
+`build_row` turns every rank's record of one (algorithm, size) into a row. Each rank records its
+median time (`median_us`) and its wrong-element count (`wrong`: `check.count_wrong`, -1 when not
+checked); with in-place measurements, also `ip_median_us` and `ip_wrong`. The row's time is the
+slowest rank's median (a collective ends when its last rank does); algbw = size / time and
+busbw = algbw x `busbw_factor` (GB/s are 1e9 bytes/s); wrong is summed over ranks. Nothing is
+rounded here: the table rounds for display, result.json keeps what was measured. A zero time
+has no bandwidth: algbw and busbw are None (JSON null, "-" in the table), never 0 or NaN.
+"""
+
+from playground.collectives.check import busbw_factor
+from playground.report import Report, Table
+
+REDUCING = frozenset({"allreduce", "reduce_scatter", "reduce"})
+COLUMNS = {
+    "size": "size (B)",
+    "count": "count",
+    "dtype": "type",
+    "op": "redop",
+    "algorithm": "algo",
+    "time_us": "time (us)",
+    "algbw_gbps": "algbw (GB/s)",
+    "busbw_gbps": "busbw (GB/s)",
+    "wrong": "#wrong",
+}
+IN_PLACE_COLUMNS = {
+    "ip_time_us": "in-place time (us)",
+    "ip_algbw_gbps": "algbw",
+    "ip_busbw_gbps": "busbw",
+    "ip_wrong": "#wrong",
+}
+FACTOR_TEXT = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}
+
+
+def build_row(
+    collective: str, per_rank: list[dict], size: int, count: int, dtype: str, op: str, algorithm: str
+) -> dict:
+    """One nccl-tests row from every rank's record of one (algorithm, size); `size` in bytes and
+    `count` in elements as nccl-tests defines them for `collective`. With in-place records
+    (`ip_median_us`), the in-place columns (prefix ip_) join the same row."""
+    factor = busbw_factor(collective, len(per_rank))
+    row = {
+        "size": size,
+        "count": count,
+        "dtype": dtype,
+        "op": op if collective in REDUCING else "none",
+        "algorithm": algorithm,
+    }
+    row.update(_timed_columns(per_rank, "", size, factor))
+    if "ip_median_us" in per_rank[0]:
+        row.update(_timed_columns(per_rank, "ip_", size, factor))
+    return row
+
+
+def _timed_columns(per_rank: list[dict], prefix: str, size: int, factor: float) -> dict:
+    time_us = max(r[prefix + "median_us"] for r in per_rank)
+    algbw = size / time_us / 1e3 if time_us > 0 else None  # bytes/us / 1e3 = GB/s
+    wrongs = [r[prefix + "wrong"] for r in per_rank]
+    return {
+        prefix + "time_us": time_us,
+        prefix + "algbw_gbps": algbw,
+        prefix + "busbw_gbps": None if algbw is None else algbw * factor,
+        prefix + "wrong": -1 if min(wrongs) < 0 else sum(wrongs),
+    }
+
+
+def bench_report(
+    per_rank_rows: list[list[dict]],
+    collective: str,
+    dtype: str,
+    op: str,
+    iters: int,
+    warmup: int,
+    data: dict | None = None,
+) -> Report:
+    """The bench's report from every rank's list of records (the same (algorithm, size) order on
+    every rank): the nccl-tests table, nccl-tests' closing lines, a failure per wrong row."""
+    n = len(per_rank_rows)
+    rows = [
+        build_row(collective, list(recs), recs[0]["size"], recs[0]["count"], dtype, op, recs[0]["algorithm"])
+        for recs in zip(*per_rank_rows, strict=True)
+    ]
+    failures = [
+        f"{r[key]} wrong elements: {collective} {r['algorithm']}{place} size {r['size']}"
+        for r in rows
+        for key, place in (("wrong", ""), ("ip_wrong", " in place"))
+        if r.get(key, 0) > 0
+    ]
+    title = (
+        f"{collective}, {n} ranks, {dtype}: median of {iters} iterations after {warmup} warm-up; "
+        f"slowest rank; busbw = algbw x {FACTOR_TEXT.get(collective, '1')}"
+    )
+    columns = {**COLUMNS, **IN_PLACE_COLUMNS} if rows and "ip_time_us" in rows[0] else COLUMNS
+    return Report(
+        ok=not failures,
+        tables=[Table(title, rows, columns)],
+        failures=failures,
+        notes=closing_lines(rows),
+        data=data or {},
+    )
+
+
+def closing_lines(rows: list[dict]) -> list[str]:
+    """nccl-tests' last lines: wrong values overall, and the average busbw (here per algorithm)."""
+    checked = all(r["wrong"] >= 0 for r in rows)
+    wrong = sum(max(0, r["wrong"]) + max(0, r.get("ip_wrong", 0)) for r in rows)
+    lines = [
+        f"wrong values: {wrong} {'OK' if wrong == 0 else 'FAILED'}"
+        if checked
+        else "wrong values: not checked"
+    ]
+    by_algo: dict[str, list[float]] = {}
+    for r in rows:
+        busbw = by_algo.setdefault(r["algorithm"].split("->")[0], [])
+        if r["busbw_gbps"] is not None:
+            busbw.append(r["busbw_gbps"])
+    lines.append(
+        "avg busbw (GB/s): "
+        + ", ".join(f"{a} {sum(v) / len(v):.3g}" if v else f"{a} -" for a, v in by_algo.items())
+    )
+    return lines

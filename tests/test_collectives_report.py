@@ -1,0 +1,180 @@
+"""nccl-tests rows built one way for ours and the baselines (playground.collectives.report), the one
+wrong-element count (check.count_wrong), and bench's ratio computed from rows of that one builder."""
+
+import json
+
+import numpy as np
+import pytest
+
+from playground.baselines import common
+from playground.baselines.common import layout, layouts
+from playground.bench import compare
+from playground.collectives.check import count_wrong
+from playground.collectives.report import COLUMNS, IN_PLACE_COLUMNS, bench_report, build_row, closing_lines
+from playground.report import format_cell
+
+
+def _records(medians_us, wrongs=None, **extra):
+    """One (algorithm, size) as each rank records it."""
+    wrongs = wrongs or [0] * len(medians_us)
+    return [{"median_us": t, "wrong": w, **extra} for t, w in zip(medians_us, wrongs, strict=True)]
+
+
+def _node_rows(medians_by_size: dict[int, list[float]], algorithm="ring", nranks=2) -> list[list[dict]]:
+    """What nodes/collective.py's ranks return as "rows": one list per rank, one record per size."""
+    return [
+        [
+            {"size": size, "count": size // 4, "algorithm": algorithm, "median_us": ts[r], "wrong": 0}
+            for size, ts in medians_by_size.items()
+        ]
+        for r in range(nranks)
+    ]
+
+
+# -- the row -------------------------------------------------------------------------------------
+
+
+def test_time_is_the_slowest_ranks_median():
+    row = build_row("allreduce", _records([5.0, 9.0, 7.0]), 1000, 250, "float32", "sum", "ring")
+    assert row["time_us"] == 9.0
+
+
+@pytest.mark.parametrize(
+    "collective, factor_at_4",
+    [("allreduce", 1.5), ("allgather", 0.75), ("reduce_scatter", 0.75), ("broadcast", 1.0), ("reduce", 1.0)],
+)
+def test_algbw_is_size_over_time_and_busbw_applies_nccl_tests_factor(collective, factor_at_4):
+    row = build_row(collective, _records([1000.0] * 4), 2_000_000, 500_000, "float32", "sum", "x")
+    assert row["algbw_gbps"] == pytest.approx(2.0)  # 2e6 bytes in 1 ms = 2 GB/s (1e9 bytes/s)
+    assert row["busbw_gbps"] == pytest.approx(2.0 * factor_at_4)
+    assert row["op"] == ("sum" if collective in ("allreduce", "reduce_scatter", "reduce") else "none")
+
+
+def test_nothing_is_rounded():
+    row = build_row("allreduce", _records([3.14159, 1.0]), 8, 2, "float32", "sum", "rd")
+    assert row["time_us"] == 3.14159
+    assert row["algbw_gbps"] == 8 / 3.14159 / 1e3 and row["busbw_gbps"] == row["algbw_gbps"] * 1.0
+
+
+def test_zero_time_has_no_bandwidth():
+    row = build_row("allreduce", _records([0.0, 0.0]), 64, 16, "float32", "sum", "ring")
+    assert row["time_us"] == 0.0 and row["algbw_gbps"] is None and row["busbw_gbps"] is None
+    assert json.loads(json.dumps(row, allow_nan=False))["busbw_gbps"] is None  # strict JSON: null
+    assert format_cell(row["busbw_gbps"]) == "-"
+    fine = build_row("allreduce", _records([2.0, 2.0]), 64, 16, "float32", "sum", "ring")
+    assert closing_lines([row])[1] == "avg busbw (GB/s): ring -"
+    assert closing_lines([row, fine])[1] == "avg busbw (GB/s): ring 0.032"  # the zero-time row is left out
+
+
+def test_row_keys_are_the_table_columns():
+    row = build_row("allreduce", _records([1.0, 2.0]), 8, 2, "float32", "sum", "ring")
+    assert list(row) == list(COLUMNS)
+
+
+def test_in_place_columns_join_the_same_row():
+    recs = _records([4.0, 6.0], [0, 0], ip_median_us=2.0, ip_wrong=0)
+    recs[1]["ip_median_us"], recs[1]["ip_wrong"] = 8.0, 5
+    row = build_row("allreduce", recs, 4000, 1000, "float32", "sum", "ring")
+    assert list(row) == [*COLUMNS, *IN_PLACE_COLUMNS]
+    assert (row["time_us"], row["wrong"], row["ip_time_us"], row["ip_wrong"]) == (6.0, 0, 8.0, 5)
+    assert row["ip_algbw_gbps"] == pytest.approx(0.5) and row["ip_busbw_gbps"] == pytest.approx(0.5)
+
+
+# -- wrong ---------------------------------------------------------------------------------------
+
+
+def test_wrong_is_summed_over_ranks_and_minus_one_when_not_checked():
+    assert build_row("allreduce", _records([1.0] * 3, [0, 2, 3]), 8, 2, "float32", "sum", "r")["wrong"] == 5
+    assert build_row("allreduce", _records([1.0] * 3, [-1] * 3), 8, 2, "float32", "sum", "r")["wrong"] == -1
+
+
+def test_count_wrong():
+    want = np.arange(10.0)
+    got = want.copy()
+    got[[2, 7]] = -1
+    assert count_wrong(got, want) == 2
+    assert count_wrong(want[:4], want) == 10  # a wrong length counts every expected element
+    assert count_wrong(want.astype(np.float32), want) == 10  # so does a wrong dtype
+    assert count_wrong(None, want) == 10
+    assert count_wrong(None, None) == 0  # reduce on a rank other than the root: nothing defined, nothing held
+    assert count_wrong(got, None) == 1  # ... and holding something there is one wrong result
+
+
+def test_build_row_units():
+    """Moved from test_baselines (the baselines' build_row is this one now)."""
+    lay = layout("allreduce", 16 << 20, 4, "float32")
+    (row,) = common.combine(
+        "gloo", [lay], "float32", "sum", [[{"size": lay.size_bytes, "median_us": 20_000.0, "wrong": 0}]] * 4
+    )
+    assert row["size"] == 16 << 20 and row["count"] == 4 << 20 and row["algorithm"] == "gloo"
+    assert row["algbw_gbps"] == pytest.approx((16 << 20) / 0.02 / 1e9)
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 1.5)
+    assert set(row) == {
+        "size",
+        "count",
+        "dtype",
+        "op",
+        "algorithm",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+    }
+    ag_lay = layout("allgather", 64, 2, "float32")
+    (ag,) = common.combine(
+        "mpi", [ag_lay], "float32", "sum", [[{"size": 64, "median_us": 1.0, "wrong": 0}]] * 2
+    )
+    assert ag["op"] == "none"  # as nccl-tests prints for collectives that do not reduce
+
+
+# -- the bench's report and the ratio to a baseline ---------------------------------------------
+
+
+def test_bench_report_table_failures_and_closing_lines():
+    ranks = _node_rows({8: [1.0, 2.0], 64: [3.0, 4.0]})
+    ranks[1][1]["wrong"] = 3
+    report = bench_report(ranks, "allreduce", "float32", "sum", 10, 2, data={"collective": "allreduce"})
+    (table,) = report.tables
+    assert table.title.startswith("allreduce, 2 ranks, float32: median of 10 iterations after 2 warm-up")
+    assert table.title.endswith("busbw = algbw x 2(N-1)/N") and table.columns == COLUMNS
+    assert [(r["size"], r["time_us"], r["wrong"]) for r in table.rows] == [(8, 2.0, 0), (64, 4.0, 3)]
+    assert not report.ok and report.failures == ["3 wrong elements: allreduce ring size 64"]
+    assert report.notes[0] == "wrong values: 3 FAILED" and report.data == {"collective": "allreduce"}
+    unchecked = [[dict(rec, wrong=-1) for rec in recs] for recs in _node_rows({8: [1.0, 1.0]})]
+    assert (
+        bench_report(unchecked, "allreduce", "float32", "sum", 1, 0).notes[0] == "wrong values: not checked"
+    )
+
+
+def test_bench_report_in_place_failure_and_columns():
+    ranks = [
+        [dict(rec, ip_median_us=1.0, ip_wrong=r) for rec in recs]
+        for r, recs in enumerate(_node_rows({8: [1.0, 1.0]}))
+    ]
+    report = bench_report(ranks, "allreduce", "float32", "sum", 1, 0)
+    assert report.tables[0].columns == {**COLUMNS, **IN_PLACE_COLUMNS}
+    assert report.failures == ["1 wrong elements: allreduce ring in place size 8"]
+
+
+@pytest.mark.parametrize(
+    "ours_us, theirs_us, ratio", [(0.004, 0.004, 1.0), (3.14159, 6.28318, 2.0), (1234.5678, 617.2839, 0.5)]
+)
+def test_ratio_to_a_baseline_compares_rows_of_one_builder(ours_us, theirs_us, ratio):
+    """Our rows (as bench's summary builds them) and a baseline's (as run_baseline builds them) from
+    the same per-rank medians are the same numbers, so the ratio is of like with like."""
+    ours = (
+        bench_report(_node_rows({64: [ours_us / 2, ours_us]}), "allreduce", "float32", "sum", 1, 0)
+        .tables[0]
+        .rows
+    )
+    lays = layouts("allreduce", [64], 2, "float32")
+    per_rank = [[{"size": 64, "median_us": t, "wrong": 0}] for t in (theirs_us, theirs_us / 3)]
+    (gloo,) = common.combine("gloo", lays, "float32", "sum", per_rank)
+    (row,) = compare(ours, [gloo])
+    assert row["x_gloo"] == ratio
+    assert row["ours_us"] == ours_us and row["gloo_us"] == theirs_us
+    assert row["ours_busbw"] / row["gloo_busbw"] == pytest.approx(ratio, rel=1e-12)
+    same = bench_report(_node_rows({64: [theirs_us, theirs_us / 3]}), "allreduce", "float32", "sum", 1, 0)
+    assert {k: v for k, v in same.tables[0].rows[0].items() if k != "algorithm"} == {
+        k: v for k, v in gloo.items() if k != "algorithm"
+    }

@@ -1,25 +1,24 @@
-"""The alpha-beta (latency-bandwidth) cost model of messages and all-reduces.
+"""The alpha-beta (latency-bandwidth) cost model of messages, and the fit that measures it.
 
 A message of n bytes takes T(n) = alpha + n / beta: alpha is the fixed cost of any message
 (software stack, synchronisation, a round trip), beta the bandwidth in bytes per second. The
 effective bandwidth n / T(n) reaches half of beta at n = alpha * beta, which is why many small
 messages waste a link and why gradients are packed into buckets (lecture P4, sections 5.1-5.3).
 
-Collectives are sums of such messages along their critical path, for S bytes on N ranks:
-- ring all-reduce: reduce-scatter then all-gather, 2(N-1) steps each moving S/N bytes,
-  T = 2(N-1) * (alpha + S / (N * beta)); bandwidth-optimal, latency grows with N.
-- tree all-reduce (binomial reduce then broadcast of the whole array):
-  T = 2 * ceil(log2 N) * (alpha + S / beta); latency-optimal, bandwidth-poor.
-A schedule (one all-reduce per bucket, run back to back) costs the sum of its all-reduces.
-The model ignores reduction arithmetic, copies and contention: it is the yardstick that
-measured times are printed beside, not a promise.
+`AlphaBeta` is the two-parameter link the bucket experiments fit at the start of a run; its
+all-reduce times come from `playground.models.costs`, which holds every collective's formula
+(with a reduction term gamma, free here). A schedule (one all-reduce per bucket, run back to back)
+costs the sum of its all-reduces. The model ignores copies and contention: it is the yardstick
+that measured times are printed beside, not a promise.
 """
 
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-ALGORITHMS = ("ring", "tree")
+from playground.models.costs import Link, collective_time_s
+
+ALGORITHMS = ("ring", "tree")  # what the bucket experiments run; costs.py has the formulas of all four
 
 
 @dataclass(frozen=True)
@@ -50,15 +49,10 @@ class AlphaBeta:
 
     def allreduce_time_s(self, num_bytes: float, num_ranks: int, algorithm: str = "ring") -> float:
         """One all-reduce of `num_bytes` (each rank's array) over `num_ranks` ranks."""
-        if num_ranks < 1:
-            raise ValueError(f"num_ranks: must be >= 1, got {num_ranks}")
-        if num_ranks == 1 or num_bytes == 0:
-            return 0.0
-        if algorithm == "ring":
-            return 2 * (num_ranks - 1) * (self.alpha_s + num_bytes / (num_ranks * self.beta_bytes_per_s))
-        if algorithm == "tree":
-            return 2 * math.ceil(math.log2(num_ranks)) * self.message_time_s(num_bytes)
-        raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+        link = Link(self.alpha_s, self.beta_bytes_per_s)
+        return collective_time_s("allreduce", algorithm, num_bytes, num_ranks, link)
 
     def schedule_time_s(
         self, bucket_sizes_bytes: Iterable[float], num_ranks: int, algorithm: str = "ring"

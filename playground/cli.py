@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate."""
 
 import argparse
 import sys
@@ -61,6 +61,12 @@ def _cmd_bench(args) -> int:
     return run_bench(args)
 
 
+def _cmd_simulate(args) -> int:
+    from playground.sim.command import run_simulate
+
+    return run_simulate(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m playground", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -100,8 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     nd.set_defaults(func=_cmd_node)
 
     from playground.bench import add_bench_parser
+    from playground.sim.command import add_simulate_parser
 
     add_bench_parser(sub, _cmd_bench)
+    add_simulate_parser(sub, _cmd_simulate)
     return p
 
 

@@ -69,3 +69,60 @@ def format_size(num_bytes: int) -> str:
             v = num_bytes / scale
             return f"{v:.0f} {unit}" if v.is_integer() else f"{v:.1f} {unit}"
     return f"{num_bytes} B"
+
+
+_PER_SECOND = {"ns": 1e9, "us": 1e6, "µs": 1e6, "ms": 1e3, "s": 1.0, "": 1.0}  # units in a second
+_NUMBER_UNIT_RE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*([a-zA-Zµ/]*)\s*$")
+ALLOWED_DURATION = "a time such as 5us, 200ns, 1.5ms, 2s (a bare number is seconds)"
+ALLOWED_RATE = "a rate such as 50GB/s, 12.5GiB/s, 900GB/s, 100Gbit, 1gbit, 100mbit (bytes or bits per second)"
+
+
+def parse_duration(value: float | int | str) -> float:
+    """Seconds from a number (seconds) or a string with ns/us/ms/s; ValueError otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        m = _NUMBER_UNIT_RE.match(str(value))
+        unit = m.group(2).lower() if m else None
+        if unit not in _PER_SECOND:
+            raise ValueError(f"expected {ALLOWED_DURATION}, got {value!r}")
+        seconds = float(m.group(1)) / _PER_SECOND[unit]
+    if not seconds >= 0:
+        raise ValueError(f"expected a time >= 0, got {value!r}")
+    return seconds
+
+
+def parse_rate(value: float | int | str) -> float:
+    """Bytes per second from a number (bytes/s) or a string: GB/s, GiB/s, MB/s (bytes, 1000s and
+    1024s) or gbit, mbit, kbit, bit (bits, 1000s: what `tc` and link speeds say); ValueError otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        rate = float(value)
+    else:
+        m = _NUMBER_UNIT_RE.match(str(value))
+        if not m:
+            raise ValueError(f"expected {ALLOWED_RATE}, got {value!r}")
+        number, unit = float(m.group(1)), m.group(2).lower().removesuffix("/s").removesuffix("ps")
+        if unit.endswith("bit"):
+            scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}.get(unit[:-3])
+            rate = None if scale is None else number * scale / 8
+        else:
+            scale = _UNITS.get(unit)
+            rate = None if scale is None else number * scale
+        if rate is None:
+            raise ValueError(f"expected {ALLOWED_RATE}, got {value!r}")
+    if not rate > 0:
+        raise ValueError(f"expected a rate > 0, got {value!r}")
+    return rate
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form: 5 us, 1.50 ms, 2.00 s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """GB/s (1e9 bytes per second, as nccl-tests prints bandwidth)."""
+    return f"{bytes_per_s / 1e9:.3g} GB/s"

@@ -36,10 +36,12 @@ class Tracer:
         enabled: bool = True,
         clock_offset_us: float = 0.0,
         clock_ns=time.monotonic_ns,
+        messages: bool = True,
     ):
         self.rank = rank
         self.path = path
         self.enabled = enabled
+        self.messages = enabled and messages  # also one event per message sent, waited for, reduced
         self.clock_offset_us = clock_offset_us
         self.clock_ns = clock_ns  # the rank's time source: CLOCK_MONOTONIC, or a simulation's virtual clock
         self._events: list[tuple] = []

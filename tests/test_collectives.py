@@ -151,7 +151,7 @@ def test_other_collectives(n):
 
 
 def test_unknown_algorithm_is_rejected():
-    with pytest.raises(ValueError, match="allowed: ring, tree, hd, rd, auto"):
+    with pytest.raises(ValueError, match="allowed: ring, tree, hd, rd, hier, auto"):
         run_local(1, lambda comm: allreduce(comm, np.ones(3), algorithm="bogus"))
 
 

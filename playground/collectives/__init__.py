@@ -9,6 +9,7 @@ import numpy as np
 from playground.collectives.auto import choose_allreduce
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, flat_copy, segment_bytes_for
 from playground.collectives.halving_doubling import allreduce_halving_doubling
+from playground.collectives.hierarchical import allreduce_hierarchical
 from playground.collectives.ops import ReduceOp
 from playground.collectives.recursive_doubling import allreduce_recursive_doubling
 from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
@@ -19,10 +20,11 @@ ALLREDUCE_ALGORITHMS = {
     "tree": allreduce_tree,
     "hd": allreduce_halving_doubling,
     "rd": allreduce_recursive_doubling,
+    "hier": allreduce_hierarchical,
 }
 # Which algorithms each collective offers; "auto" picks by size and rank count (collectives/auto.py).
 ALGORITHMS = {
-    "allreduce": ("ring", "tree", "hd", "rd", "auto"),
+    "allreduce": ("ring", "tree", "hd", "rd", "hier", "auto"),
     "allgather": ("ring",),
     "reduce_scatter": ("ring",),
     "broadcast": ("tree",),
@@ -51,9 +53,11 @@ def allreduce(
     algorithm: str = "ring",
     segment_bytes: int | None = None,
     inplace: bool = False,
+    ranks_per_node: int | None = None,
 ) -> np.ndarray:
     """op-reduction of every rank's `x`, as a new array on every rank (`x` is not modified); with
-    `inplace`, written into `x` itself (a writable C-contiguous array), which is returned."""
+    `inplace`, written into `x` itself (a writable C-contiguous array), which is returned.
+    `ranks_per_node` groups ranks into nodes for `hier` (default: by host, `comm.ranks_per_node`)."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     if algorithm == "auto":
         algorithm = choose_allreduce(np.asarray(x).nbytes, comm.size)
@@ -63,7 +67,8 @@ def allreduce(
         raise ValueError(
             f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
         ) from None
-    result = fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes, inplace=inplace)
+    extra = {"ranks_per_node": ranks_per_node} if algorithm == "hier" else {}
+    result = fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes, inplace=inplace, **extra)
     return x if inplace else result
 
 
@@ -109,11 +114,12 @@ def run_collective(
     algorithm: str = "auto",
     segment_bytes: int | None = None,
     inplace: bool = False,
+    ranks_per_node: int | None = None,
 ) -> np.ndarray | None:
     """Dispatch by name (what benchmarks and scenarios use); roots are rank 0; only the all-reduce
     works in place."""
     if collective == "allreduce":
-        return allreduce(comm, x, op, algorithm, segment_bytes, inplace)
+        return allreduce(comm, x, op, algorithm, segment_bytes, inplace, ranks_per_node)
     if inplace:
         raise ValueError(f"{collective}: only allreduce works in place")
     if collective == "allgather":

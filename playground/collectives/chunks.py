@@ -13,9 +13,49 @@ def segment_bytes_for(comm) -> int:
     return comm.segment_bytes
 
 
+_PHANTOMS: dict[np.dtype, np.ndarray] = {}
+_PHANTOM_MAX = 1 << 48
+
+
+def phantom(count: int, dtype) -> np.ndarray:
+    """An array of `count` elements stored in one (every stride 0): what a data-free simulation
+    passes to the algorithms, whose messages then carry sizes, not bytes (playground.sim)."""
+    dtype = np.dtype(dtype)
+    base = _PHANTOMS.get(dtype)
+    if base is None:
+        base = _PHANTOMS[dtype] = np.lib.stride_tricks.as_strided(
+            np.zeros(1, dtype), shape=(_PHANTOM_MAX,), strides=(0,), writeable=True
+        )
+    return base[:count]
+
+
+def is_phantom(x: np.ndarray) -> bool:
+    return x.ndim == 1 and x.size > 1 and x.strides[0] == 0
+
+
+# Buffers are made through these helpers, never with np.empty/np.array directly, so that a
+# phantom input gives phantom buffers (a 1 GiB all-reduce on 1024 simulated ranks allocates nothing).
+
+
 def flat_copy(x: np.ndarray) -> np.ndarray:
     """A new C-contiguous 1-d copy of `x`: the result buffer every algorithm reduces into."""
+    if is_phantom(x):
+        return phantom(x.size, x.dtype)
     return np.array(x, copy=True, order="C").reshape(-1)
+
+
+def flat(x: np.ndarray) -> np.ndarray:
+    """`x` as a 1-d C-contiguous array, copied only if it is not one already."""
+    return x if is_phantom(x) else np.ascontiguousarray(x).reshape(-1)
+
+
+def empty(count: int, like: np.ndarray) -> np.ndarray:
+    """An uninitialised 1-d array of `count` elements of `like`'s dtype."""
+    return phantom(count, like.dtype) if is_phantom(like) else np.empty(count, dtype=like.dtype)
+
+
+def copy(x: np.ndarray) -> np.ndarray:
+    return phantom(x.size, x.dtype) if is_phantom(x) else x.copy()
 
 
 def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
@@ -23,6 +63,8 @@ def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
     memory (nccl-tests' in-place: the send and receive buffers are one)."""
     if not inplace:
         return flat_copy(x)
+    if is_phantom(x):
+        return x
     if not (isinstance(x, np.ndarray) and x.flags.c_contiguous and x.flags.writeable):
         raise ValueError("in-place all-reduce needs a writable C-contiguous numpy array")
     return x.reshape(-1)

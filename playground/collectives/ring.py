@@ -26,6 +26,10 @@ import numpy as np
 from playground.collectives.chunks import (
     DEFAULT_SEGMENT_BYTES,
     chunk_bounds,
+    copy,
+    empty,
+    flat,
+    is_phantom,
     segment_bounds,
     segment_elems_for,
     work_buffer,
@@ -115,10 +119,8 @@ def allreduce_ring(
     it never sent, and every send has completed before the all-gather overwrites the rest)."""
     if comm.size == 1 or x.size == 0:
         return work_buffer(x, inplace).reshape(x.shape)
-    source = work_buffer(x, True) if inplace else np.ascontiguousarray(x).reshape(-1)
-    buf = (
-        source if inplace else np.empty_like(source)
-    )  # every chunk is written by reduce-scatter or all-gather
+    source = work_buffer(x, True) if inplace else flat(x)
+    buf = source if inplace else empty(source.size, like=source)  # every chunk gets written
     bounds = chunk_bounds(buf.size, comm.size)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)
@@ -130,23 +132,24 @@ def reduce_scatter_ring(
     comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM, segment_bytes: int = DEFAULT_SEGMENT_BYTES
 ) -> np.ndarray:
     """Rank r gets chunk r (of `chunk_bounds(x.size, N)`) of the reduction of every rank's flat `x`."""
-    source = np.ascontiguousarray(x).reshape(-1)
+    source = flat(x)
     bounds = chunk_bounds(source.size, comm.size)
     a, b = bounds[comm.rank]
     if comm.size == 1 or source.size == 0:
-        return source[a:b].copy()
-    buf = np.empty_like(source)
+        return copy(source[a:b])
+    buf = empty(source.size, like=source)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)
-    return buf[a:b].copy()
+    return copy(buf[a:b])
 
 
 def allgather_ring(comm, x: np.ndarray, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
     """Concatenation of every rank's flat `x` (all the same length), in rank order, on every rank."""
-    part = np.ascontiguousarray(x).reshape(-1)
+    part = flat(x)
     n = part.size
-    buf = np.empty(n * comm.size, dtype=part.dtype)
-    buf[comm.rank * n : (comm.rank + 1) * n] = part
+    buf = empty(n * comm.size, like=part)
+    if not is_phantom(buf):
+        buf[comm.rank * n : (comm.rank + 1) * n] = part
     if comm.size > 1 and n:
         bounds = [(i * n, (i + 1) * n) for i in range(comm.size)]
         seg = segment_elems_for(segment_bytes, buf.itemsize)

@@ -40,7 +40,8 @@ class Communicator:
     """One rank's view of the world: `rank`, `size`, send/recv/isend/irecv/sendrecv, barrier.
 
     `control` is the launcher's side channel (comm/control.py: `abort_reason()`, `progress()`),
-    None when nothing can abort the run from outside; `run_dir` is where the node may write files.
+    None when nothing can abort the run from outside; `run_dir` is where the node may write files;
+    `hosts[r]` names the host rank r runs on (ranks are placed on hosts in blocks).
     """
 
     def __init__(
@@ -53,8 +54,10 @@ class Communicator:
         timeout_s: float = 30.0,
         control=None,
         run_dir: Path | None = None,
+        hosts: list[str] | None = None,
     ):
         self.rank, self.size, self.transport = rank, size, transport
+        self.hosts = list(hosts) if hosts is not None else ["localhost"] * size  # each rank's host
         self.tracer = tracer if tracer is not None else Tracer(rank, None, enabled=False)
         self.timeout_s, self.control, self.run_dir = timeout_s, control, run_dir
         self.bytes_sent = 0
@@ -66,6 +69,11 @@ class Communicator:
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
 
     @property
+    def ranks_per_node(self) -> int:
+        """How many ranks share this rank's host (what hierarchical algorithms group by)."""
+        return self.hosts.count(self.hosts[self.rank])
+
+    @property
     def segment_bytes(self) -> int:
         """What collectives cut large buffers into by default on this transport."""
         return self.transport.segment_bytes
@@ -75,14 +83,12 @@ class Communicator:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
         if not 0 <= dst < self.size:
             raise InvalidPeer(self.rank, dst, "destination", self.size)
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
-        t0 = self._clock()
+        t0 = self._clock() if self.tracer.messages else 0
         got = self.transport.send(dst, tag, x)
         if type(got) is NoRoom:
             got = self._wait_for_room(dst, tag, lambda: self.transport.send(dst, tag, x))
         self.bytes_sent += x.nbytes
-        if self.tracer.enabled:
+        if self.tracer.messages:
             self.tracer.add_ns("send", CAT_SEND, t0, self._clock(), dst, tag, x.nbytes)
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
 
@@ -100,13 +106,13 @@ class Communicator:
         if type(out) is NoRoom:
             out = self._wait_for_room(dst, tag, lambda: self.transport.reserve(dst, count, dtype))
         fill(out.array)
-        t0 = self._clock()
+        t0 = self._clock() if self.tracer.messages else 0
         got = self.transport.send_reserved(out, tag)
         if type(got) is NoRoom:
             got = self._wait_for_room(dst, tag, lambda: self.transport.send_reserved(out, tag))
         nbytes = out.array.nbytes
         self.bytes_sent += nbytes
-        if self.tracer.enabled:
+        if self.tracer.messages:
             self.tracer.add_ns("send", CAT_SEND, t0, self._clock(), dst, tag, nbytes)
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
 
@@ -175,7 +181,7 @@ class Communicator:
         if not 0 <= src < self.size:
             raise InvalidPeer(self.rank, src, "source", self.size)
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        t0 = self._clock()
+        t0 = self._clock() if self.tracer.messages else 0
         deadline = time.monotonic() + timeout_s
         receive, pending = self.transport.receive, self._pending
         while True:
@@ -188,7 +194,7 @@ class Communicator:
                 break
             else:
                 pending[(msg.src, msg.tag)].append(msg)
-        if self.tracer.enabled:
+        if self.tracer.messages:
             self.tracer.add_ns("recv_wait", CAT_WAIT, t0, self._clock(), src, tag)
         return msg
 
@@ -234,9 +240,9 @@ class Communicator:
         elif ufunc is None:
             msg.copy_into(target)
         else:
-            t0 = self._clock()
+            t0 = self._clock() if self.tracer.messages else 0
             msg.reduce_into(target, ufunc, base)
-            if self.tracer.enabled:
+            if self.tracer.messages:
                 self.tracer.add_ns("reduce", CAT_REDUCE, t0, self._clock(), src, target.nbytes)
         return count
 

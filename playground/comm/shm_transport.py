@@ -82,7 +82,7 @@ class ShmTransport:
         if slot is None:
             return RING_FULL
         view, descriptor = slot
-        np.copyto(view, x.reshape(-1).view(np.uint8))
+        np.copyto(view.view(x.dtype).reshape(x.shape), x)  # any layout
         record = wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape) + descriptor
         if self.inboxes.try_send(dst, record):
             return COMPLETE

@@ -146,7 +146,7 @@ class Transport(Protocol):
     segment_bytes: int  # the message size collectives cut large buffers into on this transport
 
     def send(self, dst: int, tag: int, x: np.ndarray) -> Completion | NoRoom:
-        """Post C-contiguous `x` to `dst`; do not modify `x` until the completion is done."""
+        """Post `x` (any memory layout) to `dst`; do not modify `x` until the completion is done."""
         ...
 
     def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing | NoRoom:

@@ -101,6 +101,8 @@ class ZmqTransport(PlainReserve):
         if x.nbytes < ZERO_COPY_MIN_BYTES:
             sock.send(wire.encode_inline(self.rank, tag, x))
             return COMPLETE
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
         sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
         return _Tracked(sock.send(x, copy=False, track=True))
 

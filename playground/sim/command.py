@@ -1,0 +1,177 @@
+"""`python -m playground simulate COLLECTIVE ...`: the real algorithms on a simulated cluster.
+
+For every (ranks, algorithm, size) it runs the collective's own code on simulated ranks
+(driver.py) and prints bench's nccl-tests table with the model's time and sim/model beside each
+row; `--crossover` adds where the ring overtakes the tree, halving-doubling and recursive
+doubling, as a table and crossover.png. It writes a run directory as `run` does: simulation.yaml,
+result.json with bench's row keys, and with one rank count each rank's rank-<r>.jsonl stamped in
+virtual microseconds (per message up to 64 ranks), which `inspect` reads.
+"""
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import yaml
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from playground.collectives import ALGORITHMS
+from playground.collectives.report import COLUMNS
+from playground.report import Report, Table, make_console, render_report
+from playground.run import EXIT_FAILED, EXIT_OK, make_run_dir, write_result
+from playground.sim import model
+from playground.sim.driver import DATA_MAX_RANKS, simulate, wants_data
+from playground.sim.options import SimSpec, resolve
+from playground.sizes import format_size
+
+TRACE_MESSAGES_MAX_RANKS = 64
+SIM_COLUMNS = {"ranks": "ranks", **COLUMNS, "model_us": "model (us)", "vs_model": "sim/model", "mode": "mode"}
+SIM_COLUMNS.pop("dtype")
+
+
+def add_simulate_parser(sub, func) -> None:
+    s = sub.add_parser(
+        "simulate",
+        help="run the collectives on a simulated cluster (virtual time, up to thousands of ranks)",
+        description="The same algorithm code as `run`/`bench`, on simulated ranks in virtual time: "
+        "each rank has a full-duplex port per link kind; a message of n bytes holds the sender's and "
+        "receiver's ports for n/beta and arrives alpha later; a reduction of n bytes costs n/gamma.",
+    )
+    s.add_argument("collective", choices=list(ALGORITHMS), help="what to simulate")
+    s.add_argument("--algo", help="comma list (allreduce: ring,tree,hd,rd; hier with --topology)")
+    s.add_argument("--ranks", "-n", help="rank count, list (8,64) or doubling range (8..1024); default 8")
+    s.add_argument("--sizes", "-s", default="8..64MiB", help="'1KiB..1GiB' doubles, or a list '8,1MiB'")
+    s.add_argument("--link", help="link preset for every link: ib, roce, ethernet, nvlink (default ib)")
+    s.add_argument("--model", help="a preset, or a calibration.json from `run pingpong` (this machine)")
+    s.add_argument("--alpha", help="per-message latency, e.g. 5us (overrides the preset)")
+    s.add_argument("--beta", help="bandwidth per port, e.g. 50GB/s or 100Gbit (overrides the preset)")
+    s.add_argument("--gamma", help="reduction rate, e.g. 100GB/s (default: free)")
+    s.add_argument("--topology", help="NODESxRANKS_PER_NODE, e.g. 128x8: two kinds of link")
+    s.add_argument("--intra", help="link preset inside a node (with --topology; default nvlink)")
+    s.add_argument("--inter", help="link preset between nodes (with --topology; default --link)")
+    s.add_argument("--cores", type=int, help="CPUs the ranks share (default: one per rank)")
+    s.add_argument("--segment", help="cut messages into segments of this many bytes (default: none)")
+    mode = s.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--data", dest="data", action="store_true", default=None, help="carry real bytes, check results"
+    )
+    mode.add_argument("--no-data", dest="data", action="store_false", help="messages carry sizes only")
+    s.add_argument("--crossover", action="store_true", help="where the ring overtakes tree, hd, rd (+ plot)")
+    s.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
+    s.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
+    s.add_argument("--out", default="runs", help="directory for run directories")
+    s.set_defaults(func=func)
+
+
+def run_simulate(args) -> int:
+    spec = resolve(args)
+    console, err = make_console(), make_console(stderr=True)
+    run_dir = make_run_dir(Path(args.out), f"simulate-{spec.collective}")
+    (run_dir / "simulation.yaml").write_text(yaml.safe_dump(_describe(spec), sort_keys=False))
+    console.print(
+        f"[bold]simulate {spec.collective}[/bold]: {_ranks_text(spec)} ranks, {spec.link_source} -> {run_dir}",
+        highlight=False,
+    )
+    points = [(n, a, s) for n in spec.ranks for a in spec.algorithms for s in spec.sizes]
+    trace_dir = run_dir if len(spec.ranks) == 1 else None
+    rows, stats = [], {"messages": 0, "events": 0, "wall_s": 0.0}
+    t0 = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("simulate", total=len(points))
+        for n, algorithm, size in points:
+            progress.update(task, description=f"{n} ranks {algorithm} {format_size(size)}")
+            rows.append(_point(spec, n, algorithm, size, trace_dir, stats))
+            progress.advance(task)
+    stats["wall_s"] = time.perf_counter() - t0
+    report = _report(spec, rows, stats, run_dir)
+    render_report(report, console)
+    result = {
+        "ok": report.ok,
+        "scenario": f"simulate-{spec.collective}",
+        "ranks": max(spec.ranks),
+        "transport": "sim",
+        "rows": rows,
+        "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
+        "notes": report.notes,
+        "failures": report.failures,
+        "files": report.files,
+        "run_dir": str(run_dir),
+        "simulation": _describe(spec),
+        **report.data,
+    }
+    write_result(run_dir, result)
+    console.print(f"logs: {run_dir}", highlight=False)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: dict) -> dict:
+    data = wants_data(n, size) if spec.data is None else spec.data
+    row, world = simulate(
+        spec.machine(n),
+        spec.collective,
+        algorithm,
+        size,
+        spec.dtype,
+        spec.op,
+        data=data and n <= DATA_MAX_RANKS,
+        segment_bytes=spec.segment_bytes,
+        trace_dir=trace_dir,
+        trace_messages=n <= TRACE_MESSAGES_MAX_RANKS,
+    )
+    stats["events"] += world.engine.num_events
+    stats["messages"] += world.engine.num_messages
+    t_model = model.model_time_s(spec, algorithm, n, row["size"])
+    row["model_us"] = None if t_model is None else t_model * 1e6
+    row["vs_model"] = row["time_us"] / row["model_us"] if row["model_us"] else None
+    row["mode"] = "data" if data else "sizes"
+    return row
+
+
+def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path) -> Report:
+    failures = [
+        f"{r['wrong']} wrong elements: {spec.collective} {r['algorithm']} {r['ranks']} ranks size {r['size']}"
+        for r in rows
+        if r["wrong"] > 0
+    ]
+    title = (
+        f"{spec.collective} simulated ({spec.dtype}): virtual time of the slowest rank; "
+        f"model = closed form ({'slow link for all but hier' if spec.ranks_per_node else 'same links'})"
+    )
+    tables = [Table(title, rows, SIM_COLUMNS)]
+    checked = [r for r in rows if r["wrong"] >= 0]
+    notes = [
+        f"links: {spec.link_source}"
+        + (f"; {spec.cores} shared CPU(s)" if spec.cores else "")
+        + (f"; segments of {format_size(spec.segment_bytes)}" if spec.segment_bytes else "; whole messages"),
+        f"wrong values: {sum(r['wrong'] for r in checked)} {'OK' if not failures else 'FAILED'} "
+        f"({len(checked)} of {len(rows)} rows carried data and were checked)",
+        f"simulated {stats['messages']:,} messages ({stats['events']:,} events) in {stats['wall_s']:.2f} s",
+    ]
+    files = []
+    if spec.crossover:
+        from playground.sim.crossover import crossover_table, plot_crossover
+
+        table = crossover_table(spec, rows)
+        tables.append(table)
+        files.append(plot_crossover(spec, table.rows, run_dir / "crossover.png"))
+    return Report(ok=not failures, tables=tables, notes=notes, failures=failures, files=files)
+
+
+def _ranks_text(spec: SimSpec) -> str:
+    return ", ".join(map(str, spec.ranks))
+
+
+def _describe(spec: SimSpec) -> dict:
+    """The resolved simulation, as simulation.yaml and result.json record it."""
+    d = asdict(spec)
+    d["intra"], d["inter"] = spec.intra.describe(), spec.inter.describe()
+    d["algorithms"], d["ranks"], d["sizes"] = list(spec.algorithms), list(spec.ranks), list(spec.sizes)
+    d["copy_bytes_per_s"] = None if spec.copy_bytes_per_s == float("inf") else spec.copy_bytes_per_s
+    return d

@@ -1,0 +1,96 @@
+"""One simulated measurement: a collective of S bytes on N ranks, timed as `bench` times it.
+
+Each rank fills its input (the closed-form pattern of playground.collectives.check with data, a
+phantom array without), enters a barrier, runs the collective through `run_collective`, exactly
+the code a launched rank runs, and records its virtual time and its wrong-element count. The row
+is built by the same `build_row` as bench's and the baselines', so its keys are theirs.
+"""
+
+import gc
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from playground.collectives import ReduceOp, run_collective
+from playground.collectives.check import count_wrong, expected_output, input_count, pattern
+from playground.collectives.chunks import phantom
+from playground.collectives.report import build_row
+from playground.sim.network import Machine
+from playground.sim.transport import SimWorld
+from playground.trace import CAT_OP
+
+DATA_MAX_RANKS = 64
+DATA_MAX_BYTES = 1 << 20  # with data (and checked) by default up to here; data-free beyond
+
+
+def wants_data(num_ranks: int, size_bytes: int) -> bool:
+    """The default mode: real bytes (checked results) for small runs, sizes only beyond."""
+    return num_ranks <= DATA_MAX_RANKS and size_bytes <= DATA_MAX_BYTES
+
+
+@contextmanager
+def _few_collections():
+    """Thousands of greenlets keep many objects alive: full collections would scan them all for
+    nothing (a simulation makes no reference cycles worth collecting while it runs)."""
+    old = gc.get_threshold()
+    gc.set_threshold(200_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
+def simulate(
+    machine: Machine,
+    collective: str,
+    algorithm: str,
+    size_bytes: int,
+    dtype: str = "float32",
+    op: str = "sum",
+    data: bool = True,
+    segment_bytes: int | None = None,
+    trace_dir: Path | None = None,
+    trace_messages: bool = True,
+) -> tuple[dict, SimWorld]:
+    """(nccl-tests row, the finished world) of one collective in virtual time."""
+    n = machine.num_ranks
+    itemsize = np.dtype(dtype).itemsize
+    count = input_count(collective, size_bytes, itemsize, n)
+    reduce_op = ReduceOp.parse(op)
+    world = SimWorld(machine, data=data)
+    engine = world.engine
+    expected: dict[int, np.ndarray | None] = {}  # one process: compute each expected output once
+
+    def want(rank: int):
+        key = rank if collective in ("reduce", "reduce_scatter") else -1
+        if key not in expected:
+            expected[key] = expected_output(collective, rank, n, count, dtype, reduce_op)
+        return expected[key]
+
+    def body(comm):
+        x = pattern(comm.rank, count, dtype) if data else phantom(count, dtype)
+        comm.barrier()
+        t0 = engine.now
+        with comm.tracer.span(collective, CAT_OP, bytes=count * itemsize, algorithm=algorithm):
+            out = run_collective(
+                comm,
+                collective,
+                x,
+                reduce_op,
+                algorithm,
+                segment_bytes,
+                ranks_per_node=machine.ranks_per_node,
+            )
+        record = {"median_us": (engine.now - t0) * 1e6, "wrong": -1}
+        if data:
+            record["wrong"] = count_wrong(
+                out, expected_output(collective, comm.rank, n, count, dtype, reduce_op)
+            )
+        return record
+
+    with _few_collections():
+        per_rank = world.run(body, trace_dir=trace_dir, trace_messages=trace_messages)
+    total = count * n if collective == "allgather" else count
+    row = build_row(collective, per_rank, total * itemsize, total, dtype, op, algorithm)
+    return {"ranks": n, **row}, world

@@ -1,0 +1,71 @@
+"""The closed-form time beside each simulated row, and where the ring overtakes the others.
+
+On a flat network the formulas are playground.models.costs's, with the spec's link. With a
+topology, `hier` is the sum of its three phases (ring reduce-scatter inside a node, ring
+all-reduce of S/k across nodes, ring all-gather inside); any other algorithm is priced as if every
+link were the slow one between nodes, an upper bound for algorithms that cross nodes at every step.
+"""
+
+from playground.models.costs import (
+    Link,
+    allgather_ring_time_s,
+    allreduce_ring_time_s,
+    collective_time_s,
+    reduce_scatter_ring_time_s,
+)
+
+
+def hierarchical_time_s(size_bytes: float, num_nodes: int, per_node: int, intra: Link, inter: Link) -> float:
+    """Reduce-scatter inside each node, all-reduce of each S/k chunk across nodes (k rails in
+    parallel), all-gather inside each node."""
+    return (
+        reduce_scatter_ring_time_s(size_bytes, per_node, intra)
+        + allreduce_ring_time_s(size_bytes / per_node, num_nodes, inter)
+        + allgather_ring_time_s(size_bytes, per_node, intra)
+    )
+
+
+def model_time_s(spec, algorithm: str, num_ranks: int, size_bytes: float) -> float | None:
+    """The model's time for one row of `spec`, or None where there is no formula (auto)."""
+    if algorithm == "hier":
+        k = spec.ranks_per_node or num_ranks
+        return hierarchical_time_s(size_bytes, num_ranks // k, k, spec.intra, spec.inter)
+    try:
+        return collective_time_s(spec.collective, algorithm, size_bytes, num_ranks, spec.inter)
+    except ValueError:
+        return None
+
+
+def affine(fn) -> tuple[float, float]:
+    """(a, b) with fn(S) = a + b S: every formula is affine in S for a fixed rank count."""
+    t1, t2 = fn(1.0), fn(2.0)
+    return t1 - (t2 - t1), t2 - t1
+
+
+def crossover_bytes(spec, num_ranks: int, other: str) -> float | None:
+    """The size above which the ring all-reduce is faster than `other` by the model: 0 if it always
+    is, None if it never is."""
+    a_ring, b_ring = affine(lambda s: model_time_s(spec, "ring", num_ranks, s))
+    a_other, b_other = affine(lambda s: model_time_s(spec, other, num_ranks, s))
+    if a_ring <= a_other and b_ring <= b_other:
+        return 0.0
+    if b_other <= b_ring:
+        return None
+    return (a_ring - a_other) / (b_other - b_ring)
+
+
+def first_win(rows: list[dict], num_ranks: int, other: str) -> int | None:
+    """The smallest simulated size from which on the ring beats `other` at every larger size."""
+    times: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r["ranks"] == num_ranks:
+            times.setdefault(r["algorithm"], {})[r["size"]] = r["time_us"]
+    ring, them = times.get("ring", {}), times.get(other, {})
+    sizes = sorted(set(ring) & set(them))
+    win = None
+    for s in reversed(sizes):
+        if ring[s] < them[s]:
+            win = s
+        else:
+            break
+    return win

@@ -1,0 +1,209 @@
+"""`simulate`'s command line, resolved once into a validated, frozen `SimSpec`.
+
+Every flag is checked before anything runs; a bad value is one `ScenarioError` naming the flag
+and what is allowed (exit status 2). Precedence for the links: `--alpha/--beta/--gamma` override
+fields of `--link` or `--model` (a preset name or a calibration.json from `run pingpong`), which
+override the default, the lecture's InfiniBand (`ib`). With `--topology NODESxPER_NODE` the links
+inside and between nodes come from `--intra` and `--inter`.
+"""
+
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from playground.collectives import ALGORITHMS
+from playground.errors import ScenarioError
+from playground.models.costs import PRESETS, Link
+from playground.sim.network import Machine
+from playground.sizes import (
+    ALLOWED_DURATION,
+    ALLOWED_RATE,
+    parse_duration,
+    parse_rate,
+    parse_size,
+    parse_size_range,
+)
+
+MAX_RANKS = 1 << 16
+DEFAULT_LINK = "ib"
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    collective: str
+    algorithms: tuple[str, ...]
+    ranks: tuple[int, ...]
+    sizes: tuple[int, ...]
+    intra: Link  # alpha, beta (and the machine's gamma) of links inside a node
+    inter: Link  # and between nodes (the same as intra without a topology)
+    ranks_per_node: int | None  # None: one flat network (every link `inter`)
+    cores: int | None
+    copy_bytes_per_s: float
+    segment_bytes: int | None
+    data: bool | None  # None: with data where small enough (driver.wants_data)
+    crossover: bool
+    dtype: str
+    op: str
+    link_source: str  # what the caption says the links are
+
+    @property
+    def gamma_bytes_per_s(self) -> float:
+        return self.inter.gamma_bytes_per_s
+
+    def machine(self, num_ranks: int) -> Machine:
+        per_node = self.ranks_per_node or num_ranks
+        return Machine(
+            num_ranks // per_node,
+            per_node,
+            self.intra,
+            self.inter,
+            self.gamma_bytes_per_s,
+            self.copy_bytes_per_s,
+            self.cores,
+        )
+
+
+def _ranks(text: str) -> tuple[int, ...]:
+    try:
+        if ".." in text:
+            lo, hi = (int(t) for t in text.split("..", 1))
+            if lo < 1 or hi < lo:
+                raise ValueError
+            out, n = [], lo
+            while n <= hi:
+                out.append(n)
+                n *= 2
+            return tuple(out)
+        out = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1 or max(out) > MAX_RANKS:
+        raise ScenarioError(
+            f"--ranks {text!r}: expected a rank count from 1 to {MAX_RANKS}, a list (8,64) or a doubling range (8..1024)"
+        )
+    return out
+
+
+def _preset(flag: str, name: str) -> Link:
+    if name not in PRESETS:
+        raise ScenarioError(f"{flag} {name!r}: unknown link preset; allowed: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def calibration_link(path: Path) -> Link:
+    """alpha, beta and gamma from a calibration.json written by `run pingpong`."""
+    try:
+        cal = json.loads(path.read_text())
+        return Link(float(cal["alpha_s"]), float(cal["beta_bytes_per_s"]), float(cal["gamma_bytes_per_s"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ScenarioError(
+            f"--model {path}: not a calibration file with alpha_s, beta_bytes_per_s, gamma_bytes_per_s ({e})"
+        ) from None
+
+
+def _base_link(args) -> tuple[Link, str, bool]:
+    """(link, what the caption calls it, whether it came from a calibration of this machine)."""
+    if args.model and args.link:
+        raise ScenarioError("--model and --link: give one of them")
+    if args.model:
+        if args.model in PRESETS:
+            return PRESETS[args.model], f"preset {args.model}", False
+        path = Path(args.model)
+        if not path.is_file():
+            raise ScenarioError(
+                f"--model {args.model!r}: neither a link preset ({', '.join(PRESETS)}) nor a calibration file"
+            )
+        return calibration_link(path), f"calibration {path}", True
+    name = args.link or DEFAULT_LINK
+    return _preset("--link", name), f"preset {name}" + ("" if args.link else " (default)"), False
+
+
+def _override(link: Link, args) -> tuple[Link, list[str]]:
+    changed = {}
+    for flag, field, parse, allowed in (
+        ("--alpha", "alpha_s", parse_duration, ALLOWED_DURATION),
+        ("--beta", "beta_bytes_per_s", parse_rate, ALLOWED_RATE),
+        ("--gamma", "gamma_bytes_per_s", parse_rate, ALLOWED_RATE),
+    ):
+        text = getattr(args, flag[2:])
+        if text is None:
+            continue
+        try:
+            changed[field] = parse(text)
+        except ValueError:
+            raise ScenarioError(f"{flag} {text!r}: expected {allowed}") from None
+    return replace(link, **changed), [f"{k} set" for k in changed]
+
+
+def _topology(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise ScenarioError(f"--topology {text!r}: expected NODESxRANKS_PER_NODE with both >= 1, e.g. 128x8")
+    return int(m.group(1)), int(m.group(2))
+
+
+def resolve(args) -> SimSpec:
+    """The validated simulation from parsed arguments; ScenarioError naming the flag otherwise."""
+    collective = args.collective
+    base, source, calibrated = _base_link(args)
+    link, overridden = _override(base, args)
+    source += "".join(f", {o}" for o in overridden) + f": {link.describe()}"
+    intra = inter = link
+    per_node = None
+    if args.topology:
+        nodes, per_node = _topology(args.topology)
+        intra = replace(_preset("--intra", args.intra or "nvlink"), gamma_bytes_per_s=link.gamma_bytes_per_s)
+        inter = replace(
+            _preset("--inter", args.inter) if args.inter else link, gamma_bytes_per_s=link.gamma_bytes_per_s
+        )
+        if args.ranks and _ranks(args.ranks) != (nodes * per_node,):
+            raise ScenarioError(
+                f"--ranks {args.ranks}: --topology {args.topology} has {nodes * per_node} ranks"
+            )
+        ranks = (nodes * per_node,)
+        source = f"{nodes} nodes x {per_node}: inside {intra.describe()}; between {inter.describe()}"
+    elif args.intra or args.inter:
+        raise ScenarioError("--intra/--inter: need --topology NODESxRANKS_PER_NODE")
+    else:
+        ranks = _ranks(args.ranks or "8")
+    offered = ALGORITHMS[collective]
+    default = ",".join(a for a in offered if a not in ("auto", "hier")) + (",hier" if per_node else "")
+    algorithms = tuple(a for a in (args.algo or default).split(",") if a)
+    for a in algorithms:
+        if a not in offered:
+            raise ScenarioError(f"--algo {a!r}: {collective} offers {', '.join(offered)}")
+        if a == "hier" and not per_node:
+            raise ScenarioError(
+                "--algo hier: needs --topology NODESxRANKS_PER_NODE (which ranks share a node)"
+            )
+    try:
+        sizes = tuple(parse_size_range(args.sizes))
+        segment = parse_size(args.segment) if args.segment else None
+    except ValueError as e:
+        raise ScenarioError(f"--sizes/--segment: {e}") from None
+    if segment is not None and segment < 1:
+        raise ScenarioError(f"--segment {args.segment!r}: expected at least 1 byte")
+    if args.cores is not None and args.cores < 1:
+        raise ScenarioError(f"--cores {args.cores}: expected at least 1 CPU")
+    if args.data and max(ranks) > 64:
+        raise ScenarioError(f"--data: simulating with real bytes is for at most 64 ranks, got {max(ranks)}")
+    copy_rate = link.beta_bytes_per_s if (calibrated and args.cores) else math.inf
+    return SimSpec(
+        collective=collective,
+        algorithms=algorithms,
+        ranks=ranks,
+        sizes=sizes,
+        intra=intra,
+        inter=inter,
+        ranks_per_node=per_node,
+        cores=args.cores,
+        copy_bytes_per_s=copy_rate,
+        segment_bytes=segment,
+        data=args.data,
+        crossover=args.crossover,
+        dtype=args.dtype,
+        op=args.op,
+        link_source=source,
+    )

@@ -28,6 +28,7 @@ from playground.concurrency.loadgen import (
     run_server_and_client,
 )
 from playground.concurrency.timing import machine_note
+from playground.errors import ParamError
 from playground.models import queueing as qm
 from playground.report import Report, Table
 
@@ -46,16 +47,16 @@ class Params:
 
     def __post_init__(self):
         if not self.rates_per_s or any(r <= 0 for r in self.rates_per_s):
-            raise ValueError(f"rates_per_s: each must be > 0, got {list(self.rates_per_s)}")
+            raise ParamError("rates_per_s", f"each must be > 0, got {list(self.rates_per_s)}")
         for name in ("fixed_ms", "time_scale", "duration_s"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+                raise ParamError(name, f"must be > 0, got {getattr(self, name)}")
         if self.per_item_ms < 0:
-            raise ValueError(f"per_item_ms: must be >= 0, got {self.per_item_ms}")
+            raise ParamError("per_item_ms", f"must be >= 0, got {self.per_item_ms}")
         if self.drain_s < 0:
-            raise ValueError(f"drain_s: must be >= 0, got {self.drain_s}")
+            raise ParamError("drain_s", f"must be >= 0, got {self.drain_s}")
         if self.max_batch < 1:
-            raise ValueError(f"max_batch: must be >= 1, got {self.max_batch}")
+            raise ParamError("max_batch", f"must be >= 1, got {self.max_batch}")
 
     @property
     def fixed_s(self) -> float:

@@ -20,6 +20,7 @@ from playground.buckets.bucketing import MIB, Bucket, assign_buckets, per_tensor
 from playground.buckets.gradients import count_wrong, make_base, rank_gradient
 from playground.buckets.pingpong import measure_alpha_beta
 from playground.collectives import allreduce
+from playground.errors import ParamError
 from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
 from playground.report import Report, Table
 from playground.sizes import Size, format_size
@@ -44,34 +45,35 @@ class Params:
     def __post_init__(self):
         if self.tensor_bytes is not None:
             if not self.tensor_bytes:
-                raise ValueError(
-                    "tensor_bytes: empty list; give the gradient sizes in backward order, "
-                    "or remove the key to use `model`"
+                raise ParamError(
+                    "tensor_bytes",
+                    "empty list; give the gradient sizes in backward order, or remove the key to use `model`",
                 )
             for i, n in enumerate(self.tensor_bytes):
                 if n < ITEMSIZE or n % ITEMSIZE:
-                    raise ValueError(
-                        f"tensor_bytes: entry {i} is {n}; each size must be a positive "
-                        f"multiple of {ITEMSIZE} bytes (float32 gradients)"
+                    raise ParamError(
+                        "tensor_bytes",
+                        f"entry {i} is {n}; each size must be a positive "
+                        f"multiple of {ITEMSIZE} bytes (float32 gradients)",
                     )
         if not 0 < self.scale <= 4:
-            raise ValueError(f"scale: must be in (0, 4], got {self.scale}")
+            raise ParamError("scale", f"must be in (0, 4], got {self.scale}")
         if not self.bucket_mb:
-            raise ValueError("bucket_mb: give at least one cap in MiB, e.g. [25]")
+            raise ParamError("bucket_mb", "give at least one cap in MiB, e.g. [25]")
         for cap in self.bucket_mb:
             if cap <= 0:
-                raise ValueError(
-                    f"bucket_mb: caps must be > 0 MiB, got {cap} (one all-reduce per tensor is "
-                    f"strategy per_tensor)"
+                raise ParamError(
+                    "bucket_mb",
+                    f"caps must be > 0 MiB, got {cap} (one all-reduce per tensor is strategy per_tensor)",
                 )
         if self.first_bucket_mb is not None and self.first_bucket_mb <= 0:
-            raise ValueError(f"first_bucket_mb: must be > 0 MiB or null, got {self.first_bucket_mb}")
+            raise ParamError("first_bucket_mb", f"must be > 0 MiB or null, got {self.first_bucket_mb}")
         if not self.strategies:
-            raise ValueError("strategies: give at least one of per_tensor, bucketed, single")
+            raise ParamError("strategies", "give at least one of per_tensor, bucketed, single")
         if self.iters < 1:
-            raise ValueError(f"iters: must be >= 1, got {self.iters}")
+            raise ParamError("iters", f"must be >= 1, got {self.iters}")
         if self.warmup < 0:
-            raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
+            raise ParamError("warmup", f"must be >= 0, got {self.warmup}")
 
     @property
     def source(self) -> str:

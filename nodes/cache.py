@@ -11,6 +11,7 @@ method and the differences.
 from dataclasses import dataclass
 from typing import Literal
 
+from playground.errors import ParamError
 from playground.memlab import chase, levels, lmbench, sysinfo
 from playground.memlab.plots import plot_staircase
 from playground.report import Report, Table
@@ -37,26 +38,26 @@ class Params:
 
     def __post_init__(self):
         if self.min_bytes < 4096:
-            raise ValueError(f"min_bytes: must be >= 4 KiB, got {self.min_bytes}")
+            raise ParamError("min_bytes", f"must be >= 4 KiB, got {self.min_bytes}")
         if self.max_bytes < self.min_bytes:
-            raise ValueError(f"max_bytes: must be >= min_bytes ({self.min_bytes}), got {self.max_bytes}")
+            raise ParamError("max_bytes", f"must be >= min_bytes ({self.min_bytes}), got {self.max_bytes}")
         if self.max_bytes > 64 * 1024**3:
-            raise ValueError(f"max_bytes: at most 64 GiB, got {self.max_bytes}")
+            raise ParamError("max_bytes", f"at most 64 GiB, got {self.max_bytes}")
         if not 1 <= self.points_per_octave <= 8:
-            raise ValueError(f"points_per_octave: must be 1..8, got {self.points_per_octave}")
+            raise ParamError("points_per_octave", f"must be 1..8, got {self.points_per_octave}")
         if self.slot_bytes < 8 or self.slot_bytes % 8 or self.slot_bytes > 4096:
-            raise ValueError(f"slot_bytes: a multiple of 8 from 8 to 4096, got {self.slot_bytes}")
+            raise ParamError("slot_bytes", f"a multiple of 8 from 8 to 4096, got {self.slot_bytes}")
         if self.min_loads < 1000 or self.repeats < 1:
-            raise ValueError(f"min_loads: must be >= 1000 (and repeats >= 1), got {self.min_loads}")
+            raise ParamError("min_loads", f"must be >= 1000 (and repeats >= 1), got {self.min_loads}")
         if not 0 < self.rel_tol < 1:
-            raise ValueError(f"rel_tol: must be in (0, 1), got {self.rel_tol}")
+            raise ParamError("rel_tol", f"must be in (0, 1), got {self.rel_tol}")
         if self.lmbench_max_bytes < 1024 * 1024:
-            raise ValueError(f"lmbench_max_bytes: must be >= 1 MiB, got {self.lmbench_max_bytes}")
+            raise ParamError("lmbench_max_bytes", f"must be >= 1 MiB, got {self.lmbench_max_bytes}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': the cache lab measures one core, needs 1, got {ranks}")
+        raise ParamError("ranks", f"the cache lab measures one core, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

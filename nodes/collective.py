@@ -14,6 +14,7 @@ import numpy as np
 from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce
 from playground.collectives.check import busbw_factor, count_wrong, expected_output, input_count, pattern
+from playground.errors import ParamError
 from playground.report import Report, Table
 from playground.sizes import Size, format_size
 from playground.trace import CAT_OP, now_us
@@ -37,21 +38,21 @@ class Params:
 
     def __post_init__(self):
         if not self.sizes:
-            raise ValueError("sizes: give at least one size")
+            raise ParamError("sizes", "give at least one size")
         if not self.algorithm:
-            raise ValueError("algorithm: give at least one algorithm")
+            raise ParamError("algorithm", "give at least one algorithm")
         if self.iters < 1:
-            raise ValueError(f"iters: must be >= 1, got {self.iters}")
+            raise ParamError("iters", f"must be >= 1, got {self.iters}")
         if self.warmup < 0:
-            raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
+            raise ParamError("warmup", f"must be >= 0, got {self.warmup}")
         if self.segment_bytes is not None and self.segment_bytes < 1:
-            raise ValueError(f"segment_bytes: must be >= 1, got {self.segment_bytes}")
+            raise ParamError("segment_bytes", f"must be >= 1, got {self.segment_bytes}")
         if self.inplace and self.collective != "allreduce":
-            raise ValueError(f"inplace: only allreduce works in place, not {self.collective}")
+            raise ParamError("inplace", f"only allreduce works in place, not {self.collective}")
         offered = ALGORITHMS[self.collective]
         for algo in self.algorithm:
             if algo not in offered and algo != "auto":
-                raise ValueError(f"algorithm: {self.collective} offers {', '.join(offered)}, got {algo!r}")
+                raise ParamError("algorithm", f"{self.collective} offers {', '.join(offered)}, got {algo!r}")
 
 
 def measure(comm, p: Params, algorithm: str, size_bytes: int, inplace: bool = False) -> dict:

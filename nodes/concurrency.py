@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from playground.concurrency.timing import calibrate_iterations, cpu_work, machine_note
+from playground.errors import ParamError
 from playground.report import Report, Table
 
 _shared = {"x": 0}
@@ -32,15 +33,15 @@ class Params:
 
     def __post_init__(self):
         if self.cpu_task_ms <= 0:
-            raise ValueError(f"cpu_task_ms: must be > 0, got {self.cpu_task_ms}")
+            raise ParamError("cpu_task_ms", f"must be > 0, got {self.cpu_task_ms}")
         if not 1 <= self.num_workers <= 64:
-            raise ValueError(f"num_workers: must be in 1..64, got {self.num_workers}")
+            raise ParamError("num_workers", f"must be in 1..64, got {self.num_workers}")
         if not 1 <= self.num_waits <= 256:
-            raise ValueError(f"num_waits: must be in 1..256, got {self.num_waits}")
+            raise ParamError("num_waits", f"must be in 1..256, got {self.num_waits}")
         if not 1 <= self.repeats <= 20:
-            raise ValueError(f"repeats: must be in 1..20, got {self.repeats}")
+            raise ParamError("repeats", f"must be in 1..20, got {self.repeats}")
         if self.wait_s <= 0:
-            raise ValueError(f"wait_s: must be > 0, got {self.wait_s}")
+            raise ParamError("wait_s", f"must be > 0, got {self.wait_s}")
 
 
 def _set_x(value: int) -> None:

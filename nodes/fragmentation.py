@@ -7,6 +7,7 @@ enough); paging fails only when pages run out and wastes the tail of each block'
 
 from dataclasses import dataclass
 
+from playground.errors import ParamError
 from playground.memlab.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
 from playground.report import Report, Table
 
@@ -23,22 +24,22 @@ class Params:
 
     def __post_init__(self):
         if self.capacity <= 0 or self.num_steps <= 0:
-            raise ValueError(
-                f"capacity: capacity and num_steps must be > 0, got {self.capacity}, {self.num_steps}"
+            raise ParamError(
+                "capacity", f"capacity and num_steps must be > 0, got {self.capacity}, {self.num_steps}"
             )
         if not 1 <= self.min_size <= self.max_size:
-            raise ValueError(
-                f"min_size: need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
+            raise ParamError(
+                "min_size", f"need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
             )
         if not 1 <= self.page_units <= self.capacity:
-            raise ValueError(f"page_units: must be in 1..capacity, got {self.page_units}")
+            raise ParamError("page_units", f"must be in 1..capacity, got {self.page_units}")
         if self.show_failures < 0:
-            raise ValueError(f"show_failures: must be >= 0, got {self.show_failures}")
+            raise ParamError("show_failures", f"must be >= 0, got {self.show_failures}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': fragmentation is a single-process model, needs 1, got {ranks}")
+        raise ParamError("ranks", f"fragmentation is a single-process model, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

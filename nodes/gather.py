@@ -11,6 +11,7 @@ from typing import Literal
 
 import numpy as np
 
+from playground.errors import ParamError
 from playground.memlab.native import load_native
 from playground.memlab.plots import plot_xy
 from playground.report import Report, Table
@@ -26,14 +27,14 @@ class Params:
 
     def __post_init__(self):
         if self.src_bytes < 4096 or self.src_bytes % 4:
-            raise ValueError(f"src_bytes: a multiple of 4 and >= 4 KiB, got {self.src_bytes}")
+            raise ParamError("src_bytes", f"a multiple of 4 and >= 4 KiB, got {self.src_bytes}")
         if self.repeats < 1:
-            raise ValueError(f"repeats: must be >= 1, got {self.repeats}")
+            raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': the gather lab measures one core, needs 1, got {ranks}")
+        raise ParamError("ranks", f"the gather lab measures one core, needs 1, got {ranks}")
 
 
 def _pick(times_ns: list[float], statistic: str) -> float:

@@ -16,7 +16,7 @@ from typing import Literal
 
 import zmq
 
-from playground.errors import CommTimeout
+from playground.errors import CommTimeout, ParamError
 from playground.kvcache import engine, metrics
 from playground.kvcache.client import KVClient
 from playground.kvcache.report import summarize  # noqa: F401  (the launcher looks for it here)
@@ -70,27 +70,29 @@ class Params:
             "bench_prompt_tokens",
         ):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
         if not self.policies or len(set(self.policies)) != len(self.policies):
-            raise ValueError(f"policies: a non-empty list without repeats, got {list(self.policies)}")
+            raise ParamError("policies", f"a non-empty list without repeats, got {list(self.policies)}")
         if self.prompt_max < self.prompt_min:
-            raise ValueError(f"prompt_max: must be >= prompt_min ({self.prompt_min}), got {self.prompt_max}")
+            raise ParamError(
+                "prompt_max", f"must be >= prompt_min ({self.prompt_min}), got {self.prompt_max}"
+            )
         if self.block_size > self.capacity_tokens:
-            raise ValueError(f"block_size: must be <= capacity_tokens, got {self.block_size}")
+            raise ParamError("block_size", f"must be <= capacity_tokens, got {self.block_size}")
         if not 0 <= self.admit_watermark < 1:
-            raise ValueError(f"admit_watermark: must be in [0, 1), got {self.admit_watermark}")
+            raise ParamError("admit_watermark", f"must be in [0, 1), got {self.admit_watermark}")
         if self.growth < 1:
-            raise ValueError(f"growth: must be >= 1, got {self.growth}")
+            raise ParamError("growth", f"must be >= 1, got {self.growth}")
         if self.bench_max_len <= self.bench_prompt_tokens:
-            raise ValueError(f"bench_max_len: must be > bench_prompt_tokens, got {self.bench_max_len}")
+            raise ParamError("bench_max_len", f"must be > bench_prompt_tokens, got {self.bench_max_len}")
         for name in ("output_mean", "max_wait_s", "lease_s", "bench_duration_s"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+                raise ParamError(name, f"must be > 0, got {getattr(self, name)}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks < 2:
-        raise ValueError(f"key 'ranks': kvcache needs one server and at least one client (>= 2), got {ranks}")
+        raise ParamError("ranks", f"kvcache needs one server and at least one client (>= 2), got {ranks}")
 
 
 def _fork_spec(p: Params) -> ForkSpec:

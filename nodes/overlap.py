@@ -24,6 +24,7 @@ from playground.buckets.compute import Burner
 from playground.buckets.gradients import count_wrong, make_base
 from playground.buckets.overlap import StepTimes, intersection_s, pipeline_step_s, serial_step_s
 from playground.collectives import allreduce
+from playground.errors import ParamError
 from playground.report import Report, Table
 from playground.sizes import Size, format_size
 from playground.trace import read_events
@@ -42,15 +43,15 @@ class Setting:
 
     def __post_init__(self):
         if self.layers < 1:
-            raise ValueError(f"layers: must be >= 1, got {self.layers}")
+            raise ParamError("layers", f"must be >= 1, got {self.layers}")
         if self.layer_bytes < ITEMSIZE or self.layer_bytes % ITEMSIZE:
-            raise ValueError(
-                f"layer_bytes: must be a positive multiple of {ITEMSIZE} bytes, got {self.layer_bytes}"
+            raise ParamError(
+                "layer_bytes", f"must be a positive multiple of {ITEMSIZE} bytes, got {self.layer_bytes}"
             )
         if self.compute_ms < 0:
-            raise ValueError(f"compute_ms: must be >= 0, got {self.compute_ms}")
+            raise ParamError("compute_ms", f"must be >= 0, got {self.compute_ms}")
         if self.bucket_mb is not None and self.bucket_mb <= 0:
-            raise ValueError(f"bucket_mb: must be > 0 MiB or null, got {self.bucket_mb}")
+            raise ParamError("bucket_mb", f"must be > 0 MiB or null, got {self.bucket_mb}")
 
     def buckets(self) -> list[Bucket]:
         sizes = [int(self.layer_bytes)] * self.layers
@@ -74,11 +75,11 @@ class Params:
 
     def __post_init__(self):
         if not self.settings:
-            raise ValueError("settings: give at least one {name, layers, layer_bytes, compute_ms}")
+            raise ParamError("settings", "give at least one {name, layers, layer_bytes, compute_ms}")
         if self.iters < 1:
-            raise ValueError(f"iters: must be >= 1, got {self.iters}")
+            raise ParamError("iters", f"must be >= 1, got {self.iters}")
         if self.warmup < 0:
-            raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
+            raise ParamError("warmup", f"must be >= 0, got {self.warmup}")
 
 
 def backward_layer(burner: Burner, units: int, base: np.ndarray, grad: np.ndarray, rank: int) -> None:

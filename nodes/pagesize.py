@@ -7,6 +7,7 @@ A second table checks exercise 9 (700 tokens at 16 and 256 tokens a page).
 
 from dataclasses import asdict, dataclass
 
+from playground.errors import ParamError
 from playground.memlab.pagesize import pages_and_waste, random_blocks, tradeoff
 from playground.memlab.plots import plot_xy
 from playground.report import Report, Table
@@ -25,20 +26,20 @@ class Params:
 
     def __post_init__(self):
         if self.num_blocks < 1:
-            raise ValueError(f"num_blocks: must be >= 1, got {self.num_blocks}")
+            raise ParamError("num_blocks", f"must be >= 1, got {self.num_blocks}")
         if not 1 <= self.min_size <= self.max_size:
-            raise ValueError(
-                f"min_size: need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
+            raise ParamError(
+                "min_size", f"need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
             )
         if not self.page_units or any(p < 1 for p in self.page_units):
-            raise ValueError(f"page_units: each must be >= 1, got {list(self.page_units)}")
+            raise ParamError("page_units", f"each must be >= 1, got {list(self.page_units)}")
         if self.entry_bytes < 1:
-            raise ValueError(f"entry_bytes: must be >= 1, got {self.entry_bytes}")
+            raise ParamError("entry_bytes", f"must be >= 1, got {self.entry_bytes}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': the page-size model runs in one process, needs 1, got {ranks}")
+        raise ParamError("ranks", f"the page-size model runs in one process, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

@@ -11,6 +11,7 @@ import mmap
 from dataclasses import dataclass
 from typing import Literal
 
+from playground.errors import ParamError
 from playground.memlab import paging
 from playground.memlab.plots import plot_xy
 from playground.report import Report, Table
@@ -29,20 +30,18 @@ class Params:
 
     def __post_init__(self):
         if self.size_bytes < 8 * MIB:
-            raise ValueError(f"size_bytes: must be >= 8 MiB, got {self.size_bytes}")
+            raise ParamError("size_bytes", f"must be >= 8 MiB, got {self.size_bytes}")
         if not self.page_modes:
-            raise ValueError("page_modes: give at least one of '4KiB', 'thp'")
+            raise ParamError("page_modes", "give at least one of '4KiB', 'thp'")
         if self.cow_size_bytes < MIB:
-            raise ValueError(f"cow_size_bytes: must be >= 1 MiB, got {self.cow_size_bytes}")
+            raise ParamError("cow_size_bytes", f"must be >= 1 MiB, got {self.cow_size_bytes}")
         if not 0 < self.child_write_fraction <= 1:
-            raise ValueError(f"child_write_fraction: must be in (0, 1], got {self.child_write_fraction}")
+            raise ParamError("child_write_fraction", f"must be in (0, 1], got {self.child_write_fraction}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(
-            f"key 'ranks': the paging lab runs in one process (plus its fork), needs 1, got {ranks}"
-        )
+        raise ParamError("ranks", f"the paging lab runs in one process (plus its fork), needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from playground.errors import CommTimeout
+from playground.errors import CommTimeout, ParamError
 from playground.models.alphabeta import fit_alpha_beta
 from playground.report import Report, Table
 from playground.sizes import Size, format_size
@@ -32,14 +32,14 @@ class Params:
 
     def __post_init__(self):
         if not self.sizes or min(self.sizes) < 1:
-            raise ValueError("sizes: give at least one size >= 1 byte")
+            raise ParamError("sizes", "give at least one size >= 1 byte")
         if self.iters < 1 or self.warmup < 0 or self.window < 1:
-            raise ValueError("iters: iters and window must be >= 1, warmup >= 0")
+            raise ParamError("iters", "iters and window must be >= 1, warmup >= 0")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks < 2:
-        raise ValueError("key 'ranks': ping-pong needs at least 2 ranks")
+        raise ParamError("ranks", "ping-pong needs at least 2 ranks")
 
 
 class RawPair:

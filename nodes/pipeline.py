@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 
 from playground.concurrency.timing import machine_note, set_timer_slack_ns, sleep_until
+from playground.errors import ParamError
 from playground.models import pipeline as pm
 from playground.report import Report, Table
 
@@ -40,15 +41,15 @@ class Params:
 
     def __post_init__(self):
         if not self.stage_ms or any(t <= 0 for t in self.stage_ms):
-            raise ValueError(f"stage_ms: each must be > 0, got {list(self.stage_ms)}")
+            raise ParamError("stage_ms", f"each must be > 0, got {list(self.stage_ms)}")
         if self.num_items < 2:
-            raise ValueError(f"num_items: must be >= 2, got {self.num_items}")
+            raise ParamError("num_items", f"must be >= 2, got {self.num_items}")
         if self.bubble_stage_ms <= 0:
-            raise ValueError(f"bubble_stage_ms: must be > 0, got {self.bubble_stage_ms}")
+            raise ParamError("bubble_stage_ms", f"must be > 0, got {self.bubble_stage_ms}")
         if not self.micro_batches or any(m < 1 for m in self.micro_batches):
-            raise ValueError(f"micro_batches: each must be >= 1, got {list(self.micro_batches)}")
+            raise ParamError("micro_batches", f"each must be >= 1, got {list(self.micro_batches)}")
         if self.payload_bytes < 8:
-            raise ValueError(f"payload_bytes: must be >= 8, got {self.payload_bytes}")
+            raise ParamError("payload_bytes", f"must be >= 8, got {self.payload_bytes}")
 
     def chains(self) -> list[tuple[str, tuple[float, ...]]]:
         """(name, stage times in ms) of experiment 1."""
@@ -73,8 +74,8 @@ class Params:
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks < max(2, len(params.stage_ms)):
-        raise ValueError(
-            f"key 'ranks': need one rank per stage, at least {max(2, len(params.stage_ms))}, got {ranks}"
+        raise ParamError(
+            "ranks", f"need one rank per stage, at least {max(2, len(params.stage_ms))}, got {ranks}"
         )
 
 

@@ -32,6 +32,7 @@ from playground.concurrency.loadgen import (
     service_times_s,
 )
 from playground.concurrency.timing import machine_note
+from playground.errors import ParamError
 from playground.models import queueing as qm
 from playground.report import Report, Table
 
@@ -50,17 +51,17 @@ class Params:
 
     def __post_init__(self):
         if not self.loads or any(not 0 < x < 1 for x in self.loads):
-            raise ValueError(f"loads: each must be in (0, 1), got {list(self.loads)}")
+            raise ParamError("loads", f"each must be in (0, 1), got {list(self.loads)}")
         if self.service_ms <= 0:
-            raise ValueError(f"service_ms: must be > 0, got {self.service_ms}")
+            raise ParamError("service_ms", f"must be > 0, got {self.service_ms}")
         if self.num_requests < 20:
-            raise ValueError(f"num_requests: must be >= 20, got {self.num_requests}")
+            raise ParamError("num_requests", f"must be >= 20, got {self.num_requests}")
         if not 0 <= self.warmup_requests <= self.num_requests - 10:
-            raise ValueError(
-                f"warmup_requests: must be in [0, num_requests - 10], got {self.warmup_requests}"
+            raise ParamError(
+                "warmup_requests", f"must be in [0, num_requests - 10], got {self.warmup_requests}"
             )
         if self.spin_tail_ms < 0:
-            raise ValueError(f"spin_tail_ms: must be >= 0, got {self.spin_tail_ms}")
+            raise ParamError("spin_tail_ms", f"must be >= 0, got {self.spin_tail_ms}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from playground.concurrency.interleavings import count_interleavings, describe, final_value_counts
 from playground.concurrency.timing import machine_note
+from playground.errors import ParamError
 from playground.report import Report, Table
 
 VARIANTS = ("no lock", "lock", "atomic (kernel O_APPEND)", "sharded")
@@ -37,13 +38,13 @@ class Params:
 
     def __post_init__(self):
         if not 2 <= self.num_procs <= 64:
-            raise ValueError(f"num_procs: must be in 2..64, got {self.num_procs}")
+            raise ParamError("num_procs", f"must be in 2..64, got {self.num_procs}")
         if not 1 <= self.increments <= 10_000_000:
-            raise ValueError(f"increments: must be in 1..10000000, got {self.increments}")
+            raise ParamError("increments", f"must be in 1..10000000, got {self.increments}")
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
-            raise ValueError(
-                f"variants: each must be one of {', '.join(VARIANTS)}; got {list(self.variants)}"
+            raise ParamError(
+                "variants", f"each must be one of {', '.join(VARIANTS)}; got {list(self.variants)}"
             )
 
 

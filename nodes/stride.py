@@ -11,6 +11,7 @@ from typing import Literal
 
 import numpy as np
 
+from playground.errors import ParamError
 from playground.memlab import sysinfo
 from playground.memlab.native import load_native
 from playground.memlab.plots import plot_xy
@@ -29,16 +30,16 @@ class Params:
 
     def __post_init__(self):
         if self.array_bytes < 4096 or self.array_bytes % 4:
-            raise ValueError(f"array_bytes: a multiple of 4 and >= 4 KiB, got {self.array_bytes}")
+            raise ParamError("array_bytes", f"a multiple of 4 and >= 4 KiB, got {self.array_bytes}")
         if not self.strides or any(s < 1 for s in self.strides):
-            raise ValueError(f"strides: each must be >= 1 element, got {list(self.strides)}")
+            raise ParamError("strides", f"each must be >= 1 element, got {list(self.strides)}")
         if self.repeats < 1:
-            raise ValueError(f"repeats: must be >= 1, got {self.repeats}")
+            raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': the stride lab measures one core, needs 1, got {ranks}")
+        raise ParamError("ranks", f"the stride lab measures one core, needs 1, got {ranks}")
 
 
 def lines_touched(num_elems: int, stride_elems: int, line_bytes: int) -> int:

@@ -18,8 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from playground.concurrency.batchserver import run_batch_server
-from playground.concurrency.loadgen import (
+from playground.concurrency.timing import machine_note
+from playground.errors import ParamError
+from playground.models import queueing as qm
+from playground.plot import figure
+from playground.queueing.batchserver import run_batch_server
+from playground.queueing.loadgen import (
     ABORT,
     STOP,
     OpenLoopClient,
@@ -27,9 +31,6 @@ from playground.concurrency.loadgen import (
     check_server_and_client,
     run_server_and_client,
 )
-from playground.concurrency.timing import machine_note
-from playground.errors import ParamError
-from playground.models import queueing as qm
 from playground.report import Report, Table
 
 
@@ -283,33 +284,27 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
 
 
 def _plot(rows: list[dict], p: Params, run_dir) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for mode, color in zip(p.modes(), ("C0", "C1"), strict=False):
-        mine = [r for r in rows if r["max_batch"] == mode]
-        x = [r["offered_per_s"] for r in mine]
-        cap = mine[0]["capacity_per_s"]
-        label = mine[0]["mode"]
-        ax1.plot(x, [r["throughput_per_s"] for r in mine], "o-", color=color, label=f"{label} measured")
-        grid = np.linspace(0, max(x), 200)
-        ax1.plot(grid, np.minimum(grid, cap), "--", color=color, label=f"{label} model (cap {cap:.0f}/s)")
-        ax2.plot(x, [r["mean_ms"] for r in mine], "o-", color=color, label=f"{label} mean")
-        ax2.plot(x, [r["replay_mean_ms"] for r in mine], "x:", color=color, label=f"{label} replay")
-    ax1.set_xlabel("offered load (req/s)")
-    ax1.set_ylabel("throughput (req/s)")
-    ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
-    ax2.set_xlabel("offered load (req/s)")
-    ax2.set_ylabel("latency (ms)")
-    ax2.set_yscale("log")
-    ax2.grid(alpha=0.3, which="both")
-    ax2.legend(fontsize=8)
-    fig.suptitle(f"Batching: {p.fixed_s * 1000:g} ms + {p.per_item_s * 1000:g} ms x batch, max {p.max_batch}")
-    fig.tight_layout()
-    fig.savefig(run_dir / "batching.png", dpi=110)
-    plt.close(fig)
+    with figure(run_dir / "batching.png", (11, 4.2), ncols=2) as (fig, (ax1, ax2)):
+        for mode, color in zip(p.modes(), ("C0", "C1"), strict=False):
+            mine = [r for r in rows if r["max_batch"] == mode]
+            x = [r["offered_per_s"] for r in mine]
+            cap = mine[0]["capacity_per_s"]
+            label = mine[0]["mode"]
+            ax1.plot(x, [r["throughput_per_s"] for r in mine], "o-", color=color, label=f"{label} measured")
+            grid = np.linspace(0, max(x), 200)
+            ax1.plot(grid, np.minimum(grid, cap), "--", color=color, label=f"{label} model (cap {cap:.0f}/s)")
+            ax2.plot(x, [r["mean_ms"] for r in mine], "o-", color=color, label=f"{label} mean")
+            ax2.plot(x, [r["replay_mean_ms"] for r in mine], "x:", color=color, label=f"{label} replay")
+        ax1.set_xlabel("offered load (req/s)")
+        ax1.set_ylabel("throughput (req/s)")
+        ax1.grid(alpha=0.3)
+        ax1.legend(fontsize=8)
+        ax2.set_xlabel("offered load (req/s)")
+        ax2.set_ylabel("latency (ms)")
+        ax2.set_yscale("log")
+        ax2.grid(alpha=0.3, which="both")
+        ax2.legend(fontsize=8)
+        fig.suptitle(
+            f"Batching: {p.fixed_s * 1000:g} ms + {p.per_item_s * 1000:g} ms x batch, max {p.max_batch}"
+        )
     return ["batching.png"]

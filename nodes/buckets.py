@@ -22,6 +22,7 @@ from playground.buckets.pingpong import measure_alpha_beta
 from playground.collectives import allreduce
 from playground.errors import ParamError
 from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
+from playground.plot import figure
 from playground.report import Report, Table
 from playground.sizes import Size, format_size
 
@@ -230,30 +231,24 @@ def plot_sweep(rows: list[dict], path) -> bool:
     swept = sorted((r for r in rows if r["cap_mb"] is not None), key=lambda r: r["cap_mb"])
     if not swept:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    caps = [r["cap_mb"] for r in swept]
-    ax.plot(caps, [r["measured_ms"] for r in swept], "o-", label="bucketed, measured")
-    ax.plot(caps, [r["model_ms"] for r in swept], "s--", label="bucketed, alpha-beta model")
-    for r, style in (
-        (next((x for x in rows if x["strategy"] == "per-tensor"), None), ":"),
-        (next((x for x in rows if x["strategy"] == "single bucket"), None), "-."),
-    ):
-        if r:
-            ax.axhline(r["measured_ms"], linestyle=style, color="gray", label=f"{r['strategy']}, measured")
-    ax.set_xscale("log")
-    ax.set_xlabel("bucket cap (MiB)")
-    ax.set_ylabel("all-reduce time per step (ms)")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, (7, 4.2), dpi=120) as (_, ax):
+        caps = [r["cap_mb"] for r in swept]
+        ax.plot(caps, [r["measured_ms"] for r in swept], "o-", label="bucketed, measured")
+        ax.plot(caps, [r["model_ms"] for r in swept], "s--", label="bucketed, alpha-beta model")
+        for r, style in (
+            (next((x for x in rows if x["strategy"] == "per-tensor"), None), ":"),
+            (next((x for x in rows if x["strategy"] == "single bucket"), None), "-."),
+        ):
+            if r:
+                ax.axhline(
+                    r["measured_ms"], linestyle=style, color="gray", label=f"{r['strategy']}, measured"
+                )
+        ax.set_xscale("log")
+        ax.set_xlabel("bucket cap (MiB)")
+        ax.set_ylabel("all-reduce time per step (ms)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
     return True
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from playground.concurrency.timing import machine_note, set_timer_slack_ns, sleep_until
 from playground.errors import ParamError
 from playground.models import pipeline as pm
+from playground.plot import figure
 from playground.report import Report, Table
 
 TAG_ITEM = 7
@@ -283,21 +284,13 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
 
 
 def _plot(bubble_rows: list[dict], run_dir) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    m = [r["micro_batches"] for r in bubble_rows]
-    ax.plot(m, [r["model_pct"] for r in bubble_rows], "s--", label="model (p-1)/(m+p-1)")
-    ax.plot(m, [r["bubble_pct"] for r in bubble_rows], "o-", label="measured")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("micro-batches m")
-    ax.set_ylabel("bubble (% of stage time idle)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(run_dir / "bubbles.png", dpi=110)
-    plt.close(fig)
+    with figure(run_dir / "bubbles.png", (6, 4)) as (_, ax):
+        m = [r["micro_batches"] for r in bubble_rows]
+        ax.plot(m, [r["model_pct"] for r in bubble_rows], "s--", label="model (p-1)/(m+p-1)")
+        ax.plot(m, [r["bubble_pct"] for r in bubble_rows], "o-", label="measured")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("micro-batches m")
+        ax.set_ylabel("bubble (% of stage time idle)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
     return ["bubbles.png"]

@@ -21,8 +21,12 @@ from typing import Literal
 import numpy as np
 import zmq
 
-from playground.concurrency.batchserver import run_batch_server
-from playground.concurrency.loadgen import (
+from playground.concurrency.timing import machine_note
+from playground.errors import ParamError
+from playground.models import queueing as qm
+from playground.plot import figure
+from playground.queueing.batchserver import run_batch_server
+from playground.queueing.loadgen import (
     STOP,
     OpenLoopClient,
     bind_random,
@@ -31,9 +35,6 @@ from playground.concurrency.loadgen import (
     run_server_and_client,
     service_times_s,
 )
-from playground.concurrency.timing import machine_note
-from playground.errors import ParamError
-from playground.models import queueing as qm
 from playground.report import Report, Table
 
 
@@ -380,35 +381,27 @@ def _notes(loads: list[dict], p: Params) -> list[str]:
 
 
 def _plot(loads: list[dict], p: Params, run_dir) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     s = p.service_ms / 1000
     rho = np.linspace(0.01, max(0.97, max(r["load"] for r in loads)), 200)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(rho, [1000 * qm.mm1_mean_sojourn_s(s, x) for x in rho], "C0-", label="M/M/1 mean")
-    ax.plot(rho, [1000 * qm.md1_mean_sojourn_s(s, x) for x in rho], "C1-", label="M/D/1 mean")
-    q99 = qm.mm1_sojourn_quantile_s if p.service == "exponential" else qm.md1_sojourn_quantile_s
-    grid99 = np.append(rho[::10], rho[-1])
-    ax.plot(
-        grid99,
-        [1000 * q99(s, x, 0.99) for x in grid99],
-        "C2--",
-        label=f"{'M/M/1' if p.service == 'exponential' else 'M/D/1'} p99",
-    )
-    x = [r["load"] for r in loads]
-    ax.plot(x, [r["mean_ms"] for r in loads], "ko", label="measured mean")
-    ax.plot(x, [r["p99_ms"] for r in loads], "k^", label="measured p99")
-    ax.plot(x, [r["replay_mean_ms"] for r in loads], "rx", label="replay mean (same samples)")
-    ax.set_yscale("log")
-    ax.set_xlabel("load rho")
-    ax.set_ylabel("latency (ms)")
-    ax.set_title(f"Single server, {p.service} service, S = {p.service_ms} ms")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(run_dir / "latency_vs_load.png", dpi=110)
-    plt.close(fig)
+    with figure(run_dir / "latency_vs_load.png", (7, 4.5)) as (_, ax):
+        ax.plot(rho, [1000 * qm.mm1_mean_sojourn_s(s, x) for x in rho], "C0-", label="M/M/1 mean")
+        ax.plot(rho, [1000 * qm.md1_mean_sojourn_s(s, x) for x in rho], "C1-", label="M/D/1 mean")
+        q99 = qm.mm1_sojourn_quantile_s if p.service == "exponential" else qm.md1_sojourn_quantile_s
+        grid99 = np.append(rho[::10], rho[-1])
+        ax.plot(
+            grid99,
+            [1000 * q99(s, x, 0.99) for x in grid99],
+            "C2--",
+            label=f"{'M/M/1' if p.service == 'exponential' else 'M/D/1'} p99",
+        )
+        x = [r["load"] for r in loads]
+        ax.plot(x, [r["mean_ms"] for r in loads], "ko", label="measured mean")
+        ax.plot(x, [r["p99_ms"] for r in loads], "k^", label="measured p99")
+        ax.plot(x, [r["replay_mean_ms"] for r in loads], "rx", label="replay mean (same samples)")
+        ax.set_yscale("log")
+        ax.set_xlabel("load rho")
+        ax.set_ylabel("latency (ms)")
+        ax.set_title(f"Single server, {p.service} service, S = {p.service_ms} ms")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
     return ["latency_vs_load.png"]

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import zmq
 
-from playground.concurrency.loadgen import ABORT, STOP, decode_request, encode_reply
 from playground.concurrency.timing import sleep_until
+from playground.queueing.loadgen import ABORT, STOP, decode_request, encode_reply
 
 # one queued request: (req_id, load_id, value)
 Item = tuple[int, int, float]

@@ -8,8 +8,9 @@ enough); paging fails only when pages run out and wastes the tail of each block'
 from dataclasses import dataclass
 
 from playground.errors import ParamError
+from playground.memlab import fragmentation_report
 from playground.memlab.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
-from playground.report import Report, Table
+from playground.report import Report
 
 
 @dataclass(frozen=True)
@@ -72,30 +73,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    res = results[0]
-    failures = [] if res["ok"] else ["paged allocation failed with enough free pages (a bug)"]
-    return Report(
-        ok=not failures,
-        tables=[
-            Table(
-                f"contiguous vs paged: capacity {params.capacity}, {params.num_steps} steps, "
-                f"sizes {params.min_size}-{params.max_size}",
-                res["rows"],
-                {
-                    "policy": "policy",
-                    "requests": "alloc requests",
-                    "failures": "failures",
-                    "external_frag_failures": "external frag",
-                    "out_of_space_failures": "out of space",
-                    "mean_used_pct": "mean used %",
-                    "internal_frag_pct": "internal frag %",
-                },
-            ),
-            Table("first failures", res["examples"]),
-        ],
-        notes=[
-            "external fragmentation: the free units add up to the request but no single hole holds it",
-            f"internal fragmentation: unused units in each block's last page (about half of {params.page_units})",
-        ],
-        failures=failures,
-    )
+    return fragmentation_report.report(results[0], params, run_dir)

@@ -10,8 +10,9 @@ far apart, and two processes using the same virtual address for different physic
 from dataclasses import dataclass, field
 
 from playground.errors import ParamError
+from playground.memlab import translation_report
 from playground.memlab.translation import PageTable, parse_address, translate_all
-from playground.report import Report, Table
+from playground.report import Report
 from playground.sizes import Size
 
 
@@ -86,19 +87,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    rows = results[0]["rows"]
-    failures = [
-        f"{r['process']}:{r['virtual']} -> {r['physical']}, expected {r['expected']}"
-        for r in rows
-        if r["ok"] is False
-    ]
-    bits = params.page_size.bit_length() - 1
-    return Report(
-        ok=not failures,
-        tables=[Table(f"address translation, {params.page_size // 1024} KiB pages", rows)],
-        notes=[
-            f"offset = low {bits} bits (page {params.page_size:#x} bytes), VPN = the rest; "
-            "physical = frame * page size + offset"
-        ],
-        failures=failures,
-    )
+    return translation_report.report(results[0], params, run_dir)

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from playground.buckets import overlap_report
-from playground.buckets.backward import calibrate, run_step
+from playground.buckets.backward import MODES, calibrate, run_step
 from playground.buckets.bucketing import MIB, Bucket, assign_buckets, per_tensor
 from playground.buckets.comm_thread import CommThread
 from playground.buckets.compute import Burner
@@ -26,7 +26,6 @@ from playground.report import Report
 from playground.sizes import Size
 
 ITEMSIZE = 4
-MODES = overlap_report.MODES
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from playground.buckets.compute import Burner
 from playground.buckets.gradients import count_wrong
 from playground.collectives import allreduce
 
+MODES = ("serial", "overlap")
+
 
 def backward_layer(burner: Burner, units: int, base: np.ndarray, grad: np.ndarray, rank: int) -> None:
     """One layer of backward: the compute, then its gradient (rank's share of the exact sum)."""

@@ -5,15 +5,13 @@ really running at once (the proof that overlap happened, not only a shorter step
 import os
 from pathlib import Path
 
+from playground.buckets.backward import MODES
 from playground.buckets.bucketing import Bucket
 from playground.buckets.buckets_report import load_average_note
 from playground.buckets.overlap import StepTimes, intersection_s, pipeline_step_s, serial_step_s
 from playground.report import Report, Table
 from playground.sizes import format_size
 from playground.trace import read_events
-
-MODES = ("serial", "overlap")
-
 
 COLUMNS = {
     "setting": "setting",

@@ -8,21 +8,21 @@ start measures alpha and beta; the model predicts each schedule as the sum of it
 Every result is checked bit for bit against numpy on every rank (see buckets.gradients).
 """
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from playground.buckets.architectures import backward_order
-from playground.buckets.bucketing import MIB, Bucket, assign_buckets, per_tensor, single_bucket
+from playground.buckets import buckets_report
+from playground.buckets.architectures import gradient_elements
+from playground.buckets.bucketing import Bucket, schedules
 from playground.buckets.gradients import count_wrong, make_base, rank_gradient
 from playground.buckets.pingpong import measure_alpha_beta
 from playground.collectives import allreduce
-from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
-from playground.report import Report, Table
-from playground.sizes import Size, format_size
+from playground.errors import ParamError
+from playground.report import Report
+from playground.sizes import Size
 
 ITEMSIZE = 4  # float32 gradients
 Strategy = Literal["per_tensor", "bucketed", "single"]
@@ -44,63 +44,39 @@ class Params:
     def __post_init__(self):
         if self.tensor_bytes is not None:
             if not self.tensor_bytes:
-                raise ValueError(
-                    "tensor_bytes: empty list; give the gradient sizes in backward order, "
-                    "or remove the key to use `model`"
+                raise ParamError(
+                    "tensor_bytes",
+                    "empty list; give the gradient sizes in backward order, or remove the key to use `model`",
                 )
             for i, n in enumerate(self.tensor_bytes):
                 if n < ITEMSIZE or n % ITEMSIZE:
-                    raise ValueError(
-                        f"tensor_bytes: entry {i} is {n}; each size must be a positive "
-                        f"multiple of {ITEMSIZE} bytes (float32 gradients)"
+                    raise ParamError(
+                        "tensor_bytes",
+                        f"entry {i} is {n}; each size must be a positive "
+                        f"multiple of {ITEMSIZE} bytes (float32 gradients)",
                     )
         if not 0 < self.scale <= 4:
-            raise ValueError(f"scale: must be in (0, 4], got {self.scale}")
+            raise ParamError("scale", f"must be in (0, 4], got {self.scale}")
         if not self.bucket_mb:
-            raise ValueError("bucket_mb: give at least one cap in MiB, e.g. [25]")
+            raise ParamError("bucket_mb", "give at least one cap in MiB, e.g. [25]")
         for cap in self.bucket_mb:
             if cap <= 0:
-                raise ValueError(
-                    f"bucket_mb: caps must be > 0 MiB, got {cap} (one all-reduce per tensor is "
-                    f"strategy per_tensor)"
+                raise ParamError(
+                    "bucket_mb",
+                    f"caps must be > 0 MiB, got {cap} (one all-reduce per tensor is strategy per_tensor)",
                 )
         if self.first_bucket_mb is not None and self.first_bucket_mb <= 0:
-            raise ValueError(f"first_bucket_mb: must be > 0 MiB or null, got {self.first_bucket_mb}")
+            raise ParamError("first_bucket_mb", f"must be > 0 MiB or null, got {self.first_bucket_mb}")
         if not self.strategies:
-            raise ValueError("strategies: give at least one of per_tensor, bucketed, single")
+            raise ParamError("strategies", "give at least one of per_tensor, bucketed, single")
         if self.iters < 1:
-            raise ValueError(f"iters: must be >= 1, got {self.iters}")
+            raise ParamError("iters", f"must be >= 1, got {self.iters}")
         if self.warmup < 0:
-            raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
+            raise ParamError("warmup", f"must be >= 0, got {self.warmup}")
 
     @property
     def source(self) -> str:
         return f"custom list of {len(self.tensor_bytes)} tensors" if self.tensor_bytes else self.model
-
-
-def tensor_elements(p: Params) -> list[int]:
-    """Elements of each gradient tensor in backward order, after `scale`."""
-    if p.tensor_bytes:
-        elems = [n // ITEMSIZE for n in p.tensor_bytes]
-    else:
-        elems = [t.num_elements for t in backward_order(p.model)]
-    return elems if p.scale == 1 else [max(1, round(n * p.scale)) for n in elems]
-
-
-def schedules(p: Params, tensor_bytes: list[int]) -> list[tuple[str, float | None, list[Bucket]]]:
-    """(label, cap in MiB or None, buckets) for every strategy, in the order they run."""
-    out = []
-    for s in p.strategies:
-        if s == "per_tensor":
-            out.append(("per-tensor", None, per_tensor(tensor_bytes)))
-        elif s == "single":
-            out.append(("single bucket", None, single_bucket(tensor_bytes)))
-        else:
-            for cap_mb in p.bucket_mb:
-                first = None if p.first_bucket_mb is None else round(p.first_bucket_mb * MIB * p.scale)
-                buckets = assign_buckets(tensor_bytes, round(cap_mb * MIB * p.scale), first)
-                out.append((f"bucketed {cap_mb:g} MiB", cap_mb, buckets))
-    return out
 
 
 def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Bucket], p: Params, tick) -> dict:
@@ -132,11 +108,11 @@ def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Buck
 def main(comm, params: Params) -> dict:
     fit, points = measure_alpha_beta(comm)
     loaded, _ = measure_alpha_beta(comm, loaded=True) if comm.size > 2 else (fit, points)
-    elems = tensor_elements(params)
+    elems = gradient_elements(params.model, params.tensor_bytes, params.scale, ITEMSIZE)
     offsets = np.concatenate([[0], np.cumsum(elems)]).tolist()
     grads = rank_gradient(make_base(offsets[-1], params.seed), comm.rank)
     tensor_bytes = [n * ITEMSIZE for n in elems]
-    plan = schedules(params, tensor_bytes)
+    plan = schedules(params.strategies, tensor_bytes, params.bucket_mb, params.first_bucket_mb, params.scale)
     total = len(plan) * (params.warmup + params.iters)
     done = 0
     rows = []
@@ -172,146 +148,5 @@ def main(comm, params: Params) -> dict:
     }
 
 
-COLUMNS = {
-    "strategy": "strategy",
-    "num_allreduces": "all-reduces",
-    "messages": "msgs/rank (model)",
-    "payload": "bytes/rank",
-    "sent": "sent/rank",
-    "measured_ms": "measured (ms)",
-    "model_ms": "model (ms)",
-    "diff_ms": "measured - model (ms)",
-    "ratio": "measured/model",
-    "loaded_model_ms": "model, loaded link (ms)",
-    "wrong": "#wrong",
-}
-
-
-def combine(results: list[dict], params: Params) -> list[dict]:
-    """One row per strategy: per pass the slowest rank's time (a step ends when the last rank
-    does), then the median over passes."""
-    n = len(results)
-    ab, abl = results[0]["alpha_beta"], results[0]["alpha_beta_loaded"]
-    model = AlphaBeta(ab["alpha_s"], ab["beta_bytes_per_s"]) if ab else None
-    loaded = AlphaBeta(abl["alpha_s"], abl["beta_bytes_per_s"]) if abl else None
-    rows = []
-    for k, base in enumerate(results[0]["rows"]):
-        per_rank = [res["rows"][k] for res in results]
-        slowest = [max(r["times_s"][i] for r in per_rank) for i in range(len(base["times_s"]))]
-        measured = float(np.median(slowest))
-        model_s = model.schedule_time_s(base["bucket_bytes"], n, params.algorithm) if model else float("nan")
-        rows.append(
-            {
-                "strategy": base["strategy"],
-                "cap_mb": base["cap_mb"],
-                "num_allreduces": base["num_allreduces"],
-                "messages": base["num_allreduces"] * allreduce_messages_per_rank(n, params.algorithm),
-                "payload": format_size(sum(base["bucket_bytes"])),
-                "sent": format_size(base["sent_bytes"]),
-                "measured_ms": measured * 1e3,
-                "model_ms": model_s * 1e3,
-                "diff_ms": (measured - model_s) * 1e3,
-                "ratio": measured / model_s if model and model_s > 0 else float("nan"),
-                "loaded_model_ms": (
-                    loaded.schedule_time_s(base["bucket_bytes"], n, params.algorithm) * 1e3
-                    if loaded
-                    else float("nan")
-                ),
-                "wrong": sum(r["wrong"] for r in per_rank),
-            }
-        )
-    return rows
-
-
-def plot_sweep(rows: list[dict], path) -> bool:
-    """Step time against bucket cap (measured and modelled), per-tensor and single as lines."""
-    swept = sorted((r for r in rows if r["cap_mb"] is not None), key=lambda r: r["cap_mb"])
-    if not swept:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    caps = [r["cap_mb"] for r in swept]
-    ax.plot(caps, [r["measured_ms"] for r in swept], "o-", label="bucketed, measured")
-    ax.plot(caps, [r["model_ms"] for r in swept], "s--", label="bucketed, alpha-beta model")
-    for r, style in (
-        (next((x for x in rows if x["strategy"] == "per-tensor"), None), ":"),
-        (next((x for x in rows if x["strategy"] == "single bucket"), None), "-."),
-    ):
-        if r:
-            ax.axhline(r["measured_ms"], linestyle=style, color="gray", label=f"{r['strategy']}, measured")
-    ax.set_xscale("log")
-    ax.set_xlabel("bucket cap (MiB)")
-    ax.set_ylabel("all-reduce time per step (ms)")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    n = len(results)
-    rows = combine(results, params)
-    r0 = results[0]
-    failures = [
-        f"{r['strategy']}: {r['wrong']} wrong elements (summed over ranks)" for r in rows if r["wrong"]
-    ]
-    scaled = "real sizes" if params.scale == 1 else f"sizes x{params.scale:g} (tensors and caps)"
-    title = (
-        f"gradient all-reduce, {params.source}: {r0['num_tensors']} tensors, "
-        f"{format_size(r0['total_bytes'])} float32 per rank, {scaled}; {n} ranks, {params.algorithm}; "
-        f"slowest rank, median of {params.iters}"
-    )
-    notes = []
-    ab = r0["alpha_beta"]
-    if ab:
-        notes.append(
-            f"alpha-beta from ping-pong rank 0 <-> 1: alpha = {ab['alpha_s'] * 1e6:.1f} us, "
-            f"beta = {ab['beta_bytes_per_s'] / 1e9:.3f} GB/s (n_1/2 = "
-            f"{format_size(int(ab['alpha_s'] * ab['beta_bytes_per_s']))})"
-        )
-        abl = r0["alpha_beta_loaded"]
-        notes.append(
-            f"the same ping-pong with every pair of ranks talking at once (as in a ring): alpha = "
-            f"{abl['alpha_s'] * 1e6:.1f} us, beta = {abl['beta_bytes_per_s'] / 1e9:.3f} GB/s "
-            "(column 'model, loaded link')"
-        )
-        notes.append(
-            f"model: {params.algorithm} all-reduce of S bytes = "
-            + (
-                "2(N-1)(alpha + S/(N beta))"
-                if params.algorithm == "ring"
-                else "2 ceil(log2 N)(alpha + S/beta)"
-            )
-            + ", summed over the schedule's all-reduces"
-        )
-    else:
-        notes.append("one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0")
-    cores = os.cpu_count() or 1
-    notes.append(
-        f"machine load average (1 min) when the run ended: {os.getloadavg()[0]:.1f} on {cores} cores "
-        "(other users' work inflates and scatters the times)"
-    )
-    if n > cores:
-        notes.append(
-            f"{n} ranks on {cores} cores: oversubscribed, so ranks time-share the CPUs and measured "
-            "times include waiting for a core"
-        )
-    files = []
-    if plot_sweep(rows, run_dir / "buckets.png"):
-        files.append("buckets.png")
-        notes.append(f"plot: {run_dir / 'buckets.png'}")
-    return Report(
-        ok=not failures and all(r.get("ok", False) for r in results),
-        tables=[Table(title, rows, COLUMNS)],
-        notes=notes,
-        failures=failures,
-        files=files,
-        data={"alpha_beta": ab, "algorithm": params.algorithm},
-    )
+    return buckets_report.report(results, params, run_dir)

@@ -15,12 +15,13 @@ from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce
 from playground.collectives.check import count_wrong, expected_output, input_count, pattern
 from playground.collectives.report import bench_report
+from playground.errors import ParamError
 from playground.report import Report
 from playground.sizes import Size, format_size
 from playground.trace import CAT_OP, now_us
 
 Collective = Literal["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"]
-Algorithm = Literal["ring", "tree", "hd", "rd", "auto"]
+Algorithm = Literal["ring", "tree", "hd", "rd", "hier", "auto"]
 
 
 @dataclass(frozen=True)
@@ -35,24 +36,35 @@ class Params:
     check: bool = True
     segment_bytes: Size | None = None  # None: the transport's preferred segment (1 MiB ZeroMQ, 4 MiB shm)
     inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
+    ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
 
     def __post_init__(self):
         if not self.sizes:
-            raise ValueError("sizes: give at least one size")
+            raise ParamError("sizes", "give at least one size")
         if not self.algorithm:
-            raise ValueError("algorithm: give at least one algorithm")
+            raise ParamError("algorithm", "give at least one algorithm")
         if self.iters < 1:
-            raise ValueError(f"iters: must be >= 1, got {self.iters}")
+            raise ParamError("iters", f"must be >= 1, got {self.iters}")
         if self.warmup < 0:
-            raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
+            raise ParamError("warmup", f"must be >= 0, got {self.warmup}")
         if self.segment_bytes is not None and self.segment_bytes < 1:
-            raise ValueError(f"segment_bytes: must be >= 1, got {self.segment_bytes}")
+            raise ParamError("segment_bytes", f"must be >= 1, got {self.segment_bytes}")
         if self.inplace and self.collective != "allreduce":
-            raise ValueError(f"inplace: only allreduce works in place, not {self.collective}")
+            raise ParamError("inplace", f"only allreduce works in place, not {self.collective}")
+        if self.ranks_per_node is not None and self.ranks_per_node < 1:
+            raise ParamError("ranks_per_node", f"must be >= 1, got {self.ranks_per_node}")
         offered = ALGORITHMS[self.collective]
         for algo in self.algorithm:
             if algo not in offered and algo != "auto":
-                raise ValueError(f"algorithm: {self.collective} offers {', '.join(offered)}, got {algo!r}")
+                raise ParamError("algorithm", f"{self.collective} offers {', '.join(offered)}, got {algo!r}")
+
+
+def check_scenario(params: Params, ranks: int) -> None:
+    if params.ranks_per_node and ranks % params.ranks_per_node:
+        raise ParamError(
+            "params.ranks_per_node",
+            f"must divide the {ranks} ranks into whole nodes, got {params.ranks_per_node}",
+        )
 
 
 def measure(comm, p: Params, algorithm: str, size_bytes: int, inplace: bool = False) -> dict:
@@ -64,14 +76,16 @@ def measure(comm, p: Params, algorithm: str, size_bytes: int, inplace: bool = Fa
     for _ in range(p.warmup):
         if inplace:
             np.copyto(work, x)
-        run_collective(comm, p.collective, work, op, algorithm, p.segment_bytes, inplace)
+        run_collective(comm, p.collective, work, op, algorithm, p.segment_bytes, inplace, p.ranks_per_node)
     times_us, out = [], None
     for it in range(p.iters):
         if inplace:
             np.copyto(work, x)
         comm.barrier()
         t0 = now_us()
-        out = run_collective(comm, p.collective, work, op, algorithm, p.segment_bytes, inplace)
+        out = run_collective(
+            comm, p.collective, work, op, algorithm, p.segment_bytes, inplace, p.ranks_per_node
+        )
         dur = now_us() - t0
         times_us.append(dur)
         comm.tracer.add(

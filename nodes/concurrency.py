@@ -11,13 +11,15 @@ and real forked processes inside one rank.
 """
 
 import multiprocessing
-import os
 import threading
 import time
 from dataclasses import dataclass
 
+from playground.concurrency import concurrency_report
+from playground.concurrency.runners import run_processes, run_serial, run_threads, usable_cores
 from playground.concurrency.timing import calibrate_iterations, cpu_work, machine_note
-from playground.report import Report, Table
+from playground.errors import ParamError
+from playground.report import Report
 
 _shared = {"x": 0}
 
@@ -32,15 +34,15 @@ class Params:
 
     def __post_init__(self):
         if self.cpu_task_ms <= 0:
-            raise ValueError(f"cpu_task_ms: must be > 0, got {self.cpu_task_ms}")
+            raise ParamError("cpu_task_ms", f"must be > 0, got {self.cpu_task_ms}")
         if not 1 <= self.num_workers <= 64:
-            raise ValueError(f"num_workers: must be in 1..64, got {self.num_workers}")
+            raise ParamError("num_workers", f"must be in 1..64, got {self.num_workers}")
         if not 1 <= self.num_waits <= 256:
-            raise ValueError(f"num_waits: must be in 1..256, got {self.num_waits}")
+            raise ParamError("num_waits", f"must be in 1..256, got {self.num_waits}")
         if not 1 <= self.repeats <= 20:
-            raise ValueError(f"repeats: must be in 1..20, got {self.repeats}")
+            raise ParamError("repeats", f"must be in 1..20, got {self.repeats}")
         if self.wait_s <= 0:
-            raise ValueError(f"wait_s: must be > 0, got {self.wait_s}")
+            raise ParamError("wait_s", f"must be > 0, got {self.wait_s}")
 
 
 def _set_x(value: int) -> None:
@@ -71,55 +73,12 @@ def memory_rows() -> list[dict]:
     ]
 
 
-def _cpu_s() -> float:
-    """CPU seconds used so far by this process and its waited-for children."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-def _run_serial(target, args_list) -> tuple[float, float]:
-    c0, t0 = _cpu_s(), time.perf_counter()
-    for a in args_list:
-        target(*a)
-    return time.perf_counter() - t0, _cpu_s() - c0
-
-
-def _run_threads(target, args_list) -> tuple[float, float]:
-    """(wall s, CPU s) of running each args on its own thread."""
-    threads = [threading.Thread(target=target, args=a) for a in args_list]
-    c0, t0 = _cpu_s(), time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0, _cpu_s() - c0
-
-
-def _run_processes(target, args_list) -> tuple[float, float]:
-    """(wall s, CPU s) of running each args in its own forked process."""
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=target, args=a) for a in args_list]
-    c0, t0 = _cpu_s(), time.perf_counter()
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    wall = time.perf_counter() - t0
-    if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"a worker process failed: exit codes {[p.exitcode for p in procs]}")
-    return wall, _cpu_s() - c0
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def gil_rows(num_workers: int, iterations: int, repeats: int) -> list[dict]:
     """Serial, threads, processes, interleaved `repeats` times; each keeps its fastest round, the
     one least disturbed by other users of the machine. CPU s / wall s is the parallelism
     actually achieved: the GIL caps it at 1 for threads whatever the load."""
     args = [(iterations,)] * num_workers
-    runners = {"serial": _run_serial, "threads": _run_threads, "processes": _run_processes}
+    runners = {"serial": run_serial, "threads": run_threads, "processes": run_processes}
     best: dict[str, tuple[float, float]] = {}
     for _ in range(repeats):
         for name, run in runners.items():
@@ -147,11 +106,8 @@ def gil_rows(num_workers: int, iterations: int, repeats: int) -> list[dict]:
 
 
 def wait_rows(num_waits: int, wait_s: float) -> list[dict]:
-    t0 = time.perf_counter()
-    for _ in range(num_waits):
-        time.sleep(wait_s)
-    serial = time.perf_counter() - t0
-    threads = _run_threads(time.sleep, [(wait_s,)] * num_waits)[0]
+    serial = run_serial(time.sleep, [(wait_s,)] * num_waits)[0]
+    threads = run_threads(time.sleep, [(wait_s,)] * num_waits)[0]
     return [
         {
             "how": f"{num_waits} waits one by one",
@@ -191,74 +147,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    r = results[0]
-    failures = [] if r.get("ok") else [f"rank 0: {r.get('error', 'threads/processes memory check failed')}"]
-    if "gil" not in r:
-        return Report(ok=False, tables=[], failures=failures)
-    for row in r["gil"]:
-        row["dev_pct"] = 100 * (row["speedup"] / row["model_speedup"] - 1)
-    for row in r["waits"]:
-        row["dev_pct"] = 100 * (row["time_s"] / row["model_s"] - 1)
-    cores = r["cores"]
-    notes = [
-        f"CPU task: {r['iterations']:,} iterations of a pure-Python loop, calibrated to about {params.cpu_task_ms:g} ms; "
-        f"fastest of {params.repeats} interleaved rounds. CPU s / wall s = cores actually used at once: "
-        "the GIL keeps threads at <= 1.0 however many cores are free.",
-        f"Threads: the GIL lets one thread run Python bytecode at a time, so {params.num_workers} threads take as "
-        "long as one after another (a little longer: they hand the GIL back and forth every 5 ms).",
-        f"Processes: each has its own interpreter and GIL; the model speed-up is min(workers, cores) = "
-        f"min({params.num_workers}, {cores}). The lecture's machine had 12 cores; this one has {cores}, shared "
-        "with other users, so the measured speed-up also drops when others are busy.",
-        "Waits: sleeping needs no CPU and releases the GIL, so the waits overlap even on 2 cores; the small "
-        "excess is thread start-up and sleep wake-up latency.",
-        r["machine"],
-    ]
-    share = r["gil"][0]["cpu_per_wall"]
-    if share < 0.8:
-        notes.append(
-            f"The serial run got only {share:.2f} of a core (CPU s / wall s): other users kept the machine "
-            "oversubscribed, so no variant could run in parallel and the speed-ups above say little; "
-            "rerun when `uptime` shows a load below the core count."
-        )
-    return Report(
-        ok=not failures,
-        tables=[
-            Table(
-                "Who sees a write (lecture 3.1)",
-                r["memory"],
-                {
-                    "writer": "writer",
-                    "wrote": "wrote",
-                    "main_sees": "main sees",
-                    "lecture": "lecture",
-                    "ok": "ok",
-                },
-            ),
-            Table(
-                f"CPU-bound pure Python, {params.num_workers} tasks (the GIL, lecture 3.2)",
-                r["gil"],
-                {
-                    "how": "how",
-                    "time_s": "time s",
-                    "speedup": "speed-up",
-                    "model_speedup": "model",
-                    "dev_pct": "dev %",
-                    "cpu_per_wall": "CPU s / wall s",
-                },
-            ),
-            Table(
-                f"Waiting concurrency, {params.num_waits} x {params.wait_s:g} s (lecture 3.3)",
-                r["waits"],
-                {
-                    "how": "how",
-                    "time_s": "time s",
-                    "model_s": "model s",
-                    "dev_pct": "dev %",
-                    "lecture_s": "lecture s",
-                },
-            ),
-        ],
-        notes=notes,
-        failures=failures,
-        data={"gil": r["gil"], "waits": r["waits"]},
-    )
+    return concurrency_report.report(results[0], params)

@@ -7,8 +7,10 @@ enough); paging fails only when pages run out and wastes the tail of each block'
 
 from dataclasses import dataclass
 
+from playground.errors import ParamError
+from playground.memlab import fragmentation_report
 from playground.memlab.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
-from playground.report import Report, Table
+from playground.report import Report
 
 
 @dataclass(frozen=True)
@@ -23,22 +25,22 @@ class Params:
 
     def __post_init__(self):
         if self.capacity <= 0 or self.num_steps <= 0:
-            raise ValueError(
-                f"capacity: capacity and num_steps must be > 0, got {self.capacity}, {self.num_steps}"
+            raise ParamError(
+                "capacity", f"capacity and num_steps must be > 0, got {self.capacity}, {self.num_steps}"
             )
         if not 1 <= self.min_size <= self.max_size:
-            raise ValueError(
-                f"min_size: need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
+            raise ParamError(
+                "min_size", f"need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
             )
         if not 1 <= self.page_units <= self.capacity:
-            raise ValueError(f"page_units: must be in 1..capacity, got {self.page_units}")
+            raise ParamError("page_units", f"must be in 1..capacity, got {self.page_units}")
         if self.show_failures < 0:
-            raise ValueError(f"show_failures: must be >= 0, got {self.show_failures}")
+            raise ParamError("show_failures", f"must be >= 0, got {self.show_failures}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': fragmentation is a single-process model, needs 1, got {ranks}")
+        raise ParamError("ranks", f"fragmentation is a single-process model, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:
@@ -71,30 +73,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    res = results[0]
-    failures = [] if res["ok"] else ["paged allocation failed with enough free pages (a bug)"]
-    return Report(
-        ok=not failures,
-        tables=[
-            Table(
-                f"contiguous vs paged: capacity {params.capacity}, {params.num_steps} steps, "
-                f"sizes {params.min_size}-{params.max_size}",
-                res["rows"],
-                {
-                    "policy": "policy",
-                    "requests": "alloc requests",
-                    "failures": "failures",
-                    "external_frag_failures": "external frag",
-                    "out_of_space_failures": "out of space",
-                    "mean_used_pct": "mean used %",
-                    "internal_frag_pct": "internal frag %",
-                },
-            ),
-            Table("first failures", res["examples"]),
-        ],
-        notes=[
-            "external fragmentation: the free units add up to the request but no single hole holds it",
-            f"internal fragmentation: unused units in each block's last page (about half of {params.page_units})",
-        ],
-        failures=failures,
-    )
+    return fragmentation_report.report(results[0], params, run_dir)

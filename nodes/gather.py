@@ -11,10 +11,11 @@ from typing import Literal
 
 import numpy as np
 
+from playground.errors import ParamError
+from playground.memlab import gather_report
 from playground.memlab.native import load_native
-from playground.memlab.plots import plot_xy
-from playground.report import Report, Table
-from playground.sizes import Size, format_size
+from playground.report import Report
+from playground.sizes import Size
 
 
 @dataclass(frozen=True)
@@ -26,14 +27,14 @@ class Params:
 
     def __post_init__(self):
         if self.src_bytes < 4096 or self.src_bytes % 4:
-            raise ValueError(f"src_bytes: a multiple of 4 and >= 4 KiB, got {self.src_bytes}")
+            raise ParamError("src_bytes", f"a multiple of 4 and >= 4 KiB, got {self.src_bytes}")
         if self.repeats < 1:
-            raise ValueError(f"repeats: must be >= 1, got {self.repeats}")
+            raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': the gather lab measures one core, needs 1, got {ranks}")
+        raise ParamError("ranks", f"the gather lab measures one core, needs 1, got {ranks}")
 
 
 def _pick(times_ns: list[float], statistic: str) -> float:
@@ -80,41 +81,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    rows = results[0]["rows"]
-    failures = [
-        f"{r['order']} gather: checksum does not equal the sum of src" for r in rows if not r["checksum_ok"]
-    ]
-    plot_xy(
-        [r["order"] for r in rows],
-        {"native C (ms)": [r["ms"] for r in rows], "np.take (ms)": [r["np_take_ms"] for r in rows]},
-        run_dir / "gather.png",
-        title=f"gather of {format_size(params.src_bytes)} float32",
-        xlabel="index order",
-        ylabel="ms",
-        bars=True,
-    )
-    return Report(
-        ok=not failures,
-        tables=[
-            Table(
-                "gather: out = src.take(idx), in C",
-                rows,
-                {
-                    "order": "indices",
-                    "elements": "elements",
-                    "ms": "ms (C)",
-                    "ns_per_element": "ns/elem",
-                    "useful_gb_s": "useful GB/s",
-                    "vs_sequential": "x sequential",
-                    "np_take_ms": "np.take ms",
-                    "checksum_ok": "sum ok",
-                },
-            )
-        ],
-        notes=[
-            f"every element of a {format_size(params.src_bytes)} array gathered once; "
-            f"{params.statistic} of {params.repeats}"
-        ],
-        failures=failures,
-        files=["gather.png"],
-    )
+    return gather_report.report(results[0], params, run_dir)

@@ -7,9 +7,10 @@ A second table checks exercise 9 (700 tokens at 16 and 256 tokens a page).
 
 from dataclasses import asdict, dataclass
 
+from playground.errors import ParamError
+from playground.memlab import pagesize_report
 from playground.memlab.pagesize import pages_and_waste, random_blocks, tradeoff
-from playground.memlab.plots import plot_xy
-from playground.report import Report, Table
+from playground.report import Report
 
 EXERCISE_9 = [(700, 16, 44, 4), (700, 256, 3, 68)]  # (size, page, pages, waste) from the seed
 
@@ -25,20 +26,20 @@ class Params:
 
     def __post_init__(self):
         if self.num_blocks < 1:
-            raise ValueError(f"num_blocks: must be >= 1, got {self.num_blocks}")
+            raise ParamError("num_blocks", f"must be >= 1, got {self.num_blocks}")
         if not 1 <= self.min_size <= self.max_size:
-            raise ValueError(
-                f"min_size: need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
+            raise ParamError(
+                "min_size", f"need 1 <= min_size <= max_size, got {self.min_size}..{self.max_size}"
             )
         if not self.page_units or any(p < 1 for p in self.page_units):
-            raise ValueError(f"page_units: each must be >= 1, got {list(self.page_units)}")
+            raise ParamError("page_units", f"each must be >= 1, got {list(self.page_units)}")
         if self.entry_bytes < 1:
-            raise ValueError(f"entry_bytes: must be >= 1, got {self.entry_bytes}")
+            raise ParamError("entry_bytes", f"must be >= 1, got {self.entry_bytes}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': the page-size model runs in one process, needs 1, got {ranks}")
+        raise ParamError("ranks", f"the page-size model runs in one process, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:
@@ -62,47 +63,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    res = results[0]
-    rows = res["rows"]
-    failures = [
-        f"exercise 9, page {c['page']}: got {c['pages']} pages / {c['waste']} wasted, seed says {c['seed_says']}"
-        for c in res["exercise_9"]
-        if not c["ok"]
-    ]
-    pages = [r["page_units"] for r in rows]
-    plot_xy(
-        pages,
-        {
-            "internal waste %": [r["waste_pct"] for r in rows],
-            "page-table entries / 100": [r["pages"] / 100 for r in rows],
-        },
-        run_dir / "pagesize.png",
-        title=f"page size trade-off, {params.num_blocks} blocks",
-        xlabel="page size (units)",
-        ylabel="% / hundreds of entries",
-        logx=True,
-        logy=True,
-    )
-    return Report(
-        ok=not failures,
-        tables=[
-            Table(
-                f"page size trade-off: {params.num_blocks} blocks of {params.min_size}-{params.max_size} units",
-                rows,
-                {
-                    "page_units": "page",
-                    "pages": "pages (= PT entries)",
-                    "waste_units": "wasted units",
-                    "waste_pct": "waste %",
-                    "half_page_estimate_pct": "model (P-1)/2 %",
-                    "page_table_bytes": "PT bytes",
-                },
-            ),
-            Table("exercise 9 (700-token sequence)", res["exercise_9"]),
-        ],
-        notes=[
-            "small pages: little waste, many entries; big pages: the opposite (vLLM picks 16 tokens a page)"
-        ],
-        failures=failures,
-        files=["pagesize.png"],
-    )
+    return pagesize_report.report(results[0], params, run_dir)

@@ -19,9 +19,10 @@ from typing import Literal
 
 import numpy as np
 
-from playground.concurrency.timing import machine_note, set_timer_slack_ns, sleep_until
-from playground.models import pipeline as pm
-from playground.report import Report, Table
+from playground.concurrency.timing import set_timer_slack_ns, sleep_until
+from playground.errors import ParamError
+from playground.queueing import pipeline_report
+from playground.report import Report
 
 TAG_ITEM = 7
 
@@ -40,15 +41,15 @@ class Params:
 
     def __post_init__(self):
         if not self.stage_ms or any(t <= 0 for t in self.stage_ms):
-            raise ValueError(f"stage_ms: each must be > 0, got {list(self.stage_ms)}")
+            raise ParamError("stage_ms", f"each must be > 0, got {list(self.stage_ms)}")
         if self.num_items < 2:
-            raise ValueError(f"num_items: must be >= 2, got {self.num_items}")
+            raise ParamError("num_items", f"must be >= 2, got {self.num_items}")
         if self.bubble_stage_ms <= 0:
-            raise ValueError(f"bubble_stage_ms: must be > 0, got {self.bubble_stage_ms}")
+            raise ParamError("bubble_stage_ms", f"must be > 0, got {self.bubble_stage_ms}")
         if not self.micro_batches or any(m < 1 for m in self.micro_batches):
-            raise ValueError(f"micro_batches: each must be >= 1, got {list(self.micro_batches)}")
+            raise ParamError("micro_batches", f"each must be >= 1, got {list(self.micro_batches)}")
         if self.payload_bytes < 8:
-            raise ValueError(f"payload_bytes: must be >= 8, got {self.payload_bytes}")
+            raise ParamError("payload_bytes", f"must be >= 8, got {self.payload_bytes}")
 
     def chains(self) -> list[tuple[str, tuple[float, ...]]]:
         """(name, stage times in ms) of experiment 1."""
@@ -73,8 +74,8 @@ class Params:
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks < max(2, len(params.stage_ms)):
-        raise ValueError(
-            f"key 'ranks': need one rank per stage, at least {max(2, len(params.stage_ms))}, got {ranks}"
+        raise ParamError(
+            "ranks", f"need one rank per stage, at least {max(2, len(params.stage_ms))}, got {ranks}"
         )
 
 
@@ -137,166 +138,5 @@ def main(comm, params: Params) -> dict:
     return out
 
 
-def chain_stats(stamps: list[dict]) -> dict:
-    """Makespan, sink period and busy shares from the per-stage stamps of one run (seconds)."""
-    starts = [np.array(s["starts"]) for s in stamps]
-    ends = [np.array(s["ends"]) for s in stamps]
-    makespan = float(ends[-1][-1] - starts[0][0])
-    busy = [float(np.sum(e - s)) for s, e in zip(starts, ends, strict=True)]
-    n = len(ends[-1])
-    return {
-        "makespan_s": makespan,
-        # mean gap between items leaving the sink (not the median: a stage paying back a late
-        # wake-up releases a short burst, and with few items the median can land inside it)
-        "period_s": float(ends[-1][-1] - ends[-1][0]) / (n - 1) if n > 1 else float("nan"),
-        "throughput_per_s": (len(ends[-1]) - 1) / float(ends[-1][-1] - ends[-1][0])
-        if len(ends[-1]) > 1
-        else float("nan"),
-        "busy_s": busy,
-        "mean_stage_s": [float(np.mean(e - s)) for s, e in zip(starts, ends, strict=True)],
-        "bubble": pm.measured_bubble_fraction(busy, makespan),
-    }
-
-
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    failures = [
-        f"rank {r}: {res.get('error', 'not ok')}" for r, res in enumerate(results) if not res.get("ok")
-    ]
-    if failures:
-        return Report(ok=False, tables=[], failures=failures)
-    p, ms = params, 1000.0
-    chain_rows, util_rows = [], []
-    for k, chain in enumerate(results[0]["chains"]):
-        stage_ms = chain["stage_ms"]
-        st = chain_stats([results[r]["chains"][k]["stamps"] for r in range(len(stage_ms))])
-        model_T = pm.pipeline_makespan_s(stage_ms, p.num_items)
-        chain_rows.append(
-            {
-                "chain": chain["name"],
-                "stages_ms": " / ".join(f"{t:g}" for t in stage_ms),
-                "makespan_ms": st["makespan_s"] * ms,
-                "model_makespan_ms": model_T,
-                "dev_pct": 100 * (st["makespan_s"] * ms / model_T - 1),
-                "sequential_ms": pm.sequential_time_s(stage_ms, p.num_items),
-                "period_ms": st["period_s"] * ms,
-                "model_period_ms": max(stage_ms),
-                "throughput_per_s": st["throughput_per_s"],
-                "model_per_s": pm.bottleneck_throughput_per_s(stage_ms) * 1000,
-            }
-        )
-        if k == 0:
-            for s, t in enumerate(stage_ms):
-                util_rows.append(
-                    {
-                        "stage": s,
-                        "stage_ms": t,
-                        "measured_stage_ms": st["mean_stage_s"][s] * ms,
-                        "busy_pct": 100 * st["busy_s"][s] / st["makespan_s"],
-                        "model_busy_pct": 100 * t * p.num_items / model_T,
-                    }
-                )
-    bubble_rows = []
-    for j, b in enumerate(results[0]["bubbles"]):
-        m = b["micro_batches"]
-        st = chain_stats([results[r]["bubbles"][j]["stamps"] for r in range(len(results))])
-        model = pm.bubble_fraction(len(results), m)
-        model_T = pm.pipeline_makespan_s([p.bubble_stage_ms] * len(results), m)
-        bubble_rows.append(
-            {
-                "micro_batches": m,
-                "bubble_pct": 100 * st["bubble"],
-                "model_pct": 100 * model,
-                "dev_points": 100 * (st["bubble"] - model),
-                "makespan_ms": st["makespan_s"] * ms,
-                "model_makespan_ms": model_T,
-                "extra_ms": (st["makespan_s"] * ms - model_T),
-                "extra_per_step_ms": (st["makespan_s"] * ms - model_T) / (m + len(results) - 1),
-            }
-        )
-    notes = [
-        "makespan model: sum(t) + (n - 1) max(t); ms / item = mean gap between items leaving the last stage.",
-        "Only the bottleneck matters: making a non-bottleneck stage 2x faster leaves the period at max(t); "
-        "making the bottleneck 2x faster moves it to the next slowest stage.",
-        f"Bubble = 1 - busy / (stages x makespan) over {len(results)} equal stages of {p.bubble_stage_ms:g} ms; "
-        "model (p - 1) / (m + p - 1). The formula has no cost for handing an item on; here every step pays "
-        "a recv + send through ZeroMQ in Python (extra / step, a fraction of a ms, more on a busy machine), "
-        "and with equal stages there is no slack to hide it, so it shows up as idle time: it dominates the "
-        "bubble at m = 256, where the formula's fill/drain share is only 1.2%.",
-    ]
-    notes.append(machine_note())
-    if p.work == "spin":
-        notes.append(
-            f"work=spin: {len(results)} CPU-bound stages on 2 cores are oversubscribed, so stages stretch "
-            "and the measured period exceeds the model; sleep-based stages (default) do not compete for CPU."
-        )
-    files = _plot(bubble_rows, run_dir)
-    return Report(
-        ok=True,
-        tables=[
-            Table(
-                f"Pipeline of {len(params.stage_ms)} stage processes, {p.num_items} items",
-                chain_rows,
-                {
-                    "chain": "chain",
-                    "stages_ms": "stages ms",
-                    "makespan_ms": "makespan ms",
-                    "model_makespan_ms": "model ms",
-                    "dev_pct": "dev %",
-                    "sequential_ms": "no overlap ms",
-                    "period_ms": "ms / item",
-                    "model_period_ms": "model",
-                    "throughput_per_s": "items/s",
-                    "model_per_s": "model /s",
-                },
-            ),
-            Table(
-                "Stage utilisation (as given)",
-                util_rows,
-                {
-                    "stage": "stage",
-                    "stage_ms": "stage ms",
-                    "measured_stage_ms": "measured ms",
-                    "busy_pct": "busy %",
-                    "model_busy_pct": "model %",
-                },
-            ),
-            Table(
-                f"Bubbles: {len(results)} equal stages",
-                bubble_rows,
-                {
-                    "micro_batches": "micro-batches",
-                    "bubble_pct": "bubble %",
-                    "model_pct": "model %",
-                    "dev_points": "dev (points)",
-                    "makespan_ms": "makespan ms",
-                    "model_makespan_ms": "model ms",
-                    "extra_ms": "extra ms",
-                    "extra_per_step_ms": "extra / step ms",
-                },
-            ),
-        ],
-        notes=notes,
-        data={"chains": chain_rows, "bubbles": bubble_rows},
-        files=files,
-    )
-
-
-def _plot(bubble_rows: list[dict], run_dir) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    m = [r["micro_batches"] for r in bubble_rows]
-    ax.plot(m, [r["model_pct"] for r in bubble_rows], "s--", label="model (p-1)/(m+p-1)")
-    ax.plot(m, [r["bubble_pct"] for r in bubble_rows], "o-", label="measured")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("micro-batches m")
-    ax.set_ylabel("bubble (% of stage time idle)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(run_dir / "bubbles.png", dpi=110)
-    plt.close(fig)
-    return ["bubbles.png"]
+    return pipeline_report.report(results, params, run_dir)

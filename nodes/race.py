@@ -22,9 +22,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from playground.concurrency.interleavings import count_interleavings, describe, final_value_counts
+from playground.concurrency import race_report
+from playground.concurrency.interleavings import describe, lecture_rows
 from playground.concurrency.timing import machine_note
-from playground.report import Report, Table
+from playground.errors import ParamError
+from playground.report import Report
 
 VARIANTS = ("no lock", "lock", "atomic (kernel O_APPEND)", "sharded")
 
@@ -37,13 +39,13 @@ class Params:
 
     def __post_init__(self):
         if not 2 <= self.num_procs <= 64:
-            raise ValueError(f"num_procs: must be in 2..64, got {self.num_procs}")
+            raise ParamError("num_procs", f"must be in 2..64, got {self.num_procs}")
         if not 1 <= self.increments <= 10_000_000:
-            raise ValueError(f"increments: must be in 1..10000000, got {self.increments}")
+            raise ParamError("increments", f"must be in 1..10000000, got {self.increments}")
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
-            raise ValueError(
-                f"variants: each must be one of {', '.join(VARIANTS)}; got {list(self.variants)}"
+            raise ParamError(
+                "variants", f"each must be one of {', '.join(VARIANTS)}; got {list(self.variants)}"
             )
 
 
@@ -128,23 +130,6 @@ def run_variant(variant: str, num_procs: int, n: int) -> dict:
     }
 
 
-def interleaving_rows() -> list[dict]:
-    rows = []
-    for per_thread, lecture in ((1, {1: 18, 2: 2}), (2, {2: 702, 3: 216, 4: 6})):
-        counts = final_value_counts(2, per_thread)
-        rows.append(
-            {
-                "case": f"2 threads x {per_thread} increment(s)",
-                "orders": count_interleavings([3 * per_thread] * 2),
-                "final_values": ", ".join(f"x={k}: {v}" for k, v in sorted(counts.items())),
-                "lecture": ", ".join(f"x={k}: {v}" for k, v in sorted(lecture.items())),
-                "correct": counts.get(2 * per_thread, 0),
-                "match": dict(counts) == lecture,
-            }
-        )
-    return rows
-
-
 def main(comm, params: Params) -> dict:
     if comm.rank != 0:
         return {"ok": True}
@@ -153,7 +138,7 @@ def main(comm, params: Params) -> dict:
         comm.progress(k, len(params.variants) + 1, variant)
         rows.append(run_variant(variant, params.num_procs, params.increments))
     comm.progress(len(params.variants), len(params.variants) + 1, "interleavings")
-    inter = interleaving_rows()
+    inter = lecture_rows()
     return {
         "ok": True,
         "rows": rows,
@@ -164,66 +149,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    r = results[0]
-    if "rows" not in r:
-        return Report(ok=False, tables=[], failures=[f"rank 0: {r.get('error', 'no rows')}"])
-    rows, inter = r["rows"], r["interleavings"]
-    failures = [
-        f"{x['variant']}: lost {x['lost']} updates; a correct method must lose none"
-        for x in rows
-        if x["variant"] != "no lock" and x["lost"] != 0
-    ]
-    failures += [
-        f"interleavings {x['case']}: {x['final_values']}, lecture {x['lecture']}"
-        for x in inter
-        if not x["match"]
-    ]
-    base = next((x["ns_per_increment"] for x in rows if x["variant"] == "no lock"), None)
-    for x in rows:
-        x["vs_no_lock"] = x["ns_per_increment"] / base if base else None
-    notes = [
-        f"A lost update, step by step: {r['example']} -- two increments, x = 1.",
-        "no lock: read and write are separate steps on shared memory; another process's write between them "
-        "is overwritten. How many are lost depends on how often two processes run at once (2 cores here) or "
-        "one is preempted between its read and its write -- rare per increment, so it takes many to see.",
-        "lock: correct, but every increment pays a lock/unlock (a futex system call when contended) and the "
-        "processes take turns, so it is the slowest.",
-        "atomic (kernel O_APPEND): one write(2) per increment; the kernel updates the file offset atomically. "
-        "A true CPU atomic (lock xadd, CUDA's atomicAdd) costs a few ns but is not reachable from pure Python.",
-        "sharded: no sharing while counting, so no lost updates and no waiting; the sum is taken once at the end.",
-        r["machine"],
-    ]
-    return Report(
-        ok=not failures,
-        tables=[
-            Table(
-                f"{params.num_procs} processes x {params.increments:,} increments of one shared counter",
-                rows,
-                {
-                    "variant": "variant",
-                    "expected": "expected",
-                    "final": "final",
-                    "lost": "lost updates",
-                    "lost_pct": "lost %",
-                    "time_s": "time s",
-                    "ns_per_increment": "ns / increment",
-                    "vs_no_lock": "x no lock",
-                },
-            ),
-            Table(
-                "Every interleaving of read / add / write (exhaustive)",
-                inter,
-                {
-                    "case": "case",
-                    "orders": "orders",
-                    "final_values": "final x: orders",
-                    "lecture": "lecture",
-                    "correct": "correct orders",
-                    "match": "match",
-                },
-            ),
-        ],
-        notes=notes,
-        failures=failures,
-        data={"interleavings": inter},
-    )
+    return race_report.report(results[0], params)

@@ -11,13 +11,12 @@ from typing import Literal
 
 import numpy as np
 
-from playground.memlab import sysinfo
+from playground.errors import ParamError
+from playground.memlab import stride_report, sysinfo
 from playground.memlab.native import load_native
-from playground.memlab.plots import plot_xy
-from playground.report import Report, Table
-from playground.sizes import Size, format_size
-
-EXACT_FLOAT_SUM = 8 * 2**24  # 8 float accumulators of 1.0 stay exact up to this many elements
+from playground.memlab.strides import EXACT_FLOAT_SUM, lines_touched
+from playground.report import Report
+from playground.sizes import Size
 
 
 @dataclass(frozen=True)
@@ -29,24 +28,16 @@ class Params:
 
     def __post_init__(self):
         if self.array_bytes < 4096 or self.array_bytes % 4:
-            raise ValueError(f"array_bytes: a multiple of 4 and >= 4 KiB, got {self.array_bytes}")
+            raise ParamError("array_bytes", f"a multiple of 4 and >= 4 KiB, got {self.array_bytes}")
         if not self.strides or any(s < 1 for s in self.strides):
-            raise ValueError(f"strides: each must be >= 1 element, got {list(self.strides)}")
+            raise ParamError("strides", f"each must be >= 1 element, got {list(self.strides)}")
         if self.repeats < 1:
-            raise ValueError(f"repeats: must be >= 1, got {self.repeats}")
+            raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': the stride lab measures one core, needs 1, got {ranks}")
-
-
-def lines_touched(num_elems: int, stride_elems: int, line_bytes: int) -> int:
-    """Distinct cache lines holding a[0], a[s], a[2s], ... of a float32 array (line-aligned)."""
-    num_read = len(range(0, num_elems, stride_elems))
-    if 4 * stride_elems > line_bytes:  # each element in a line of its own
-        return num_read
-    return (4 * stride_elems * (num_read - 1)) // line_bytes + 1  # gaps < a line: every line
+        raise ParamError("ranks", f"the stride lab measures one core, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:
@@ -83,51 +74,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    res = results[0]
-    rows = res["rows"]
-    failures = [
-        f"stride {r['stride_elems']}: checksum {r['checksum']} != {r['elements_read']} elements read"
-        for r in rows
-        if r["checksum_ok"] is False
-    ]
-    strides = [r["stride_elems"] for r in rows]
-    plot_xy(
-        strides,
-        {
-            "ms per pass": [r["ms_per_pass"] for r in rows],
-            "lines touched (millions)": [r["lines_touched"] / 1e6 for r in rows],
-        },
-        run_dir / "stride.png",
-        title=f"strided read of {format_size(params.array_bytes)} float32",
-        xlabel="stride (elements)",
-        ylabel="ms per pass / million lines",
-        logx=True,
-        logy=True,
-    )
-    line = res["line_bytes"]
-    return Report(
-        ok=not failures,
-        tables=[
-            Table(
-                "strided read",
-                rows,
-                {
-                    "stride_elems": "stride",
-                    "stride_bytes": "bytes",
-                    "elements_read": "elements",
-                    "lines_touched": "lines",
-                    "ms_per_pass": "ms/pass",
-                    "time_vs_first": "x stride 1",
-                    "ns_per_element": "ns/elem",
-                    "line_gb_s": "GB/s of lines",
-                    "checksum_ok": "sum ok",
-                },
-            )
-        ],
-        notes=[
-            f"cache line {line} B: strides up to {line // 4} elements touch every line; "
-            f"8 independent accumulators, {params.statistic} of {params.repeats} passes"
-        ],
-        failures=failures,
-        files=["stride.png"],
-    )
+    return stride_report.report(results[0], params, run_dir)

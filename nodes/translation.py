@@ -9,8 +9,10 @@ far apart, and two processes using the same virtual address for different physic
 
 from dataclasses import dataclass, field
 
+from playground.errors import ParamError
+from playground.memlab import translation_report
 from playground.memlab.translation import PageTable, parse_address, translate_all
-from playground.report import Report, Table
+from playground.report import Report
 from playground.sizes import Size
 
 
@@ -31,30 +33,31 @@ class Params:
 
     def __post_init__(self):
         if self.page_size <= 0 or self.page_size & (self.page_size - 1):
-            raise ValueError(f"page_size: must be a power of two, got {self.page_size}")
+            raise ParamError("page_size", f"must be a power of two, got {self.page_size}")
         for proc, entries in self.tables.items():
             if not isinstance(entries, dict) or not all(
                 isinstance(k, int) and isinstance(v, int) and k >= 0 and v >= 0 for k, v in entries.items()
             ):
-                raise ValueError(
-                    f"tables: {proc!r} must map page numbers to frame numbers (ints >= 0), got {entries!r}"
+                raise ParamError(
+                    "tables", f"{proc!r} must map page numbers to frame numbers (ints >= 0), got {entries!r}"
                 )
         for text in list(self.addresses) + list(self.expect):
             proc, sep, addr = str(text).partition(":")
             if not sep or proc not in self.tables:
-                raise ValueError(
-                    f"addresses: {text!r} must be PROCESS:ADDRESS with a process from tables "
-                    f"({', '.join(map(str, self.tables))})"
+                raise ParamError(
+                    "addresses",
+                    f"{text!r} must be PROCESS:ADDRESS with a process from tables "
+                    f"({', '.join(map(str, self.tables))})",
                 )
             try:
                 parse_address(addr)
             except ValueError:
-                raise ValueError(f"addresses: {text!r}: {addr!r} is not a number (e.g. 0xC123)") from None
+                raise ParamError("addresses", f"{text!r}: {addr!r} is not a number (e.g. 0xC123)") from None
 
 
 def check_scenario(params: Params, ranks: int) -> None:
     if ranks != 1:
-        raise ValueError(f"key 'ranks': translation is a single-process model, needs 1, got {ranks}")
+        raise ParamError("ranks", f"translation is a single-process model, needs 1, got {ranks}")
 
 
 def _split(text: str) -> tuple[str, int]:
@@ -84,19 +87,4 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    rows = results[0]["rows"]
-    failures = [
-        f"{r['process']}:{r['virtual']} -> {r['physical']}, expected {r['expected']}"
-        for r in rows
-        if r["ok"] is False
-    ]
-    bits = params.page_size.bit_length() - 1
-    return Report(
-        ok=not failures,
-        tables=[Table(f"address translation, {params.page_size // 1024} KiB pages", rows)],
-        notes=[
-            f"offset = low {bits} bits (page {params.page_size:#x} bytes), VPN = the rest; "
-            "physical = frame * page size + offset"
-        ],
-        failures=failures,
-    )
+    return translation_report.report(results[0], params, run_dir)

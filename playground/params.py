@@ -3,7 +3,8 @@
 A node declares its parameters as a frozen dataclass with typed fields (int, float, str, bool,
 Literal[...], Size, tuple[X, ...], X | None, dict). `build_params` checks every key and value
 before any process starts, so a typo is one clear line, never a crash inside rank 5. A node may
-add a `__post_init__` that raises ValueError("field: what is wrong") for checks across fields.
+add a `__post_init__` that raises `ParamError(field, message)` for checks across fields; any other
+exception there is a bug in the node and surfaces as one.
 """
 
 import dataclasses
@@ -111,12 +112,6 @@ def build_params(cls: type, raw: dict | None, prefix: str = "") -> Any:
         return cls(**values)
     except ParamError as e:  # raised by the dataclass's __post_init__, relative to it
         raise ParamError(prefix + e.field, e.message) from None
-    except ValueError as e:
-        msg = str(e)
-        field, sep, rest = msg.partition(": ")
-        if sep and field in fields:
-            raise ParamError(prefix + field, rest) from None
-        raise ParamError(prefix.rstrip(".") or "params", msg) from None
     except TypeError as e:  # a required field is missing
         raise ParamError(prefix.rstrip(".") or "params", str(e)) from None
 

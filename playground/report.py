@@ -1,10 +1,19 @@
 """What a node's results turn into: tables for the terminal and rows for result.json.
 
 A node module may define `summarize(results, params, run_dir) -> Report`, run in the launcher
-once every rank has finished (`results[r]` is what rank r's `main` returned). Without it, the
-launcher shows rank 0's `rows` and is ok when every rank returned ok (default True).
+once every rank has finished (`results[r]` is what rank r's `main` returned). One rule decides
+what it sees, so no node writes a failure preamble:
+
+- a rank that could not produce its data returns `{"ok": False, "error": "why"}` (or raises);
+  the run fails with `rank r: why` for each such rank and `summarize` is not called;
+- otherwise `summarize` gets every rank's result. A rank may return `"ok": False` *with* its data
+  (a correctness check failed: wrong elements, a bad checksum); the report says which check, and
+  the run fails even if the report forgot to (`rank r: not ok`).
+
+Without `summarize`, the launcher shows rank 0's `rows` under the same rule.
 """
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -31,12 +40,26 @@ class Report:
     files: list[str] = field(default_factory=list)  # plots and other files written to the run dir
 
 
-def default_report(results: list[dict], title: str) -> Report:
-    failures = [
-        f"rank {r}: {res.get('error', 'not ok')}" for r, res in enumerate(results) if not res.get("ok", True)
+def failed_ranks(results: list[dict]) -> list[str]:
+    """`rank r: why` for every rank that returned an error instead of its data."""
+    return [
+        f"rank {r}: {res['error']}"
+        for r, res in enumerate(results)
+        if not res.get("ok", True) and res.get("error")
     ]
+
+
+def with_rank_checks(report: Report, results: list[dict]) -> Report:
+    """`report`, failed if some rank returned ok False and the report did not say why."""
+    not_ok = [f"rank {r}: not ok" for r, res in enumerate(results) if not res.get("ok", True)]
+    if not not_ok or not report.ok:
+        return report
+    return dataclasses.replace(report, ok=False, failures=[*report.failures, *not_ok])
+
+
+def default_report(results: list[dict], title: str) -> Report:
     rows = results[0].get("rows", []) if results else []
-    return Report(ok=not failures, tables=[Table(title, rows)], failures=failures)
+    return with_rank_checks(Report(ok=True, tables=[Table(title, rows)]), results)
 
 
 def make_console(stderr: bool = False) -> Console:

@@ -11,7 +11,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from playground.launch import Launcher, LaunchOutcome
-from playground.report import Report, default_report, make_console, render_report
+from playground.report import (
+    Report,
+    default_report,
+    failed_ranks,
+    make_console,
+    render_report,
+    with_rank_checks,
+)
 from playground.scenario import Scenario, load_node
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -75,14 +82,18 @@ def _json_default(o):
 
 
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
+    """The node's report, made only from ranks that succeeded (see `playground.report`)."""
     module, _ = load_node(scenario.node)
     if not outcome.ok:
         return Report(ok=False, tables=[])
+    failed = failed_ranks(outcome.results)
+    if failed:
+        return Report(ok=False, tables=[], failures=failed)
     hook = getattr(module, "summarize", None)
     if hook is None:
         return default_report(outcome.results, scenario.name)
     try:
-        return hook(outcome.results, scenario.params, run_dir)
+        return with_rank_checks(hook(outcome.results, scenario.params, run_dir), outcome.results)
     except Exception as e:  # noqa: BLE001 - a broken summary fails the run, it does not crash the CLI
         tb = traceback.format_exc().rstrip().splitlines()
         where = next((ln.strip() for ln in reversed(tb) if ln.strip().startswith("File ")), "")

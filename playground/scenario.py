@@ -33,7 +33,7 @@ class Fault:
 
     def __post_init__(self):
         if self.after_ops < 0:
-            raise ValueError(f"after_ops: must be >= 0, got {self.after_ops}")
+            raise ParamError("after_ops", f"must be >= 0, got {self.after_ops}")
 
 
 @dataclass(frozen=True)
@@ -192,8 +192,6 @@ def load_scenario(
             check(params, raw["ranks"])
         except ParamError as e:
             raise ScenarioError(f"{src}: key '{e.field}': {e.message}") from None
-        except ValueError as e:
-            raise ScenarioError(f"{src}: {e}") from None
     return Scenario(
         name=raw["name"],
         node=raw["node"],

@@ -36,8 +36,10 @@ def test_custom_list_every_strategy_is_correct_and_modelled(runs_dir):
         assert r["messages"] == r["num_allreduces"] * 2 * (3 - 1)
     ab = result["alpha_beta"]
     assert ab["alpha_s"] >= 0 and ab["beta_bytes_per_s"] > 0
-    # the model charges alpha per all-reduce step, so per-tensor must be predicted slowest
-    assert rows["per-tensor"]["model_ms"] > rows["single bucket"]["model_ms"]
+    # the model charges alpha per all-reduce step, so per-tensor must be predicted slowest (equal
+    # only if this run's fit put alpha at 0, which a busy machine can do)
+    assert rows["per-tensor"]["model_ms"] > rows["single bucket"]["model_ms"] or ab["alpha_s"] == 0
+    assert rows["per-tensor"]["model_ms"] >= rows["single bucket"]["model_ms"] - 1e-9
     assert "buckets.png" in result["files"]
     assert (runs_dir / "latest" / "buckets.png").stat().st_size > 0
     assert "alpha =" in out and "beta =" in out

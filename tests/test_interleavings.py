@@ -42,3 +42,18 @@ def test_three_threads_one_increment():
     counts = final_value_counts(3, 1)
     assert sum(counts.values()) == count_interleavings([3, 3, 3]) == 1680
     assert counts[3] == 6  # only the 3! fully serial orders are right
+
+
+def test_lecture_rows_match_the_lecture():
+    from playground.concurrency.interleavings import lecture_rows
+
+    one, two = lecture_rows()
+    assert (one["case"], one["orders"], one["correct"], one["match"]) == (
+        "2 threads x 1 increment(s)",
+        20,
+        2,
+        True,
+    )
+    assert one["final_values"] == one["lecture"] == "x=1: 18, x=2: 2"
+    assert (two["orders"], two["correct"], two["match"]) == (924, 6, True)
+    assert two["final_values"] == "x=2: 702, x=3: 216, x=4: 6"

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from playground.concurrency import loadgen
+from playground.queueing import loadgen
 
 
 def test_request_and_reply_round_trip():

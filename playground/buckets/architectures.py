@@ -11,7 +11,7 @@ that reversed list. Batch-norm running statistics are buffers, not parameters: n
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -110,3 +110,15 @@ def backward_order(name: str) -> list[TensorSpec]:
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
     return list(reversed(ARCHITECTURES[name]()))
+
+
+def gradient_elements(
+    name: str, tensor_bytes: Sequence[int] | None = None, scale: float = 1.0, itemsize: int = 4
+) -> list[int]:
+    """Elements of each gradient in backward order: architecture `name`'s, or a custom list of
+    byte sizes when given; times `scale` (at least one element each) to keep runs short."""
+    if tensor_bytes:
+        elems = [n // itemsize for n in tensor_bytes]
+    else:
+        elems = [t.num_elements for t in backward_order(name)]
+    return elems if scale == 1 else [max(1, round(n * scale)) for n in elems]

@@ -84,3 +84,26 @@ def per_tensor(tensor_bytes: Sequence[int]) -> list[Bucket]:
 def single_bucket(tensor_bytes: Sequence[int]) -> list[Bucket]:
     """Everything in one all-reduce, started after the whole backward."""
     return assign_buckets(tensor_bytes, cap_bytes=sum(tensor_bytes))
+
+
+def schedules(
+    strategies: Sequence[str],
+    tensor_bytes: Sequence[int],
+    bucket_mb: Sequence[float],
+    first_bucket_mb: float | None,
+    scale: float = 1.0,
+) -> list[tuple[str, float | None, list[Bucket]]]:
+    """(label, cap in MiB or None, buckets) for every strategy ("per_tensor", "bucketed" once per
+    cap in `bucket_mb`, "single"), in the order given; caps are scaled like the tensors."""
+    out = []
+    for s in strategies:
+        if s == "per_tensor":
+            out.append(("per-tensor", None, per_tensor(tensor_bytes)))
+        elif s == "single":
+            out.append(("single bucket", None, single_bucket(tensor_bytes)))
+        else:
+            first = None if first_bucket_mb is None else round(first_bucket_mb * MIB * scale)
+            for cap_mb in bucket_mb:
+                buckets = assign_buckets(tensor_bytes, round(cap_mb * MIB * scale), first)
+                out.append((f"bucketed {cap_mb:g} MiB", cap_mb, buckets))
+    return out

@@ -85,3 +85,24 @@ def describe(order: tuple[int, ...], num_threads: int) -> str:
             x = register[t]
             words.append(f"{name} write({x})")
     return " -> ".join(words)
+
+
+LECTURE_FINAL_VALUES = {1: {1: 18, 2: 2}, 2: {2: 702, 3: 216, 4: 6}}  # increments per thread -> {x: orders}
+
+
+def lecture_rows() -> list[dict]:
+    """Two threads with 1 and with 2 increments each: orders and final values beside the lecture's."""
+    rows = []
+    for per_thread, lecture in LECTURE_FINAL_VALUES.items():
+        counts = final_value_counts(2, per_thread)
+        rows.append(
+            {
+                "case": f"2 threads x {per_thread} increment(s)",
+                "orders": count_interleavings([3 * per_thread] * 2),
+                "final_values": ", ".join(f"x={k}: {v}" for k, v in sorted(counts.items())),
+                "lecture": ", ".join(f"x={k}: {v}" for k, v in sorted(lecture.items())),
+                "correct": counts.get(2 * per_thread, 0),
+                "match": dict(counts) == lecture,
+            }
+        )
+    return rows

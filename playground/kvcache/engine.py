@@ -19,7 +19,15 @@ import numpy as np
 
 from playground.kvcache import protocol as P
 from playground.kvcache.client import KVClient
-from playground.kvcache.workloads import ForkSpec, RequestSpec, kv_for, kv_for_batch
+from playground.kvcache.workloads import (
+    EXERCISE10,
+    SECTION45,
+    ForkSpec,
+    RequestSpec,
+    kv_for,
+    kv_for_batch,
+    section46_requests,
+)
 
 
 @dataclass
@@ -243,3 +251,50 @@ def run_bench(
                 new_seq()
     client.check("free", seq_ids=list(lengths))
     return {"ops": ops + 1, "tokens_appended": tokens, "read_mismatches": mismatches}
+
+
+def run_workload(comm, client: KVClient, p) -> dict:
+    """This client rank's part of workload `p.workload` (the node's Params): its share of the
+    section 4.6 requests, the closed-loop benchmark, or (rank 1 only) a fork workload."""
+    if p.workload == "section46":
+        reqs = section46_requests(
+            p.num_requests, p.prompt_min, p.prompt_max, p.output_mean, p.output_cap, p.seed
+        )
+        mine = reqs[comm.rank - 1 :: comm.size - 1]
+        watermark = int(p.admit_watermark * p.capacity_tokens)
+        st = replay(
+            client,
+            mine,
+            p.width,
+            p.max_running,
+            p.decode_tokens_per_step,
+            p.max_wait_s,
+            watermark,
+            p.verify_every,
+        )
+        return {
+            "requests": len(mine),
+            "completed": st.completed,
+            "waited": st.waited,
+            "failed": st.failed,
+            "preempted": st.preempted,
+            "read_mismatches": st.read_mismatches,
+            "errors": st.errors[:5],
+        }
+    if p.workload == "bench":
+        return run_bench(
+            client,
+            p.width,
+            p.bench_duration_s,
+            p.bench_seqs,
+            p.bench_prompt_tokens,
+            p.bench_max_len,
+            key_base=comm.rank * 10_000_000,
+        )
+    if comm.rank != 1:
+        return {"idle": True}
+    return {
+        "fork_rows": run_fork_workload(
+            client, SECTION45 if p.workload == "prefix" else EXERCISE10, p.width, p.prefix_caching
+        )
+    }

@@ -1,5 +1,5 @@
-"""`summarize` for the kvcache node: rank 0's result (server stats, samples, every client's
-result per policy) -> tables, the memory plot, and the checks that decide `ok`.
+"""The kvcache lab's report: rank 0's result (server stats, samples, every client's result per
+policy) -> tables, the memory plot, and the checks that decide `ok`.
 
 Checks: every read returned exactly what was written; nothing leaked once the workload freed
 its sequences; no internal error; for the fork workloads on the paged policy, the page counts
@@ -128,7 +128,7 @@ def _fork_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str]
     return [Table(f"Sharing a prompt: workload {params.workload}", rows)], notes, failures
 
 
-def _bench_tables(params, results: list[dict], per_policy: list[dict]) -> tuple[list[Table], list[str]]:
+def _bench_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str]]:
     rows, failures = [], []
     for pol in per_policy:
         clients = list(pol["clients"].values())
@@ -159,24 +159,19 @@ def _bench_tables(params, results: list[dict], per_policy: list[dict]) -> tuple[
     return [Table(title, rows)], failures
 
 
-def summarize(results: list[dict], params, run_dir) -> Report:
-    failures = [
-        f"rank {r}: {res.get('error', 'not ok')}" for r, res in enumerate(results) if not res.get("ok", True)
-    ]
-    if failures or not results or "policies" not in results[0]:
-        return Report(ok=False, tables=[], failures=failures or ["rank 0 returned no kvcache results"])
-    per_policy = results[0]["policies"]
+def report(per_policy: list[dict], params, run_dir) -> Report:
+    """The report from rank 0's per-policy results (server stats, samples and every client's
+    result); `params` is the node's Params."""
     files, notes = [], []
     if params.workload == "section46":
-        tables, notes, more, files = _replay_tables(params, per_policy, Path(run_dir))
+        tables, notes, failures, files = _replay_tables(params, per_policy, Path(run_dir))
         metrics.plot_memory(
             per_policy, Path(run_dir) / files[0], f"KV-cache memory over time, {params.num_requests} requests"
         )
     elif params.workload == "bench":
-        tables, more = _bench_tables(params, results, per_policy)
+        tables, failures = _bench_tables(params, per_policy)
     else:
-        tables, notes, more = _fork_tables(params, per_policy)
-    failures += more
+        tables, notes, failures = _fork_tables(params, per_policy)
     data = {
         "kvcache": [{k: v for k, v in pol.items() if k not in ("samples", "clients")} for pol in per_policy]
     }

@@ -1,16 +1,13 @@
-"""The memory lab's plots (matplotlib, Agg backend: no screen needed)."""
+"""The memory lab's plots (matplotlib set up by `playground.plot.figure`)."""
 
 from pathlib import Path
 
-import matplotlib
+from playground.plot import figure
+from playground.sizes import format_size
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from playground.sizes import format_size  # noqa: E402
-
-_BYTES = FuncFormatter(lambda x, _: format_size(int(x)).replace(" ", ""))
+def _byte_tick(x: float, _pos) -> str:
+    return format_size(int(x)).replace(" ", "")
 
 
 def plot_staircase(
@@ -21,42 +18,39 @@ def plot_staircase(
     title: str,
 ) -> None:
     """Latency per load against working set (both log scale), plateaus and OS cache sizes marked."""
-    fig, ax = plt.subplots(figsize=(9, 5))
-    for label, (sizes, ns) in curves.items():
-        ax.plot(sizes, ns, marker="o", ms=3, label=label)
-    for lv in levels:
-        ax.hlines(lv.latency_ns, lv.first_bytes, lv.last_bytes, colors="black", linewidth=3, alpha=0.4)
-        ax.annotate(
-            f"{lv.name} {lv.latency_ns:.1f} ns",
-            (lv.first_bytes, lv.latency_ns),
-            textcoords="offset points",
-            xytext=(0, 6),
-            fontsize=8,
-        )
-    for name, size in cache_sizes.items():
-        ax.axvline(size, color="gray", linestyle=":", linewidth=1)
-        ax.text(
-            size,
-            0.02,
-            f" OS {name} {format_size(size)}",
-            rotation=90,
-            fontsize=7,
-            color="gray",
-            transform=ax.get_xaxis_transform(),
-            ha="right",
-            va="bottom",
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(_BYTES)
-    ax.set_xlabel("working set")
-    ax.set_ylabel("ns per load")
-    ax.set_title(title)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, (9, 5)) as (_, ax):
+        for label, (sizes, ns) in curves.items():
+            ax.plot(sizes, ns, marker="o", ms=3, label=label)
+        for lv in levels:
+            ax.hlines(lv.latency_ns, lv.first_bytes, lv.last_bytes, colors="black", linewidth=3, alpha=0.4)
+            ax.annotate(
+                f"{lv.name} {lv.latency_ns:.1f} ns",
+                (lv.first_bytes, lv.latency_ns),
+                textcoords="offset points",
+                xytext=(0, 6),
+                fontsize=8,
+            )
+        for name, size in cache_sizes.items():
+            ax.axvline(size, color="gray", linestyle=":", linewidth=1)
+            ax.text(
+                size,
+                0.02,
+                f" OS {name} {format_size(size)}",
+                rotation=90,
+                fontsize=7,
+                color="gray",
+                transform=ax.get_xaxis_transform(),
+                ha="right",
+                va="bottom",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(_byte_tick)
+        ax.set_xlabel("working set")
+        ax.set_ylabel("ns per load")
+        ax.set_title(title)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
 
 
 def plot_xy(
@@ -72,30 +66,27 @@ def plot_xy(
     bars: bool = False,
 ) -> None:
     """A small line (or grouped bar) chart of one or more series over the same x values."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    if bars:
-        width = 0.8 / max(len(series), 1)
-        for k, (label, ys) in enumerate(series.items()):
-            ax.bar([i + k * width for i in range(len(x))], ys, width, label=label)
-        ax.set_xticks(
-            [i + width * (len(series) - 1) / 2 for i in range(len(x))],
-            [str(v) for v in x],
-            rotation=15,
-            fontsize=8,
-        )
-    else:
-        for label, ys in series.items():
-            ax.plot(x, ys, marker="o", ms=4, label=label)
-        if logx:
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(x, [str(v) for v in x])
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, (8, 4.5)) as (_, ax):
+        if bars:
+            width = 0.8 / max(len(series), 1)
+            for k, (label, ys) in enumerate(series.items()):
+                ax.bar([i + k * width for i in range(len(x))], ys, width, label=label)
+            ax.set_xticks(
+                [i + width * (len(series) - 1) / 2 for i in range(len(x))],
+                [str(v) for v in x],
+                rotation=15,
+                fontsize=8,
+            )
+        else:
+            for label, ys in series.items():
+                ax.plot(x, ys, marker="o", ms=4, label=label)
+            if logx:
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(x, [str(v) for v in x])
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)

@@ -8,9 +8,11 @@ the offset passes through unchanged. Exercise 8: 16 KiB pages, VPN 3 -> frame 77
 
 from dataclasses import dataclass
 
+from playground.errors import PlaygroundError
 
-class PageFault(LookupError):
-    """The virtual page has no frame in this page table."""
+
+class PageFault(PlaygroundError, LookupError):
+    """The virtual page has no frame in this page table (a LookupError too: a missing mapping)."""
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ drops what is still queued for that load and is acknowledged after every reply o
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import zmq
 
-from playground.concurrency.loadgen import ABORT, STOP, decode_request, encode_reply
 from playground.concurrency.timing import sleep_until
+from playground.queueing.loadgen import ABORT, STOP, bind_random, decode_request, encode_reply
 
 # one queued request: (req_id, load_id, value)
 Item = tuple[int, int, float]
@@ -104,3 +105,19 @@ def run_batch_server(
         idle_since = time.monotonic()
         if on_served is not None:
             on_served(served, batch[-1][1])
+
+
+def serve_client(comm, ctx: zmq.Context, **server: Any) -> dict:
+    """Rank 0's side of a two-rank lab: a PULL socket for requests and a PUSH socket to rank 1's
+    reply address (the addresses are exchanged over the communicator), then `run_batch_server`
+    with the keyword arguments given, until rank 1 sends STOP."""
+    pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVHWM, 0)
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 0)
+    addresses = comm.allgather_obj(bind_random(pull))
+    push.connect(addresses[1])
+    stats = run_batch_server(
+        pull, push, idle_timeout_s=comm.timeout_s, check_alive=comm.check_abort, **server
+    )
+    return {"ok": True, "role": "server", **stats}

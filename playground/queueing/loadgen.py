@@ -22,6 +22,7 @@ import numpy as np
 import zmq
 
 from playground.concurrency.timing import set_timer_slack_ns, sleep_until
+from playground.errors import ParamError
 
 REQUEST = struct.Struct("<iid")
 REPLY = struct.Struct("<iiddi")
@@ -31,7 +32,7 @@ STOP = -2
 
 def check_server_and_client(experiment: str, ranks: int) -> None:
     if ranks != 2:
-        raise ValueError(f"key 'ranks': {experiment} runs one server and one client, needs 2, got {ranks}")
+        raise ParamError("ranks", f"{experiment} runs one server and one client, needs 2, got {ranks}")
 
 
 def run_server_and_client(comm, params, serve, load):

@@ -1,0 +1,159 @@
+"""The buckets lab's report: every rank's per-strategy timings -> one row per strategy (the
+slowest rank's median step beside the alpha-beta model of its schedule), notes on the fitted
+link, and the step time against bucket cap when caps were swept."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
+from playground.plot import figure
+from playground.report import Report, Table
+from playground.sizes import format_size
+
+
+def load_average_note() -> str:
+    """How busy the machine was when the run ended: other users' work stretches every timing."""
+    return (
+        f"machine load average (1 min) when the run ended: {os.getloadavg()[0]:.1f} on {os.cpu_count() or 1} "
+        "cores (other users' work inflates and scatters the times)"
+    )
+
+
+COLUMNS = {
+    "strategy": "strategy",
+    "num_allreduces": "all-reduces",
+    "messages": "msgs/rank (model)",
+    "payload": "bytes/rank",
+    "sent": "sent/rank",
+    "measured_ms": "measured (ms)",
+    "model_ms": "model (ms)",
+    "diff_ms": "measured - model (ms)",
+    "ratio": "measured/model",
+    "loaded_model_ms": "model, loaded link (ms)",
+    "wrong": "#wrong",
+}
+
+
+def combine(results: list[dict], params) -> list[dict]:
+    """One row per strategy: per pass the slowest rank's time (a step ends when the last rank
+    does), then the median over passes."""
+    n = len(results)
+    ab, abl = results[0]["alpha_beta"], results[0]["alpha_beta_loaded"]
+    model = AlphaBeta(ab["alpha_s"], ab["beta_bytes_per_s"]) if ab else None
+    loaded = AlphaBeta(abl["alpha_s"], abl["beta_bytes_per_s"]) if abl else None
+    rows = []
+    for k, base in enumerate(results[0]["rows"]):
+        per_rank = [res["rows"][k] for res in results]
+        slowest = [max(r["times_s"][i] for r in per_rank) for i in range(len(base["times_s"]))]
+        measured = float(np.median(slowest))
+        model_s = model.schedule_time_s(base["bucket_bytes"], n, params.algorithm) if model else float("nan")
+        rows.append(
+            {
+                "strategy": base["strategy"],
+                "cap_mb": base["cap_mb"],
+                "num_allreduces": base["num_allreduces"],
+                "messages": base["num_allreduces"] * allreduce_messages_per_rank(n, params.algorithm),
+                "payload": format_size(sum(base["bucket_bytes"])),
+                "sent": format_size(base["sent_bytes"]),
+                "measured_ms": measured * 1e3,
+                "model_ms": model_s * 1e3,
+                "diff_ms": (measured - model_s) * 1e3,
+                "ratio": measured / model_s if model and model_s > 0 else float("nan"),
+                "loaded_model_ms": (
+                    loaded.schedule_time_s(base["bucket_bytes"], n, params.algorithm) * 1e3
+                    if loaded
+                    else float("nan")
+                ),
+                "wrong": sum(r["wrong"] for r in per_rank),
+            }
+        )
+    return rows
+
+
+def plot_sweep(rows: list[dict], path) -> bool:
+    """Step time against bucket cap (measured and modelled), per-tensor and single as lines."""
+    swept = sorted((r for r in rows if r["cap_mb"] is not None), key=lambda r: r["cap_mb"])
+    if not swept:
+        return False
+    with figure(path, (7, 4.2), dpi=120) as (_, ax):
+        caps = [r["cap_mb"] for r in swept]
+        ax.plot(caps, [r["measured_ms"] for r in swept], "o-", label="bucketed, measured")
+        ax.plot(caps, [r["model_ms"] for r in swept], "s--", label="bucketed, alpha-beta model")
+        for r, style in (
+            (next((x for x in rows if x["strategy"] == "per-tensor"), None), ":"),
+            (next((x for x in rows if x["strategy"] == "single bucket"), None), "-."),
+        ):
+            if r:
+                ax.axhline(
+                    r["measured_ms"], linestyle=style, color="gray", label=f"{r['strategy']}, measured"
+                )
+        ax.set_xscale("log")
+        ax.set_xlabel("bucket cap (MiB)")
+        ax.set_ylabel("all-reduce time per step (ms)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    return True
+
+
+def report(results: list[dict], params, run_dir: Path) -> Report:
+    """The buckets lab's report from every rank's result (`params`: the node's Params)."""
+    n = len(results)
+    rows = combine(results, params)
+    r0 = results[0]
+    failures = [
+        f"{r['strategy']}: {r['wrong']} wrong elements (summed over ranks)" for r in rows if r["wrong"]
+    ]
+    scaled = "real sizes" if params.scale == 1 else f"sizes x{params.scale:g} (tensors and caps)"
+    title = (
+        f"gradient all-reduce, {params.source}: {r0['num_tensors']} tensors, "
+        f"{format_size(r0['total_bytes'])} float32 per rank, {scaled}; {n} ranks, {params.algorithm}; "
+        f"slowest rank, median of {params.iters}"
+    )
+    notes = []
+    ab = r0["alpha_beta"]
+    if ab:
+        notes.append(
+            f"alpha-beta from ping-pong rank 0 <-> 1: alpha = {ab['alpha_s'] * 1e6:.1f} us, "
+            f"beta = {ab['beta_bytes_per_s'] / 1e9:.3f} GB/s (n_1/2 = "
+            f"{format_size(int(ab['alpha_s'] * ab['beta_bytes_per_s']))})"
+        )
+        abl = r0["alpha_beta_loaded"]
+        notes.append(
+            f"the same ping-pong with every pair of ranks talking at once (as in a ring): alpha = "
+            f"{abl['alpha_s'] * 1e6:.1f} us, beta = {abl['beta_bytes_per_s'] / 1e9:.3f} GB/s "
+            "(column 'model, loaded link')"
+        )
+        notes.append(
+            f"model: {params.algorithm} all-reduce of S bytes = "
+            + (
+                "2(N-1)(alpha + S/(N beta))"
+                if params.algorithm == "ring"
+                else "2 ceil(log2 N)(alpha + S/beta)"
+            )
+            + ", summed over the schedule's all-reduces"
+        )
+    else:
+        notes.append("one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0")
+    cores = os.cpu_count() or 1
+    notes.append(load_average_note())
+    if n > cores:
+        notes.append(
+            f"{n} ranks on {cores} cores: oversubscribed, so ranks time-share the CPUs and measured "
+            "times include waiting for a core"
+        )
+    files = []
+    run_dir = Path(run_dir)
+    if plot_sweep(rows, run_dir / "buckets.png"):
+        files.append("buckets.png")
+        notes.append(f"plot: {run_dir / 'buckets.png'}")
+    return Report(
+        ok=not failures,
+        tables=[Table(title, rows, COLUMNS)],
+        notes=notes,
+        failures=failures,
+        files=files,
+        data={"alpha_beta": ab, "algorithm": params.algorithm},
+    )

@@ -1,0 +1,61 @@
+"""The ping-pong lab's report (lecture 5.1): per size, our one-way time and streaming bandwidth
+beside bare pyzmq's, their ratios (the framework's overhead, or what shared memory gains), and
+alpha + n / beta fitted to our one-way times."""
+
+from playground.models.alphabeta import fit_alpha_beta
+from playground.report import Report, Table
+from playground.sizes import format_size
+
+
+def report(results: list[dict]) -> Report:
+    """The report from rank 0's rows (one per size; rank 1 measured the same exchanges)."""
+    rows = []
+    for r in results[0]["rows"]:
+        rows.append(
+            {
+                "size": r["size"],
+                "ours_us": r["ours_oneway_us"],
+                "raw_us": r["raw_oneway_us"],
+                "lat_ratio": r["ours_oneway_us"] / r["raw_oneway_us"],
+                "ours_gbps": r["ours_stream_gbps"],
+                "raw_gbps": r["raw_stream_gbps"],
+                "bw_ratio": r["raw_stream_gbps"] / r["ours_stream_gbps"],
+            }
+        )
+    notes = []
+    if len(rows) >= 2:
+        try:
+            fit = fit_alpha_beta([r["size"] for r in rows], [r["ours_us"] * 1e-6 for r in rows])
+            notes.append(
+                f"alpha-beta fit to our one-way times: alpha = {fit.alpha_s * 1e6:.1f} us, "
+                f"beta = {fit.beta_bytes_per_s / 1e9:.2f} GB/s, half-bandwidth size n1/2 = "
+                f"{format_size(int(fit.alpha_s * fit.beta_bytes_per_s))}"
+            )
+            for r in rows:
+                r["model_us"] = (fit.alpha_s + r["size"] / fit.beta_bytes_per_s) * 1e6
+        except ValueError as e:
+            notes.append(f"no alpha-beta fit: {e}")
+    cols = {
+        "size": "size (B)",
+        "ours_us": "ours one-way (us)",
+        "raw_us": "raw pyzmq (us)",
+        "lat_ratio": "ours/raw",
+        "model_us": "alpha+n/beta (us)",
+        "ours_gbps": "ours stream (GB/s)",
+        "raw_gbps": "raw stream (GB/s)",
+        "bw_ratio": "raw/ours",
+    }
+    if results[0].get("ours_path", "ZeroMQ") == "ZeroMQ":
+        notes.append(
+            "ratios > 1 are the framework's overhead over bare pyzmq on the same transport and socket types"
+        )
+    else:
+        notes.append(
+            "ours went through shared memory and per-rank pipes (--transport shm), raw pyzmq over ipc: "
+            "ratios < 1 are what bypassing ZeroMQ on one host gains"
+        )
+    return Report(
+        ok=True,
+        tables=[Table(f"point-to-point, rank 0 <-> rank 1 ({len(results)} ranks)", rows, cols)],
+        notes=notes,
+    )

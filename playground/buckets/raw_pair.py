@@ -1,0 +1,60 @@
+"""Bare pyzmq PUSH/PULL between ranks 0 and 1, the yardstick the ping-pong lab measures our
+communicator against: the same transport (ipc or tcp), the same zero-copy send for large
+messages, and nothing else (no header frame, no matching, no deadlines but one receive timeout).
+"""
+
+import os
+
+import numpy as np
+import zmq
+
+from playground.errors import CommTimeout
+
+
+class RawPair:
+    """Bare pyzmq PUSH/PULL between two ranks: the yardstick for our per-message overhead."""
+
+    def __init__(self, comm, transport: str):
+        self.ctx = zmq.Context()
+        self.pull = self.ctx.socket(zmq.PULL)
+        self.pull.setsockopt(zmq.RCVHWM, 0)
+        self.pull.setsockopt(zmq.RCVTIMEO, int(comm.timeout_s * 1000))  # every blocking receive has a timeout
+        self.peer = 1 - comm.rank
+        if transport == "tcp":
+            self.pull.bind("tcp://127.0.0.1:*")
+            endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
+        else:
+            endpoint = f"ipc://{comm.run_dir.resolve()}/raw-{comm.rank}-{os.getpid()}.sock"
+            if len(endpoint) > 100:
+                endpoint = f"ipc:///tmp/playground-raw-{comm.rank}-{os.getpid()}.sock"
+            self.pull.bind(endpoint)
+        peer_endpoint = comm.allgather_obj(endpoint)[1 - comm.rank]
+        self.push = self.ctx.socket(zmq.PUSH)
+        self.push.setsockopt(zmq.SNDHWM, 0)
+        self.push.connect(peer_endpoint)
+        self.endpoint = endpoint
+
+    def send(self, buf: np.ndarray) -> None:
+        if buf.nbytes >= 65536:
+            self.push.send(buf, copy=False, track=True).wait()
+        else:
+            self.push.send(buf)
+
+    def recv(self, out: np.ndarray) -> None:
+        try:
+            frame = self.pull.recv(copy=False)
+        except zmq.Again:
+            raise CommTimeout(
+                1 - self.peer, "raw pyzmq recv", self.peer, None, self.pull.getsockopt(zmq.RCVTIMEO) / 1000
+            ) from None
+        out[:] = np.frombuffer(frame.buffer, dtype=out.dtype)
+
+    def close(self):
+        self.push.close(linger=0)
+        self.pull.close(linger=0)
+        self.ctx.term()
+        if self.endpoint.startswith("ipc://"):
+            try:
+                os.unlink(self.endpoint[len("ipc://") :])
+            except OSError:
+                pass

@@ -1,0 +1,98 @@
+"""Rank 0's side of the kvcache lab: the server on a thread of its own, one `Server` per policy,
+and the wait for every client's result of that policy.
+
+The ROUTER socket belongs to the server thread (created there, never touched by another), so
+the main thread stays free for the communicator and the progress bar; the `Server` object is
+swapped between policies only while every client waits at a barrier.
+"""
+
+import threading
+import time
+
+import zmq
+
+from playground.errors import CommTimeout
+from playground.kvcache.server import Server, serve
+
+TAG_RESULT = 41
+
+
+class ServerThread(threading.Thread):
+    """Owns the ROUTER socket (created in this thread); `server` is swapped between policies
+    only while every client waits at a barrier."""
+
+    def __init__(self, bind: str):
+        super().__init__(name="kvcache-server", daemon=True)
+        self.bind, self.server, self.address, self.error = bind, None, None, None
+        self.ready, self.stopping = threading.Event(), threading.Event()
+
+    def handle(self, client, frames):
+        return self.server.handle(client, frames)
+
+    def expire_leases(self):
+        return self.server.expire_leases()
+
+    @property
+    def errors(self):
+        return self.server.errors
+
+    def run(self):
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.ROUTER)
+        sock.linger = 0
+        try:
+            sock.bind(self.bind)
+            self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+            self.ready.set()
+            serve(self, sock, stop=self.stopping.is_set)
+        except Exception as e:  # reported by the main thread
+            self.error = f"{type(e).__name__}: {e}"
+            self.ready.set()
+        finally:
+            sock.close(0)
+            ctx.term()
+
+
+def new_server(p, policy: str) -> Server:
+    """An empty server for `policy`, sized and configured by the node's Params `p`."""
+    return Server(
+        policy,
+        p.capacity_tokens,
+        p.block_size,
+        p.width,
+        p.lease_s,
+        p.prefix_caching,
+        p.max_new_tokens,
+        p.growth,
+        check_invariants=p.check_invariants,
+    )
+
+
+def collect(comm, srv: Server, p, policy: str, thread: ServerThread) -> dict:
+    """Wait for every client's result, driving the progress bar; fail if the server goes idle
+    for longer than the scenario's timeout (a stuck run becomes an error, not a hang)."""
+    out, pending = {}, set(range(1, comm.size))
+    last_ops, last_change = srv.num_ops, time.monotonic()
+    total = p.num_requests if p.workload == "section46" else 1
+    while pending:
+        for src in sorted(pending):
+            try:
+                out[src] = comm.recv_obj(src, TAG_RESULT, timeout_s=0.1)
+                pending.discard(src)
+            except CommTimeout:
+                pass
+        if thread.error:
+            raise RuntimeError(f"kvcache server thread failed: {thread.error}")
+        if srv.num_ops != last_ops:
+            last_ops, last_change = srv.num_ops, time.monotonic()
+        elif time.monotonic() - last_change > comm.timeout_s:
+            raise CommTimeout(
+                0,
+                f"kvcache results ({policy}; no request reached the server)",
+                min(pending),
+                TAG_RESULT,
+                comm.timeout_s,
+            )
+        if p.workload == "section46":
+            comm.progress(min(srv.num_freed_seqs, total), total, f"kvcache {policy}")
+    return {str(k): v for k, v in sorted(out.items())}

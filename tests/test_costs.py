@@ -61,6 +61,13 @@ HAND_US = {
     ("allreduce", "tree"): {2: 2520, 4: 5040, 8: 7560, 5: 7560},
     # 2 log2(p) 10 + 2 (p-1)/p 1000 + (p-1)/p 500 (+ 2520 at N = 5)
     ("allreduce", "hd"): {2: 20 + 1000 + 250, 4: 40 + 1500 + 375, 8: 60 + 1750 + 437.5, 5: 1915 + 2520},
+    # on one node, hierarchical is reduce-scatter + all-gather inside it: the ring's numbers
+    ("allreduce", "hier"): {
+        2: 20 + 1000 + 250,
+        4: 60 + 1500 + 375,
+        8: 140 + 1750 + 437.5,
+        5: 80 + 1600 + 400,
+    },
     # log2(p) (10 + 1000 + 500) (+ 2520 at N = 5)
     ("allreduce", "rd"): {2: 1510, 4: 3020, 8: 4530, 5: 3020 + 2520},
     # (N-1) (10 + 1000/N + 500/N)
@@ -169,3 +176,13 @@ def test_presets_and_their_description():
     assert HAND.describe() == "alpha 10 us, beta 1 GB/s, gamma 2 GB/s"
     for link in PRESETS.values():
         assert link.alpha_s > 0 and link.beta_bytes_per_s >= 12.5e9
+
+
+def test_hierarchical_carries_a_kth_of_the_bytes_between_nodes():
+    """16 nodes x 8 ranks, NVLink inside and InfiniBand between, 1 GB: by hand."""
+    nv, ib, size = PRESETS["nvlink"], IB, 1e9
+    inside = 7 * (nv.alpha_s + size / 8 / nv.beta_bytes_per_s)  # reduce-scatter (gamma free)
+    across = 2 * 15 * (ib.alpha_s + size / 8 / 16 / ib.beta_bytes_per_s)  # ring on S/8 over 16 nodes
+    assert costs.allreduce_hier_time_s(size, 16, 8, nv, ib) == pytest.approx(2 * inside + across)
+    flat_ring = costs.allreduce_ring_time_s(size, 128, ib)
+    assert costs.allreduce_hier_time_s(size, 16, 8, nv, ib) < flat_ring / 4  # 8.8 ms against 41 ms

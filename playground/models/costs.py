@@ -270,11 +270,32 @@ def allreduce_rd_time_s(size_bytes: float, num_ranks: int, link: Link) -> float:
     return core + fold_time_s(size_bytes, num_ranks, link)
 
 
+def allreduce_hier_time_s(
+    size_bytes: float, num_nodes: int, per_node: int, intra: Link, inter: Link
+) -> float:
+    """Hierarchical all-reduce (`collectives/hierarchical.py`) on `num_nodes` nodes of `per_node`:
+    ring reduce-scatter inside each node, ring all-reduce of each rank's S/k chunk across nodes (the
+    k "rails" run in parallel on separate ports), ring all-gather inside each node:
+
+        (k-1)(a1 + S/(k b1) + S/(k g)) + [2(m-1) a2 + 2(m-1)/m S/(k b2) + (m-1)/m S/(k g)] + (k-1)(a1 + S/(k b1))
+
+    The slow links between nodes carry S/k per rank instead of S. On one node (m = 1) it is the
+    ring all-reduce."""
+    return (
+        reduce_scatter_ring_time_s(size_bytes, per_node, intra)
+        + allreduce_ring_time_s(size_bytes / per_node, num_nodes, inter)
+        + allgather_ring_time_s(size_bytes, per_node, intra)
+    )
+
+
 FORMULAS: dict[tuple[str, str], Callable[[float, int, Link], float]] = {
     ("allreduce", "ring"): allreduce_ring_time_s,
     ("allreduce", "tree"): allreduce_tree_time_s,
     ("allreduce", "hd"): allreduce_hd_time_s,
     ("allreduce", "rd"): allreduce_rd_time_s,
+    ("allreduce", "hier"): lambda size_bytes, num_ranks, link: allreduce_hier_time_s(
+        size_bytes, 1, num_ranks, link, link
+    ),  # on one uniform network: every rank in one node
     ("reduce_scatter", "ring"): reduce_scatter_ring_time_s,
     ("allgather", "ring"): allgather_ring_time_s,
     ("broadcast", "tree"): broadcast_tree_time_s,

@@ -1,35 +1,18 @@
 """The closed-form time beside each simulated row, and where the ring overtakes the others.
 
-On a flat network the formulas are playground.models.costs's, with the spec's link. With a
-topology, `hier` is the sum of its three phases (ring reduce-scatter inside a node, ring
-all-reduce of S/k across nodes, ring all-gather inside); any other algorithm is priced as if every
-link were the slow one between nodes, an upper bound for algorithms that cross nodes at every step.
+The formulas are playground.models.costs's. With a topology, `hier` gets its two-link formula;
+any other algorithm is priced as if every link were the slow one between nodes, an upper bound
+for algorithms that cross nodes at every step.
 """
 
-from playground.models.costs import (
-    Link,
-    allgather_ring_time_s,
-    allreduce_ring_time_s,
-    collective_time_s,
-    reduce_scatter_ring_time_s,
-)
-
-
-def hierarchical_time_s(size_bytes: float, num_nodes: int, per_node: int, intra: Link, inter: Link) -> float:
-    """Reduce-scatter inside each node, all-reduce of each S/k chunk across nodes (k rails in
-    parallel), all-gather inside each node."""
-    return (
-        reduce_scatter_ring_time_s(size_bytes, per_node, intra)
-        + allreduce_ring_time_s(size_bytes / per_node, num_nodes, inter)
-        + allgather_ring_time_s(size_bytes, per_node, intra)
-    )
+from playground.models.costs import allreduce_hier_time_s, collective_time_s
 
 
 def model_time_s(spec, algorithm: str, num_ranks: int, size_bytes: float) -> float | None:
     """The model's time for one row of `spec`, or None where there is no formula (auto)."""
     if algorithm == "hier":
         k = spec.ranks_per_node or num_ranks
-        return hierarchical_time_s(size_bytes, num_ranks // k, k, spec.intra, spec.inter)
+        return allreduce_hier_time_s(size_bytes, num_ranks // k, k, spec.intra, spec.inter)
     try:
         return collective_time_s(spec.collective, algorithm, size_bytes, num_ranks, spec.inter)
     except ValueError:

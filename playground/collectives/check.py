@@ -14,17 +14,22 @@ COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"
 ROOT = 0
 
 
+PERIOD = 17
+
+
 def pattern(rank: int, count: int, dtype: str) -> np.ndarray:
-    i = np.arange(count, dtype=np.int64)
-    return (((7 * i + 13 * rank) % 17) - 8).astype(dtype)
+    """Rank `rank`'s input: ((7 i + 13 rank) mod 17) - 8 for i < count (periodic in i: built from
+    one period, which keeps a 1 GiB input cheap to make)."""
+    cycle = (((7 * np.arange(PERIOD) + 13 * rank) % PERIOD) - 8).astype(dtype)
+    return np.resize(cycle, count)
 
 
 def expected_result(size: int, count: int, dtype: str, op: ReduceOp) -> np.ndarray:
-    """The op-reduction over `size` ranks of their patterns of `count` elements."""
-    acc = pattern(0, count, "int64")
+    """The op-reduction over `size` ranks of their patterns of `count` elements (periodic too)."""
+    acc = pattern(0, PERIOD, "int64")
     for r in range(1, size):
-        op.ufunc(acc, pattern(r, count, "int64"), out=acc)
-    return acc.astype(dtype)
+        op.ufunc(acc, pattern(r, PERIOD, "int64"), out=acc)
+    return np.resize(acc.astype(dtype), count)
 
 
 def busbw_factor(collective: str, n: int) -> float:

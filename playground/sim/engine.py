@@ -63,15 +63,30 @@ class Engine:
         heapq.heappush(self._events, (t, self._seq, proc, proc.token))
 
     def _yield(self, proc: Proc) -> None:
-        self.num_switches += 1
-        self._main.switch()
+        """Run other ranks until `proc`'s next event: switch straight to the rank whose event is
+        earliest (no hop through a scheduler), or just return when that event is `proc`'s own."""
+        events = self._events
+        while events:
+            t, _, nxt, token = heapq.heappop(events)
+            if token != nxt.token or nxt.finished:
+                continue
+            if not nxt.glet:  # not started yet: the main loop starts it, from a shallow stack
+                heapq.heappush(events, (t, _, nxt, token))
+                break
+            self.now = t
+            self.num_events += 1
+            if nxt is not proc:
+                self.num_switches += 1
+                nxt.glet.switch()
+            return
+        self._main.switch()  # nothing left to run (the main loop reports the deadlock) or a start
 
     def sleep_until(self, proc: Proc, t: float) -> None:
         """Block `proc` (the running rank) until virtual time `t`."""
         if t <= self.now:
             return
         events = self._events
-        if not events or t < events[0][0]:  # nothing else happens before t: no switch needed
+        if not events or t <= events[0][0]:  # nothing else happens before t: no switch needed
             self.now = t
             return
         proc.token += 1
@@ -83,7 +98,7 @@ class Engine:
         arrival), whichever is first."""
         if until is not None:
             events = self._events
-            if not events or until < events[0][0]:
+            if not events or until <= events[0][0]:
                 self.now = max(self.now, until)
                 return
         proc.token += 1
@@ -111,15 +126,15 @@ class Engine:
             self._wake_at(0.0, proc)
         events = self._events
         failed = None
-        while events:
+        while events:  # ranks switch among themselves; control is back here when one ends
             t, _, proc, token = heapq.heappop(events)
             if token != proc.token or proc.finished:
                 continue
             self.now = t
             self.num_events += 1
             proc.glet.switch()
-            if proc.error is not None:
-                failed = proc
+            failed = next((p for p in self.procs if p.error is not None), None)
+            if failed is not None:
                 break
         stuck = [p for p in self.procs if not p.finished]
         for p in stuck:  # unwind their stacks (finally blocks run), then report

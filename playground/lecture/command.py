@@ -17,7 +17,7 @@ from playground.lecture import plots
 from playground.lecture.figures import Context, Run, evaluate
 from playground.lecture.machine import describe_machine, machine_facts
 from playground.lecture.page import Page, ScenarioBlock, SectionBlock, build_html, build_markdown
-from playground.lecture.plan import Plan, load_plan
+from playground.lecture.plan import PLAN_FILE, Plan, load_plan
 from playground.lecture.readers import READERS
 from playground.lecture.runner import LectureRunner
 from playground.models.alphabeta import AlphaBeta
@@ -81,8 +81,8 @@ def _extra_plots(name: str, run: Run, out_dir: Path, plan: Plan) -> list[Path]:
     return []
 
 
-def run_lecture(sections: str | None, quick: bool, out: Path) -> int:
-    plan = load_plan(readers=READERS)
+def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = PLAN_FILE) -> int:
+    plan = load_plan(plan_path, readers=READERS)
     selected = plan.select(parse_sections(sections, plan))
     console, err = make_console(), make_console(stderr=True)
     expected_s = plan.expected_s(selected, quick)
@@ -168,7 +168,11 @@ def _page_json(page: Page) -> dict:
 
 
 def _report(page: Page, lecture_dir: Path, console, err) -> int:
-    failed = [o for o in page.outcomes if o.exit_code is not None and not o.ok]
+    if page.interrupted:
+        console.print(page.headline(), highlight=False)
+        console.print(f"page: {lecture_dir / 'index.html'} (what ran before Ctrl-C)", highlight=False)
+        return EXIT_INTERRUPTED
+    failed = [o for o in page.outcomes if o.failed]
     for o in failed:
         err.print(f"[bold red]FAILED[/bold red] {o.run.name}: {o.error.splitlines()[-1] if o.error else ''}")
         err.print(f"  rerun it alone: {o.command}", highlight=False, markup=False)
@@ -184,9 +188,6 @@ def _report(page: Page, lecture_dir: Path, console, err) -> int:
     console.print(
         f"page: {lecture_dir / 'index.html'}  (summary: {lecture_dir / 'summary.md'})", highlight=False
     )
-    if page.interrupted:
-        err.print("interrupted: the page shows what ran before Ctrl-C")
-        return EXIT_INTERRUPTED
     if failed or any(r.failed for r in page.exact):
         return EXIT_FAILED
     return EXIT_OK

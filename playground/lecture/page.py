@@ -53,14 +53,13 @@ class Page:
         return [f for s in self.sections for f in s.figures if f.figure.kind == "exact"]
 
     def headline(self) -> str:
-        ran = [o for o in self.outcomes if o.exit_code is not None]
-        failed = [o for o in ran if not o.ok]
+        ok = sum(o.ok for o in self.outcomes)
+        failed = [o for o in self.outcomes if o.failed]
         matched = sum(f.status == "matched" for f in self.exact)
         parts = [
             f"{self.mode} run of {time.strftime('%Y-%m-%d %H:%M', time.localtime(self.started))}",
             f"{self.elapsed_s:.0f} s",
-            f"{len(ran) - len(failed)} of {len(self.outcomes)} scenarios ok"
-            + (f" ({len(failed)} failed)" if failed else ""),
+            f"{ok} of {len(self.outcomes)} scenarios ok" + (f" ({len(failed)} failed)" if failed else ""),
             f"exact figures: {matched} of {len(self.exact)} matched",
         ]
         if self.interrupted:
@@ -151,15 +150,15 @@ def _html_figures(rows: list[FigureRow]) -> str:
 
 def _html_scenario(block: ScenarioBlock, anchor: str) -> str:
     o = block.outcome
-    if o.exit_code is None:
-        state = '<span class="measured">not run</span>'
+    if o.exit_code is None or o.interrupted:
+        state = f'<span class="measured">{"not run" if o.exit_code is None else "interrupted"}</span>'
     elif o.ok:
         state = f'<span class="matched">ok</span> {o.elapsed_s:.1f} s'
     else:
         state = f'<span class="failed">FAILED</span> {o.elapsed_s:.1f} s'
     out = [f'<article class="scenario" id="{anchor}"><h3>{_esc(o.run.name)} · {state}</h3>']
     out.append(f"<p>{_esc(block.description)}</p><pre><code>{_esc(o.command)}</code></pre>")
-    if o.exit_code is not None and not o.ok:
+    if o.failed:
         out.append(f'<pre class="error">{_esc(o.error)}</pre>')
         out.append(f"<p>rerun it alone: <code>{_esc(o.command)}</code>; its output: {_esc(o.log)}</p>")
     for img in block.images:
@@ -229,10 +228,12 @@ def build_markdown(page: Page, base: Path) -> str:
             out += _md_table([*FIGURE_COLUMNS, "matched, or where they differ and why"], rows)
         for sb in b.scenarios:
             o = sb.outcome
-            state = "not run" if o.exit_code is None else ("ok" if o.ok else "**FAILED**")
+            state = (
+                "ok" if o.ok else "**FAILED**" if o.failed else "interrupted" if o.interrupted else "not run"
+            )
             out += [f"### {o.run.name} ({state}, {o.elapsed_s:.1f} s)", "", sb.description, ""]
             out += ["```", o.command, "```", ""]
-            if o.exit_code is not None and not o.ok:
+            if o.failed:
                 out += ["```", o.error, "```", ""]
             for img in sb.images:
                 try:

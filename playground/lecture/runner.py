@@ -46,6 +46,15 @@ class Outcome:
     def ok(self) -> bool:
         return self.exit_code == 0
 
+    @property
+    def interrupted(self) -> bool:
+        return self.exit_code == 130
+
+    @property
+    def failed(self) -> bool:
+        """Ran and did not succeed; stopped by Ctrl-C is not a failure of the scenario."""
+        return self.exit_code is not None and not self.ok and not self.interrupted
+
 
 def _child_env() -> dict:
     env = dict(os.environ)

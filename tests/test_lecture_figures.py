@@ -115,6 +115,7 @@ def test_decimals_and_formatting():
     assert format_value([75, 42.9], "%", as_given=True) == "75 / 42.9 %"
     assert format_value(470588.2, "bytes") == "459.6 KiB"
     assert format_value(None, "ns") == "-"
+    assert format_value("a few ns", "ns") == "a few ns"
     assert fill("{a:.1f} and {missing}", {"a": 1.25}) == "1.2 and {missing}"
 
 

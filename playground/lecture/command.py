@@ -68,17 +68,19 @@ def _lecture_link(plan: Plan) -> AlphaBeta | None:
         return None
 
 
-def _extra_plots(name: str, run: Run, out_dir: Path, plan: Plan) -> list[Path]:
-    try:
-        if name == "overlap":
-            return plots.overlap_timeline(run, out_dir)
-        if name == "bench":
-            return plots.ring_vs_tree(run, out_dir)
-        if name == "pingpong":
-            return plots.alpha_beta(run, out_dir, _lecture_link(plan))
-    except Exception:  # noqa: BLE001 - a missing extra plot leaves the scenario's own
+def _extra_plots(name: str, run: Run, out_dir: Path, plan: Plan, err) -> list[Path]:
+    draw = {
+        "overlap": lambda: plots.overlap_timeline(run, out_dir),
+        "bench": lambda: plots.ring_vs_tree(run, out_dir),
+        "pingpong": lambda: plots.alpha_beta(run, out_dir, _lecture_link(plan)),
+    }.get(name)
+    if draw is None:
         return []
-    return []
+    try:
+        return draw()
+    except Exception as e:  # noqa: BLE001 - the page goes on without this one plot, and says so
+        err.print(f"note: no extra plot for {name}: {type(e).__name__}: {e}", highlight=False, markup=False)
+        return []
 
 
 def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = PLAN_FILE) -> int:
@@ -118,7 +120,7 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
                 images = [run.run_dir / f for f in run.result.get("files") or [] if f.endswith(".png")]
                 images = [p for p in images if p.is_file()]
                 if run.ok:
-                    images += _extra_plots(o.run.name, run, plot_dir, plan)
+                    images += _extra_plots(o.run.name, run, plot_dir, plan, err)
             scenario_blocks.append(
                 ScenarioBlock(o, _description(o.run.name), run.result if run else None, images)
             )

@@ -139,7 +139,7 @@ def format_value(value: Any, unit: str = "", as_given: bool = False) -> str:
     elif isinstance(value, float) and not as_given:
         text = format_cell(value)
     else:
-        text = str(value)
+        return str(value)  # words (the lecture's "a few ns") carry their own unit
     return f"{text} {unit}".strip() if unit and unit not in ("bytes",) else text
 
 

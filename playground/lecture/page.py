@@ -60,7 +60,9 @@ class Page:
             f"{self.mode} run of {time.strftime('%Y-%m-%d %H:%M', time.localtime(self.started))}",
             f"{self.elapsed_s:.0f} s",
             f"{ok} of {len(self.outcomes)} scenarios ok" + (f" ({len(failed)} failed)" if failed else ""),
-            f"exact figures: {matched} of {len(self.exact)} matched",
+            f"exact figures: {matched} of {len(self.exact)} matched"
+            if self.exact
+            else "no exact figures here",
         ]
         if self.interrupted:
             parts.append("interrupted: the rest did not run")

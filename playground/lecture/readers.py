@@ -41,6 +41,14 @@ def _l1_latency(ctx: Context) -> Reading:
     return Reading(first["latency_ns"], values={"l1_size": first["os_size"]})
 
 
+@reader("l2-latency")
+def _l2_latency(ctx: Context) -> Reading:
+    level = next((lv for lv in ctx.result("cache")["levels"] if lv["level"].startswith("L2")), None)
+    if level is None:
+        raise NotMeasured("cache detected no L2 plateau")
+    return Reading(level["latency_ns"], values={"l2_size": level["os_size"]})
+
+
 @reader("dram-latency")
 def _dram_latency(ctx: Context) -> Reading:
     last = ctx.table("cache")[-1]
@@ -374,6 +382,7 @@ def _bucket_speedup(ctx: Context) -> Reading:
             "ranks": result["ranks"],
             "msgs": per["messages"] // per["num_allreduces"],
             "alpha_us": result["alpha_beta"]["alpha_s"] * 1e6,
+            "scale": float(ctx.run("buckets").params.get("scale", 1.0)),
         },
     )
 

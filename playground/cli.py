@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, lecture."""
 
 import argparse
 import sys
@@ -67,6 +67,12 @@ def _cmd_simulate(args) -> int:
     return run_simulate(args)
 
 
+def _cmd_lecture(args) -> int:
+    from playground.lecture.command import run_lecture
+
+    return run_lecture(args.sections, args.quick, Path(args.out))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m playground", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -110,6 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parser(sub, _cmd_bench)
     add_simulate_parser(sub, _cmd_simulate)
+
+    lec = sub.add_parser(
+        "lecture",
+        help="run every section of the lecture and write one page beside its figures",
+        description="Runs the scenarios of each section of the lecture in its order, one at a time, and "
+        "writes runs/<timestamp>-lecture/index.html (also runs/latest) and summary.md: per section the "
+        "commands, tables, plots, and the lecture's figures beside this machine's and the model's.",
+    )
+    lec.add_argument("--sections", metavar="1,2,5", help="only these sections (1-5; default: all)")
+    lec.add_argument(
+        "--quick", action="store_true", help="smaller sizes and fewer iterations (about 1.5 min)"
+    )
+    lec.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
+    lec.set_defaults(func=_cmd_lecture)
     return p
 
 

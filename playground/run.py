@@ -116,7 +116,7 @@ def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_
         "node": scenario.node,
         "elapsed_s": round(outcome.elapsed_s, 3),
         "rows": report.tables[0].rows if report.tables else [],
-        "tables": [{"title": t.title, "rows": t.rows} for t in report.tables],
+        "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
         "notes": report.notes,
         "failures": [f.headline() for f in outcome.failures] + list(report.failures),
         "files": report.files,

@@ -4,7 +4,12 @@ import math
 
 import pytest
 
-from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank, fit_alpha_beta
+from playground.models.alphabeta import (
+    AlphaBeta,
+    allreduce_messages_per_rank,
+    fit_alpha_beta,
+    ring_tree_crossover_bytes,
+)
 
 # The lecture's InfiniBand link (section 5.3): alpha = 5 us, 50 GB/s.
 IB = AlphaBeta(alpha_s=5e-6, beta_bytes_per_s=50e9)
@@ -92,3 +97,22 @@ def test_fit_refuses_what_cannot_be_fitted():
     with pytest.raises(ValueError, match="does not grow"):
         fit_alpha_beta([8, 1024], [2e-6, 1e-6])
     assert math.isfinite(fit_alpha_beta([8, 1024], [1e-6, 2e-6]).beta_bytes_per_s)
+
+
+@pytest.mark.parametrize("num_ranks", [2, 3, 4, 5, 8, 16, 64])
+def test_ring_tree_crossover_is_where_the_two_models_meet(num_ranks):
+    link = AlphaBeta(5e-6, 50e9)  # the lecture's InfiniBand link
+    s = ring_tree_crossover_bytes(link, num_ranks)
+    if num_ranks <= 3:
+        assert s == 0  # the ring is never slower
+        return
+    ring = link.allreduce_time_s(s, num_ranks, "ring")
+    tree = link.allreduce_time_s(s, num_ranks, "tree")
+    assert ring == pytest.approx(tree, rel=1e-12)
+    assert link.allreduce_time_s(s / 2, num_ranks, "tree") < link.allreduce_time_s(s / 2, num_ranks, "ring")
+    assert link.allreduce_time_s(2 * s, num_ranks, "ring") < link.allreduce_time_s(2 * s, num_ranks, "tree")
+
+
+def test_ring_tree_crossover_at_8_ranks_on_the_lecture_link():
+    # alpha beta = 250 KB; (8 - 1 - 3) / (3 - 7/8) = 32/17
+    assert ring_tree_crossover_bytes(AlphaBeta(5e-6, 50e9), 8) == pytest.approx(250e3 * 32 / 17)

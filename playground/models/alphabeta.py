@@ -97,3 +97,17 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Al
         raise ValueError(f"message time does not grow with size (slope {slope:.3g} s/B): cannot fit beta")
     alpha = max(0.0, mean_y - slope * mean_x)
     return AlphaBeta(alpha_s=alpha, beta_bytes_per_s=1.0 / slope)
+
+
+def ring_tree_crossover_bytes(link: AlphaBeta, num_ranks: int) -> float:
+    """All-reduce size above which the ring is faster than the tree (lecture section 5.4).
+
+    ring(S) = tree(S) with L = ceil(log2 N) solves to S* = alpha beta (N - 1 - L) / (L - (N - 1) / N):
+    the tree saves 2(N - 1 - L) alphas, the ring moves 2(L - (N - 1)/N) S / beta fewer bytes. At
+    2 or 3 ranks (N - 1 = L) the ring is never slower: 0.
+    """
+    if num_ranks < 2:
+        raise ValueError(f"num_ranks: need >= 2 ranks for an all-reduce to cost anything, got {num_ranks}")
+    levels = math.ceil(math.log2(num_ranks))
+    saved_alphas = num_ranks - 1 - levels
+    return link.alpha_s * link.beta_bytes_per_s * saved_alphas / (levels - (num_ranks - 1) / num_ranks)

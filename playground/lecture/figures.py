@@ -1,0 +1,202 @@
+"""Lecture | this machine | model, for each figure: read from the runs, compared, formatted.
+
+A figure's reader (playground/lecture/readers.py) takes what the scenarios wrote and returns a
+`Reading`; `evaluate` turns it into a `FigureRow` the page shows. Nothing here knows a figure's
+value: the lecture's comes from lecture.yaml, this machine's from the run's result.json.
+"""
+
+import json
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from playground.lecture.plan import Figure, Section
+from playground.report import format_cell
+from playground.sizes import format_size
+
+
+class NotMeasured(Exception):
+    """A figure's scenario did not run, failed, or left no value for it (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one scenario run left behind; `result` is None when it wrote no result.json."""
+
+    name: str
+    result: dict | None
+    params: dict
+    run_dir: Path | None
+    ok: bool
+
+    @classmethod
+    def from_dir(cls, name: str, run_dir: Path | None) -> "Run":
+        result, params = None, {}
+        if run_dir is not None and (run_dir / "result.json").is_file():
+            result = json.loads((run_dir / "result.json").read_text())
+        if run_dir is not None and (run_dir / "scenario.yaml").is_file():
+            params = (yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("params") or {}
+        return cls(name, result, params, run_dir, bool(result and result.get("ok")))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a reader may look at: the runs by scenario name, the section's constants, the machine."""
+
+    runs: dict[str, Run]
+    constants: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)
+
+    def run(self, name: str) -> Run:
+        run = self.runs.get(name)
+        if run is None:
+            raise NotMeasured(f"scenario {name} was not run")
+        if run.result is None:
+            raise NotMeasured(f"scenario {name} wrote no result")
+        if not run.ok:
+            raise NotMeasured(f"scenario {name} failed")
+        return run
+
+    def result(self, name: str) -> dict:
+        return self.run(name).result
+
+    def table(self, name: str, index: int = 0) -> list[dict]:
+        tables = self.result(name).get("tables") or []
+        if index >= len(tables):
+            raise NotMeasured(f"scenario {name} has no table {index + 1}")
+        return tables[index]["rows"]
+
+
+@dataclass(frozen=True)
+class Reading:
+    measured: Any
+    model: Any = None
+    lecture: Any = None  # only for figures whose lecture value is computed from the constants
+    values: dict = field(default_factory=dict)  # for the figure's notes and why sentence
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    section: int
+    figure: Figure
+    lecture: Any
+    measured: Any
+    model: Any
+    status: str  # matched | not matched | measured | not measured
+    lecture_note: str = ""
+    model_note: str = ""
+    why: str = ""
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """An exact figure that did not match, or that could not be read, fails the lecture."""
+        return self.figure.kind == "exact" and self.status != "matched"
+
+    def cells(self) -> dict[str, str]:
+        """The row as text: figure, lecture, this machine, model, status."""
+        f = self.figure
+        return {
+            "figure": f"{f.what} ({f.where})",
+            "lecture": _join(format_value(self.lecture, f.unit, as_given=True), self.lecture_note),
+            "this machine": format_value(self.measured, f.unit) if self.error == "" else self.error,
+            "model": _join(format_value(self.model, f.unit), self.model_note),
+            "status": self.status,
+        }
+
+
+def _join(value: str, note: str) -> str:
+    if value == "-":
+        return note or "-"
+    return f"{value} — {note}" if note else value
+
+
+class _Blank(dict):
+    def __missing__(self, key):
+        return "{" + key + "}"
+
+
+def fill(text: str, values: dict) -> str:
+    """`text` with {names} from `values`; a name the reader did not give stays as it is."""
+    try:
+        return string.Formatter().vformat(text, (), _Blank(values))
+    except (ValueError, TypeError, IndexError):
+        return text
+
+
+def format_value(value: Any, unit: str = "", as_given: bool = False) -> str:
+    """A value for the page: lists joined with " / ", sizes in KiB/MiB, the unit after it.
+    `as_given`: numbers as the lecture wrote them (42.9, not 42.90)."""
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        text = " / ".join(format_value(v, as_given=as_given) for v in value)
+    elif unit == "bytes" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_size(int(round(value)))
+    elif isinstance(value, float) and not as_given:
+        text = format_cell(value)
+    else:
+        return str(value)  # words (the lecture's "a few ns") carry their own unit
+    return f"{text} {unit}".strip() if unit and unit not in ("bytes",) else text
+
+
+def decimals_of(x: float | int) -> int:
+    """Decimal places the lecture gave: 42.9 -> 1, 615 -> 0."""
+    if isinstance(x, int):
+        return 0
+    text = repr(float(x))
+    return 0 if "e" in text or text.endswith(".0") else len(text.partition(".")[2])
+
+
+def matches(lecture: Any, value: Any) -> bool:
+    """Whether the run's value is the lecture's, to the precision the lecture gave it."""
+    if isinstance(lecture, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(lecture):
+            return False
+        return all(matches(a, b) for a, b in zip(lecture, value, strict=True))
+    if isinstance(lecture, str):
+        return isinstance(value, str) and value.strip().lower() == lecture.strip().lower()
+    if isinstance(lecture, bool) or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return lecture == value
+    return round(float(value), decimals_of(lecture)) == float(lecture)
+
+
+def evaluate(section: Section, figure: Figure, reader, ctx: Context) -> FigureRow:
+    """One figure's row; a reader that cannot find its value gives a row that says why."""
+    try:
+        reading = reader(ctx)
+    except NotMeasured as e:
+        return FigureRow(
+            section.number, figure, figure.lecture, None, None, "not measured", error=f"not measured: {e}"
+        )
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as e:
+        return FigureRow(
+            section.number,
+            figure,
+            figure.lecture,
+            None,
+            None,
+            "not measured",
+            error=f"could not read: {type(e).__name__}: {e}",
+        )
+    values = {**ctx.machine, **ctx.constants, **reading.values}
+    lecture = figure.lecture if figure.lecture is not None else reading.lecture
+    if figure.kind == "exact":
+        checked = reading.model if figure.check == "model" else reading.measured
+        status = "matched" if matches(lecture, checked) else "not matched"
+    else:
+        status = "measured"
+    return FigureRow(
+        section.number,
+        figure,
+        lecture,
+        reading.measured,
+        reading.model,
+        status,
+        lecture_note=fill(figure.lecture_note, values),
+        model_note=fill(figure.model_note, values),
+        why=fill(figure.why, values),
+    )

@@ -1,0 +1,121 @@
+"""lecture.yaml -> frozen dataclasses: the sections, the scenarios each runs, the lecture's figures.
+
+Validated once at load, as scenarios are: an unknown key, a bad kind or a figure without a
+reader is one line naming the file and the key.
+"""
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from playground.errors import ParamError, ScenarioError
+from playground.params import build_params
+
+PLAN_FILE = Path(__file__).with_name("lecture.yaml")
+
+
+@dataclass(frozen=True)
+class Expected:
+    full: float
+    quick: float
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    """One `python -m playground run NAME --set ...`; `sets` for the full run, `quick` for --quick."""
+
+    name: str
+    expected_s: Expected
+    sets: tuple[str, ...] = ()
+    quick: tuple[str, ...] = ()
+
+    def overrides(self, quick: bool) -> tuple[str, ...]:
+        return self.quick if quick else self.sets
+
+    def command(self, quick: bool) -> str:
+        """What a user types to run this scenario alone, as the lecture ran it."""
+        words = ["python", "-m", "playground", "run", self.name]
+        for s in self.overrides(quick):
+            words += ["--set", s]
+        return shlex.join(words)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure of the lecture. `exact`: the run's `check` value must equal `lecture`; `timed`:
+    this machine's value is shown beside the lecture's machine's and the model's, with `why`."""
+
+    id: str
+    where: str
+    what: str
+    kind: Literal["exact", "timed"]
+    unit: str = ""
+    lecture: Any = None  # a number, a list of numbers, a string; None: computed from `constants`
+    check: Literal["measured", "model"] = "measured"
+    quote: str = ""  # the lecture's words, verbatim ("……" marks a cut)
+    lecture_note: str = ""
+    model_note: str = ""
+    why: str = ""
+
+    def __post_init__(self):
+        if self.kind == "timed" and not self.why:
+            raise ValueError("why: a timed figure says where this machine differs and why")
+
+
+@dataclass(frozen=True)
+class Section:
+    number: int
+    id: str
+    title: str
+    where: str
+    intro: str
+    scenarios: tuple[ScenarioRun, ...]
+    figures: tuple[Figure, ...] = ()
+    constants: dict = field(default_factory=dict)
+
+    @property
+    def heading(self) -> str:
+        return f"{self.number}. {self.title} ({self.where})"
+
+
+@dataclass(frozen=True)
+class Plan:
+    sections: tuple[Section, ...]
+
+    def select(self, numbers: tuple[int, ...] | None) -> tuple[Section, ...]:
+        if not numbers:
+            return self.sections
+        return tuple(s for s in self.sections if s.number in numbers)
+
+    def expected_s(self, sections: tuple[Section, ...], quick: bool) -> float:
+        return sum(
+            (run.expected_s.quick if quick else run.expected_s.full) for s in sections for run in s.scenarios
+        )
+
+
+def load_plan(path: Path = PLAN_FILE, readers: dict | None = None) -> Plan:
+    """The plan in `path`; with `readers` (figure id -> function), every figure must have one."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+        plan = build_params(Plan, raw)
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{path}: invalid YAML ({e})") from None
+    except ParamError as e:
+        raise ScenarioError(f"{path}: key {e.field!r}: {e.message}") from None
+    ids = [f.id for s in plan.sections for f in s.figures]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ScenarioError(f"{path}: figure {dup[0]!r} appears twice; a figure is given once")
+    numbers = [s.number for s in plan.sections]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise ScenarioError(f"{path}: sections must be numbered 1..{len(numbers)} in order, got {numbers}")
+    if readers is not None:
+        missing = sorted(set(ids) - set(readers))
+        if missing:
+            raise ScenarioError(
+                f"{path}: figure {missing[0]!r} has no reader in playground/lecture/figures.py"
+            )
+    return plan

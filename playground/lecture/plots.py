@@ -1,0 +1,59 @@
+"""Plots the lecture page adds where a scenario draws none, with the project's own plot functions.
+
+- overlap: the per-rank timeline of the run (`inspect --plot`), compute beside the all-reduce;
+- bench: busbw against size, ring beside tree (`bench`'s plot);
+- pingpong: one-way time against size, this machine's points and fit beside the lecture's alpha-beta.
+Each returns the files it wrote; a plot that cannot be drawn is left out, never fatal.
+"""
+
+from pathlib import Path
+
+from playground.lecture.figures import Run
+from playground.memlab.plots import plot_xy
+from playground.models.alphabeta import AlphaBeta, fit_alpha_beta
+from playground.plot import plot_busbw, plot_timeline
+from playground.sizes import format_size
+
+
+def overlap_timeline(run: Run, out_dir: Path) -> list[Path]:
+    from playground.inspect import load_run
+
+    path = out_dir / "overlap-timeline.png"
+    plot_timeline(load_run(run.run_dir), path)
+    return [path]
+
+
+def ring_vs_tree(run: Run, out_dir: Path) -> list[Path]:
+    path = out_dir / "ring-vs-tree-busbw.png"
+    rows = run.result["rows"]
+    plot_busbw(rows, path, f"all-reduce, {run.result['ranks']} ranks")
+    return [path]
+
+
+def alpha_beta(run: Run, out_dir: Path, lecture_link: AlphaBeta | None) -> list[Path]:
+    rows = run.result["rows"]
+    sizes = [r["size"] for r in rows]
+    fit = fit_alpha_beta(sizes, [r["ours_us"] * 1e-6 for r in rows])
+    series = {
+        "this machine, measured": [r["ours_us"] for r in rows],
+        f"this machine, fit (alpha {fit.alpha_s * 1e6:.0f} us, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s)": [
+            fit.message_time_s(n) * 1e6 for n in sizes
+        ],
+    }
+    if lecture_link is not None:
+        label = (
+            f"lecture 5.2 (alpha {lecture_link.alpha_s * 1e6:g} us, "
+            f"beta {lecture_link.beta_bytes_per_s / 1e9:g} GB/s)"
+        )
+        series[label] = [lecture_link.message_time_s(n) * 1e6 for n in sizes]
+    path = out_dir / "alpha-beta.png"
+    plot_xy(
+        [format_size(n) for n in sizes],
+        series,
+        path,
+        title="one-way message time: this machine vs the lecture's",
+        xlabel="message size",
+        ylabel="one-way time (us, log scale)",
+        logy=True,
+    )
+    return [path]

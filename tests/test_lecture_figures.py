@@ -1,0 +1,169 @@
+"""The lecture's plan (lecture.yaml) and the pure parts of comparing its figures with a run."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from playground.errors import ScenarioError
+from playground.lecture.figures import (
+    Context,
+    NotMeasured,
+    Reading,
+    Run,
+    decimals_of,
+    evaluate,
+    fill,
+    format_value,
+    matches,
+)
+from playground.lecture.plan import Figure, Section, load_plan
+from playground.lecture.readers import READERS
+from playground.scenario import builtin_names
+
+SEED = Path(
+    os.environ.get(
+        "PLAYGROUND_LECTURE_TEXT",
+        Path(__file__).resolve().parents[2] / "shared" / "seed" / "lecture-p4-computer-systems.txt",
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return load_plan(readers=READERS)
+
+
+def test_plan_follows_the_lecture_and_every_figure_has_a_reader(plan):
+    assert [s.id for s in plan.sections] == ["memory", "queueing", "concurrency", "paging", "networking"]
+    ids = [f.id for s in plan.sections for f in s.figures]
+    assert sorted(ids) == sorted(READERS), "a reader without a figure, or a figure without a reader"
+    for s in plan.sections:
+        assert s.figures and s.scenarios
+        for run in s.scenarios:
+            assert run.name in builtin_names()
+            assert run.expected_s.quick <= run.expected_s.full
+
+
+def test_plan_has_the_exact_figures_the_issue_names(plan):
+    exact = {f.id: f.lecture for s in plan.sections for f in s.figures if f.kind == "exact"}
+    assert exact["interleavings"] == [924, 702, 216, 6]
+    assert exact["cow-prefix"][:2] == [28, 10]
+    assert exact["ex10"][:2] == [600, 166]
+    assert exact["ex8"] == "0x134123"
+    assert exact["bubbles"] == [75, 42.9, 15.8, 1.2]
+    assert exact["batching-capacity"] == [48, 615]
+
+
+def test_quotes_are_the_lectures_words():
+    """Each figure cites the lecture verbatim ("……" marks a cut), so a reader can find it there."""
+    if not SEED.is_file():
+        pytest.skip(f"the lecture text is not at {SEED} (set PLAYGROUND_LECTURE_TEXT)")
+    text = SEED.read_text()
+    for s in load_plan().sections:
+        for f in s.figures:
+            pos = 0
+            for part in f.quote.split("……"):
+                found = text.find(part, pos)
+                assert found >= 0, f"{f.id}: {part!r} is not in the lecture"
+                pos = found + len(part)
+
+
+def test_a_bad_plan_is_one_line_naming_the_key(tmp_path):
+    bad = tmp_path / "plan.yaml"
+    bad.write_text(
+        "sections:\n  - number: 1\n    id: x\n    title: X\n    where: here\n    intro: i\n    scenarioz: []\n"
+    )
+    with pytest.raises(ScenarioError, match=r"key 'sections\[0\]\.scenarioz': unknown key"):
+        load_plan(bad)
+    good_shape = (
+        "sections:\n  - number: 1\n    id: x\n    title: X\n    where: here\n    intro: i\n"
+        "    scenarios: []\n    figures:\n      - {id: nobody-reads-me, where: s, what: w, kind: exact, lecture: 1}\n"
+    )
+    bad.write_text(good_shape)
+    with pytest.raises(ScenarioError, match="nobody-reads-me.*no reader"):
+        load_plan(bad, readers=READERS)
+    bad.write_text(good_shape.replace("kind: exact, lecture: 1", "kind: timed, lecture: 1"))
+    with pytest.raises(ScenarioError, match="why"):
+        load_plan(bad)
+
+
+@pytest.mark.parametrize(
+    "lecture, value, ok",
+    [
+        (42.9, 42.857142857142854, True),
+        (15.8, 15.789473684210526, True),
+        (1.2, 1.1583011583011582, True),
+        (48, 47.61904761904761, True),
+        (615, 615.3846153846154, True),
+        (75, 77.1, False),
+        ([924, 702, 216, 6], [924, 702, 216, 6], True),
+        ([924, 702, 216, 6], [924, 702, 217, 5], False),
+        ([28, 10], [28], False),
+        ("0x134123", "0X134123", True),
+        ("0x134123", "0x134124", False),
+        (0, 0, True),
+        (0, None, False),
+    ],
+)
+def test_matches_to_the_precision_the_lecture_gave(lecture, value, ok):
+    assert matches(lecture, value) is ok
+
+
+def test_decimals_and_formatting():
+    assert [decimals_of(x) for x in (75, 42.9, 3.0, 0.75)] == [0, 1, 0, 2]
+    assert format_value([75, 42.9], "%", as_given=True) == "75 / 42.9 %"
+    assert format_value(470588.2, "bytes") == "459.6 KiB"
+    assert format_value(None, "ns") == "-"
+    assert format_value("a few ns", "ns") == "a few ns"
+    assert fill("{a:.1f} and {missing}", {"a": 1.25}) == "1.2 and {missing}"
+
+
+def _section(*figures):
+    return Section(1, "s", "S", "§0", "intro", (), tuple(figures))
+
+
+def _ctx(result: dict | None, ok: bool = True) -> Context:
+    run = Run("race", result, {}, None, ok)
+    return Context({"race": run}, {}, {"cores": 2})
+
+
+EXACT = Figure("interleavings", "§3.4", "orders", "exact", lecture=[924, 702, 216, 6])
+RESULT = {
+    "ok": True,
+    "interleavings": [
+        {"case": "2 threads x 2 increment(s)", "orders": 924, "final_values": "x=2: 702, x=3: 216, x=4: 6"}
+    ],
+}
+
+
+def test_an_exact_figure_is_read_from_the_result_not_from_the_lecture():
+    row = evaluate(_section(EXACT), EXACT, READERS["interleavings"], _ctx(RESULT))
+    assert (row.status, row.measured, row.model) == ("matched", [924, 702, 216, 6], 924)
+    wrong = {
+        **RESULT,
+        "interleavings": [{**RESULT["interleavings"][0], "final_values": "x=2: 701, x=3: 217, x=4: 6"}],
+    }
+    row = evaluate(_section(EXACT), EXACT, READERS["interleavings"], _ctx(wrong))
+    assert row.status == "not matched" and row.failed and row.measured == [924, 701, 217, 6]
+
+
+def test_a_figure_whose_scenario_failed_or_changed_says_so():
+    row = evaluate(_section(EXACT), EXACT, READERS["interleavings"], _ctx(RESULT, ok=False))
+    assert row.status == "not measured" and row.failed and "race failed" in row.error
+    row = evaluate(_section(EXACT), EXACT, READERS["interleavings"], Context({}, {}, {}))
+    assert "was not run" in row.error
+    row = evaluate(_section(EXACT), EXACT, READERS["interleavings"], _ctx({"ok": True}))
+    assert row.status == "not measured" and "could not read: KeyError" in row.error
+
+
+def test_a_timed_figure_fills_its_sentence_from_the_reader_and_the_machine():
+    fig = Figure("t", "§9", "what", "timed", unit="x", lecture=2, why="{cores} cores, {v:.1f}")
+    row = evaluate(_section(fig), fig, lambda ctx: Reading(1.5, 2.0, values={"v": 0.25}), _ctx(RESULT))
+    assert (row.status, row.why, row.failed) == ("measured", "2 cores, 0.2", False)
+    assert row.cells()["this machine"] == "1.50 x"
+
+    def missing(ctx):
+        raise NotMeasured("nothing here")
+
+    assert evaluate(_section(fig), fig, missing, _ctx(RESULT)).error == "not measured: nothing here"

@@ -62,7 +62,7 @@ class Figure:
 
     def __post_init__(self):
         if self.kind == "timed" and not self.why:
-            raise ValueError("why: a timed figure says where this machine differs and why")
+            raise ParamError("why", "a timed figure says where this machine differs and why")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,204 @@
+"""The simulator: the real collectives in virtual time, against the closed forms, the real
+communicator's message sequence, and the network model's own rules (ports, CPUs, deadlock)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from playground.collectives import ReduceOp, run_collective
+from playground.collectives.check import pattern
+from playground.comm.local import run_local
+from playground.comm.transport import NoRoom
+from playground.models import costs
+from playground.models.costs import PRESETS, Link
+from playground.sim.driver import simulate
+from playground.sim.engine import SimDeadlock
+from playground.sim.network import Machine
+from playground.sim.transport import SimWorld
+
+LINK = Link(5e-6, 50e9, 100e9)  # the issue's example: alpha 5 us, 50 GB/s, gamma 100 GB/s
+
+
+def flat(n: int, link: Link = LINK, **kw) -> Machine:
+    return Machine(1, n, link, link, link.gamma_bytes_per_s, **kw)
+
+
+CLOSED_FORMS = {
+    "ring": costs.allreduce_ring_time_s,
+    "tree": costs.allreduce_tree_time_s,
+    "hd": costs.allreduce_hd_time_s,
+    "rd": costs.allreduce_rd_time_s,
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algorithm", ["tree", "hd", "rd"])
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+def test_log_step_algorithms_equal_their_closed_forms(algorithm, n):
+    size = 64 * n * 4  # a multiple of N elements: every chunk the same length
+    row, _ = simulate(flat(n), "allreduce", algorithm, size, data=False)
+    want = CLOSED_FORMS[algorithm](size, n, LINK)
+    assert row["time_us"] / 1e6 == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64, 128, 256])
+def test_ring_equals_its_closed_form(n):
+    size = 1 << 30  # data-free: a GiB costs what 8 bytes cost
+    row, _ = simulate(flat(n), "allreduce", "ring", size, data=False)
+    assert row["time_us"] / 1e6 == pytest.approx(costs.allreduce_ring_time_s(size, n, LINK), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "collective,algorithm,formula",
+    [
+        ("reduce_scatter", "ring", costs.reduce_scatter_ring_time_s),
+        ("allgather", "ring", costs.allgather_ring_time_s),
+        ("broadcast", "tree", costs.broadcast_tree_time_s),
+        ("reduce", "tree", costs.reduce_tree_time_s),
+    ],
+)
+@pytest.mark.parametrize("n", [2, 8, 32])
+def test_other_collectives_equal_their_closed_forms(collective, algorithm, formula, n):
+    size = 16 * n * 4
+    row, _ = simulate(flat(n), collective, algorithm, size, data=True)
+    assert row["wrong"] == 0
+    assert row["time_us"] / 1e6 == pytest.approx(formula(size, n, LINK), rel=1e-9)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 7, 12, 13])
+def test_with_data_results_are_exact_at_any_rank_count(algorithm, n):
+    for size in (0, 4, 4 * (n + 1), 4 * 3001):
+        row, _ = simulate(flat(n), "allreduce", algorithm, size, data=True, segment_bytes=64)
+        assert row["wrong"] == 0, (algorithm, n, size)
+
+
+def test_hierarchical_is_exact_and_crosses_nodes_less():
+    machine = Machine(4, 4, PRESETS["nvlink"], PRESETS["ib"], 1e12)
+    hier, w_hier = simulate(machine, "allreduce", "hier", 4 * 1600, data=True)
+    ring, w_ring = simulate(machine, "allreduce", "ring", 4 * 1600, data=True)
+    assert hier["wrong"] == 0 and ring["wrong"] == 0
+    # the flat ring crosses a node boundary at every step (30 alphas of InfiniBand); hier at 6
+    assert hier["time_us"] < ring["time_us"] / 2
+    assert w_hier.net.bytes_between_nodes < w_ring.net.bytes_between_nodes
+    intra, inter = (replace(link, gamma_bytes_per_s=1e12) for link in (machine.intra, machine.inter))
+    want = costs.allreduce_hier_time_s(4 * 1600, 4, 4, intra, inter)
+    assert hier["time_us"] / 1e6 == pytest.approx(want, rel=1e-9)
+
+
+class Recorder:
+    """A transport wrapper that writes down every post: (destination, tag, bytes), in order."""
+
+    def __init__(self, inner, log: list):
+        self.inner, self.log = inner, log
+        self.name, self.segment_bytes = inner.name, inner.segment_bytes
+
+    def send(self, dst, tag, x):
+        got = self.inner.send(dst, tag, x)
+        if not isinstance(got, NoRoom):
+            self.log.append((dst, tag, x.nbytes))
+        return got
+
+    def reserve(self, dst, count, dtype):
+        return self.inner.reserve(dst, count, dtype)
+
+    def send_reserved(self, out, tag):
+        got = self.inner.send_reserved(out, tag)
+        if not isinstance(got, NoRoom):
+            self.log.append((out.dst, tag, out.array.nbytes))
+        return got
+
+    def send_obj(self, dst, tag, body):
+        return self.inner.send_obj(dst, tag, body)
+
+    def receive(self, timeout_ms):
+        return self.inner.receive(timeout_ms)
+
+    def close(self):
+        self.inner.close()
+
+
+def _sent_sequences(n: int, algorithm: str, count: int, segment_bytes: int, simulated: bool) -> list[list]:
+    logs = [[] for _ in range(n)]
+
+    def body(comm):
+        comm.transport = Recorder(comm.transport, logs[comm.rank])
+        x = pattern(comm.rank, count, "float32")
+        run_collective(comm, "allreduce", x, ReduceOp.SUM, algorithm, segment_bytes)
+
+    if simulated:
+        SimWorld(flat(n)).run(body)
+    else:
+        run_local(n, body, timeout_s=20)
+    return logs
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
+@pytest.mark.parametrize("n", list(range(2, 17)))
+def test_one_definition_of_each_algorithm(algorithm, n):
+    """The simulator runs the real code: every rank posts the same messages (peer, tag, bytes), in
+    the same order, as on the real communicator."""
+    real = _sent_sequences(n, algorithm, 4 * n + 3, 8, simulated=False)
+    sim = _sent_sequences(n, algorithm, 4 * n + 3, 8, simulated=True)
+    assert sim == real
+    assert all(real), "every rank sends something"
+
+
+def test_a_receiver_port_serialises_an_incast_and_ports_are_full_duplex():
+    link = Link(1e-6, 1e9)
+    world = SimWorld(flat(4, link))
+    n_bytes = 10_000  # 10 us on the wire
+
+    def body(comm):
+        if comm.rank in (1, 2, 3):
+            comm.send(np.zeros(n_bytes, np.uint8), 0)
+            return None
+        for src in (1, 2, 3):
+            comm.recv(src)
+        return world.engine.now
+
+    assert world.run(body)[0] == pytest.approx(3 * 10e-6 + 1e-6)  # three messages through one in-port
+
+    world = SimWorld(flat(2, link))
+
+    def exchange(comm):
+        comm.sendrecv(np.zeros(n_bytes, np.uint8), 1 - comm.rank, 1 - comm.rank)
+        return world.engine.now
+
+    assert world.run(exchange) == [pytest.approx(11e-6)] * 2  # both directions at once
+
+
+def test_shared_cores_serialise_reductions():
+    n, size = 4, 1_000_000
+    link = Link(0.0, 1e18, 1e9)  # a free network; 1 ms per reduction of 1 MB
+
+    def tree_time(cores):
+        row, _ = simulate(flat(n, link, cores=cores), "reduce", "tree", size, data=False)
+        return row["time_us"] / 1e6
+
+    assert tree_time(None) == pytest.approx(2e-3)  # two levels: 2 reductions on the critical path
+    assert tree_time(1) == pytest.approx(3e-3)  # all three reductions on one CPU
+
+
+def test_a_deadlock_names_the_waiting_ranks():
+    def body(comm):
+        if comm.rank != 1:
+            comm.recv((comm.rank + 1) % comm.size, tag=5)
+
+    with pytest.raises(
+        SimDeadlock, match=r"2 rank\(s\) wait for messages that no rank will send \(ranks 0, 2\)"
+    ):
+        SimWorld(flat(3)).run(body)
+
+
+def test_an_error_on_one_rank_stops_the_simulation_with_it():
+    def body(comm):
+        if comm.rank == 2:
+            raise RuntimeError("rank 2 gives up")
+        comm.recv(2)
+
+    with pytest.raises(RuntimeError, match="rank 2 gives up"):
+        SimWorld(flat(4)).run(body)

@@ -174,6 +174,17 @@ def test_pingpong_writes_the_calibration_the_next_ring_uses(tmp_path, transport)
     assert record["gamma_bytes_per_s"] > 0 and record["beta_bytes_per_s"] > 0 and record["alpha_s"] >= 0
     assert "calibration (float64): alpha" in out
 
+    code, result, out, err = run_scenario(  # the README's `--set params.model=runs/latest`
+        "tree",
+        tmp_path,
+        ranks=2,
+        transport=transport,
+        sets=[f"params.model={tmp_path / 'latest'}", "params.sizes=[8]"],
+    )
+    assert code == 0, out + err
+    assert result["model"]["name"] == str(path) and result["model"]["transport"] == transport
+    assert yaml.safe_load((tmp_path / "latest" / "scenario.yaml").read_text())["params"]["model"] == str(path)
+
     code, result, out, err = run_scenario(
         "ring", tmp_path, ranks=2, transport=transport, sets=["params.sizes=[8,1KiB]", "params.iters=1"]
     )

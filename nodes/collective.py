@@ -4,9 +4,15 @@ Every rank fills its input with a closed-form integer pattern (playground.collec
 every partial sum is exact in every dtype and each rank checks its own result without
 communicating; `wrong` counts the elements that differ, nccl-tests' #wrong column. The check runs on
 the last timed iteration of every size (a sampled one: the timed loop itself stays clean).
+
+Beside every row, the alpha-beta-gamma model's time (playground.models.costs) with the link named
+by `model`: a preset (ib, roce, ethernet, nvlink), a calibration.json written by `run pingpong`
+(or its run directory), or by default the newest calibration of the run's transport under the
+runs directory. It is resolved once, in `summarize`, not on the ranks.
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -16,6 +22,7 @@ from playground.collectives.auto import choose_allreduce
 from playground.collectives.check import count_wrong, expected_output, input_count, pattern
 from playground.collectives.report import bench_report
 from playground.errors import ParamError
+from playground.models.calibration import load_model, model_from_spec, resolve_spec, run_transport
 from playground.report import Report
 from playground.sizes import Size, format_size
 from playground.trace import CAT_OP, now_us
@@ -37,6 +44,7 @@ class Params:
     segment_bytes: Size | None = None  # None: the transport's preferred segment (1 MiB ZeroMQ, 4 MiB shm)
     inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
+    model: str | None = None  # preset, calibration file or run dir; None: newest calibration of the transport
 
     def __post_init__(self):
         if not self.sizes:
@@ -53,6 +61,12 @@ class Params:
             raise ParamError("inplace", f"only allreduce works in place, not {self.collective}")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ParamError("ranks_per_node", f"must be >= 1, got {self.ranks_per_node}")
+        if self.model is not None:  # checked, and a path made absolute, before any rank starts
+            try:
+                object.__setattr__(self, "model", resolve_spec(self.model))
+                model_from_spec(self.model)
+            except ValueError as e:
+                raise ParamError("model", f"{self.model}: {e}") from None
         offered = ALGORITHMS[self.collective]
         for algo in self.algorithm:
             if algo not in offered and algo != "auto":
@@ -133,6 +147,7 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
+    model = load_model(params.model, run_transport(run_dir), Path(run_dir).parent)
     return bench_report(
         [res["rows"] for res in results],
         params.collective,
@@ -141,4 +156,5 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         params.iters,
         params.warmup,
         data={"collective": params.collective, "algorithms": list(params.algorithm)},
+        model=model,
     )

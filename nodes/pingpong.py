@@ -5,18 +5,21 @@ Lecture section 5.1: a message of n bytes takes T(n) = alpha + n/beta. For each 
 messages back to back, then one acknowledgement, for bandwidth. Each is done twice, through
 `comm.send/recv` and through bare pyzmq PUSH/PULL sockets with the same zero-copy settings, so
 the ratio is the framework's own overhead (with --transport shm, what bypassing ZeroMQ gains).
-alpha and beta are fitted to our one-way times.
+alpha and beta are fitted to our one-way times; rank 0 also times the reduction (gamma) for
+`dtype`, and all three go to the run's calibration.json (playground.models.calibration).
 """
 
 import os
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from playground.buckets import pingpong_report
 from playground.buckets.raw_pair import RawPair
 from playground.errors import ParamError
+from playground.models.calibration import measure_gamma
 from playground.report import Report
 from playground.sizes import Size, format_size
 
@@ -29,6 +32,7 @@ class Params:
     iters: int = 50
     warmup: int = 5
     window: int = 8  # messages in flight when streaming
+    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # of the reduction gamma times
 
     def __post_init__(self):
         if not self.sizes or min(self.sizes) < 1:
@@ -102,8 +106,12 @@ def main(comm, params: Params) -> dict:
             rows.append(row)
     finally:
         raw.close()
-    return {"rows": rows, "ours_path": "shared memory + pipes" if comm.transport.name == "shm" else "ZeroMQ"}
+    return {
+        "rows": rows,
+        "ours_path": "shared memory + pipes" if comm.transport.name == "shm" else "ZeroMQ",
+        "gamma": measure_gamma(params.dtype) if comm.rank == 0 else None,
+    }
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    return pingpong_report.report(results)
+    return pingpong_report.report(results, run_dir)

@@ -4,15 +4,20 @@
 run of nodes/collective.py, so it gets a run directory, logs and result.json), then, with
 `--baseline gloo,mpi`, the same sizes and rank count through torch.distributed's Gloo and through
 MPI, one after the other (never at the same time: they would share the two cores), and prints the
-ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport.
+ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport (and, like `run
+pingpong`, saves a calibration.json). `--model SPEC` names the link of the model columns (a preset,
+a calibration file or its run directory); without it, the newest calibration of the transport.
 """
 
 import json
+import math
 from pathlib import Path
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.report import COLUMNS
+from playground.collectives.report import COLUMNS, add_model_columns, with_model_columns
 from playground.errors import ScenarioError
+from playground.models.calibration import model_from_spec
+from playground.models.costs import PRESETS, Link
 from playground.report import Table, make_console, render_table
 from playground.scenario import load_scenario
 from playground.sizes import format_size, parse_size_range
@@ -42,6 +47,13 @@ def add_bench_parser(sub, func) -> None:
         action="store_true",
         help="allreduce: also measure in place (nccl-tests' "
         "in-place columns: the result overwrites the input)",
+    )
+    b.add_argument(
+        "--model",
+        default=None,
+        metavar="SPEC",
+        help=f"link of the model columns: a preset ({', '.join(PRESETS)}), a calibration.json or the run "
+        "directory holding one (default: the newest calibration of --transport under --out)",
     )
     b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
@@ -93,6 +105,12 @@ def run_bench(args) -> int:
         sets.append(f"params.segment_bytes={args.segment}")
     if args.inplace:
         sets.append("params.inplace=true")
+    if args.model:
+        try:
+            model_from_spec(args.model)
+        except ValueError as e:
+            raise ScenarioError(f"--model {args.model}: {e}") from None
+        sets.append(f"params.model={json.dumps(args.model)}")
     sets += args.set
     scenario = load_scenario("bench", ranks=args.ranks or 8, transport=args.transport, overrides=sets)
     if baselines:
@@ -139,9 +157,9 @@ def _run_baselines(args, scenario, sizes, baselines, result) -> int:
         extra_rows += rows
         failed |= any(r["wrong"] > 0 for r in rows)
     if extra_rows:
-        render_table(
-            Table(f"{args.collective} baselines, {scenario.ranks} ranks", extra_rows, COLUMNS), console
-        )
+        table = baseline_table(args.collective, scenario.ranks, extra_rows, result.get("model"))
+        render_table(table, console)
+        extra_rows = table.rows
         comparison = compare(result["rows"], extra_rows)
         render_table(
             Table("ours (best algorithm per size) against each baseline: busbw ratio", comparison), console
@@ -153,6 +171,20 @@ def _run_baselines(args, scenario, sizes, baselines, result) -> int:
         Path(result["run_dir"], "result.json").write_text(json.dumps(result, indent=1))
     _plot(result, extra_rows)
     return 1 if failed or not result["ok"] else 0
+
+
+def baseline_table(collective: str, ranks: int, rows: list[dict], model: dict | None) -> Table:
+    """The baselines' nccl-tests table; with our run's model (result.json's "model"), its columns
+    too, each row modelled with the model's pick (a baseline's algorithm is its own to choose)."""
+    title = f"{collective} baselines, {ranks} ranks"
+    if not model:
+        return Table(title, rows, COLUMNS)
+    link = Link(model["alpha_s"], model["beta_bytes_per_s"], model["gamma_bytes_per_s"] or math.inf)
+    return Table(
+        f"{title}\n{model['caption']}; a baseline's row is modelled with the model's pick",
+        add_model_columns(rows, collective, ranks, link),
+        with_model_columns(COLUMNS, collective),
+    )
 
 
 def compare(ours: list[dict], theirs: list[dict]) -> list[dict]:

@@ -114,6 +114,35 @@ def test_bench_p2p_measures_ours_and_raw_pyzmq(tmp_path, transport):
     assert [r["size"] for r in rows] == [64, 65536]
     assert all(r["ours_us"] > 0 and r["raw_us"] > 0 and r["ours_gbps"] > 0 for r in rows)
     assert ("shared memory" in proc.stdout) == (transport == "shm")
+    calibration = tmp_path / "latest" / "calibration.json"  # written whenever alpha and beta could be fitted
+    assert calibration.exists() == ("alpha-beta fit to our one-way times" in proc.stdout)
+    if calibration.exists():
+        assert json.loads(calibration.read_text())["transport"] == transport
+
+
+@pytest.mark.timeout(90)
+def test_bench_model_columns_from_a_preset_and_from_a_p2p_calibration(tmp_path):
+    base = ["bench", "allreduce", "--ranks", "2", "--algo", "ring,auto", "--sizes", "8,64KiB"]
+    base += ["--iters", "1", "--warmup", "0", "--out", str(tmp_path)]
+    proc = run_cli([*base, "--model", "ib"], timeout_s=80)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "model: preset ib (alpha 5 us, beta 50 GB/s)" in proc.stdout
+    header = next(line for line in proc.stdout.splitlines() if "#wrong" in line)
+    assert header.index("algo") < header.index("model pick") < header.index("time (us)")
+    assert header.index("#wrong") < header.index("model (us)") < header.index("measured/model")
+    rows = _result(tmp_path)["rows"]
+    assert [r["algorithm"].split("->")[0] for r in rows] == ["ring", "ring", "auto", "auto"]
+    assert all(r["model_pick"] == "rd" and r["model_us"] > 0 and r["vs_model"] > 0 for r in rows)
+
+    p2p = ["bench", "p2p", "--sizes", "64,4MiB", "--iters", "2", "--warmup", "0", "--out", str(tmp_path)]
+    assert run_cli(p2p, timeout_s=80).returncode == 0
+    calibration = (tmp_path / "latest" / "calibration.json").resolve()
+    proc = run_cli([*base, "--model", str(tmp_path / "latest")], timeout_s=80)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _result(tmp_path)["model"]["name"] == str(calibration)  # the p2p run's, though latest moved
+    proc = run_cli(base, timeout_s=80)  # no --model: the newest ipc calibration under --out
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _result(tmp_path)["model"]["name"] == str(calibration)
 
 
 @pytest.mark.timeout(90)

@@ -8,9 +8,18 @@ import pytest
 
 from playground.baselines import common
 from playground.baselines.common import layout, layouts
-from playground.bench import compare
+from playground.bench import baseline_table, compare
 from playground.collectives.check import count_wrong
-from playground.collectives.report import COLUMNS, IN_PLACE_COLUMNS, bench_report, build_row, closing_lines
+from playground.collectives.report import (
+    COLUMNS,
+    IN_PLACE_COLUMNS,
+    add_model_columns,
+    bench_report,
+    build_row,
+    closing_lines,
+)
+from playground.models.calibration import ModelSource
+from playground.models.costs import PRESETS, collective_time_s
 from playground.report import format_cell
 
 
@@ -178,3 +187,83 @@ def test_ratio_to_a_baseline_compares_rows_of_one_builder(ours_us, theirs_us, ra
     assert {k: v for k, v in same.tables[0].rows[0].items() if k != "algorithm"} == {
         k: v for k, v in gloo.items() if k != "algorithm"
     }
+
+
+# -- the model beside every row ------------------------------------------------------------------
+
+IB_SOURCE = ModelSource(PRESETS["ib"], "preset", "ib")
+
+
+def test_model_columns_use_the_formula_of_the_row():
+    ib = PRESETS["ib"]
+    ranks = _node_rows({8: [1.0] * 4, 1 << 20: [3000.0] * 4}, nranks=4)
+    report = bench_report(ranks, "allreduce", "float32", "sum", 1, 0, model=IB_SOURCE)
+    small, large = report.tables[0].rows
+    # 1 MiB on 4 ranks: 6 (5 us + 262144 B / 50 GB/s) = 6 x 10.24288 us
+    assert large["model_us"] == pytest.approx(6 * (5 + 262144 / 50e3))
+    assert large["vs_model"] == pytest.approx(3000.0 / large["model_us"])
+    assert small["model_us"] == pytest.approx(1e6 * collective_time_s("allreduce", "ring", 8, 4, ib))
+    assert (small["model_pick"], large["model_pick"]) == ("rd", "hd")
+    assert list(large)[: len(COLUMNS)] == list(COLUMNS)  # the measured columns are unchanged
+
+
+def test_auto_rows_are_modelled_with_what_auto_ran_and_show_the_models_pick():
+    ranks = _node_rows({1 << 20: [1000.0, 1000.0]}, algorithm="auto->tree")
+    (row,) = bench_report(ranks, "allreduce", "float32", "sum", 1, 0, model=IB_SOURCE).tables[0].rows
+    assert row["model_us"] == pytest.approx(
+        1e6 * collective_time_s("allreduce", "tree", 1 << 20, 2, PRESETS["ib"])
+    )
+    # N = 2: rd sends all of S once (5 us + S/beta), the ring and hd half of it twice (10 us + S/beta)
+    assert row["algorithm"] == "auto->tree" and row["model_pick"] == "rd"
+
+
+@pytest.mark.parametrize(
+    "collective, algorithm", [("allgather", "ring"), ("reduce_scatter", "ring"), ("broadcast", "tree")]
+)
+def test_other_collectives_get_their_own_formula_and_no_pick(collective, algorithm):
+    ranks = _node_rows({4096: [50.0] * 3}, algorithm=algorithm, nranks=3)
+    report = bench_report(ranks, collective, "float32", "sum", 1, 0, model=IB_SOURCE)
+    (row,) = report.tables[0].rows
+    assert row["model_us"] == pytest.approx(
+        1e6 * collective_time_s(collective, algorithm, 4096, 3, PRESETS["ib"])
+    )
+    assert "model_pick" not in row and "model_pick" not in report.tables[0].columns
+
+
+def test_the_caption_names_the_model_and_result_json_keeps_it():
+    report = bench_report(_node_rows({8: [1.0, 1.0]}), "allreduce", "float32", "sum", 1, 0, model=IB_SOURCE)
+    (table,) = report.tables
+    first, caption = table.title.split("\n")
+    assert first.endswith("busbw = algbw x 2(N-1)/N")
+    assert caption == "model: preset ib (alpha 5 us, beta 50 GB/s)"
+    assert list(table.columns) == [
+        *list(COLUMNS)[:5],
+        "model_pick",
+        *list(COLUMNS)[5:],
+        "model_us",
+        "vs_model",
+    ]
+    assert report.data["model"]["caption"] == caption and report.data["model"]["gamma_bytes_per_s"] is None
+    json.dumps(report.data["model"], allow_nan=False)
+
+
+def test_one_rank_has_no_ratio():
+    (row,) = add_model_columns(
+        [build_row("allreduce", _records([4.0]), 64, 16, "float32", "sum", "ring")],
+        "allreduce",
+        1,
+        PRESETS["ib"],
+    )
+    assert row["model_us"] == 0.0 and row["vs_model"] is None and format_cell(row["vs_model"]) == "-"
+
+
+def test_baseline_rows_are_modelled_with_the_models_pick():
+    lays = layouts("allreduce", [8, 64 << 20], 8, "float32")
+    per_rank = [[{"size": s, "median_us": 100.0, "wrong": 0} for s in (8, 64 << 20)]] * 8
+    rows = common.combine("gloo", lays, "float32", "sum", per_rank)
+    assert baseline_table("allreduce", 8, rows, None).columns == COLUMNS
+    table = baseline_table("allreduce", 8, rows, IB_SOURCE.to_dict())
+    small, large = table.rows
+    assert (small["model_pick"], large["model_pick"]) == ("rd", "hd")
+    assert small["model_us"] == pytest.approx(1e6 * collective_time_s("allreduce", "rd", 8, 8, PRESETS["ib"]))
+    assert "model: preset ib" in table.title and "vs_model" in table.columns

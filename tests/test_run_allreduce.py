@@ -78,6 +78,8 @@ def test_ring_run_writes_run_dir_and_matching_table(runs_dir):
     for key in ("ok", "scenario", "ranks", "rows"):
         assert key in result
     assert [r["size"] for r in result["rows"]] == [8, 1024, 100000]
+    header = next(line for line in out.splitlines() if "#wrong" in line)
+    col = {name: i for i, name in enumerate(c.strip() for c in re.split(r"[┃│|]", header) if c.strip())}
     for row in result["rows"]:
         assert row["algorithm"] == "ring" and row["wrong"] == 0 and row["time_us"] > 0
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * 3 / 4, rel=1e-3, abs=2e-6)
@@ -86,9 +88,13 @@ def test_ring_run_writes_run_dir_and_matching_table(runs_dir):
         printed = next(line for line in out.splitlines() if re.match(rf"^\W*{row['size']}\s", line))
         cells = [c.strip() for c in re.split(r"[│|]", printed) if c.strip()]
         assert (
-            cells[0] == str(row["size"]) and cells[1] == str(row["count"]) and cells[-1] == str(row["wrong"])
+            cells[col["size (B)"]] == str(row["size"])
+            and cells[col["count"]] == str(row["count"])
+            and cells[col["#wrong"]] == str(row["wrong"])
         )
-        assert float(cells[5].replace(",", "")) == pytest.approx(row["time_us"], rel=0.01)
+        assert float(cells[col["time (us)"]].replace(",", "")) == pytest.approx(row["time_us"], rel=0.01)
+        assert float(cells[col["model (us)"]].replace(",", "")) == pytest.approx(row["model_us"], rel=0.01)
+        assert cells[col["model pick"]] == row["model_pick"]
     # every event line is one JSON object in the documented format
     for line in (run_dir / "rank-1.jsonl").read_text().splitlines():
         ev = json.loads(line)

@@ -13,8 +13,8 @@ Words: p is the largest power of two <= N and `extra` = N - p. The buffer is cut
 4. Unfold: each odd rank among the first 2*extra sends the result back to the even rank before it.
 
 Cost (alpha-beta): 2 log2 p steps moving S/2 + S/4 + ... = (p-1)/p S each way:
-T = 2 log2(p) alpha + 2 (p-1)/p S/beta, plus 2 (alpha + S/beta) for the fold when N is not a power
-of two. As bandwidth-efficient as the ring with log2 p instead of N-1 latency terms.
+T = 2 log2(p) alpha + 2 (p-1)/p S/beta + (p-1)/p S/gamma (reductions at rate gamma), plus
+2 (alpha + S/beta) + S/gamma for the fold when N is not a power of two (playground/models/costs.py). As bandwidth-efficient as the ring with log2 p instead of N-1 latency terms.
 Results are bit-identical on all ranks: each block is reduced once, in one order, then copied.
 """
 

@@ -7,7 +7,8 @@ reduces: after log2 p steps everyone holds the full reduction. Finally the folde
 result back. Both partners compute op(a, b) and op(b, a), which are bitwise equal for sum, prod,
 max and min (IEEE addition and multiplication are commutative), so results stay bit-identical.
 
-Cost (alpha-beta): log2(p) (alpha + S/beta) (+ 2 (alpha + S/beta) for the fold): the fewest
+Cost (alpha-beta): log2(p) (alpha + S/beta + S/gamma) (+ 2 (alpha + S/beta) + S/gamma for the fold;
+gamma is the reduction rate, playground/models/costs.py): the fewest
 sequential steps of all our algorithms, but each moves the whole buffer, so it is for small S
 only (MPICH makes the same choice for short messages).
 """

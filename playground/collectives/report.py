@@ -8,9 +8,16 @@ slowest rank's median (a collective ends when its last rank does); algbw = size 
 busbw = algbw x `busbw_factor` (GB/s are 1e9 bytes/s); wrong is summed over ranks. Nothing is
 rounded here: the table rounds for display, result.json keeps what was measured. A zero time
 has no bandwidth: algbw and busbw are None (JSON null, "-" in the table), never 0 or NaN.
+
+Beside the measurement, `add_model_columns` puts the alpha-beta-gamma model's time for the same
+collective, algorithm (for `auto->rd`, the one auto ran), rank count and size (`model_us`, from
+`playground.models.costs`), measured / model (`vs_model`), and for all-reduce the algorithm the
+model would pick (`model_pick`); the table's title says where the model's link came from.
 """
 
 from playground.collectives.check import busbw_factor
+from playground.models.calibration import ModelSource
+from playground.models.costs import FORMULAS, Link, best_algorithm, collective_time_s
 from playground.report import Report, Table
 
 REDUCING = frozenset({"allreduce", "reduce_scatter", "reduce"})
@@ -31,6 +38,8 @@ IN_PLACE_COLUMNS = {
     "ip_busbw_gbps": "busbw",
     "ip_wrong": "#wrong",
 }
+MODEL_COLUMNS = {"model_us": "model (us)", "vs_model": "measured/model"}
+PICK_COLUMN = {"model_pick": "model pick"}
 FACTOR_TEXT = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}
 
 
@@ -66,6 +75,42 @@ def _timed_columns(per_rank: list[dict], prefix: str, size: int, factor: float) 
     }
 
 
+def model_algorithm(collective: str, algorithm: str, size: int, num_ranks: int, link: Link) -> str:
+    """The algorithm whose formula models a row: what `auto` ran (`auto->rd`), the row's own, or,
+    for a baseline (`gloo`, `mpi`: their algorithm is theirs to choose), the model's pick."""
+    algorithm = algorithm.rpartition("->")[2]
+    if (collective, algorithm) in FORMULAS:
+        return algorithm
+    if collective == "allreduce":
+        return best_algorithm(size, num_ranks, link)
+    return next(a for c, a in FORMULAS if c == collective)
+
+
+def add_model_columns(rows: list[dict], collective: str, num_ranks: int, link: Link) -> list[dict]:
+    """The rows with `model_us`, `vs_model` (time / model; None when the model says 0) and, for
+    all-reduce, `model_pick` appended; nothing else changes."""
+    out = []
+    for row in rows:
+        algorithm = model_algorithm(collective, row["algorithm"], row["size"], num_ranks, link)
+        model_us = collective_time_s(collective, algorithm, row["size"], num_ranks, link) * 1e6
+        extra = {"model_us": model_us, "vs_model": row["time_us"] / model_us if model_us > 0 else None}
+        if collective == "allreduce":
+            extra["model_pick"] = best_algorithm(row["size"], num_ranks, link)
+        out.append({**row, **extra})
+    return out
+
+
+def with_model_columns(columns: dict[str, str], collective: str) -> dict[str, str]:
+    """`columns` with the model's: its pick right after the algorithm (all-reduce), its time and
+    the ratio at the end."""
+    out = {}
+    for key, header in columns.items():
+        out[key] = header
+        if key == "algorithm" and collective == "allreduce":
+            out.update(PICK_COLUMN)
+    return {**out, **MODEL_COLUMNS}
+
+
 def bench_report(
     per_rank_rows: list[list[dict]],
     collective: str,
@@ -74,14 +119,18 @@ def bench_report(
     iters: int,
     warmup: int,
     data: dict | None = None,
+    model: ModelSource | None = None,
 ) -> Report:
     """The bench's report from every rank's list of records (the same (algorithm, size) order on
-    every rank): the nccl-tests table, nccl-tests' closing lines, a failure per wrong row."""
+    every rank): the nccl-tests table, nccl-tests' closing lines, a failure per wrong row. With
+    `model`, the model columns and its caption (the title's second line)."""
     n = len(per_rank_rows)
     rows = [
         build_row(collective, list(recs), recs[0]["size"], recs[0]["count"], dtype, op, recs[0]["algorithm"])
         for recs in zip(*per_rank_rows, strict=True)
     ]
+    if model is not None:
+        rows = add_model_columns(rows, collective, n, model.link)
     failures = [
         f"{r[key]} wrong elements: {collective} {r['algorithm']}{place} size {r['size']}"
         for r in rows
@@ -93,6 +142,10 @@ def bench_report(
         f"slowest rank; busbw = algbw x {FACTOR_TEXT.get(collective, '1')}"
     )
     columns = {**COLUMNS, **IN_PLACE_COLUMNS} if rows and "ip_time_us" in rows[0] else COLUMNS
+    if model is not None:
+        title += f"\n{model.caption}"
+        columns = with_model_columns(columns, collective)
+        data = {**(data or {}), "model": model.to_dict()}
     return Report(
         ok=not failures,
         tables=[Table(title, rows, columns)],

@@ -16,8 +16,10 @@ reduction is written straight into the message for the right neighbour (`isend_c
 shared-memory path, into the ring slot the neighbour reads) and sent segment by segment as soon as
 it is ready, as NCCL's ring does, instead of into a buffer and then copied out at the next step.
 
-Cost (alpha-beta): 2(N-1) steps, each moving S/N bytes: T = 2(N-1)(alpha + S/(N beta)); every rank
-sends and receives 2(N-1)/N x S bytes, which is why busbw = algbw x 2(N-1)/N.
+Cost (alpha-beta): 2(N-1) steps, each moving S/N bytes: T = 2(N-1)(alpha + S/(N beta)), plus
+(N-1)/N S/gamma for the reductions (reduction rate gamma: each reduce-scatter step reduces its chunk
+before forwarding it; derived in playground/models/costs.py); every rank sends and receives
+2(N-1)/N x S bytes, which is why busbw = algbw x 2(N-1)/N.
 Results are bit-identical on all ranks: each chunk is reduced in one fixed order, then copied.
 """
 

@@ -6,8 +6,9 @@ the others receive from vrank + mask (if it exists) and reduce. After ceil(log2 
 holds the result. The broadcast runs the same tree backwards. Any N works, not only powers of two.
 
 Large buffers are cut into segments so a parent reduces segment k while segment k+1 arrives.
-Cost (alpha-beta): 2 ceil(log2 N) (alpha + S/beta): few steps (good for small S), but every step
-moves the whole buffer (poor for large S, where the ring wins). Results are bit-identical on all
+Cost (alpha-beta): 2 ceil(log2 N) (alpha + S/beta), plus ceil(log2 N) S/gamma for the reduce's
+reductions (playground/models/costs.py): few steps (good for small S), but every step moves the
+whole buffer (poor for large S, where the ring wins). Results are bit-identical on all
 ranks: the root's reduction is broadcast.
 """
 

@@ -1,0 +1,228 @@
+"""This machine's alpha, beta and gamma: measured by `run pingpong`, saved, and found again.
+
+`run pingpong` fits T(n) = alpha + n/beta to its one-way times, and rank 0 times the reduction
+every collective does on receipt, `np.add(a, b, out=c)`, for the run's dtype (`measure_gamma`).
+`write_calibration` saves the three, with what they were measured on, to
+`runs/<run>/calibration.json`. The model columns of every collective table come from
+`load_model(spec, transport, runs_dir)`: a file (or a run directory holding one), a preset of
+`playground.models.costs.PRESETS`, or, with no spec, the newest calibration of the run's
+transport under `runs_dir`, else a default that says it is one.
+
+gamma counts bytes the way the model and nccl-tests do: n / t for an n-byte operand (nccl-tests'
+size), although the add reads 2n and writes n bytes of memory. Operands are one to four times the
+last-level cache, so the rate is the memory-bound one of large buffers (a ring's segments that are
+still in cache reduce faster).
+"""
+
+import json
+import math
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from playground.memlab.sysinfo import cpu_model, data_caches
+from playground.models.costs import PRESETS, Link
+
+CALIBRATION_FILE = "calibration.json"
+REQUIRED_KEYS = ("alpha_s", "beta_bytes_per_s", "gamma_bytes_per_s", "transport")
+# Rough figures of the 2-core development VM (one pingpong run per transport, np.add float32), for
+# runs that have no calibration yet; every caption that uses them says so.
+DEFAULT_LINKS = {
+    "ipc": Link(50e-6, 1e9, 5e9),
+    "tcp": Link(55e-6, 0.8e9, 5e9),
+    "shm": Link(35e-6, 10e9, 5e9),
+}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """The link the model columns use and where it came from: kind is 'calibration', 'preset'
+    or 'default'; `name` is the file, the preset's name, or the transport."""
+
+    link: Link
+    kind: str
+    name: str
+    transport: str = ""
+
+    @property
+    def caption(self) -> str:
+        what = self.link.describe()
+        if self.kind == "calibration":
+            return f"model: calibration {_short(self.name)} ({self.transport}, {what})"
+        if self.kind == "preset":
+            return f"model: preset {self.name} ({what})"
+        return (
+            f"model: default for {self.transport}, not a calibration ({what}); "
+            f"`python -m playground run pingpong --transport {self.transport}` measures one"
+        )
+
+    def to_dict(self) -> dict:
+        gamma = self.link.gamma_bytes_per_s
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "transport": self.transport,
+            "alpha_s": self.link.alpha_s,
+            "beta_bytes_per_s": self.link.beta_bytes_per_s,
+            "gamma_bytes_per_s": gamma if math.isfinite(gamma) else None,  # JSON has no inf
+            "caption": self.caption,
+        }
+
+
+def _short(path: str) -> str:
+    """`path` relative to the current directory when it lies inside it (runs/<run>/...)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
+def gamma_sizes_bytes() -> tuple[int, ...]:
+    """Operand sizes for `measure_gamma`: 1, 2 and 4 times the last-level cache (32 MiB if unknown)."""
+    llc = max((c.size_bytes for c in data_caches()), default=32 << 20)
+    return (llc, 2 * llc, 4 * llc)
+
+
+def measure_gamma(dtype: str = "float32", sizes_bytes: tuple[int, ...] | None = None, reps: int = 5) -> dict:
+    """{'gamma_bytes_per_s', 'dtype', 'points'}: the median over sizes of n / (median time of
+    `np.add(a, b, out=c)`), n the bytes of one operand, after one untimed call that pages c in."""
+    points = []
+    for n in sizes_bytes or gamma_sizes_bytes():
+        a = np.ones(max(1, n // np.dtype(dtype).itemsize), dtype=dtype)
+        b, c = a.copy(), np.empty_like(a)
+        np.add(a, b, out=c)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            np.add(a, b, out=c)
+            times.append(time.perf_counter() - t0)
+        points.append({"bytes": int(a.nbytes), "seconds": float(np.median(times))})
+    rates = [p["bytes"] / p["seconds"] for p in points if p["seconds"] > 0]
+    return {"gamma_bytes_per_s": float(np.median(rates)) if rates else None, "dtype": dtype, "points": points}
+
+
+def _run_scenario(run_dir: Path) -> dict:
+    """The resolved scenario the launcher saved in the run directory ({} if there is none)."""
+    try:
+        return yaml.safe_load((Path(run_dir) / "scenario.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def run_transport(run_dir: Path) -> str:
+    """The transport a run used, from its saved scenario ('ipc' if it does not say)."""
+    return _run_scenario(run_dir).get("transport", "ipc")
+
+
+def write_calibration(run_dir: Path, fit, gamma: dict | None, sizes_bytes: list, one_way_s: list) -> str:
+    """Save `fit` (alpha_s, beta_bytes_per_s) and `gamma` (from `measure_gamma`; None: not
+    measured, saved as null, read as free) to run_dir/calibration.json; return the line to print."""
+    run_dir = Path(run_dir)
+    scenario = _run_scenario(run_dir)
+    gamma = gamma or {}
+    record = {
+        "alpha_s": fit.alpha_s,
+        "beta_bytes_per_s": fit.beta_bytes_per_s,
+        "gamma_bytes_per_s": gamma.get("gamma_bytes_per_s"),
+        "transport": scenario.get("transport", "ipc"),
+        "dtype": gamma.get("dtype"),
+        "ranks": scenario.get("ranks"),
+        "hostname": platform.node(),
+        "cpu_model": cpu_model(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "pingpong_sizes_bytes": [int(n) for n in sizes_bytes],
+        "pingpong_one_way_s": [float(t) for t in one_way_s],
+        "gamma_points": gamma.get("points", []),
+        "gamma_counts": "bytes of one operand (nccl-tests' size) per second of np.add(a, b, out=c)",
+    }
+    path = run_dir / CALIBRATION_FILE
+    path.write_text(json.dumps(record, indent=1))
+    return f"calibration ({record['dtype']}): {_link(record).describe()} -> {path}"
+
+
+def _number(record: dict, key: str, allow_none: bool = False) -> float:
+    value = record.get(key)
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _link(record: dict) -> Link:
+    return Link(
+        _number(record, "alpha_s"),
+        _number(record, "beta_bytes_per_s"),
+        _number(record, "gamma_bytes_per_s", allow_none=True),
+    )
+
+
+def read_calibration(path: Path) -> ModelSource:
+    """A calibration file as a ModelSource; ValueError says what is wrong with it."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read it ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"not a calibration file (not JSON: {e})") from None
+    missing = [k for k in REQUIRED_KEYS if k not in record] if isinstance(record, dict) else REQUIRED_KEYS
+    if missing:
+        raise ValueError(
+            f"not a calibration file (missing {missing[0]!r}; expected {', '.join(REQUIRED_KEYS)}, "
+            "as `python -m playground run pingpong` writes)"
+        )
+    return ModelSource(_link(record), "calibration", str(path), str(record["transport"]))
+
+
+def resolve_spec(spec: str) -> str:
+    """A preset's name as it is; a calibration file or a run directory holding one as the file's
+    absolute real path, so `runs/latest` still means the same run once a new run has moved
+    `latest` (and the run's saved scenario says which file). ValueError if it is neither."""
+    if spec in PRESETS:
+        return spec
+    path = Path(spec)
+    if path.is_dir() and (path / CALIBRATION_FILE).is_file():
+        path = path / CALIBRATION_FILE
+    if path.is_file():
+        return str(path.resolve())
+    raise ValueError(
+        f"no such preset or file; allowed: {', '.join(PRESETS)}, or a {CALIBRATION_FILE} (or the run "
+        "directory holding one) written by `python -m playground run pingpong`"
+    )
+
+
+def model_from_spec(spec: str) -> ModelSource:
+    """A preset name, a calibration file, or a run directory holding one; ValueError otherwise."""
+    spec = resolve_spec(spec)
+    return ModelSource(PRESETS[spec], "preset", spec) if spec in PRESETS else read_calibration(Path(spec))
+
+
+def newest_calibration(transport: str, runs_dir: Path) -> ModelSource | None:
+    """The newest readable runs_dir/*/calibration.json of `transport` (by its date, then mtime)."""
+    found = []
+    for path in Path(runs_dir).glob(f"*/{CALIBRATION_FILE}"):
+        if path.parent.is_symlink():  # runs/latest: the same run again
+            continue
+        try:
+            source = read_calibration(path)
+            stamp = (json.loads(path.read_text()).get("date") or "", path.stat().st_mtime_ns)
+        except (ValueError, OSError):
+            continue
+        if source.transport == transport:
+            found.append((stamp, source))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
+def load_model(spec: str | None, transport: str, runs_dir: Path) -> ModelSource:
+    """What the model columns use: `spec` if given (see `model_from_spec`), else the newest
+    calibration of `transport` under `runs_dir`, else the labelled default for that transport."""
+    if spec:
+        return model_from_spec(spec)
+    newest = newest_calibration(transport, runs_dir)
+    if newest is not None:
+        return newest
+    return ModelSource(DEFAULT_LINKS.get(transport, DEFAULT_LINKS["ipc"]), "default", transport, transport)

@@ -70,16 +70,9 @@ def add_bench_parser(sub, func) -> None:
 
 def _sizes(text: str, step: int) -> list[int]:
     try:
-        sizes = parse_size_range(text)
+        return parse_size_range(text, step)
     except ValueError as e:
         raise ScenarioError(f"--sizes {text!r}: {e}") from None
-    if ".." in text and step != 2:
-        lo, hi = sizes[0], sizes[-1]
-        sizes, s = [], lo
-        while s <= hi:
-            sizes.append(s)
-            s *= step
-    return sizes
 
 
 def run_bench(args) -> int:

@@ -133,8 +133,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Flags whose value may start with '-' (a negative time is bad input we want to name, not argparse's
+# "expected one argument"): `--alpha -1us` is read as `--alpha=-1us`.
+_SIGNED_VALUE_FLAGS = ("--alpha", "--beta", "--gamma")
+
+
+def _attach_signed_values(argv: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in _SIGNED_VALUE_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_attach_signed_values(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
     except ScenarioError as e:

@@ -47,8 +47,11 @@ def parse_size(value: int | str) -> int:
     return int(number)
 
 
-def parse_size_range(text: str) -> list[int]:
-    """'8..64MiB' -> 8, 16, ..., 64MiB (doubling, as nccl-tests -b/-e/-f 2); '8,1KiB' -> a list."""
+def parse_size_range(text: str, step: int = 2) -> list[int]:
+    """'8..64MiB' -> 8, 16, ..., 64MiB (times `step` each time, as nccl-tests -b/-e/-f); '8,1KiB' ->
+    that list."""
+    if step < 2:
+        raise ValueError(f"the step between sizes must be at least 2, got {step}")
     if ".." in text:
         lo_s, hi_s = text.split("..", 1)
         lo, hi = parse_size(lo_s), parse_size(hi_s)
@@ -57,7 +60,7 @@ def parse_size_range(text: str) -> list[int]:
         out, s = [], lo
         while s <= hi:
             out.append(s)
-            s *= 2
+            s *= step
         return out
     return [parse_size(p) for p in text.split(",") if p.strip()]
 

@@ -16,7 +16,7 @@ import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.report import COLUMNS
+from playground.collectives.report import COLUMNS, with_model_columns
 from playground.report import Report, Table, make_console, render_report
 from playground.run import EXIT_FAILED, EXIT_OK, make_run_dir, write_result
 from playground.sim import model
@@ -25,8 +25,6 @@ from playground.sim.options import SimSpec, resolve
 from playground.sizes import format_size
 
 TRACE_MESSAGES_MAX_RANKS = 64
-SIM_COLUMNS = {"ranks": "ranks", **COLUMNS, "model_us": "model (us)", "vs_model": "sim/model", "mode": "mode"}
-SIM_COLUMNS.pop("dtype")
 
 
 def add_simulate_parser(sub, func) -> None:
@@ -41,6 +39,7 @@ def add_simulate_parser(sub, func) -> None:
     s.add_argument("--algo", help="comma list (allreduce: ring,tree,hd,rd; hier with --topology)")
     s.add_argument("--ranks", "-n", help="rank count, list (8,64) or doubling range (8..1024); default 8")
     s.add_argument("--sizes", "-s", default="8..64MiB", help="'1KiB..1GiB' doubles, or a list '8,1MiB'")
+    s.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
     s.add_argument("--link", help="link preset for every link: ib, roce, ethernet, nvlink (default ib)")
     s.add_argument("--model", help="a preset, or a calibration.json from `run pingpong` (this machine)")
     s.add_argument("--alpha", help="per-message latency, e.g. 5us (overrides the preset)")
@@ -127,9 +126,7 @@ def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: d
     )
     stats["events"] += world.engine.num_events
     stats["messages"] += world.engine.num_messages
-    t_model = model.model_time_s(spec, algorithm, n, row["size"])
-    row["model_us"] = None if t_model is None else t_model * 1e6
-    row["vs_model"] = row["time_us"] / row["model_us"] if row["model_us"] else None
+    row = model.with_model(spec, row, n)
     row["mode"] = "data" if data else "sizes"
     return row
 
@@ -144,7 +141,10 @@ def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path) -> Repo
         f"{spec.collective} simulated ({spec.dtype}): virtual time of the slowest rank; "
         f"model = closed form ({'slow link for all but hier' if spec.ranks_per_node else 'same links'})"
     )
-    tables = [Table(title, rows, SIM_COLUMNS)]
+    columns = {"ranks": "ranks", **with_model_columns(COLUMNS, spec.collective), "mode": "mode"}
+    columns.pop("dtype")
+    columns["vs_model"] = "sim/model"
+    tables = [Table(title, rows, columns)]
     checked = [r for r in rows if r["wrong"] >= 0]
     notes = [
         f"links: {spec.link_source}"

@@ -5,6 +5,7 @@ any other algorithm is priced as if every link were the slow one between nodes, 
 for algorithms that cross nodes at every step.
 """
 
+from playground.collectives.report import add_model_columns
 from playground.models.costs import allreduce_hier_time_s, collective_time_s
 
 
@@ -17,6 +18,22 @@ def model_time_s(spec, algorithm: str, num_ranks: int, size_bytes: float) -> flo
         return collective_time_s(spec.collective, algorithm, size_bytes, num_ranks, spec.inter)
     except ValueError:
         return None
+
+
+def with_model(spec, row: dict, num_ranks: int) -> dict:
+    """`row` with bench's model columns (`model_us`, `vs_model`, `model_pick`): bench's own function
+    on a flat network; on a topology, this module's prices and pick."""
+    if spec.ranks_per_node is None:
+        return add_model_columns([row], spec.collective, num_ranks, spec.inter)[0]
+    t = model_time_s(spec, row["algorithm"], num_ranks, row["size"])
+    extra = {"model_us": None if t is None else t * 1e6}
+    extra["vs_model"] = row["time_us"] / extra["model_us"] if extra["model_us"] else None
+    if spec.collective == "allreduce":
+        prices = {
+            a: model_time_s(spec, a, num_ranks, row["size"]) for a in ("ring", "tree", "hd", "rd", "hier")
+        }
+        extra["model_pick"] = min(prices, key=prices.get)
+    return {**row, **extra}
 
 
 def affine(fn) -> tuple[float, float]:

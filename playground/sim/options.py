@@ -7,14 +7,13 @@ override the default, the lecture's InfiniBand (`ib`). With `--topology NODESxPE
 inside and between nodes come from `--intra` and `--inter`.
 """
 
-import json
 import math
 import re
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from playground.collectives import ALGORITHMS
 from playground.errors import ScenarioError
+from playground.models.calibration import model_from_spec
 from playground.models.costs import PRESETS, Link
 from playground.sim.network import Machine
 from playground.sizes import (
@@ -92,30 +91,16 @@ def _preset(flag: str, name: str) -> Link:
     return PRESETS[name]
 
 
-def calibration_link(path: Path) -> Link:
-    """alpha, beta and gamma from a calibration.json written by `run pingpong`."""
-    try:
-        cal = json.loads(path.read_text())
-        return Link(float(cal["alpha_s"]), float(cal["beta_bytes_per_s"]), float(cal["gamma_bytes_per_s"]))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ScenarioError(
-            f"--model {path}: not a calibration file with alpha_s, beta_bytes_per_s, gamma_bytes_per_s ({e})"
-        ) from None
-
-
 def _base_link(args) -> tuple[Link, str, bool]:
-    """(link, what the caption calls it, whether it came from a calibration of this machine)."""
+    """(link, what the caption calls it, whether it is a calibration of this machine)."""
     if args.model and args.link:
         raise ScenarioError("--model and --link: give one of them")
     if args.model:
-        if args.model in PRESETS:
-            return PRESETS[args.model], f"preset {args.model}", False
-        path = Path(args.model)
-        if not path.is_file():
-            raise ScenarioError(
-                f"--model {args.model!r}: neither a link preset ({', '.join(PRESETS)}) nor a calibration file"
-            )
-        return calibration_link(path), f"calibration {path}", True
+        try:
+            source = model_from_spec(args.model)
+        except ValueError as e:
+            raise ScenarioError(f"--model {args.model!r}: {e}") from None
+        return source.link, f"{source.kind} {source.name}", source.kind == "calibration"
     name = args.link or DEFAULT_LINK
     return _preset("--link", name), f"preset {name}" + ("" if args.link else " (default)"), False
 
@@ -179,10 +164,13 @@ def resolve(args) -> SimSpec:
                 "--algo hier: needs --topology NODESxRANKS_PER_NODE (which ranks share a node)"
             )
     try:
-        sizes = tuple(parse_size_range(args.sizes))
+        sizes = tuple(parse_size_range(args.sizes, args.step))
+    except ValueError as e:
+        raise ScenarioError(f"--sizes {args.sizes!r}: {e}") from None
+    try:
         segment = parse_size(args.segment) if args.segment else None
     except ValueError as e:
-        raise ScenarioError(f"--sizes/--segment: {e}") from None
+        raise ScenarioError(f"--segment {args.segment!r}: {e}") from None
     if segment is not None and segment < 1:
         raise ScenarioError(f"--segment {args.segment!r}: expected at least 1 byte")
     if args.cores is not None and args.cores < 1:

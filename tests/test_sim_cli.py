@@ -1,0 +1,120 @@
+"""`python -m playground simulate` as a user types it: the issue's commands (small), the run
+directory it writes, inspect on it, and bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from playground.testing import run_cli
+
+pytestmark = pytest.mark.timeout(120)
+BENCH_KEYS = {"size", "count", "dtype", "op", "algorithm", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}
+BENCH_KEYS |= {"model_us", "vs_model", "model_pick"}
+
+
+def simulate(runs_dir: Path, *args: str):
+    proc = run_cli(["simulate", *args, "--out", str(runs_dir)], timeout_s=110)
+    result_file = runs_dir / "latest" / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.exists() and proc.returncode != 2 else {}
+    return proc, result
+
+
+def test_every_algorithm_beside_its_closed_form_and_a_run_directory_inspect_reads(runs_dir, tmp_path):
+    proc, result = simulate(
+        runs_dir, "allreduce", "--algo", "ring,tree,hd,rd", "--ranks", "16", "--alpha", "5us",
+        "--beta", "50GB/s", "--gamma", "100GB/s", "--sizes", "1KiB..64KiB", "--step", "8",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = result["rows"]
+    assert [(r["algorithm"], r["size"]) for r in rows] == [
+        (a, s) for a in ("ring", "tree", "hd", "rd") for s in (1024, 8192, 65536)
+    ]
+    for r in rows:
+        assert BENCH_KEYS <= set(r) and r["ranks"] == 16 and r["wrong"] == 0 and r["mode"] == "data"
+        assert r["vs_model"] == pytest.approx(1.0, rel=1e-9)
+    assert "sim/model" in proc.stdout and "wrong values: 0 OK" in proc.stdout
+    run_dir = Path(result["run_dir"])
+    assert len(list(run_dir.glob("rank-*.jsonl"))) == 16 and (run_dir / "simulation.yaml").exists()
+    trace = tmp_path / "trace.json"
+    shown = run_cli(["inspect", str(run_dir), "--trace", str(trace)])
+    assert shown.returncode == 0, shown.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e.get("ph") == "X"} == set(range(16))
+    assert any(e.get("name") == "recv_wait" for e in events)
+
+
+def test_crossover_table_and_plot(runs_dir):
+    proc, result = simulate(
+        runs_dir,
+        "allreduce",
+        "--link",
+        "ib",
+        "--ranks",
+        "8..64",
+        "--sizes",
+        "8..16MiB",
+        "--step",
+        "8",
+        "--crossover",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (Path(result["run_dir"]) / "crossover.png").stat().st_size > 1000
+    table = next(t for t in result["tables"] if t["title"].startswith("crossover"))
+    assert [r["ranks"] for r in table["rows"]] == [8, 16, 32, 64]
+    s_star = [r["model_tree_bytes"] for r in table["rows"]]
+    assert s_star == sorted(s_star) and s_star[0] > 0  # the ring needs larger messages at more ranks
+    for r in table["rows"]:  # the simulated crossover is the first swept size past the model's
+        if r["sim_tree_bytes"]:
+            assert r["sim_tree_bytes"] >= r["model_tree_bytes"] > r["sim_tree_bytes"] / 8
+
+
+def test_topology_with_the_hierarchical_algorithm(runs_dir):
+    proc, result = simulate(
+        runs_dir, "allreduce", "--topology", "4x4", "--intra", "nvlink", "--inter", "ib", "--algo", "ring,hier",
+        "--sizes", "1MiB",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ring, hier = result["rows"]
+    assert hier["algorithm"] == "hier" and hier["wrong"] == 0 and hier["vs_model"] == pytest.approx(1.0)
+    assert hier["time_us"] < ring["time_us"]
+
+
+def test_a_calibrated_machine_with_shared_cores(runs_dir, tmp_path):
+    cal = tmp_path / "calibration.json"
+    cal.write_text(
+        json.dumps({"alpha_s": 60e-6, "beta_bytes_per_s": 2e9, "gamma_bytes_per_s": 4e9, "transport": "ipc"})
+    )
+    times = {}
+    for cores in ("8", "2"):
+        proc, result = simulate(
+            runs_dir, "allreduce", "--model", str(cal), "--cores", cores, "--ranks", "8", "--sizes", "1MiB",
+            "--algo", "ring",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        times[cores] = result["rows"][0]["time_us"]
+    assert times["2"] > 2 * times["8"]  # 8 ranks' copies and reductions queue for 2 CPUs
+
+
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--ranks", "0"], "--ranks '0': expected a rank count from 1"),
+        (["--alpha", "-1us"], "--alpha '-1us': expected a time such as 5us"),
+        (["--beta", "fast"], "--beta 'fast': expected a rate such as 50GB/s"),
+        (["--topology", "3x"], "--topology '3x': expected NODESxRANKS_PER_NODE"),
+        (["--link", "myrinet"], "--link 'myrinet': unknown link preset; allowed: ib, roce, ethernet, nvlink"),
+        (["--algo", "hier"], "--algo hier: needs --topology"),
+        (["--algo", "ring,bogus"], "--algo 'bogus': allreduce offers ring, tree, hd, rd, hier, auto"),
+        (["--topology", "4x4", "--ranks", "8"], "--ranks 8: --topology 4x4 has 16 ranks"),
+        (["--cores", "0"], "--cores 0: expected at least 1 CPU"),
+        (["--sizes", "8..1QB"], "--sizes '8..1QB': expected a byte count"),
+        (["--data", "--ranks", "128"], "--data: simulating with real bytes is for at most 64 ranks"),
+        (["--model", "nosuch"], "--model 'nosuch': no such preset or file"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(runs_dir, args, expect):
+    proc, _ = simulate(runs_dir, "allreduce", *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0] and "Traceback" not in proc.stderr, proc.stderr

@@ -195,6 +195,7 @@ class Communicator:
             else:
                 pending[(msg.src, msg.tag)].append(msg)
         if self.tracer.messages:
+            msg.landed()
             self.tracer.add_ns("recv_wait", CAT_WAIT, t0, self._clock(), src, tag)
         return msg
 

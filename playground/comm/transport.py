@@ -132,6 +132,10 @@ class Message:
         self.release()
         return json.loads(body if isinstance(body, bytes) else bytes(body))
 
+    def landed(self) -> None:
+        """Wait until the message has fully arrived: a no-op for real transports (it is here once
+        received); the simulator moves the receiver's virtual clock to the arrival."""
+
     def release(self) -> None:
         """Give back what the transport lent for this message (nothing, here)."""
 

@@ -61,7 +61,6 @@ def simulate(
     count = input_count(collective, size_bytes, itemsize, n)
     reduce_op = ReduceOp.parse(op)
     world = SimWorld(machine, data=data)
-    engine = world.engine
     expected: dict[int, np.ndarray | None] = {}  # one process: compute each expected output once
 
     def want(rank: int):
@@ -72,7 +71,7 @@ def simulate(
 
     def body(comm):
         x = pattern(comm.rank, count, dtype) if data else phantom(count, dtype)
-        t0 = engine.now  # 0 on every rank: they all enter together, no barrier needed (or its skew)
+        t0 = world.time_of(comm.rank)  # 0 on every rank: they all enter together, no barrier (or its skew)
         with comm.tracer.span(collective, CAT_OP, bytes=count * itemsize, algorithm=algorithm):
             out = run_collective(
                 comm,
@@ -83,7 +82,7 @@ def simulate(
                 segment_bytes,
                 ranks_per_node=machine.ranks_per_node,
             )
-        record = {"median_us": (engine.now - t0) * 1e6, "wrong": -1}
+        record = {"median_us": (world.time_of(comm.rank) - t0) * 1e6, "wrong": -1}
         if data:
             record["wrong"] = count_wrong(
                 out, expected_output(collective, comm.rank, n, count, dtype, reduce_op)

@@ -1,20 +1,23 @@
-"""A discrete-event clock that runs each rank's ordinary blocking code, as SMPI does.
+"""A discrete-event engine that runs each rank's ordinary blocking code, as SMPI does.
 
 Every simulated rank is a greenlet running the same Python as a real rank (a node, a collective
-from playground.collectives). Where a real rank would block (a receive whose message has not
-arrived, a send that is still on the wire, a reduction that takes CPU time) the simulated one
-asks the engine to resume it at a virtual time, and the engine switches to whichever rank has
-the earliest pending event. Time advances only by these events; the ranks' own Python costs
-nothing in virtual time.
+from playground.collectives), with a clock of its own, `Proc.t`, in virtual seconds. What only
+concerns the rank moves its clock without stopping it: a reduction costs its time, a received
+message is taken at its arrival. What concerns others goes through the event queue in global time
+order: a message's transmission (which reserves the ports it crosses, network.py), a request for
+a shared CPU. A rank stops (its greenlet switches away) only when it needs something no event
+has produced yet: a message not yet transmitted, a send's completion, a CPU. The rank that
+blocks runs the event loop itself and switches straight to the rank the next event wakes: one
+switch per wake-up, no scheduler in between.
 
-Order is deterministic: events run by (time, posting order). A rank resumes at time t without a
-switch when no other event is due before t (most steps of a ring, where each rank's next
-message is already on its way). A wait carries a token; a wake-up for an older wait is dropped.
-When no event is left but ranks still wait, the simulated program deadlocked: `run` raises
-SimDeadlock naming them.
+Order is deterministic: events run by (time, posting order), and every rank's clock is at or past
+the last event run, so no event is ever posted in the past. All ranks start at time 0: each runs
+until it first blocks before any event is run. When no event is left but ranks still wait, the
+simulated program deadlocked: `run` raises SimDeadlock naming them.
 """
 
 import heapq
+from collections import deque
 
 from greenlet import GreenletExit, getcurrent, greenlet
 
@@ -22,99 +25,77 @@ from playground.errors import CommError
 
 
 class SimDeadlock(CommError):
-    """Every rank that has not finished waits for a message no rank will send."""
+    """Every rank that has not finished waits for something no rank will do."""
 
 
 class Proc:
-    """One simulated rank: its greenlet, inbox and wait state."""
+    """One simulated rank: its greenlet, its clock and its inbox."""
 
-    __slots__ = ("rank", "glet", "token", "waiting", "inbox", "result", "error", "finished")
+    __slots__ = ("rank", "glet", "t", "waiting", "inbox", "result", "error", "finished")
 
     def __init__(self, rank: int):
         self.rank = rank
         self.glet = None
-        self.token = 0  # bumped at every wait; a wake-up carries the token of the wait it ends
-        self.waiting = False  # waiting for any message: a delivery schedules a wake-up
-        self.inbox: list = []  # heap of (arrival_s, seq, message)
+        self.t = 0.0  # this rank's virtual time, seconds; never behind the engine's `now`
+        self.waiting = False  # blocked until a message is delivered to it
+        self.inbox: deque = deque()  # delivered messages, in delivery (= sending-time) order
         self.result = None
         self.error: BaseException | None = None
         self.finished = False
 
 
 class Engine:
-    """The event queue and the virtual clock (`now`, seconds) shared by all simulated ranks."""
+    """The event queue, the time of the last event run (`now`) and the ranks."""
 
     def __init__(self, num_ranks: int):
         self.now = 0.0
         self.procs = [Proc(r) for r in range(num_ranks)]
-        self._events: list = []  # heap of (time_s, seq, proc, token)
+        self._events: list = []  # heap of (time_s, seq, action, arg); action(arg) -> Proc to run or None
         self._seq = 0
         self._main = None
+        self._starting = True
         self.num_events = 0
         self.num_switches = 0
         self.num_messages = 0
 
-    def clock_ns(self) -> int:
-        return round(self.now * 1e9)
-
-    # -- scheduling ------------------------------------------------------------------------
-    def _wake_at(self, t: float, proc: Proc) -> None:
+    def post(self, t: float, action, arg) -> None:
+        """Run action(arg) at virtual time `t` (>= every clock that can still act before it)."""
         self._seq += 1
-        heapq.heappush(self._events, (t, self._seq, proc, proc.token))
+        heapq.heappush(self._events, (t, self._seq, action, arg))
 
-    def _yield(self, proc: Proc) -> None:
-        """Run other ranks until `proc`'s next event: switch straight to the rank whose event is
-        earliest (no hop through a scheduler), or just return when that event is `proc`'s own."""
+    def at_frontier(self, t: float) -> bool:
+        """May an action of the running rank at its time `t` happen now? Yes once every rank has
+        started and no pending event is due before `t`: any event still to come is posted by a rank
+        that one of them wakes, at its time or later."""
+        events = self._events
+        return not self._starting and (not events or t <= events[0][0])
+
+    def _resume(self, proc: Proc) -> Proc:
+        return proc
+
+    def wake_later(self, proc: Proc) -> None:
+        """Let `proc` run again once the events due now have run."""
+        self.post(self.now, self._resume, proc)
+
+    def block(self, me: Proc) -> None:
+        """Stop `me` (the running rank) until an event hands it control back: run events in order
+        and switch straight to the first rank one of them wakes (or return if that is `me`)."""
+        if self._starting:  # ranks still to start at time 0: nothing runs before they have
+            self._main.switch()
+            return
         events = self._events
         while events:
-            t, _, nxt, token = heapq.heappop(events)
-            if token != nxt.token or nxt.finished:
-                continue
-            if not nxt.glet:  # not started yet: the main loop starts it, from a shallow stack
-                heapq.heappush(events, (t, _, nxt, token))
-                break
+            t, _, action, arg = heapq.heappop(events)
             self.now = t
             self.num_events += 1
-            if nxt is not proc:
+            nxt = action(arg)
+            if nxt is None:
+                continue
+            if nxt is not me:
                 self.num_switches += 1
                 nxt.glet.switch()
             return
-        self._main.switch()  # nothing left to run (the main loop reports the deadlock) or a start
-
-    def sleep_until(self, proc: Proc, t: float) -> None:
-        """Block `proc` (the running rank) until virtual time `t`."""
-        if t <= self.now:
-            return
-        events = self._events
-        if not events or t <= events[0][0]:  # nothing else happens before t: no switch needed
-            self.now = t
-            return
-        proc.token += 1
-        self._wake_at(t, proc)
-        self._yield(proc)
-
-    def wait_for_message(self, proc: Proc, until: float | None) -> None:
-        """Block `proc` until a message is delivered to it, or until `until` (its earliest queued
-        arrival), whichever is first."""
-        if until is not None:
-            events = self._events
-            if not events or until <= events[0][0]:
-                self.now = max(self.now, until)
-                return
-        proc.token += 1
-        proc.waiting = True
-        if until is not None:
-            self._wake_at(until, proc)
-        self._yield(proc)
-        proc.waiting = False
-
-    def deliver(self, proc: Proc, arrival: float, message) -> None:
-        """Queue `message` for `proc`, arriving at `arrival`; wake `proc` then if it waits."""
-        self._seq += 1
-        self.num_messages += 1
-        heapq.heappush(proc.inbox, (arrival, self._seq, message))
-        if proc.waiting:
-            self._wake_at(max(arrival, self.now), proc)
+        self._main.switch()  # nothing left to run: the main loop reports the deadlock
 
     # -- running ---------------------------------------------------------------------------
     def run(self, fn) -> list:
@@ -123,22 +104,24 @@ class Engine:
         self._main = getcurrent()
         for proc in self.procs:
             proc.glet = greenlet(self._body(proc, fn), parent=self._main)
-            self._wake_at(0.0, proc)
+        for proc in self.procs:  # each runs until it first blocks, posting its first events
+            proc.glet.switch()
+            if proc.error is not None:
+                break
+        self._starting = False
         events = self._events
-        failed = None
-        while events:  # ranks switch among themselves; control is back here when one ends
-            t, _, proc, token = heapq.heappop(events)
-            if token != proc.token or proc.finished:
-                continue
+        failed = next((p for p in self.procs if p.error is not None), None)
+        while events and failed is None:  # ranks switch among themselves; back here when one ends
+            t, _, action, arg = heapq.heappop(events)
             self.now = t
             self.num_events += 1
-            proc.glet.switch()
-            failed = next((p for p in self.procs if p.error is not None), None)
-            if failed is not None:
-                break
+            nxt = action(arg)
+            if nxt is not None:
+                nxt.glet.switch()
+                failed = next((p for p in self.procs if p.error is not None), None)
         stuck = [p for p in self.procs if not p.finished]
         for p in stuck:  # unwind their stacks (finally blocks run), then report
-            if p.glet is not None and not p.glet.dead:
+            if p.glet is not None and p.glet:
                 p.glet.throw(GreenletExit)
         if failed is not None:
             raise failed.error

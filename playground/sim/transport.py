@@ -1,8 +1,14 @@
 """The simulator as one more transport: `Communicator`s over it run the real collectives in virtual time.
 
-`SimWorld` holds the engine (virtual clock, one greenlet per rank) and the network (ports, CPUs);
+`SimWorld` holds the engine (a greenlet and a clock per rank) and the network (ports, CPUs);
 `SimWorld.run(fn)` builds a `Communicator` per rank over a `SimTransport` and runs fn(comm) on
 every rank, exactly as a launched run would, but in one process.
+
+A send never blocks: it posts the message's transmission as an event at the sender's time; the
+event reserves the ports and delivers the message, stamped with its arrival time, to the
+receiver's inbox. A received message is taken at its arrival: `landed()` (the communicator calls
+it once it has matched the message; every way of reading the payload calls it too) moves the
+receiver's clock to the arrival if it is behind. A send completes when its last byte has left.
 
 Two modes. With data, messages carry copies of the arrays and reductions really run, so results
 can be checked exactly as in a real run (small N and sizes). Data-free, the inputs are phantom
@@ -11,14 +17,13 @@ sizes, not bytes, and reductions only cost their virtual time: the cost of a sim
 grows with the number of messages, not with bytes.
 """
 
-import heapq
 import math
 
 import numpy as np
 
 from playground.collectives.chunks import phantom
 from playground.comm.communicator import Communicator
-from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, Outgoing
+from playground.comm.transport import KIND_ARRAY, KIND_OBJ, Message, Outgoing
 from playground.sim.engine import Engine, Proc
 from playground.sim.network import Machine, Network
 from playground.trace import Tracer
@@ -28,40 +33,60 @@ _U1 = np.dtype("u1")
 
 
 class _SentAt:
-    """A send's completion: when its last byte leaves the sender's port, in virtual time."""
+    """A send's completion: when its last byte leaves the sender's port (known once the
+    transmission event has run)."""
 
-    __slots__ = ("engine", "proc", "t")
+    __slots__ = ("engine", "proc", "t", "waiter")
 
-    def __init__(self, engine: Engine, proc: Proc, t: float):
-        self.engine, self.proc, self.t = engine, proc, t
+    def __init__(self, engine: Engine, proc: Proc):
+        self.engine, self.proc, self.t, self.waiter = engine, proc, None, None
 
     @property
     def done(self) -> bool:
-        return self.engine.now >= self.t
+        return self.t is not None and self.t <= self.proc.t
 
     def wait(self, timeout_s: float) -> bool:
-        self.engine.sleep_until(self.proc, self.t)
+        if self.t is None:
+            self.waiter = self.proc
+            self.engine.block(self.proc)
+        if self.proc.t < self.t:
+            self.proc.t = self.t
         return True
 
 
 class SimMessage(Message):
     """A message in virtual time: `payload` is a copy of the array, or None when data-free."""
 
-    __slots__ = ("world", "receiver")
+    __slots__ = ("world", "sender", "receiver", "nbytes", "arrival", "sent")
+
+    def landed(self) -> None:
+        receiver = self.receiver
+        if receiver.t < self.arrival:
+            receiver.t = self.arrival
 
     def array(self) -> np.ndarray:
+        self.landed()
         if self.payload is None:
             return phantom(self.count, self.dtype)
         return super().array()
 
     def copy_into(self, out: np.ndarray) -> None:
+        self.landed()
         if self.payload is not None:
             super().copy_into(out)
 
     def reduce_into(self, target: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
+        self.landed()
         if self.payload is not None:
             super().reduce_into(target, ufunc, base)
         self.world.compute(self.receiver, target.nbytes / self.world.machine.gamma_bytes_per_s)
+
+    def obj(self):
+        self.landed()
+        return super().obj()
+
+    def release(self) -> None:
+        self.landed()
 
 
 class SimTransport:
@@ -72,17 +97,24 @@ class SimTransport:
 
     def __init__(self, world: "SimWorld", rank: int):
         self.world, self.rank = world, rank
-        self.engine, self.net, self.procs = world.engine, world.net, world.engine.procs
+        self.engine, self.procs = world.engine, world.engine.procs
         self.proc = self.procs[rank]
+        self._transmit = world.transmit
 
-    def _post(self, dst: int, tag: int, kind: str, dtype, shape, nbytes: int, payload):
-        engine = self.engine
-        now = engine.now
-        done, arrival = self.net.transmit(self.rank, dst, nbytes, now)
+    def _post(self, dst: int, tag: int, kind: str, dtype, shape, nbytes: int, payload) -> _SentAt:
         msg = SimMessage(self.rank, tag, kind, dtype, shape, payload)
-        msg.world, msg.receiver = self.world, self.procs[dst]
-        engine.deliver(msg.receiver, arrival, msg)
-        return COMPLETE if done <= now else _SentAt(engine, self.proc, done)
+        msg.world, msg.sender, msg.receiver, msg.nbytes = self.world, self.proc, self.procs[dst], nbytes
+        msg.sent = _SentAt(self.engine, self.proc)
+        engine = self.engine
+        t = self.proc.t
+        if engine.at_frontier(t):  # nothing can happen before t any more: transmit right away
+            engine.now = t
+            woken = self._transmit(msg)
+            if woken is not None:
+                engine.wake_later(woken)
+        else:
+            engine.post(t, self._transmit, msg)
+        return msg.sent
 
     def send(self, dst: int, tag: int, x: np.ndarray):
         payload = x.copy() if self.world.data else None
@@ -101,14 +133,15 @@ class SimTransport:
         return self._post(dst, tag, KIND_OBJ, _U1, (), len(body), body)
 
     def receive(self, timeout_ms: int) -> Message | None:
-        proc, engine = self.proc, self.engine
-        while True:
-            inbox = proc.inbox
-            if inbox and inbox[0][0] <= engine.now:
-                return heapq.heappop(inbox)[2]
+        proc = self.proc
+        inbox = proc.inbox
+        if not inbox:
             if timeout_ms <= 0:
                 return None
-            engine.wait_for_message(proc, inbox[0][0] if inbox else None)
+            proc.waiting = True
+            self.engine.block(proc)  # until a delivery wakes it
+            proc.waiting = False
+        return inbox.popleft()
 
     def close(self) -> None:
         pass
@@ -121,24 +154,60 @@ class SimWorld:
         self.machine, self.data = machine, data
         self.engine = Engine(machine.num_ranks)
         self.net = Network(machine)
+        self._shared_cpus = machine.cores is not None
+
+    def time_of(self, rank: int) -> float:
+        """Rank `rank`'s virtual time, seconds."""
+        return self.engine.procs[rank].t
+
+    def transmit(self, msg: SimMessage):
+        """The event of a message's transmission: reserve its ports, deliver it to the receiver
+        stamped with its arrival, complete the send; the rank to run next, if one was waiting."""
+        engine = self.engine
+        engine.num_messages += 1
+        done, msg.arrival = self.net.transmit(msg.src, msg.receiver.rank, msg.nbytes, engine.now)
+        sent = msg.sent
+        sent.t = done
+        receiver = msg.receiver
+        receiver.inbox.append(msg)
+        woken = receiver if receiver.waiting else None
+        if sent.waiter is not None:  # the sender waits for this send to complete
+            waiter, sent.waiter = sent.waiter, None
+            if woken is None:
+                return waiter
+            engine.wake_later(waiter)
+        if woken is not None:
+            receiver.waiting = False  # woken once, even if more messages arrive before it runs
+        return woken
 
     def compute(self, proc: Proc, seconds: float) -> None:
-        """`proc` (the running rank) works for `seconds` of CPU, on a free core."""
-        if seconds > 0 and not math.isinf(seconds):
-            self.engine.sleep_until(proc, self.net.cpu(self.engine.now, seconds))
+        """`proc` (the running rank) works for `seconds` of CPU (on a free core, if they are shared)."""
+        if not seconds > 0 or math.isinf(seconds):
+            return
+        if not self._shared_cpus:
+            proc.t += seconds
+            return
+        self.engine.post(proc.t, self._cpu, (proc, seconds))
+        self.engine.block(proc)
+
+    def _cpu(self, arg) -> Proc:
+        proc, seconds = arg
+        proc.t = self.net.cpu(self.engine.now, seconds)
+        return proc
 
     def run(self, fn, trace_dir=None, trace_messages: bool = True, timeout_s: float = 3600.0) -> list:
         """fn(comm) on every rank; their return values. With `trace_dir`, each rank's events go to
-        rank-<r>.jsonl there, stamped in virtual microseconds (per message only if `trace_messages`)."""
+        rank-<r>.jsonl there, stamped in its virtual microseconds (per message if `trace_messages`)."""
         n = self.machine.num_ranks
         hosts = [f"node{self.machine.node_of(r)}" for r in range(n)]
         comms = []
         for rank in range(n):
+            proc = self.engine.procs[rank]
             tracer = Tracer(
                 rank,
                 None if trace_dir is None else trace_dir / f"rank-{rank}.jsonl",
                 enabled=trace_dir is not None,
-                clock_ns=self.engine.clock_ns,
+                clock_ns=lambda proc=proc: round(proc.t * 1e9),
                 messages=trace_messages,
             )
             transport = SimTransport(self, rank)

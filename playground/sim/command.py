@@ -8,6 +8,7 @@ result.json with bench's row keys, and with one rank count each rank's rank-<r>.
 virtual microseconds (per message up to 64 ranks), which `inspect` reads.
 """
 
+import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from playground.collectives import ALGORITHMS
 from playground.collectives.report import COLUMNS, with_model_columns
+from playground.errors import ScenarioError
 from playground.report import Report, Table, make_console, render_report
 from playground.run import EXIT_FAILED, EXIT_OK, make_run_dir, write_result
 from playground.sim import model
@@ -48,13 +50,23 @@ def add_simulate_parser(sub, func) -> None:
     s.add_argument("--topology", help="NODESxRANKS_PER_NODE, e.g. 128x8: two kinds of link")
     s.add_argument("--intra", help="link preset inside a node (with --topology; default nvlink)")
     s.add_argument("--inter", help="link preset between nodes (with --topology; default --link)")
-    s.add_argument("--cores", type=int, help="CPUs the ranks share (default: one per rank)")
+    s.add_argument(
+        "--cores",
+        type=int,
+        help="CPUs the ranks share, as on one host: every message and reduction needs one",
+    )
     s.add_argument("--segment", help="cut messages into segments of this many bytes (default: none)")
     mode = s.add_mutually_exclusive_group()
     mode.add_argument(
         "--data", dest="data", action="store_true", default=None, help="carry real bytes, check results"
     )
     mode.add_argument("--no-data", dest="data", action="store_false", help="messages carry sizes only")
+    s.add_argument(
+        "--measured",
+        action="append",
+        metavar="RUN_DIR",
+        help="a bench/run directory of this machine (repeatable): its times beside the simulated ones",
+    )
     s.add_argument("--crossover", action="store_true", help="where the ring overtakes tree, hd, rd (+ plot)")
     s.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
     s.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
@@ -89,6 +101,8 @@ def run_simulate(args) -> int:
             rows.append(_point(spec, n, algorithm, size, trace_dir, stats))
             progress.advance(task)
     stats["wall_s"] = time.perf_counter() - t0
+    if args.measured:
+        rows = add_measured(rows, load_measured(args.measured))
     report = _report(spec, rows, stats, run_dir)
     render_report(report, console)
     result = {
@@ -144,6 +158,8 @@ def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path) -> Repo
     columns = {"ranks": "ranks", **with_model_columns(COLUMNS, spec.collective), "mode": "mode"}
     columns.pop("dtype")
     columns["vs_model"] = "sim/model"
+    if any("measured_us" in r for r in rows):
+        columns.update(MEASURED_COLUMNS)
     tables = [Table(title, rows, columns)]
     checked = [r for r in rows if r["wrong"] >= 0]
     notes = [
@@ -173,5 +189,34 @@ def _describe(spec: SimSpec) -> dict:
     d = asdict(spec)
     d["intra"], d["inter"] = spec.intra.describe(), spec.inter.describe()
     d["algorithms"], d["ranks"], d["sizes"] = list(spec.algorithms), list(spec.ranks), list(spec.sizes)
-    d["copy_bytes_per_s"] = None if spec.copy_bytes_per_s == float("inf") else spec.copy_bytes_per_s
     return d
+
+
+MEASURED_COLUMNS = {"measured_us": "measured (us)", "vs_measured": "sim/measured"}
+
+
+def load_measured(run_dirs: list[str]) -> dict[tuple[int, str, int], float]:
+    """(ranks, algorithm, size) -> measured time (us) from the result.json of bench/run directories."""
+    out = {}
+    for d in run_dirs:
+        path = Path(d) / "result.json"
+        try:
+            result = json.loads(path.read_text())
+            for r in result["rows"]:
+                out[(int(result["ranks"]), r["algorithm"].split("->")[0], int(r["size"]))] = float(
+                    r["time_us"]
+                )
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ScenarioError(
+                f"--measured {d}: not a run directory with a result.json of rows ({e})"
+            ) from None
+    return out
+
+
+def add_measured(rows: list[dict], measured: dict) -> list[dict]:
+    out = []
+    for r in rows:
+        t = measured.get((r["ranks"], r["algorithm"], r["size"]))
+        extra = {} if t is None else {"measured_us": t, "vs_measured": r["time_us"] / t if t > 0 else None}
+        out.append({**r, **extra})
+    return out

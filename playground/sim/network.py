@@ -7,10 +7,12 @@ The model, stated once (the README repeats it):
   free (messages on one port are served in the order they were posted), and arrives alpha after
   its last byte left: arrival = start + n / beta + alpha. Congestion and serialisation come out
   of these port queues, not out of a formula.
-- A reduction of n bytes costs n / gamma of the receiving rank's CPU. With `cores`, the ranks
-  share that many CPUs: a reduction waits for a free one (first come, first served), and with a
-  copy rate so does each message, which then also holds a CPU for n / copy rate (on one host the
-  "link" is CPUs copying bytes): what makes 8 ranks on 2 cores slow.
+- A reduction of n bytes costs n / gamma of the receiving rank's CPU.
+- With `cores`, the ranks share that many CPUs, as on one host, where the "network" is CPUs
+  moving bytes: a reduction waits for a free CPU (first come, first served), and so does every
+  message, which holds it for its whole alpha + n / beta (the software and the copies that alpha
+  and beta were fitted to, on two ranks with a core each). That is what makes 8 ranks on 2 cores
+  slow, for small messages as for large.
 - A send completes (its buffer may be reused) when its last byte has left the port.
 """
 
@@ -25,14 +27,13 @@ from playground.models.costs import Link
 class Machine:
     """Ranks in `num_nodes` nodes of `ranks_per_node` (blocks: ranks 0..k-1 on node 0, ...), the
     links inside and between nodes (their alpha and beta; the reduction rate is the machine's
-    `gamma_bytes_per_s`), a copy rate and the CPUs ranks share."""
+    `gamma_bytes_per_s`), and the CPUs ranks share (None: one each)."""
 
     num_nodes: int
     ranks_per_node: int
     intra: Link
     inter: Link
     gamma_bytes_per_s: float = math.inf
-    copy_bytes_per_s: float = math.inf
     cores: int | None = None  # None: a CPU per rank
 
     @property
@@ -54,7 +55,6 @@ class Network:
         self._out = ([0.0] * n, [0.0] * n)  # per link kind: when each rank's outgoing port is free
         self._in = ([0.0] * n, [0.0] * n)
         self._cores = [0.0] * machine.cores if machine.cores else None
-        self._copy_s_per_byte = 1.0 / machine.copy_bytes_per_s
         self.bytes_between_nodes = 0
         self.bytes_within_nodes = 0
 
@@ -64,10 +64,11 @@ class Network:
         link = self._links[kind]
         out, inn = self._out[kind], self._in[kind]
         start = max(now, out[src], inn[dst])
-        if self._cores is not None and self._copy_s_per_byte:  # the copy needs a CPU too
+        busy = nbytes / link.beta_bytes_per_s
+        if self._cores is not None:  # the message is CPU work: it waits for, and holds, a CPU
             start = max(start, self._cores[0])
-            heapq.heapreplace(self._cores, start + nbytes * self._copy_s_per_byte)
-        done = start + nbytes / link.beta_bytes_per_s
+            heapq.heapreplace(self._cores, start + link.alpha_s + busy)
+        done = start + busy
         out[src] = inn[dst] = done
         if kind:
             self.bytes_between_nodes += nbytes

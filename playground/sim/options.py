@@ -7,7 +7,6 @@ override the default, the lecture's InfiniBand (`ib`). With `--topology NODESxPE
 inside and between nodes come from `--intra` and `--inter`.
 """
 
-import math
 import re
 from dataclasses import dataclass, replace
 
@@ -39,7 +38,6 @@ class SimSpec:
     inter: Link  # and between nodes (the same as intra without a topology)
     ranks_per_node: int | None  # None: one flat network (every link `inter`)
     cores: int | None
-    copy_bytes_per_s: float
     segment_bytes: int | None
     data: bool | None  # None: with data where small enough (driver.wants_data)
     crossover: bool
@@ -59,7 +57,6 @@ class SimSpec:
             self.intra,
             self.inter,
             self.gamma_bytes_per_s,
-            self.copy_bytes_per_s,
             self.cores,
         )
 
@@ -91,8 +88,8 @@ def _preset(flag: str, name: str) -> Link:
     return PRESETS[name]
 
 
-def _base_link(args) -> tuple[Link, str, bool]:
-    """(link, what the caption calls it, whether it is a calibration of this machine)."""
+def _base_link(args) -> tuple[Link, str]:
+    """(link, what the caption calls it)."""
     if args.model and args.link:
         raise ScenarioError("--model and --link: give one of them")
     if args.model:
@@ -100,9 +97,9 @@ def _base_link(args) -> tuple[Link, str, bool]:
             source = model_from_spec(args.model)
         except ValueError as e:
             raise ScenarioError(f"--model {args.model!r}: {e}") from None
-        return source.link, f"{source.kind} {source.name}", source.kind == "calibration"
+        return source.link, f"{source.kind} {source.name}"
     name = args.link or DEFAULT_LINK
-    return _preset("--link", name), f"preset {name}" + ("" if args.link else " (default)"), False
+    return _preset("--link", name), f"preset {name}" + ("" if args.link else " (default)")
 
 
 def _override(link: Link, args) -> tuple[Link, list[str]]:
@@ -119,7 +116,11 @@ def _override(link: Link, args) -> tuple[Link, list[str]]:
             changed[field] = parse(text)
         except ValueError:
             raise ScenarioError(f"{flag} {text!r}: expected {allowed}") from None
-    return replace(link, **changed), [f"{k} set" for k in changed]
+    return replace(link, **changed), [
+        f"--{flag} {getattr(args, flag)}"
+        for flag in ("alpha", "beta", "gamma")
+        if getattr(args, flag) is not None
+    ]
 
 
 def _topology(text: str) -> tuple[int, int]:
@@ -132,7 +133,7 @@ def _topology(text: str) -> tuple[int, int]:
 def resolve(args) -> SimSpec:
     """The validated simulation from parsed arguments; ScenarioError naming the flag otherwise."""
     collective = args.collective
-    base, source, calibrated = _base_link(args)
+    base, source = _base_link(args)
     link, overridden = _override(base, args)
     source += "".join(f", {o}" for o in overridden) + f": {link.describe()}"
     intra = inter = link
@@ -177,7 +178,6 @@ def resolve(args) -> SimSpec:
         raise ScenarioError(f"--cores {args.cores}: expected at least 1 CPU")
     if args.data and max(ranks) > 64:
         raise ScenarioError(f"--data: simulating with real bytes is for at most 64 ranks, got {max(ranks)}")
-    copy_rate = link.beta_bytes_per_s if (calibrated and args.cores) else math.inf
     return SimSpec(
         collective=collective,
         algorithms=algorithms,
@@ -187,7 +187,6 @@ def resolve(args) -> SimSpec:
         inter=inter,
         ranks_per_node=per_node,
         cores=args.cores,
-        copy_bytes_per_s=copy_rate,
         segment_bytes=segment,
         data=args.data,
         crossover=args.crossover,

@@ -83,10 +83,10 @@ def run_simulate(args) -> int:
         f"[bold]simulate {spec.collective}[/bold]: {_ranks_text(spec)} ranks, {spec.link_source} -> {run_dir}",
         highlight=False,
     )
-    points = [(n, a, s) for n in spec.ranks for a in spec.algorithms for s in spec.sizes]
     trace_dir = run_dir if len(spec.ranks) == 1 else None
-    rows, stats = [], {"messages": 0, "events": 0, "wall_s": 0.0}
+    stats = {"messages": 0, "events": 0, "wall_s": 0.0}
     t0 = time.perf_counter()
+    crossovers = {}
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -95,15 +95,22 @@ def run_simulate(args) -> int:
         console=err,
         transient=True,
     ) as progress:
-        task = progress.add_task("simulate", total=len(points))
-        for n, algorithm, size in points:
-            progress.update(task, description=f"{n} ranks {algorithm} {format_size(size)}")
-            rows.append(_point(spec, n, algorithm, size, trace_dir, stats))
-            progress.advance(task)
+        sweep = _Sweep(spec, trace_dir, stats, progress)
+        if spec.crossover:  # only the points a bisection needs: a ring of 1024 ranks costs as much at 8 B
+            from playground.sim.crossover import search
+
+            crossovers = search(sweep, spec)
+        else:
+            progress.update(sweep.task, total=len(spec.ranks) * len(spec.algorithms) * len(spec.sizes))
+            for n in spec.ranks:
+                for algorithm in spec.algorithms:
+                    for size in spec.sizes:
+                        sweep.row(n, algorithm, size)
+    rows = sweep.rows()
     stats["wall_s"] = time.perf_counter() - t0
     if args.measured:
         rows = add_measured(rows, load_measured(args.measured))
-    report = _report(spec, rows, stats, run_dir)
+    report = _report(spec, rows, stats, run_dir, crossovers)
     render_report(report, console)
     result = {
         "ok": report.ok,
@@ -124,7 +131,35 @@ def run_simulate(args) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: dict) -> dict:
+class _Sweep:
+    """The simulated points, each run once (`row`), under one progress bar that also counts the
+    messages of a long simulation as it runs."""
+
+    def __init__(self, spec: SimSpec, trace_dir, stats: dict, progress: Progress):
+        self.spec, self.trace_dir, self.stats, self.progress = spec, trace_dir, stats, progress
+        self.task = progress.add_task("simulate", total=None)
+        self._rows: dict[tuple[int, str, int], dict] = {}
+
+    def row(self, n: int, algorithm: str, size: int) -> dict:
+        key = (n, algorithm, size)
+        if key not in self._rows:
+            what = f"{n} ranks {algorithm} {format_size(size)}"
+            self.progress.update(self.task, description=what)
+
+            def running(engine) -> None:
+                self.progress.update(self.task, description=f"{what}: {engine.num_messages:,} messages")
+
+            self._rows[key] = _point(self.spec, n, algorithm, size, self.trace_dir, self.stats, running)
+            self.progress.advance(self.task)
+        return self._rows[key]
+
+    def rows(self) -> list[dict]:
+        """Every simulated row, by rank count, algorithm (as given) and size."""
+        order = {a: k for k, a in enumerate(self.spec.algorithms)}
+        return [self._rows[k] for k in sorted(self._rows, key=lambda k: (k[0], order[k[1]], k[2]))]
+
+
+def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: dict, running=None) -> dict:
     data = wants_data(n, size) if spec.data is None else spec.data
     row, world = simulate(
         spec.machine(n),
@@ -137,6 +172,7 @@ def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: d
         segment_bytes=spec.segment_bytes,
         trace_dir=trace_dir,
         trace_messages=n <= TRACE_MESSAGES_MAX_RANKS,
+        progress=running,
     )
     stats["events"] += world.engine.num_events
     stats["messages"] += world.engine.num_messages
@@ -145,7 +181,7 @@ def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: d
     return row
 
 
-def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path) -> Report:
+def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path, crossovers: dict) -> Report:
     failures = [
         f"{r['wrong']} wrong elements: {spec.collective} {r['algorithm']} {r['ranks']} ranks size {r['size']}"
         for r in rows
@@ -174,7 +210,7 @@ def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path) -> Repo
     if spec.crossover:
         from playground.sim.crossover import crossover_table, plot_crossover
 
-        table = crossover_table(spec, rows)
+        table = crossover_table(spec, crossovers)
         tables.append(table)
         files.append(plot_crossover(spec, table.rows, run_dir / "crossover.png"))
     return Report(ok=not failures, tables=tables, notes=notes, failures=failures, files=files)

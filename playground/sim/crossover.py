@@ -17,7 +17,33 @@ from playground.sizes import format_size
 OTHERS = ("tree", "hd", "rd")
 
 
-def crossover_table(spec, rows: list[dict]) -> Table:
+def search(sweep, spec) -> dict[tuple[int, str], int | None]:
+    """For each rank count and each of tree/hd/rd, the first swept size from which the ring is
+    faster, found by bisection over the sizes (the ring wins at large sizes, loses at small): a
+    handful of simulated points per rank count instead of the whole grid. Assumes one crossing."""
+    out = {}
+    sizes = list(spec.sizes)
+    for n in spec.ranks:
+        for other in (a for a in OTHERS if a in spec.algorithms and "ring" in spec.algorithms):
+
+            def ring_wins(i: int, n=n, other=other) -> bool:
+                return sweep.row(n, "ring", sizes[i])["time_us"] < sweep.row(n, other, sizes[i])["time_us"]
+
+            if not ring_wins(len(sizes) - 1):
+                out[(n, other)] = None
+                continue
+            lo, hi = 0, len(sizes) - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ring_wins(mid):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            out[(n, other)] = sizes[lo]
+    return out
+
+
+def crossover_table(spec, crossovers: dict) -> Table:
     others = [a for a in OTHERS if a in spec.algorithms] if "ring" in spec.algorithms else []
     out, columns = [], {"ranks": "ranks"}
     for other in others:
@@ -26,7 +52,7 @@ def crossover_table(spec, rows: list[dict]) -> Table:
     for n in spec.ranks:
         row = {"ranks": n}
         for other in others:
-            won = model.first_win(rows, n, other)
+            won = crossovers.get((n, other))
             s_star = model.crossover_bytes(spec, n, other)
             row[f"sim_{other}"] = format_size(won) if won is not None else "not in sweep"
             row[f"model_{other}"] = "never" if s_star is None else format_size(round(s_star))

@@ -54,6 +54,7 @@ def simulate(
     segment_bytes: int | None = None,
     trace_dir: Path | None = None,
     trace_messages: bool = True,
+    progress=None,
 ) -> tuple[dict, SimWorld]:
     """(nccl-tests row, the finished world) of one collective in virtual time."""
     n = machine.num_ranks
@@ -61,6 +62,7 @@ def simulate(
     count = input_count(collective, size_bytes, itemsize, n)
     reduce_op = ReduceOp.parse(op)
     world = SimWorld(machine, data=data)
+    world.engine.progress = progress
     expected: dict[int, np.ndarray | None] = {}  # one process: compute each expected output once
 
     def want(rank: int):

@@ -23,6 +23,8 @@ from greenlet import GreenletExit, getcurrent, greenlet
 
 from playground.errors import CommError
 
+PROGRESS_EVENTS = 1 << 16
+
 
 class SimDeadlock(CommError):
     """Every rank that has not finished waits for something no rank will do."""
@@ -57,6 +59,7 @@ class Engine:
         self.num_events = 0
         self.num_switches = 0
         self.num_messages = 0
+        self.progress = None  # progress(engine), called every PROGRESS_EVENTS events of a long run
 
     def post(self, t: float, action, arg) -> None:
         """Run action(arg) at virtual time `t` (>= every clock that can still act before it)."""
@@ -88,6 +91,8 @@ class Engine:
             t, _, action, arg = heapq.heappop(events)
             self.now = t
             self.num_events += 1
+            if not self.num_events % PROGRESS_EVENTS and self.progress is not None:
+                self.progress(self)
             nxt = action(arg)
             if nxt is None:
                 continue

@@ -49,23 +49,6 @@ def crossover_bytes(spec, num_ranks: int, other: str) -> float | None:
     a_other, b_other = affine(lambda s: model_time_s(spec, other, num_ranks, s))
     if a_ring <= a_other and b_ring <= b_other:
         return 0.0
-    if b_other <= b_ring:
+    if b_other <= b_ring * (1 + 1e-9):  # the same bytes per rank (hd): the ring never catches up
         return None
     return (a_ring - a_other) / (b_other - b_ring)
-
-
-def first_win(rows: list[dict], num_ranks: int, other: str) -> int | None:
-    """The smallest simulated size from which on the ring beats `other` at every larger size."""
-    times: dict[str, dict[int, float]] = {}
-    for r in rows:
-        if r["ranks"] == num_ranks:
-            times.setdefault(r["algorithm"], {})[r["size"]] = r["time_us"]
-    ring, them = times.get("ring", {}), times.get(other, {})
-    sizes = sorted(set(ring) & set(them))
-    win = None
-    for s in reversed(sizes):
-        if ring[s] < them[s]:
-            win = s
-        else:
-            break
-    return win

@@ -52,10 +52,12 @@ class Engine:
     def __init__(self, num_ranks: int):
         self.now = 0.0
         self.procs = [Proc(r) for r in range(num_ranks)]
-        self._events: list = []  # heap of (time_s, seq, action, arg); action(arg) -> Proc to run or None
+        self.events: list = []  # heap of (time_s, seq, action, arg); action(arg) -> Proc to run or None
+        # A running rank may act at its time t right away (no event) when not starting and no event
+        # is due before t: any event still to come is posted at the clock of a rank one wakes.
         self._seq = 0
         self._main = None
-        self._starting = True
+        self.starting = True
         self.num_events = 0
         self.num_switches = 0
         self.num_messages = 0
@@ -64,14 +66,7 @@ class Engine:
     def post(self, t: float, action, arg) -> None:
         """Run action(arg) at virtual time `t` (>= every clock that can still act before it)."""
         self._seq += 1
-        heapq.heappush(self._events, (t, self._seq, action, arg))
-
-    def at_frontier(self, t: float) -> bool:
-        """May an action of the running rank at its time `t` happen now? Yes once every rank has
-        started and no pending event is due before `t`: any event still to come is posted by a rank
-        that one of them wakes, at its time or later."""
-        events = self._events
-        return not self._starting and (not events or t <= events[0][0])
+        heapq.heappush(self.events, (t, self._seq, action, arg))
 
     def _resume(self, proc: Proc) -> Proc:
         return proc
@@ -83,10 +78,10 @@ class Engine:
     def block(self, me: Proc) -> None:
         """Stop `me` (the running rank) until an event hands it control back: run events in order
         and switch straight to the first rank one of them wakes (or return if that is `me`)."""
-        if self._starting:  # ranks still to start at time 0: nothing runs before they have
+        if self.starting:  # ranks still to start at time 0: nothing runs before they have
             self._main.switch()
             return
-        events = self._events
+        events = self.events
         while events:
             t, _, action, arg = heapq.heappop(events)
             self.now = t
@@ -113,8 +108,8 @@ class Engine:
             proc.glet.switch()
             if proc.error is not None:
                 break
-        self._starting = False
-        events = self._events
+        self.starting = False
+        events = self.events
         failed = next((p for p in self.procs if p.error is not None), None)
         while events and failed is None:  # ranks switch among themselves; back here when one ends
             t, _, action, arg = heapq.heappop(events)

@@ -32,33 +32,28 @@ NO_SEGMENTS = 1 << 62  # the simulator's default segment: whole messages (Thakur
 _U1 = np.dtype("u1")
 
 
-class _SentAt:
-    """A send's completion: when its last byte leaves the sender's port (known once the
-    transmission event has run)."""
-
-    __slots__ = ("engine", "proc", "t", "waiter")
-
-    def __init__(self, engine: Engine, proc: Proc):
-        self.engine, self.proc, self.t, self.waiter = engine, proc, None, None
-
-    @property
-    def done(self) -> bool:
-        return self.t is not None and self.t <= self.proc.t
-
-    def wait(self, timeout_s: float) -> bool:
-        if self.t is None:
-            self.waiter = self.proc
-            self.engine.block(self.proc)
-        if self.proc.t < self.t:
-            self.proc.t = self.t
-        return True
-
-
 class SimMessage(Message):
-    """A message in virtual time: `payload` is a copy of the array, or None when data-free."""
+    """A message in virtual time: `payload` is a copy of the array, or None when data-free. It is
+    also its own send's completion (`done`, `wait`): complete when its last byte has left the
+    sender's port, `sent_at`, known once its transmission event has run."""
 
-    __slots__ = ("world", "sender", "receiver", "nbytes", "arrival", "sent")
+    __slots__ = ("world", "sender", "receiver", "nbytes", "arrival", "sent_at", "waiter")
 
+    def __init__(
+        self, world, sender: Proc, receiver: Proc, tag: int, kind: str, dtype, shape, nbytes, payload
+    ):
+        self.src, self.tag, self.kind, self.dtype, self.shape, self.payload = (
+            sender.rank,
+            tag,
+            kind,
+            dtype,
+            shape,
+            payload,
+        )
+        self.world, self.sender, self.receiver, self.nbytes = world, sender, receiver, nbytes
+        self.arrival = self.sent_at = self.waiter = None
+
+    # -- as the receiver's message ---------------------------------------------------------
     def landed(self) -> None:
         receiver = self.receiver
         if receiver.t < self.arrival:
@@ -88,6 +83,20 @@ class SimMessage(Message):
     def release(self) -> None:
         self.landed()
 
+    # -- as the sender's completion --------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.sent_at is not None and self.sent_at <= self.sender.t
+
+    def wait(self, timeout_s: float) -> bool:
+        sender = self.sender
+        if self.sent_at is None:
+            self.waiter = sender
+            self.world.engine.block(sender)
+        if sender.t < self.sent_at:
+            sender.t = self.sent_at
+        return True
+
 
 class SimTransport:
     """One simulated rank's side of the world."""
@@ -100,34 +109,31 @@ class SimTransport:
         self.engine, self.procs = world.engine, world.engine.procs
         self.proc = self.procs[rank]
         self._transmit = world.transmit
+        self._data = world.data
 
-    def _post(self, dst: int, tag: int, kind: str, dtype, shape, nbytes: int, payload) -> _SentAt:
-        msg = SimMessage(self.rank, tag, kind, dtype, shape, payload)
-        msg.world, msg.sender, msg.receiver, msg.nbytes = self.world, self.proc, self.procs[dst], nbytes
-        msg.sent = _SentAt(self.engine, self.proc)
-        engine = self.engine
-        t = self.proc.t
-        if engine.at_frontier(t):  # nothing can happen before t any more: transmit right away
-            engine.now = t
+    def _post(self, dst: int, tag: int, kind: str, dtype, shape, nbytes: int, payload) -> SimMessage:
+        proc, engine = self.proc, self.engine
+        msg = SimMessage(self.world, proc, self.procs[dst], tag, kind, dtype, shape, nbytes, payload)
+        t = proc.t
+        events = engine.events
+        if not engine.starting and (not events or t <= events[0][0]):
+            engine.now = t  # nothing can happen before t any more: transmit right away
             woken = self._transmit(msg)
             if woken is not None:
                 engine.wake_later(woken)
         else:
             engine.post(t, self._transmit, msg)
-        return msg.sent
+        return msg
 
     def send(self, dst: int, tag: int, x: np.ndarray):
-        payload = x.copy() if self.world.data else None
-        return self._post(dst, tag, KIND_ARRAY, x.dtype, x.shape, x.nbytes, payload)
+        return self._post(dst, tag, KIND_ARRAY, x.dtype, x.shape, x.nbytes, x.copy() if self._data else None)
 
     def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing:
-        return Outgoing(dst, np.empty(count, dtype) if self.world.data else phantom(count, dtype))
+        return Outgoing(dst, np.empty(count, dtype) if self._data else phantom(count, dtype))
 
     def send_reserved(self, out: Outgoing, tag: int):
         x = out.array
-        return self._post(
-            out.dst, tag, KIND_ARRAY, x.dtype, x.shape, x.nbytes, x if self.world.data else None
-        )
+        return self._post(out.dst, tag, KIND_ARRAY, x.dtype, x.shape, x.nbytes, x if self._data else None)
 
     def send_obj(self, dst: int, tag: int, body: bytes):
         return self._post(dst, tag, KIND_OBJ, _U1, (), len(body), body)
@@ -165,19 +171,19 @@ class SimWorld:
         stamped with its arrival, complete the send; the rank to run next, if one was waiting."""
         engine = self.engine
         engine.num_messages += 1
-        done, msg.arrival = self.net.transmit(msg.src, msg.receiver.rank, msg.nbytes, engine.now)
-        sent = msg.sent
-        sent.t = done
         receiver = msg.receiver
+        msg.sent_at, msg.arrival = self.net.transmit(msg.src, receiver.rank, msg.nbytes, engine.now)
         receiver.inbox.append(msg)
-        woken = receiver if receiver.waiting else None
-        if sent.waiter is not None:  # the sender waits for this send to complete
-            waiter, sent.waiter = sent.waiter, None
+        woken = None
+        if receiver.waiting:
+            receiver.waiting = False  # woken once, even if more messages arrive before it runs
+            woken = receiver
+        waiter = msg.waiter
+        if waiter is not None:  # the sender waits for this send to complete
+            msg.waiter = None
             if woken is None:
                 return waiter
             engine.wake_later(waiter)
-        if woken is not None:
-            receiver.waiting = False  # woken once, even if more messages arrive before it runs
         return woken
 
     def compute(self, proc: Proc, seconds: float) -> None:

@@ -147,3 +147,34 @@ def test_sixty_four_ranks(runs_dir):
     assert result["ranks"] == 64 and len(result["rows"]) == 4
     assert all(row["wrong"] == 0 for row in result["rows"])
     assert len(list((runs_dir / "latest").glob("rank-*.jsonl"))) == 64
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["ipc", "shm"])
+def test_hierarchical_all_reduce_for_real(runs_dir, transport):
+    """`hier` on one host, ranks grouped into nodes of 3 by a parameter: reduce-scatter inside each
+    group, all-reduce across groups, all-gather inside; exact on every rank."""
+    code, result, out, err = run_scenario(
+        "ring",
+        runs_dir,
+        ranks=6,
+        transport=transport,
+        sets=[
+            "params.algorithm=[hier,ring]",
+            "params.ranks_per_node=3",
+            "params.sizes=[4,20,4KiB,1MiB]",
+            "params.iters=2",
+            "params.warmup=1",
+        ],
+    )
+    assert code == 0, out + err
+    assert [r["algorithm"] for r in result["rows"]] == ["hier"] * 4 + ["ring"] * 4
+    assert all(row["wrong"] == 0 for row in result["rows"])
+
+
+def test_hierarchical_needs_whole_nodes(runs_dir):
+    code, _, out, err = run_scenario(
+        "ring", runs_dir, ranks=8, sets=["params.algorithm=[hier]", "params.ranks_per_node=3"]
+    )
+    assert code == 2, out + err
+    assert "key 'params.ranks_per_node': must divide the 8 ranks into whole nodes, got 3" in err

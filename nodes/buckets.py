@@ -17,7 +17,7 @@ import numpy as np
 from playground.buckets import buckets_report
 from playground.buckets.architectures import gradient_elements
 from playground.buckets.bucketing import Bucket, schedules
-from playground.buckets.gradients import count_wrong, make_base, rank_gradient
+from playground.buckets.gradients import count_wrong_sums, make_base, rank_gradient
 from playground.buckets.pingpong import measure_alpha_beta
 from playground.collectives import allreduce
 from playground.errors import ParamError
@@ -97,7 +97,7 @@ def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Buck
             times_s.append(dt)
             sent_bytes = comm.bytes_sent - sent0
         wrong += sum(
-            count_wrong(out, view, comm.rank, comm.size) for out, view in zip(outs, views, strict=True)
+            count_wrong_sums(out, view, comm.rank, comm.size) for out, view in zip(outs, views, strict=True)
         )
         del outs
         comm.tracer.flush()

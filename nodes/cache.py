@@ -11,7 +11,7 @@ method and the differences.
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import ParamError
+from playground.errors import LabError, ParamError, ToolMissing
 from playground.memlab import cache_report, chase, lmbench
 from playground.report import Report
 from playground.sizes import Size, format_size
@@ -100,7 +100,7 @@ def main(comm, params: Params) -> dict:
                     max(1, params.lmbench_max_bytes // lmbench.MIB), params.slot_bytes
                 )
             out["lmbench"] = {"sizes_bytes": lm_sizes, "ns_per_load": lm_ns}
-        except (RuntimeError, OSError) as e:
+        except (ToolMissing, LabError, OSError) as e:  # lmbench is optional: noted, not fatal
             out["lmbench_error"] = str(e)
     return out
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import ParamError
+from playground.errors import LabError, ParamError
 from playground.kvcache import engine, metrics, report
 from playground.kvcache.client import KVClient
 from playground.kvcache.host import TAG_RESULT, ServerThread, collect, new_server
@@ -102,7 +102,9 @@ def _serve(comm, p: Params) -> dict:
     thread.server = new_server(p, p.policies[0])
     thread.start()
     if not thread.ready.wait(comm.timeout_s) or thread.error:
-        raise RuntimeError(f"kvcache server did not start on {bind}: {thread.error or 'timed out'}")
+        raise LabError(
+            f"kvcache server did not start on {bind}: {thread.error or 'timed out'}", step="kvcache server"
+        )
     comm.bcast_obj(thread.address)
     per_policy = []
     try:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from playground.concurrency import race_report
 from playground.concurrency.interleavings import describe, lecture_rows
 from playground.concurrency.timing import machine_note
-from playground.errors import ParamError
+from playground.errors import LabError, ParamError
 from playground.report import Report
 
 VARIANTS = ("no lock", "lock", "atomic (kernel O_APPEND)", "sharded")
@@ -110,7 +110,7 @@ def run_variant(variant: str, num_procs: int, n: int) -> dict:
         p.join()
     wall = time.perf_counter() - t0
     if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"{variant}: a process failed, exit codes {[p.exitcode for p in procs]}")
+        raise LabError(f"{variant}: a process failed, exit codes {[p.exitcode for p in procs]}", step=variant)
     if variant in ("no lock", "lock"):
         final = counter.value
     elif variant == "sharded":

@@ -108,9 +108,9 @@ class MessageMismatch(CommError):
     """A message arrived that does not fit what the receiver expected (kind, element count)."""
 
 
-class WireError(CommError):
+class WireError(CommError, ValueError):
     """A frame that is not a well-formed message of this protocol (truncated, garbage, from a
-    rank that is not in the run)."""
+    rank that is not in the run). A ValueError too: the wire decoders raised that before."""
 
 
 class FaultInjected(PlaygroundError):
@@ -119,3 +119,64 @@ class FaultInjected(PlaygroundError):
     def __init__(self, rank: int, after_ops: int):
         self.rank, self.after_ops = rank, after_ops
         super().__init__(f"rank {rank}: injected fault after {after_ops} operations")
+
+
+class UsageError(PlaygroundError, ValueError):
+    """A library function was given a value it does not take (an unknown name, a negative size,
+    lists of different lengths). Escaping a run it is a bug of the caller: input a user types is
+    checked first and reported as a ScenarioError or ParamError naming its key, often by catching
+    this one (a ValueError too, as these were before). `field` is the argument the message is
+    about, when it is about one; the message then starts with it."""
+
+    def __init__(self, message: str, *, field: str = ""):
+        self.field, self.message = field, message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class InvariantViolation(PlaygroundError, AssertionError):
+    """A model's `check_invariants` found its own state inconsistent: a bug in the model, never
+    bad input. An AssertionError too, so a test that checks invariants fails as on an assert."""
+
+
+class OutOfSpace(PlaygroundError, MemoryError, ValueError):
+    """An allocator model (KV-cache policies, the memory lab's allocators) has no room for a
+    request; nothing changed. The models are check-then-act, so this means a caller skipped
+    `can_*`. `need` is what was asked in `unit`s (blocks, slots, tokens, copies, units, pages),
+    `seq_id` the sequence that asked, if one did. A MemoryError (the KV-cache policies raised it)
+    and a ValueError (the memory lab's allocators did) too."""
+
+    def __init__(self, message: str, *, need: int, unit: str, seq_id: int | None = None):
+        self.need, self.unit, self.seq_id = need, unit, seq_id
+        super().__init__(message)
+
+
+class ToolMissing(PlaygroundError, RuntimeError):
+    """A program or compiled module a lab needs is not there (lmbench's lat_mem_rd, the native
+    module); the message says how to get it. `tool` names it. A RuntimeError too: callers that
+    make the tool optional catch that."""
+
+    def __init__(self, message: str, *, tool: str):
+        self.tool = tool
+        super().__init__(message)
+
+
+class LabError(PlaygroundError, RuntimeError):
+    """A step of a lab failed: a process, thread or tool it started did not do its job (exited
+    non-zero, raised, reported an error). `step` names what failed. A RuntimeError too, as
+    these were before."""
+
+    def __init__(self, message: str, *, step: str):
+        self.step = step
+        super().__init__(message)
+
+
+class WaitTimeout(PlaygroundError, TimeoutError):
+    """A wait for something that is not a rank's message ran out of time: a KV server's reply, a
+    child process, a helper thread, the next request of an idle server. `what` names what was
+    awaited and `waited_s` how long. Not a CommTimeout: that one is a rank's communication
+    operation, carries the peer rank the launcher reads to find the root cause, and says
+    "rank R: timed out ... waiting for"; here there is no peer rank. A TimeoutError too."""
+
+    def __init__(self, message: str, *, what: str, waited_s: float):
+        self.what, self.waited_s = what, waited_s
+        super().__init__(message)

@@ -1,6 +1,12 @@
-"""The one place that parses and formats byte sizes ("64KiB", "1MiB", 8)."""
+"""The one place that parses and formats byte sizes ("64KiB", "1MiB", 8).
+
+A value the parsers do not take raises UsageError, a ValueError: callers catch that and report it
+as a ParamError or ScenarioError naming the key or flag the value came from.
+"""
 
 import re
+
+from playground.errors import UsageError
 
 _UNITS = {
     "": 1,
@@ -27,23 +33,23 @@ class Size(int):
 
 
 def parse_size(value: int | str) -> int:
-    """Bytes from an int or a string with an optional unit suffix; ValueError otherwise."""
+    """Bytes from an int or a string with an optional unit suffix; UsageError otherwise."""
     if isinstance(value, bool):
-        raise ValueError(f"expected {ALLOWED_SIZE}, got {value!r}")
+        raise UsageError(f"expected {ALLOWED_SIZE}, got {value!r}")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"expected a non-negative size, got {value}")
+            raise UsageError(f"expected a non-negative size, got {value}")
         return value
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
     if not isinstance(value, str):
-        raise ValueError(f"expected {ALLOWED_SIZE}, got {value!r}")
+        raise UsageError(f"expected {ALLOWED_SIZE}, got {value!r}")
     m = _SIZE_RE.match(value)
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"expected {ALLOWED_SIZE}, got {value!r}")
+        raise UsageError(f"expected {ALLOWED_SIZE}, got {value!r}")
     number = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if not number.is_integer():
-        raise ValueError(f"size {value!r} is not a whole number of bytes")
+        raise UsageError(f"size {value!r} is not a whole number of bytes")
     return int(number)
 
 
@@ -51,12 +57,12 @@ def parse_size_range(text: str, step: int = 2) -> list[int]:
     """'8..64MiB' -> 8, 16, ..., 64MiB (times `step` each time, as nccl-tests -b/-e/-f); '8,1KiB' ->
     that list."""
     if step < 2:
-        raise ValueError(f"the step between sizes must be at least 2, got {step}")
+        raise UsageError(f"the step between sizes must be at least 2, got {step}")
     if ".." in text:
         lo_s, hi_s = text.split("..", 1)
         lo, hi = parse_size(lo_s), parse_size(hi_s)
         if lo <= 0 or hi < lo:
-            raise ValueError(f"size range {text!r} needs 0 < start <= end")
+            raise UsageError(f"size range {text!r} needs 0 < start <= end")
         out, s = [], lo
         while s <= hi:
             out.append(s)
@@ -81,29 +87,29 @@ ALLOWED_RATE = "a rate such as 50GB/s, 12.5GiB/s, 900GB/s, 100Gbit, 1gbit, 100mb
 
 
 def parse_duration(value: float | int | str) -> float:
-    """Seconds from a number (seconds) or a string with ns/us/ms/s; ValueError otherwise."""
+    """Seconds from a number (seconds) or a string with ns/us/ms/s; UsageError otherwise."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
     else:
         m = _NUMBER_UNIT_RE.match(str(value))
         unit = m.group(2).lower() if m else None
         if unit not in _PER_SECOND:
-            raise ValueError(f"expected {ALLOWED_DURATION}, got {value!r}")
+            raise UsageError(f"expected {ALLOWED_DURATION}, got {value!r}")
         seconds = float(m.group(1)) / _PER_SECOND[unit]
     if not seconds >= 0:
-        raise ValueError(f"expected a time >= 0, got {value!r}")
+        raise UsageError(f"expected a time >= 0, got {value!r}")
     return seconds
 
 
 def parse_rate(value: float | int | str) -> float:
     """Bytes per second from a number (bytes/s) or a string: GB/s, GiB/s, MB/s (bytes, 1000s and
-    1024s) or gbit, mbit, kbit, bit (bits, 1000s: what `tc` and link speeds say); ValueError otherwise."""
+    1024s) or gbit, mbit, kbit, bit (bits, 1000s: what `tc` and link speeds say); UsageError otherwise."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         rate = float(value)
     else:
         m = _NUMBER_UNIT_RE.match(str(value))
         if not m:
-            raise ValueError(f"expected {ALLOWED_RATE}, got {value!r}")
+            raise UsageError(f"expected {ALLOWED_RATE}, got {value!r}")
         number, unit = float(m.group(1)), m.group(2).lower().removesuffix("/s").removesuffix("ps")
         if unit.endswith("bit"):
             scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}.get(unit[:-3])
@@ -112,9 +118,9 @@ def parse_rate(value: float | int | str) -> float:
             scale = _UNITS.get(unit)
             rate = None if scale is None else number * scale
         if rate is None:
-            raise ValueError(f"expected {ALLOWED_RATE}, got {value!r}")
+            raise UsageError(f"expected {ALLOWED_RATE}, got {value!r}")
     if not rate > 0:
-        raise ValueError(f"expected a rate > 0, got {value!r}")
+        raise UsageError(f"expected a rate > 0, got {value!r}")
     return rate
 
 

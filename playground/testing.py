@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from playground.errors import WaitTimeout
+
 # `-P`: the current directory must not shadow the package the tests imported (in a checkout after
 # `pip install .`, ./playground has no compiled native module; the installed one does).
 PLAYGROUND = [sys.executable, "-P", "-m", "playground"]
@@ -38,8 +40,10 @@ def run_cli(
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
-        raise AssertionError(
-            f"`playground {' '.join(args)}` did not finish in {timeout_s}s\n{out}\n{err}"
+        raise WaitTimeout(
+            f"`playground {' '.join(args)}` did not finish in {timeout_s}s\n{out}\n{err}",
+            what=f"`playground {' '.join(args)}`",
+            waited_s=timeout_s,
         ) from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 

@@ -12,7 +12,7 @@ from playground.buckets.bucketing import (
     per_tensor,
     single_bucket,
 )
-from playground.buckets.gradients import count_wrong, make_base, rank_gradient, sum_factor
+from playground.buckets.gradients import count_wrong_sums, make_base, rank_gradient, sum_factor
 
 
 def contents(buckets):
@@ -135,16 +135,16 @@ def test_gradients_sum_exactly_in_any_order():
         backward += g
     assert np.array_equal(forward, backward)
     for r in range(num_ranks):
-        assert count_wrong(forward, grads[r], r, num_ranks) == 0
+        assert count_wrong_sums(forward, grads[r], r, num_ranks) == 0
     assert sum_factor(num_ranks) == 28
 
 
-def test_count_wrong_sees_a_missing_or_swapped_contribution():
+def test_count_wrong_sums_sees_a_missing_or_swapped_contribution():
     base = make_base(1000, seed=1)
     grads = [rank_gradient(base, r) for r in range(3)]
-    assert count_wrong(grads[0] + grads[1], grads[0], 0, 3) == 1000
+    assert count_wrong_sums(grads[0] + grads[1], grads[0], 0, 3) == 1000
     total = grads[0] + grads[1] + grads[2]
     swapped = total.copy()
     swapped[[10, 20]] = swapped[[20, 10]]
-    assert count_wrong(swapped, grads[2], 2, 3) == int(base[10] != base[20]) * 2
-    assert count_wrong(total[:5], grads[0], 0, 3) == 1000
+    assert count_wrong_sums(swapped, grads[2], 2, 3) == int(base[10] != base[20]) * 2
+    assert count_wrong_sums(total[:5], grads[0], 0, 3) == 1000

@@ -24,7 +24,7 @@ import numpy as np
 from playground.collectives.check import COLLECTIVES, ROOT, busbw_factor, expected_output, pattern
 from playground.collectives.ops import ReduceOp
 from playground.collectives.report import build_row
-from playground.errors import ScenarioError
+from playground.errors import ScenarioError, UsageError
 
 OPS = ("sum", "max", "min")
 DTYPES = ("float32", "float64", "int32", "int64")
@@ -112,7 +112,7 @@ def layouts(collective: str, sizes: list[int], nranks: int, dtype: str) -> list[
 def bus_factor(collective: str, nranks: int) -> float:
     """busbw / algbw, as nccl-tests defines it (the share of the data each link must carry)."""
     if collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
+        raise UsageError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
     return busbw_factor(collective, nranks)
 
 
@@ -139,6 +139,6 @@ def combine(
         ]
         missing = [rank for rank, rec in enumerate(recs) if rec is None]
         if missing:
-            raise ValueError(f"ranks {missing} reported nothing for size {lay.size_bytes}")
+            raise UsageError(f"ranks {missing} reported nothing for size {lay.size_bytes}")
         rows.append(build_row(lay.collective, recs, lay.size_bytes, lay.count, dtype, op, algorithm))
     return rows

@@ -15,6 +15,7 @@ import numpy as np
 
 from playground.baselines import common
 from playground.baselines.measure import Call, measure, parse_worker_args, record_error
+from playground.errors import UsageError
 
 
 class GlooBackend:
@@ -55,7 +56,7 @@ class GlooBackend:
                 out_np if self.rank == common.ROOT else None
             )  # elsewhere the buffer holds nothing defined
             return Call(reset, lambda: dist.reduce(out, dst=common.ROOT, op=red), lambda: root_out)
-        raise ValueError(f"unknown collective {c!r}")
+        raise UsageError(f"unknown collective {c!r}")
 
     def close(self) -> None:
         self.dist.destroy_process_group()

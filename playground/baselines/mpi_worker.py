@@ -12,6 +12,7 @@ import numpy as np
 
 from playground.baselines import common
 from playground.baselines.measure import Call, measure, parse_worker_args, record_error
+from playground.errors import UsageError
 
 
 class MPIBackend:
@@ -44,7 +45,7 @@ class MPIBackend:
         if c == "broadcast":
             # in place: restore each rank's own input so a broadcast that did nothing is caught
             return Call(lambda: np.copyto(out, inp), lambda: comm.Bcast(out, root=common.ROOT), lambda: out)
-        raise ValueError(f"unknown collective {c!r}")
+        raise UsageError(f"unknown collective {c!r}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from playground.errors import UsageError
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -94,7 +96,9 @@ def lecture_parameters(
 ) -> list[TensorSpec]:
     """The lecture's section 5.3 example: 1000 gradients of 100 KB each (100 MB in all)."""
     if tensor_bytes % itemsize:
-        raise ValueError(f"tensor_bytes: {tensor_bytes} is not a whole number of {itemsize}-byte elements")
+        raise UsageError(
+            f"{tensor_bytes} is not a whole number of {itemsize}-byte elements", field="tensor_bytes"
+        )
     return [TensorSpec(f"grad{i}", (tensor_bytes // itemsize,)) for i in range(num_tensors)]
 
 
@@ -108,7 +112,7 @@ ARCHITECTURES: dict[str, Callable[[], list[TensorSpec]]] = {
 def backward_order(name: str) -> list[TensorSpec]:
     """Gradients of architecture `name` in the order backward produces them (last layer first)."""
     if name not in ARCHITECTURES:
-        raise ValueError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
+        raise UsageError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
     return list(reversed(ARCHITECTURES[name]()))
 
 

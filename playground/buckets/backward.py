@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from playground.buckets.compute import Burner
-from playground.buckets.gradients import count_wrong
+from playground.buckets.gradients import count_wrong_sums
 from playground.collectives import allreduce
 
 MODES = ("serial", "overlap")
@@ -65,7 +65,7 @@ def run_step(comm, mode: str, s, it: int, ctx: dict) -> dict:
                     out = allreduce(comm, views[b.index], algorithm=ctx["algorithm"])
                 outs[b.index] = (out, time.perf_counter() - m0)
     step_s = time.perf_counter() - t0
-    wrong = sum(count_wrong(outs[b.index][0], views[b.index], comm.rank, comm.size) for b in buckets)
+    wrong = sum(count_wrong_sums(outs[b.index][0], views[b.index], comm.rank, comm.size) for b in buckets)
     tracer.flush()
     return {
         "step_s": step_s,

@@ -21,6 +21,8 @@ Rules here (`assign_buckets`):
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from playground.errors import UsageError
+
 MIB = 1024 * 1024
 DDP_BUCKET_CAP_BYTES = 25 * MIB
 DDP_FIRST_BUCKET_BYTES = 1 * MIB
@@ -50,12 +52,12 @@ def assign_buckets(
 ) -> list[Bucket]:
     """Buckets of consecutive tensors, each at most its cap unless it holds one larger tensor."""
     if cap_bytes < 0:
-        raise ValueError(f"cap_bytes: must be >= 0, got {cap_bytes}")
+        raise UsageError(f"must be >= 0, got {cap_bytes}", field="cap_bytes")
     if first_cap_bytes is not None and first_cap_bytes < 0:
-        raise ValueError(f"first_cap_bytes: must be >= 0, got {first_cap_bytes}")
+        raise UsageError(f"must be >= 0, got {first_cap_bytes}", field="first_cap_bytes")
     for i, n in enumerate(tensor_bytes):
         if n < 0:
-            raise ValueError(f"tensor_bytes[{i}]: must be >= 0, got {n}")
+            raise UsageError(f"must be >= 0, got {n}", field=f"tensor_bytes[{i}]")
     buckets: list[Bucket] = []
     first, size = 0, 0
 

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from playground.collectives import allreduce
+from playground.errors import WaitTimeout
 
 
 class CommThread:
@@ -62,9 +63,11 @@ class CommThread:
             try:
                 bucket, out, dt = self.done.get(timeout=max(0.0, left))
             except queue.Empty:
-                raise TimeoutError(
+                raise WaitTimeout(
                     f"rank {self.comm.rank}: communication thread finished {len(results)} of "
-                    f"{num_buckets} buckets in {timeout_s:.0f}s"
+                    f"{num_buckets} buckets in {timeout_s:.0f}s",
+                    what="the communication thread's buckets",
+                    waited_s=timeout_s,
                 ) from None
             if isinstance(out, BaseException):
                 raise out

@@ -30,8 +30,9 @@ def sum_factor(num_ranks: int) -> int:
     return num_ranks * (num_ranks + 1) // 2
 
 
-def count_wrong(result: np.ndarray, own_gradient: np.ndarray, rank: int, num_ranks: int) -> int:
-    """Elements of an all-reduced `result` that differ from numpy's exact sum.
+def count_wrong_sums(result: np.ndarray, own_gradient: np.ndarray, rank: int, num_ranks: int) -> int:
+    """Elements of an all-reduced `result` that differ from numpy's exact sum of every rank's
+    gradient (unlike `collectives.check.count_wrong`, which compares with a given expected array).
 
     The expected value is rebuilt from this rank's own gradient (own / (rank+1) is exactly the
     base), so the check needs no copy of the base and no data from other ranks.

@@ -17,12 +17,14 @@ Measures of one step (all in seconds):
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from playground.errors import UsageError
+
 
 def pipeline_step_s(compute_s: Sequence[float], comm_s: Sequence[float]) -> float:
     """Step time when bucket b's all-reduce (comm_s[b]) starts as soon as both its gradients
     (after compute_s[0..b]) and the previous all-reduce are done. One communication stream."""
     if len(compute_s) != len(comm_s):
-        raise ValueError(f"got {len(compute_s)} compute times but {len(comm_s)} communication times")
+        raise UsageError(f"got {len(compute_s)} compute times but {len(comm_s)} communication times")
     ready = 0.0
     comm_end = 0.0
     for c, m in zip(compute_s, comm_s, strict=True):

@@ -14,6 +14,7 @@ from playground.collectives.ops import ReduceOp
 from playground.collectives.recursive_doubling import allreduce_recursive_doubling
 from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
 from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
+from playground.errors import UsageError
 
 ALLREDUCE_ALGORITHMS = {
     "ring": allreduce_ring,
@@ -64,7 +65,7 @@ def allreduce(
     try:
         fn = ALLREDUCE_ALGORITHMS[algorithm]
     except KeyError:
-        raise ValueError(
+        raise UsageError(
             f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
         ) from None
     extra = {"ranks_per_node": ranks_per_node} if algorithm == "hier" else {}
@@ -121,7 +122,7 @@ def run_collective(
     if collective == "allreduce":
         return allreduce(comm, x, op, algorithm, segment_bytes, inplace, ranks_per_node)
     if inplace:
-        raise ValueError(f"{collective}: only allreduce works in place")
+        raise UsageError(f"{collective}: only allreduce works in place")
     if collective == "allgather":
         return allgather(comm, x, segment_bytes)
     if collective == "reduce_scatter":
@@ -130,4 +131,4 @@ def run_collective(
         return broadcast(comm, x, 0, segment_bytes)
     if collective == "reduce":
         return reduce(comm, x, op, 0, segment_bytes)
-    raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(ALGORITHMS)}")
+    raise UsageError(f"unknown collective {collective!r}; allowed: {', '.join(ALGORITHMS)}")

@@ -9,6 +9,7 @@ import numpy as np
 
 from playground.collectives.chunks import chunk_bounds
 from playground.collectives.ops import ReduceOp
+from playground.errors import UsageError
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
 ROOT = 0
@@ -62,7 +63,7 @@ def expected_output(
         return pattern(ROOT, count, dtype)
     if collective == "reduce":
         return expected_result(n, count, dtype, op) if rank == ROOT else None
-    raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
+    raise UsageError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
 
 
 def count_wrong(got: np.ndarray | None, want: np.ndarray | None) -> int:

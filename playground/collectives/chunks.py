@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from playground.errors import UsageError
+
 DEFAULT_SEGMENT_BYTES = 1 << 20
 
 
@@ -66,7 +68,7 @@ def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
     if is_phantom(x):
         return x
     if not (isinstance(x, np.ndarray) and x.flags.c_contiguous and x.flags.writeable):
-        raise ValueError("in-place all-reduce needs a writable C-contiguous numpy array")
+        raise UsageError("in-place all-reduce needs a writable C-contiguous numpy array")
     return x.reshape(-1)
 
 

@@ -4,6 +4,8 @@ import enum
 
 import numpy as np
 
+from playground.errors import UsageError
+
 
 class ReduceOp(enum.Enum):
     SUM = "sum"
@@ -22,7 +24,7 @@ class ReduceOp(enum.Enum):
         try:
             return cls(str(value).lower())
         except ValueError:
-            raise ValueError(
+            raise UsageError(
                 f"unknown reduce op {value!r}; allowed: {', '.join(o.value for o in cls)}"
             ) from None
 

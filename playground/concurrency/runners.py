@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from playground.errors import LabError
+
 
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -42,7 +44,7 @@ def run_threads(target: Callable, args_list: Sequence[tuple]) -> tuple[float, fl
 
 
 def run_processes(target: Callable, args_list: Sequence[tuple]) -> tuple[float, float]:
-    """(wall s, CPU s) of running each args in its own forked process; RuntimeError if one fails."""
+    """(wall s, CPU s) of running each args in its own forked process; LabError if one fails."""
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=target, args=a) for a in args_list]
     c0, t0 = cpu_s(), time.perf_counter()
@@ -52,5 +54,7 @@ def run_processes(target: Callable, args_list: Sequence[tuple]) -> tuple[float, 
         p.join()
     wall = time.perf_counter() - t0
     if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"a worker process failed: exit codes {[p.exitcode for p in procs]}")
+        raise LabError(
+            f"a worker process failed: exit codes {[p.exitcode for p in procs]}", step="a worker process"
+        )
     return wall, cpu_s() - c0

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from playground.errors import InvariantViolation, OutOfSpace, UsageError
+
 
 @dataclass(frozen=True)
 class Copy:
@@ -56,7 +58,7 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = False):
         if num_blocks < 1 or block_size < 1:
-            raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
+            raise UsageError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.capacity_slots = num_blocks * block_size
@@ -172,11 +174,10 @@ class BlockManager:
         """Give `seq_id` the blocks for a prompt of `num_tokens`; returns how many leading tokens
         were found in the prefix cache (their KV is already in the pool and must not be rewritten)."""
         if seq_id in self.block_tables:
-            raise ValueError(f"sequence {seq_id} already exists")
+            raise UsageError(f"sequence {seq_id} already exists")
         if not self.can_allocate(num_tokens, tokens):
-            raise MemoryError(
-                f"need {self.blocks_needed(num_tokens, tokens)} blocks, {self.num_free_blocks} free"
-            )
+            need = self.blocks_needed(num_tokens, tokens)
+            raise OutOfSpace(f"need {need} blocks, {self.num_free_blocks} free", need=need, unit="blocks")
         table: list[int] = []
         hits = self._cache_keys(tokens)
         for key in hits:
@@ -235,7 +236,7 @@ class BlockManager:
         table = self.block_tables[seq_id]
         for child in child_ids:
             if child in self.block_tables:
-                raise ValueError(f"sequence {child} already exists")
+                raise UsageError(f"sequence {child} already exists")
             for block_id in table:
                 self._share(self.blocks[block_id])
             self.block_tables[child] = list(table)
@@ -273,28 +274,30 @@ class BlockManager:
         }
 
     def check_invariants(self) -> None:
-        """Raise AssertionError naming the first broken invariant (tests call this after every op)."""
+        """Raise InvariantViolation naming the first broken invariant (tests call this after every op)."""
         refs = [0] * self.num_blocks
         for seq_id, table in self.block_tables.items():
             expect = cdiv(self.seq_lens[seq_id], self.block_size)
             if len(table) != expect:
-                raise AssertionError(f"seq {seq_id}: {len(table)} blocks for {self.seq_lens[seq_id]} tokens")
+                raise InvariantViolation(
+                    f"seq {seq_id}: {len(table)} blocks for {self.seq_lens[seq_id]} tokens"
+                )
             for block_id in table:
                 refs[block_id] += 1
         for block in self.blocks:
             if block.ref_count != refs[block.block_id]:
-                raise AssertionError(f"{block!r}: {refs[block.block_id]} block-table entries point at it")
+                raise InvariantViolation(f"{block!r}: {refs[block.block_id]} block-table entries point at it")
         free = set(self.free_block_ids)
         if len(free) != len(self.free_block_ids):
-            raise AssertionError("a block is on the free list twice")
+            raise InvariantViolation("a block is on the free list twice")
         used = sum(1 for b in self.blocks if b.ref_count > 0)
         if used + len(free) != self.num_blocks or any(self.blocks[i].ref_count for i in free):
-            raise AssertionError(f"free {len(free)} + used {used} != capacity {self.num_blocks}")
+            raise InvariantViolation(f"free {len(free)} + used {used} != capacity {self.num_blocks}")
         used_blocks = [b for b in self.blocks if b.ref_count > 0]
         if self.num_used_slots != sum(b.num_tokens for b in used_blocks):
-            raise AssertionError(f"used-slot counter {self.num_used_slots} is off")
+            raise InvariantViolation(f"used-slot counter {self.num_used_slots} is off")
         if self.num_shared_blocks != sum(1 for b in used_blocks if b.ref_count > 1):
-            raise AssertionError(f"shared-block counter {self.num_shared_blocks} is off")
+            raise InvariantViolation(f"shared-block counter {self.num_shared_blocks} is off")
         for key, block_id in self.cached_blocks.items():
             if self.blocks[block_id].cache_key != key or self.blocks[block_id].ref_count == 0:
-                raise AssertionError(f"prefix cache entry points at {self.blocks[block_id]!r}")
+                raise InvariantViolation(f"prefix cache entry points at {self.blocks[block_id]!r}")

@@ -6,14 +6,19 @@ from collections import defaultdict
 import numpy as np
 import zmq
 
-from playground.errors import PlaygroundError
+from playground.errors import MessageMismatch, PlaygroundError, WaitTimeout
 from playground.kvcache import protocol as P
 
 
 class KVServerError(PlaygroundError):
-    def __init__(self, header: dict):
-        self.code, self.header = header.get("error"), header
-        super().__init__(f"{header.get('error')}: {header.get('message')}")
+    """The server answered a request with an error reply. `code` is its error code (one of
+    protocol.ERROR_CODES), `header` the whole reply; `op`, when given, is the refused request's
+    op, and the message then says "<op> refused: <message>" instead of "<code>: <message>"."""
+
+    def __init__(self, header: dict, op: str = ""):
+        self.code, self.header, self.op = header.get("error"), header, op
+        what = f"{op} refused" if op else header.get("error")
+        super().__init__(f"{what}: {header.get('message')}")
 
 
 class KVClient:
@@ -36,15 +41,17 @@ class KVClient:
         t0 = time.perf_counter_ns()
         self.sock.send_multipart(P.encode_request(op, kv, id=self.next_id, **fields), copy=False)
         if not self.sock.poll(int(self.timeout_s * 1000)):
-            raise TimeoutError(
-                f"kvcache client: no reply to {op!r} from {self.address} in {self.timeout_s:.1f}s"
+            raise WaitTimeout(
+                f"kvcache client: no reply to {op!r} from {self.address} in {self.timeout_s:.1f}s",
+                what=f"the reply to {op!r} from {self.address}",
+                waited_s=self.timeout_s,
             )
         frames = self.sock.recv_multipart(copy=False)
         self.latencies_us[op].append((time.perf_counter_ns() - t0) / 1000)
         header, out = P.decode_reply([f.buffer for f in frames], self.width)
         if header.get("id") != self.next_id:
-            raise RuntimeError(
-                f"kvcache client: reply id {header.get('id')} for request {self.next_id} ({op})"
+            raise MessageMismatch(
+                f"kvcache client: reply id {header.get('id')} for request {self.next_id} ({op})", op=op
             )
         return header, out
 

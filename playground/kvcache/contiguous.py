@@ -21,6 +21,7 @@ import copy
 
 import numpy as np
 
+from playground.errors import InvariantViolation, OutOfSpace, UsageError
 from playground.kvcache.block_manager import Copy
 from playground.memlab.allocation import ContiguousAllocator as FirstFit
 
@@ -35,7 +36,7 @@ class ContiguousAllocator:
         block_size: int = 16,
     ):
         if capacity_slots < 1:
-            raise ValueError(f"capacity_slots must be >= 1, got {capacity_slots}")
+            raise UsageError(f"capacity_slots must be >= 1, got {capacity_slots}")
         self.name = "reserve_max" if reserve_max else "contiguous"
         self.capacity_slots = capacity_slots
         self.reserve_max = reserve_max
@@ -136,11 +137,11 @@ class ContiguousAllocator:
     # -- actions ---------------------------------------------------------------------------
     def allocate(self, seq_id: int, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> int:
         if seq_id in self.runs:
-            raise ValueError(f"sequence {seq_id} already exists")
+            raise UsageError(f"sequence {seq_id} already exists")
         reserved = self._reservation(num_tokens, max_new_tokens)
         start = self.space.first_fit(reserved)
         if start is None:
-            raise MemoryError(f"no hole of {reserved} slots")
+            raise OutOfSpace(f"no hole of {reserved} slots", need=reserved, unit="slots")
         self.space.place(seq_id, start, reserved)
         self.seq_lens[seq_id] = num_tokens
         return 0
@@ -148,7 +149,12 @@ class ContiguousAllocator:
     def append(self, seq_id: int, num_tokens: int) -> list[Copy]:
         plan = self._plan_append(seq_id, num_tokens)
         if plan is None:
-            raise MemoryError(f"sequence {seq_id}: no room for {num_tokens} more tokens")
+            raise OutOfSpace(
+                f"sequence {seq_id}: no room for {num_tokens} more tokens",
+                need=num_tokens,
+                unit="tokens",
+                seq_id=seq_id,
+            )
         return self._apply(seq_id, num_tokens, plan)
 
     def _apply(self, seq_id: int, num_tokens: int, plan: tuple[str, int, int]) -> list[Copy]:
@@ -168,12 +174,17 @@ class ContiguousAllocator:
 
     def fork(self, seq_id: int, child_ids: list[int]) -> list[Copy]:
         if not self.can_fork(seq_id, len(child_ids)):
-            raise MemoryError(f"no room to copy sequence {seq_id} {len(child_ids)} times")
+            raise OutOfSpace(
+                f"no room to copy sequence {seq_id} {len(child_ids)} times",
+                need=len(child_ids),
+                unit="copies",
+                seq_id=seq_id,
+            )
         start, reserved = self.runs[seq_id]
         copies = []
         for child in child_ids:
             if child in self.runs:
-                raise ValueError(f"sequence {child} already exists")
+                raise UsageError(f"sequence {child} already exists")
             new_start = self.space.first_fit(reserved)
             self.space.place(child, new_start, reserved)
             self.seq_lens[child] = self.seq_lens[seq_id]
@@ -212,9 +223,9 @@ class ContiguousAllocator:
         self.space.check_invariants()
         for seq, (_, reserved) in self.runs.items():
             if self.seq_lens[seq] > reserved:
-                raise AssertionError(f"seq {seq}: {self.seq_lens[seq]} tokens in a run of {reserved}")
+                raise InvariantViolation(f"seq {seq}: {self.seq_lens[seq]} tokens in a run of {reserved}")
         if set(self.seq_lens) != set(self.runs):
-            raise AssertionError("sequence lengths out of step with the runs")
+            raise InvariantViolation("sequence lengths out of step with the runs")
         stats = self.stats()
         if stats["free_slots"] + stats["allocated_slots"] != self.capacity_slots:
-            raise AssertionError("free + allocated != capacity")
+            raise InvariantViolation("free + allocated != capacity")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from playground.kvcache import protocol as P
-from playground.kvcache.client import KVClient
+from playground.kvcache.client import KVClient, KVServerError
 from playground.kvcache.workloads import (
     EXERCISE10,
     SECTION45,
@@ -85,7 +85,7 @@ def replay(
                 free_slots = header["free_slots"]
                 continue
             if header["error"] != P.OUT_OF_MEMORY:
-                raise RuntimeError(f"create refused: {header['message']}")
+                raise KVServerError(header, op="create")
             now = time.monotonic()
             if not job.waited:
                 job.waited, job.first_refused_s = True, now
@@ -108,7 +108,7 @@ def replay(
         header, _ = client.call("append", kv, seq_ids=list(steps), num_tokens=list(steps.values()))
         if not header["ok"]:
             if header["error"] != P.OUT_OF_MEMORY:
-                raise RuntimeError(f"append refused: {header['message']}")
+                raise KVServerError(header, op="append")
             victims, room = [], 0  # newest first, until what they free covers this step's tokens
             for victim in reversed(running):
                 victims.append(victim)

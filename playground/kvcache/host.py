@@ -11,7 +11,7 @@ import time
 
 import zmq
 
-from playground.errors import CommTimeout
+from playground.errors import CommTimeout, LabError
 from playground.kvcache.server import Server, serve
 
 TAG_RESULT = 41
@@ -82,7 +82,7 @@ def collect(comm, srv: Server, p, policy: str, thread: ServerThread) -> dict:
             except CommTimeout:
                 pass
         if thread.error:
-            raise RuntimeError(f"kvcache server thread failed: {thread.error}")
+            raise LabError(f"kvcache server thread failed: {thread.error}", step="kvcache server thread")
         if srv.num_ops != last_ops:
             last_ops, last_change = srv.num_ops, time.monotonic()
         elif time.monotonic() - last_change > comm.timeout_s:

@@ -7,6 +7,7 @@ slots so the three policies get exactly the same memory.
 
 from typing import Literal
 
+from playground.errors import UsageError
 from playground.kvcache.block_manager import BlockManager, cdiv
 from playground.kvcache.contiguous import ContiguousAllocator
 
@@ -31,7 +32,7 @@ def make_policy(
         return ContiguousAllocator(
             capacity_tokens, reserve_max=True, max_new_tokens=max_new_tokens, block_size=block_size
         )
-    raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")
+    raise UsageError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")
 
 
 def pages(slots: int, block_size: int) -> int:

@@ -28,7 +28,16 @@ UNKNOWN_OP = "unknown_op"
 UNKNOWN_SEQUENCE = "unknown_sequence"
 BAD_KV_SHAPE = "bad_kv_shape"  # KV frame missing or not num_tokens x width float32
 OUT_OF_MEMORY = "out_of_memory"  # refused, nothing changed; may fit later (see fits_when_empty)
-ERROR_CODES = (BAD_FRAME, BAD_REQUEST, UNKNOWN_OP, UNKNOWN_SEQUENCE, BAD_KV_SHAPE, OUT_OF_MEMORY)
+INTERNAL_ERROR = "internal_error"  # the server raised while handling it (a bug); it goes on serving
+ERROR_CODES = (
+    BAD_FRAME,
+    BAD_REQUEST,
+    UNKNOWN_OP,
+    UNKNOWN_SEQUENCE,
+    BAD_KV_SHAPE,
+    OUT_OF_MEMORY,
+    INTERNAL_ERROR,
+)
 
 
 class ProtocolError(PlaygroundError):

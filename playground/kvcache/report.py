@@ -9,6 +9,7 @@ the server reports equal the lecture's (28 vs 10, 600 vs 166 at block size 16).
 from pathlib import Path
 
 from playground.kvcache import metrics
+from playground.kvcache import protocol as P
 from playground.kvcache.workloads import EXERCISE10, SECTION45
 from playground.report import Report, Table
 
@@ -20,8 +21,8 @@ def _leak_failures(pol: dict) -> list[str]:
             f"{pol['policy']}: {st['live_seqs']} sequences / {st['allocated_slots']} slots still held "
             f"after every client freed its sequences"
         )
-    if st["errors"].get("internal_error"):
-        out.append(f"{pol['policy']}: {st['errors']['internal_error']} internal errors in the server")
+    if st["errors"].get(P.INTERNAL_ERROR):
+        out.append(f"{pol['policy']}: {st['errors'][P.INTERNAL_ERROR]} internal errors in the server")
     return out
 
 

@@ -263,8 +263,8 @@ def serve(server: Server, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 5
                 try:
                     reply = server.handle(identity, [f.buffer for f in body])
                 except Exception as e:  # a bug must not take the server down for every other client
-                    server.errors["internal_error"] = server.errors.get("internal_error", 0) + 1
-                    reply = P.error_reply(None, "internal_error", f"{type(e).__name__}: {e}")
+                    server.errors[P.INTERNAL_ERROR] = server.errors.get(P.INTERNAL_ERROR, 0) + 1
+                    reply = P.error_reply(None, P.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
                 sock.send_multipart([identity, *envelope, *reply], copy=False)
         server.expire_leases()
 

@@ -13,13 +13,15 @@ from typing import Any
 
 import yaml
 
+from playground.errors import PlaygroundError
 from playground.lecture.plan import Figure, Section
 from playground.report import format_cell
 from playground.sizes import format_size
 
 
-class NotMeasured(Exception):
-    """A figure's scenario did not run, failed, or left no value for it (the message says which)."""
+class NotMeasured(PlaygroundError):
+    """A figure's scenario did not run, failed, or left no value for it (the message says which).
+    `evaluate` turns it into a "not measured" row; it never leaves this package."""
 
 
 @dataclass(frozen=True)

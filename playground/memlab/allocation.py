@@ -19,6 +19,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from playground.errors import InvariantViolation, OutOfSpace, UsageError
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -96,10 +98,12 @@ class ContiguousAllocator:
         return self.first_fit(size) is not None
 
     def allocate(self, block_id: int, size: int) -> int:
-        """Start of the first hole that fits; ValueError if none (call can_allocate first)."""
+        """Start of the first hole that fits; OutOfSpace if none (call can_allocate first)."""
         start = self.first_fit(size)
         if start is None:
-            raise ValueError(f"no hole of {size} units (largest {self.largest_hole()})")
+            raise OutOfSpace(
+                f"no hole of {size} units (largest {self.largest_hole()})", need=size, unit="units"
+            )
         self.place(block_id, start, size)
         return start
 
@@ -109,7 +113,7 @@ class ContiguousAllocator:
     def place(self, block_id: int, start: int, length: int) -> None:
         """Record `block_id` at [start, start + length); the caller has checked that it is free."""
         if block_id in self.blocks:
-            raise ValueError(f"block {block_id} already placed at {self.blocks[block_id]}")
+            raise UsageError(f"block {block_id} already placed at {self.blocks[block_id]}")
         self.blocks[block_id] = (start, length)
         bisect.insort(self._order, (start, block_id))
         self._used += length
@@ -126,12 +130,14 @@ class ContiguousAllocator:
         for start, block_id in self._order:
             begin, length = self.blocks[block_id]
             if begin != start or begin < end or begin + length > self.capacity:
-                raise AssertionError(f"run of {block_id} [{begin}, {begin + length}) overlaps or overflows")
+                raise InvariantViolation(
+                    f"run of {block_id} [{begin}, {begin + length}) overlaps or overflows"
+                )
             end = begin + length
         if len(self._order) != len(self.blocks):
-            raise AssertionError("run index out of step with the runs")
+            raise InvariantViolation("run index out of step with the runs")
         if self._used != sum(length for _, length in self.blocks.values()):
-            raise AssertionError("used units out of step with the runs")
+            raise InvariantViolation("used units out of step with the runs")
 
 
 class PagedAllocator:
@@ -152,7 +158,7 @@ class PagedAllocator:
     def allocate(self, block_id: int, size: int) -> list[int]:
         need = self.pages_for(size)
         if need > len(self.free_pages):
-            raise ValueError(f"{need} pages needed, {len(self.free_pages)} free")
+            raise OutOfSpace(f"{need} pages needed, {len(self.free_pages)} free", need=need, unit="pages")
         pages = [self.free_pages.pop() for _ in range(need)]
         self.blocks[block_id] = (pages, size)
         return pages

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from playground.errors import UsageError
 from playground.memlab.native import load_native
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
@@ -159,10 +160,10 @@ def measure_point(
     """Link a list over the first `working_set_bytes` of `buf` and time walking it."""
     native = load_native()
     if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
+        raise UsageError(f"expected one of {', '.join(LAYOUTS)}, got {layout!r}", field="layout")
     num_slots = working_set_bytes // slot_bytes
     if num_slots < 2 or working_set_bytes > buf.size_bytes:
-        raise ValueError(
+        raise UsageError(
             f"working set {working_set_bytes} B needs 2+ slots of {slot_bytes} B inside {buf.size_bytes} B"
         )
     rng = np.random.default_rng(seed + working_set_bytes)

@@ -21,6 +21,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from playground.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Level:
@@ -37,7 +39,7 @@ def find_plateaus(
 ) -> list[tuple[int, int]]:
     """Index ranges [i, j] (inclusive) of the plateaus, in order of working-set size."""
     if len(sizes_bytes) != len(ns_per_load):
-        raise ValueError(f"sizes and latencies differ in length: {len(sizes_bytes)} vs {len(ns_per_load)}")
+        raise UsageError(f"sizes and latencies differ in length: {len(sizes_bytes)} vs {len(ns_per_load)}")
     values = list(ns_per_load)
     n = len(values)
 

@@ -11,6 +11,8 @@ import glob
 import shutil
 import subprocess
 
+from playground.errors import LabError, ToolMissing
+
 MIB = 1024 * 1024
 
 
@@ -41,12 +43,16 @@ def parse_output(text: str) -> tuple[list[int], list[float]]:
 def run_lat_mem_rd(
     max_mib: int, stride_bytes: int = 64, repetitions: int = 3, thrash: bool = True, timeout_s: float = 600.0
 ) -> tuple[list[int], list[float]]:
-    """lat_mem_rd's curve up to max_mib; RuntimeError if it is not installed or fails."""
+    """lat_mem_rd's curve up to max_mib; ToolMissing if it is not installed, LabError if it fails."""
     exe = find_lat_mem_rd()
     if exe is None:
-        raise RuntimeError("lat_mem_rd not found (Debian: enable non-free, apt-get install lmbench)")
+        raise ToolMissing(
+            "lat_mem_rd not found (Debian: enable non-free, apt-get install lmbench)", tool="lat_mem_rd"
+        )
     cmd = [exe] + (["-t"] if thrash else []) + ["-N", str(repetitions), str(max_mib), str(stride_bytes)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-200:]}")
+        raise LabError(
+            f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-200:]}", step="lat_mem_rd"
+        )
     return parse_output(proc.stderr)

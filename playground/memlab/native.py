@@ -2,15 +2,18 @@
 
 from types import ModuleType
 
+from playground.errors import ToolMissing
+
 
 def load_native() -> ModuleType:
-    """`playground._native`, or RuntimeError naming the command that builds it."""
+    """`playground._native`, or ToolMissing naming the command that builds it."""
     try:
         from playground import _native
     except ImportError as e:
-        raise RuntimeError(
+        raise ToolMissing(
             "the native module playground._native is not built: run `pip install .` "
             "(or `python setup.py build_ext --inplace` in a checkout); it needs a C compiler"
-            f" ({e})"
+            f" ({e})",
+            tool="playground._native",
         ) from None
     return _native

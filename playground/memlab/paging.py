@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import psutil
 
+from playground.errors import LabError, WaitTimeout
+
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
 
 
@@ -139,7 +141,7 @@ def copy_on_write(size_bytes: int, child_write_bytes: int, timeout_s: float = 30
         _, status = os.waitpid(pid, 0)
     msg = json.loads(data or b'{"error": "child sent nothing"}')
     if "error" in msg:
-        raise RuntimeError(f"copy-on-write child (pid {pid}) failed: {msg['error']}")
+        raise LabError(f"copy-on-write child (pid {pid}) failed: {msg['error']}", step="copy-on-write child")
     parent_unchanged = bool((array[:child_write_bytes:page] == 7).all())
     del array
     region.close()
@@ -163,7 +165,11 @@ def _read_all(fd: int, timeout_s: float) -> bytes:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise TimeoutError(f"copy-on-write child sent no result within {timeout_s:.0f}s")
+            raise WaitTimeout(
+                f"copy-on-write child sent no result within {timeout_s:.0f}s",
+                what="the copy-on-write child's result",
+                waited_s=timeout_s,
+            )
         ready, _, _ = select.select([fd], [], [], left)
         if ready:
             chunk = os.read(fd, 65536)

@@ -8,11 +8,16 @@ the offset passes through unchanged. Exercise 8: 16 KiB pages, VPN 3 -> frame 77
 
 from dataclasses import dataclass
 
-from playground.errors import PlaygroundError
+from playground.errors import PlaygroundError, UsageError
 
 
 class PageFault(PlaygroundError, LookupError):
-    """The virtual page has no frame in this page table (a LookupError too: a missing mapping)."""
+    """Virtual page `vpn` (of `virtual_address`) has no frame in this page table (a LookupError
+    too: a missing mapping)."""
+
+    def __init__(self, vpn: int, virtual_address: int):
+        self.vpn, self.virtual_address = vpn, virtual_address
+        super().__init__(f"virtual page {vpn} (address {virtual_address:#x}) is not mapped")
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,7 @@ class PageTable:
 
     def __init__(self, page_bytes: int, entries: dict[int, int]):
         if page_bytes <= 0 or page_bytes & (page_bytes - 1):
-            raise ValueError(f"page_bytes: must be a power of two, got {page_bytes}")
+            raise UsageError(f"must be a power of two, got {page_bytes}", field="page_bytes")
         self.page_bytes = page_bytes
         self.offset_bits = page_bytes.bit_length() - 1
         self.entries = dict(entries)
@@ -43,7 +48,7 @@ class PageTable:
         """The physical address, or PageFault if the page is not mapped."""
         vpn, offset = self.split(virtual_address)
         if vpn not in self.entries:
-            raise PageFault(f"virtual page {vpn} (address {virtual_address:#x}) is not mapped")
+            raise PageFault(vpn, virtual_address)
         return (self.entries[vpn] << self.offset_bits) | offset
 
     def __repr__(self) -> str:

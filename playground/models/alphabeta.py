@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from playground.errors import UsageError
 from playground.models.costs import Link, collective_time_s
 
 ALGORITHMS = ("ring", "tree")  # what the bucket experiments run; costs.py has the formulas of all four
@@ -30,9 +31,9 @@ class AlphaBeta:
 
     def __post_init__(self):
         if self.alpha_s < 0:
-            raise ValueError(f"alpha_s: must be >= 0, got {self.alpha_s}")
+            raise UsageError(f"must be >= 0, got {self.alpha_s}", field="alpha_s")
         if not self.beta_bytes_per_s > 0:
-            raise ValueError(f"beta_bytes_per_s: must be > 0, got {self.beta_bytes_per_s}")
+            raise UsageError(f"must be > 0, got {self.beta_bytes_per_s}", field="beta_bytes_per_s")
 
     @property
     def half_bandwidth_bytes(self) -> float:
@@ -50,7 +51,7 @@ class AlphaBeta:
     def allreduce_time_s(self, num_bytes: float, num_ranks: int, algorithm: str = "ring") -> float:
         """One all-reduce of `num_bytes` (each rank's array) over `num_ranks` ranks."""
         if algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+            raise UsageError(f"expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}", field="algorithm")
         link = Link(self.alpha_s, self.beta_bytes_per_s)
         return collective_time_s("allreduce", algorithm, num_bytes, num_ranks, link)
 
@@ -69,7 +70,7 @@ def allreduce_messages_per_rank(num_ranks: int, algorithm: str = "ring") -> int:
         return 2 * (num_ranks - 1)
     if algorithm == "tree":
         return 2 * math.ceil(math.log2(num_ranks))
-    raise ValueError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    raise UsageError(f"expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}", field="algorithm")
 
 
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> AlphaBeta:
@@ -78,14 +79,14 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Al
     Each point is weighted by 1/T^2, i.e. the fit minimises *relative* error: an unweighted fit
     over 8 B .. 4 MiB is dominated by the large messages and leaves alpha to noise. Needs at least
     two distinct sizes. A negative intercept is clipped to 0; a non-positive slope (no measurable
-    size dependence) raises ValueError, so a bad measurement is an error, not a silly model.
+    size dependence) raises UsageError, so a bad measurement is an error, not a silly model.
     """
     if len(sizes_bytes) != len(times_s):
-        raise ValueError(f"got {len(sizes_bytes)} sizes but {len(times_s)} times")
+        raise UsageError(f"got {len(sizes_bytes)} sizes but {len(times_s)} times")
     if len(set(sizes_bytes)) < 2:
-        raise ValueError("need at least two distinct message sizes to fit alpha and beta")
+        raise UsageError("need at least two distinct message sizes to fit alpha and beta")
     if min(times_s) <= 0:
-        raise ValueError("message times must be > 0")
+        raise UsageError("message times must be > 0")
     weights = [1.0 / (t * t) for t in times_s]
     w_sum = sum(weights)
     mean_x = sum(w * x for w, x in zip(weights, sizes_bytes, strict=True)) / w_sum
@@ -94,7 +95,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Al
     sxy = sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, sizes_bytes, times_s, strict=True))
     slope = sxy / sxx
     if slope <= 0:
-        raise ValueError(f"message time does not grow with size (slope {slope:.3g} s/B): cannot fit beta")
+        raise UsageError(f"message time does not grow with size (slope {slope:.3g} s/B): cannot fit beta")
     alpha = max(0.0, mean_y - slope * mean_x)
     return AlphaBeta(alpha_s=alpha, beta_bytes_per_s=1.0 / slope)
 
@@ -107,7 +108,9 @@ def ring_tree_crossover_bytes(link: AlphaBeta, num_ranks: int) -> float:
     2 or 3 ranks (N - 1 = L) the ring is never slower: 0.
     """
     if num_ranks < 2:
-        raise ValueError(f"num_ranks: need >= 2 ranks for an all-reduce to cost anything, got {num_ranks}")
+        raise UsageError(
+            f"need >= 2 ranks for an all-reduce to cost anything, got {num_ranks}", field="num_ranks"
+        )
     levels = math.ceil(math.log2(num_ranks))
     saved_alphas = num_ranks - 1 - levels
     return link.alpha_s * link.beta_bytes_per_s * saved_alphas / (levels - (num_ranks - 1) / num_ranks)

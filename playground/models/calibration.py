@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from playground.errors import UsageError
 from playground.memlab.sysinfo import cpu_model, data_caches
 from playground.models.costs import PRESETS, Link
 
@@ -149,7 +150,7 @@ def _number(record: dict, key: str, allow_none: bool = False) -> float:
     if value is None and allow_none:
         return math.inf
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{key}: expected a number, got {value!r}")
+        raise UsageError(f"expected a number, got {value!r}", field=key)
     return float(value)
 
 
@@ -162,16 +163,16 @@ def _link(record: dict) -> Link:
 
 
 def read_calibration(path: Path) -> ModelSource:
-    """A calibration file as a ModelSource; ValueError says what is wrong with it."""
+    """A calibration file as a ModelSource; UsageError (a ValueError) says what is wrong with it."""
     try:
         record = json.loads(Path(path).read_text())
     except OSError as e:
-        raise ValueError(f"cannot read it ({e.strerror})") from None
+        raise UsageError(f"cannot read it ({e.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"not a calibration file (not JSON: {e})") from None
+        raise UsageError(f"not a calibration file (not JSON: {e})") from None
     missing = [k for k in REQUIRED_KEYS if k not in record] if isinstance(record, dict) else REQUIRED_KEYS
     if missing:
-        raise ValueError(
+        raise UsageError(
             f"not a calibration file (missing {missing[0]!r}; expected {', '.join(REQUIRED_KEYS)}, "
             "as `python -m playground run pingpong` writes)"
         )
@@ -181,7 +182,7 @@ def read_calibration(path: Path) -> ModelSource:
 def resolve_spec(spec: str) -> str:
     """A preset's name as it is; a calibration file or a run directory holding one as the file's
     absolute real path, so `runs/latest` still means the same run once a new run has moved
-    `latest` (and the run's saved scenario says which file). ValueError if it is neither."""
+    `latest` (and the run's saved scenario says which file). UsageError if it is neither."""
     if spec in PRESETS:
         return spec
     path = Path(spec)
@@ -189,14 +190,14 @@ def resolve_spec(spec: str) -> str:
         path = path / CALIBRATION_FILE
     if path.is_file():
         return str(path.resolve())
-    raise ValueError(
+    raise UsageError(
         f"no such preset or file; allowed: {', '.join(PRESETS)}, or a {CALIBRATION_FILE} (or the run "
         "directory holding one) written by `python -m playground run pingpong`"
     )
 
 
 def model_from_spec(spec: str) -> ModelSource:
-    """A preset name, a calibration file, or a run directory holding one; ValueError otherwise."""
+    """A preset name, a calibration file, or a run directory holding one; UsageError otherwise."""
     spec = resolve_spec(spec)
     return ModelSource(PRESETS[spec], "preset", spec) if spec in PRESETS else read_calibration(Path(spec))
 

@@ -54,6 +54,8 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from playground.errors import UsageError
+
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "hd", "rd")
 
 
@@ -68,11 +70,13 @@ class Link:
 
     def __post_init__(self):
         if not self.alpha_s >= 0 or math.isinf(self.alpha_s):
-            raise ValueError(f"alpha_s: must be a finite number >= 0, got {self.alpha_s}")
+            raise UsageError(f"must be a finite number >= 0, got {self.alpha_s}", field="alpha_s")
         if not self.beta_bytes_per_s > 0:
-            raise ValueError(f"beta_bytes_per_s: must be > 0, got {self.beta_bytes_per_s}")
+            raise UsageError(f"must be > 0, got {self.beta_bytes_per_s}", field="beta_bytes_per_s")
         if not self.gamma_bytes_per_s > 0:
-            raise ValueError(f"gamma_bytes_per_s: must be > 0 (math.inf: free), got {self.gamma_bytes_per_s}")
+            raise UsageError(
+                f"must be > 0 (math.inf: free), got {self.gamma_bytes_per_s}", field="gamma_bytes_per_s"
+            )
 
     @property
     def half_bandwidth_bytes(self) -> float:
@@ -106,9 +110,9 @@ PRESETS: dict[str, Link] = {
 def _check(size_bytes: float, num_ranks: int) -> bool:
     """True when there is nothing to do (one rank or no data): every algorithm returns at once."""
     if num_ranks < 1:
-        raise ValueError(f"num_ranks: must be >= 1, got {num_ranks}")
+        raise UsageError(f"must be >= 1, got {num_ranks}", field="num_ranks")
     if size_bytes < 0:
-        raise ValueError(f"size_bytes: must be >= 0, got {size_bytes}")
+        raise UsageError(f"must be >= 0, got {size_bytes}", field="size_bytes")
     return num_ranks == 1 or size_bytes == 0
 
 
@@ -311,8 +315,8 @@ def collective_time_s(
         formula = FORMULAS[(collective, algorithm)]
     except KeyError:
         allowed = ", ".join(f"{c} {a}" for c, a in FORMULAS)
-        raise ValueError(
-            f"algorithm: no formula for {collective} {algorithm!r}; allowed: {allowed}"
+        raise UsageError(
+            f"no formula for {collective} {algorithm!r}; allowed: {allowed}", field="algorithm"
         ) from None
     return formula(size_bytes, num_ranks, link)
 

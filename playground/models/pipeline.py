@@ -11,6 +11,8 @@ m = 1, 4, 16, 256 on 4 stages.
 
 import numpy as np
 
+from playground.errors import UsageError
+
 
 def pipeline_makespan_s(stage_s: tuple[float, ...] | list[float], num_items: int) -> float:
     """Time from the first item entering to the last leaving: sum(t) + (n - 1) max(t)."""
@@ -32,14 +34,14 @@ def bottleneck_throughput_per_s(stage_s: tuple[float, ...] | list[float]) -> flo
 def bubble_fraction(num_stages: int, num_micro_batches: int) -> float:
     """Idle share of p equal stages over m micro-batches: (p - 1) / (m + p - 1)."""
     if num_stages < 1 or num_micro_batches < 1:
-        raise ValueError(f"need >= 1 stage and micro-batch, got {num_stages}, {num_micro_batches}")
+        raise UsageError(f"need >= 1 stage and micro-batch, got {num_stages}, {num_micro_batches}")
     return (num_stages - 1) / (num_micro_batches + num_stages - 1)
 
 
 def measured_bubble_fraction(busy_s_per_stage: list[float], makespan_s: float) -> float:
     """1 - (total busy time) / (stages x makespan): the same definition, from measured times."""
     if makespan_s <= 0:
-        raise ValueError(f"makespan must be > 0, got {makespan_s}")
+        raise UsageError(f"makespan must be > 0, got {makespan_s}")
     return 1.0 - sum(busy_s_per_stage) / (len(busy_s_per_stage) * makespan_s)
 
 

@@ -25,10 +25,12 @@ from decimal import Decimal, localcontext
 
 import numpy as np
 
+from playground.errors import UsageError
+
 
 def _check_load(rho: float) -> None:
     if not 0 <= rho < 1:
-        raise ValueError(f"load rho must be in [0, 1), got {rho}")
+        raise UsageError(f"load rho must be in [0, 1), got {rho}")
 
 
 def mm1_mean_sojourn_s(service_s: float, rho: float) -> float:
@@ -110,7 +112,7 @@ def time_average_in_system(
     flight at the end make the check a real one.
     """
     if t1_s <= t0_s:
-        raise ValueError(f"empty window [{t0_s}, {t1_s}]")
+        raise UsageError(f"empty window [{t0_s}, {t1_s}]")
     a = np.clip(np.asarray(arrivals_s, float), t0_s, t1_s)
     d = np.clip(np.asarray(departures_s, float), t0_s, t1_s)
     return float(np.sum(d - a) / (t1_s - t0_s))

@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 
 from playground.concurrency.timing import sleep_until
+from playground.errors import WaitTimeout
 from playground.queueing.loadgen import ABORT, STOP, bind_random, decode_request, encode_reply
 
 # one queued request: (req_id, load_id, value)
@@ -42,7 +43,7 @@ def run_batch_server(
     so the time spent sending replies and reading requests counts as service. With `compensate`, time lost to late wake-ups (the process descheduled on a busy
     machine) is paid back by shortening the next services, so the server's *mean* busy time --
     and so the load rho -- stays what was asked; each single service may be off by the debt.
-    Raises TimeoutError when nothing arrives for `idle_timeout_s`.
+    Raises WaitTimeout when nothing arrives for `idle_timeout_s`.
     """
     queue: deque[Item] = deque()
     poller = zmq.Poller()
@@ -59,7 +60,11 @@ def run_batch_server(
                 if check_alive is not None:
                     check_alive()
                 if time.monotonic() - idle_since > idle_timeout_s:
-                    raise TimeoutError(f"server: no request for {idle_timeout_s:.0f}s (served {served})")
+                    raise WaitTimeout(
+                        f"server: no request for {idle_timeout_s:.0f}s (served {served})",
+                        what="a request",
+                        waited_s=idle_timeout_s,
+                    )
                 continue
         while True:  # take everything already delivered
             try:

@@ -22,7 +22,7 @@ import numpy as np
 import zmq
 
 from playground.concurrency.timing import set_timer_slack_ns, sleep_until
-from playground.errors import ParamError
+from playground.errors import LabError, ParamError, UsageError
 
 REQUEST = struct.Struct("<iid")
 REPLY = struct.Struct("<iiddi")
@@ -73,7 +73,7 @@ def service_times_s(mean_s: float, num: int, kind: str, rng: np.random.Generator
         return np.full(num, mean_s)
     if kind == "exponential":
         return rng.exponential(mean_s, num)
-    raise ValueError(f"service: expected 'exponential' or 'fixed', got {kind!r}")
+    raise UsageError(f"expected 'exponential' or 'fixed', got {kind!r}", field="service")
 
 
 def bind_random(sock: zmq.Socket) -> str:
@@ -165,7 +165,7 @@ class OpenLoopClient:
                     return False
                 self._cond.wait(min(left, 0.1))
         if self._error is not None:
-            raise RuntimeError(f"reply receiver failed: {self._error}")
+            raise LabError(f"reply receiver failed: {self._error}", step="reply receiver")
         return True
 
     def wait_ack(self, load_id: int, timeout_s: float) -> bool:

@@ -15,7 +15,7 @@ import zmq
 
 from playground.comm.communicator import Communicator
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, PlainReserve
-from playground.errors import PeerLost
+from playground.errors import PeerLost, WaitTimeout
 
 SEGMENT_BYTES = 1 << 20
 _U1 = np.dtype("u1")
@@ -106,5 +106,9 @@ def run_local(
     if errors:
         raise next((e for e in errors if not isinstance(e, PeerLost)), errors[0])
     if any(t.is_alive() for t in threads):
-        raise TimeoutError(f"run_local: ranks still running after {timeout_s + 5}s")
+        raise WaitTimeout(
+            f"run_local: ranks still running after {timeout_s + 5}s",
+            what="the local ranks",
+            waited_s=timeout_s + 5,
+        )
     return results

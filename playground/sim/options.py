@@ -62,19 +62,18 @@ class SimSpec:
 
 
 def _ranks(text: str) -> tuple[int, ...]:
-    try:
-        if ".." in text:
-            lo, hi = (int(t) for t in text.split("..", 1))
-            if lo < 1 or hi < lo:
-                raise ValueError
-            out, n = [], lo
-            while n <= hi:
-                out.append(n)
-                n *= 2
-            return tuple(out)
-        out = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        out = ()
+    parts = (
+        [t.strip() for t in text.split("..", 1)]
+        if ".." in text
+        else [t for t in text.split(",") if t.strip()]
+    )
+    out: tuple[int, ...] = ()
+    if parts and all(t.isdigit() for t in parts):
+        numbers = [int(t) for t in parts]
+        if ".." not in text:
+            out = tuple(numbers)
+        elif 1 <= numbers[0] <= numbers[1]:
+            out = tuple(numbers[0] << k for k in range((numbers[1] // numbers[0]).bit_length()))
     if not out or min(out) < 1 or max(out) > MAX_RANKS:
         raise ScenarioError(
             f"--ranks {text!r}: expected a rank count from 1 to {MAX_RANKS}, a list (8,64) or a doubling range (8..1024)"

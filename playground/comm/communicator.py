@@ -9,7 +9,10 @@ messages (transport.py). Here live the parts every transport shares:
   failed, so a dead peer becomes PeerLost within a slice, not after the timeout;
 - back-pressure: a post that finds no room (a full pipe or ring) waits while taking in what
   arrives, so ranks that flood each other all progress;
-- object messages (small JSON values, never pickle), barrier, progress, per-message tracing.
+- object messages (small JSON values, never pickle), barrier, progress, per-message tracing:
+  when the tracer records messages, every send and every receive (a zero-length `recv_wait` when
+  the message was already parked) carries `seq`, its number among the messages from its sender to
+  its receiver on its tag, so `inspect --trace` can draw each message from its send to its receive.
 
 Not thread-safe: use a communicator from one thread at a time (a node may hand it to a
 communication thread, as the overlap experiment does).
@@ -64,6 +67,8 @@ class Communicator:
         self.bytes_received = 0
         self._pending: dict[tuple[int, int], deque[Message]] = defaultdict(deque)
         self._clock = self.tracer.clock_ns
+        self._send_seq: dict[tuple[int, int], int] = {}  # (dst, tag) -> messages sent (traced only)
+        self._recv_seq: dict[tuple[int, int], int] = {}  # (src, tag) -> messages taken (traced only)
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
@@ -89,8 +94,22 @@ class Communicator:
             got = self._wait_for_room(dst, tag, lambda: self.transport.send(dst, tag, x))
         self.bytes_sent += x.nbytes
         if self.tracer.messages:
-            self.tracer.add_ns("send", CAT_SEND, t0, self._clock(), dst, tag, x.nbytes)
+            self.tracer.add_ns(
+                "send", CAT_SEND, t0, self._clock(), dst, tag, x.nbytes, self._next_send(dst, tag)
+            )
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
+
+    def _next_send(self, dst: int, tag: int) -> int:
+        key = (dst, tag)
+        seq = self._send_seq.get(key, 0)
+        self._send_seq[key] = seq + 1
+        return seq
+
+    def _next_recv(self, src: int, tag: int) -> int:
+        key = (src, tag)
+        seq = self._recv_seq.get(key, 0)
+        self._recv_seq[key] = seq + 1
+        return seq
 
     def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> Request:
         """Send `count` elements of `dtype` that `fill(out)` writes straight into the outgoing buffer.
@@ -113,7 +132,9 @@ class Communicator:
         nbytes = out.array.nbytes
         self.bytes_sent += nbytes
         if self.tracer.messages:
-            self.tracer.add_ns("send", CAT_SEND, t0, self._clock(), dst, tag, nbytes)
+            self.tracer.add_ns(
+                "send", CAT_SEND, t0, self._clock(), dst, tag, nbytes, self._next_send(dst, tag)
+            )
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
@@ -177,6 +198,9 @@ class Communicator:
         """The next message from (src, tag), waiting up to the timeout."""
         q = self._pending.get((src, tag))
         if q:
+            if self.tracer.messages:  # parked: taken without waiting, still one receive to pair
+                now = self._clock()
+                self.tracer.add_ns("recv_wait", CAT_WAIT, now, now, src, tag, self._next_recv(src, tag))
             return q.popleft()
         if not 0 <= src < self.size:
             raise InvalidPeer(self.rank, src, "source", self.size)
@@ -195,7 +219,7 @@ class Communicator:
             else:
                 pending[(msg.src, msg.tag)].append(msg)
         if self.tracer.messages:
-            self.tracer.add_ns("recv_wait", CAT_WAIT, t0, self._clock(), src, tag)
+            self.tracer.add_ns("recv_wait", CAT_WAIT, t0, self._clock(), src, tag, self._next_recv(src, tag))
         return msg
 
     def _expect(self, msg: Message, kind: str) -> None:
@@ -263,8 +287,13 @@ class Communicator:
         if not 0 <= dst < self.size:
             raise InvalidPeer(self.rank, dst, "destination", self.size)
         body = json.dumps(obj).encode()
+        t0 = self._clock() if self.tracer.messages else 0
         if type(self.transport.send_obj(dst, tag, body)) is NoRoom:
             self._wait_for_room(dst, tag, lambda: self.transport.send_obj(dst, tag, body))
+        if self.tracer.messages:
+            self.tracer.add_ns(
+                "send", CAT_SEND, t0, self._clock(), dst, tag, len(body), self._next_send(dst, tag)
+            )
 
     def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):
         msg = self._take(src, tag, "recv_obj", timeout_s)

@@ -3,7 +3,6 @@ over tcp; rank 0 hosts the coordinator and writes result.json; a failure ends ev
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -52,9 +51,15 @@ class Ranks:
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, args: list[str], env: dict) -> subprocess.Popen:
+    def start(self, args: list[str], env: dict, cwd: Path | None = None) -> subprocess.Popen:
         p = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
         )
         self.procs.append(p)
         return p
@@ -235,50 +240,3 @@ def test_coordinator_port_rule():
         coordinator_port({"PLAYGROUND_COORD_PORT": "http"}, 29500)
     assert run_dir_for(Path("runs"), "ring", 29500, {}) == Path("runs/ring-29500")
     assert run_dir_for(Path("runs"), "ring", 29500, {"PLAYGROUND_RUN_DIR": "/x/y"}) == Path("/x/y")
-
-
-def _mpich_mpiexec() -> str | None:
-    exe = shutil.which("mpiexec")
-    if exe is None:
-        return None
-    try:
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return exe if "HYDRA" in version or "MPICH" in version else None
-
-
-MPIEXEC = _mpich_mpiexec()
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.skipif(
-    MPIEXEC is None,
-    reason="MPICH's mpiexec (hydra) is not installed (apt-get install mpich); -genv is MPICH syntax",
-)
-def test_under_mpiexec(ranks, runs_dir):
-    port = free_tcp_port()
-    ranks.start(
-        [
-            MPIEXEC,
-            "-n",
-            "2",
-            "-genv",
-            "MASTER_ADDR",
-            "127.0.0.1",
-            "-genv",
-            "MASTER_PORT",
-            str(port),
-            *PLAYGROUND,
-            "node",
-            "ring",
-            "--out",
-            str(runs_dir),
-            *SMALL,
-        ],
-        clean_env(),
-    )
-    [(code, out, err)] = ranks.finish()
-    assert code == 0, out + err
-    assert "2 ranks over tcp" in out
-    assert_good_run(runs_dir / f"ring-{port}", runs_dir, 2)

@@ -17,9 +17,9 @@ that dies silently is found by its peers' receive timeouts.
 
 Anyone who can reach the port can send it anything. A message that is not one of ours (several
 frames, not JSON, not an object, an unknown type, a field of the wrong type, a rank's message from
-a socket that did not register as that rank) is ignored and counted: the first one is said on
+another socket than that rank's control socket, `rendezvous.control_identity`) is ignored and counted: the first one is said on
 stderr, the total when the loop ends. A well-formed message that cannot fit this run (a rank
-outside 0..N-1, a rank registered twice, ranks that resolved different scenarios) fails the run
+outside 0..N-1, ranks that resolved different scenarios) fails the run
 with one clear error.
 """
 
@@ -38,6 +38,7 @@ import zmq
 from playground.clocks import ProbeRound
 from playground.errors import ScenarioMismatch
 from playground.fingerprint import mismatch_message
+from playground.rendezvous import control_identity
 
 ABORT_GRACE_S = 2.0  # after an abort, how long ranks get to report and exit before SIGKILL
 STACK_WAIT_S = 0.3  # how long a hung rank gets to dump its stack on SIGUSR1
@@ -133,6 +134,8 @@ class Coordinator:
         self.exited: set[int] = set()  # ranks that are gone (process exit, or last word said)
         self.released = False
         self.abort_deadline: float | None = None
+        self.abort_message: dict | None = None  # what every rank was told, once the run was aborted
+        self.last_told = 0.0  # when the abort last went out (to a rank that registered late)
         self.register_deadline = self.t0 + max(30.0, timeout_s)
         self.fingerprints: dict[int, str] = {}
         self.scenarios: dict[int, dict] = {}
@@ -190,7 +193,7 @@ class Coordinator:
             return self.ignore(parts[0], f"{len(parts) - 1} frames instead of 1")
         try:
             msg = json.loads(parts[1])
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return self.ignore(parts[0], f"not JSON: {parts[1][:40]!r}")
         if not isinstance(msg, dict):
             return self.ignore(parts[0], f"not a JSON object: {parts[1][:40]!r}")
@@ -207,14 +210,8 @@ class Coordinator:
             ):
                 return self.ignore(parts[0], f"{kind} with {name} = {str(value)[:40]!r}")
         rank = msg.get("rank")
-        if (
-            kind in ("clock", "done", "error")
-            and isinstance(rank, int)
-            and self.identities.get(rank, parts[0]) != parts[0]
-        ):
-            return self.ignore(
-                parts[0], f"{kind} for rank {rank} from a socket that did not register as rank {rank}"
-            )
+        if kind != "progress" and isinstance(rank, int) and parts[0] != control_identity(rank):
+            return self.ignore(parts[0], f"{kind} for rank {rank} from a socket that is not rank {rank}'s")
         return msg
 
     def ignore(self, ident: bytes, why: str) -> None:
@@ -233,37 +230,31 @@ class Coordinator:
     def on_message(self, ident: bytes, msg: dict) -> None:
         kind, rank = msg.get("type"), msg.get("rank")
         if kind in ("register", "done", "error") and not (isinstance(rank, int) and 0 <= rank < self.n):
-            self.fail(
-                RankFailure(
-                    rank if isinstance(rank, int) else -1,
-                    self.elapsed_s(),
-                    "register",
-                    f"sent {kind} as rank {rank!r}, but the run has {self.n} ranks "
-                    f"(is WORLD_SIZE the same for every process?)",
-                    pid=msg.get("pid"),
-                )
-            )
-            return
-        if kind == "register":
-            if rank in self.identities and self.identities[rank] != ident:
+            if self.abort_message is None or kind == "register":
                 self.fail(
                     RankFailure(
-                        rank,
+                        rank if isinstance(rank, int) else -1,
                         self.elapsed_s(),
                         "register",
-                        f"registered twice (pids {self.pids.get(rank)} and {msg.get('pid')}): two processes "
-                        f"were given RANK={rank}",
+                        f"sent {kind} as rank {rank!r}, but the run has {self.n} ranks "
+                        f"(is WORLD_SIZE the same for every process?)",
                         pid=msg.get("pid"),
                     )
                 )
-                return
+            if kind == "register":  # that process waits for a table: tell it why none will come
+                self._send(ident, self.abort_message)
+            return
+        if kind == "register":
+            if self.abort_message is not None:  # registered after the abort went out: tell it now
+                self._send(ident, self.abort_message)
+                self.last_told = time.monotonic()
             self.identities[rank], self.endpoints[rank] = ident, msg["endpoint"]
             self.hosts[rank] = msg.get("host", "")
             self.fingerprints[rank] = msg.get("scenario_hash", "")
             self.scenarios[rank] = msg.get("scenario") or {}
             if msg.get("pid") is not None:
                 self.pids.setdefault(rank, msg["pid"])
-            if len(self.endpoints) == self.n and not self.check_scenarios():
+            if len(self.endpoints) == self.n and self.abort_message is None and not self.check_scenarios():
                 self.probes = ProbeRound(range(self.n))
                 self.probe_next()
         elif kind == "clock":
@@ -328,10 +319,16 @@ class Coordinator:
         if self.abort_deadline is not None:
             everyone = set(range(self.n))
             silent = everyone - self.exited - self.reported
+            # Under another launcher a rank that never registered may just be late: it was never told
+            # of the abort, so it is not blamed as hung, and the grace is kept for it to register
+            # and hear of the abort (a rank that never comes times out on its own).
+            unregistered = set() if self.watch_exits else silent - set(self.identities)
             if now > self.abort_deadline or (
-                self.exited | silent == everyone and now > self.abort_deadline - ABORT_GRACE_S + SETTLE_S
+                not unregistered
+                and self.exited | silent == everyone
+                and now > max(self.abort_deadline - ABORT_GRACE_S, self.last_told) + SETTLE_S
             ):
-                self.blame_silent(silent)
+                self.blame_silent(silent - unregistered)
                 return True
         return False
 
@@ -363,7 +360,7 @@ class Coordinator:
         if self.abort_deadline is None:
             self.abort_deadline = time.monotonic() + ABORT_GRACE_S
             reason = f"rank {failure.rank} failed: {failure.message.splitlines()[0] if failure.message else failure.kind}"
-            message = {"type": "abort", "reason": reason, **(abort or {})}
+            message = self.abort_message = {"type": "abort", "reason": reason, **(abort or {})}
             for r, ident in self.identities.items():
                 if (r != failure.rank or abort is not None) and r not in self.exited:
                     self._send(ident, message)

@@ -56,6 +56,12 @@ class RankEnv:
         return f"tcp://{self.master_addr}:{self.master_port}"
 
 
+def control_identity(rank: int) -> bytes:
+    """The ZeroMQ identity of rank r's control socket: the coordinator takes a rank's messages only
+    from it."""
+    return f"rank-{rank}".encode()
+
+
 def free_tcp_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))

@@ -47,7 +47,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     ctx = zmq.Context()
     ctrl = ctx.socket(zmq.DEALER)
-    ctrl.setsockopt(zmq.IDENTITY, f"rank-{env.rank}".encode())
+    ctrl.setsockopt(zmq.IDENTITY, rendezvous.control_identity(env.rank))
     ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
     ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
     ctrl.connect(env.coordinator)

@@ -3,6 +3,7 @@ over tcp; rank 0 hosts the coordinator and writes result.json; a failure ends ev
 
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -240,3 +241,38 @@ def test_coordinator_port_rule():
         coordinator_port({"PLAYGROUND_COORD_PORT": "http"}, 29500)
     assert run_dir_for(Path("runs"), "ring", 29500, {}) == Path("runs/ring-29500")
     assert run_dir_for(Path("runs"), "ring", 29500, {"PLAYGROUND_RUN_DIR": "/x/y"}) == Path("/x/y")
+
+
+@pytest.mark.timeout(60)
+def test_ranks_given_different_overrides_fail_with_one_error_on_every_rank(ranks, runs_dir):
+    port = free_tcp_port()
+    for r, iters in enumerate(["3", "3", "4"]):
+        env = clean_env(RANK=str(r), WORLD_SIZE="3", MASTER_PORT=str(port))
+        sets = ["--set", "params.sizes=[1KiB]", "--set", f"params.iters={iters}"]
+        ranks.start([*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *sets], env)
+    done = ranks.finish()
+    assert [code for code, _, _ in done] == [1, 1, 1], done
+    said = "rank 2 runs another scenario than rank 0: params.iters: rank 0 has 3, rank 2 has 4"
+    root = next(line for line in done[0][2].splitlines() if "root cause" in line)
+    assert "ScenarioMismatch" in root and said in root, done[0][2]
+    assert "then" not in done[0][2]  # one error: the ranks repeating it are not listed again
+    for _, _, err in done[1:]:
+        assert "ScenarioMismatch" in err and said in err, err
+    result = json.loads((runs_dir / f"ring-{port}" / "result.json").read_text())
+    assert result["ok"] is False and len(result["failures"]) == 1 and said in result["failures"][0]
+
+
+@pytest.mark.timeout(60)
+def test_coordinator_port_in_use_is_one_line_and_status_2(ranks, runs_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ranks.start(
+            [*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *SMALL],
+            clean_env(RANK="0", WORLD_SIZE="2", MASTER_PORT=str(port)),
+        )
+        [(code, out, err)] = ranks.finish()
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"cannot listen for the coordinator on tcp://127.0.0.1:{port}: Address already in use" in err
+    assert "choose another MASTER_PORT" in err and "Traceback" not in err

@@ -176,9 +176,20 @@ def inspect_run(run_dir: Path, trace_path: str | None = None, plot_path: str | N
         )
         if clocks:
             worst = max(clocks.items(), key=lambda kv: abs(kv[1].offset_us))
+            moved = {
+                r: c.shift_us - c.offset_us
+                for r, c in clocks.items()
+                if abs(c.shift_us - c.offset_us) >= 0.05
+            }
             console.print(
                 f"clocks: each rank shifted by its offset to rank 0 (largest: rank {worst[0]}, "
-                f"{worst[1].offset_us:+.1f} us +/- {worst[1].uncertainty_us:.1f} us)",
+                f"{worst[1].offset_us:+.1f} us +/- {worst[1].uncertainty_us:.1f} us)"
+                + (
+                    f"; {len(moved)} moved within their bounds so that every receive follows its send "
+                    f"(at most {max(map(abs, moved.values())):.1f} us)"
+                    if moved
+                    else ""
+                ),
                 highlight=False,
             )
         early = receives_before_send(flows)

@@ -152,6 +152,8 @@ def to_chrome_trace(events_by_rank: dict[int, list[dict]], flows=(), clocks=None
         clock = (clocks or {}).get(rank)
         if clock is not None:
             label = f"clock {clock.offset_us:+.1f} us (+/- {clock.uncertainty_us:.1f} us) to rank 0"
+            if abs(clock.shift_us - clock.offset_us) >= 0.05:
+                label += f", shifted by {clock.shift_us:+.1f} us to keep receives after sends"
             trace.append(
                 {"ph": "M", "name": "process_labels", "pid": rank, "tid": 0, "args": {"labels": label}}
             )

@@ -64,6 +64,42 @@ def test_kth_send_pairs_with_kth_receive_per_sender_receiver_and_tag():
     assert len(receives_before_send(message_flows(late_sender))) == 1
 
 
+def clocked(
+    rank_offsets: dict[int, tuple[float, float]], messages: list[tuple[int, float, int, float]]
+) -> dict:
+    """Logs whose clock events say (offset, uncertainty) and whose messages are (src, raw send
+    start, dst, raw receive end)."""
+    logs = {
+        r: [ev("clock", 0.0, 0.0, CAT_META, offset_us=o, uncertainty_us=u)]
+        for r, (o, u) in rank_offsets.items()
+    }
+    for seq, (src, sent, dst, received) in enumerate(messages):
+        logs[src].append(ev("send", sent, 1.0, peer=dst, tag=0, bytes=4, seq=seq))
+        logs[dst].append(ev("recv_wait", received - 2.0, 2.0, cat="wait", peer=src, tag=0, seq=seq))
+    return logs
+
+
+def test_offsets_are_tightened_within_their_bounds_until_every_receive_follows_its_send():
+    # Both clocks are truly the same; rank 1's estimate is 20 us low (bound 50): a 10 us message
+    # from 0 to 1 would show received 10 us before it was sent.
+    logs = clocked({0: (0.0, 40.0), 1: (-20.0, 50.0)}, [(0, 100.0, 1, 110.0), (1, 300.0, 0, 340.0)])
+    aligned, clocks = align(logs)
+    assert receives_before_send(message_flows(aligned)) == []
+    for c in clocks.values():
+        assert abs(c.applied_us - c.offset_us) <= c.uncertainty_us
+    assert clocks[1].applied_us - clocks[0].applied_us >= -10.0  # what the 0 -> 1 message requires
+    assert clocks[1].applied_us - clocks[0].applied_us <= 40.0  # and what the 1 -> 0 one allows
+
+
+def test_tightening_never_leaves_the_bounds():
+    """Bounds too tight for the messages (a clock that drifted): the offsets stop at their bounds
+    and the timeline still shows the receive first, for inspect to warn about."""
+    logs = clocked({0: (0.0, 1.0), 1: (-20.0, 1.0)}, [(0, 100.0, 1, 110.0)])
+    aligned, clocks = align(logs)
+    assert clocks[0].applied_us == -1.0 and clocks[1].applied_us == -19.0
+    assert len(receives_before_send(message_flows(aligned))) == 1
+
+
 def test_chrome_trace_binds_each_send_to_its_receive():
     logs = {
         0: [
@@ -137,8 +173,10 @@ def check_skewed_run(run_dir, skews: dict[int, float], n: int) -> None:
     aligned, clocks = align(raw)
     assert sorted(clocks) == list(range(n))
     for r, clock in clocks.items():
-        # The rank's clock runs skew ahead, so its offset to rank 0's clock is -skew.
+        # The rank's clock runs skew ahead, so its offset to rank 0's clock is -skew; the offset
+        # applied (tightened by the messages) stays within the same bound of the estimate.
         assert abs(clock.offset_us + skews.get(r, 0.0)) <= clock.uncertainty_us, (r, clock)
+        assert abs(clock.applied_us - clock.offset_us) <= clock.uncertainty_us, (r, clock)
     flows = message_flows(aligned)
     assert len(flows) == len(raw_flows)
     assert receives_before_send(flows) == []

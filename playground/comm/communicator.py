@@ -18,6 +18,7 @@ Not thread-safe: use a communicator from one thread at a time (a node may hand i
 communication thread, as the overlap experiment does).
 """
 
+import itertools
 import json
 import time
 from collections import defaultdict, deque
@@ -67,8 +68,9 @@ class Communicator:
         self.bytes_received = 0
         self._pending: dict[tuple[int, int], deque[Message]] = defaultdict(deque)
         self._clock = self.tracer.clock_ns
-        self._send_seq: dict[tuple[int, int], int] = {}  # (dst, tag) -> messages sent (traced only)
-        self._recv_seq: dict[tuple[int, int], int] = {}  # (src, tag) -> messages taken (traced only)
+        # (peer, tag) -> the number of the next message sent / taken (counted when traced): ~0.1 us
+        self._send_seq: dict[tuple[int, int], itertools.count] = defaultdict(itertools.count)
+        self._recv_seq: dict[tuple[int, int], itertools.count] = defaultdict(itertools.count)
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
@@ -95,21 +97,9 @@ class Communicator:
         self.bytes_sent += x.nbytes
         if self.tracer.messages:
             self.tracer.add_ns(
-                "send", CAT_SEND, t0, self._clock(), dst, tag, x.nbytes, self._next_send(dst, tag)
+                "send", CAT_SEND, t0, self._clock(), dst, tag, x.nbytes, next(self._send_seq[dst, tag])
             )
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
-
-    def _next_send(self, dst: int, tag: int) -> int:
-        key = (dst, tag)
-        seq = self._send_seq.get(key, 0)
-        self._send_seq[key] = seq + 1
-        return seq
-
-    def _next_recv(self, src: int, tag: int) -> int:
-        key = (src, tag)
-        seq = self._recv_seq.get(key, 0)
-        self._recv_seq[key] = seq + 1
-        return seq
 
     def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> Request:
         """Send `count` elements of `dtype` that `fill(out)` writes straight into the outgoing buffer.
@@ -133,7 +123,7 @@ class Communicator:
         self.bytes_sent += nbytes
         if self.tracer.messages:
             self.tracer.add_ns(
-                "send", CAT_SEND, t0, self._clock(), dst, tag, nbytes, self._next_send(dst, tag)
+                "send", CAT_SEND, t0, self._clock(), dst, tag, nbytes, next(self._send_seq[dst, tag])
             )
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
 
@@ -200,7 +190,7 @@ class Communicator:
         if q:
             if self.tracer.messages:  # parked: taken without waiting, still one receive to pair
                 now = self._clock()
-                self.tracer.add_ns("recv_wait", CAT_WAIT, now, now, src, tag, self._next_recv(src, tag))
+                self.tracer.add_ns("recv_wait", CAT_WAIT, now, now, src, tag, next(self._recv_seq[src, tag]))
             return q.popleft()
         if not 0 <= src < self.size:
             raise InvalidPeer(self.rank, src, "source", self.size)
@@ -219,7 +209,9 @@ class Communicator:
             else:
                 pending[(msg.src, msg.tag)].append(msg)
         if self.tracer.messages:
-            self.tracer.add_ns("recv_wait", CAT_WAIT, t0, self._clock(), src, tag, self._next_recv(src, tag))
+            self.tracer.add_ns(
+                "recv_wait", CAT_WAIT, t0, self._clock(), src, tag, next(self._recv_seq[src, tag])
+            )
         return msg
 
     def _expect(self, msg: Message, kind: str) -> None:
@@ -292,7 +284,7 @@ class Communicator:
             self._wait_for_room(dst, tag, lambda: self.transport.send_obj(dst, tag, body))
         if self.tracer.messages:
             self.tracer.add_ns(
-                "send", CAT_SEND, t0, self._clock(), dst, tag, len(body), self._next_send(dst, tag)
+                "send", CAT_SEND, t0, self._clock(), dst, tag, len(body), next(self._send_seq[dst, tag])
             )
 
     def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):

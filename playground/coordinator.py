@@ -36,40 +36,15 @@ from pathlib import Path
 import zmq
 
 from playground.clocks import ProbeRound
+from playground.control_messages import MalformedControl, parse_control
 from playground.errors import ScenarioMismatch
 from playground.fingerprint import mismatch_message
-from playground.rendezvous import control_identity
 
 ABORT_GRACE_S = 2.0  # after an abort, how long ranks get to report and exit before SIGKILL
 STACK_WAIT_S = 0.3  # how long a hung rank gets to dump its stack on SIGUSR1
 SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
 POLL_MS = 200  # longest single wait of the loop; deadlines are checked between waits
 MAX_DRAIN = 1000  # messages handled between deadline checks, so a flood cannot starve them
-
-# The fields each message type must carry (name -> allowed types), checked before it is used.
-_INT, _STR, _NUM = (int,), (str,), (int, float)
-_REQUIRED = {
-    "register": {"rank": _INT, "endpoint": _STR},
-    "clock": {"rank": _INT, "seq": _INT, "t_us": _NUM},
-    "progress": {},
-    "done": {"rank": _INT},
-    "error": {"rank": _INT},
-}
-_OPTIONAL = {
-    "host": _STR,
-    "pid": _INT,
-    "scenario_hash": _STR,
-    "scenario": (dict, type(None)),
-    "result": (dict,),
-    "error_type": _STR,
-    "message": _STR,
-    "traceback": _STR,
-    "waiting_for": (int, type(None)),
-    "secondary": (bool,),
-    "done": _NUM,
-    "total": _NUM + (type(None),),
-    "label": _STR,
-}
 
 
 @dataclass
@@ -189,30 +164,10 @@ class Coordinator:
 
     def parse(self, parts: list[bytes]) -> dict | None:
         """The message of a ROUTER delivery [identity, JSON], or None (ignored and counted)."""
-        if len(parts) != 2:
-            return self.ignore(parts[0], f"{len(parts) - 1} frames instead of 1")
         try:
-            msg = json.loads(parts[1])
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return self.ignore(parts[0], f"not JSON: {parts[1][:40]!r}")
-        if not isinstance(msg, dict):
-            return self.ignore(parts[0], f"not a JSON object: {parts[1][:40]!r}")
-        kind = msg.get("type")
-        if kind not in _REQUIRED:
-            return self.ignore(parts[0], f"unknown type {str(kind)[:40]!r}")
-        missing = [name for name in _REQUIRED[kind] if name not in msg]
-        if missing:
-            return self.ignore(parts[0], f"{kind} without {missing[0]!r}")
-        for name, value in msg.items():
-            types = _REQUIRED[kind].get(name) or _OPTIONAL.get(name)
-            if types is not None and (
-                not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
-            ):
-                return self.ignore(parts[0], f"{kind} with {name} = {str(value)[:40]!r}")
-        rank = msg.get("rank")
-        if kind != "progress" and isinstance(rank, int) and parts[0] != control_identity(rank):
-            return self.ignore(parts[0], f"{kind} for rank {rank} from a socket that is not rank {rank}'s")
-        return msg
+            return parse_control(parts)
+        except MalformedControl as e:
+            return self.ignore(parts[0], str(e))
 
     def ignore(self, ident: bytes, why: str) -> None:
         self.num_ignored += 1

@@ -15,12 +15,11 @@ sentinel (`watch_exits=True`): a rank is gone when its process is. Under another
 a rank counts as gone once it has said its last word (an error, or done and released), and a rank
 that dies silently is found by its peers' receive timeouts.
 
-Anyone who can reach the port can send it anything. A message that is not one of ours (several
-frames, not JSON, not an object, an unknown type, a field of the wrong type, a rank's message from
-another socket than that rank's control socket, `rendezvous.control_identity`) is ignored and counted: the first one is said on
-stderr, the total when the loop ends. A well-formed message that cannot fit this run (a rank
-outside 0..N-1, ranks that resolved different scenarios) fails the run
-with one clear error.
+Anyone who can reach the port can send it anything. A message that is not one of ours
+(playground.control_messages says which) is ignored and counted: the first one is said on stderr,
+the total when the loop ends. A well-formed message that cannot fit this run (a rank outside
+0..N-1, ranks that resolved different scenarios) fails the run with one clear error, and a rank
+that registers after the run was aborted is told so at once.
 """
 
 import json

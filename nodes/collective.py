@@ -25,7 +25,7 @@ from playground.errors import ParamError
 from playground.models.calibration import load_model, model_from_spec, resolve_spec, run_transport
 from playground.report import Report
 from playground.sizes import Size, format_size
-from playground.trace import CAT_OP, now_us
+from playground.trace import CAT_OP
 
 Collective = Literal["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"]
 Algorithm = Literal["ring", "tree", "hd", "rd", "hier", "auto"]
@@ -96,11 +96,11 @@ def measure(comm, p: Params, algorithm: str, size_bytes: int, inplace: bool = Fa
         if inplace:
             np.copyto(work, x)
         comm.barrier()
-        t0 = now_us()
+        t0 = comm.tracer.now_us()  # the rank's time source, as its message events use
         out = run_collective(
             comm, p.collective, work, op, algorithm, p.segment_bytes, inplace, p.ranks_per_node
         )
-        dur = now_us() - t0
+        dur = comm.tracer.now_us() - t0
         times_us.append(dur)
         comm.tracer.add(
             p.collective,

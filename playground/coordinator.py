@@ -1,8 +1,10 @@
 """The coordinator: the one place that knows every rank's state during a run.
 
 Ranks talk to it over a ZeroMQ ROUTER with the control messages of `playground.rendezvous`:
-register -> (all registered) table to everyone; clock -> clock; progress -> the launcher's bar;
-done -> (all done) release to everyone; error -> record the failure and abort the others.
+register -> (all registered, all running the same scenario) clock probes to each rank in turn
+(playground.clocks), then the table to everyone, each with its clock offset; progress -> the
+launcher's bar; done -> (all done) release to everyone; error -> record the failure and abort the
+others.
 The first failure is the root cause; failures that are consequences of it (PeerLost) are marked
 secondary. Ranks that neither report nor go away after an abort are blamed as hung, with their
 stack when this host can ask them for it.
@@ -12,12 +14,19 @@ sentinel (`watch_exits=True`): a rank is gone when its process is. Under another
 (`playground.external`, torchrun / mpiexec / srun) there are no sentinels (`watch_exits=False`):
 a rank counts as gone once it has said its last word (an error, or done and released), and a rank
 that dies silently is found by its peers' receive timeouts.
+
+Anyone who can reach the port can send it anything. A message that is not one of ours
+(playground.control_messages says which) is ignored and counted: the first one is said on stderr,
+the total when the loop ends. A well-formed message that cannot fit this run (a rank outside
+0..N-1, ranks that resolved different scenarios) fails the run with one clear error, and a rank
+that registers after the run was aborted is told so at once.
 """
 
 import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,10 +34,16 @@ from pathlib import Path
 
 import zmq
 
+from playground.clocks import ProbeRound
+from playground.control_messages import MalformedControl, parse_control
+from playground.errors import ScenarioMismatch
+from playground.fingerprint import mismatch_message
+
 ABORT_GRACE_S = 2.0  # after an abort, how long ranks get to report and exit before SIGKILL
 STACK_WAIT_S = 0.3  # how long a hung rank gets to dump its stack on SIGUSR1
 SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
 POLL_MS = 200  # longest single wait of the loop; deadlines are checked between waits
+MAX_DRAIN = 1000  # messages handled between deadline checks, so a flood cannot starve them
 
 
 @dataclass
@@ -93,7 +108,14 @@ class Coordinator:
         self.exited: set[int] = set()  # ranks that are gone (process exit, or last word said)
         self.released = False
         self.abort_deadline: float | None = None
+        self.abort_message: dict | None = None  # what every rank was told, once the run was aborted
+        self.last_told = 0.0  # when the abort last went out (to a rank that registered late)
         self.register_deadline = self.t0 + max(30.0, timeout_s)
+        self.fingerprints: dict[int, str] = {}
+        self.scenarios: dict[int, dict] = {}
+        self.num_ignored = 0  # malformed control messages, counted (the first is said on stderr)
+        self.probes: ProbeRound | None = None  # clock probes, once every rank has registered
+        self.arrived_ns = 0  # when the message being handled was taken off the socket
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.t0
@@ -124,49 +146,79 @@ class Coordinator:
                     poller.unregister(sock)
                     watch.pop(sock)()
             if self.tick():
-                return
+                break
+        if self.num_ignored > 1:
+            self._say(f"coordinator: ignored {self.num_ignored} malformed control messages in all")
 
     def drain(self) -> None:
-        """Handle every control message waiting on the router."""
-        while self.router.poll(0):
-            ident, raw = self.router.recv_multipart()
-            self.on_message(ident, json.loads(raw))
+        """Handle the control messages waiting on the router (at most MAX_DRAIN)."""
+        for _ in range(MAX_DRAIN):
+            if not self.router.poll(0):
+                return
+            parts = self.router.recv_multipart()
+            self.arrived_ns = time.monotonic_ns()
+            msg = self.parse(parts)
+            if msg is not None:
+                self.on_message(parts[0], msg)
+
+    def parse(self, parts: list[bytes]) -> dict | None:
+        """The message of a ROUTER delivery [identity, JSON], or None (ignored and counted)."""
+        try:
+            return parse_control(parts)
+        except MalformedControl as e:
+            return self.ignore(parts[0], str(e))
+
+    def ignore(self, ident: bytes, why: str) -> None:
+        self.num_ignored += 1
+        if self.num_ignored == 1:
+            self._say(
+                f"coordinator: ignored a malformed control message from {ident[:32]!r}: {why} "
+                f"(further ones are only counted)"
+            )
+        return None
+
+    @staticmethod
+    def _say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
     def on_message(self, ident: bytes, msg: dict) -> None:
         kind, rank = msg.get("type"), msg.get("rank")
         if kind in ("register", "done", "error") and not (isinstance(rank, int) and 0 <= rank < self.n):
-            self.fail(
-                RankFailure(
-                    rank if isinstance(rank, int) else -1,
-                    self.elapsed_s(),
-                    "register",
-                    f"sent {kind} as rank {rank!r}, but the run has {self.n} ranks "
-                    f"(is WORLD_SIZE the same for every process?)",
-                    pid=msg.get("pid"),
+            if self.abort_message is None or kind == "register":
+                self.fail(
+                    RankFailure(
+                        rank if isinstance(rank, int) else -1,
+                        self.elapsed_s(),
+                        "register",
+                        f"sent {kind} as rank {rank!r}, but the run has {self.n} ranks "
+                        f"(is WORLD_SIZE the same for every process?)",
+                        pid=msg.get("pid"),
+                    )
                 )
-            )
+            if kind == "register":  # that process waits for a table: tell it why none will come
+                self._send(ident, self.abort_message)
             return
         if kind == "register":
+            if self.abort_message is not None:  # registered after the abort went out: tell it now
+                self._send(ident, self.abort_message)
+                self.last_told = time.monotonic()
             self.identities[rank], self.endpoints[rank] = ident, msg["endpoint"]
             self.hosts[rank] = msg.get("host", "")
+            self.fingerprints[rank] = msg.get("scenario_hash", "")
+            self.scenarios[rank] = msg.get("scenario") or {}
             if msg.get("pid") is not None:
                 self.pids.setdefault(rank, msg["pid"])
-            if len(self.endpoints) == self.n:
-                self._broadcast(
-                    {
-                        "type": "table",
-                        "endpoints": [self.endpoints[r] for r in range(self.n)],
-                        "host": socket.gethostname(),
-                        "t_us": time.monotonic_ns() / 1000,
-                    }
-                )
+            if len(self.endpoints) == self.n and self.abort_message is None and not self.check_scenarios():
+                self.probes = ProbeRound(range(self.n))
+                self.probe_next()
         elif kind == "clock":
-            self._send(ident, {"type": "clock", "t_us": time.monotonic_ns() / 1000})
+            if self.probes is not None and self.probes.answer(rank, msg["seq"], msg["t_us"], self.arrived_ns):
+                self.probe_next()
         elif kind == "progress":
             if self.on_progress:
                 self.on_progress(msg)
         elif kind == "done":
-            self.results[rank] = msg.get("result", {})
+            self.results[rank] = msg.get("result") or {}
             self.reported.add(rank)
             if not self.released and all(r is not None for r in self.results):
                 self.released = True
@@ -179,9 +231,33 @@ class Coordinator:
                 self.exited.add(rank)
             self.on_error(rank, msg)
 
+    def probe_next(self) -> None:
+        """Send the next clock probe; after the last one, every rank's table with its clock offset."""
+        if self.abort_deadline is not None:
+            return
+        probe = self.probes.next_probe()
+        if probe is not None:
+            self._send(self.identities[probe[0]], {"type": "clock", "seq": probe[1]})
+            return
+        clocks = self.probes.estimates()
+        endpoints = [self.endpoints[r] for r in range(self.n)]
+        for r in range(self.n):
+            self._send(
+                self.identities[r],
+                {
+                    "type": "table",
+                    "endpoints": endpoints,
+                    "host": socket.gethostname(),
+                    "t_us": time.monotonic_ns() / 1000,
+                    "clock": clocks[r].to_args() if r in clocks else None,
+                },
+            )
+
     def tick(self) -> bool:
         """Check the deadlines; True when the loop should end (an abort has settled)."""
         now = time.monotonic()
+        if self.probes is not None and not self.probes.done and self.probes.overdue(time.monotonic_ns()):
+            self.probe_next()
         if len(self.endpoints) < self.n and now > self.register_deadline and self.abort_deadline is None:
             missing = sorted(set(range(self.n)) - set(self.endpoints))
             self.fail(
@@ -197,25 +273,55 @@ class Coordinator:
         if self.abort_deadline is not None:
             everyone = set(range(self.n))
             silent = everyone - self.exited - self.reported
+            # Under another launcher a rank that never registered may just be late: it was never told
+            # of the abort, so it is not blamed as hung, and the grace is kept for it to register
+            # and hear of the abort (a rank that never comes times out on its own).
+            unregistered = set() if self.watch_exits else silent - set(self.identities)
             if now > self.abort_deadline or (
-                self.exited | silent == everyone and now > self.abort_deadline - ABORT_GRACE_S + SETTLE_S
+                not unregistered
+                and self.exited | silent == everyone
+                and now > max(self.abort_deadline - ABORT_GRACE_S, self.last_told) + SETTLE_S
             ):
-                self.blame_silent(silent)
+                self.blame_silent(silent - unregistered)
                 return True
         return False
 
     # -- failures ----------------------------------------------------------------------------
-    def fail(self, failure: RankFailure) -> None:
-        """Record a failure; the first one also tells every other live rank to abort."""
+    def check_scenarios(self) -> bool:
+        """Once every rank has registered: do they all run rank 0's scenario? If not, fail the run
+        and tell every rank, the differing ones included, why (True)."""
+        message = mismatch_message(self.fingerprints, self.scenarios)
+        if message is None:
+            return False
+        first = min(r for r, fp in self.fingerprints.items() if fp != self.fingerprints.get(0))
+        self.fail(
+            RankFailure(
+                first,
+                self.elapsed_s(),
+                "register",
+                f"{ScenarioMismatch.__name__}: {message}",
+                pid=self.pids.get(first),
+                host=self.hosts.get(first, ""),
+            ),
+            abort={"reason": message, "error": ScenarioMismatch.__name__},
+        )
+        return True
+
+    def fail(self, failure: RankFailure, abort: dict | None = None) -> None:
+        """Record a failure; the first one also tells every other live rank to abort (every rank,
+        the failed one included, when `abort` gives the message's fields)."""
         self.failures.append(failure)
         if self.abort_deadline is None:
             self.abort_deadline = time.monotonic() + ABORT_GRACE_S
             reason = f"rank {failure.rank} failed: {failure.message.splitlines()[0] if failure.message else failure.kind}"
+            message = self.abort_message = {"type": "abort", "reason": reason, **(abort or {})}
             for r, ident in self.identities.items():
-                if r != failure.rank and r not in self.exited:
-                    self._send(ident, {"type": "abort", "reason": reason})
+                if (r != failure.rank or abort is not None) and r not in self.exited:
+                    self._send(ident, message)
 
     def on_error(self, rank: int, msg: dict) -> None:
+        if msg.get("error_type") == ScenarioMismatch.__name__ and self.failures:
+            return  # the rank repeats what the coordinator told it: the root cause is already recorded
         text = f"{msg.get('error_type', 'Error')}: {msg.get('message', '')}"
         failure = RankFailure(
             rank,

@@ -110,7 +110,16 @@ class MessageMismatch(CommError):
 
 class WireError(CommError, ValueError):
     """A frame that is not a well-formed message of this protocol (truncated, garbage, from a
-    rank that is not in the run). A ValueError too: the wire decoders raised that before."""
+    rank that is not in the run). A ValueError too, as the header decoder's errors always were."""
+
+
+class ScenarioMismatch(PlaygroundError):
+    """The ranks of one run resolved different scenarios (under another launcher each process loads
+    its own); the coordinator finds it at rendezvous and tells every rank."""
+
+    def __init__(self, rank: int, reason: str):
+        self.rank, self.reason = rank, reason
+        super().__init__(f"rank {rank}: {reason}")
 
 
 class FaultInjected(PlaygroundError):

@@ -12,6 +12,7 @@ peers' receive timeouts (`timeout_s`), and usually sooner by the other launcher,
 remaining ranks itself when one exits with an error.
 """
 
+import errno
 import json
 import os
 import signal
@@ -101,6 +102,7 @@ class CoordinatorThread(threading.Thread):
         self.bound = threading.Event()
         self.stop = threading.Event()
         self.error = ""
+        self.bind_error = ""  # the port is taken, or the address is not this host's: bad input
 
     def run(self) -> None:
         ctx = zmq.Context()
@@ -110,7 +112,16 @@ class CoordinatorThread(threading.Thread):
             try:
                 router.bind(self.endpoint)
             except zmq.ZMQError as e:
-                self.error = f"rank 0: cannot listen on {self.endpoint} for the coordinator: {e}"
+                port = self.endpoint.rsplit(":", 1)[1]
+                why = (
+                    f"another process holds port {port} (another run with the same MASTER_PORT?)"
+                    if e.errno == errno.EADDRINUSE
+                    else "is MASTER_ADDR an address of the host where rank 0 runs?"
+                )
+                self.bind_error = (
+                    f"rank 0: cannot listen for the coordinator on {self.endpoint}: {e.strerror}: {why}; choose "
+                    f"another MASTER_PORT or set PLAYGROUND_COORD_PORT (docs/external-launchers.md)"
+                )
                 return
             finally:
                 self.bound.set()
@@ -198,7 +209,9 @@ def _run_rank0(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv, endpo
     thread = CoordinatorThread(coordinator, endpoint)
     thread.start()
     try:
-        if not thread.bound.wait(BIND_WAIT_S) or thread.error:
+        if thread.bound.wait(BIND_WAIT_S) and thread.bind_error:
+            raise ScenarioError(thread.bind_error)  # one line, exit 2: the user's port choice is the fix
+        if not thread.bound.is_set() or thread.error:
             err.print(
                 thread.error or f"rank 0: the coordinator did not start within {BIND_WAIT_S:.0f}s",
                 highlight=False,

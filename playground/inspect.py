@@ -4,6 +4,10 @@ A rank's time is split into the categories of playground.trace: send (handing me
 ZeroMQ), wait (blocked until a message arrived), reduce (combining data) and other (the rest of
 the timed operations: copies, Python, scheduling). "total" is the time inside timed operations
 (cat "op") when the node records them, else the span from the first to the last event.
+
+Every rank's events are first shifted onto rank 0's clock by the offset the rank measured at
+rendezvous (playground.timeline), so the plot and the trace of a multi-host run line up; the
+trace also draws every message as a flow arrow from its send to its receive.
 """
 
 import bisect
@@ -13,6 +17,7 @@ from pathlib import Path
 
 from playground.errors import ScenarioError
 from playground.report import Table, make_console, render_table
+from playground.timeline import RankClock, align, message_flows, receives_before_send
 from playground.trace import CAT_COMPUTE, CAT_OP, CAT_REDUCE, CAT_SEND, CAT_WAIT, read_events, to_chrome_trace
 
 
@@ -90,6 +95,12 @@ def rank_times(rank: int, events: list[dict]) -> RankTimes:
 
 
 def load_run(run_dir: Path) -> dict[int, list[dict]]:
+    """Every rank's events, shifted onto rank 0's clock."""
+    return load_timeline(run_dir)[0]
+
+
+def load_timeline(run_dir: Path) -> tuple[dict[int, list[dict]], dict[int, RankClock]]:
+    """(every rank's events shifted onto rank 0's clock, each rank's clock estimate)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ScenarioError(
@@ -98,11 +109,11 @@ def load_run(run_dir: Path) -> dict[int, list[dict]]:
     logs = sorted(run_dir.glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
     if not logs:
         raise ScenarioError(f"{run_dir}: no rank-<r>.jsonl logs in this directory")
-    return {int(p.stem.split("-")[1]): read_events(p) for p in logs}
+    return align({int(p.stem.split("-")[1]): read_events(p) for p in logs})
 
 
 def inspect_run(run_dir: Path, trace_path: str | None = None, plot_path: str | None = None) -> int:
-    events = load_run(run_dir)
+    events, clocks = load_timeline(run_dir)
     console = make_console()
     result_file = Path(run_dir) / "result.json"
     result = json.loads(result_file.read_text()) if result_file.exists() else {}
@@ -155,12 +166,41 @@ def inspect_run(run_dir: Path, trace_path: str | None = None, plot_path: str | N
         for line in result.get("failures", [])[:5]:
             console.print(f"[red]failure[/red]: {line}", highlight=False)
     if trace_path:
-        Path(trace_path).write_text(json.dumps(to_chrome_trace(events)))
+        flows = message_flows(events)
+        Path(trace_path).write_text(json.dumps(to_chrome_trace(events, flows, clocks)))
         console.print(
             f"wrote Chrome trace {trace_path} ({sum(len(e) for e in events.values())} events, "
-            f"{len(events)} processes): open in https://ui.perfetto.dev or chrome://tracing",
+            f"{len(events)} processes, {len(flows)} message arrows): open in https://ui.perfetto.dev "
+            f"or chrome://tracing",
             highlight=False,
         )
+        if clocks:
+            worst = max(clocks.items(), key=lambda kv: abs(kv[1].offset_us))
+            moved = {
+                r: c.shift_us - c.offset_us
+                for r, c in clocks.items()
+                if abs(c.shift_us - c.offset_us) >= 0.05
+            }
+            console.print(
+                f"clocks: each rank shifted by its offset to rank 0 (largest: rank {worst[0]}, "
+                f"{worst[1].offset_us:+.1f} us +/- {worst[1].uncertainty_us:.1f} us)"
+                + (
+                    f"; {len(moved)} moved within their bounds so that every receive follows its send "
+                    f"(at most {max(map(abs, moved.values())):.1f} us)"
+                    if moved
+                    else ""
+                ),
+                highlight=False,
+            )
+        early = receives_before_send(flows)
+        if early:
+            f = min(early, key=lambda f: f.slack_us)
+            console.print(
+                f"[yellow]warning[/yellow]: {len(early)} of {len(flows)} messages end before they were "
+                f"sent on the merged timeline (worst: rank {f.src} -> {f.dst} tag {f.tag} #{f.seq}, "
+                f"{-f.slack_us:.1f} us early): the clock offsets are off by more than that",
+                highlight=False,
+            )
     if plot_path:
         from playground.plot import plot_timeline
 

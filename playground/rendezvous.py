@@ -1,9 +1,11 @@
 """How ranks find each other: a coordinator (ROUTER) and each rank's control socket (DEALER).
 
 Control messages are small JSON objects, kept apart from the data plane:
-  rank -> coordinator: register {rank, host, pid, endpoint, t_us}, progress {...},
-                       done {rank, result}, error {rank, error_type, message, traceback}
-  coordinator -> rank: table {endpoints, hosts, t_us}, release {}, abort {reason}
+  rank -> coordinator: register {rank, host, pid, endpoint, t_us, scenario_hash, scenario},
+                       clock {rank, seq}, progress {...}, done {rank, result},
+                       error {rank, error_type, message, traceback}
+  coordinator -> rank: table {endpoints, hosts, t_us}, clock {seq, t_us}, release {},
+                       abort {reason, error?}
 A rank learns who it is from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as under
 torchrun; MPICH's PMI_*, Open MPI's OMPI_COMM_WORLD_* and Slurm's SLURM_* map onto them).
 """
@@ -17,8 +19,9 @@ from dataclasses import dataclass
 
 import zmq
 
-from playground.errors import CommTimeout, PeerLost
-from playground.trace import now_us
+from playground import clocks
+from playground.errors import CommTimeout, PeerLost, ScenarioMismatch, UsageError, WireError
+from playground.fingerprint import fingerprint
 
 _ENV_ALIASES = {
     "RANK": ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"),
@@ -41,16 +44,22 @@ class RankEnv:
             for alias in _ENV_ALIASES.get(name, (name,)):
                 if env.get(alias) not in (None, ""):
                     return env[alias]
-            raise ValueError(f"{name} is not set (set {' or '.join(_ENV_ALIASES.get(name, (name,)))})")
+            raise UsageError(f"{name} is not set (set {' or '.join(_ENV_ALIASES.get(name, (name,)))})")
 
         rank, size = int(first("RANK")), int(first("WORLD_SIZE"))
         if not 0 <= rank < size:
-            raise ValueError(f"RANK {rank} is outside 0..{size - 1}")
+            raise UsageError(f"RANK {rank} is outside 0..{size - 1}")
         return cls(rank, size, env.get("MASTER_ADDR", "127.0.0.1"), int(first("MASTER_PORT")))
 
     @property
     def coordinator(self) -> str:
         return f"tcp://{self.master_addr}:{self.master_port}"
+
+
+def control_identity(rank: int) -> bytes:
+    """The ZeroMQ identity of rank r's control socket: the coordinator takes a rank's messages only
+    from it."""
+    return f"rank-{rank}".encode()
 
 
 def free_tcp_port(host: str = "127.0.0.1") -> int:
@@ -90,25 +99,46 @@ def _jsonable(o):
     return str(o)
 
 
-def recv_ctrl(sock: zmq.Socket, want: str, timeout_s: float, rank: int) -> dict:
-    """The next control message of type `want`; an abort raises PeerLost, silence CommTimeout."""
+def recv_ctrl(sock: zmq.Socket, want: str | tuple[str, ...], timeout_s: float, rank: int) -> dict:
+    """The next control message of type `want` (or of one of the types); an abort raises PeerLost
+    (ScenarioMismatch when that was the reason), silence CommTimeout."""
+    wanted = (want,) if isinstance(want, str) else want
     deadline = time.monotonic() + timeout_s
     while True:
         left = deadline - time.monotonic()
         if left <= 0 or not sock.poll(int(left * 1000) + 1):
             if time.monotonic() >= deadline:
-                raise CommTimeout(rank, f"{want} from the coordinator", None, None, timeout_s)
+                raise CommTimeout(rank, f"{' or '.join(wanted)} from the coordinator", None, None, timeout_s)
             continue
-        msg = json.loads(sock.recv())
+        raw = sock.recv()
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            raise WireError(
+                f"rank {rank}: the coordinator sent something that is not JSON: {raw[:40]!r}", rank=rank
+            ) from None
+        if not isinstance(msg, dict):
+            continue
         if msg.get("type") == "abort":
+            if msg.get("error") == ScenarioMismatch.__name__:
+                raise ScenarioMismatch(rank, msg.get("reason", "the ranks run different scenarios"))
             raise PeerLost(rank, msg.get("reason", "the run was aborted"))
-        if msg.get("type") == want:
+        if msg.get("type") in wanted:
             return msg
 
 
-def join(ctrl: zmq.Socket, env: RankEnv, endpoint: str, timeout_s: float) -> tuple[list[str], float]:
-    """Register with the coordinator; returns every rank's endpoint and this host's clock offset (us)."""
-    t0 = now_us()
+def join(
+    ctrl: zmq.Socket,
+    env: RankEnv,
+    endpoint: str,
+    timeout_s: float,
+    scenario: dict | None = None,
+    clock_ns=time.monotonic_ns,
+) -> tuple[list[str], clocks.ClockEstimate | None]:
+    """Register with the coordinator and wait for the table, answering its clock probes meanwhile
+    (every rank is probed: several hosts may share one host name, and one host may run ranks on
+    skewed time sources); returns every rank's endpoint and this rank's clock offset to the
+    coordinator's clock (None if the coordinator gave none)."""
     send_ctrl(
         ctrl,
         {
@@ -117,19 +147,27 @@ def join(ctrl: zmq.Socket, env: RankEnv, endpoint: str, timeout_s: float) -> tup
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "endpoint": endpoint,
-            "t_us": t0,
+            "t_us": clock_ns() / 1000.0,
+            "scenario_hash": fingerprint(scenario) if scenario is not None else "",
+            "scenario": scenario,
         },
     )
-    table = recv_ctrl(ctrl, "table", timeout_s, env.rank)
-    offset = 0.0
-    if table.get("host") != socket.gethostname():
-        # Another host's CLOCK_MONOTONIC has another origin: estimate it NTP-style, best of 5 pings.
-        samples = []
-        for _ in range(5):
-            t0 = now_us()
-            send_ctrl(ctrl, {"type": "clock", "rank": env.rank})
-            t_coord = recv_ctrl(ctrl, "clock", timeout_s, env.rank)["t_us"]
-            t1 = now_us()
-            samples.append((t1 - t0, t_coord - (t0 + t1) / 2))
-        offset = min(samples)[1]
-    return table["endpoints"], offset
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            msg = recv_ctrl(ctrl, ("table", "clock"), max(0.0, deadline - time.monotonic()), env.rank)
+        except CommTimeout:
+            raise CommTimeout(
+                env.rank,
+                "register",
+                waited_s=timeout_s,
+                what=f"the table of endpoints from the coordinator at {env.coordinator} (has every rank "
+                f"started, with the same WORLD_SIZE? is rank 0 running, and did its coordinator start?)",
+            ) from None
+        if msg["type"] == "table":
+            break
+        send_ctrl(
+            ctrl, {"type": "clock", "rank": env.rank, "seq": msg.get("seq"), "t_us": clock_ns() / 1000.0}
+        )
+    clock = msg.get("clock")
+    return msg["endpoints"], clocks.ClockEstimate(**clock) if clock else None

@@ -1,8 +1,11 @@
 """Per-rank event log: buffered in memory while timing, written as JSON lines outside it.
 
-One event a line: {"ts": us, "dur": us, "name", "cat", "rank", "tid", "args"}; `ts` is on one
-clock for the whole run (CLOCK_MONOTONIC on one host, plus an offset estimated at rendezvous
-across hosts). Each event maps onto a Chrome trace "X" event (pid = rank, tid = thread).
+One event a line: {"ts": us, "dur": us, "name", "cat", "rank", "tid", "args"}; `ts` is the rank's
+own time source, raw (CLOCK_MONOTONIC). The rank's `clock` event (cat "meta") holds its offset to
+rank 0's clock, estimated at rendezvous (playground.clocks); `inspect` shifts each rank's events by it
+(playground.timeline) and pairs the k-th `send` from r to s on a tag with the k-th `recv_wait` at s
+from r on that tag (their `seq`) to draw the message as a flow arrow. Each event maps onto a Chrome
+trace "X" event (pid = rank, tid = thread).
 """
 
 import json
@@ -18,7 +21,13 @@ CAT_REDUCE = "reduce"  # combining received data
 CAT_COMPUTE = "compute"  # a node's own work
 CAT_OP = "op"  # one whole timed operation (an all-reduce, a request, ...)
 CAT_PHASE = "phase"  # a phase inside an operation (reduce-scatter, all-gather)
-ARG_NAMES = {"send": ("peer", "tag", "bytes"), "recv_wait": ("peer", "tag"), "reduce": ("peer", "bytes")}
+CAT_META = "meta"  # facts about the rank, not timing (its clock offset): left out of time accounting
+# seq: the message's number among those from its sender to its receiver on its tag (0, 1, ...).
+ARG_NAMES = {
+    "send": ("peer", "tag", "bytes", "seq"),
+    "recv_wait": ("peer", "tag", "seq"),
+    "reduce": ("peer", "bytes"),
+}
 _get_ident = threading.get_ident
 
 
@@ -122,8 +131,16 @@ def read_events(path: Path) -> list[dict]:
     return out
 
 
-def to_chrome_trace(events_by_rank: dict[int, list[dict]]) -> dict:
-    """Chrome trace JSON (Perfetto, chrome://tracing): one process per rank, "X" events."""
+def to_chrome_trace(events_by_rank: dict[int, list[dict]], flows=(), clocks=None) -> dict:
+    """Chrome trace JSON (Perfetto, chrome://tracing): one process per rank, "X" events.
+
+    `flows` (playground.timeline.Flow) become flow arrows in the trace format's v2 form: the send's
+    slice gets `bind_id` and `flow_out`, the receive's the same `bind_id` and `flow_in`. `clocks`
+    (rank -> RankClock) label each process with the offset its events were shifted by."""
+    bound = {}
+    for flow in flows:
+        bound[id(flow.send)] = (flow.id, "flow_out")
+        bound[id(flow.recv)] = (flow.id, "flow_in")
     trace = []
     for rank, events in sorted(events_by_rank.items()):
         trace.append(
@@ -132,20 +149,30 @@ def to_chrome_trace(events_by_rank: dict[int, list[dict]]) -> dict:
         trace.append(
             {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}}
         )
+        clock = (clocks or {}).get(rank)
+        if clock is not None:
+            label = f"clock {clock.offset_us:+.1f} us (+/- {clock.uncertainty_us:.1f} us) to rank 0"
+            if abs(clock.shift_us - clock.offset_us) >= 0.05:
+                label += f", shifted by {clock.shift_us:+.1f} us to keep receives after sends"
+            trace.append(
+                {"ph": "M", "name": "process_labels", "pid": rank, "tid": 0, "args": {"labels": label}}
+            )
         for tid in sorted({e.get("tid", 0) for e in events}):
             label = "main" if tid == 0 else f"thread {tid}"
             trace.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}})
         for e in events:
-            trace.append(
-                {
-                    "ph": "X",
-                    "name": e["name"],
-                    "cat": e.get("cat", ""),
-                    "ts": e["ts"],
-                    "dur": e["dur"],
-                    "pid": rank,
-                    "tid": e.get("tid", 0),
-                    "args": e.get("args", {}),
-                }
-            )
+            x = {
+                "ph": "X",
+                "name": e["name"],
+                "cat": e.get("cat", ""),
+                "ts": e["ts"],
+                "dur": e["dur"],
+                "pid": rank,
+                "tid": e.get("tid", 0),
+                "args": e.get("args", {}),
+            }
+            flow = bound.get(id(e))
+            if flow is not None:
+                x["bind_id"], x[flow[1]] = flow[0], True
+            trace.append(x)
     return {"traceEvents": trace, "displayTimeUnit": "ms"}

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import zmq
 
-from playground import rendezvous
+from playground import clocks, rendezvous
 from playground.comm.communicator import Communicator
 from playground.comm.control import LauncherLink
 from playground.comm.faults import FaultyTransport
 from playground.comm.opening import open_end
-from playground.errors import CommTimeout, PeerLost
+from playground.errors import CommTimeout, PeerLost, ScenarioMismatch
 from playground.scenario import Scenario, load_node
-from playground.trace import Tracer, now_us
+from playground.trace import CAT_META, Tracer
 
 RELEASE_TIMEOUT_S = 60.0  # waiting for the slowest rank to finish, after this rank is done
 _CTRL_LINGER_MS = 2000  # let a final error/done message reach the coordinator after close
@@ -35,7 +35,7 @@ def _error_message(rank: int, exc: BaseException) -> dict:
     }
     if isinstance(exc, (CommTimeout, PeerLost)) and exc.peer is not None:
         msg["waiting_for"] = exc.peer
-    if isinstance(exc, PeerLost):
+    if isinstance(exc, (PeerLost, ScenarioMismatch)):  # the coordinator already has the root cause
         msg["secondary"] = True
     return msg
 
@@ -47,7 +47,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     ctx = zmq.Context()
     ctrl = ctx.socket(zmq.DEALER)
-    ctrl.setsockopt(zmq.IDENTITY, f"rank-{env.rank}".encode())
+    ctrl.setsockopt(zmq.IDENTITY, rendezvous.control_identity(env.rank))
     ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
     ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
     ctrl.connect(env.coordinator)
@@ -55,9 +55,14 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
     comm = None
     try:
+        tracer.clock_ns = clock_ns = clocks.rank_clock_ns(env.rank)  # skewed on purpose in drills
         end = open_end(scenario.transport, env, ctx)
-        endpoints, offset = rendezvous.join(ctrl, env, end.endpoint, max(30.0, scenario.timeout_s))
-        tracer.clock_offset_us = offset
+        endpoints, clock = rendezvous.join(
+            ctrl, env, end.endpoint, max(30.0, scenario.timeout_s), scenario.to_dict(), clock_ns
+        )
+        # Raw times stay in the log, the offset beside them: `inspect` shifts them onto rank 0's clock.
+        if clock is not None:
+            tracer.add("clock", CAT_META, tracer.now_us(), 0.0, {**clock.to_args(), "endpoint": end.endpoint})
         transport = end.connect(endpoints)
         end = None  # the transport owns it now
         fault = scenario.fault
@@ -86,7 +91,9 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
-        tracer.add("error", "error", now_us(), 0.0, {"type": type(exc).__name__, "message": str(exc)[:500]})
+        tracer.add(
+            "error", "error", tracer.now_us(), 0.0, {"type": type(exc).__name__, "message": str(exc)[:500]}
+        )
         tracer.flush()
         try:
             rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc))

@@ -3,7 +3,7 @@ over tcp; rank 0 hosts the coordinator and writes result.json; a failure ends ev
 
 import json
 import os
-import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -52,9 +52,15 @@ class Ranks:
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, args: list[str], env: dict) -> subprocess.Popen:
+    def start(self, args: list[str], env: dict, cwd: Path | None = None) -> subprocess.Popen:
         p = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
         )
         self.procs.append(p)
         return p
@@ -237,48 +243,36 @@ def test_coordinator_port_rule():
     assert run_dir_for(Path("runs"), "ring", 29500, {"PLAYGROUND_RUN_DIR": "/x/y"}) == Path("/x/y")
 
 
-def _mpich_mpiexec() -> str | None:
-    exe = shutil.which("mpiexec")
-    if exe is None:
-        return None
-    try:
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return exe if "HYDRA" in version or "MPICH" in version else None
-
-
-MPIEXEC = _mpich_mpiexec()
+@pytest.mark.timeout(60)
+def test_ranks_given_different_overrides_fail_with_one_error_on_every_rank(ranks, runs_dir):
+    port = free_tcp_port()
+    for r, iters in enumerate(["3", "3", "4"]):
+        env = clean_env(RANK=str(r), WORLD_SIZE="3", MASTER_PORT=str(port))
+        sets = ["--set", "params.sizes=[1KiB]", "--set", f"params.iters={iters}"]
+        ranks.start([*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *sets], env)
+    done = ranks.finish()
+    assert [code for code, _, _ in done] == [1, 1, 1], done
+    said = "rank 2 runs another scenario than rank 0: params.iters: rank 0 has 3, rank 2 has 4"
+    root = next(line for line in done[0][2].splitlines() if "root cause" in line)
+    assert "ScenarioMismatch" in root and said in root, done[0][2]
+    assert "then" not in done[0][2]  # one error: the ranks repeating it are not listed again
+    for _, _, err in done[1:]:
+        assert "ScenarioMismatch" in err and said in err, err
+    result = json.loads((runs_dir / f"ring-{port}" / "result.json").read_text())
+    assert result["ok"] is False and len(result["failures"]) == 1 and said in result["failures"][0]
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(
-    MPIEXEC is None,
-    reason="MPICH's mpiexec (hydra) is not installed (apt-get install mpich); -genv is MPICH syntax",
-)
-def test_under_mpiexec(ranks, runs_dir):
-    port = free_tcp_port()
-    ranks.start(
-        [
-            MPIEXEC,
-            "-n",
-            "2",
-            "-genv",
-            "MASTER_ADDR",
-            "127.0.0.1",
-            "-genv",
-            "MASTER_PORT",
-            str(port),
-            *PLAYGROUND,
-            "node",
-            "ring",
-            "--out",
-            str(runs_dir),
-            *SMALL,
-        ],
-        clean_env(),
-    )
-    [(code, out, err)] = ranks.finish()
-    assert code == 0, out + err
-    assert "2 ranks over tcp" in out
-    assert_good_run(runs_dir / f"ring-{port}", runs_dir, 2)
+def test_coordinator_port_in_use_is_one_line_and_status_2(ranks, runs_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ranks.start(
+            [*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *SMALL],
+            clean_env(RANK="0", WORLD_SIZE="2", MASTER_PORT=str(port)),
+        )
+        [(code, out, err)] = ranks.finish()
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"cannot listen for the coordinator on tcp://127.0.0.1:{port}: Address already in use" in err
+    assert "choose another MASTER_PORT" in err and "Traceback" not in err

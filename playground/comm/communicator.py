@@ -9,12 +9,16 @@ messages (transport.py). Here live the parts every transport shares:
   failed, so a dead peer becomes PeerLost within a slice, not after the timeout;
 - back-pressure: a post that finds no room (a full pipe or ring) waits while taking in what
   arrives, so ranks that flood each other all progress;
-- object messages (small JSON values, never pickle), barrier, progress, per-message tracing.
+- object messages (small JSON values, never pickle), barrier, progress, per-message tracing:
+  when the tracer records messages, every send and every receive (a zero-length `recv_wait` when
+  the message was already parked) carries `seq`, its number among the messages from its sender to
+  its receiver on its tag, so `inspect --trace` can draw each message from its send to its receive.
 
 Not thread-safe: use a communicator from one thread at a time (a node may hand it to a
 communication thread, as the overlap experiment does).
 """
 
+import itertools
 import json
 import time
 from collections import defaultdict, deque
@@ -64,6 +68,9 @@ class Communicator:
         self.bytes_received = 0
         self._pending: dict[tuple[int, int], deque[Message]] = defaultdict(deque)
         self._clock = self.tracer.clock_ns
+        # (peer, tag) -> the number of the next message sent / taken (counted when traced): ~0.1 us
+        self._send_seq: dict[tuple[int, int], itertools.count] = defaultdict(itertools.count)
+        self._recv_seq: dict[tuple[int, int], itertools.count] = defaultdict(itertools.count)
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
@@ -89,7 +96,9 @@ class Communicator:
             got = self._wait_for_room(dst, tag, lambda: self.transport.send(dst, tag, x))
         self.bytes_sent += x.nbytes
         if self.tracer.messages:
-            self.tracer.add_ns("send", CAT_SEND, t0, self._clock(), dst, tag, x.nbytes)
+            self.tracer.add_ns(
+                "send", CAT_SEND, t0, self._clock(), dst, tag, x.nbytes, next(self._send_seq[dst, tag])
+            )
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
 
     def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> Request:
@@ -113,7 +122,9 @@ class Communicator:
         nbytes = out.array.nbytes
         self.bytes_sent += nbytes
         if self.tracer.messages:
-            self.tracer.add_ns("send", CAT_SEND, t0, self._clock(), dst, tag, nbytes)
+            self.tracer.add_ns(
+                "send", CAT_SEND, t0, self._clock(), dst, tag, nbytes, next(self._send_seq[dst, tag])
+            )
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
@@ -177,7 +188,12 @@ class Communicator:
         """The next message from (src, tag), waiting up to the timeout."""
         q = self._pending.get((src, tag))
         if q:
-            return q.popleft()
+            msg = q.popleft()
+            if self.tracer.messages:  # parked: taken without waiting, still one receive to pair
+                msg.landed()
+                now = self._clock()
+                self.tracer.add_ns("recv_wait", CAT_WAIT, now, now, src, tag, next(self._recv_seq[src, tag]))
+            return msg
         if not 0 <= src < self.size:
             raise InvalidPeer(self.rank, src, "source", self.size)
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
@@ -196,7 +212,9 @@ class Communicator:
                 pending[(msg.src, msg.tag)].append(msg)
         if self.tracer.messages:
             msg.landed()
-            self.tracer.add_ns("recv_wait", CAT_WAIT, t0, self._clock(), src, tag)
+            self.tracer.add_ns(
+                "recv_wait", CAT_WAIT, t0, self._clock(), src, tag, next(self._recv_seq[src, tag])
+            )
         return msg
 
     def _expect(self, msg: Message, kind: str) -> None:
@@ -264,8 +282,13 @@ class Communicator:
         if not 0 <= dst < self.size:
             raise InvalidPeer(self.rank, dst, "destination", self.size)
         body = json.dumps(obj).encode()
+        t0 = self._clock() if self.tracer.messages else 0
         if type(self.transport.send_obj(dst, tag, body)) is NoRoom:
             self._wait_for_room(dst, tag, lambda: self.transport.send_obj(dst, tag, body))
+        if self.tracer.messages:
+            self.tracer.add_ns(
+                "send", CAT_SEND, t0, self._clock(), dst, tag, len(body), next(self._send_seq[dst, tag])
+            )
 
     def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):
         msg = self._take(src, tag, "recv_obj", timeout_s)

@@ -11,6 +11,10 @@ JSON_SHM  as SHM, but the slot holds UTF-8 JSON (an object too large for one pip
 
 On one host with shared memory, header and payload travel together as one pipe record
 (pipes.py): `decode_record` splits them.
+
+Anything that is not such a header (short, an unknown kind, ndim over 32, a dtype string numpy does
+not know or that holds Python objects, a negative dimension, an inline payload of the wrong size, a
+sender that is not a rank of the run) is a WireError saying what was wrong, never a crash.
 """
 
 import math
@@ -18,18 +22,23 @@ import struct
 
 import numpy as np
 
+from playground.errors import WireError
+
 KIND_ARRAY = 0
 KIND_JSON = 1
 KIND_SHM = 2
 KIND_INLINE = 3
 KIND_JSON_SHM = 4
+KINDS = (KIND_ARRAY, KIND_JSON, KIND_SHM, KIND_INLINE, KIND_JSON_SHM)
+MAX_NDIM = 32  # numpy's
+_MAX_CACHED_DTYPES = 64  # a stream of distinct garbage dtypes must not grow the cache without bound
 
 _FIXED = struct.Struct("<HiBB8s")
 _DTYPES: dict[bytes, np.dtype] = {}
 _DTYPE_STRS: dict[np.dtype, bytes] = {}
 
 
-_SHAPE = [struct.Struct(f"<{n}q") for n in range(33)]  # numpy's maximum ndim is 32
+_SHAPE = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]
 
 
 def encode_header(src: int, tag: int, kind: int, dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -43,32 +52,58 @@ def header_size(ndim: int) -> int:
     return _FIXED.size + 8 * ndim
 
 
-def decode_header(buf: bytes) -> tuple[int, int, int, np.dtype, tuple[int, ...]]:
-    """(src, tag, kind, dtype, shape); ValueError on a malformed header. For INLINE messages the
-    array's bytes start at `header_size(len(shape))`."""
-    return _decode(buf, record=False)
+def decode_header(
+    buf: bytes, num_ranks: int | None = None
+) -> tuple[int, int, int, np.dtype, tuple[int, ...]]:
+    """(src, tag, kind, dtype, shape); WireError (a ValueError) saying what is wrong with a malformed
+    header, or with a sender outside 0..num_ranks-1. For INLINE messages the array's bytes start at
+    `header_size(len(shape))`."""
+    return _decode(buf, False, num_ranks)
 
 
-def decode_record(buf: bytes) -> tuple[int, int, int, np.dtype, tuple[int, ...], memoryview]:
+def decode_record(
+    buf: bytes, num_ranks: int | None = None
+) -> tuple[int, int, int, np.dtype, tuple[int, ...], memoryview]:
     """(src, tag, kind, dtype, shape, payload) of a header followed by its payload in one buffer."""
-    src, tag, kind, dtype, shape = _decode(buf, record=True)
+    src, tag, kind, dtype, shape = _decode(buf, True, num_ranks)
     return src, tag, kind, dtype, shape, memoryview(buf)[header_size(len(shape)) :]
 
 
-def _decode(buf: bytes, record: bool) -> tuple[int, int, int, np.dtype, tuple[int, ...]]:
+def _decode(
+    buf: bytes, record: bool, num_ranks: int | None
+) -> tuple[int, int, int, np.dtype, tuple[int, ...]]:
     if len(buf) < _FIXED.size:
-        raise ValueError(f"header too short: {len(buf)} bytes")
+        raise WireError(f"header too short: {len(buf)} bytes, at least {_FIXED.size}")
     src, tag, kind, ndim, dt = _FIXED.unpack_from(buf)
+    if kind not in KINDS:
+        raise WireError(f"unknown kind {kind} (known: {', '.join(map(str, KINDS))})")
+    if ndim > MAX_NDIM:
+        raise WireError(f"ndim {ndim} is over numpy's {MAX_NDIM}")
     end = _FIXED.size + 8 * ndim
-    if ndim > 32 or len(buf) < end or (kind != KIND_INLINE and not record and len(buf) != end):
-        raise ValueError(f"header length {len(buf)} does not match ndim {ndim}")
+    if len(buf) < end or (kind != KIND_INLINE and not record and len(buf) != end):
+        raise WireError(f"header length {len(buf)} does not match ndim {ndim} (expected {end})")
+    if num_ranks is not None and src >= num_ranks:
+        raise WireError(f"sent as rank {src}, but the run has ranks 0..{num_ranks - 1}")
     shape = _SHAPE[ndim].unpack_from(buf, _FIXED.size)
-    dtype = _DTYPES.get(dt)
-    if dtype is None:
-        dtype = _DTYPES[dt] = np.dtype(dt.rstrip(b"\0").decode())
+    if any(d < 0 for d in shape):
+        raise WireError(f"negative dimension in shape {shape}")
+    dtype = _DTYPES.get(dt) or _parse_dtype(dt)
     if kind == KIND_INLINE and len(buf) != end + dtype.itemsize * math.prod(shape):
-        raise ValueError(f"inline message of {len(buf)} bytes does not hold a {dtype} array of shape {shape}")
+        raise WireError(f"inline message of {len(buf)} bytes does not hold a {dtype} array of shape {shape}")
     return src, tag, kind, dtype, shape
+
+
+def _parse_dtype(dt: bytes) -> np.dtype:
+    """A plain numpy dtype from its 8-byte `dtype.str`; never an object dtype (no pointers on the wire)."""
+    try:
+        dtype = np.dtype(dt.rstrip(b"\0").decode("ascii"))
+    except (TypeError, ValueError, UnicodeDecodeError, SyntaxError):
+        raise WireError(f"dtype {dt!r} is not a numpy dtype") from None
+    if dtype.hasobject or dtype.itemsize == 0 or dtype.subdtype is not None:
+        raise WireError(f"dtype {dt!r} ({dtype}) cannot travel as bytes")
+    if len(_DTYPES) < _MAX_CACHED_DTYPES:
+        _DTYPES[dt] = dtype
+    return dtype
 
 
 def encode_inline(src: int, tag: int, x: np.ndarray) -> bytes:

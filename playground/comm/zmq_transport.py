@@ -9,6 +9,12 @@ frame (one frame is cheaper than two); from 64 KiB up the array's buffer is its 
 zero-copy (the completion is ZeroMQ's tracker) and read lazily: when the communicator asks for
 the message with an array to land it in, `copy_into` receives the frame straight into that array
 (`recv_into`); otherwise the frame is taken zero-copy before the next receive.
+
+Anyone who can reach a rank's socket can send it anything, so every frame is checked: a header that
+wire.py rejects, a sender that is not a rank of the run, an inline or object message with frames
+after it, an array or object header with no payload frame, a payload of the wrong size. Each is a
+WireError naming this rank, its socket and what was wrong (the rest of the bad message is read and
+dropped), raised by `receive` or by reading the payload; the communicator fails the rank with it.
 """
 
 import numpy as np
@@ -16,6 +22,7 @@ import zmq
 
 from playground.comm import wire
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, PlainReserve
+from playground.errors import WireError
 
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this, copying is cheaper than tracking a zero-copy frame
 SOCKET_BUFFER_BYTES = (
@@ -48,16 +55,27 @@ class _Tracked:
 class _FrameMessage(Message):
     """An array whose bytes are still the next frame on the socket (read at most once)."""
 
-    __slots__ = ("sock",)
+    __slots__ = ("sock", "transport")
 
-    def __init__(self, sock: zmq.Socket, src: int, tag: int, dtype: np.dtype, shape: tuple):
+    def __init__(self, transport: "ZmqTransport", src: int, tag: int, dtype: np.dtype, shape: tuple):
         super().__init__(src, tag, KIND_ARRAY, dtype, shape, None)
-        self.sock = sock
+        self.sock, self.transport = transport._data, transport
 
     def fetch(self) -> None:
         """Take the frame off the socket, zero-copy (before anything else is received)."""
         if self.sock is not None:
-            self.payload, self.sock = self.sock.recv(copy=False).buffer, None
+            sock, self.sock = self.sock, None
+            self.payload = sock.recv(copy=False).buffer
+            self._check(len(self.payload), sock)
+
+    def _check(self, nbytes: int, sock: zmq.Socket) -> None:
+        expected = self.count * self.dtype.itemsize
+        if nbytes != expected or sock.get(zmq.RCVMORE):
+            extra = self.transport.discard_rest(sock.get(zmq.RCVMORE))
+            raise self.transport.wire_error(
+                f"from rank {self.src} tag {self.tag}: a payload of {nbytes} bytes for a {self.dtype} array of "
+                f"shape {self.shape} ({expected} bytes)" + (f", then {extra} more frames" if extra else "")
+            )
 
     def array(self) -> np.ndarray:
         self.fetch()
@@ -70,8 +88,8 @@ class _FrameMessage(Message):
             and out.size == self.count
             and out.flags.c_contiguous
         ):
-            self.sock.recv_into(out)  # the awaited array lands in the caller's buffer: no extra copy
-            self.sock = None
+            sock, self.sock = self.sock, None
+            self._check(sock.recv_into(out), sock)  # lands in the caller's buffer: no extra copy
             return
         super().copy_into(out)
 
@@ -85,6 +103,7 @@ class ZmqTransport(PlainReserve):
         self._ctx, self._data, self._endpoints = ctx, data, endpoints
         self._push: dict[int, zmq.Socket] = {}
         self._timeout_ms = None  # the data socket's RCVTIMEO, set only when it changes
+        self._num_ranks = len(endpoints)
         self._unread: _FrameMessage | None = None
 
     def _socket_to(self, dst: int) -> zmq.Socket:
@@ -123,15 +142,55 @@ class ZmqTransport(PlainReserve):
             first = self._data.recv()
         except zmq.Again:
             return None
-        src, tag, kind, dtype, shape = wire.decode_header(first)
+        more = self._data.get(zmq.RCVMORE)
+        try:
+            src, tag, kind, dtype, shape = wire.decode_header(first, self._num_ranks)
+        except WireError as e:
+            extra = self.discard_rest(more)
+            raise self.wire_error(
+                f"{e} (first bytes {first[:16].hex()}{f', and {extra} more frames' if extra else ''})"
+            ) from None
         if kind == wire.KIND_INLINE:
+            if more:
+                raise self.wire_error(
+                    f"from rank {src} tag {tag}: {self.discard_rest(more)} frames after a one-frame message"
+                )
             return Message(
                 src, tag, KIND_ARRAY, dtype, shape, memoryview(first)[wire.header_size(len(shape)) :]
             )
+        if kind not in (wire.KIND_ARRAY, wire.KIND_JSON):
+            self.discard_rest(more)
+            raise self.wire_error(
+                f"from rank {src} tag {tag}: kind {kind} is a shared-memory message, not sent over ZeroMQ"
+            )
+        if not more:
+            raise self.wire_error(
+                f"from rank {src} tag {tag}: a header without the payload frame that must follow it"
+            )
         if kind == wire.KIND_ARRAY:
-            self._unread = _FrameMessage(self._data, src, tag, dtype, shape)
+            self._unread = _FrameMessage(self, src, tag, dtype, shape)
             return self._unread
-        return Message(src, tag, KIND_OBJ, dtype, shape, self._data.recv())
+        body = self._data.recv()
+        if self._data.get(zmq.RCVMORE):
+            raise self.wire_error(
+                f"from rank {src} tag {tag}: {self.discard_rest(True)} frames after an object's body"
+            )
+        return Message(src, tag, KIND_OBJ, dtype, shape, body)
+
+    def discard_rest(self, more: bool) -> int:
+        """Read and drop what is left of a multi-part message; how many frames that was."""
+        n = 0
+        while more:
+            self._data.recv(copy=False)
+            n += 1
+            more = self._data.get(zmq.RCVMORE)
+        return n
+
+    def wire_error(self, what: str) -> WireError:
+        endpoint = self._data.get(zmq.LAST_ENDPOINT).decode(errors="replace")
+        return WireError(
+            f"rank {self.rank}: malformed message on its data socket {endpoint}: {what}", rank=self.rank
+        )
 
     def close(self) -> None:
         for sock in self._push.values():

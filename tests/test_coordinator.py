@@ -1,0 +1,134 @@
+"""The coordinator in this process, with ranks played by threads that run the real rendezvous
+(`rendezvous.join`): it survives thousands of garbage control messages, hands every rank its clock
+offset, and fails a run whose ranks resolved different scenarios, telling every rank why."""
+
+import random
+import threading
+import time
+
+import fuzzing
+import pytest
+import zmq
+
+from playground import rendezvous
+from playground.coordinator import Coordinator
+from playground.errors import PeerLost, ScenarioMismatch
+from playground.rendezvous import RankEnv, free_tcp_port
+from playground.worker import _error_message
+
+SCENARIO = {"name": "ring", "ranks": 3, "params": {"iters": 3, "sizes": [1024]}}
+
+
+class World:
+    """A Coordinator serving on a thread, and `play(rank, scenario)` threads acting as ranks."""
+
+    def __init__(self, n: int, tmp_path):
+        self.n, self.port = n, free_tcp_port()
+        self.ctx = zmq.Context()
+        self.coordinator = Coordinator(n, 10.0, tmp_path, watch_exits=False)
+        router = self.ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.bind(f"tcp://127.0.0.1:{self.port}")
+        self.server = threading.Thread(target=self.coordinator.serve, args=(router,), daemon=True)
+        self.server.start()
+        self.results: dict[int, object] = {}
+        self.players: list[threading.Thread] = []
+        self.sockets = [router]
+
+    def socket(self, kind, identity: bytes | None = None) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        if identity is not None:
+            sock.setsockopt(zmq.IDENTITY, identity)
+        sock.connect(f"tcp://127.0.0.1:{self.port}")
+        self.sockets.append(sock)
+        return sock
+
+    def play(self, rank: int, scenario: dict = SCENARIO) -> None:
+        sock = self.socket(zmq.DEALER, rendezvous.control_identity(rank))
+
+        def body():
+            env = RankEnv(rank, self.n, "127.0.0.1", self.port)
+            try:
+                endpoints, clock = rendezvous.join(
+                    sock, env, f"tcp://127.0.0.1:{9000 + rank}", 10.0, scenario
+                )
+                rendezvous.send_ctrl(sock, {"type": "done", "rank": rank, "result": {"rank": rank}})
+                rendezvous.recv_ctrl(sock, "release", 10.0, rank)
+                self.results[rank] = (endpoints, clock)
+            except Exception as e:  # noqa: BLE001 - the test reads it
+                self.results[rank] = e
+                rendezvous.send_ctrl(sock, _error_message(rank, e))  # what a real rank reports
+
+        t = threading.Thread(target=body, daemon=True)
+        t.start()
+        self.players.append(t)
+
+    def finish(self):
+        for t in [*self.players, self.server]:
+            t.join(20)
+        assert not self.server.is_alive(), "the coordinator did not finish"
+        for s in self.sockets:
+            s.close()
+        self.ctx.term()
+        return self.coordinator.outcome()
+
+
+@pytest.mark.timeout(60)
+def test_garbage_is_ignored_and_counted_while_a_run_completes(tmp_path, capfd):
+    world = World(3, tmp_path)
+    rng = random.Random(99)
+    senders = [world.socket(zmq.DEALER) for _ in range(4)] + [world.socket(zmq.DEALER, b"rank-0x")]
+    for _ in range(2000):
+        rng.choice(senders).send_multipart(fuzzing.control_message(rng, 3))
+    deadline = time.monotonic() + 20
+    while world.coordinator.num_ignored < 2000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert world.coordinator.num_ignored == 2000  # every one of them ignored, none taken for a rank's
+    for r in range(3):
+        world.play(r)
+    for _ in range(1000):  # more while the ranks register and take their clock probes
+        rng.choice(senders).send_multipart(fuzzing.control_message(rng, 3))
+    outcome = world.finish()
+    assert outcome.ok, outcome.failures
+    assert [res["rank"] for res in outcome.results] == [0, 1, 2]
+    ignored = world.coordinator.num_ignored
+    assert 2000 < ignored <= 3000
+    err = capfd.readouterr().err
+    assert err.count("coordinator: ignored a malformed control message") == 1
+    assert f"coordinator: ignored {ignored} malformed control messages in all" in err
+    for r in range(3):
+        endpoints, clock = world.results[r]
+        assert endpoints == [f"tcp://127.0.0.1:{9000 + k}" for k in range(3)]
+        # One process, one clock: the true offset is 0, so the estimate is within its bound of it.
+        assert abs(clock.offset_us) <= clock.uncertainty_us and clock.samples > 0
+
+
+@pytest.mark.timeout(60)
+def test_ranks_with_another_scenario_fail_the_run_on_every_rank(tmp_path):
+    world = World(3, tmp_path)
+    other = {**SCENARIO, "params": {"iters": 4, "sizes": [1024]}}
+    for r in range(3):
+        world.play(r, other if r == 2 else SCENARIO)
+    outcome = world.finish()
+    assert not outcome.ok and len(outcome.failures) == 1  # one error, not one per rank
+    root = outcome.root_cause
+    assert root.rank == 2 and "ScenarioMismatch" in root.message
+    assert "params.iters: rank 0 has 3, rank 2 has 4" in root.message
+    for r in range(3):  # every rank, the differing one included, was told why
+        assert isinstance(world.results[r], ScenarioMismatch), world.results[r]
+        assert "rank 2 runs another scenario than rank 0" in str(world.results[r])
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_outside_the_world_is_one_clear_failure(tmp_path):
+    world = World(2, tmp_path)
+    world.play(5)  # its WORLD_SIZE said more ranks
+    time.sleep(0.3)
+    world.play(0)  # ranks that register after the abort hear of it at once
+    world.play(1)
+    outcome = world.finish()
+    assert not outcome.ok
+    assert "sent register as rank 5, but the run has 2 ranks" in outcome.root_cause.message
+    assert all(isinstance(world.results[r], PeerLost) for r in (0, 1))
+    assert outcome.elapsed_s < 5

@@ -17,6 +17,7 @@ import zmq
 
 from playground.errors import CommTimeout
 from playground.models.alphabeta import fit_alpha_beta
+from playground.rendezvous import local_ip_towards
 from playground.report import Report, Table
 from playground.sizes import Size, format_size
 
@@ -51,8 +52,8 @@ class RawPair:
         self.pull.setsockopt(zmq.RCVHWM, 0)
         self.pull.setsockopt(zmq.RCVTIMEO, int(comm.timeout_s * 1000))  # every blocking receive has a timeout
         self.peer = 1 - comm.rank
-        if transport == "tcp":
-            self.pull.bind("tcp://127.0.0.1:*")
+        if transport == "tcp":  # on the address other hosts reach us at (127.0.0.1 on one host)
+            self.pull.bind(f"tcp://{local_ip_towards(os.environ.get('MASTER_ADDR', '127.0.0.1'))}:*")
             endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
         else:
             endpoint = f"ipc://{comm.run_dir.resolve()}/raw-{comm.rank}-{os.getpid()}.sock"
@@ -125,8 +126,12 @@ def _stream(rank: int, send, recv, buf, out, ack, window: int, iters: int) -> fl
 def main(comm, params: Params) -> dict:
     if comm.rank > 1:
         return {"rows": []}
+    across_hosts = bool(comm.hosts) and comm.hosts[0] != comm.hosts[1]  # emulated hosts: tcp between them
     raw = RawPair(
-        comm, os.environ.get("PLAYGROUND_TRANSPORT", "tcp" if comm.transport.name == "tcp" else "ipc")
+        comm,
+        os.environ.get(
+            "PLAYGROUND_TRANSPORT", "tcp" if comm.transport.name == "tcp" or across_hosts else "ipc"
+        ),
     )
     peer = 1 - comm.rank
     ours_send = lambda b: comm.send(b, peer, TAG)  # noqa: E731

@@ -1,11 +1,17 @@
 """How ranks find each other: a coordinator (ROUTER) and each rank's control socket (DEALER).
 
 Control messages are small JSON objects, kept apart from the data plane:
-  rank -> coordinator: register {rank, host, pid, endpoint, t_us}, progress {...},
-                       done {rank, result}, error {rank, error_type, message, traceback}
-  coordinator -> rank: table {endpoints, hosts, t_us}, release {}, abort {reason}
+  rank -> coordinator: register {rank, host, pid, endpoint, local_endpoint, t_us}, progress {...},
+                       done {rank, result}, error {rank, error_type, message, traceback},
+                       heartbeat {rank} (own socket), fault {rank, action} (a drill's request)
+  coordinator -> rank: table {endpoints, local_endpoints, hosts, host, t_us}, release {},
+                       abort {reason}
 A rank learns who it is from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as under
 torchrun; MPICH's PMI_*, Open MPI's OMPI_COMM_WORLD_* and Slurm's SLURM_* map onto them).
+
+Its host is PLAYGROUND_HOST when set (the emulated hosts' launcher sets it), else the host name,
+qualified by the network namespace when the rank runs in a named one: emulated hosts share one
+host name and one file system, so a host name alone would put them all on one host.
 """
 
 import json
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 import zmq
 
 from playground.errors import CommTimeout, PeerLost
+from playground.hosts import netns
 from playground.trace import now_us
 
 _ENV_ALIASES = {
@@ -51,6 +58,32 @@ class RankEnv:
     @property
     def coordinator(self) -> str:
         return f"tcp://{self.master_addr}:{self.master_port}"
+
+
+def host_identity(environ=None) -> str:
+    """Which host this process is on, for placing peers (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    if env.get("PLAYGROUND_HOST"):
+        return env["PLAYGROUND_HOST"]
+    ns = netns.current_name()
+    return f"{socket.gethostname()}/{ns}" if ns else socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Peers:
+    """The coordinator's table: each rank's endpoint (reachable from any host), its endpoint for
+    ranks on the same host ("" if none), and its host."""
+
+    endpoints: list[str]
+    local_endpoints: list[str]
+    hosts: list[str]
+
+    @classmethod
+    def from_table(cls, table: dict) -> "Peers":
+        n = len(table["endpoints"])
+        return cls(
+            table["endpoints"], table.get("local_endpoints") or [""] * n, table.get("hosts") or [""] * n
+        )
 
 
 def free_tcp_port(host: str = "127.0.0.1") -> int:
@@ -106,17 +139,20 @@ def recv_ctrl(sock: zmq.Socket, want: str, timeout_s: float, rank: int) -> dict:
             return msg
 
 
-def join(ctrl: zmq.Socket, env: RankEnv, endpoint: str, timeout_s: float) -> tuple[list[str], float]:
-    """Register with the coordinator; returns every rank's endpoint and this host's clock offset (us)."""
+def join(
+    ctrl: zmq.Socket, env: RankEnv, endpoint: str, timeout_s: float, local_endpoint: str = ""
+) -> tuple[Peers, float]:
+    """Register with the coordinator; returns the table of every rank and this host's clock offset (us)."""
     t0 = now_us()
     send_ctrl(
         ctrl,
         {
             "type": "register",
             "rank": env.rank,
-            "host": socket.gethostname(),
+            "host": host_identity(),
             "pid": os.getpid(),
             "endpoint": endpoint,
+            "local_endpoint": local_endpoint,
             "t_us": t0,
         },
     )
@@ -132,4 +168,4 @@ def join(ctrl: zmq.Socket, env: RankEnv, endpoint: str, timeout_s: float) -> tup
             t1 = now_us()
             samples.append((t1 - t0, t_coord - (t0 + t1) / 2))
         offset = min(samples)[1]
-    return table["endpoints"], offset
+    return Peers.from_table(table), offset

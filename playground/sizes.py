@@ -1,4 +1,5 @@
-"""The one place that parses and formats byte sizes ("64KiB", "1MiB", 8)."""
+"""The one place that parses and formats byte sizes ("64KiB", "1MiB", 8), and the link units of
+emulated hosts: bit rates ("100mbit", "1gbit", as tc writes them) and durations ("200us", "1ms")."""
 
 import re
 
@@ -69,3 +70,62 @@ def format_size(num_bytes: int) -> str:
             v = num_bytes / scale
             return f"{v:.0f} {unit}" if v.is_integer() else f"{v:.1f} {unit}"
     return f"{num_bytes} B"
+
+
+ALLOWED_RATE = "a rate in bits per second such as 100mbit, 1gbit, 10gbit (kbit/mbit/gbit = 1000s, as tc)"
+ALLOWED_DURATION = "a duration such as 0, 200us, 1.5ms, 2s (units ns, us, ms, s)"
+_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+_PER_SECOND = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}  # divide: 200 / 1e6 is exactly 0.0002
+_NUMBER_UNIT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+
+
+class Rate(int):
+    """Annotation marker: a parameter holding a rate in bits per second, parsed by `parse_rate`."""
+
+
+class Duration(float):
+    """Annotation marker: a parameter holding a duration in seconds, parsed by `parse_duration`."""
+
+
+def parse_rate(value: int | str) -> int:
+    """Bits per second from "100mbit", "1gbit", "1.5gbit" or a plain integer; ValueError otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = _NUMBER_UNIT.match(value) if isinstance(value, str) else None
+    if not m or m.group(2).lower() not in _RATE_UNITS:
+        raise ValueError(f"expected {ALLOWED_RATE}, got {value!r}")
+    bits = round(float(m.group(1)) * _RATE_UNITS[m.group(2).lower()])
+    if bits <= 0:
+        raise ValueError(f"expected a positive rate, got {value!r}")
+    return bits
+
+
+def parse_duration(value: int | float | str) -> float:
+    """Seconds from "200us", "1.5ms", "2s"; a bare number is accepted only when it is 0 (which unit
+    a bare 200 meant is anybody's guess)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        return 0.0
+    m = _NUMBER_UNIT.match(value) if isinstance(value, str) else None
+    if m and not m.group(2) and float(m.group(1)) == 0:
+        return 0.0
+    if not m or m.group(2).lower() not in _PER_SECOND:
+        raise ValueError(f"expected {ALLOWED_DURATION}, got {value!r}")
+    return float(m.group(1)) / _PER_SECOND[m.group(2).lower()]
+
+
+def format_rate(bits_per_s: float) -> str:
+    """Short form, as tc writes it: 100mbit, 1gbit, 2.5gbit."""
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bits_per_s >= scale:
+            return f"{bits_per_s / scale:g}{unit}"
+    return f"{bits_per_s:g}bit"
+
+
+def format_duration(seconds: float) -> str:
+    """Short form: 0, 200us, 1.5ms, 2s."""
+    if seconds == 0:
+        return "0"
+    for unit, per_second in (("s", 1.0), ("ms", 1e3), ("us", 1e6)):
+        if seconds * per_second >= 1:
+            return f"{seconds * per_second:g}{unit}"
+    return f"{seconds * 1e9:g}ns"

@@ -9,7 +9,10 @@ messages (transport.py). Here live the parts every transport shares:
   failed, so a dead peer becomes PeerLost within a slice, not after the timeout;
 - back-pressure: a post that finds no room (a full pipe or ring) waits while taking in what
   arrives, so ranks that flood each other all progress;
-- object messages (small JSON values, never pickle), barrier, progress, per-message tracing.
+- object messages (small JSON values, never pickle), barrier, progress, per-message tracing;
+- the record of the collective running (`collective`, set by the collectives' dispatcher) and each
+  rank's host, which every CommTimeout and PeerLost quotes, as NCCL's watchdog names the operation
+  and its sequence number.
 
 Not thread-safe: use a communicator from one thread at a time (a node may hand it to a
 communication thread, as the overlap experiment does).
@@ -18,6 +21,7 @@ communication thread, as the overlap experiment does).
 import json
 import time
 from collections import defaultdict, deque
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -53,10 +57,15 @@ class Communicator:
         timeout_s: float = 30.0,
         control=None,
         run_dir: Path | None = None,
+        hosts: list[str] | None = None,
     ):
         self.rank, self.size, self.transport = rank, size, transport
         self.tracer = tracer if tracer is not None else Tracer(rank, None, enabled=False)
         self.timeout_s, self.control, self.run_dir = timeout_s, control, run_dir
+        self.hosts = hosts  # each rank's host, when the run has several
+        self.num_collectives = 0
+        self.current_op: tuple[str, str, int] | None = None  # (collective, algorithm, seq) while one runs
+        self.last_op: tuple[str, str, int] | None = None
         self.bytes_sent = 0
         self.bytes_received = 0
         self._pending: dict[tuple[int, int], deque[Message]] = defaultdict(deque)
@@ -64,6 +73,29 @@ class Communicator:
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
+
+    @contextmanager
+    def collective(self, name: str, algorithm: str = ""):
+        """Mark the `with` body as collective number `num_collectives` (from 1), for error messages."""
+        self.num_collectives += 1
+        self.current_op = (name, algorithm, self.num_collectives)
+        try:
+            yield
+        finally:
+            self.last_op, self.current_op = self.current_op, None
+
+    def op_context(self, peer: int | None = None) -> str:
+        """ "in allreduce ring #17; rank 3 is on host h1": what an error adds to say where it happened."""
+        parts = []
+        op = self.current_op or self.last_op
+        if op is not None:
+            name, algorithm, seq = op
+            parts.append(
+                f"{'in' if self.current_op else 'after'} {name}{' ' + algorithm if algorithm else ''} #{seq}"
+            )
+        if peer is not None and self.hosts and len(set(self.hosts)) > 1 and 0 <= peer < len(self.hosts):
+            parts.append(f"rank {peer} is on host {self.hosts[peer]}")
+        return "; ".join(parts)
 
     @property
     def segment_bytes(self) -> int:
@@ -133,6 +165,7 @@ class Communicator:
                     self.timeout_s,
                     what=f"room to send to rank {dst} (tag {tag}) in {got.where}",
                     direction="to",
+                    context=self.op_context(dst),
                 )
             msg = self.transport.receive(ROOM_POLL_MS)
             if msg is not None:
@@ -154,7 +187,15 @@ class Communicator:
         if self.control is not None:
             reason = self.control.abort_reason()
             if reason:
-                raise PeerLost(self.rank, reason, peer=src, tag=tag, op=op, direction=direction)
+                raise PeerLost(
+                    self.rank,
+                    reason,
+                    peer=src,
+                    tag=tag,
+                    op=op,
+                    direction=direction,
+                    context=self.op_context(src),
+                )
 
     def _drain(self) -> None:
         """Park every message that has already arrived (non-blocking)."""
@@ -183,7 +224,7 @@ class Communicator:
             if msg is None:
                 self.check_abort(src, tag, op)
                 if time.monotonic() >= deadline:
-                    raise CommTimeout(self.rank, op, src, tag, timeout_s)
+                    raise CommTimeout(self.rank, op, src, tag, timeout_s, context=self.op_context(src))
             elif msg.src == src and msg.tag == tag:
                 break
             else:

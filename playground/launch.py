@@ -19,6 +19,7 @@ import functools
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import multiprocess
@@ -34,6 +35,8 @@ from playground.scenario import Scenario
 from playground.worker import child_main
 
 __all__ = ["Launcher", "LaunchOutcome", "RankFailure"]
+
+LOG_FLUSH_GRACE_S = 3.0  # a rank that has reported (done or error) may take this long to write its log
 
 
 def _interrupt(signum, frame):
@@ -136,6 +139,7 @@ class Launcher:
             interrupted = True
         finally:
             self._kill_all()
+            self._remove_empty_stacks()
             self._cleanup_ipc()
             remove_shm_dir(port)
             if self.cluster is not None:
@@ -182,6 +186,10 @@ class Launcher:
     # -- teardown --------------------------------------------------------------------------
     def _kill_all(self) -> None:
         coord = self.coordinator
+        deadline = time.monotonic() + LOG_FLUSH_GRACE_S
+        for rank, p in enumerate(self.procs):  # a rank that reported is writing its log: let it finish
+            if rank in coord.reported:
+                p.join(max(0.0, deadline - time.monotonic()))
         for p in self.procs:
             if p.exitcode is None:
                 try:
@@ -203,6 +211,15 @@ class Launcher:
                             secondary=True,
                         )
                     )
+
+    def _remove_empty_stacks(self) -> None:
+        """A SIGKILLed rank cannot remove its unused stack file itself (worker.run_rank does otherwise)."""
+        for path in self.run_dir.glob("rank-*.stack"):
+            try:
+                if path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                pass
 
     def _cleanup_ipc(self) -> None:
         d = self.ipc_dir

@@ -162,6 +162,8 @@ def print_failures(outcome: LaunchOutcome, console: Console) -> None:
             highlight=False,
             markup=False,
         )
+    for event in outcome.events:  # what a drill did to the cluster: the cause behind the root cause
+        console.print(f"  cluster at {event['at_s']:.2f}s: {event['event']}", highlight=False, markup=False)
     others = [f for f in outcome.failures if f is not root]
     for f in others:
         console.print(f"  then {f.headline()}", highlight=False, markup=False)

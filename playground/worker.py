@@ -101,12 +101,12 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
-        tracer.add("error", "error", now_us(), 0.0, {"type": type(exc).__name__, "message": str(exc)[:500]})
-        tracer.flush()
-        try:
+        try:  # first: the launcher's report must not wait for a long log to be written
             rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc))
         except zmq.ZMQError:
             pass
+        tracer.add("error", "error", now_us(), 0.0, {"type": type(exc).__name__, "message": str(exc)[:500]})
+        tracer.flush()
         return 1
     finally:
         if comm is not None:

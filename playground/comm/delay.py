@@ -21,15 +21,18 @@ at post time costs the sender memory bandwidth a NIC would not.
 Timing. A thread that sleeps until a due time runs tens of microseconds later on a loaded machine
 (waking, taking the interpreter, the send call), which would add itself to every delay: 200 us
 measured as 225-275 us here. So the thread asks for 1 ns timer slack (Linux's default is 50 us) and
-wakes `lead` early, where `lead` is a running average of how late its sends were when it woke just
-in time; a message then leaves at its due time on average, give or take that jitter.
+wakes `lead` early, where `lead` is the median of how late its last sends were when it woke just in
+time (a median: one slow wake-up under load must not make every later message leave early), at most
+MAX_LEAD_S and half the delay; a message then leaves at its due time, give or take that jitter.
 """
 
 import ctypes
 import heapq
 import itertools
+import statistics
 import threading
 import time
+from collections import deque
 
 import numpy as np
 import zmq
@@ -41,8 +44,8 @@ from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZERO_COPY_MIN_BYT
 _U1 = np.dtype("u1")
 _PR_SET_TIMERSLACK = 29
 CLOSE_WAIT_S = 1.0
-LEAD_GAIN = 0.1  # weight of the newest lateness in the running average
-MAX_LEAD_S = 500e-6
+LEAD_SAMPLES = 31  # wake-ups whose lateness the lead is the median of
+MAX_LEAD_S = 100e-6
 
 
 def precise_sleeps() -> None:
@@ -81,6 +84,7 @@ class DelayedTransport:
         self._cond = threading.Condition()
         self._closed = False
         self.lead_s = 0.0  # how early the thread wakes for a due message (see the module docstring)
+        self._lateness: deque[float] = deque(maxlen=LEAD_SAMPLES)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._release_loop, name=f"delay-rank-{rank}", daemon=True)
         self._thread.start()
@@ -177,8 +181,9 @@ class DelayedTransport:
                     sock.send(frame, zmq.SNDMORE)
                 sock.send(frames[-1], copy=len(frames) == 1)
                 if slept:  # how late it would have been without the lead: the next lead
-                    late_s = time.monotonic() - due + self.lead_s
-                    self.lead_s = min(MAX_LEAD_S, max(0.0, self.lead_s + LEAD_GAIN * (late_s - self.lead_s)))
+                    self._lateness.append(time.monotonic() - due + self.lead_s)
+                    lead = statistics.median(self._lateness)
+                    self.lead_s = min(MAX_LEAD_S, self.delay_s / 2, max(0.0, lead))
         except BaseException as e:  # noqa: BLE001 - reported by the next post
             self.error = e
         finally:

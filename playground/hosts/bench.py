@@ -1,0 +1,101 @@
+"""The emulated link's benchmark: is beta the set rate, and does alpha rise by the set delay?
+
+    python -m playground.hosts.bench [--repeats 5] [--rates 100mbit,1gbit,10gbit] [--delay 200us]
+
+Runs `python -m playground run pingpong --hosts 2 --link ...` (root) once per setting per round,
+the settings in a different order each round (alternating, so a noisy spell on this shared machine
+does not land on one setting), and prints the median and min-max over the rounds:
+- beta per rate: the alpha-beta fit to our one-way times over messages much larger than tbf's
+  burst (a message that fits the bucket leaves at veth speed, which is not the set rate);
+- alpha with and without the delay, on a 1gbit link, over messages that fit the bucket (64 B to
+  64 KiB): there the time is alpha + n/(veth speed), a line; a fit across the burst would draw one
+  line through two (fast inside the bucket, the set rate past it) and its intercept moves with it.
+Not a test: timed figures depend on the machine and its load (the README shows this machine's).
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from playground.hosts.topology import tbf_burst_bytes
+from playground.models.alphabeta import fit_alpha_beta
+from playground.sizes import format_duration, format_rate, format_size, parse_duration, parse_rate
+
+SMALL_SIZES = (64, 1024, 8192, 32768)  # inline messages: below ZeroMQ zero-copy (64 KiB), as delayed ones are
+ALPHA_RATE = "1gbit"
+
+
+def beta_sizes(rate_bps: int) -> tuple[int, ...]:
+    """Three message sizes past tbf's bucket (the smallest a power of two >= 1.5 x the burst),
+    doubling: past the burst, the one-way time grows by exactly size/rate."""
+    smallest = 1 << (3 * tbf_burst_bytes(rate_bps) // 2 - 1).bit_length()
+    return smallest, 2 * smallest, 4 * smallest
+
+
+def pingpong(link: str, sizes: tuple[int, ...], iters: int, out: Path) -> tuple[float, float]:
+    """(alpha s, beta bytes/s) of one `run pingpong --hosts 2 --link LINK`."""
+    args = [sys.executable, "-m", "playground", "run", "pingpong", "--hosts", "2", "--link", link]
+    args += ["--out", str(out), "--set", f"params.sizes=[{','.join(map(str, sizes))}]"]
+    args += ["--set", f"params.iters={iters}", "--set", "params.warmup=2", "--set", "timeout_s=120"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"`{' '.join(args[1:])}` failed: {proc.stderr.strip()[-500:]}")
+    rows = json.loads((out / "latest" / "result.json").read_text())["rows"]
+    fit = fit_alpha_beta([r["size"] for r in rows], [r["ours_us"] * 1e-6 for r in rows])
+    return fit.alpha_s, fit.beta_bytes_per_s
+
+
+def _spread(values: list[float], scale: float, fmt: str) -> str:
+    v = [x * scale for x in values]
+    return f"{statistics.median(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m playground.hosts.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--rates", default="100mbit,1gbit,10gbit")
+    p.add_argument("--delay", default="200us")
+    p.add_argument("--iters", type=int, default=8, help="ping-pongs per size for beta (alpha: 10x)")
+    args = p.parse_args(argv)
+    rates = [parse_rate(r) for r in args.rates.split(",")]
+    delay = format_duration(parse_duration(args.delay))
+    settings = [("beta", format_rate(r), beta_sizes(r), args.iters) for r in rates]
+    settings += [
+        ("alpha", ALPHA_RATE, SMALL_SIZES, 10 * args.iters),
+        ("alpha", f"{ALPHA_RATE},delay={delay}", SMALL_SIZES, 10 * args.iters),
+    ]
+    measured: dict[tuple[str, str], list[tuple[float, float]]] = {(w, link): [] for w, link, _, _ in settings}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.repeats):
+            for what, link, sizes, iters in settings[k % len(settings) :] + settings[: k % len(settings)]:
+                measured[what, link].append(pingpong(link, sizes, iters, Path(tmp)))
+                a, b = measured[what, link][-1]
+                print(
+                    f"round {k + 1}: {link:>22}: alpha {a * 1e6:8.1f} us, beta {b * 8 / 1e9:7.3f} Gbit/s",
+                    flush=True,
+                )
+    print(f"\n{args.repeats} rounds, settings alternating; median (min-max)")
+    print("| link | sizes | beta (Gbit/s) | beta / rate |")
+    print("|---|---|---|---|")
+    for rate in rates:
+        link = format_rate(rate)
+        betas = [b * 8 for _, b in measured["beta", link]]
+        sizes = ", ".join(format_size(s) for s in beta_sizes(rate))
+        print(f"| {link} | {sizes} | {_spread(betas, 1e-9, '.3f')} | {_spread(betas, 1 / rate, '.3f')} |")
+    base = [a for a, _ in measured["alpha", ALPHA_RATE]]
+    delayed = [a for a, _ in measured["alpha", f"{ALPHA_RATE},delay={delay}"]]
+    rises = [d - b for b, d in zip(base, delayed, strict=True)]  # paired: same round
+    print("\n| link | alpha (us) |")
+    print("|---|---|")
+    print(f"| {ALPHA_RATE} | {_spread(base, 1e6, '.1f')} |")
+    print(f"| {ALPHA_RATE}, delay={delay} | {_spread(delayed, 1e6, '.1f')} |")
+    print(f"| rise (paired by round) | {_spread(rises, 1e6, '.1f')} (set {delay}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

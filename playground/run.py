@@ -178,7 +178,7 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
         netns.check_can_emulate()  # before anything is made: one line, exit 2
     run_dir = make_run_dir(out_base, scenario.name)
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_dict(), sort_keys=False))
-    over = describe_hosts(scenario) if scenario.hosts else f"over {scenario.transport}"
+    over = f"on {describe_hosts(scenario)}" if scenario.hosts else f"over {scenario.transport}"
     console.print(
         f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks {over}, node {scenario.node} -> {run_dir}",
         highlight=False,

@@ -97,3 +97,20 @@ def test_sweep_removes_only_namespaces_of_dead_launchers(as_root):
     finally:
         dead.destroy()
         alive.destroy()
+
+
+def test_a_host_is_its_namespace_or_playground_host_never_the_host_name_alone(as_root, monkeypatch):
+    from playground.rendezvous import host_identity
+
+    monkeypatch.delenv("PLAYGROUND_HOST", raising=False)
+    assert host_identity() == socket.gethostname()
+    cluster = netns.Cluster(2).create()
+    try:
+        with netns.entered(cluster.host_ns[0]):
+            h0 = host_identity()
+        with netns.entered(cluster.host_ns[1]):
+            h1 = host_identity()
+        assert h0 == f"{socket.gethostname()}/{cluster.host_ns[0]}" and h0 != h1
+        assert host_identity({"PLAYGROUND_HOST": "h7"}) == "h7"
+    finally:
+        cluster.destroy()

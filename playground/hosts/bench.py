@@ -7,9 +7,11 @@ the settings in a different order each round (alternating, so a noisy spell on t
 does not land on one setting), and prints the median and min-max over the rounds:
 - beta per rate: the alpha-beta fit to our one-way times over messages much larger than tbf's
   burst (a message that fits the bucket leaves at veth speed, which is not the set rate);
-- alpha with and without the delay, on a 1gbit link, over messages that fit the bucket (64 B to
-  64 KiB): there the time is alpha + n/(veth speed), a line; a fit across the burst would draw one
-  line through two (fast inside the bucket, the set rate past it) and its intercept moves with it.
+- alpha with and without the delay, on a 1gbit link, over messages that fit the bucket and go inline
+  (64 B to 60 KB, below ZeroMQ's zero-copy path): there the time is alpha + n/(veth speed), a line;
+  a fit across the burst would draw one line through two (fast inside the bucket, the set rate past
+  it) and its intercept would move with the burst. A run whose times do not grow with size (noise
+  larger than the 60 KB's few microseconds) has no fit; the table says how many.
 Not a test: timed figures depend on the machine and its load (the README shows this machine's).
 """
 
@@ -25,7 +27,7 @@ from playground.hosts.topology import tbf_burst_bytes
 from playground.models.alphabeta import fit_alpha_beta
 from playground.sizes import format_duration, format_rate, format_size, parse_duration, parse_rate
 
-SMALL_SIZES = (64, 1024, 8192, 32768)  # inline messages: below ZeroMQ zero-copy (64 KiB), as delayed ones are
+SMALL_SIZES = (64, 4096, 32768, 60000)
 ALPHA_RATE = "1gbit"
 
 
@@ -36,8 +38,8 @@ def beta_sizes(rate_bps: int) -> tuple[int, ...]:
     return smallest, 2 * smallest, 4 * smallest
 
 
-def pingpong(link: str, sizes: tuple[int, ...], iters: int, out: Path) -> tuple[float, float]:
-    """(alpha s, beta bytes/s) of one `run pingpong --hosts 2 --link LINK`."""
+def pingpong(link: str, sizes: tuple[int, ...], iters: int, out: Path) -> tuple[float, float] | None:
+    """(alpha s, beta bytes/s) of one `run pingpong --hosts 2 --link LINK`; None without a fit."""
     args = [sys.executable, "-m", "playground", "run", "pingpong", "--hosts", "2", "--link", link]
     args += ["--out", str(out), "--set", f"params.sizes=[{','.join(map(str, sizes))}]"]
     args += ["--set", f"params.iters={iters}", "--set", "params.warmup=2", "--set", "timeout_s=120"]
@@ -45,11 +47,16 @@ def pingpong(link: str, sizes: tuple[int, ...], iters: int, out: Path) -> tuple[
     if proc.returncode != 0:
         raise RuntimeError(f"`{' '.join(args[1:])}` failed: {proc.stderr.strip()[-500:]}")
     rows = json.loads((out / "latest" / "result.json").read_text())["rows"]
-    fit = fit_alpha_beta([r["size"] for r in rows], [r["ours_us"] * 1e-6 for r in rows])
+    try:
+        fit = fit_alpha_beta([r["size"] for r in rows], [r["ours_us"] * 1e-6 for r in rows])
+    except ValueError:
+        return None
     return fit.alpha_s, fit.beta_bytes_per_s
 
 
 def _spread(values: list[float], scale: float, fmt: str) -> str:
+    if not values:
+        return "-"
     v = [x * scale for x in values]
     return f"{statistics.median(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})"
 
@@ -62,38 +69,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=8, help="ping-pongs per size for beta (alpha: 10x)")
     args = p.parse_args(argv)
     rates = [parse_rate(r) for r in args.rates.split(",")]
-    delay = format_duration(parse_duration(args.delay))
+    delay_s = parse_duration(args.delay)
+    delays = ["", f",delay={format_duration(delay_s)}", f",delay={format_duration(2 * delay_s)}"]
     settings = [("beta", format_rate(r), beta_sizes(r), args.iters) for r in rates]
-    settings += [
-        ("alpha", ALPHA_RATE, SMALL_SIZES, 10 * args.iters),
-        ("alpha", f"{ALPHA_RATE},delay={delay}", SMALL_SIZES, 10 * args.iters),
-    ]
-    measured: dict[tuple[str, str], list[tuple[float, float]]] = {(w, link): [] for w, link, _, _ in settings}
+    settings += [("alpha", f"{ALPHA_RATE}{d}", SMALL_SIZES, 10 * args.iters) for d in delays]
+    measured: dict[tuple[str, str], list[tuple[float, float] | None]] = {
+        (what, link): [] for what, link, _, _ in settings
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):
             for what, link, sizes, iters in settings[k % len(settings) :] + settings[: k % len(settings)]:
-                measured[what, link].append(pingpong(link, sizes, iters, Path(tmp)))
-                a, b = measured[what, link][-1]
-                print(
-                    f"round {k + 1}: {link:>22}: alpha {a * 1e6:8.1f} us, beta {b * 8 / 1e9:7.3f} Gbit/s",
-                    flush=True,
+                got = pingpong(link, sizes, iters, Path(tmp))
+                measured[what, link].append(got)
+                shown = (
+                    f"alpha {got[0] * 1e6:8.1f} us, beta {got[1] * 8 / 1e9:7.3f} Gbit/s" if got else "no fit"
                 )
+                print(f"round {k + 1}: {link:>22}: {shown}", flush=True)
     print(f"\n{args.repeats} rounds, settings alternating; median (min-max)")
     print("| link | sizes | beta (Gbit/s) | beta / rate |")
     print("|---|---|---|---|")
     for rate in rates:
         link = format_rate(rate)
-        betas = [b * 8 for _, b in measured["beta", link]]
+        betas = [got[1] * 8 for got in measured["beta", link] if got]
         sizes = ", ".join(format_size(s) for s in beta_sizes(rate))
         print(f"| {link} | {sizes} | {_spread(betas, 1e-9, '.3f')} | {_spread(betas, 1 / rate, '.3f')} |")
-    base = [a for a, _ in measured["alpha", ALPHA_RATE]]
-    delayed = [a for a, _ in measured["alpha", f"{ALPHA_RATE},delay={delay}"]]
-    rises = [d - b for b, d in zip(base, delayed, strict=True)]  # paired: same round
-    print("\n| link | alpha (us) |")
-    print("|---|---|")
-    print(f"| {ALPHA_RATE} | {_spread(base, 1e6, '.1f')} |")
-    print(f"| {ALPHA_RATE}, delay={delay} | {_spread(delayed, 1e6, '.1f')} |")
-    print(f"| rise (paired by round) | {_spread(rises, 1e6, '.1f')} (set {delay}) |")
+    runs = [measured["alpha", f"{ALPHA_RATE}{d}"] for d in delays]
+    sizes = ", ".join(format_size(s) for s in SMALL_SIZES)
+    print(
+        f"\n| link ({sizes}) | alpha (us) | rise over the row above, same round (us) | runs without a fit |"
+    )
+    print("|---|---|---|---|")
+    for k, d in enumerate(delays):
+        alphas = [got[0] for got in runs[k] if got]
+        rises = [] if k == 0 else [b[0] - a[0] for a, b in zip(runs[k - 1], runs[k], strict=True) if a and b]
+        rise = _spread(rises, 1e6, ".1f") if k else ""
+        print(
+            f"| {ALPHA_RATE}{d.replace(',', ', ')} | {_spread(alphas, 1e6, '.1f')} | {rise} | {len(runs[k]) - len(alphas)} |"
+        )
     return 0
 
 

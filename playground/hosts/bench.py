@@ -11,19 +11,28 @@ does not land on one setting), and prints the median and min-max over the rounds
   (64 B to 60 KB, below ZeroMQ's zero-copy path): there the time is alpha + n/(veth speed), a line;
   a fit across the burst would draw one line through two (fast inside the bucket, the set rate past
   it) and its intercept would move with the burst. A run whose times do not grow with size (noise
-  larger than the 60 KB's few microseconds) has no fit; the table says how many.
+  larger than the 60 KB's few microseconds) has no fit; the table says how many;
+- the one-way time of undelayed 8-byte messages between the two hosts (bare pyzmq), sent with a gap
+  after each other: what an idle wait of that length costs this machine by itself, which a delayed
+  message pays too (its receiver waited idle for the delay).
 Not a test: timed figures depend on the machine and its load (the README shows this machine's).
 """
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from playground.hosts.topology import tbf_burst_bytes
+import numpy as np
+import zmq
+
+from playground.hosts import netns
+from playground.hosts.topology import host_addr, tbf_burst_bytes
 from playground.models.alphabeta import fit_alpha_beta
 from playground.sizes import format_duration, format_rate, format_size, parse_duration, parse_rate
 
@@ -54,6 +63,48 @@ def pingpong(link: str, sizes: tuple[int, ...], iters: int, out: Path) -> tuple[
     return fit.alpha_s, fit.beta_bytes_per_s
 
 
+GAPS_S = (50e-6, 200e-6, 1e-3)
+
+
+def spaced_one_way_us(gap_s: float, count: int = 300) -> float:
+    """Median one-way time (us) of 8-byte messages from host 0 to host 1, each sent `gap_s` after
+    the previous one and stamped with its send time (the hosts share one kernel, so one clock)."""
+    cluster = netns.Cluster(2).create()
+    endpoint = f"tcp://{host_addr(1)}:5999"
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # host 1: receive, write the median back
+            try:
+                netns.enter(cluster.host_ns[1])
+                ctx = zmq.Context()
+                pull = ctx.socket(zmq.PULL)
+                pull.bind(endpoint)
+                os.write(write, b"r")
+                lat = []
+                for _ in range(count):
+                    stamp = np.frombuffer(pull.recv(), np.float64)[0]
+                    lat.append(time.monotonic() - stamp)
+                os.write(write, f"{statistics.median(lat[count // 10 :]) * 1e6:.3f}".encode())
+            finally:
+                os._exit(0)
+        os.read(read, 1)
+        with netns.entered(cluster.host_ns[0]):  # ZeroMQ's I/O thread is born inside, and gone after
+            ctx = zmq.Context()
+            push = ctx.socket(zmq.PUSH)
+            push.connect(endpoint)
+            for _ in range(count):
+                time.sleep(gap_s)
+                push.send(np.array([time.monotonic()]))
+            result = float(os.read(read, 64))
+            os.waitpid(pid, 0)
+            push.close(linger=0)
+            ctx.term()
+        return result
+    finally:
+        cluster.destroy()
+
+
 def _spread(values: list[float], scale: float, fmt: str) -> str:
     if not values:
         return "-"
@@ -76,8 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     measured: dict[tuple[str, str], list[tuple[float, float] | None]] = {
         (what, link): [] for what, link, _, _ in settings
     }
+    spaced: dict[float, list[float]] = {gap: [] for gap in GAPS_S}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):
+            for gap in GAPS_S:
+                spaced[gap].append(spaced_one_way_us(gap))
+            print(
+                f"round {k + 1}: spaced one-way (us): {[round(spaced[g][-1], 1) for g in GAPS_S]}", flush=True
+            )
             for what, link, sizes, iters in settings[k % len(settings) :] + settings[: k % len(settings)]:
                 got = pingpong(link, sizes, iters, Path(tmp))
                 measured[what, link].append(got)
@@ -106,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {ALPHA_RATE}{d.replace(',', ', ')} | {_spread(alphas, 1e6, '.1f')} | {rise} | {len(runs[k]) - len(alphas)} |"
         )
+    print("\n| undelayed 8 B messages, sent this long after the previous one | one-way (us) |")
+    print("|---|---|")
+    for gap in GAPS_S:
+        print(f"| {format_duration(gap)} | {_spread(spaced[gap], 1, '.1f')} |")
     return 0
 
 

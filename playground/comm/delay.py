@@ -21,15 +21,16 @@ at post time costs the sender memory bandwidth a NIC would not.
 Timing. A thread that sleeps until a due time runs tens of microseconds later on a loaded machine
 (waking, taking the interpreter, the send call), which would add itself to every delay: 200 us
 measured as 225-275 us here. So the thread asks for 1 ns timer slack (Linux's default is 50 us), wakes
-`lead` early, where `lead` is the 3rd quartile of how late its recent wake-ups were (at most
-MAX_LEAD_S and half the delay), and, woken early, waits out the rest awake. No message leaves before
-its due time, and about three in four leave on it (plus the send call); the rest as late as the
-thread woke past the lead. On a loaded machine the tail is long: README.md has the measured rise.
+`lead` early, where `lead` is the 90th percentile of how late its recent wake-ups were (at most
+MAX_LEAD_S and half the delay), and, woken early, waits out the rest awake, yielding the processor.
+No message leaves before its due time, and about nine in ten leave on it; the rest as late as the
+thread woke past the lead. README.md has the measured rise of alpha.
 """
 
 import ctypes
 import heapq
 import itertools
+import os
 import threading
 import time
 from collections import deque
@@ -44,7 +45,8 @@ from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZERO_COPY_MIN_BYT
 _U1 = np.dtype("u1")
 _PR_SET_TIMERSLACK = 29
 CLOSE_WAIT_S = 1.0
-LEAD_SAMPLES = 32  # wake-ups whose lateness the lead is the 3rd quartile of
+LEAD_SAMPLES = 32  # recent wake-ups whose lateness sets the lead
+LEAD_QUANTILE = 0.9
 MAX_LEAD_S = 200e-6
 
 
@@ -147,26 +149,29 @@ class DelayedTransport:
 
     # -- the release thread ----------------------------------------------------------------
     def _next_due(self) -> tuple | None:
-        """The next message once it is due, or `lead_s` before (then the caller waits out the rest);
-        None when closed."""
+        """The next message once it is due, or up to `lead_s` before (the caller waits out the rest);
+        None when closed. Woken by its timeout, the thread takes the message even if the lead it just
+        learnt says it could sleep a little longer: another sleep would cost another wake-up."""
+        woke_for = None
         with self._cond:
             while not self._closed:
                 if not self._queue:
                     self._cond.wait()
                     continue
-                target = self._queue[0][0] - self.lead_s
-                wait_s = target - time.monotonic()
-                if wait_s <= 0:
+                due = self._queue[0][0]
+                target = due - self.lead_s
+                if due == woke_for or target <= time.monotonic():
                     return heapq.heappop(self._queue)
-                self._cond.wait(wait_s)
-                if self._queue and self._queue[0][0] - self.lead_s == target:  # woke for it: how late?
+                self._cond.wait(target - time.monotonic())
+                if self._queue and self._queue[0][0] == due:  # woke for it (not for a new head): how late?
                     self._learn(time.monotonic() - target)
+                    woke_for = due
             return None
 
     def _learn(self, late_s: float) -> None:
         self._lateness.append(late_s)
-        q3 = sorted(self._lateness)[3 * len(self._lateness) // 4]
-        self.lead_s = min(MAX_LEAD_S, self.delay_s / 2, max(0.0, q3))
+        late = sorted(self._lateness)[int(LEAD_QUANTILE * len(self._lateness))]
+        self.lead_s = min(MAX_LEAD_S, self.delay_s / 2, max(0.0, late))
 
     def _release_loop(self) -> None:
         precise_sleeps()
@@ -175,7 +180,7 @@ class DelayedTransport:
             while (item := self._next_due()) is not None:
                 due, _, dst, frames = item
                 while time.monotonic() < due:  # woke early by the lead: never release before due
-                    time.sleep(0)
+                    os.sched_yield()
                 sock = sockets.get(dst)
                 if sock is None:
                     sock = sockets[dst] = self._ctx.socket(zmq.PUSH)

@@ -12,9 +12,9 @@ does not land on one setting), and prints the median and min-max over the rounds
   a fit across the burst would draw one line through two (fast inside the bucket, the set rate past
   it) and its intercept would move with the burst. A run whose times do not grow with size (noise
   larger than the 60 KB's few microseconds) has no fit; the table says how many;
-- the one-way time of undelayed 8-byte messages between the two hosts (bare pyzmq), sent with a gap
-  after each other: what an idle wait of that length costs this machine by itself, which a delayed
-  message pays too (its receiver waited idle for the delay).
+- the one-way time of 8-byte messages between the two hosts, posted with a gap after each other,
+  undelayed and delayed (less the delay): what an idle wait of that length costs this machine, and
+  whether the delay adds exactly itself to it (`--probe`: only this).
 Not a test: timed figures depend on the machine and its load (the README shows this machine's).
 """
 
@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from playground.comm.delay import DelayedTransport
+from playground.comm.zmq_transport import ZmqTransport
 from playground.hosts import netns
 from playground.hosts.topology import host_addr, tbf_burst_bytes
 from playground.models.alphabeta import fit_alpha_beta
@@ -66,11 +68,12 @@ def pingpong(link: str, sizes: tuple[int, ...], iters: int, out: Path) -> tuple[
 GAPS_S = (50e-6, 200e-6, 1e-3)
 
 
-def spaced_one_way_us(gap_s: float, count: int = 300) -> float:
-    """Median one-way time (us) of 8-byte messages from host 0 to host 1, each sent `gap_s` after
-    the previous one and stamped with its send time (the hosts share one kernel, so one clock)."""
+def spaced_one_way_us(gap_s: float, delay_s: float = 0.0, count: int = 300) -> float:
+    """Median one-way time (us), less `delay_s`, of 8-byte messages from host 0 to host 1 through
+    our transports (behind a DelayedTransport when `delay_s`), each posted `gap_s` after the
+    previous one and stamped with its post time (the hosts share one kernel, so one clock)."""
     cluster = netns.Cluster(2).create()
-    endpoint = f"tcp://{host_addr(1)}:5999"
+    endpoints = [f"tcp://{host_addr(k)}:5999" for k in range(2)]
     read, write = os.pipe()
     try:
         pid = os.fork()
@@ -79,26 +82,29 @@ def spaced_one_way_us(gap_s: float, count: int = 300) -> float:
                 netns.enter(cluster.host_ns[1])
                 ctx = zmq.Context()
                 pull = ctx.socket(zmq.PULL)
-                pull.bind(endpoint)
+                pull.bind(endpoints[1])
+                receiver = ZmqTransport(1, ctx, pull, endpoints, "tcp")
                 os.write(write, b"r")
                 lat = []
                 for _ in range(count):
-                    stamp = np.frombuffer(pull.recv(), np.float64)[0]
-                    lat.append(time.monotonic() - stamp)
+                    msg = receiver.receive(10_000)
+                    lat.append(time.monotonic() - msg.array()[0] - delay_s)
                 os.write(write, f"{statistics.median(lat[count // 10 :]) * 1e6:.3f}".encode())
             finally:
                 os._exit(0)
         os.read(read, 1)
-        with netns.entered(cluster.host_ns[0]):  # ZeroMQ's I/O thread is born inside, and gone after
+        with netns.entered(cluster.host_ns[0]):  # ZeroMQ's I/O threads are born inside, and gone after
             ctx = zmq.Context()
-            push = ctx.socket(zmq.PUSH)
-            push.connect(endpoint)
+            pull = ctx.socket(zmq.PULL)
+            sender = ZmqTransport(0, ctx, pull, endpoints, "tcp")
+            if delay_s:
+                sender = DelayedTransport(sender, 0, ctx, endpoints, ["h0", "h1"], delay_s)
             for _ in range(count):
                 time.sleep(gap_s)
-                push.send(np.array([time.monotonic()]))
+                sender.send(1, 0, np.array([time.monotonic()]))
             result = float(os.read(read, 64))
             os.waitpid(pid, 0)
-            push.close(linger=0)
+            sender.close()
             ctx.term()
         return result
     finally:
@@ -118,55 +124,65 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rates", default="100mbit,1gbit,10gbit")
     p.add_argument("--delay", default="200us")
     p.add_argument("--iters", type=int, default=8, help="ping-pongs per size for beta (alpha: 10x)")
+    p.add_argument("--probe", action="store_true", help="only the one-way probe after idle gaps")
     args = p.parse_args(argv)
     rates = [parse_rate(r) for r in args.rates.split(",")]
     delay_s = parse_duration(args.delay)
     delays = ["", f",delay={format_duration(delay_s)}", f",delay={format_duration(2 * delay_s)}"]
     settings = [("beta", format_rate(r), beta_sizes(r), args.iters) for r in rates]
     settings += [("alpha", f"{ALPHA_RATE}{d}", SMALL_SIZES, 10 * args.iters) for d in delays]
+    if args.probe:
+        settings = []
     measured: dict[tuple[str, str], list[tuple[float, float] | None]] = {
         (what, link): [] for what, link, _, _ in settings
     }
-    spaced: dict[float, list[float]] = {gap: [] for gap in GAPS_S}
+    spaced: dict[tuple[float, float], list[float]] = {(g, d): [] for g in GAPS_S for d in (0.0, delay_s)}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):
-            for gap in GAPS_S:
-                spaced[gap].append(spaced_one_way_us(gap))
-            print(
-                f"round {k + 1}: spaced one-way (us): {[round(spaced[g][-1], 1) for g in GAPS_S]}", flush=True
-            )
-            for what, link, sizes, iters in settings[k % len(settings) :] + settings[: k % len(settings)]:
+            for (gap, d), got in spaced.items():
+                got.append(spaced_one_way_us(gap, d))
+            shown = [round(v[-1], 1) for v in spaced.values()]
+            print(f"round {k + 1}: one way after a gap, undelayed and delayed (us): {shown}", flush=True)
+            turn = k % max(1, len(settings))
+            for what, link, sizes, iters in settings[turn:] + settings[:turn]:
                 got = pingpong(link, sizes, iters, Path(tmp))
                 measured[what, link].append(got)
                 shown = (
                     f"alpha {got[0] * 1e6:8.1f} us, beta {got[1] * 8 / 1e9:7.3f} Gbit/s" if got else "no fit"
                 )
                 print(f"round {k + 1}: {link:>22}: {shown}", flush=True)
-    print(f"\n{args.repeats} rounds, settings alternating; median (min-max)")
-    print("| link | sizes | beta (Gbit/s) | beta / rate |")
-    print("|---|---|---|---|")
-    for rate in rates:
-        link = format_rate(rate)
-        betas = [got[1] * 8 for got in measured["beta", link] if got]
-        sizes = ", ".join(format_size(s) for s in beta_sizes(rate))
-        print(f"| {link} | {sizes} | {_spread(betas, 1e-9, '.3f')} | {_spread(betas, 1 / rate, '.3f')} |")
-    runs = [measured["alpha", f"{ALPHA_RATE}{d}"] for d in delays]
-    sizes = ", ".join(format_size(s) for s in SMALL_SIZES)
-    print(
-        f"\n| link ({sizes}) | alpha (us) | rise over the row above, same round (us) | runs without a fit |"
-    )
-    print("|---|---|---|---|")
-    for k, d in enumerate(delays):
-        alphas = [got[0] for got in runs[k] if got]
-        rises = [] if k == 0 else [b[0] - a[0] for a, b in zip(runs[k - 1], runs[k], strict=True) if a and b]
-        rise = _spread(rises, 1e6, ".1f") if k else ""
+    if settings:
+        print(f"\n{args.repeats} rounds, settings alternating; median (min-max)")
+        print("| link | sizes | beta (Gbit/s) | beta / rate |")
+        print("|---|---|---|---|")
+        for rate in rates:
+            link = format_rate(rate)
+            betas = [got[1] * 8 for got in measured["beta", link] if got]
+            sizes = ", ".join(format_size(s) for s in beta_sizes(rate))
+            print(f"| {link} | {sizes} | {_spread(betas, 1e-9, '.3f')} | {_spread(betas, 1 / rate, '.3f')} |")
+        runs = [measured["alpha", f"{ALPHA_RATE}{d}"] for d in delays]
+        sizes = ", ".join(format_size(s) for s in SMALL_SIZES)
         print(
-            f"| {ALPHA_RATE}{d.replace(',', ', ')} | {_spread(alphas, 1e6, '.1f')} | {rise} | {len(runs[k]) - len(alphas)} |"
+            f"\n| link ({sizes}) | alpha (us) | rise over the row above, same round (us) | runs without a fit |"
         )
-    print("\n| undelayed 8 B messages, sent this long after the previous one | one-way (us) |")
-    print("|---|---|")
+        print("|---|---|---|---|")
+        for k, d in enumerate(delays):
+            alphas = [got[0] for got in runs[k] if got]
+            rises = (
+                [] if k == 0 else [b[0] - a[0] for a, b in zip(runs[k - 1], runs[k], strict=True) if a and b]
+            )
+            rise = _spread(rises, 1e6, ".1f") if k else ""
+            print(
+                f"| {ALPHA_RATE}{d.replace(',', ', ')} | {_spread(alphas, 1e6, '.1f')} | {rise} | {len(runs[k]) - len(alphas)} |"
+            )
+    print(
+        f"\n| 8 B messages posted this long after the previous one | one way (us) | delayed {format_duration(delay_s)}, less the delay (us) |"
+    )
+    print("|---|---|---|")
     for gap in GAPS_S:
-        print(f"| {format_duration(gap)} | {_spread(spaced[gap], 1, '.1f')} |")
+        print(
+            f"| {format_duration(gap)} | {_spread(spaced[gap, 0.0], 1, '.1f')} | {_spread(spaced[gap, delay_s], 1, '.1f')} |"
+        )
     return 0
 
 

@@ -39,8 +39,31 @@ __all__ = ["Launcher", "LaunchOutcome", "RankFailure"]
 LOG_FLUSH_GRACE_S = 3.0  # a rank that has reported (done or error) may take this long to write its log
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+class _Interrupts:
+    """Ctrl-C and SIGTERM become KeyboardInterrupt only while the coordinator serves (`armed`).
+    Elsewhere, while the cluster is built, ranks are forked, a namespace is entered or left, or
+    everything is torn down, they are only remembered (and raised when serving starts): an exception
+    in the middle of leaving a namespace or destroying a ZeroMQ context could strand the launcher
+    in the bridge namespace or hang it at exit."""
+
+    def __init__(self):
+        self.armed = False
+        self.pending = False
+
+    def __call__(self, signum, frame):
+        self.pending = True
+        if self.armed:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def armed_here(self):
+        self.armed = True
+        try:
+            if self.pending:
+                raise KeyboardInterrupt
+            yield
+        finally:
+            self.armed = False
 
 
 def _signal_name(code: int) -> str:
@@ -69,6 +92,7 @@ class Launcher:
         )
         self.ipc_dir = ""
         self.cluster: netns.Cluster | None = None
+        self.interrupts = _Interrupts()
 
     def _env(self, rank: int, port: int) -> dict:
         env = {
@@ -88,7 +112,7 @@ class Launcher:
 
     def run(self) -> LaunchOutcome:
         """Run every rank to the end; Ctrl-C or SIGTERM stops all of them and returns interrupted."""
-        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, self.interrupts) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             return self._run()
         finally:
@@ -132,7 +156,8 @@ class Launcher:
                         p.sentinel: functools.partial(self._on_exit, rank)
                         for rank, p in enumerate(self.procs)
                     }
-                    self.coordinator.serve(router, watch=sentinels)
+                    with self.interrupts.armed_here():
+                        self.coordinator.serve(router, watch=sentinels)
                 finally:
                     ctx.destroy(linger=0)
         except KeyboardInterrupt:

@@ -96,6 +96,19 @@ def test_ctrl_c_removes_every_namespace(as_root, runs_dir):
     assert netns.run_namespaces(proc.pid) == []
 
 
+def test_ctrl_c_while_the_cluster_is_built_is_handled_once_it_runs(as_root, runs_dir):
+    """Ctrl-C during setup (namespaces half made, the launcher entering the bridge's) is remembered
+    and acted on once the run serves: no teardown is cut short, nothing is left."""
+    proc = launch(["run", "ring", "--ranks", "4", "--hosts", "4", "--out", str(runs_dir), *ENDLESS])
+    deadline = time.monotonic() + 30
+    while not netns.run_namespaces(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = finish(proc, timeout_s=20)
+    assert proc.returncode == 130 and "interrupted" in err, out + err
+    assert netns.run_namespaces(proc.pid) == []
+
+
 def test_a_killed_rank_fails_the_run_and_removes_every_namespace(as_root, runs_dir):
     proc = launch(
         ["run", "ring", "--ranks", "4", "--hosts", "2", "--out", str(runs_dir), *SMALL]

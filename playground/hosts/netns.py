@@ -56,9 +56,17 @@ def check_can_emulate() -> None:
 
 
 def run(*args: str) -> None:
-    """Run one `ip`/`tc` command; EmulationError with its stderr if it fails or hangs."""
+    """Run one `ip`/`tc` command; EmulationError with its stderr if it fails or hangs. It runs in a
+    session of its own: Ctrl-C at the terminal is the launcher's to handle, not a half-made link's."""
     try:
-        subprocess.run(args, check=True, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        subprocess.run(
+            args,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            start_new_session=True,
+        )
     except subprocess.CalledProcessError as e:
         said = (e.stderr or e.stdout or "").strip().splitlines()
         raise EmulationError(
@@ -100,8 +108,8 @@ class Cluster:
         for ns in (br, *self.host_ns):
             if os.path.exists(os.path.join(NETNS_DIR, ns)):  # this process's own earlier run left it
                 run("ip", "netns", "del", ns)
+            self.made.append(ns)  # before: a failed `add` may still have made it
             run("ip", "netns", "add", ns)
-            self.made.append(ns)
             run("ip", "-n", ns, "link", "set", "lo", "up")
         run("ip", "-n", br, "link", "add", "br0", "type", "bridge")
         run("ip", "-n", br, "addr", "add", f"{BRIDGE_ADDR}/24", "dev", "br0")

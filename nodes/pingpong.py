@@ -80,8 +80,12 @@ def _stream(rank: int, send, recv, buf, out, ack, window: int, iters: int) -> fl
 def main(comm, params: Params) -> dict:
     if comm.rank > 1:
         return {"rows": []}
+    across_hosts = bool(comm.hosts) and comm.hosts[0] != comm.hosts[1]  # emulated hosts: tcp between them
     raw = RawPair(
-        comm, os.environ.get("PLAYGROUND_TRANSPORT", "tcp" if comm.transport.name == "tcp" else "ipc")
+        comm,
+        os.environ.get(
+            "PLAYGROUND_TRANSPORT", "tcp" if comm.transport.name == "tcp" or across_hosts else "ipc"
+        ),
     )
     peer = 1 - comm.rank
     ours_send = lambda b: comm.send(b, peer, TAG)  # noqa: E731

@@ -14,7 +14,12 @@ def _cmd_run(args) -> int:
     from playground.scenario import load_scenario
 
     scenario = load_scenario(
-        args.scenario, ranks=args.ranks, transport=args.transport, overrides=args.set or []
+        args.scenario,
+        ranks=args.ranks,
+        transport=args.transport,
+        overrides=args.set or [],
+        hosts=args.hosts,
+        link=args.link,
     )
     code, _ = execute(scenario, Path(args.out))
     return code
@@ -85,6 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5"
+    )
+    r.add_argument(
+        "--hosts",
+        type=int,
+        metavar="K",
+        help="emulate K hosts (network namespaces on a bridge; needs root); ranks are placed in blocks",
+    )
+    r.add_argument(
+        "--link",
+        metavar="RATE[,delay=D]",
+        help="each host's link with --hosts, e.g. 1gbit or 100mbit,delay=200us (tbf; delay in the transport)",
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     r.set_defaults(func=_cmd_run)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from playground.errors import ScenarioError
+from playground.errors import ScenarioError, UsageError
 
 NUM_PROBES = 12  # round trips per rank at rendezvous
 PROBE_TIMEOUT_S = 2.0  # a probe unanswered this long: that rank's estimate uses what it has
@@ -77,10 +77,10 @@ def estimate(samples: Iterable[ClockSample]) -> ClockEstimate:
     """The offset of the minimum-RTT sample, with half its RTT as the bound."""
     samples = list(samples)
     if not samples:
-        raise ValueError("no clock samples")
+        raise UsageError("no clock samples")
     best = min(samples, key=lambda s: s.rtt_us)
     if best.rtt_us < 0:
-        raise ValueError(f"a clock sample came back before it left (rtt {best.rtt_us:.3f} us)")
+        raise UsageError(f"a clock sample came back before it left (rtt {best.rtt_us:.3f} us)")
     return ClockEstimate(best.offset_us, best.rtt_us / 2, best.rtt_us, len(samples))
 
 

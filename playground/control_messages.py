@@ -3,13 +3,14 @@
 The coordinator's ROUTER delivers [identity, body]; `parse_control` returns the body as a dict, or
 raises MalformedControl saying why it is not one of ours: several frames, not JSON (or nested deeper
 than the parser recurses), not an object, an unknown type, a missing or mistyped field, or a rank's
-message from another socket than that rank's control socket (`rendezvous.control_identity`). The
+message from another socket than that rank's control socket (`rendezvous.control_identity`; a
+heartbeat from its heartbeat socket, `rendezvous.heartbeat_identity`). The
 message types themselves are listed in playground/rendezvous.py.
 """
 
 import json
 
-from playground.rendezvous import control_identity
+from playground.rendezvous import control_identity, heartbeat_identity
 
 
 class MalformedControl(ValueError):
@@ -25,9 +26,12 @@ _REQUIRED = {
     "progress": {},
     "done": {"rank": _INT},
     "error": {"rank": _INT},
+    "heartbeat": {"rank": _INT},  # emulated hosts: from the rank's heartbeat socket
+    "fault": {"rank": _INT, "action": _STR},  # a host drill's request, from the counting rank
 }
 _OPTIONAL = {
     "host": _STR,
+    "local_endpoint": _STR,
     "pid": _INT,
     "scenario_hash": _STR,
     "scenario": (dict, type(None)),
@@ -66,6 +70,7 @@ def parse_control(parts: list[bytes]) -> dict:
         ):
             raise MalformedControl(f"{kind} with {name} = {str(value)[:40]!r}")
     rank = msg.get("rank")
-    if kind != "progress" and isinstance(rank, int) and parts[0] != control_identity(rank):
+    expected = heartbeat_identity if kind == "heartbeat" else control_identity
+    if kind != "progress" and isinstance(rank, int) and parts[0] != expected(rank):
         raise MalformedControl(f"{kind} for rank {rank} from a socket that is not rank {rank}'s")
     return msg

@@ -20,6 +20,12 @@ Anyone who can reach the port can send it anything. A message that is not one of
 the total when the loop ends. A well-formed message that cannot fit this run (a rank outside
 0..N-1, ranks that resolved different scenarios) fails the run with one clear error, and a rank
 that registers after the run was aborted is told so at once.
+
+With emulated hosts (`heartbeat_lost_s` set) every rank also beats every 0.5 s on its own socket; a
+rank not heard from for `heartbeat_lost_s` is declared lost, so a cut host link (which kills nothing)
+is noticed within HEARTBEAT_LOST_S + POLL_MS, not after the 30 s receive timeout. The launcher's host
+drills hook in here: `timers` run at a time after every rank registered, `on_fault` answers a
+rank's drill request, and `events` records what was done to the cluster, for result.json.
 """
 
 import json
@@ -44,13 +50,14 @@ STACK_WAIT_S = 0.3  # how long a hung rank gets to dump its stack on SIGUSR1
 SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
 POLL_MS = 200  # longest single wait of the loop; deadlines are checked between waits
 MAX_DRAIN = 1000  # messages handled between deadline checks, so a flood cannot starve them
+HEARTBEAT_LOST_S = 2.0  # a rank not heard from for this long is lost (it beats every 0.5 s)
 
 
 @dataclass
 class RankFailure:
     rank: int
     at_s: float
-    kind: str  # "error", "signal", "exit", "hang", "register"
+    kind: str  # "error", "signal", "exit", "hang", "register", "lost"
     message: str
     traceback: str = ""
     pid: int | None = None
@@ -70,6 +77,7 @@ class LaunchOutcome:
     failures: list[RankFailure] = field(default_factory=list)
     elapsed_s: float = 0.0
     interrupted: bool = False
+    events: list[dict] = field(default_factory=list)  # what was done to the emulated cluster, when
 
     @property
     def ok(self) -> bool:
@@ -89,7 +97,13 @@ class Coordinator:
     """
 
     def __init__(
-        self, world_size: int, timeout_s: float, run_dir: Path, on_progress=None, watch_exits: bool = True
+        self,
+        world_size: int,
+        timeout_s: float,
+        run_dir: Path,
+        on_progress=None,
+        watch_exits: bool = True,
+        heartbeat_lost_s: float | None = None,
     ):
         self.n = world_size
         self.timeout_s = timeout_s
@@ -102,6 +116,7 @@ class Coordinator:
         self.hosts: dict[int, str] = {}
         self.identities: dict[int, bytes] = {}
         self.endpoints: dict[int, str] = {}
+        self.local_endpoints: dict[int, str] = {}
         self.results: list[dict | None] = [None] * world_size
         self.failures: list[RankFailure] = []
         self.reported: set[int] = set()  # ranks that sent done or error
@@ -116,12 +131,27 @@ class Coordinator:
         self.num_ignored = 0  # malformed control messages, counted (the first is said on stderr)
         self.probes: ProbeRound | None = None  # clock probes, once every rank has registered
         self.arrived_ns = 0  # when the message being handled was taken off the socket
+        self.heartbeat_lost_s = heartbeat_lost_s
+        self.last_beat: dict[int, float] = {}
+        self.lost: set[int] = set()  # declared lost: silent for heartbeat_lost_s
+        self.started_at: float | None = None  # when every rank had registered (the table went out)
+        self.timers: list[tuple[float, object]] = []  # (seconds after started_at, callable), in order
+        self.on_fault = None  # callable(rank, msg): a rank asks for its drill (cut its link, ...)
+        self.events: list[dict] = []
+        self.host_notes: dict[str, str] = {}  # host -> what was done to it, quoted in failures
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.t0
 
     def outcome(self, interrupted: bool = False) -> LaunchOutcome:
-        return LaunchOutcome(self.results, self.failures, self.elapsed_s(), interrupted)
+        return LaunchOutcome(self.results, self.failures, self.elapsed_s(), interrupted, self.events)
+
+    def record(self, what: str, host: str = "") -> None:
+        """Something done to the cluster (a drill): kept for result.json and quoted in the host's failures."""
+        at_s = self.elapsed_s()
+        self.events.append({"at_s": round(at_s, 3), "host": host, "event": what})
+        if host:
+            self.host_notes[host] = f"{what} at {at_s:.2f}s"
 
     # -- the loop --------------------------------------------------------------------------
     def serve(
@@ -203,6 +233,7 @@ class Coordinator:
                 self._send(ident, self.abort_message)
                 self.last_told = time.monotonic()
             self.identities[rank], self.endpoints[rank] = ident, msg["endpoint"]
+            self.local_endpoints[rank] = msg.get("local_endpoint", "")
             self.hosts[rank] = msg.get("host", "")
             self.fingerprints[rank] = msg.get("scenario_hash", "")
             self.scenarios[rank] = msg.get("scenario") or {}
@@ -211,6 +242,12 @@ class Coordinator:
             if len(self.endpoints) == self.n and self.abort_message is None and not self.check_scenarios():
                 self.probes = ProbeRound(range(self.n))
                 self.probe_next()
+        elif kind == "heartbeat":
+            if isinstance(rank, int):
+                self.last_beat[rank] = time.monotonic()
+        elif kind == "fault":
+            if self.on_fault is not None and isinstance(rank, int):
+                self.on_fault(rank, msg)
         elif kind == "clock":
             if self.probes is not None and self.probes.answer(rank, msg["seq"], msg["t_us"], self.arrived_ns):
                 self.probe_next()
@@ -241,12 +278,17 @@ class Coordinator:
             return
         clocks = self.probes.estimates()
         endpoints = [self.endpoints[r] for r in range(self.n)]
+        local_endpoints = [self.local_endpoints[r] for r in range(self.n)]
+        hosts = [self.hosts[r] for r in range(self.n)]
+        self.started_at = time.monotonic()
         for r in range(self.n):
             self._send(
                 self.identities[r],
                 {
                     "type": "table",
                     "endpoints": endpoints,
+                    "local_endpoints": local_endpoints,
+                    "hosts": hosts,
                     "host": socket.gethostname(),
                     "t_us": time.monotonic_ns() / 1000,
                     "clock": clocks[r].to_args() if r in clocks else None,
@@ -270,21 +312,48 @@ class Coordinator:
                     pid=self.pids.get(missing[0]),
                 )
             )
+        if self.started_at is not None:
+            while self.timers and now >= self.started_at + self.timers[0][0]:
+                self.timers.pop(0)[1]()
+            if self.heartbeat_lost_s is not None:
+                self.check_heartbeats(now)
         if self.abort_deadline is not None:
             everyone = set(range(self.n))
-            silent = everyone - self.exited - self.reported
+            silent = everyone - self.exited - self.reported - self.lost
             # Under another launcher a rank that never registered may just be late: it was never told
             # of the abort, so it is not blamed as hung, and the grace is kept for it to register
             # and hear of the abort (a rank that never comes times out on its own).
             unregistered = set() if self.watch_exits else silent - set(self.identities)
             if now > self.abort_deadline or (
                 not unregistered
-                and self.exited | silent == everyone
+                and self.exited | self.lost | silent == everyone
                 and now > max(self.abort_deadline - ABORT_GRACE_S, self.last_told) + SETTLE_S
             ):
                 self.blame_silent(silent - unregistered)
                 return True
         return False
+
+    def check_heartbeats(self, now: float) -> None:
+        """Declare lost every rank still at work that has been silent for heartbeat_lost_s."""
+        for rank in range(self.n):
+            if rank in self.exited or rank in self.reported or rank in self.lost:
+                continue
+            silence = now - max(self.last_beat.get(rank, 0.0), self.started_at)
+            if silence <= self.heartbeat_lost_s:
+                continue
+            self.lost.add(rank)
+            host = self.hosts.get(rank, "")
+            why = self.host_notes.get(host) or "its host is unreachable, or the process is stopped"
+            self.fail(
+                RankFailure(
+                    rank,
+                    now - self.t0,
+                    "lost",
+                    f"lost: no heartbeat for {silence:.1f}s ({why})",
+                    pid=self.pids.get(rank),
+                    host=host,
+                )
+            )
 
     # -- failures ----------------------------------------------------------------------------
     def check_scenarios(self) -> bool:
@@ -313,7 +382,9 @@ class Coordinator:
         self.failures.append(failure)
         if self.abort_deadline is None:
             self.abort_deadline = time.monotonic() + ABORT_GRACE_S
-            reason = f"rank {failure.rank} failed: {failure.message.splitlines()[0] if failure.message else failure.kind}"
+            several = len(set(self.hosts.values())) > 1
+            who = f"rank {failure.rank}" + (f" on host {failure.host}" if failure.host and several else "")
+            reason = f"{who} failed: {failure.message.splitlines()[0] if failure.message else failure.kind}"
             message = self.abort_message = {"type": "abort", "reason": reason, **(abort or {})}
             for r, ident in self.identities.items():
                 if (r != failure.rank or abort is not None) and r not in self.exited:

@@ -25,6 +25,11 @@ class ParamError(ScenarioError):
         super().__init__(f"{field}: {message}")
 
 
+class EmulationError(ScenarioError):
+    """The emulated cluster (`--hosts`) cannot be built here: not root, a missing tool (ip, tc) or
+    kernel feature, or an `ip`/`tc` command that failed. One line, exit status 2, as bad input."""
+
+
 class CommError(PlaygroundError):
     """A communication operation could not complete."""
 
@@ -55,11 +60,13 @@ class CommTimeout(CommError):
         *,
         what: str = "",
         direction: str = "from",
+        context: str = "",
     ):
         self.waited_s = waited_s
         what = what or (f"{op} from rank {peer} tag {tag}" if peer is not None else op)
         super().__init__(
-            f"rank {rank}: timed out after {waited_s:.1f}s waiting for {what}",
+            f"rank {rank}: timed out after {waited_s:.1f}s waiting for {what}"
+            + (f" ({context})" if context else ""),
             rank=rank,
             peer=peer,
             direction=direction,
@@ -70,7 +77,8 @@ class CommTimeout(CommError):
 
 class PeerLost(CommError):
     """Another rank died or failed, so this rank cannot go on. `peer` is the rank this one was
-    waiting for (or sending to) when it found out, if it was."""
+    waiting for (or sending to) when it found out, if it was; `context` says which collective (and
+    its sequence number) was running, as NCCL's watchdog does."""
 
     def __init__(
         self,
@@ -81,14 +89,16 @@ class PeerLost(CommError):
         direction: str = "from",
         tag: int | None = None,
         op: str = "",
+        context: str = "",
     ):
         self.reason = reason
+        where = f" ({context})" if context else ""
         if peer is None:
-            text = f"rank {rank}: aborted: {reason}"
+            text = f"rank {rank}: aborted{where}: {reason}"
         elif op:
-            text = f"rank {rank}: aborted while waiting for {op} {direction} rank {peer} tag {tag}: {reason}"
+            text = f"rank {rank}: aborted while waiting for {op} {direction} rank {peer} tag {tag}{where}: {reason}"
         else:
-            text = f"rank {rank}: {reason}"
+            text = f"rank {rank}{where}: {reason}"
         super().__init__(text, rank=rank, peer=peer, direction=direction, tag=tag, op=op)
 
 

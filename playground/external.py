@@ -181,6 +181,11 @@ def run_external(scenario_arg: str, overrides: list[str], out: Path) -> int:
     ScenarioError, which the CLI turns into one line and status 2)."""
     env = read_rank_env(os.environ)
     scenario = load_scenario(scenario_arg, ranks=env.world_size, transport="tcp", overrides=overrides)
+    if scenario.hosts:
+        raise ScenarioError(
+            f"{scenario.source}: key 'hosts': emulated hosts are built by `run --hosts`; under another "
+            f"launcher the hosts are its own (set PLAYGROUND_HOST per host if they share a host name)"
+        )
     port = coordinator_port(os.environ, env.master_port)
     endpoint = coordinator_endpoint(env.master_addr, port)
     rank_env = replace(env, master_port=port)  # ranks connect to the coordinator, not to torchrun's store

@@ -8,6 +8,9 @@ the timed operations: copies, Python, scheduling). "total" is the time inside ti
 Every rank's events are first shifted onto rank 0's clock by the offset the rank measured at
 rendezvous (playground.timeline), so the plot and the trace of a multi-host run line up; the
 trace also draws every message as a flow arrow from its send to its receive.
+A run on emulated hosts (`hosts:` in its scenario.yaml) also gets per-host totals and the bytes that
+crossed host links against those that stayed inside a host, from each send event's peer and bytes
+and the block placement of the ranks.
 """
 
 import bisect
@@ -15,7 +18,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from playground.errors import ScenarioError
+from playground.hosts.topology import host_name, place_blocks, ranks_on
 from playground.report import Table, make_console, render_table
 from playground.timeline import RankClock, align, message_flows, receives_before_send
 from playground.trace import CAT_COMPUTE, CAT_OP, CAT_REDUCE, CAT_SEND, CAT_WAIT, read_events, to_chrome_trace
@@ -94,6 +100,82 @@ def rank_times(rank: int, events: list[dict]) -> RankTimes:
     )
 
 
+def host_traffic(events: dict[int, list[dict]], placement: tuple[int, ...]) -> list[dict]:
+    """Per host: bytes its ranks sent to ranks on the same host, out over its link, and in over it
+    (sent to it by ranks on other hosts), and their summed receive-wait, from the send events."""
+    rows = [
+        {
+            "host": host_name(h),
+            "ranks": len(ranks_on(placement, h)),
+            "inside": 0,
+            "out": 0,
+            "in": 0,
+            "wait_us": 0.0,
+        }
+        for h in range(max(placement) + 1)
+    ]
+    for rank, evs in events.items():
+        if not 0 <= rank < len(placement):
+            continue
+        home = rows[placement[rank]]
+        for e in evs:
+            if e.get("cat") == CAT_WAIT and e.get("tid", 0) == 0:
+                home["wait_us"] += e.get("dur", 0.0)
+            if e.get("cat") != CAT_SEND:
+                continue
+            args = e.get("args", {})
+            peer, nbytes = args.get("peer"), args.get("bytes", 0)
+            if not isinstance(peer, int) or not 0 <= peer < len(placement):
+                continue
+            if placement[peer] == placement[rank]:
+                home["inside"] += nbytes
+            else:
+                home["out"] += nbytes
+                rows[placement[peer]]["in"] += nbytes
+    return rows
+
+
+def _print_hosts(run_dir: Path, events: dict[int, list[dict]], console) -> None:
+    try:
+        scenario = yaml.safe_load((Path(run_dir) / "scenario.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return
+    hosts, ranks = scenario.get("hosts"), scenario.get("ranks")
+    if not isinstance(hosts, int) or not isinstance(ranks, int) or not 1 <= hosts <= ranks:
+        return
+    rows = host_traffic(events, place_blocks(ranks, hosts))
+    link = scenario.get("link") or {}
+    title = f"per host ({hosts} hosts, link {link.get('rate', 'unshaped')}, delay {link.get('delay', '0')})"
+    table_rows = [
+        {
+            "host": r["host"],
+            "ranks": r["ranks"],
+            "inside_MiB": r["inside"] / 2**20,
+            "out_MiB": r["out"] / 2**20,
+            "in_MiB": r["in"] / 2**20,
+            "wait_ms": r["wait_us"] / 1e3,
+        }
+        for r in rows
+    ]
+    columns = {
+        "host": "host",
+        "ranks": "ranks",
+        "inside_MiB": "sent inside (MiB)",
+        "out_MiB": "out over link (MiB)",
+        "in_MiB": "in over link (MiB)",
+        "wait_ms": "recv-wait (ms)",
+    }
+    render_table(Table(title, table_rows, columns), console)
+    crossed = sum(r["out"] for r in rows)
+    inside = sum(r["inside"] for r in rows)
+    share = crossed / (crossed + inside) * 100 if crossed + inside else 0.0
+    console.print(
+        f"bytes that crossed host links: {crossed / 2**20:.2f} MiB ({share:.0f}% of all sent); "
+        f"stayed inside a host: {inside / 2**20:.2f} MiB",
+        highlight=False,
+    )
+
+
 def load_run(run_dir: Path) -> dict[int, list[dict]]:
     """Every rank's events, shifted onto rank 0's clock."""
     return load_timeline(run_dir)[0]
@@ -162,6 +244,7 @@ def inspect_run(run_dir: Path, trace_path: str | None = None, plot_path: str | N
         f"{phase} ({share:.0f}% of its time)",
         highlight=False,
     )
+    _print_hosts(run_dir, events, console)
     if result.get("ok") is False:
         for line in result.get("failures", [])[:5]:
             console.print(f"[red]failure[/red]: {line}", highlight=False)

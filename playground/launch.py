@@ -6,11 +6,20 @@ only after the fork. The `Coordinator`'s poll loop watches both its socket and e
 sentinel, so a rank that dies is noticed at once: the others are told to abort (their waits raise
 PeerLost immediately), and the first failure is reported as the root cause. Ranks started by another
 launcher use the same Coordinator without the sentinels (`playground.external`).
+
+With emulated hosts (`scenario.hosts`) the launcher first builds the cluster (hosts/netns.py); each
+forked rank enters its host's namespace, and the coordinator listens in the bridge namespace, which
+every host reaches over its own link: the launcher's main thread enters it before it makes its ZeroMQ
+context and leaves it once that context is gone. The cluster is removed in the same `finally` that
+kills the ranks; a launcher that was SIGKILLed leaves it to the next launch's sweep.
 """
 
+import contextlib
 import functools
 import os
 import signal
+import sys
+import time
 from pathlib import Path
 
 import multiprocess
@@ -18,15 +27,43 @@ import zmq
 
 from playground import rendezvous, scratch
 from playground.comm.shm import remove_shm_dir, shm_dir_for
-from playground.coordinator import Coordinator, LaunchOutcome, RankFailure
+from playground.coordinator import HEARTBEAT_LOST_S, Coordinator, LaunchOutcome, RankFailure
+from playground.hosts import netns
+from playground.hosts.drills import HostDrill
+from playground.hosts.topology import BRIDGE_ADDR
 from playground.scenario import Scenario
 from playground.worker import child_main
 
 __all__ = ["Launcher", "LaunchOutcome", "RankFailure"]
 
+LOG_FLUSH_GRACE_S = 3.0  # a rank that has reported (done or error) may take this long to write its log
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+
+class _Interrupts:
+    """Ctrl-C and SIGTERM become KeyboardInterrupt only while the coordinator serves (`armed`).
+    Elsewhere, while the cluster is built, ranks are forked, a namespace is entered or left, or
+    everything is torn down, they are only remembered (and raised when serving starts): an exception
+    in the middle of leaving a namespace or destroying a ZeroMQ context could strand the launcher
+    in the bridge namespace or hang it at exit."""
+
+    def __init__(self):
+        self.armed = False
+        self.pending = False
+
+    def __call__(self, signum, frame):
+        self.pending = True
+        if self.armed:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def armed_here(self):
+        self.armed = True
+        try:
+            if self.pending:
+                raise KeyboardInterrupt
+            yield
+        finally:
+            self.armed = False
 
 
 def _signal_name(code: int) -> str:
@@ -45,11 +82,20 @@ class Launcher:
         self.run_dir = run_dir
         self.n = scenario.ranks
         self.procs = []
-        self.coordinator = Coordinator(self.n, scenario.timeout_s, run_dir, on_progress, watch_exits=True)
+        self.coordinator = Coordinator(
+            self.n,
+            scenario.timeout_s,
+            run_dir,
+            on_progress,
+            watch_exits=True,
+            heartbeat_lost_s=HEARTBEAT_LOST_S if scenario.hosts else None,
+        )
         self.ipc_dir = ""
+        self.cluster: netns.Cluster | None = None
+        self.interrupts = _Interrupts()
 
     def _env(self, rank: int, port: int) -> dict:
-        return {
+        env = {
             "RANK": str(rank),
             "WORLD_SIZE": str(self.n),
             "LOCAL_RANK": str(rank),
@@ -58,10 +104,15 @@ class Launcher:
             "PLAYGROUND_RUN_DIR": str(self.run_dir),
             "PLAYGROUND_IPC_DIR": self.ipc_dir,
         }
+        if self.cluster is not None:
+            placement = self.scenario.placement
+            env.update(self.cluster.rank_env(placement[rank]))
+            env["LOCAL_RANK"] = str(placement[:rank].count(placement[rank]))
+        return env
 
     def run(self) -> LaunchOutcome:
         """Run every rank to the end; Ctrl-C or SIGTERM stops all of them and returns interrupted."""
-        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, self.interrupts) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             return self._run()
         finally:
@@ -70,6 +121,7 @@ class Launcher:
 
     def _run(self) -> LaunchOutcome:
         scratch.sweep_stale()  # left by launchers that were SIGKILLed
+        netns.sweep_stale()
         port = rendezvous.free_tcp_port()
         self.ipc_dir = rendezvous.ipc_dir(port)
         scratch.claim(self.ipc_dir)
@@ -78,6 +130,8 @@ class Launcher:
         mp = multiprocess.get_context("fork")
         interrupted = False
         try:
+            if self.scenario.hosts:
+                self._build_cluster()
             # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             try:
@@ -92,24 +146,38 @@ class Launcher:
                     self.coordinator.pids[rank] = p.pid
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-            ctx = zmq.Context()
-            try:
-                router = ctx.socket(zmq.ROUTER)
-                router.setsockopt(zmq.LINGER, 0)
-                router.bind(f"tcp://127.0.0.1:{port}")
-                sentinels = {
-                    p.sentinel: functools.partial(self._on_exit, rank) for rank, p in enumerate(self.procs)
-                }
-                self.coordinator.serve(router, watch=sentinels)
-            finally:
-                ctx.destroy(linger=0)
+            with netns.entered(self.cluster.bridge_ns) if self.cluster else contextlib.nullcontext():
+                ctx = zmq.Context()
+                try:
+                    router = ctx.socket(zmq.ROUTER)
+                    router.setsockopt(zmq.LINGER, 0)
+                    router.bind(f"tcp://{BRIDGE_ADDR if self.cluster else '127.0.0.1'}:{port}")
+                    sentinels = {
+                        p.sentinel: functools.partial(self._on_exit, rank)
+                        for rank, p in enumerate(self.procs)
+                    }
+                    with self.interrupts.armed_here():
+                        self.coordinator.serve(router, watch=sentinels)
+                finally:
+                    ctx.destroy(linger=0)
         except KeyboardInterrupt:
             interrupted = True
         finally:
             self._kill_all()
+            self._remove_empty_stacks()
             self._cleanup_ipc()
             remove_shm_dir(port)
+            if self.cluster is not None:
+                for error in self.cluster.destroy():
+                    print(f"warning: {error}", file=sys.stderr)
         return self.coordinator.outcome(interrupted)
+
+    def _build_cluster(self) -> None:
+        self.cluster = netns.Cluster(self.scenario.hosts, self.scenario.link)
+        self.cluster.create()
+        fault = self.scenario.fault
+        if fault is not None and fault.is_host_action:
+            HostDrill(fault, self.scenario.placement, self.cluster, self.coordinator).arm()
 
     def _on_exit(self, rank: int) -> None:
         """A rank's process ended: fine if it reported done (exit 0) or its error; otherwise a failure."""
@@ -126,6 +194,9 @@ class Launcher:
         else:
             message = f"exited with status {code} before finishing"
             kind = "exit"
+        note = coord.host_notes.get(coord.hosts.get(rank, ""))
+        if note:
+            message += f" ({note})"
         coord.fail(
             RankFailure(
                 rank,
@@ -140,6 +211,10 @@ class Launcher:
     # -- teardown --------------------------------------------------------------------------
     def _kill_all(self) -> None:
         coord = self.coordinator
+        deadline = time.monotonic() + LOG_FLUSH_GRACE_S
+        for rank, p in enumerate(self.procs):  # a rank that reported is writing its log: let it finish
+            if rank in coord.reported:
+                p.join(max(0.0, deadline - time.monotonic()))
         for p in self.procs:
             if p.exitcode is None:
                 try:
@@ -161,6 +236,15 @@ class Launcher:
                             secondary=True,
                         )
                     )
+
+    def _remove_empty_stacks(self) -> None:
+        """A SIGKILLed rank cannot remove its unused stack file itself (worker.run_rank does otherwise)."""
+        for path in self.run_dir.glob("rank-*.stack"):
+            try:
+                if path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                pass
 
     def _cleanup_ipc(self) -> None:
         d = self.ipc_dir

@@ -1,7 +1,7 @@
 """Turns a scenario's raw `params:` mapping into a node's frozen `Params` dataclass.
 
 A node declares its parameters as a frozen dataclass with typed fields (int, float, str, bool,
-Literal[...], Size, tuple[X, ...], X | None, dict). `build_params` checks every key and value
+Literal[...], Size, Rate, Duration, tuple[X, ...], X | None, dict). `build_params` checks every key and value
 before any process starts, so a typo is one clear line, never a crash inside rank 5. A node may
 add a `__post_init__` that raises `ParamError(field, message)` for checks across fields; any other
 exception there is a bug in the node and surfaces as one.
@@ -13,13 +13,29 @@ import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
 from playground.errors import ParamError
-from playground.sizes import ALLOWED_SIZE, Size, parse_size
+from playground.sizes import (
+    ALLOWED_DURATION,
+    ALLOWED_RATE,
+    ALLOWED_SIZE,
+    Duration,
+    Rate,
+    Size,
+    parse_duration,
+    parse_rate,
+    parse_size,
+)
+
+_PARSERS = {Size: parse_size, Rate: parse_rate, Duration: parse_duration}
 
 
 def _describe(tp: Any) -> str:
     origin = get_origin(tp)
     if tp is Size:
         return ALLOWED_SIZE
+    if tp is Rate:
+        return ALLOWED_RATE
+    if tp is Duration:
+        return ALLOWED_DURATION
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))
     if origin in (tuple, list):
@@ -38,9 +54,9 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
-    if tp is Size:
+    if tp in _PARSERS:
         try:
-            return parse_size(value)
+            return _PARSERS[tp](value)
         except ValueError as e:
             raise ParamError(key, str(e)) from None
     if origin is Literal:

@@ -1,13 +1,18 @@
 """How ranks find each other: a coordinator (ROUTER) and each rank's control socket (DEALER).
 
 Control messages are small JSON objects, kept apart from the data plane:
-  rank -> coordinator: register {rank, host, pid, endpoint, t_us, scenario_hash, scenario},
-                       clock {rank, seq}, progress {...}, done {rank, result},
-                       error {rank, error_type, message, traceback}
-  coordinator -> rank: table {endpoints, hosts, t_us}, clock {seq, t_us}, release {},
-                       abort {reason, error?}
+  rank -> coordinator: register {rank, host, pid, endpoint, local_endpoint, t_us, scenario_hash,
+                       scenario}, clock {rank, seq}, progress {...}, done {rank, result},
+                       error {rank, error_type, message, traceback},
+                       heartbeat {rank} (own socket), fault {rank, action} (a drill's request)
+  coordinator -> rank: table {endpoints, local_endpoints, hosts, host, t_us, clock}, clock {seq, t_us},
+                       release {}, abort {reason, error?}
 A rank learns who it is from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as under
 torchrun; MPICH's PMI_*, Open MPI's OMPI_COMM_WORLD_* and Slurm's SLURM_* map onto them).
+
+Its host is PLAYGROUND_HOST when set (the emulated hosts' launcher sets it), else the host name,
+qualified by the network namespace when the rank runs in a named one: emulated hosts share one
+host name and one file system, so a host name alone would put them all on one host.
 """
 
 import json
@@ -22,6 +27,7 @@ import zmq
 from playground import clocks
 from playground.errors import CommTimeout, PeerLost, ScenarioMismatch, UsageError, WireError
 from playground.fingerprint import fingerprint
+from playground.hosts import netns
 
 _ENV_ALIASES = {
     "RANK": ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"),
@@ -60,6 +66,37 @@ def control_identity(rank: int) -> bytes:
     """The ZeroMQ identity of rank r's control socket: the coordinator takes a rank's messages only
     from it."""
     return f"rank-{rank}".encode()
+
+
+def heartbeat_identity(rank: int) -> bytes:
+    """The ZeroMQ identity of rank r's heartbeat socket (emulated hosts)."""
+    return f"heartbeat-{rank}".encode()
+
+
+def host_identity(environ=None) -> str:
+    """Which host this process is on, for placing peers (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    if env.get("PLAYGROUND_HOST"):
+        return env["PLAYGROUND_HOST"]
+    ns = netns.current_name()
+    return f"{socket.gethostname()}/{ns}" if ns else socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Peers:
+    """The coordinator's table: each rank's endpoint (reachable from any host), its endpoint for
+    ranks on the same host ("" if none), and its host."""
+
+    endpoints: list[str]
+    local_endpoints: list[str]
+    hosts: list[str]
+
+    @classmethod
+    def from_table(cls, table: dict) -> "Peers":
+        n = len(table["endpoints"])
+        return cls(
+            table["endpoints"], table.get("local_endpoints") or [""] * n, table.get("hosts") or [""] * n
+        )
 
 
 def free_tcp_port(host: str = "127.0.0.1") -> int:
@@ -134,19 +171,21 @@ def join(
     timeout_s: float,
     scenario: dict | None = None,
     clock_ns=time.monotonic_ns,
-) -> tuple[list[str], clocks.ClockEstimate | None]:
+    local_endpoint: str = "",
+) -> tuple["Peers", clocks.ClockEstimate | None]:
     """Register with the coordinator and wait for the table, answering its clock probes meanwhile
     (every rank is probed: several hosts may share one host name, and one host may run ranks on
-    skewed time sources); returns every rank's endpoint and this rank's clock offset to the
-    coordinator's clock (None if the coordinator gave none)."""
+    skewed time sources); returns the table of every rank (endpoints, hosts) and this rank's clock
+    offset to the coordinator's clock (None if the coordinator gave none)."""
     send_ctrl(
         ctrl,
         {
             "type": "register",
             "rank": env.rank,
-            "host": socket.gethostname(),
+            "host": host_identity(),
             "pid": os.getpid(),
             "endpoint": endpoint,
+            "local_endpoint": local_endpoint,
             "t_us": clock_ns() / 1000.0,
             "scenario_hash": fingerprint(scenario) if scenario is not None else "",
             "scenario": scenario,
@@ -170,4 +209,4 @@ def join(
             ctrl, {"type": "clock", "rank": env.rank, "seq": msg.get("seq"), "t_us": clock_ns() / 1000.0}
         )
     clock = msg.get("clock")
-    return msg["endpoints"], clocks.ClockEstimate(**clock) if clock else None
+    return Peers.from_table(msg), clocks.ClockEstimate(**clock) if clock else None

@@ -1,5 +1,6 @@
 """One run end to end: run directory, launch, summary table, result.json, exit status."""
 
+import dataclasses
 import json
 import os
 import time
@@ -10,6 +11,8 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from playground.hosts import netns
+from playground.hosts.topology import Link, describe_placement
 from playground.launch import Launcher, LaunchOutcome
 from playground.report import (
     Report,
@@ -114,11 +117,13 @@ def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_
         "ranks": scenario.ranks,
         "transport": scenario.transport,
         "node": scenario.node,
+        **hosts_dict(scenario),
         "elapsed_s": round(outcome.elapsed_s, 3),
         "rows": report.tables[0].rows if report.tables else [],
         "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
         "notes": report.notes,
         "failures": [f.headline() for f in outcome.failures] + list(report.failures),
+        **({"events": outcome.events} if outcome.events else {}),
         "files": report.files,
         "run_dir": str(run_dir),
         "rank_results": [
@@ -131,6 +136,26 @@ def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_
         ],
         **report.data,
     }
+
+
+def hosts_dict(scenario: Scenario) -> dict:
+    """What result.json says about the emulated cluster: hosts, link and each rank's host."""
+    if not scenario.hosts:
+        return {}
+    return {
+        "hosts": scenario.hosts,
+        "link": (scenario.link or Link()).to_dict(),
+        "placement": list(scenario.placement),
+    }
+
+
+def describe_hosts(scenario: Scenario) -> str:
+    """ "4 hosts (h0: ranks 0-1, ...), links 1gbit each way, delay 200us; ipc inside a host, tcp across"."""
+    inside = "tcp" if scenario.transport == "tcp" else "ipc"
+    return (
+        f"{scenario.hosts} host{'s' if scenario.hosts > 1 else ''} ({describe_placement(scenario.placement)}), "
+        f"links {(scenario.link or Link()).describe()}; {inside} inside a host, tcp across"
+    )
 
 
 def print_failures(outcome: LaunchOutcome, console: Console) -> None:
@@ -148,6 +173,8 @@ def print_failures(outcome: LaunchOutcome, console: Console) -> None:
             highlight=False,
             markup=False,
         )
+    for event in outcome.events:  # what a drill did to the cluster: the cause behind the root cause
+        console.print(f"  cluster at {event['at_s']:.2f}s: {event['event']}", highlight=False, markup=False)
     others = [f for f in outcome.failures if f is not root]
     for f in others:
         console.print(f"  then {f.headline()}", highlight=False, markup=False)
@@ -158,11 +185,13 @@ def print_failures(outcome: LaunchOutcome, console: Console) -> None:
 def execute(scenario: Scenario, out_base: Path, console: Console | None = None) -> tuple[int, dict]:
     console = console or make_console()
     err = make_console(stderr=True)
+    if scenario.hosts:
+        netns.check_can_emulate()  # before anything is made: one line, exit 2
     run_dir = make_run_dir(out_base, scenario.name)
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_dict(), sort_keys=False))
+    over = f"on {describe_hosts(scenario)}" if scenario.hosts else f"over {scenario.transport}"
     console.print(
-        f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks over {scenario.transport}, "
-        f"node {scenario.node} -> {run_dir}",
+        f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks {over}, node {scenario.node} -> {run_dir}",
         highlight=False,
     )
     with Progress(
@@ -187,6 +216,8 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
     if outcome.interrupted:
         err.print("interrupted: every rank was stopped", highlight=False)
     report = summarize(scenario, outcome, run_dir) if not outcome.interrupted else Report(False, [])
+    if scenario.hosts and report.tables:
+        report = dataclasses.replace(report, notes=[*report.notes, f"hosts: {describe_hosts(scenario)}"])
     result = result_dict(scenario, outcome, report, run_dir)
     write_result(run_dir, result)
     print_outcome(outcome, report, run_dir, console, err)

@@ -16,24 +16,82 @@ from typing import Any, Literal
 import yaml
 
 from playground.errors import ParamError, ScenarioError
+from playground.hosts.topology import Link, parse_link_spec, place_blocks, ranks_on
 from playground.params import build_params, params_to_dict
+from playground.sizes import Duration, format_duration
 
 TRANSPORTS = ("ipc", "tcp", "shm")
 MAX_RANKS = 64
 
 
+RANK_ACTIONS = ("raise", "kill", "hang", "exit", "corrupt")
+HOST_ACTIONS = ("cut_link", "delay_link", "kill_host")
+
+
 @dataclass(frozen=True)
 class Fault:
-    """Make one rank fail on purpose after `after_ops` communication operations (for drills);
-    `corrupt` flips one bit of the next array it sends, which the collectives' check must catch."""
+    """Make one rank, or one host of an emulated cluster, fail on purpose (a drill).
 
-    rank: int
-    action: Literal["raise", "kill", "hang", "exit", "corrupt"] = "raise"
+    Rank actions need `rank` and fire on its post number `after_ops + 1`: raise, kill, hang, exit,
+    or corrupt (flip one bit of the next array it sends, which the collectives' check must catch).
+    Host actions need `hosts:` and name the host by `host`, or by `rank` (that rank's host):
+      cut_link    take the host's link down, `after_s` seconds after every rank registered or on post
+                  `after_ops + 1` of `rank` (default: the host's first rank)
+      kill_host   SIGKILL every rank of the host, triggered the same way
+      delay_link  add `delay` to every message to or from the host, from `after_s` on
+    """
+
+    rank: int | None = None
+    action: Literal["raise", "kill", "hang", "exit", "corrupt", "cut_link", "delay_link", "kill_host"] = (
+        "raise"
+    )
     after_ops: int = 0
+    after_s: float | None = None
+    host: int | None = None
+    delay: Duration | None = None
 
     def __post_init__(self):
         if self.after_ops < 0:
             raise ParamError("after_ops", f"must be >= 0, got {self.after_ops}")
+        if self.after_s is not None and self.after_s < 0:
+            raise ParamError("after_s", f"must be >= 0, got {self.after_s}")
+        if self.action in RANK_ACTIONS:
+            if self.rank is None:
+                raise ParamError("rank", f"required for action {self.action}")
+            for key in ("after_s", "host", "delay"):
+                if getattr(self, key) is not None:
+                    raise ParamError(key, f"only for the host actions {', '.join(HOST_ACTIONS)}")
+            return
+        if self.rank is None and self.host is None:
+            raise ParamError("host", f"required for action {self.action} (or rank: that rank's host)")
+        if self.action == "delay_link":
+            if self.delay is None:
+                raise ParamError("delay", "required for action delay_link, e.g. 50ms")
+            if self.after_ops:
+                raise ParamError("after_ops", "delay_link starts after after_s seconds, not after operations")
+        elif self.delay is not None:
+            raise ParamError("delay", f"only for action delay_link, not {self.action}")
+        if self.after_s is not None and self.after_ops:
+            raise ParamError("after_s", "give after_s or after_ops, not both")
+
+    @property
+    def is_host_action(self) -> bool:
+        return self.action in HOST_ACTIONS
+
+    def target_host(self, placement: tuple[int, ...]) -> int:
+        return self.host if self.host is not None else placement[self.rank]
+
+    def counting_rank(self, placement: tuple[int, ...]) -> int | None:
+        """The rank whose posts trigger the fault; None when it is timed (after_s) instead."""
+        if self.is_host_action and (self.after_s is not None or self.action == "delay_link"):
+            return None
+        return self.rank if self.rank is not None else ranks_on(placement, self.target_host(placement))[0]
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        if self.delay is not None:
+            d["delay"] = format_duration(self.delay)
+        return d
 
 
 @dataclass(frozen=True)
@@ -46,7 +104,14 @@ class Scenario:
     description: str = ""
     params: Any = None
     fault: Fault | None = None
+    hosts: int | None = None  # an emulated cluster of this many hosts (network namespaces); None: none
+    link: Link | None = None  # every host's link, when there are hosts
     source: str = ""
+
+    @property
+    def placement(self) -> tuple[int, ...] | None:
+        """The host of each rank (blocks), when the run has emulated hosts."""
+        return place_blocks(self.ranks, self.hosts) if self.hosts else None
 
     def to_dict(self) -> dict:
         d = {
@@ -59,7 +124,10 @@ class Scenario:
             "params": params_to_dict(self.params),
         }
         if self.fault:
-            d["fault"] = dataclasses.asdict(self.fault)
+            d["fault"] = self.fault.to_dict()
+        if self.hosts:
+            d["hosts"] = self.hosts
+            d["link"] = (self.link or Link()).to_dict()
         return d
 
 
@@ -146,6 +214,19 @@ def _check_top(raw: dict, src: str) -> None:
     for k in ("name", "description"):
         if k in raw and not isinstance(raw[k], str):
             raise ScenarioError(f"{src}: key {k!r}: expected a string, got {raw[k]!r}")
+    hosts = raw.get("hosts")
+    if hosts is not None:
+        if isinstance(hosts, bool) or not isinstance(hosts, int) or not 1 <= hosts <= ranks:
+            raise ScenarioError(
+                f"{src}: key 'hosts': expected an integer from 1 to the rank count ({ranks}), got {hosts!r}"
+            )
+        if raw.get("transport", "ipc") == "shm":
+            raise ScenarioError(
+                f"{src}: key 'transport': with hosts, ranks talk ipc inside a host (or tcp everywhere "
+                f"with transport: tcp) and tcp across hosts; shm is one host only"
+            )
+    elif raw.get("link") is not None:
+        raise ScenarioError(f"{src}: key 'link': needs hosts (e.g. --hosts 2 or hosts: 2)")
 
 
 def load_scenario(
@@ -153,7 +234,10 @@ def load_scenario(
     ranks: int | None = None,
     transport: str | None = None,
     overrides: list[str] = (),
+    hosts: int | None = None,
+    link: str | None = None,
 ) -> Scenario:
+    """The validated scenario NAME_OR_PATH with the command line's values applied over the file's."""
     path = find_scenario_file(name_or_path)
     src = str(path)
     try:
@@ -172,7 +256,16 @@ def load_scenario(
         raw["ranks"] = ranks
     if transport is not None:
         raw["transport"] = transport
+    if hosts is not None:
+        raw["hosts"] = hosts
+    if link is not None:
+        try:
+            spec = parse_link_spec(link)
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
+        raw["link"] = {**(raw.get("link") or {}), **spec}
     raw.setdefault("name", path.stem)
+    raw.setdefault("ranks", 2)
     _check_top(raw, src)
     module, _ = load_node(raw["node"], where=f"{src}: key 'node'")
     params_cls = getattr(module, "Params", None)
@@ -184,8 +277,9 @@ def load_scenario(
         fault = build_params(Fault, raw["fault"]) if raw.get("fault") else None
     except ParamError as e:
         raise ScenarioError(f"{src}: key 'fault.{e.field}': {e.message}") from None
-    if fault and not 0 <= fault.rank < raw["ranks"]:
-        raise ScenarioError(f"{src}: key 'fault.rank': expected 0..{raw['ranks'] - 1}, got {fault.rank}")
+    link = _build_link(raw.get("link"), src) if raw.get("hosts") else None
+    if fault:
+        _check_fault(fault, raw["ranks"], raw.get("hosts"), src)
     check = getattr(module, "check_scenario", None)
     if check:
         try:
@@ -201,5 +295,41 @@ def load_scenario(
         description=raw.get("description", ""),
         params=params,
         fault=fault,
+        hosts=raw.get("hosts"),
+        link=link,
         source=src,
     )
+
+
+def _build_link(raw_link, src: str) -> Link:
+    """`link:` as a mapping {rate, delay}, or the command line's form `1gbit,delay=200us`."""
+    if isinstance(raw_link, str):
+        try:
+            raw_link = parse_link_spec(raw_link)
+        except ValueError as e:
+            raise ScenarioError(f"{src}: key 'link': {e}") from None
+    if raw_link is not None and not isinstance(raw_link, dict):
+        raise ScenarioError(
+            f"{src}: key 'link': expected a mapping {{rate: 1gbit, delay: 200us}} or a string "
+            f"like 1gbit,delay=200us, got {raw_link!r}"
+        )
+    try:
+        return build_params(Link, raw_link)
+    except ParamError as e:
+        raise ScenarioError(f"{src}: key 'link.{e.field}': {e.message}") from None
+
+
+def _check_fault(fault: Fault, ranks: int, hosts: int | None, src: str) -> None:
+    if fault.rank is not None and not 0 <= fault.rank < ranks:
+        raise ScenarioError(f"{src}: key 'fault.rank': expected 0..{ranks - 1}, got {fault.rank}")
+    if not fault.is_host_action:
+        return
+    if not hosts:
+        raise ScenarioError(f"{src}: key 'fault.action': {fault.action} needs hosts (e.g. --hosts 2)")
+    if fault.host is not None and not 0 <= fault.host < hosts:
+        raise ScenarioError(f"{src}: key 'fault.host': expected 0..{hosts - 1}, got {fault.host}")
+    placement = place_blocks(ranks, hosts)
+    if fault.rank is not None and fault.host is not None and placement[fault.rank] != fault.host:
+        raise ScenarioError(
+            f"{src}: key 'fault.host': rank {fault.rank} is on host {placement[fault.rank]}, not {fault.host}"
+        )

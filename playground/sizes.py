@@ -1,4 +1,6 @@
-"""The one place that parses and formats byte sizes ("64KiB", "1MiB", 8).
+"""The one place that parses and formats sizes and units: byte counts ("64KiB", "1MiB", 8), the
+link units of emulated hosts, bit rates as tc writes them ("100mbit", "1gbit") and durations
+("200us", "1ms"), and bandwidths in bytes per second ("50GB/s", or a bit rate divided by 8).
 
 A value the parsers do not take raises UsageError, a ValueError: callers catch that and report it
 as a ParamError or ScenarioError naming the key or flag the value came from.
@@ -80,58 +82,86 @@ def format_size(num_bytes: int) -> str:
     return f"{num_bytes} B"
 
 
-_PER_SECOND = {"ns": 1e9, "us": 1e6, "µs": 1e6, "ms": 1e3, "s": 1.0, "": 1.0}  # units in a second
-_NUMBER_UNIT_RE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*([a-zA-Zµ/]*)\s*$")
-ALLOWED_DURATION = "a time such as 5us, 200ns, 1.5ms, 2s (a bare number is seconds)"
-ALLOWED_RATE = "a rate such as 50GB/s, 12.5GiB/s, 900GB/s, 100Gbit, 1gbit, 100mbit (bytes or bits per second)"
+ALLOWED_RATE = "a rate in bits per second such as 100mbit, 1gbit, 10gbit (kbit/mbit/gbit = 1000s, as tc)"
+ALLOWED_DURATION = "a duration such as 0, 200us, 1.5ms, 2s (units ns, us, ms, s)"
+_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+_PER_SECOND = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}  # divide: 200 / 1e6 is exactly 0.0002
+_NUMBER_UNIT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_duration(value: float | int | str) -> float:
-    """Seconds from a number (seconds) or a string with ns/us/ms/s; UsageError otherwise."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        m = _NUMBER_UNIT_RE.match(str(value))
-        unit = m.group(2).lower() if m else None
-        if unit not in _PER_SECOND:
-            raise UsageError(f"expected {ALLOWED_DURATION}, got {value!r}")
-        seconds = float(m.group(1)) / _PER_SECOND[unit]
-    if not seconds >= 0:
-        raise UsageError(f"expected a time >= 0, got {value!r}")
-    return seconds
+class Rate(int):
+    """Annotation marker: a parameter holding a rate in bits per second, parsed by `parse_rate`."""
 
 
-def parse_rate(value: float | int | str) -> float:
-    """Bytes per second from a number (bytes/s) or a string: GB/s, GiB/s, MB/s (bytes, 1000s and
-    1024s) or gbit, mbit, kbit, bit (bits, 1000s: what `tc` and link speeds say); UsageError otherwise."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        rate = float(value)
-    else:
-        m = _NUMBER_UNIT_RE.match(str(value))
-        if not m:
-            raise UsageError(f"expected {ALLOWED_RATE}, got {value!r}")
-        number, unit = float(m.group(1)), m.group(2).lower().removesuffix("/s").removesuffix("ps")
-        if unit.endswith("bit"):
-            scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}.get(unit[:-3])
-            rate = None if scale is None else number * scale / 8
-        else:
-            scale = _UNITS.get(unit)
-            rate = None if scale is None else number * scale
-        if rate is None:
-            raise UsageError(f"expected {ALLOWED_RATE}, got {value!r}")
-    if not rate > 0:
-        raise UsageError(f"expected a rate > 0, got {value!r}")
-    return rate
+class Duration(float):
+    """Annotation marker: a parameter holding a duration in seconds, parsed by `parse_duration`."""
+
+
+def parse_rate(value: int | str) -> int:
+    """Bits per second from "100mbit", "1gbit", "1.5gbit" or a plain integer; ValueError otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = _NUMBER_UNIT.match(value) if isinstance(value, str) else None
+    if not m or m.group(2).lower() not in _RATE_UNITS:
+        raise UsageError(f"expected {ALLOWED_RATE}, got {value!r}")
+    bits = round(float(m.group(1)) * _RATE_UNITS[m.group(2).lower()])
+    if bits <= 0:
+        raise UsageError(f"expected a positive rate, got {value!r}")
+    return bits
+
+
+def parse_duration(value: int | float | str) -> float:
+    """Seconds from "200us", "1.5ms", "2s"; a bare number is accepted only when it is 0 (which unit
+    a bare 200 meant is anybody's guess)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        return 0.0
+    m = _NUMBER_UNIT.match(value) if isinstance(value, str) else None
+    if m and not m.group(2) and float(m.group(1)) == 0:
+        return 0.0
+    if not m or m.group(2).lower() not in _PER_SECOND:
+        raise UsageError(f"expected {ALLOWED_DURATION}, got {value!r}")
+    return float(m.group(1)) / _PER_SECOND[m.group(2).lower()]
+
+
+def format_rate(bits_per_s: float) -> str:
+    """Short form, as tc writes it: 100mbit, 1gbit, 2.5gbit."""
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bits_per_s >= scale:
+            return f"{bits_per_s / scale:g}{unit}"
+    return f"{bits_per_s:g}bit"
 
 
 def format_duration(seconds: float) -> str:
-    """Short human form: 5 us, 1.50 ms, 2.00 s."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
+    """Short form: 0, 200us, 1.5ms, 2s."""
+    if seconds == 0:
+        return "0"
+    for unit, per_second in (("s", 1.0), ("ms", 1e3), ("us", 1e6)):
+        if seconds * per_second >= 1:
+            return f"{seconds * per_second:g}{unit}"
+    return f"{seconds * 1e9:g}ns"
 
 
-def format_rate(bytes_per_s: float) -> str:
-    """GB/s (1e9 bytes per second, as nccl-tests prints bandwidth)."""
-    return f"{bytes_per_s / 1e9:.3g} GB/s"
+ALLOWED_BANDWIDTH = (
+    "a bandwidth such as 50GB/s, 12.5GiB/s, 900GB/s (bytes per second) or 100gbit, 1gbit (bits)"
+)
+_BYTE_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgGtT]?i?)[bB]/s\s*$")
+
+
+def parse_bandwidth(value: int | float | str) -> float:
+    """Bytes per second from "50GB/s", "12.5GiB/s" (1000s, 1024s), a bit rate ("100gbit" / 8) or a
+    plain number of bytes per second; UsageError otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value > 0:
+            return float(value)
+        raise UsageError(f"expected a bandwidth > 0, got {value!r}")
+    m = _BYTE_RATE.match(value) if isinstance(value, str) else None
+    if m:
+        scale = _UNITS.get(m.group(2).lower())
+        number = float(m.group(1)) * scale if scale is not None else 0.0
+        if number > 0:
+            return number
+        raise UsageError(f"expected {ALLOWED_BANDWIDTH}, got {value!r}")
+    try:
+        return parse_rate(value) / 8
+    except UsageError:
+        raise UsageError(f"expected {ALLOWED_BANDWIDTH}, got {value!r}") from None

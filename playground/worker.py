@@ -7,6 +7,8 @@ sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (`python -m playground node S
 import faulthandler
 import os
 import signal
+import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -14,10 +16,13 @@ import zmq
 
 from playground import clocks, rendezvous
 from playground.comm.communicator import Communicator
-from playground.comm.control import LauncherLink
+from playground.comm.control import Heartbeat, LauncherLink
+from playground.comm.delay import DelayedTransport
 from playground.comm.faults import FaultyTransport
-from playground.comm.opening import open_end
+from playground.comm.opening import open_end, pick_endpoints
 from playground.errors import CommTimeout, PeerLost, ScenarioMismatch
+from playground.hosts import netns
+from playground.hosts.topology import host_name
 from playground.scenario import Scenario, load_node
 from playground.trace import CAT_META, Tracer
 
@@ -51,23 +56,36 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
     ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
     ctrl.connect(env.coordinator)
+    heartbeat = Heartbeat(ctx, env.coordinator, env.rank) if scenario.hosts else None
     end = None
     tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
     comm = None
     try:
         tracer.clock_ns = clock_ns = clocks.rank_clock_ns(env.rank)  # skewed on purpose in drills
-        end = open_end(scenario.transport, env, ctx)
-        endpoints, clock = rendezvous.join(
-            ctrl, env, end.endpoint, max(30.0, scenario.timeout_s), scenario.to_dict(), clock_ns
+        end = open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
+        peers, clock = rendezvous.join(
+            ctrl,
+            env,
+            end.endpoint,
+            max(30.0, scenario.timeout_s),
+            scenario.to_dict(),
+            clock_ns,
+            end.local_endpoint,
         )
         # Raw times stay in the log, the offset beside them: `inspect` shifts them onto rank 0's clock.
         if clock is not None:
             tracer.add("clock", CAT_META, tracer.now_us(), 0.0, {**clock.to_args(), "endpoint": end.endpoint})
+        endpoints = pick_endpoints(peers, env.rank)
         transport = end.connect(endpoints)
         end = None  # the transport owns it now
+        transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
         fault = scenario.fault
-        if fault is not None and fault.rank == env.rank:
-            transport = FaultyTransport(transport, env.rank, fault.action, fault.after_ops)
+        if fault is not None and fault.counting_rank(scenario.placement) == env.rank:
+
+            def request(action: str) -> None:
+                rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
+
+            transport = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request)
         comm = Communicator(
             env.rank,
             env.world_size,
@@ -76,6 +94,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             timeout_s=scenario.timeout_s,
             control=LauncherLink(ctrl, env.rank),
             run_dir=run_dir,
+            hosts=peers.hosts,
         )
         comm.barrier()
         _, func = load_node(scenario.node)
@@ -91,20 +110,22 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
+        try:  # first: the launcher's report must not wait for a long log to be written
+            rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc))
+        except zmq.ZMQError:
+            pass
         tracer.add(
             "error", "error", tracer.now_us(), 0.0, {"type": type(exc).__name__, "message": str(exc)[:500]}
         )
         tracer.flush()
-        try:
-            rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc))
-        except zmq.ZMQError:
-            pass
         return 1
     finally:
         if comm is not None:
             comm.close()
         if end is not None:
             end.close()
+        if heartbeat is not None:
+            heartbeat.stop()
         ctrl.close()
         ctx.term()
         faulthandler.unregister(signal.SIGUSR1)
@@ -114,8 +135,33 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             stack_path.unlink()
 
 
+def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[str], hosts: list[str]):
+    """`transport` behind a DelayedTransport when messages between hosts are delayed (the link's
+    delay, or a delay_link drill); else itself."""
+    link_delay_s = scenario.link.delay if scenario.link else 0.0
+    fault, extra = scenario.fault, None
+    if fault is not None and fault.action == "delay_link":
+        host = host_name(fault.target_host(scenario.placement))
+        extra = (host, fault.delay, time.monotonic() + (fault.after_s or 0.0))
+    if not scenario.hosts or (not link_delay_s and extra is None):
+        return transport
+    return DelayedTransport(transport, rank, ctx, endpoints, hosts, link_delay_s, extra)
+
+
 def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
-    """Entry point of a forked rank: set up the process, run, and exit without parent's atexit."""
+    """Entry point of a forked rank: set up the process, run, and exit without parent's atexit.
+
+    On an emulated host it first enters the host's network namespace, before any ZeroMQ context
+    exists, so that ZeroMQ's I/O threads are born inside it."""
+    if environ.get("PLAYGROUND_NETNS"):
+        try:
+            netns.enter(environ["PLAYGROUND_NETNS"])
+        except OSError as e:
+            print(
+                f"rank {environ.get('RANK')}: cannot enter {environ['PLAYGROUND_NETNS']}: {e}",
+                file=sys.stderr,
+            )
+            os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # blocked by the launcher

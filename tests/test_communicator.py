@@ -263,3 +263,29 @@ def test_fault_drills_wrap_the_transport(kind, tmp_path):
     with pytest.raises(FaultInjected, match="rank 0: injected fault after 1 operations") as info:
         run(kind, tmp_path, 2, raising)
     assert (info.value.rank, info.value.after_ops) == (0, 1)
+
+
+def test_a_timeout_names_the_collective_and_its_sequence_number(kind, tmp_path):
+    """As NCCL's watchdog does: which collective was running, and its number on this communicator."""
+
+    def body(comm):
+        comm.hosts = ["h0", "h1"]
+        x = np.ones(8, dtype=np.float32)
+        allreduce(comm, x)
+        allreduce(comm, x, algorithm="tree")
+        if comm.rank == 0:
+            allreduce(comm, x)  # rank 1 never joins the third
+        return comm.op_context(1)
+
+    with pytest.raises(
+        CommTimeout, match=r"rank 0: timed out .* \(in allreduce ring #3; rank 1 is on host h1\)"
+    ):
+        run(kind, tmp_path, 2, body, timeout_s=0.5)
+
+
+def test_op_context_says_after_which_collective_between_them(kind, pair):
+    a, _ = pair(kind)
+    assert a.op_context(1) == ""
+    with a.collective("allgather", "ring"):
+        assert a.op_context() == "in allgather ring #1"
+    assert a.op_context() == "after allgather ring #1" and a.current_op is None

@@ -98,8 +98,8 @@ def test_garbage_is_ignored_and_counted_while_a_run_completes(tmp_path, capfd):
     assert err.count("coordinator: ignored a malformed control message") == 1
     assert f"coordinator: ignored {ignored} malformed control messages in all" in err
     for r in range(3):
-        endpoints, clock = world.results[r]
-        assert endpoints == [f"tcp://127.0.0.1:{9000 + k}" for k in range(3)]
+        peers, clock = world.results[r]
+        assert peers.endpoints == [f"tcp://127.0.0.1:{9000 + k}" for k in range(3)]
         # One process, one clock: the true offset is 0, so the estimate is within its bound of it.
         assert abs(clock.offset_us) <= clock.uncertainty_us and clock.samples > 0
 

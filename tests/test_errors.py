@@ -59,6 +59,8 @@ def test_errors_py_holds_the_classes_we_document():
         "PlaygroundError",
         "ScenarioError",
         "ParamError",
+        "EmulationError",
+        "ScenarioMismatch",
         "CommError",
         "CommTimeout",
         "PeerLost",

@@ -36,6 +36,8 @@ LAUNCHER_VARS = (
     "PLAYGROUND_COORD_PORT",
     "PLAYGROUND_RUN_DIR",
     "PLAYGROUND_IPC_DIR",
+    "PLAYGROUND_HOST",
+    "PLAYGROUND_NETNS",
 )
 
 
@@ -224,6 +226,11 @@ def test_hung_rank_is_named_with_its_stack_and_stopped(ranks, runs_dir):
         ({"WORLD_SIZE": "2", "MASTER_PORT": "29400"}, [], "RANK is not set"),
         ({"RANK": "0", "WORLD_SIZE": "2"}, [], "MASTER_PORT is not set"),
         ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "x"}, [], "must be integers"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29400"},
+            ["--set", "hosts=2"],
+            "key 'hosts': emulated hosts are built by `run --hosts`",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(ranks, runs_dir, env, sets, expect):

@@ -78,6 +78,17 @@ def test_unknown_scenario_lists_builtins():
         (["run", "ring", "--set", "params.sizes=[1QB]"], "key 'params.sizes[0]'"),
         (["run", "ring", "--set", "params.nope=1"], "key 'params.nope': unknown key"),
         (["inspect", "/nonexistent/run"], "no such run directory"),
+        (["run", "ring", "--hosts", "2", "--link", "fast"], "key 'link.rate': expected a rate"),
+        (
+            ["run", "ring", "--hosts", "2", "--link", "1gbit,delay=200"],
+            "key 'link.delay': expected a duration",
+        ),
+        (
+            ["run", "ring", "--hosts", "2", "--link", "1gbit,loss=1%"],
+            "key 'link.loss': unknown key; allowed: delay, rate",
+        ),
+        (["run", "ring", "--hosts", "9"], "key 'hosts': expected an integer from 1 to the rank count (8)"),
+        (["run", "ring", "--link", "1gbit"], "key 'link': needs hosts"),
     ],
 )
 def test_cli_bad_input_exit_2_without_traceback(tmp_path, args, fragment):
@@ -94,3 +105,62 @@ def test_list_shows_builtins():
     proc = run_cli(["list"], timeout_s=25)
     assert proc.returncode == 0
     assert any(line.startswith("ring") for line in proc.stdout.splitlines())
+
+
+HOSTS = GOOD.replace("ranks: 3", "ranks: 4") + "hosts: 2\n"
+
+
+def test_hosts_link_and_placement(tmp_path):
+    s = load_scenario(write(tmp_path, HOSTS + "link: {rate: 1gbit, delay: 200us}\n"))
+    assert s.hosts == 2 and s.placement == (0, 0, 1, 1)
+    assert (s.link.rate, s.link.delay) == (10**9, 0.0002)
+    assert s.to_dict()["link"] == {"rate": "1gbit", "delay": "200us"}  # reloads as it was given
+    cli = load_scenario(write(tmp_path, HOSTS), hosts=4, link="100mbit,delay=1ms")
+    assert cli.placement == (0, 1, 2, 3) and cli.link.rate == 10**8 and cli.link.delay == 0.001
+    assert load_scenario(write(tmp_path, HOSTS + "link: 10gbit\n")).link.rate == 10**10
+
+
+@pytest.mark.parametrize(
+    "overrides,fragment",
+    [
+        (["link.rate=fast"], "key 'link.rate': expected a rate in bits per second such as 100mbit"),
+        (["link.jitter=1ms"], "key 'link.jitter': unknown key; allowed: delay, rate"),
+        (["link=[1]"], "key 'link': expected a mapping {rate: 1gbit, delay: 200us}"),
+        (["transport=shm"], "key 'transport': with hosts, ranks talk ipc inside a host"),
+        (["fault.action=cut_link"], "key 'fault.host': required for action cut_link (or rank"),
+        (["fault.action=cut_link", "fault.host=2"], "key 'fault.host': expected 0..1, got 2"),
+        (["fault.action=cut_link", "fault.rank=0", "fault.host=1"], "rank 0 is on host 0, not 1"),
+        (["fault.action=cut_link", "fault.host=1", "fault.after_s=1", "fault.after_ops=3"], "not both"),
+        (["fault.action=delay_link", "fault.host=1"], "key 'fault.delay': required for action delay_link"),
+        (["fault.action=delay_link", "fault.host=1", "fault.delay=1ms", "fault.after_ops=2"], "after_s"),
+        (["fault.action=kill_host", "fault.host=1", "fault.delay=1ms"], "only for action delay_link"),
+        (["fault.action=kill", "fault.rank=1", "fault.after_s=1"], "key 'fault.after_s': only for the host"),
+        (["fault.action=kill"], "key 'fault.rank': required for action kill"),
+    ],
+)
+def test_bad_hosts_input_is_one_clear_line(tmp_path, overrides, fragment):
+    path = write(tmp_path, HOSTS)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, overrides=overrides)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_host_faults_need_hosts(tmp_path):
+    with pytest.raises(ScenarioError, match="key 'fault.action': kill_host needs hosts"):
+        load_scenario(write(tmp_path, GOOD), overrides=["fault.action=kill_host", "fault.host=0"])
+
+
+def test_which_rank_counts_a_host_fault(tmp_path):
+    path = write(tmp_path, HOSTS)
+    cut = load_scenario(path, overrides=["fault.action=cut_link", "fault.host=1", "fault.after_ops=5"])
+    assert cut.fault.counting_rank(cut.placement) == 2 and cut.fault.target_host(cut.placement) == 1
+    timed = load_scenario(path, overrides=["fault.action=kill_host", "fault.rank=3", "fault.after_s=1"])
+    assert (
+        timed.fault.counting_rank(timed.placement) is None and timed.fault.target_host(timed.placement) == 1
+    )
+    old = load_scenario(write(tmp_path, GOOD), overrides=["fault.rank=1", "fault.action=kill"])
+    assert old.fault.counting_rank(None) == 1 and old.to_dict()["fault"] == {
+        "rank": 1,
+        "action": "kill",
+        "after_ops": 0,
+    }

@@ -100,8 +100,8 @@ def test_a_calibrated_machine_with_shared_cores(runs_dir, tmp_path):
     "args,expect",
     [
         (["--ranks", "0"], "--ranks '0': expected a rank count from 1"),
-        (["--alpha", "-1us"], "--alpha '-1us': expected a time such as 5us"),
-        (["--beta", "fast"], "--beta 'fast': expected a rate such as 50GB/s"),
+        (["--alpha", "-1us"], "--alpha '-1us': expected a duration such as 0, 200us"),
+        (["--beta", "fast"], "--beta 'fast': expected a bandwidth such as 50GB/s"),
         (["--topology", "3x"], "--topology '3x': expected NODESxRANKS_PER_NODE"),
         (["--link", "myrinet"], "--link 'myrinet': unknown link preset; allowed: ib, roce, ethernet, nvlink"),
         (["--algo", "hier"], "--algo hier: needs --topology"),

@@ -1,6 +1,14 @@
 import pytest
 
-from playground.sizes import format_size, parse_size, parse_size_range
+from playground.sizes import (
+    format_duration,
+    format_rate,
+    format_size,
+    parse_duration,
+    parse_rate,
+    parse_size,
+    parse_size_range,
+)
 
 
 @pytest.mark.parametrize(
@@ -39,3 +47,35 @@ def test_format_size():
     assert format_size(8) == "8 B"
     assert format_size(65536) == "64 KiB"
     assert format_size(3 << 19) == "1.5 MiB"
+
+
+@pytest.mark.parametrize(
+    "text,bits",
+    [("100mbit", 100_000_000), ("1gbit", 10**9), ("1.5gbit", 1_500_000_000), (2_000_000, 2_000_000)],
+)
+def test_parse_rate(text, bits):
+    assert parse_rate(text) == bits
+
+
+@pytest.mark.parametrize("bad", ["fast", "1gbps", "-1gbit", "0mbit", 0, True, "1 gb"])
+def test_bad_rate_names_what_is_allowed(bad):
+    with pytest.raises(ValueError, match="rate"):
+        parse_rate(bad)
+
+
+@pytest.mark.parametrize(
+    "text,seconds", [("200us", 0.0002), ("1.5ms", 0.0015), ("2s", 2.0), ("0", 0.0), (0, 0.0)]
+)
+def test_parse_duration_round_trips(text, seconds):
+    assert parse_duration(text) == seconds
+    assert parse_duration(format_duration(seconds)) == seconds
+
+
+@pytest.mark.parametrize("bad", ["200", 200, "1h", "fast", "-1ms"])
+def test_bad_duration_wants_a_unit(bad):
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(bad)
+
+
+def test_format_rate():
+    assert [format_rate(r) for r in (10**8, 10**9, 2.5e9, 8000)] == ["100mbit", "1gbit", "2.5gbit", "8kbit"]

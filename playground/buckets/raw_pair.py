@@ -9,6 +9,7 @@ import numpy as np
 import zmq
 
 from playground.errors import CommTimeout
+from playground.rendezvous import local_ip_towards
 
 
 class RawPair:
@@ -20,8 +21,8 @@ class RawPair:
         self.pull.setsockopt(zmq.RCVHWM, 0)
         self.pull.setsockopt(zmq.RCVTIMEO, int(comm.timeout_s * 1000))  # every blocking receive has a timeout
         self.peer = 1 - comm.rank
-        if transport == "tcp":
-            self.pull.bind("tcp://127.0.0.1:*")
+        if transport == "tcp":  # on the address other hosts reach us at (127.0.0.1 on one host)
+            self.pull.bind(f"tcp://{local_ip_towards(os.environ.get('MASTER_ADDR', '127.0.0.1'))}:*")
             endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
         else:
             endpoint = f"ipc://{comm.run_dir.resolve()}/raw-{comm.rank}-{os.getpid()}.sock"

@@ -1,7 +1,9 @@
 """Collective operations over a Communicator; one module per algorithm behind one dispatcher.
 
 Every function is collective: all ranks call it in the same order with the same count and
-dtype. Results are bit-identical on all ranks and equal numpy's reduction of the inputs.
+dtype. Results are bit-identical on all ranks and equal numpy's reduction of the inputs. Each call
+is numbered on its communicator (`comm.collective`), so an error names the collective and its
+sequence number, as NCCL's watchdog does.
 """
 
 import numpy as np
@@ -69,7 +71,8 @@ def allreduce(
             f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
         ) from None
     extra = {"ranks_per_node": ranks_per_node} if algorithm == "hier" else {}
-    result = fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes, inplace=inplace, **extra)
+    with comm.collective("allreduce", algorithm):
+        result = fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes, inplace=inplace, **extra)
     return x if inplace else result
 
 
@@ -78,7 +81,8 @@ def broadcast(comm, x: np.ndarray, root: int = 0, segment_bytes: int | None = No
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     buf = flat_copy(x)
     if comm.size > 1 and buf.size:
-        broadcast_tree_into(comm, buf, root, segment_bytes)
+        with comm.collective("broadcast", "tree"):
+            broadcast_tree_into(comm, buf, root, segment_bytes)
     return buf.reshape(np.shape(x))
 
 
@@ -89,14 +93,16 @@ def reduce(
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     buf = flat_copy(x)
     if comm.size > 1 and buf.size:
-        reduce_tree_into(comm, buf, ReduceOp.parse(op), root, segment_bytes)
+        with comm.collective("reduce", "tree"):
+            reduce_tree_into(comm, buf, ReduceOp.parse(op), root, segment_bytes)
     return buf.reshape(np.shape(x)) if comm.rank == root else None
 
 
 def allgather(comm, x: np.ndarray, segment_bytes: int | None = None) -> np.ndarray:
     """Every rank's flat `x`, concatenated in rank order, on every rank."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    return allgather_ring(comm, x, segment_bytes)
+    with comm.collective("allgather", "ring"):
+        return allgather_ring(comm, x, segment_bytes)
 
 
 def reduce_scatter(
@@ -104,7 +110,8 @@ def reduce_scatter(
 ) -> np.ndarray:
     """Chunk `rank` (see `chunk_bounds`) of the reduction of every rank's flat `x`."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes)
+    with comm.collective("reduce_scatter", "ring"):
+        return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes)
 
 
 def run_collective(

@@ -13,6 +13,9 @@ messages (transport.py). Here live the parts every transport shares:
   when the tracer records messages, every send and every receive (a zero-length `recv_wait` when
   the message was already parked) carries `seq`, its number among the messages from its sender to
   its receiver on its tag, so `inspect --trace` can draw each message from its send to its receive.
+- the record of the collective running (`collective`, set by the collectives' dispatcher) and each
+  rank's host, which every CommTimeout and PeerLost quotes, as NCCL's watchdog names the operation
+  and its sequence number.
 
 Not thread-safe: use a communicator from one thread at a time (a node may hand it to a
 communication thread, as the overlap experiment does).
@@ -22,6 +25,7 @@ import itertools
 import json
 import time
 from collections import defaultdict, deque
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +68,9 @@ class Communicator:
         self.hosts = list(hosts) if hosts is not None else ["localhost"] * size  # each rank's host
         self.tracer = tracer if tracer is not None else Tracer(rank, None, enabled=False)
         self.timeout_s, self.control, self.run_dir = timeout_s, control, run_dir
+        self.num_collectives = 0
+        self.current_op: tuple[str, str, int] | None = None  # (collective, algorithm, seq) while one runs
+        self.last_op: tuple[str, str, int] | None = None
         self.bytes_sent = 0
         self.bytes_received = 0
         self._pending: dict[tuple[int, int], deque[Message]] = defaultdict(deque)
@@ -74,6 +81,29 @@ class Communicator:
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
+
+    @contextmanager
+    def collective(self, name: str, algorithm: str = ""):
+        """Mark the `with` body as collective number `num_collectives` (from 1), for error messages."""
+        self.num_collectives += 1
+        self.current_op = (name, algorithm, self.num_collectives)
+        try:
+            yield
+        finally:
+            self.last_op, self.current_op = self.current_op, None
+
+    def op_context(self, peer: int | None = None) -> str:
+        """ "in allreduce ring #17; rank 3 is on host h1": what an error adds to say where it happened."""
+        parts = []
+        op = self.current_op or self.last_op
+        if op is not None:
+            name, algorithm, seq = op
+            parts.append(
+                f"{'in' if self.current_op else 'after'} {name}{' ' + algorithm if algorithm else ''} #{seq}"
+            )
+        if peer is not None and self.hosts and len(set(self.hosts)) > 1 and 0 <= peer < len(self.hosts):
+            parts.append(f"rank {peer} is on host {self.hosts[peer]}")
+        return "; ".join(parts)
 
     @property
     def ranks_per_node(self) -> int:
@@ -150,6 +180,7 @@ class Communicator:
                     self.timeout_s,
                     what=f"room to send to rank {dst} (tag {tag}) in {got.where}",
                     direction="to",
+                    context=self.op_context(dst),
                 )
             msg = self.transport.receive(ROOM_POLL_MS)
             if msg is not None:
@@ -171,7 +202,15 @@ class Communicator:
         if self.control is not None:
             reason = self.control.abort_reason()
             if reason:
-                raise PeerLost(self.rank, reason, peer=src, tag=tag, op=op, direction=direction)
+                raise PeerLost(
+                    self.rank,
+                    reason,
+                    peer=src,
+                    tag=tag,
+                    op=op,
+                    direction=direction,
+                    context=self.op_context(src),
+                )
 
     def _drain(self) -> None:
         """Park every message that has already arrived (non-blocking)."""
@@ -205,7 +244,7 @@ class Communicator:
             if msg is None:
                 self.check_abort(src, tag, op)
                 if time.monotonic() >= deadline:
-                    raise CommTimeout(self.rank, op, src, tag, timeout_s)
+                    raise CommTimeout(self.rank, op, src, tag, timeout_s, context=self.op_context(src))
             elif msg.src == src and msg.tag == tag:
                 break
             else:

@@ -4,11 +4,16 @@ The coordinator (playground.coordinator) tells every rank to abort when one fail
 between the slices of its waits (`abort_reason`), so a dead peer becomes PeerLost within a slice.
 Rank 0's `progress` reports drive the launcher's progress bar. Control messages are small JSON
 objects on the rank's DEALER socket, kept apart from the data plane (rendezvous.py lists them).
+With emulated hosts a rank also sends heartbeats (`Heartbeat`), so that a rank the coordinator can
+no longer hear from, behind a cut link, is declared lost within seconds.
 """
 
 import json
+import threading
 
 import zmq
+
+from playground.rendezvous import heartbeat_identity
 
 
 class LauncherLink:
@@ -31,3 +36,46 @@ class LauncherLink:
             self.sock.send(
                 json.dumps({"type": "progress", "done": done, "total": total, "label": label}).encode()
             )
+
+
+HEARTBEAT_INTERVAL_S = 0.5
+
+
+class Heartbeat:
+    """Tells the coordinator every `interval_s` that this rank is alive and can reach it, from its own
+    thread and its own DEALER socket (ZeroMQ sockets are not thread-safe: the control socket stays the
+    rank's). It beats whatever the rank's main thread does, waiting or computing (Python hands the
+    interpreter to a waiting thread at least every 5 ms), so only a rank that is stopped, killed or cut
+    off from the coordinator, as by a cut host link, goes silent."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, rank: int, interval_s: float = HEARTBEAT_INTERVAL_S):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat,
+            args=(ctx, endpoint, rank, interval_s),
+            name=f"heartbeat-rank-{rank}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _beat(self, ctx: zmq.Context, endpoint: str, rank: int, interval_s: float) -> None:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 4)  # while the coordinator is unreachable, stale beats are dropped
+        sock.setsockopt(zmq.IDENTITY, heartbeat_identity(rank))
+        sock.connect(endpoint)
+        beat = json.dumps({"type": "heartbeat", "rank": rank}).encode()
+        try:
+            while True:
+                try:
+                    sock.send(beat, zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+                if self._stop.wait(interval_s):
+                    return
+        finally:
+            sock.close(linger=0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(1.0)

@@ -20,8 +20,9 @@ from playground.errors import FaultInjected
 class FaultyTransport:
     """`inner` with the scenario's fault armed on this rank."""
 
-    def __init__(self, inner, rank: int, action: str, after_ops: int):
+    def __init__(self, inner, rank: int, action: str, after_ops: int, request=None):
         self.inner, self.rank, self.action, self.after_ops = inner, rank, action, after_ops
+        self.request = request  # asks the launcher for a host drill
         self.name, self.segment_bytes = inner.name, inner.segment_bytes
         self.num_ops = 0
         self.armed = True
@@ -34,6 +35,9 @@ class FaultyTransport:
         if self.action == "corrupt":
             return array
         self.armed = False
+        if self.request is not None and self.action in ("cut_link", "kill_host"):
+            self.request(self.action)
+            return False
         if self.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if self.action == "exit":

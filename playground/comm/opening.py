@@ -16,12 +16,14 @@ from playground.comm.pipes import Inboxes, inbox_path, spin_budget_s
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
 from playground.comm.shm_transport import ShmTransport
 from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZmqTransport
-from playground.rendezvous import RankEnv, ipc_dir, local_ip_towards
+from playground.rendezvous import Peers, RankEnv, ipc_dir, local_ip_towards
 
 
 class ZmqEnd:
-    """The rank's PULL socket, bound on ipc:// in `ipc_directory` (one host) or on tcp:// on the
-    address that routes towards `master_addr` (reachable from other hosts)."""
+    """The rank's PULL socket, bound on ipc:// in `ipc_directory` (one host), on tcp:// on the
+    address that routes towards `master_addr` (reachable from other hosts), or, for "ipc+tcp"
+    (emulated hosts), on both: `endpoint` is the tcp one, `local_endpoint` the ipc one that ranks
+    on the same host use (a path in the file system the hosts share)."""
 
     def __init__(self, ctx: zmq.Context, rank: int, kind: str, ipc_directory: str, master_addr: str):
         self.ctx, self.rank, self.kind = ctx, rank, kind
@@ -29,18 +31,24 @@ class ZmqEnd:
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)  # as the senders' SNDBUF
         sock.setsockopt(zmq.LINGER, 0)
+        self.local_endpoint = ""
         if kind == "ipc":
-            path = os.path.join(ipc_directory, f"rank-{rank}.sock")
-            os.makedirs(ipc_directory, exist_ok=True)
-            if os.path.exists(path):
-                os.unlink(path)
-            sock.bind(f"ipc://{path}")
-            self.endpoint = f"ipc://{path}"
-        else:
-            host = local_ip_towards(master_addr)
-            sock.bind(f"tcp://{'127.0.0.1' if host == '127.0.0.1' else '*'}:0")
-            port = sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
-            self.endpoint = f"tcp://{host}:{port}"
+            self.endpoint = self._bind_ipc(ipc_directory)
+            return
+        host = local_ip_towards(master_addr)
+        sock.bind(f"tcp://{'127.0.0.1' if host == '127.0.0.1' else '*'}:0")
+        port = sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+        self.endpoint = f"tcp://{host}:{port}"
+        if kind == "ipc+tcp":
+            self.local_endpoint = self._bind_ipc(ipc_directory)
+
+    def _bind_ipc(self, ipc_directory: str) -> str:
+        path = os.path.join(ipc_directory, f"rank-{self.rank}.sock")
+        os.makedirs(ipc_directory, exist_ok=True)
+        if os.path.exists(path):
+            os.unlink(path)
+        self.sock.bind(f"ipc://{path}")
+        return f"ipc://{path}"
 
     def connect(self, endpoints: list[str]) -> ZmqTransport:
         return ZmqTransport(self.rank, self.ctx, self.sock, endpoints, self.kind)
@@ -51,6 +59,8 @@ class ZmqEnd:
 
 class ShmEnd:
     """The rank's pipe inbox in `directory` (the run's, in /dev/shm; its rings are made on first send)."""
+
+    local_endpoint = ""
 
     def __init__(self, rank: int, world_size: int, directory: str):
         self.rank, self.dir = rank, directory
@@ -66,11 +76,24 @@ class ShmEnd:
         self.inboxes.close()
 
 
-def open_end(kind: str, env: RankEnv, ctx: zmq.Context) -> ZmqEnd | ShmEnd:
-    """The local end of transport `kind` ("ipc", "tcp" or "shm") for this rank of a launched run."""
+def open_end(kind: str, env: RankEnv, ctx: zmq.Context, hosts: bool = False) -> ZmqEnd | ShmEnd:
+    """The local end of transport `kind` ("ipc", "tcp" or "shm") for this rank of a launched run;
+    with emulated `hosts`, "ipc" means ipc inside a host and tcp across ("ipc+tcp")."""
+    if hosts and kind == "ipc":
+        kind = "ipc+tcp"
     if kind == "shm":
         return ShmEnd(env.rank, env.world_size, shm_dir_for(env.master_port))
     return ZmqEnd(ctx, env.rank, kind, ipc_dir(env.master_port), env.master_addr)
+
+
+def pick_endpoints(peers: Peers, rank: int) -> list[str]:
+    """Where this rank sends to each peer: the peer's local endpoint (ipc) when it is on the same
+    host and has one, else its endpoint (tcp when there are several hosts)."""
+    me = peers.hosts[rank]
+    return [
+        local if local and host == me else far
+        for far, local, host in zip(peers.endpoints, peers.local_endpoints, peers.hosts, strict=True)
+    ]
 
 
 def open_world(kind: str, size: int, directory: str, ctx: zmq.Context | None = None) -> list:

@@ -65,6 +65,7 @@ class SendRequest(Request):
                     timeout_s,
                     what=f"send completion to rank {self.peer} tag {self.tag}",
                     direction="to",
+                    context=self.comm.op_context(self.peer),
                 )
         return None
 

@@ -16,10 +16,10 @@ from playground.models.calibration import model_from_spec
 from playground.models.costs import PRESETS, Link
 from playground.sim.network import Machine
 from playground.sizes import (
+    ALLOWED_BANDWIDTH,
     ALLOWED_DURATION,
-    ALLOWED_RATE,
+    parse_bandwidth,
     parse_duration,
-    parse_rate,
     parse_size,
     parse_size_range,
 )
@@ -105,8 +105,8 @@ def _override(link: Link, args) -> tuple[Link, list[str]]:
     changed = {}
     for flag, field, parse, allowed in (
         ("--alpha", "alpha_s", parse_duration, ALLOWED_DURATION),
-        ("--beta", "beta_bytes_per_s", parse_rate, ALLOWED_RATE),
-        ("--gamma", "gamma_bytes_per_s", parse_rate, ALLOWED_RATE),
+        ("--beta", "beta_bytes_per_s", parse_bandwidth, ALLOWED_BANDWIDTH),
+        ("--gamma", "gamma_bytes_per_s", parse_bandwidth, ALLOWED_BANDWIDTH),
     ):
         text = getattr(args, flag[2:])
         if text is None:

@@ -71,10 +71,14 @@ class SimMessage(Message):
             super().copy_into(out)
 
     def reduce_into(self, target: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
-        self.landed()
+        receiver = self.receiver
+        if receiver.t < self.arrival:  # landed()
+            receiver.t = self.arrival
         if self.payload is not None:
             super().reduce_into(target, ufunc, base)
-        self.world.compute(self.receiver, target.nbytes / self.world.machine.gamma_bytes_per_s)
+        seconds = target.nbytes * self.world.reduce_s_per_byte
+        if seconds:
+            self.world.compute(receiver, seconds)
 
     def obj(self):
         self.landed()
@@ -161,6 +165,8 @@ class SimWorld:
         self.engine = Engine(machine.num_ranks)
         self.net = Network(machine)
         self._shared_cpus = machine.cores is not None
+        gamma = machine.gamma_bytes_per_s
+        self.reduce_s_per_byte = 0.0 if math.isinf(gamma) else 1.0 / gamma  # a reduction's CPU time per byte
 
     def time_of(self, rank: int) -> float:
         """Rank `rank`'s virtual time, seconds."""
@@ -188,8 +194,6 @@ class SimWorld:
 
     def compute(self, proc: Proc, seconds: float) -> None:
         """`proc` (the running rank) works for `seconds` of CPU (on a free core, if they are shared)."""
-        if not seconds > 0 or math.isinf(seconds):
-            return
         if not self._shared_cpus:
             proc.t += seconds
             return

@@ -1,6 +1,6 @@
 """Making a rank's transport in two steps around the rendezvous.
 
-First the rank opens its local end (a bound ZeroMQ socket, or its pipe inbox), whose address goes
+First the rank opens its local end (a bound ZeroMQ socket, or its shared-memory mailboxes), whose address goes
 into the coordinator's table; every end exists before any rank leaves the rendezvous, so no
 first message can miss it. Once the table with every peer's address is back, `connect` returns
 the finished transport.
@@ -12,7 +12,7 @@ import queue
 import zmq
 
 from playground.comm.local import LocalTransport
-from playground.comm.pipes import Inboxes, inbox_path, spin_budget_s
+from playground.comm.mailbox import mailbox_path, open_mailboxes, spin_policy
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
 from playground.comm.shm_transport import ShmTransport
 from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZmqTransport
@@ -50,20 +50,21 @@ class ZmqEnd:
 
 
 class ShmEnd:
-    """The rank's pipe inbox in `directory` (the run's, in /dev/shm; its rings are made on first send)."""
+    """The rank's mailboxes in `directory` (the run's, in /dev/shm; its rings are made on first send)."""
 
     def __init__(self, rank: int, world_size: int, directory: str):
-        self.rank, self.dir = rank, directory
-        self.inboxes = Inboxes(rank, directory, spin_budget_s(world_size))
-        self.endpoint = f"shm://{inbox_path(directory, rank)}"
+        self.rank, self.dir, self.world_size = rank, directory, world_size
+        self.mailboxes = open_mailboxes(directory, rank, world_size)
+        self.endpoint = f"shm://{mailbox_path(directory, rank)}"
 
     def connect(self, endpoints: list[str]) -> ShmTransport:
         # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the rings.
         min_bytes = int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES))
-        return ShmTransport(self.rank, ShmChannels(self.rank, self.dir), self.inboxes, min_bytes)
+        channels = ShmChannels(self.rank, self.dir)
+        return ShmTransport(self.rank, channels, self.mailboxes, min_bytes, spin_policy(self.world_size))
 
     def close(self) -> None:
-        self.inboxes.close()
+        self.mailboxes.close()
 
 
 def open_end(kind: str, env: RankEnv, ctx: zmq.Context) -> ZmqEnd | ShmEnd:

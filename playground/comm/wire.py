@@ -74,3 +74,9 @@ def _decode(buf: bytes, record: bool) -> tuple[int, int, int, np.dtype, tuple[in
 def encode_inline(src: int, tag: int, x: np.ndarray) -> bytes:
     """Header and bytes of a small contiguous array in one frame."""
     return encode_header(src, tag, KIND_INLINE, x.dtype, x.shape) + x.tobytes()
+
+
+def record_header_size(buf) -> int:
+    """Bytes of the header that starts `buf` (what `decode_record` splits off), read from its ndim
+    byte alone: a transport can recognise a header it has decoded before without decoding it."""
+    return _FIXED.size + 8 * buf[7]

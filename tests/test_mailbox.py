@@ -1,12 +1,13 @@
-"""The pipe inboxes of the shared-memory path: records, full pipes, and two ranks (threads here)
-that flood each other through full pipes and full rings without deadlocking."""
+"""The shared-memory mailboxes: records in order, a full mailbox that refuses and rings back, the
+spin rule, and two ranks (threads here) that flood each other through full mailboxes and full
+rings without deadlocking."""
 
 import threading
 
 import numpy as np
 import pytest
 
-from playground.comm import pipes
+from playground.comm import mailbox
 from playground.comm.communicator import Communicator
 from playground.comm.shm import ShmChannels
 from playground.comm.shm_transport import ShmTransport
@@ -14,51 +15,96 @@ from playground.errors import CommTimeout
 
 
 @pytest.fixture
-def two_inboxes(tmp_path):
-    a, b = pipes.Inboxes(0, str(tmp_path)), pipes.Inboxes(1, str(tmp_path))
+def two(tmp_path):
+    a, b = (mailbox.open_mailboxes(str(tmp_path), r, 2) for r in (0, 1))
     yield a, b
     a.close()
     b.close()
 
 
-def test_records_arrive_whole_and_in_order(two_inboxes):
-    a, b = two_inboxes
-    sent = [bytes([k % 251]) * k for k in (0, 1, 7, 100, pipes.MAX_RECORD)]
+def test_records_arrive_whole_and_in_order(two):
+    a, b = two
+    sent = [bytes([k % 251]) * k for k in (0, 1, 7, 100, a.max_bytes)]
     for rec in sent:
         assert a.try_send(1, rec)
-    got = [b.next_record(1000) for _ in sent]
+    got = [b.receive(1000) for _ in sent]
     assert got == sent
-    assert b.next_record(0) is None
+    assert b.receive(0) is None
+    assert a.try_send(1, b"head-", np.arange(3, dtype=np.uint8))  # a header and a body: one record
+    assert b.receive(0) == b"head-\x00\x01\x02"
 
 
-def test_full_pipe_refuses_and_a_missing_inbox_is_not_an_error(two_inboxes, tmp_path):
-    a, b = two_inboxes
-    rec = b"x" * pipes.MAX_RECORD
+def test_a_record_larger_than_a_slot_is_an_error(two):
+    a, _ = two
+    with pytest.raises(ValueError, match="does not fit a mailbox slot"):
+        a.try_send(1, b"x" * (a.max_bytes + 1))
+
+
+def test_full_mailbox_refuses_and_the_receiver_rings_back(two):
+    a, b = two
     n = 0
-    while a.try_send(1, rec):
+    while a.try_send(1, bytes([n])):
         n += 1
-        assert n < 10_000, "the pipe never filled"
-    assert n * pipes.PIPE_BUF >= 64 * 1024  # at least the default pipe size was usable
-    assert b.next_record(0) == rec
-    assert a.try_send(1, rec)  # room again after one record was taken
-    assert not a.try_send(5, b"nobody")  # rank 5 has not created its inbox
+        assert n <= mailbox.SLOTS, "the mailbox never filled"
+    assert n == mailbox.SLOTS
+    assert a.receive(0) is None  # nothing for rank 0 yet
+    assert b.receive(0) == b"\x00"  # frees one slot; rank 0 waits for room: its bell rings
+    assert a.receive(10_000) is None  # returns at once, not after 10 s: room was rung
+    assert a.try_send(1, b"again")
+    assert [b.receive(0) for _ in range(n)] == [bytes([k]) for k in range(1, n)] + [b"again"]
 
 
-def test_no_spinning_when_ranks_outnumber_cores():
-    assert pipes.spin_budget_s(10_000) == 0.0
-    assert pipes.spin_budget_s(1) > 0.0
+def test_each_senders_order_holds_with_many_senders(tmp_path):
+    boxes = [mailbox.open_mailboxes(str(tmp_path), r, 4) for r in range(4)]
+    try:
+        for k in range(5):
+            for s in (1, 2, 3):
+                assert boxes[s].try_send(0, bytes([s, k]))
+        got = [boxes[0].receive(0) for _ in range(15)]
+        assert boxes[0].receive(0) is None
+        for s in (1, 2, 3):
+            assert [g[1] for g in got if g[0] == s] == list(range(5))
+    finally:
+        for b in boxes:
+            b.close()
+
+
+def test_a_post_to_a_rank_without_mailboxes_is_refused(tmp_path):
+    a = mailbox.open_mailboxes(str(tmp_path), 0, 3)
+    try:
+        assert not a.try_send(2, b"nobody")  # rank 2 has not created its file yet
+    finally:
+        a.close()
+
+
+def test_spin_only_while_ranks_do_not_outnumber_cores():
+    assert mailbox.spin_policy(2, cores=2) == (mailbox.SPIN_S * 1e9, mailbox.SPIN_PAUSE)
+    assert mailbox.spin_policy(4, cores=2)[1] == mailbox.SPIN_YIELD
+    assert mailbox.spin_policy(8, cores=2)[0] == 0.0
+
+
+def test_a_waiting_receiver_is_woken_by_a_post_from_another_thread(two):
+    a, b = two
+    got = []
+    t = threading.Thread(target=lambda: got.append(b.receive(10_000)))  # spins, then sleeps
+    t.start()
+    threading.Event().wait(0.05)
+    assert a.try_send(1, b"wake")
+    t.join(10)
+    assert got == [b"wake"]
 
 
 @pytest.fixture
 def make_pair(tmp_path):
-    """make_pair(ring_bytes) -> [rank 0, rank 1] communicators over shm + pipes, closed afterwards."""
+    """make_pair(ring_bytes) -> [rank 0, rank 1] communicators over shm mailboxes, closed afterwards."""
     made = []
 
     def make(ring_bytes: int):
         comms = []
+        boxes = [mailbox.open_mailboxes(str(tmp_path), rank, 2) for rank in range(2)]
         for rank in range(2):
             channels = ShmChannels(rank, str(tmp_path), capacity_bytes=ring_bytes)
-            transport = ShmTransport(rank, channels, pipes.Inboxes(rank, str(tmp_path)), 32 * 1024)
+            transport = ShmTransport(rank, channels, boxes[rank], 32 * 1024, mailbox.spin_policy(2))
             comms.append(Communicator(rank, 2, transport, timeout_s=10.0))
         made.extend(comms)
         return comms
@@ -89,8 +135,8 @@ def _run_both(fn, comms):
 
 @pytest.mark.timeout(60)
 def test_two_ranks_flooding_each_other_make_progress(make_pair):
-    """Each rank sends 2 MB of small records (twice a pipe) and 6 MiB through a 1 MiB ring before it
-    receives anything: senders must take in what arrives while they wait for room."""
+    """Each rank sends 2 MB of small records (700 mailbox slots' worth) and 6 MiB through a 1 MiB ring
+    before it receives anything: senders must take in what arrives while they wait for room."""
     comms = make_pair(1 << 20)
     small = [np.full(700, k, dtype=np.float32) for k in range(700)]  # 2,800 B each: inline records
     large = [np.full(49_152, k, dtype=np.float32) for k in range(32)]  # 192 KiB each: ring
@@ -122,7 +168,7 @@ def test_ring_space_is_released_in_arrival_order_not_receive_order(make_pair):
 
 
 @pytest.mark.timeout(60)
-def test_large_objects_and_timeouts_on_the_pipe_path(make_pair):
+def test_large_objects_and_timeouts_on_the_mailbox_path(make_pair):
     comms = make_pair(1 << 20)
     big = {"rows": [{"size": k, "name": "x" * 50} for k in range(200)]}  # about 13 KB of JSON
     got = _run_both(lambda c: c.allgather_obj({**big, "rank": c.rank}), comms)

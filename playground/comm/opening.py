@@ -12,7 +12,7 @@ import queue
 import zmq
 
 from playground.comm.local import LocalTransport
-from playground.comm.mailbox import mailbox_path, open_mailboxes, spin_policy
+from playground.comm.mailbox import mailbox_path, nudge_to_own_core, open_mailboxes, spin_policy
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
 from playground.comm.shm_transport import ShmTransport
 from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZmqTransport
@@ -70,6 +70,7 @@ class ShmEnd:
 def open_end(kind: str, env: RankEnv, ctx: zmq.Context) -> ZmqEnd | ShmEnd:
     """The local end of transport `kind` ("ipc", "tcp" or "shm") for this rank of a launched run."""
     if kind == "shm":
+        nudge_to_own_core(env.rank, env.world_size)
         return ShmEnd(env.rank, env.world_size, shm_dir_for(env.master_port))
     return ZmqEnd(ctx, env.rank, kind, ipc_dir(env.master_port), env.master_addr)
 

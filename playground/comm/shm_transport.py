@@ -85,7 +85,7 @@ class _RingMessage(Message):
 class ShmTransport:
     """One rank's rings (`channels`) and mailboxes; arrays below `min_bytes` go inline.
 
-    `spin` is the receiver's (spin_ns, mode) before it sleeps (mailbox.spin_policy)."""
+    `spin` is how long the receiver polls before it sleeps: (pause_ns, yield_ns), mailbox.spin_policy."""
 
     name = "shm"
     segment_bytes = SEGMENT_BYTES
@@ -96,12 +96,12 @@ class ShmTransport:
         channels: ShmChannels,
         mailboxes: Mailboxes,
         min_bytes: int,
-        spin: tuple[float, int] = (0.0, 1),
+        spin: tuple[float, float] = (0.0, 0.0),
     ):
         self.rank = rank
         self.channels, self.mailboxes, self.min_bytes = channels, mailboxes, min_bytes
         self.max_record = mailboxes.max_bytes
-        self.spin_ns, self.spin_mode = spin
+        self.pause_ns, self.yield_ns = spin
 
         # Small messages repeat their header (same tag, dtype, shape) call after call: remember
         # each one encoded or decoded, which halves the Python work of an 8-byte message.
@@ -172,7 +172,7 @@ class ShmTransport:
         return MAILBOX_FULL
 
     def receive(self, timeout_ms: int) -> Message | None:
-        record = self.mailboxes.receive(timeout_ms, self.spin_ns, self.spin_mode)
+        record = self.mailboxes.receive(timeout_ms, self.pause_ns, self.yield_ns)
         if record is None:
             return None
         size = wire.record_header_size(record) if len(record) > 8 else 0

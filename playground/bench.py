@@ -4,7 +4,9 @@
 run of nodes/collective.py, so it gets a run directory, logs and result.json), then, with
 `--baseline gloo,mpi`, the same sizes and rank count through torch.distributed's Gloo and through
 MPI, one after the other (never at the same time: they would share the two cores), and prints the
-ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport.
+ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport. `bench table`
+regenerates the README's table: ours over ipc and shm, Gloo and MPICH, alternately, over rounds
+(benchtable.py).
 """
 
 import json
@@ -20,7 +22,11 @@ from playground.sizes import format_size, parse_size_range
 
 def add_bench_parser(sub, func) -> None:
     b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
-    b.add_argument("collective", choices=[*ALGORITHMS, "p2p"], help="what to measure")
+    b.add_argument(
+        "collective",
+        choices=[*ALGORITHMS, "p2p", "table"],
+        help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH",
+    )
     b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
     b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
     b.add_argument(
@@ -33,8 +39,8 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--transport", choices=["ipc", "tcp", "shm"], default="ipc")
     b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
     b.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
-    b.add_argument("--iters", "-i", type=int, default=20, help="timed iterations per size")
-    b.add_argument("--warmup", "-w", type=int, default=5, help="untimed iterations per size")
+    b.add_argument("--iters", "-i", type=int, default=None, help="timed iterations per size (20; table: 10)")
+    b.add_argument("--warmup", "-w", type=int, default=None, help="untimed iterations per size (5; table: 3)")
     b.add_argument("--segment", default=None, help="segment size, e.g. 1MiB (the pipelining unit)")
     b.add_argument("--no-check", action="store_true", help="skip the correctness check (#wrong = -1)")
     b.add_argument(
@@ -46,6 +52,10 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
+    t = b.add_argument_group("table")
+    t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
+    t.add_argument("--rank-counts", default="2,4,8", help="table: rank counts (default 2,4,8)")
+    t.add_argument("--systems", default=None, help="table: comma list of ipc,shm,gloo,mpi (default all)")
     b.add_argument(
         "--set",
         action="append",
@@ -73,6 +83,12 @@ def _sizes(text: str, step: int) -> list[int]:
 def run_bench(args) -> int:
     from playground.run import execute
 
+    if args.collective == "table":
+        from playground.benchtable import run_table
+
+        return run_table(args)
+    args.iters = 20 if args.iters is None else args.iters
+    args.warmup = 5 if args.warmup is None else args.warmup
     if args.collective == "p2p":
         return _run_p2p(args, execute)
     sizes = _sizes(args.sizes, args.step)

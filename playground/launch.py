@@ -73,7 +73,7 @@ class Launcher:
         port = rendezvous.free_tcp_port()
         self.ipc_dir = rendezvous.ipc_dir(port)
         scratch.claim(self.ipc_dir)
-        if self.scenario.transport == "shm":
+        if self.scenario.transport in ("shm", "ipc"):  # ipc: large arrays' bytes go through rings
             scratch.claim(shm_dir_for(port))
         mp = multiprocess.get_context("fork")
         interrupted = False

@@ -15,16 +15,26 @@ from playground.comm.local import LocalTransport
 from playground.comm.mailbox import mailbox_path, nudge_to_own_core, open_mailboxes, spin_policy
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
 from playground.comm.shm_transport import ShmTransport
-from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZmqTransport
+from playground.comm.zmq_transport import RING_MIN_BYTES, SOCKET_BUFFER_BYTES, ZmqTransport
 from playground.rendezvous import RankEnv, ipc_dir, local_ip_towards
 
 
 class ZmqEnd:
     """The rank's PULL socket, bound on ipc:// in `ipc_directory` (one host) or on tcp:// on the
-    address that routes towards `master_addr` (reachable from other hosts)."""
+    address that routes towards `master_addr` (reachable from other hosts). With `shm_directory`
+    (ipc only), large arrays' bytes go through shared-memory rings there (zmq_transport.py)."""
 
-    def __init__(self, ctx: zmq.Context, rank: int, kind: str, ipc_directory: str, master_addr: str):
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        rank: int,
+        kind: str,
+        ipc_directory: str,
+        master_addr: str,
+        shm_directory: str | None = None,
+    ):
         self.ctx, self.rank, self.kind = ctx, rank, kind
+        self.shm_dir = shm_directory if kind == "ipc" and ipc_ring_min_bytes() else None
         sock = self.sock = ctx.socket(zmq.PULL)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)  # as the senders' SNDBUF
@@ -43,7 +53,12 @@ class ZmqEnd:
             self.endpoint = f"tcp://{host}:{port}"
 
     def connect(self, endpoints: list[str]) -> ZmqTransport:
-        return ZmqTransport(self.rank, self.ctx, self.sock, endpoints, self.kind)
+        if self.shm_dir is None:
+            return ZmqTransport(self.rank, self.ctx, self.sock, endpoints, self.kind)
+        channels = ShmChannels(self.rank, self.shm_dir)
+        return ZmqTransport(
+            self.rank, self.ctx, self.sock, endpoints, self.kind, channels, ipc_ring_min_bytes()
+        )
 
     def close(self) -> None:
         self.sock.close(linger=0)
@@ -67,12 +82,19 @@ class ShmEnd:
         self.mailboxes.close()
 
 
+def ipc_ring_min_bytes() -> int:
+    """From how many bytes an array's bytes take the shared-memory ring on the ipc path (0: never).
+    PLAYGROUND_IPC_RING_MIN_BYTES=0 sends every byte through the sockets, to compare the two."""
+    return int(os.environ.get("PLAYGROUND_IPC_RING_MIN_BYTES", RING_MIN_BYTES))
+
+
 def open_end(kind: str, env: RankEnv, ctx: zmq.Context) -> ZmqEnd | ShmEnd:
     """The local end of transport `kind` ("ipc", "tcp" or "shm") for this rank of a launched run."""
     if kind == "shm":
         nudge_to_own_core(env.rank, env.world_size)
         return ShmEnd(env.rank, env.world_size, shm_dir_for(env.master_port))
-    return ZmqEnd(ctx, env.rank, kind, ipc_dir(env.master_port), env.master_addr)
+    shm = shm_dir_for(env.master_port)
+    return ZmqEnd(ctx, env.rank, kind, ipc_dir(env.master_port), env.master_addr, shm)
 
 
 def open_world(kind: str, size: int, directory: str, ctx: zmq.Context | None = None) -> list:
@@ -85,6 +107,6 @@ def open_world(kind: str, size: int, directory: str, ctx: zmq.Context | None = N
     if kind == "shm":
         ends = [ShmEnd(rank, size, directory) for rank in range(size)]
     else:
-        ends = [ZmqEnd(ctx, rank, kind, directory, "127.0.0.1") for rank in range(size)]
+        ends = [ZmqEnd(ctx, rank, kind, directory, "127.0.0.1", directory) for rank in range(size)]
     endpoints = [end.endpoint for end in ends]
     return [end.connect(endpoints) for end in ends]

@@ -48,7 +48,7 @@ class _InlineMessage(Message):
         ufunc(target if base is None else base, arr, out=target)
 
 
-class _RingMessage(Message):
+class RingMessage(Message):
     """An array (or JSON body) that is still in the sender's ring; `release` hands the space back."""
 
     __slots__ = ("channels", "end")
@@ -190,7 +190,7 @@ class ShmTransport:
         # Registered on arrival: ring space is handed back in arrival order, whatever the tag.
         view, end = self.channels.arrived(src, payload)
         kind = KIND_ARRAY if kind == wire.KIND_SHM else KIND_OBJ
-        return _RingMessage(src, tag, kind, dtype, shape, view, self.channels, end)
+        return RingMessage(src, tag, kind, dtype, shape, view, self.channels, end)
 
     def close(self) -> None:
         self.channels.close()

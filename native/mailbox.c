@@ -175,7 +175,6 @@ static int scan(Mailboxes *self) {
     for (int i = 0; i < n; i++) {
         int s = self->scan_from + i;
         if (s >= n) s -= n;
-        if (s == self->rank) continue;
         SlotHeader *slot = slot_in(self, mailbox_in(self, self->own, s), self->expected[s]);
         if (LOAD_ACQ(&slot->seq) == self->expected[s]) {
             self->scan_from = s + 1 < n ? s + 1 : 0; /* the next scan starts after it: fair */
@@ -402,7 +401,7 @@ static PyObject *Mailboxes_try_send(Mailboxes *self, PyObject *const *args, Py_s
     if (check_open(self) < 0) return NULL;
     long dst = PyLong_AsLong(args[0]);
     if (dst == -1 && PyErr_Occurred()) return NULL;
-    if (dst < 0 || dst >= self->size || dst == self->rank) {
+    if (dst < 0 || dst >= self->size) {
         PyErr_Format(PyExc_ValueError, "rank %d cannot post to rank %ld", self->rank, dst);
         return NULL;
     }

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.median imports it on first use: once here, before the fork, not in every rank
 
 from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce

@@ -263,3 +263,11 @@ def test_fault_drills_wrap_the_transport(kind, tmp_path):
     with pytest.raises(FaultInjected, match="rank 0: injected fault after 1 operations") as info:
         run(kind, tmp_path, 2, raising)
     assert (info.value.rank, info.value.after_ops) == (0, 1)
+
+
+def test_a_rank_may_send_to_itself(kind, tmp_path):
+    def body(comm):
+        comm.send(np.arange(3) + comm.rank, comm.rank, tag=6)
+        return comm.recv(comm.rank, tag=6).tolist()
+
+    assert run(kind, tmp_path, 2, body) == [[0, 1, 2], [1, 2, 3]]

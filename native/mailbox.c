@@ -543,7 +543,45 @@ static PyTypeObject MailboxesType = {
     .tp_getset = Mailboxes_getset,
 };
 
+PyDoc_STRVAR(copy_payload_doc,
+"copy_payload(out, record, offset) -> None\n\n"
+"Copy record[offset:] into the writable C-contiguous buffer `out`, which must hold exactly that\n"
+"many bytes (ValueError otherwise): a received small array lands in the caller's array in one\n"
+"call, without a numpy view of the record in between.");
+
+static PyObject *copy_payload(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "copy_payload(out, record, offset)");
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[2]);
+    if (offset == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer out, rec;
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &rec, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (offset < 0 || offset > rec.len || rec.len - offset != out.len) {
+        PyErr_Format(PyExc_ValueError, "copy_payload: %zd bytes after offset %zd do not fill %zd bytes",
+                     rec.len - offset, offset, out.len);
+    } else {
+        memcpy(out.buf, (char *)rec.buf + offset, out.len);
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&rec);
+    return result;
+}
+
+static PyMethodDef module_functions[] = {
+    {"copy_payload", (PyCFunction)(void (*)(void))copy_payload, METH_FASTCALL, copy_payload_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 int add_mailbox_type(PyObject *module) {
+    if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
     if (PyType_Ready(&MailboxesType) < 0) return -1;
     Py_INCREF(&MailboxesType);
     if (PyModule_AddObject(module, "Mailboxes", (PyObject *)&MailboxesType) < 0) {

@@ -37,6 +37,9 @@ def allreduce_recursive_doubling(
     if comm.size == 1 or buf.size == 0:
         return buf.reshape(x.shape)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
+    if comm.size & (comm.size - 1) == 0 and buf.size <= seg:
+        swap_whole(comm, buf, op)  # a power of two and one message a step: the small-message path
+        return buf.reshape(x.shape)
     whole = (0, buf.size)
 
     def core(new_rank: int, p: int) -> None:
@@ -52,8 +55,6 @@ def allreduce_recursive_doubling(
 
     if comm.size & (comm.size - 1):
         run_folded(comm, buf, op, seg, TAG_RD, "rd", core)
-    elif buf.size <= seg:  # a power of two and one message a step: the small-message path, kept lean
-        swap_whole(comm, buf, op)
     else:
         core(comm.rank, comm.size)
     return buf.reshape(x.shape)

@@ -27,13 +27,13 @@ receiver that frees a slot rings the waiting sender's bell, so it retries at onc
 
 import os
 
-from playground._native import Mailboxes
+from playground._native import Mailboxes, copy_payload
 
 SLOTS = 16  # messages in flight per (sender, receiver)
 SLOT_BYTES = 8192  # a 4 KiB array and its header fit; pages are touched only as far as written
 SPIN_S = 200e-6  # polling before sleeping: a sleep and wake-up costs ~5-50 us here, by load
 
-__all__ = ["Mailboxes", "SLOTS", "SLOT_BYTES", "open_mailboxes", "spin_policy"]
+__all__ = ["Mailboxes", "SLOTS", "SLOT_BYTES", "copy_payload", "open_mailboxes", "spin_policy"]
 
 
 def mailbox_path(directory: str, rank: int) -> str:

@@ -15,7 +15,7 @@ did not fit the mailbox is taken back), and the communicator waits while taking 
 import numpy as np
 
 from playground.comm import wire
-from playground.comm.mailbox import Mailboxes
+from playground.comm.mailbox import Mailboxes, copy_payload
 from playground.comm.shm import ShmChannels
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, NoRoom, Outgoing
 
@@ -40,6 +40,15 @@ class _InlineMessage(Message):
     def array(self) -> np.ndarray:
         arr = np.frombuffer(self.payload, dtype=self.dtype, offset=self.offset)
         return arr if len(self.shape) == 1 else arr.reshape(self.shape)
+
+    def copy_into(self, out: np.ndarray) -> None:
+        if out.dtype is self.dtype or out.dtype == self.dtype:
+            try:
+                copy_payload(out, self.payload, self.offset)  # one memcpy, no view in between
+                return
+            except ValueError:
+                pass  # not contiguous, or another size: the general path copes or says why
+        super().copy_into(out)
 
     def reduce_into(self, target: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
         arr = np.frombuffer(self.payload, dtype=self.dtype, offset=self.offset)
@@ -123,9 +132,11 @@ class ShmTransport:
                 head = self._heads_out[key] = wire.encode_header(
                     self.rank, tag, wire.KIND_INLINE, x.dtype, x.shape
                 )
-            if not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x)
-            return COMPLETE if self.mailboxes.try_send(dst, head, x) else MAILBOX_FULL
+            try:
+                sent = self.mailboxes.try_send(dst, head, x)
+            except ValueError:  # not C-contiguous (the size was checked above)
+                sent = self.mailboxes.try_send(dst, head, np.ascontiguousarray(x))
+            return COMPLETE if sent else MAILBOX_FULL
         slot = self.channels.try_alloc(dst, nbytes)
         if slot is None:
             return RING_FULL

@@ -55,7 +55,11 @@ def add_bench_parser(sub, func) -> None:
     t = b.add_argument_group("table")
     t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
     t.add_argument("--rank-counts", default="2,4,8", help="table: rank counts (default 2,4,8)")
-    t.add_argument("--systems", default=None, help="table: comma list of ipc,shm,gloo,mpi (default all)")
+    t.add_argument(
+        "--systems",
+        default=None,
+        help="table: comma list of ipc, shm, gloo, mpi (the default) and ipc-sockets (ZeroMQ without rings)",
+    )
     b.add_argument(
         "--set",
         action="append",

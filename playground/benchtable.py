@@ -28,12 +28,19 @@ from rich.console import Console
 from playground.errors import ScenarioError
 from playground.sizes import format_size, parse_size_range
 
-SYSTEMS = ("ipc", "shm", "gloo", "mpi")
-LABELS = {"ipc": "ours, ZeroMQ", "shm": "ours, shm", "gloo": "Gloo", "mpi": "MPICH"}
+SYSTEMS = ("ipc", "shm", "gloo", "mpi", "ipc-sockets")
+DEFAULT_SYSTEMS = "ipc,shm,gloo,mpi"
+LABELS = {
+    "ipc": "ours, ZeroMQ",
+    "shm": "ours, shm",
+    "gloo": "Gloo",
+    "mpi": "MPICH",
+    "ipc-sockets": "ours, ZeroMQ, bytes in sockets",  # PLAYGROUND_IPC_RING_MIN_BYTES=0: no rings
+}
 DEFAULT_SIZES = "8,4KiB,1MiB,16MiB,64MiB"
 DEFAULT_RANKS = "2,4,8"
 TIME_BELOW_BYTES = 1 << 20  # smaller sizes are shown as times (latency), larger ones as busbw
-RATIOS = (("ipc", "gloo"), ("shm", "gloo"), ("shm", "mpi"))  # (ours, theirs): speed ratios shown
+RATIOS = (("ipc", "gloo"), ("ipc-sockets", "gloo"), ("shm", "gloo"), ("shm", "mpi"))  # speed ratios shown
 
 
 def run_table(args) -> int:
@@ -43,7 +50,7 @@ def run_table(args) -> int:
         args.sizes if args.sizes != "8..64MiB" else DEFAULT_SIZES, parse_size_range, "--sizes"
     )
     rank_counts = _parse_list(args.rank_counts, lambda t: [int(v) for v in t.split(",")], "--rank-counts")
-    systems = [s for s in (args.systems or ",".join(SYSTEMS)).split(",") if s]
+    systems = [s for s in (args.systems or DEFAULT_SYSTEMS).split(",") if s]
     for s in systems:
         if s not in SYSTEMS:
             raise ScenarioError(f"--systems {s!r}: allowed: {', '.join(SYSTEMS)}")
@@ -132,8 +139,17 @@ def _measure(
             "params.inplace_only=true",
             f"timeout_s={timeout_s}",
         ]
-        scenario = load_scenario("bench", ranks=n, transport=system, overrides=sets)
-        code, result = execute(scenario, run_dir / "runs", console=Console(file=io.StringIO()))
+        scenario = load_scenario("bench", ranks=n, transport=system.split("-")[0], overrides=sets)
+        saved = os.environ.get("PLAYGROUND_IPC_RING_MIN_BYTES")
+        if system == "ipc-sockets":
+            os.environ["PLAYGROUND_IPC_RING_MIN_BYTES"] = "0"  # the forked ranks inherit it
+        try:
+            code, result = execute(scenario, run_dir / "runs", console=Console(file=io.StringIO()))
+        finally:
+            if system == "ipc-sockets":
+                os.environ.pop("PLAYGROUND_IPC_RING_MIN_BYTES")
+                if saved is not None:
+                    os.environ["PLAYGROUND_IPC_RING_MIN_BYTES"] = saved
         if code != 0:
             raise ScenarioError(f"ours over {system} with {n} ranks failed: {'; '.join(result['failures'])}")
         rows = result["rows"]

@@ -32,6 +32,7 @@ SOCKET_BUFFER_BYTES = (
     4 << 20
 )  # kernel socket buffers: fewer wake-ups per large message (net.core.*mem_max caps it)
 SEGMENT_BYTES = 1 << 20  # over ZeroMQ 128 KiB-2 MiB segments measured the same; 1 MiB it is
+RING_SEGMENT_BYTES = 4 << 20  # with rings a segment costs a descriptor's trip, as on the shm path
 RING_MIN_BYTES = 64 * 1024  # on one host, arrays from here up go through a shared-memory ring
 _U1 = np.dtype("u1")
 
@@ -102,7 +103,7 @@ class ZmqTransport(PlainReserve):
         ring_min_bytes: int = RING_MIN_BYTES,
     ):
         self.rank, self.name = rank, name
-        self.segment_bytes = SEGMENT_BYTES
+        self.segment_bytes = SEGMENT_BYTES if channels is None else RING_SEGMENT_BYTES
         self._ctx, self._data, self._endpoints = ctx, data, endpoints
         self._push: dict[int, zmq.Socket] = {}
         self._timeout_ms = None  # the data socket's RCVTIMEO, set only when it changes

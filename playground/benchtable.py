@@ -207,7 +207,7 @@ def _table(title, runs, sizes, rank_counts, systems, kind) -> str:
                     continue
                 times = [g["time_us"] for g in got]
                 medians[s] = statistics.median(times)
-                algo = _most_common([g["algorithm"] for g in got]) if s in ("ipc", "shm") else ""
+                algo = _most_common([g["algorithm"] for g in got]) if s not in ("gloo", "mpi") else ""
                 cells.append(_cell(times, size, n, kind, algo))
             for a, b in ratios:
                 ok = a in medians and b in medians and medians[a] > 0

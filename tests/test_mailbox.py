@@ -12,6 +12,7 @@ from playground.comm.communicator import Communicator
 from playground.comm.shm import ShmChannels
 from playground.comm.shm_transport import ShmTransport
 from playground.errors import CommTimeout
+from playground.testing import run_scenario
 
 
 @pytest.fixture
@@ -189,3 +190,28 @@ def test_a_sender_whose_peer_never_receives_times_out_naming_it(make_pair):
     ) as info:
         sender.send(np.zeros(10_000, dtype=np.float32), 1, tag=4)  # no room until rank 1 receives
     assert info.value.peer == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_spinning_receiver_whose_peer_dies_reports_peer_lost(runs_dir):
+    """Two ranks on two cores spin on their bells; rank 1 is SIGKILLed mid-run. Rank 0's waits still
+    end in slices (a spin, then a futex sleep with a timeout), so it sees the abort and says why."""
+    code, result, out, err = run_scenario(
+        "ring",
+        runs_dir,
+        ranks=2,
+        transport="shm",
+        sets=[
+            "fault.rank=1",
+            "fault.action=kill",
+            "fault.after_ops=50",
+            "params.sizes=[8]",
+            "params.iters=100000",
+        ],
+        timeout_s=50,
+    )
+    assert code == 1, out + err
+    root = next(line for line in err.splitlines() if "root cause" in line)
+    assert "rank 1" in root and "killed by SIGKILL" in root
+    assert any("rank 0" in line and "PeerLost" in line for line in err.splitlines()), err
+    assert result["ok"] is False

@@ -9,11 +9,11 @@ launcher use the same Coordinator without the sentinels (`playground.external`).
 """
 
 import functools
+import multiprocessing  # the stdlib one: with fork nothing is pickled, and it imports without dill
 import os
 import signal
 from pathlib import Path
 
-import multiprocess
 import zmq
 
 from playground import rendezvous, scratch
@@ -75,7 +75,7 @@ class Launcher:
         scratch.claim(self.ipc_dir)
         if self.scenario.transport in ("shm", "ipc"):  # ipc: large arrays' bytes go through rings
             scratch.claim(shm_dir_for(port))
-        mp = multiprocess.get_context("fork")
+        mp = multiprocessing.get_context("fork")
         interrupted = False
         try:
             # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.

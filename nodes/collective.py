@@ -39,6 +39,10 @@ class Params:
     inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
     inplace_only: bool = False  # measure in place only, in the main columns (as Gloo's all_reduce works)
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
+    # One trace event per message sent, waited for and reduced: what `inspect` splits a rank's time
+    # by. `bench` turns them off: for an 8-byte all-reduce they are a quarter of its cost here
+    # (three events a message), and the baselines it is compared with log nothing.
+    trace_messages: bool = True
 
     def __post_init__(self):
         if not self.sizes:
@@ -122,6 +126,7 @@ def measure(comm, p: Params, algorithm: str, size_bytes: int, inplace: bool = Fa
 
 
 def main(comm, params: Params) -> dict:
+    comm.tracer.messages = comm.tracer.messages and params.trace_messages
     rows = []
     todo = [(a, s) for a in params.algorithm for s in params.sizes]
     for k, (algorithm, size) in enumerate(todo):

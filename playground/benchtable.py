@@ -137,6 +137,7 @@ def _measure(
             f"params.iters={iters}",
             f"params.warmup={warmup}",
             "params.inplace_only=true",
+            "params.trace_messages=false",  # as bench: the baselines log nothing per message
             f"timeout_s={timeout_s}",
         ]
         scenario = load_scenario("bench", ranks=n, transport=system.split("-")[0], overrides=sets)

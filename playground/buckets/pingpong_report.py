@@ -58,7 +58,7 @@ def report(results: list[dict]) -> Report:
         )
     else:
         notes.append(
-            "ours went through shared-memory mailboxes (--transport shm), raw pyzmq over ipc: "
+            "ours went through mailboxes in shared memory (--transport shm), raw pyzmq over ipc: "
             "ratios < 1 are what bypassing ZeroMQ on one host gains"
         )
     return Report(

@@ -18,6 +18,7 @@ from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_elems_f
 from playground.collectives.halving_doubling import old_rank, run_folded
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
+from playground.comm.requests import DONE
 from playground.errors import MessageMismatch
 from playground.trace import CAT_PHASE
 
@@ -34,12 +35,13 @@ def allreduce_recursive_doubling(
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
     itself with `inplace`)."""
     buf = work_buffer(x, inplace)
-    if comm.size == 1 or buf.size == 0:
+    size = comm.size
+    if size == 1 or buf.size == 0:
         return buf.reshape(x.shape)
-    seg = segment_elems_for(segment_bytes, buf.itemsize)
-    if comm.size & (comm.size - 1) == 0 and buf.size <= seg:
+    if size & (size - 1) == 0 and buf.nbytes <= segment_bytes:
         swap_whole(comm, buf, op)  # a power of two and one message a step: the small-message path
-        return buf.reshape(x.shape)
+        return buf if buf.shape == x.shape else buf.reshape(x.shape)
+    seg = segment_elems_for(segment_bytes, buf.itemsize)
     whole = (0, buf.size)
 
     def core(new_rank: int, p: int) -> None:
@@ -68,7 +70,9 @@ def swap_whole(comm, buf: np.ndarray, op: ReduceOp) -> None:
         d = 1
         while d < size:
             peer = rank ^ d
-            comm.isend(buf, peer, TAG_RD).wait()
+            req = comm.isend(buf, peer, TAG_RD)
+            if req is not DONE:
+                req.wait()
             got = comm.recv_reduce(peer, TAG_RD, buf, ufunc)
             if got != buf.size:
                 raise MessageMismatch(

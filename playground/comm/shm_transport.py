@@ -31,12 +31,13 @@ _MEMO_MAX = 4096  # distinct headers remembered per direction; forgotten all at 
 class _InlineMessage(Message):
     """A small array inside its mailbox record (bytes this process owns), `offset` bytes in.
 
-    `scratch` is the transport's arrays to reduce from (one per dtype and count): copying the
-    bytes into one costs a memcpy, where a numpy view of the record costs more than the reduction."""
+    `scratch` is an array of the message's dtype and count, one per distinct header, to reduce
+    from: filling it is one memcpy, where a numpy view of the record costs more than the reduction.
+    """
 
     __slots__ = ("offset", "scratch")
 
-    def __init__(self, src, tag, dtype, shape, record: bytes, offset: int, scratch: dict):
+    def __init__(self, src, tag, dtype, shape, record: bytes, offset: int, scratch: np.ndarray):
         self.src, self.tag, self.kind, self.dtype, self.shape = src, tag, KIND_ARRAY, dtype, shape
         self.payload, self.offset, self.scratch = record, offset, scratch
 
@@ -54,13 +55,8 @@ class _InlineMessage(Message):
         super().copy_into(out)
 
     def reduce_into(self, target: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
-        key = (self.dtype, target.size)
-        arr = self.scratch.get(key)
-        if arr is None:
-            if len(self.scratch) >= _MEMO_MAX:
-                self.scratch.clear()
-            arr = self.scratch[key] = np.empty(target.size, self.dtype)
-        copy_payload(arr, self.payload, self.offset)  # ValueError if the sizes differ, as reshape
+        arr = self.scratch
+        copy_payload(arr, self.payload, self.offset)
         if arr.shape != target.shape:
             arr = arr.reshape(target.shape)
         ufunc(target if base is None else base, arr, out=target)
@@ -126,7 +122,6 @@ class ShmTransport:
         self._inline_max = [self.max_record - wire.header_size(n) for n in range(33)]
         self._heads_out: dict[tuple, bytes] = {}
         self._heads_in: dict[bytes, tuple] = {}
-        self._scratch: dict[tuple, np.ndarray] = {}
 
     def _inline_fits(self, nbytes: int, ndim: int) -> bool:
         return nbytes < self.min_bytes and nbytes <= self._inline_max[ndim]
@@ -199,13 +194,14 @@ class ShmTransport:
         size = wire.record_header_size(record) if len(record) > 8 else 0
         head = self._heads_in.get(record[:size])
         if head is not None and len(record) == head[4]:  # an inline array seen before
-            return _InlineMessage(head[0], head[1], head[2], head[3], record, size, self._scratch)
+            return _InlineMessage(head[0], head[1], head[2], head[3], record, size, head[5])
         src, tag, kind, dtype, shape, payload = wire.decode_record(record)
         if kind == wire.KIND_INLINE:
             if len(self._heads_in) >= _MEMO_MAX:
                 self._heads_in.clear()
-            self._heads_in[record[:size]] = (src, tag, dtype, shape, len(record))
-            return _InlineMessage(src, tag, dtype, shape, record, size, self._scratch)
+            scratch = np.empty(shape, dtype)
+            self._heads_in[record[:size]] = (src, tag, dtype, shape, len(record), scratch)
+            return _InlineMessage(src, tag, dtype, shape, record, size, scratch)
         if kind == wire.KIND_JSON:
             return Message(src, tag, KIND_OBJ, dtype, shape, payload)
         # Registered on arrival: ring space is handed back in arrival order, whatever the tag.

@@ -1,11 +1,11 @@
 /*
  * playground._native.Mailboxes: the shared-memory path's message channel (comm/mailbox.py).
  *
- * Why C: a message between two ranks on one host needs a few cache-line transfers (~0.1-0.2 us
- * each); a wake-up through the kernel costs ~25 us here, and a Python poll loop ~1 us per turn
- * while holding the GIL. So the wait is in C, with the GIL released: spin on one word with the
- * pause instruction while ranks do not outnumber cores, then yield the core between polls, then
- * sleep on that word with a futex.
+ * Why C: a message between two ranks on one host needs a few cache-line transfers (0.7 us a round
+ * trip here); a wake-up through the kernel costs 4-25 us, and a Python poll loop ~1 us a turn
+ * while holding the GIL. So the wait is in C, with the GIL released: it polls one word, with the
+ * pause instruction while ranks do not outnumber cores (or yielding the core between polls, up to
+ * two ranks per core or when another rank waits on this core), then sleeps on it with a futex.
  *
  * One file per receiving rank r, `mbox-<r>` in the run's /dev/shm directory, mapped by r and by
  * every rank that sends to it:

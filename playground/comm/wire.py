@@ -7,10 +7,10 @@ INLINE    the array's bytes follow the header in the same frame (small arrays: o
 ARRAY     the array's bytes are the next frame (large arrays, sent zero-copy)
 JSON      the next frame is UTF-8 JSON, for small control objects (pickle never touches the wire)
 SHM       the payload is a descriptor of a shared-memory slot holding the bytes (shm.py)
-JSON_SHM  as SHM, but the slot holds UTF-8 JSON (an object too large for one pipe record)
+JSON_SHM  as SHM, but the slot holds UTF-8 JSON (an object too large for one mailbox record)
 
-On one host with shared memory, header and payload travel together as one pipe record
-(pipes.py): `decode_record` splits them.
+On one host with shared memory, header and payload travel together as one mailbox record
+(mailbox.py): `decode_record` splits them.
 """
 
 import math

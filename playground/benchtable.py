@@ -172,7 +172,8 @@ def render(runs, sizes, rank_counts, systems, rounds, command, loads, iters, war
         "",
         f"- command: `{command.strip()}`",
         f"- machine: {_cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}",
-        f"- load average (1 min): {loads[0]:.2f} before, {max(loads):.2f} at most during, {loads[-1]:.2f} after",
+        f"- load average (1 min): {loads[0]:.2f} before, {max(loads):.2f} at most during, {loads[-1]:.2f} after "
+        "(it counts the benchmark's own ranks: N ranks add up to N while they run, and it decays over a minute)",
         "- `A vs B` is A's speed over B's (B's time / A's): above 1 A is faster",
     ]
     time_sizes = [s for s in sizes if s < TIME_BELOW_BYTES]

@@ -28,7 +28,7 @@ class BuildNativeExt(build_ext):
             super().run()
         except (CCompilerError, CompileError, ExecError, LinkError, PlatformError) as e:
             raise SystemExit(
-                f"error: could not compile native/native.c into playground._native ({e}); "
+                f"error: could not compile native/*.c into playground._native ({e}); "
                 f"it needs a C compiler and Python's headers: {HOW_TO_FIX}"
             ) from None
 
@@ -38,7 +38,7 @@ setup(
     ext_modules=[
         Extension(
             "playground._native",
-            sources=["native/native.c"],
+            sources=["native/native.c", "native/mailbox.c"],
             extra_compile_args=["-O2", "-std=gnu11"],
         )
     ],

@@ -344,8 +344,15 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_native",
-    "Timed memory loops for the memory lab (pointer chase, strided read, gather); GIL released.",
+    "Timed memory loops for the memory lab (pointer chase, strided read, gather) and the shared-memory "
+    "path's mailboxes (mailbox.c); GIL released while they run or wait.",
     -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+int add_mailbox_type(PyObject *module); /* mailbox.c: the shared-memory path's messages */
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && add_mailbox_type(m) < 0) Py_CLEAR(m);
+    return m;
+}

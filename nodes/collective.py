@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.median imports it on first use: once here, before the fork, not in every rank
 
 from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce
@@ -43,8 +44,13 @@ class Params:
     check: bool = True
     segment_bytes: Size | None = None  # None: the transport's preferred segment (1 MiB ZeroMQ, 4 MiB shm)
     inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
+    inplace_only: bool = False  # measure in place only, in the main columns (as Gloo's all_reduce works)
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
     model: str | None = None  # preset, calibration file or run dir; None: newest calibration of the transport
+    # One trace event per message sent, waited for and reduced: what `inspect` splits a rank's time
+    # by. `bench` turns them off: for an 8-byte all-reduce they are a quarter of its cost here
+    # (three events a message), and the baselines it is compared with log nothing.
+    trace_messages: bool = True
 
     def __post_init__(self):
         if not self.sizes:
@@ -57,8 +63,9 @@ class Params:
             raise ParamError("warmup", f"must be >= 0, got {self.warmup}")
         if self.segment_bytes is not None and self.segment_bytes < 1:
             raise ParamError("segment_bytes", f"must be >= 1, got {self.segment_bytes}")
-        if self.inplace and self.collective != "allreduce":
-            raise ParamError("inplace", f"only allreduce works in place, not {self.collective}")
+        if (self.inplace or self.inplace_only) and self.collective != "allreduce":
+            key = "inplace" if self.inplace else "inplace_only"
+            raise ParamError(key, f"only allreduce works in place, not {self.collective}")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ParamError("ranks_per_node", f"must be >= 1, got {self.ranks_per_node}")
         if self.model is not None:  # checked, and a path made absolute, before any rank starts
@@ -133,12 +140,13 @@ def measure(comm, p: Params, algorithm: str, size_bytes: int, inplace: bool = Fa
 
 
 def main(comm, params: Params) -> dict:
+    comm.tracer.messages = comm.tracer.messages and params.trace_messages
     rows = []
     todo = [(a, s) for a in params.algorithm for s in params.sizes]
     for k, (algorithm, size) in enumerate(todo):
         comm.progress(k, len(todo), f"{algorithm} {format_size(size)}")
-        row = measure(comm, params, algorithm, size)
-        if params.inplace:
+        row = measure(comm, params, algorithm, size, inplace=params.inplace_only)
+        if params.inplace and not params.inplace_only:
             ip = measure(comm, params, algorithm, size, inplace=True)
             row.update(ip_median_us=ip["median_us"], ip_wrong=ip["wrong"])
         rows.append(row)

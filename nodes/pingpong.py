@@ -110,11 +110,13 @@ def main(comm, params: Params) -> dict:
             rows.append(row)
     finally:
         raw.close()
-    return {
-        "rows": rows,
-        "ours_path": "shared memory + pipes" if comm.transport.name == "shm" else "ZeroMQ",
-        "gamma": measure_gamma(params.dtype) if comm.rank == 0 else None,
-    }
+    if comm.transport.name == "shm":
+        path = "shared memory"
+    elif getattr(comm.transport, "channels", None) is not None:
+        path = "ZeroMQ + rings"  # ipc: arrays from 64 KiB go through shared-memory rings
+    else:
+        path = "ZeroMQ"
+    return {"rows": rows, "ours_path": path, "gamma": measure_gamma(params.dtype) if comm.rank == 0 else None}
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:

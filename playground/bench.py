@@ -7,6 +7,8 @@ MPI, one after the other (never at the same time: they would share the two cores
 ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport (and, like `run
 pingpong`, saves a calibration.json). `--model SPEC` names the link of the model columns (a preset,
 a calibration file or its run directory); without it, the newest calibration of the transport.
+`bench table` regenerates the README's table: ours over ipc and shm, Gloo and MPICH, alternately,
+over rounds (benchtable.py).
 """
 
 import json
@@ -25,7 +27,11 @@ from playground.sizes import format_size, parse_size_range
 
 def add_bench_parser(sub, func) -> None:
     b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
-    b.add_argument("collective", choices=[*ALGORITHMS, "p2p"], help="what to measure")
+    b.add_argument(
+        "collective",
+        choices=[*ALGORITHMS, "p2p", "table"],
+        help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH",
+    )
     b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
     b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
     b.add_argument(
@@ -38,8 +44,8 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--transport", choices=["ipc", "tcp", "shm"], default="ipc")
     b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
     b.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
-    b.add_argument("--iters", "-i", type=int, default=20, help="timed iterations per size")
-    b.add_argument("--warmup", "-w", type=int, default=5, help="untimed iterations per size")
+    b.add_argument("--iters", "-i", type=int, default=None, help="timed iterations per size (20; table: 10)")
+    b.add_argument("--warmup", "-w", type=int, default=None, help="untimed iterations per size (5; table: 3)")
     b.add_argument("--segment", default=None, help="segment size, e.g. 1MiB (the pipelining unit)")
     b.add_argument("--no-check", action="store_true", help="skip the correctness check (#wrong = -1)")
     b.add_argument(
@@ -56,8 +62,22 @@ def add_bench_parser(sub, func) -> None:
         "directory holding one (default: the newest calibration of --transport under --out)",
     )
     b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
+    b.add_argument(
+        "--trace-messages",
+        action="store_true",
+        help="also log one event per message (what `inspect` splits time by); off: they cost ~2.5 us "
+        "of an 8-byte all-reduce here, and the baselines log nothing",
+    )
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
+    t = b.add_argument_group("table")
+    t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
+    t.add_argument("--rank-counts", default="2,4,8", help="table: rank counts (default 2,4,8)")
+    t.add_argument(
+        "--systems",
+        default=None,
+        help="table: comma list of ipc, shm, gloo, mpi (the default) and ipc-sockets (ZeroMQ without rings)",
+    )
     b.add_argument(
         "--set",
         action="append",
@@ -78,6 +98,12 @@ def _sizes(text: str, step: int) -> list[int]:
 def run_bench(args) -> int:
     from playground.run import execute
 
+    if args.collective == "table":
+        from playground.benchtable import run_table
+
+        return run_table(args)
+    args.iters = 20 if args.iters is None else args.iters
+    args.warmup = 5 if args.warmup is None else args.warmup
     if args.collective == "p2p":
         return _run_p2p(args, execute)
     sizes = _sizes(args.sizes, args.step)
@@ -92,6 +118,7 @@ def run_bench(args) -> int:
         f"params.iters={args.iters}",
         f"params.warmup={args.warmup}",
         f"params.check={not args.no_check}",
+        f"params.trace_messages={args.trace_messages}",
         f"timeout_s={args.timeout}",
     ]
     if args.segment:

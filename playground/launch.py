@@ -16,13 +16,13 @@ kills the ranks; a launcher that was SIGKILLed leaves it to the next launch's sw
 
 import contextlib
 import functools
+import multiprocessing  # the stdlib one: with fork nothing is pickled, and it imports without dill
 import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-import multiprocess
 import zmq
 
 from playground import rendezvous, scratch
@@ -125,9 +125,9 @@ class Launcher:
         port = rendezvous.free_tcp_port()
         self.ipc_dir = rendezvous.ipc_dir(port)
         scratch.claim(self.ipc_dir)
-        if self.scenario.transport == "shm":
+        if self.scenario.transport in ("shm", "ipc"):  # ipc: large arrays' bytes go through rings
             scratch.claim(shm_dir_for(port))
-        mp = multiprocess.get_context("fork")
+        mp = multiprocessing.get_context("fork")
         interrupted = False
         try:
             if self.scenario.hosts:

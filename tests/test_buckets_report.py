@@ -249,10 +249,10 @@ def test_pingpong_report_fits_alpha_beta_to_our_times():
 
 
 def test_pingpong_report_without_a_fit_or_over_shm():
-    one = pingpong_report.report(pingpong_results(sizes=(64,), path="shared memory + pipes"))
+    one = pingpong_report.report(pingpong_results(sizes=(64,), path="shared memory"))
     assert "model_us" not in one.tables[0].rows[0]
     assert one.notes == [
-        "ours went through shared memory and per-rank pipes (--transport shm), raw pyzmq over ipc: "
+        "ours went through mailboxes in shared memory (--transport shm), raw pyzmq over ipc: "
         "ratios < 1 are what bypassing ZeroMQ on one host gains"
     ]
     flat = pingpong_results(sizes=(64, 4096))

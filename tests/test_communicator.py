@@ -289,3 +289,11 @@ def test_op_context_says_after_which_collective_between_them(kind, pair):
     with a.collective("allgather", "ring"):
         assert a.op_context() == "in allgather ring #1"
     assert a.op_context() == "after allgather ring #1" and a.current_op is None
+
+
+def test_a_rank_may_send_to_itself(kind, tmp_path):
+    def body(comm):
+        comm.send(np.arange(3) + comm.rank, comm.rank, tag=6)
+        return comm.recv(comm.rank, tag=6).tolist()
+
+    assert run(kind, tmp_path, 2, body) == [[0, 1, 2], [1, 2, 3]]

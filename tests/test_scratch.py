@@ -65,7 +65,7 @@ def test_a_killed_launchers_shared_memory_is_freed_by_the_next_run(runs_dir):
         start_new_session=True,
     )
     deadline = time.monotonic() + 30
-    while not any(os.path.exists(f"/dev/shm/{d}/inbox-2") for d in _shm_dirs() - before):
+    while not any(os.path.exists(f"/dev/shm/{d}/mbox-2") for d in _shm_dirs() - before):
         assert time.monotonic() < deadline and proc.poll() is None, "the ranks never started"
         time.sleep(0.05)  # waiting for the ranks to exist, not papering over a race
     (left,) = _shm_dirs() - before

@@ -61,18 +61,20 @@ def allreduce(
     """op-reduction of every rank's `x`, as a new array on every rank (`x` is not modified); with
     `inplace`, written into `x` itself (a writable C-contiguous array), which is returned.
     `ranks_per_node` groups ranks into nodes for `hier` (default: by host, `comm.ranks_per_node`)."""
-    segment_bytes = segment_bytes or segment_bytes_for(comm)
+    segment_bytes = segment_bytes or comm.segment_bytes  # the transport's (chunks.segment_bytes_for)
     if algorithm == "auto":
         algorithm = choose_allreduce(np.asarray(x).nbytes, comm.size)
-    try:
-        fn = ALLREDUCE_ALGORITHMS[algorithm]
-    except KeyError:
+    fn = ALLREDUCE_ALGORITHMS.get(algorithm)
+    if fn is None:
         raise UsageError(
             f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
-        ) from None
-    extra = {"ranks_per_node": ranks_per_node} if algorithm == "hier" else {}
+        )
+    op = op if type(op) is ReduceOp else ReduceOp.parse(op)
     with comm.collective("allreduce", algorithm):
-        result = fn(comm, x, ReduceOp.parse(op), segment_bytes=segment_bytes, inplace=inplace, **extra)
+        if algorithm == "hier":
+            result = fn(comm, x, op, segment_bytes, inplace, ranks_per_node)
+        else:
+            result = fn(comm, x, op, segment_bytes, inplace)
     return x if inplace else result
 
 

@@ -67,9 +67,10 @@ def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
         return flat_copy(x)
     if is_phantom(x):
         return x
-    if not (isinstance(x, np.ndarray) and x.flags.c_contiguous and x.flags.writeable):
+    flags = x.flags if isinstance(x, np.ndarray) else None
+    if flags is None or not (flags.c_contiguous and flags.writeable):
         raise UsageError("in-place all-reduce needs a writable C-contiguous numpy array")
-    return x.reshape(-1)
+    return x if x.ndim == 1 else x.reshape(-1)
 
 
 def chunk_bounds(count: int, num_chunks: int) -> list[tuple[int, int]]:

@@ -15,7 +15,7 @@ class ReduceOp(enum.Enum):
 
     @property
     def ufunc(self) -> np.ufunc:
-        return _UFUNCS[self]
+        return _UFUNCS[self._value_]  # keyed by the value: an Enum member hashes in Python
 
     @classmethod
     def parse(cls, value: "ReduceOp | str") -> "ReduceOp":
@@ -30,8 +30,8 @@ class ReduceOp(enum.Enum):
 
 
 _UFUNCS = {
-    ReduceOp.SUM: np.add,
-    ReduceOp.PROD: np.multiply,
-    ReduceOp.MAX: np.maximum,
-    ReduceOp.MIN: np.minimum,
+    ReduceOp.SUM.value: np.add,
+    ReduceOp.PROD.value: np.multiply,
+    ReduceOp.MAX.value: np.maximum,
+    ReduceOp.MIN.value: np.minimum,
 }

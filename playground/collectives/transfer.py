@@ -26,12 +26,18 @@ def exchange(
     what: str,
 ) -> None:
     """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or copy."""
-    sends = []
+    sends = ()
     if send is not None:
-        sends = [comm.isend(buf[a:b], send_to, tag) for a, b in segment_bounds(*send, segment_elems)]
+        a, b = send
+        if b - a <= segment_elems:  # one message: the common case for small buffers, kept lean
+            sends = (comm.isend(buf[a:b], send_to, tag),)
+        else:
+            sends = [comm.isend(buf[a:b], send_to, tag) for a, b in segment_bounds(a, b, segment_elems)]
     if recv is not None:
         ufunc = None if op is None else op.ufunc
-        for a, b in segment_bounds(*recv, segment_elems):
+        a, b = recv
+        bounds = ((a, b),) if b - a <= segment_elems else segment_bounds(a, b, segment_elems)
+        for a, b in bounds:
             got = comm.recv_reduce(recv_from, tag, buf[a:b], ufunc)
             if got != b - a:
                 raise MessageMismatch(

@@ -25,7 +25,6 @@ import itertools
 import json
 import time
 from collections import defaultdict, deque
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -82,15 +81,20 @@ class Communicator:
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
 
-    @contextmanager
-    def collective(self, name: str, algorithm: str = ""):
-        """Mark the `with` body as collective number `num_collectives` (from 1), for error messages."""
+    def collective(self, name: str, algorithm: str = "") -> "Communicator":
+        """`with comm.collective(name, algorithm):` marks the body as collective number
+        `num_collectives` (from 1), for error messages. The communicator is its own context manager
+        (no generator per call: this runs once per collective, on the hot path of small ones)."""
         self.num_collectives += 1
         self.current_op = (name, algorithm, self.num_collectives)
-        try:
-            yield
-        finally:
-            self.last_op, self.current_op = self.current_op, None
+        return self
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.last_op, self.current_op = self.current_op, None
+        return False
 
     def op_context(self, peer: int | None = None) -> str:
         """ "in allreduce ring #17; rank 3 is on host h1": what an error adds to say where it happened."""

@@ -1,6 +1,6 @@
 """Making a rank's transport in two steps around the rendezvous.
 
-First the rank opens its local end (a bound ZeroMQ socket, or its pipe inbox), whose address goes
+First the rank opens its local end (a bound ZeroMQ socket, or its shared-memory mailboxes), whose address goes
 into the coordinator's table; every end exists before any rank leaves the rendezvous, so no
 first message can miss it. Once the table with every peer's address is back, `connect` returns
 the finished transport.
@@ -12,10 +12,10 @@ import queue
 import zmq
 
 from playground.comm.local import LocalTransport
-from playground.comm.pipes import Inboxes, inbox_path, spin_budget_s
+from playground.comm.mailbox import mailbox_path, nudge_to_own_core, open_mailboxes, spin_policy
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
 from playground.comm.shm_transport import ShmTransport
-from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZmqTransport
+from playground.comm.zmq_transport import RING_MIN_BYTES, SOCKET_BUFFER_BYTES, ZmqTransport
 from playground.rendezvous import Peers, RankEnv, ipc_dir, local_ip_towards
 
 
@@ -23,10 +23,20 @@ class ZmqEnd:
     """The rank's PULL socket, bound on ipc:// in `ipc_directory` (one host), on tcp:// on the
     address that routes towards `master_addr` (reachable from other hosts), or, for "ipc+tcp"
     (emulated hosts), on both: `endpoint` is the tcp one, `local_endpoint` the ipc one that ranks
-    on the same host use (a path in the file system the hosts share)."""
+    on the same host use (a path in the file system the hosts share). With `shm_directory` (ipc
+    only), large arrays' bytes go through shared-memory rings there (zmq_transport.py)."""
 
-    def __init__(self, ctx: zmq.Context, rank: int, kind: str, ipc_directory: str, master_addr: str):
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        rank: int,
+        kind: str,
+        ipc_directory: str,
+        master_addr: str,
+        shm_directory: str | None = None,
+    ):
         self.ctx, self.rank, self.kind = ctx, rank, kind
+        self.shm_dir = shm_directory if kind == "ipc" and ipc_ring_min_bytes() else None
         sock = self.sock = ctx.socket(zmq.PULL)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)  # as the senders' SNDBUF
@@ -51,29 +61,41 @@ class ZmqEnd:
         return f"ipc://{path}"
 
     def connect(self, endpoints: list[str]) -> ZmqTransport:
-        return ZmqTransport(self.rank, self.ctx, self.sock, endpoints, self.kind)
+        if self.shm_dir is None:
+            return ZmqTransport(self.rank, self.ctx, self.sock, endpoints, self.kind)
+        channels = ShmChannels(self.rank, self.shm_dir)
+        return ZmqTransport(
+            self.rank, self.ctx, self.sock, endpoints, self.kind, channels, ipc_ring_min_bytes()
+        )
 
     def close(self) -> None:
         self.sock.close(linger=0)
 
 
 class ShmEnd:
-    """The rank's pipe inbox in `directory` (the run's, in /dev/shm; its rings are made on first send)."""
+    """The rank's mailboxes in `directory` (the run's, in /dev/shm; its rings are made on first send)."""
 
     local_endpoint = ""
 
     def __init__(self, rank: int, world_size: int, directory: str):
-        self.rank, self.dir = rank, directory
-        self.inboxes = Inboxes(rank, directory, spin_budget_s(world_size))
-        self.endpoint = f"shm://{inbox_path(directory, rank)}"
+        self.rank, self.dir, self.world_size = rank, directory, world_size
+        self.mailboxes = open_mailboxes(directory, rank, world_size)
+        self.endpoint = f"shm://{mailbox_path(directory, rank)}"
 
     def connect(self, endpoints: list[str]) -> ShmTransport:
         # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the rings.
         min_bytes = int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES))
-        return ShmTransport(self.rank, ShmChannels(self.rank, self.dir), self.inboxes, min_bytes)
+        channels = ShmChannels(self.rank, self.dir)
+        return ShmTransport(self.rank, channels, self.mailboxes, min_bytes, spin_policy(self.world_size))
 
     def close(self) -> None:
-        self.inboxes.close()
+        self.mailboxes.close()
+
+
+def ipc_ring_min_bytes() -> int:
+    """From how many bytes an array's bytes take the shared-memory ring on the ipc path (0: never).
+    PLAYGROUND_IPC_RING_MIN_BYTES=0 sends every byte through the sockets, to compare the two."""
+    return int(os.environ.get("PLAYGROUND_IPC_RING_MIN_BYTES", RING_MIN_BYTES))
 
 
 def open_end(kind: str, env: RankEnv, ctx: zmq.Context, hosts: bool = False) -> ZmqEnd | ShmEnd:
@@ -82,8 +104,10 @@ def open_end(kind: str, env: RankEnv, ctx: zmq.Context, hosts: bool = False) -> 
     if hosts and kind == "ipc":
         kind = "ipc+tcp"
     if kind == "shm":
+        nudge_to_own_core(env.rank, env.world_size)
         return ShmEnd(env.rank, env.world_size, shm_dir_for(env.master_port))
-    return ZmqEnd(ctx, env.rank, kind, ipc_dir(env.master_port), env.master_addr)
+    shm = shm_dir_for(env.master_port)
+    return ZmqEnd(ctx, env.rank, kind, ipc_dir(env.master_port), env.master_addr, shm)
 
 
 def pick_endpoints(peers: Peers, rank: int) -> list[str]:
@@ -106,6 +130,6 @@ def open_world(kind: str, size: int, directory: str, ctx: zmq.Context | None = N
     if kind == "shm":
         ends = [ShmEnd(rank, size, directory) for rank in range(size)]
     else:
-        ends = [ZmqEnd(ctx, rank, kind, directory, "127.0.0.1") for rank in range(size)]
+        ends = [ZmqEnd(ctx, rank, kind, directory, "127.0.0.1", directory) for rank in range(size)]
     endpoints = [end.endpoint for end in ends]
     return [end.connect(endpoints) for end in ends]

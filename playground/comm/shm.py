@@ -1,9 +1,10 @@
-"""Shared-memory data path on one host: bytes go through /dev/shm rings, a pipe carries descriptors.
+"""Rings for large arrays on one host: the bytes go through /dev/shm, a message carries a descriptor.
 
 As NCCL's SHM transport does within a node: for each (sender, receiver) pair the sender owns a
 ring buffer, a file in /dev/shm mapped by both processes. To send, the sender writes the array
-into free space of its ring and sends a small descriptor (position, bytes, sequence end) to the
-receiver's inbox (pipes.py), which keeps per-sender ordering. The receiver registers each
+into free space of its ring and sends a small descriptor (position, bytes, sequence end) in a
+message that keeps per-sender order: through its mailbox at the receiver on the shm path
+(mailbox.py), through ZeroMQ on the ipc path (zmq_transport.py). The receiver registers each
 descriptor as it arrives, reduces or copies straight out of the mapping (no trip through the
 kernel's socket buffers) and then *releases* the message; space goes back to the sender in
 arrival order by advancing the `consumed` counter in the ring's header, which only the receiver
@@ -29,6 +30,7 @@ ALIGN = 64
 DEFAULT_CAPACITY_BYTES = 1 << 30  # virtual size of each ring; pages are touched only as used
 SHM_MIN_BYTES = 32 * 1024  # smaller arrays travel inline in their pipe record when they fit one
 _DESC = struct.Struct("<QQQ")  # position, nbytes, end (sender's running total when this message ends)
+DESCRIPTOR_BYTES = _DESC.size
 
 
 def shm_dir_for(master_port: int) -> str:

@@ -1,32 +1,68 @@
-"""Messages on one host without ZeroMQ: bytes in /dev/shm rings, notices through named pipes.
+"""Messages on one host without ZeroMQ: a mailbox per (sender, receiver), bytes in /dev/shm rings.
 
-As NCCL's SHM transport does within a node. Arrays from `min_bytes` up (or too large for one
-pipe record) are written into the sender's ring to the receiver (shm.py) and announced by a
-descriptor; everything else (small arrays, JSON bodies) travels inline in the record. Every record
-goes into the receiver's named pipe (pipes.py), which wakes it directly: one wake-up per message
-instead of ZeroMQ's three thread hops.
+As NCCL's SHM transport does within a node. Every message is one record in the sender's mailbox
+at the receiver (mailbox.py: shared-memory slots, a bell the receiver spins or sleeps on, no
+system call while it is awake). Small arrays and JSON bodies travel inside the record; arrays from
+`min_bytes` up (or too large for a slot) are written into the sender's ring to the receiver
+(shm.py) and the record carries their descriptor. One channel per pair keeps per-sender order.
 
 A ring message is released in arrival order, whatever order the program receives in (shm.py);
 a parked one can `detach`, copying its bytes out so the sender gets the space back. A post finds
-NoRoom when the pipe or the ring is full; then nothing was sent (a ring slot whose descriptor did
-not fit the pipe is taken back), and the communicator waits while taking in what arrives.
+NoRoom when the mailbox or the ring is full; then nothing was sent (a ring slot whose descriptor
+did not fit the mailbox is taken back), and the communicator waits while taking in what arrives.
 """
 
 import numpy as np
 
-from playground.comm import pipes, wire
+from playground.comm import wire
+from playground.comm.mailbox import Mailboxes, copy_payload
 from playground.comm.shm import ShmChannels
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, NoRoom, Outgoing
 
 SEGMENT_BYTES = (
     4 << 20
 )  # a ring message costs a descriptor, not a trip through the kernel: +13-16% busbw vs 1 MiB
-PIPE_FULL = NoRoom("its pipe")
+MAILBOX_FULL = NoRoom("its mailbox")
 RING_FULL = NoRoom("the shared-memory ring to it")
 _U1 = np.dtype("u1")
+_MEMO_MAX = 4096  # distinct headers remembered per direction; forgotten all at once beyond
 
 
-class _RingMessage(Message):
+class _InlineMessage(Message):
+    """A small array inside its mailbox record (bytes this process owns), `offset` bytes in.
+
+    `scratch` is an array of the message's dtype and count, one per distinct header, to reduce
+    from: filling it is one memcpy, where a numpy view of the record costs more than the reduction.
+    """
+
+    __slots__ = ("offset", "scratch")
+
+    def __init__(self, src, tag, dtype, shape, record: bytes, offset: int, scratch: np.ndarray):
+        self.src, self.tag, self.kind, self.dtype, self.shape = src, tag, KIND_ARRAY, dtype, shape
+        self.payload, self.offset, self.scratch = record, offset, scratch
+
+    def array(self) -> np.ndarray:
+        arr = np.frombuffer(self.payload, dtype=self.dtype, offset=self.offset)
+        return arr if len(self.shape) == 1 else arr.reshape(self.shape)
+
+    def copy_into(self, out: np.ndarray) -> None:
+        if out.dtype is self.dtype or out.dtype == self.dtype:
+            try:
+                copy_payload(out, self.payload, self.offset)  # one memcpy, no view in between
+                return
+            except ValueError:
+                pass  # not contiguous, or another size: the general path copes or says why
+        super().copy_into(out)
+
+    def reduce_into(self, target: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
+        arr = self.scratch
+        copy_payload(arr, self.payload, self.offset)
+        if arr.shape != target.shape:
+            arr = arr.reshape(target.shape)
+        ufunc(target if base is None else base, arr, out=target)
+
+
+class RingMessage(Message):
     """An array (or JSON body) that is still in the sender's ring; `release` hands the space back."""
 
     __slots__ = ("channels", "end")
@@ -61,33 +97,61 @@ class _RingMessage(Message):
 
 
 class ShmTransport:
-    """One rank's rings (`channels`) and pipe inboxes; arrays below `min_bytes` go inline."""
+    """One rank's rings (`channels`) and mailboxes; arrays below `min_bytes` go inline.
+
+    `spin` is how long the receiver polls before it sleeps: (pause_ns, yield_ns), mailbox.spin_policy."""
 
     name = "shm"
     segment_bytes = SEGMENT_BYTES
 
-    def __init__(self, rank: int, channels: ShmChannels, inboxes: pipes.Inboxes, min_bytes: int):
+    def __init__(
+        self,
+        rank: int,
+        channels: ShmChannels,
+        mailboxes: Mailboxes,
+        min_bytes: int,
+        spin: tuple[float, float] = (0.0, 0.0),
+    ):
         self.rank = rank
-        self.channels, self.inboxes, self.min_bytes = channels, inboxes, min_bytes
+        self.channels, self.mailboxes, self.min_bytes = channels, mailboxes, min_bytes
+        self.max_record = mailboxes.max_bytes
+        self.pause_ns, self.yield_ns = spin
+
+        # Small messages repeat their header (same tag, dtype, shape) call after call: remember
+        # each one encoded or decoded, which halves the Python work of an 8-byte message.
+        self._inline_max = [self.max_record - wire.header_size(n) for n in range(33)]
+        self._heads_out: dict[tuple, bytes] = {}
+        self._heads_in: dict[bytes, tuple] = {}
 
     def _inline_fits(self, nbytes: int, ndim: int) -> bool:
-        return nbytes < self.min_bytes and nbytes <= pipes.MAX_RECORD - wire.header_size(ndim)
+        return nbytes < self.min_bytes and nbytes <= self._inline_max[ndim]
 
     def send(self, dst: int, tag: int, x: np.ndarray):
-        if self._inline_fits(x.nbytes, x.ndim):
-            return (
-                COMPLETE if self.inboxes.try_send(dst, wire.encode_inline(self.rank, tag, x)) else PIPE_FULL
-            )
-        slot = self.channels.try_alloc(dst, x.nbytes)
+        nbytes = x.nbytes
+        if nbytes < self.min_bytes and nbytes <= self._inline_max[x.ndim]:
+            key = (tag, x.dtype, x.shape)
+            head = self._heads_out.get(key)
+            if head is None:
+                if len(self._heads_out) >= _MEMO_MAX:
+                    self._heads_out.clear()
+                head = self._heads_out[key] = wire.encode_header(
+                    self.rank, tag, wire.KIND_INLINE, x.dtype, x.shape
+                )
+            try:
+                sent = self.mailboxes.try_send(dst, head, x)
+            except ValueError:  # not C-contiguous (the size was checked above)
+                sent = self.mailboxes.try_send(dst, head, np.ascontiguousarray(x))
+            return COMPLETE if sent else MAILBOX_FULL
+        slot = self.channels.try_alloc(dst, nbytes)
         if slot is None:
             return RING_FULL
         view, descriptor = slot
         np.copyto(view.view(x.dtype).reshape(x.shape), x)  # any layout
         record = wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape) + descriptor
-        if self.inboxes.try_send(dst, record):
+        if self.mailboxes.try_send(dst, record):
             return COMPLETE
         self.channels.undo_alloc(dst)
-        return PIPE_FULL
+        return MAILBOX_FULL
 
     def reserve(self, dst: int, count: int, dtype: np.dtype):
         nbytes = count * dtype.itemsize
@@ -105,38 +169,46 @@ class ShmTransport:
         record = (
             wire.encode_header(self.rank, tag, wire.KIND_SHM, out.array.dtype, out.array.shape) + out.token
         )
-        return COMPLETE if self.inboxes.try_send(out.dst, record) else PIPE_FULL
+        return COMPLETE if self.mailboxes.try_send(out.dst, record) else MAILBOX_FULL
 
     def send_obj(self, dst: int, tag: int, body: bytes):
         header = wire.encode_header(self.rank, tag, wire.KIND_JSON, _U1, ())
-        if len(header) + len(body) <= pipes.MAX_RECORD:
-            return COMPLETE if self.inboxes.try_send(dst, header + body) else PIPE_FULL
+        if len(header) + len(body) <= self.max_record:
+            return COMPLETE if self.mailboxes.try_send(dst, header, body) else MAILBOX_FULL
         slot = self.channels.try_alloc(dst, len(body))
         if slot is None:
             return RING_FULL
         view, descriptor = slot
         view[:] = np.frombuffer(body, dtype=np.uint8)
-        if self.inboxes.try_send(
+        if self.mailboxes.try_send(
             dst, wire.encode_header(self.rank, tag, wire.KIND_JSON_SHM, _U1, ()) + descriptor
         ):
             return COMPLETE
         self.channels.undo_alloc(dst)
-        return PIPE_FULL
+        return MAILBOX_FULL
 
     def receive(self, timeout_ms: int) -> Message | None:
-        record = self.inboxes.next_record(timeout_ms)
+        record = self.mailboxes.receive(timeout_ms, self.pause_ns, self.yield_ns)
         if record is None:
             return None
+        size = wire.record_header_size(record) if len(record) > 8 else 0
+        head = self._heads_in.get(record[:size])
+        if head is not None and len(record) == head[4]:  # an inline array seen before
+            return _InlineMessage(head[0], head[1], head[2], head[3], record, size, head[5])
         src, tag, kind, dtype, shape, payload = wire.decode_record(record)
         if kind == wire.KIND_INLINE:
-            return Message(src, tag, KIND_ARRAY, dtype, shape, payload)
+            if len(self._heads_in) >= _MEMO_MAX:
+                self._heads_in.clear()
+            scratch = np.empty(shape, dtype)
+            self._heads_in[record[:size]] = (src, tag, dtype, shape, len(record), scratch)
+            return _InlineMessage(src, tag, dtype, shape, record, size, scratch)
         if kind == wire.KIND_JSON:
             return Message(src, tag, KIND_OBJ, dtype, shape, payload)
         # Registered on arrival: ring space is handed back in arrival order, whatever the tag.
         view, end = self.channels.arrived(src, payload)
         kind = KIND_ARRAY if kind == wire.KIND_SHM else KIND_OBJ
-        return _RingMessage(src, tag, kind, dtype, shape, view, self.channels, end)
+        return RingMessage(src, tag, kind, dtype, shape, view, self.channels, end)
 
     def close(self) -> None:
         self.channels.close()
-        self.inboxes.close()
+        self.mailboxes.close()

@@ -101,8 +101,11 @@ class Message:
     @property
     def count(self) -> int:
         """Number of elements (of an array message)."""
+        shape = self.shape
+        if len(shape) == 1:
+            return shape[0]
         n = 1
-        for d in self.shape:
+        for d in shape:
             n *= d
         return n
 
@@ -123,7 +126,10 @@ class Message:
 
     def reduce_into(self, target: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
         """target = ufunc(base or target, array), element by element."""
-        ufunc(target if base is None else base, self.array().reshape(target.shape), out=target)
+        arr = self.array()
+        if arr.shape != target.shape:
+            arr = arr.reshape(target.shape)
+        ufunc(target if base is None else base, arr, out=target)
         self.release()
 
     def obj(self):

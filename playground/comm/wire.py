@@ -7,10 +7,10 @@ INLINE    the array's bytes follow the header in the same frame (small arrays: o
 ARRAY     the array's bytes are the next frame (large arrays, sent zero-copy)
 JSON      the next frame is UTF-8 JSON, for small control objects (pickle never touches the wire)
 SHM       the payload is a descriptor of a shared-memory slot holding the bytes (shm.py)
-JSON_SHM  as SHM, but the slot holds UTF-8 JSON (an object too large for one pipe record)
+JSON_SHM  as SHM, but the slot holds UTF-8 JSON (an object too large for one mailbox record)
 
-On one host with shared memory, header and payload travel together as one pipe record
-(pipes.py): `decode_record` splits them.
+On one host with shared memory, header and payload travel together as one mailbox record
+(mailbox.py): `decode_record` splits them.
 
 Anything that is not such a header (short, an unknown kind, ndim over 32, a dtype string numpy does
 not know or that holds Python objects, a negative dimension, an inline payload of the wrong size, a
@@ -109,3 +109,9 @@ def _parse_dtype(dt: bytes) -> np.dtype:
 def encode_inline(src: int, tag: int, x: np.ndarray) -> bytes:
     """Header and bytes of a small contiguous array in one frame."""
     return encode_header(src, tag, KIND_INLINE, x.dtype, x.shape) + x.tobytes()
+
+
+def record_header_size(buf) -> int:
+    """Bytes of the header that starts `buf` (what `decode_record` splits off), read from its ndim
+    byte alone: a transport can recognise a header it has decoded before without decoding it."""
+    return _FIXED.size + 8 * buf[7]

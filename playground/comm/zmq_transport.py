@@ -15,13 +15,23 @@ wire.py rejects, a sender that is not a rank of the run, an inline or object mes
 after it, an array or object header with no payload frame, a payload of the wrong size. Each is a
 WireError naming this rank, its socket and what was wrong (the rest of the bad message is read and
 dropped), raised by `receive` or by reading the payload; the communicator fails the rank with it.
+
+On one host (ipc) ZeroMQ still carries every message, but the bytes of arrays from
+`ring_min_bytes` up go through a shared-memory ring per (sender, receiver) (shm.py), as NCCL's
+SHM transport does inside a node: the frame is a 24-byte descriptor. Through a socket each byte
+is copied into the kernel and out again (and a reduction reads it a third time); through the
+ring it is written once (a forwarded reduction straight into the ring) and read once. The
+message is the header frame and a descriptor frame. When the ring to a peer is full the array
+goes as a frame after all, so a post still never waits.
 """
 
 import numpy as np
 import zmq
 
 from playground.comm import wire
-from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, PlainReserve
+from playground.comm.shm import DESCRIPTOR_BYTES, ShmChannels
+from playground.comm.shm_transport import RingMessage
+from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, Outgoing, PlainReserve
 from playground.errors import WireError
 
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this, copying is cheaper than tracking a zero-copy frame
@@ -29,6 +39,8 @@ SOCKET_BUFFER_BYTES = (
     4 << 20
 )  # kernel socket buffers: fewer wake-ups per large message (net.core.*mem_max caps it)
 SEGMENT_BYTES = 1 << 20  # over ZeroMQ 128 KiB-2 MiB segments measured the same; 1 MiB it is
+RING_SEGMENT_BYTES = 4 << 20  # with rings a segment costs a descriptor's trip, as on the shm path
+RING_MIN_BYTES = 64 * 1024  # on one host, arrays from here up go through a shared-memory ring
 _U1 = np.dtype("u1")
 
 
@@ -95,16 +107,27 @@ class _FrameMessage(Message):
 
 
 class ZmqTransport(PlainReserve):
-    """One rank's ZeroMQ sockets: its bound PULL `data` socket and a PUSH per peer it sends to."""
+    """One rank's ZeroMQ sockets: its bound PULL `data` socket and a PUSH per peer it sends to;
+    with `channels` (one host), the shared-memory rings that large arrays' bytes go through."""
 
-    def __init__(self, rank: int, ctx: zmq.Context, data: zmq.Socket, endpoints: list[str], name: str):
+    def __init__(
+        self,
+        rank: int,
+        ctx: zmq.Context,
+        data: zmq.Socket,
+        endpoints: list[str],
+        name: str,
+        channels: ShmChannels | None = None,
+        ring_min_bytes: int = RING_MIN_BYTES,
+    ):
         self.rank, self.name = rank, name
-        self.segment_bytes = SEGMENT_BYTES
+        self.segment_bytes = SEGMENT_BYTES if channels is None else RING_SEGMENT_BYTES
         self._ctx, self._data, self._endpoints = ctx, data, endpoints
         self._push: dict[int, zmq.Socket] = {}
         self._timeout_ms = None  # the data socket's RCVTIMEO, set only when it changes
         self._num_ranks = len(endpoints)
         self._unread: _FrameMessage | None = None
+        self.channels, self.ring_min_bytes = channels, ring_min_bytes
 
     def _socket_to(self, dst: int) -> zmq.Socket:
         sock = self._ctx.socket(zmq.PUSH)
@@ -120,10 +143,36 @@ class ZmqTransport(PlainReserve):
         if x.nbytes < ZERO_COPY_MIN_BYTES:
             sock.send(wire.encode_inline(self.rank, tag, x))
             return COMPLETE
+        if self.channels is not None and x.nbytes >= self.ring_min_bytes:
+            slot = self.channels.try_alloc(dst, x.nbytes)
+            if slot is not None:  # the bytes go through shared memory, their descriptor through ZeroMQ
+                view, descriptor = slot
+                np.copyto(view.view(x.dtype).reshape(x.shape), x)  # any layout
+                sock.send(wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape), zmq.SNDMORE)
+                sock.send(descriptor)
+                return COMPLETE
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
         return _Tracked(sock.send(x, copy=False, track=True))
+
+    def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing:
+        nbytes = count * dtype.itemsize
+        if self.channels is not None and nbytes >= max(self.ring_min_bytes, ZERO_COPY_MIN_BYTES):
+            slot = self.channels.try_alloc(dst, nbytes)
+            if slot is not None:  # a reduction for `dst` is computed straight into the ring
+                view, descriptor = slot
+                return Outgoing(dst, view.view(dtype), descriptor)
+        return Outgoing(dst, np.empty(count, dtype))
+
+    def send_reserved(self, out: Outgoing, tag: int):
+        if out.token is None:
+            return self.send(out.dst, tag, out.array)
+        sock = self._push.get(out.dst) or self._socket_to(out.dst)
+        arr = out.array
+        sock.send(wire.encode_header(self.rank, tag, wire.KIND_SHM, arr.dtype, arr.shape), zmq.SNDMORE)
+        sock.send(out.token)
+        return COMPLETE
 
     def send_obj(self, dst: int, tag: int, body: bytes):
         sock = self._push.get(dst) or self._socket_to(dst)
@@ -158,7 +207,8 @@ class ZmqTransport(PlainReserve):
             return Message(
                 src, tag, KIND_ARRAY, dtype, shape, memoryview(first)[wire.header_size(len(shape)) :]
             )
-        if kind not in (wire.KIND_ARRAY, wire.KIND_JSON):
+        ringed = kind == wire.KIND_SHM and self.channels is not None  # a descriptor of ring bytes
+        if kind not in (wire.KIND_ARRAY, wire.KIND_JSON) and not ringed:
             self.discard_rest(more)
             raise self.wire_error(
                 f"from rank {src} tag {tag}: kind {kind} is a shared-memory message, not sent over ZeroMQ"
@@ -175,6 +225,12 @@ class ZmqTransport(PlainReserve):
             raise self.wire_error(
                 f"from rank {src} tag {tag}: {self.discard_rest(True)} frames after an object's body"
             )
+        if ringed:
+            if len(body) != DESCRIPTOR_BYTES:
+                raise self.wire_error(f"from rank {src} tag {tag}: a ring descriptor of {len(body)} bytes")
+            # Registered on arrival: ring space goes back in arrival order, whatever the tag.
+            view, end = self.channels.arrived(src, body)
+            return RingMessage(src, tag, KIND_ARRAY, dtype, shape, view, self.channels, end)
         return Message(src, tag, KIND_OBJ, dtype, shape, body)
 
     def discard_rest(self, more: bool) -> int:
@@ -197,3 +253,5 @@ class ZmqTransport(PlainReserve):
             sock.close(linger=0)
         self._push.clear()
         self._data.close(linger=0)
+        if self.channels is not None:
+            self.channels.close()

@@ -183,6 +183,33 @@ def test_shared_cores_serialise_reductions():
     assert tree_time(1) == pytest.approx(3e-3)  # all three reductions on one CPU
 
 
+def test_on_shared_cores_a_message_is_two_copies():
+    """With cores, the sender's copy in and the receiver's copy out each hold a CPU for alpha + n/beta:
+    one message alone takes a one-way time on two cores, a pair exchanging at once twice that (as
+    two ranks on this 2-core machine do), and on one core everything is serial."""
+    link = Link(1e-6, 1e9)
+    n_bytes = 10_000  # 10 us on the wire
+
+    def one_way(comm):
+        if comm.rank == 0:
+            comm.send(np.zeros(n_bytes, np.uint8), 1)
+        else:
+            comm.recv(0)
+
+    def exchange(comm):
+        comm.sendrecv(np.zeros(n_bytes, np.uint8), 1 - comm.rank, 1 - comm.rank)
+
+    def slowest(cores, body):
+        world = SimWorld(flat(2, link, cores=cores))
+        world.run(body)
+        return max(world.time_of(r) for r in range(2))
+
+    assert slowest(2, one_way) == pytest.approx(11e-6)
+    assert slowest(None, exchange) == pytest.approx(11e-6)  # a CPU per rank: both ways at once
+    assert slowest(2, exchange) == pytest.approx(22e-6)  # four copies on two CPUs
+    assert slowest(1, one_way) == pytest.approx(22e-6)  # copy in, then copy out
+
+
 def test_a_deadlock_names_the_waiting_ranks():
     def body(comm):
         if comm.rank != 1:

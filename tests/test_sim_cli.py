@@ -96,6 +96,34 @@ def test_a_calibrated_machine_with_shared_cores(runs_dir, tmp_path):
     assert times["2"] > 2 * times["8"]  # 8 ranks' copies and reductions queue for 2 CPUs
 
 
+def test_measured_runs_beside_the_simulation_take_the_median_of_repeats(runs_dir, tmp_path):
+    """The issue's fifth command: bench runs given with --measured; repeats of one point give their median."""
+    measured = []
+    for k, t in enumerate((300.0, 100.0, 200.0)):
+        d = tmp_path / f"bench{k}"
+        d.mkdir()
+        rows = [
+            {"algorithm": "ring", "size": 4096, "time_us": t},
+            {"algorithm": "tree", "size": 4096, "time_us": 1.0},
+        ]
+        (d / "result.json").write_text(json.dumps({"ranks": 4, "rows": rows}))
+        measured += ["--measured", str(d)]
+    proc, result = simulate(
+        runs_dir, "allreduce", "--alpha", "10us", "--beta", "1GB/s", "--cores", "2", "--ranks", "2,4",
+        "--algo", "ring", "--sizes", "4KiB", *measured,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    by_ranks = {r["ranks"]: r for r in result["rows"]}
+    assert "measured_us" not in by_ranks[2]  # nothing measured at 2 ranks
+    assert by_ranks[4]["measured_us"] == 200.0
+    assert by_ranks[4]["vs_measured"] == pytest.approx(by_ranks[4]["time_us"] / 200.0)
+    assert "sim/measured" in proc.stdout
+    bad = run_cli(
+        ["simulate", "allreduce", "--ranks", "4", "--measured", str(tmp_path), "--out", str(runs_dir)]
+    )
+    assert bad.returncode == 2 and "--measured" in bad.stderr and "Traceback" not in bad.stderr
+
+
 @pytest.mark.parametrize(
     "args,expect",
     [

@@ -9,6 +9,7 @@ virtual microseconds (per message up to 64 ranks), which `inspect` reads.
 """
 
 import json
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -232,21 +233,21 @@ MEASURED_COLUMNS = {"measured_us": "measured (us)", "vs_measured": "sim/measured
 
 
 def load_measured(run_dirs: list[str]) -> dict[tuple[int, str, int], float]:
-    """(ranks, algorithm, size) -> measured time (us) from the result.json of bench/run directories."""
-    out = {}
+    """(ranks, algorithm, size) -> measured time (us) from the result.json of bench/run directories;
+    the median where several runs measured the same point (repeat a bench on a noisy machine)."""
+    times: dict[tuple[int, str, int], list[float]] = {}
     for d in run_dirs:
         path = Path(d) / "result.json"
         try:
             result = json.loads(path.read_text())
             for r in result["rows"]:
-                out[(int(result["ranks"]), r["algorithm"].split("->")[0], int(r["size"]))] = float(
-                    r["time_us"]
-                )
+                key = (int(result["ranks"]), r["algorithm"].split("->")[0], int(r["size"]))
+                times.setdefault(key, []).append(float(r["time_us"]))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ScenarioError(
                 f"--measured {d}: not a run directory with a result.json of rows ({e})"
             ) from None
-    return out
+    return {key: statistics.median(ts) for key, ts in times.items()}
 
 
 def add_measured(rows: list[dict], measured: dict) -> list[dict]:

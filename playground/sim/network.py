@@ -9,10 +9,12 @@ The model, stated once (the README repeats it):
   of these port queues, not out of a formula.
 - A reduction of n bytes costs n / gamma of the receiving rank's CPU.
 - With `cores`, the ranks share that many CPUs, as on one host, where the "network" is CPUs
-  moving bytes: a reduction waits for a free CPU (first come, first served), and so does every
-  message, which holds it for its whole alpha + n / beta (the software and the copies that alpha
-  and beta were fitted to, on two ranks with a core each). That is what makes 8 ranks on 2 cores
-  slow, for small messages as for large.
+  moving bytes: a reduction waits for a free CPU (first come, first served), and a message waits
+  for two, the sender's copy into shared memory and the receiver's copy out, each held for the
+  whole alpha + n / beta (the software and the copies that alpha and beta were fitted to, on two
+  ranks with a core each, pipelined). So two ranks sending to each other at once take twice a
+  one-way time on two cores, as they do on this machine, and 8 ranks on 2 cores are slow, for
+  small messages as for large.
 - A send completes (its buffer may be reused) when its last byte has left the port.
 """
 
@@ -65,9 +67,8 @@ class Network:
         out, inn = self._out[kind], self._in[kind]
         start = max(now, out[src], inn[dst])
         busy = nbytes / link.beta_bytes_per_s
-        if self._cores is not None:  # the message is CPU work: it waits for, and holds, a CPU
-            start = max(start, self._cores[0])
-            heapq.heapreplace(self._cores, start + link.alpha_s + busy)
+        if self._cores is not None:
+            start, busy = self._copy_on_cores(start, link.alpha_s, busy)
         done = start + busy
         out[src] = inn[dst] = done
         if kind:
@@ -75,6 +76,22 @@ class Network:
         else:
             self.bytes_within_nodes += nbytes
         return done, done + link.alpha_s
+
+    def _copy_on_cores(self, start: float, alpha: float, busy: float) -> tuple[float, float]:
+        """(start, time on the port) of a message whose copies hold CPUs: the sender's copy in and
+        the receiver's copy out, pipelined, each alpha + busy long on a core of its own (how the
+        pingpong that fitted alpha and beta ran), or one after the other on a single core."""
+        cores = self._cores
+        if len(cores) == 1:
+            start = max(start, cores[0])
+            cores[0] = start + 2 * (alpha + busy)
+            return start, alpha + 2 * busy
+        heapq.heappop(cores)  # the two cores that free up first; the later one sets the start
+        start = max(start, heapq.heappop(cores))
+        end = start + alpha + busy
+        heapq.heappush(cores, end)
+        heapq.heappush(cores, end)
+        return start, busy
 
     def cpu(self, now: float, seconds: float) -> float:
         """When work of `seconds` started at `now` on a rank ends (waiting for a free core)."""

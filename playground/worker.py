@@ -5,6 +5,7 @@ sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (`python -m playground node S
 """
 
 import faulthandler
+import multiprocessing
 import os
 import signal
 import sys
@@ -153,6 +154,7 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
 
     On an emulated host it first enters the host's network namespace, before any ZeroMQ context
     exists, so that ZeroMQ's I/O threads are born inside it."""
+    _die_with_parent()  # first: a launcher killed while this rank starts must not leave it behind
     if environ.get("PLAYGROUND_NETNS"):
         try:
             netns.enter(environ["PLAYGROUND_NETNS"])
@@ -166,7 +168,6 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # blocked by the launcher
     os.environ.update(environ)
-    _die_with_parent()
     code = 1
     try:
         code = run_rank(scenario, run_dir, rendezvous.RankEnv.from_environ())
@@ -194,7 +195,8 @@ def keep_freed_memory() -> None:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process if the launcher dies, so no rank outlives it."""
+    """Ask Linux to SIGKILL this process if the launcher dies, so no rank outlives it; and exit now
+    if it already died between the fork and this call (the request would then never fire)."""
     try:
         import ctypes
 
@@ -202,3 +204,6 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)

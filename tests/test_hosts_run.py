@@ -45,19 +45,29 @@ def session(sid: int) -> list[psutil.Process]:
 def finish(proc: subprocess.Popen, timeout_s: float = 40) -> tuple[str, str]:
     try:
         out, err = proc.communicate(timeout=timeout_s)
-    finally:
-        leftovers = session(proc.pid)
+    finally:  # a rank killed with its launcher (PR_SET_PDEATHSIG) may still be exiting: 5 s to go
+        _, leftovers = psutil.wait_procs(session(proc.pid), timeout=5)
         for p in leftovers:
             p.kill()
     assert not leftovers, f"processes left behind: {leftovers}"
     return out, err
 
 
+def ranks_of(proc: subprocess.Popen) -> list[psutil.Process]:
+    """The launcher's forked ranks (same command line), not the `ip`/`tc` commands it runs."""
+    try:
+        launcher = psutil.Process(proc.pid)
+        cmdline = launcher.cmdline()
+        return [c for c in launcher.children() if c.cmdline() == cmdline]
+    except psutil.Error:
+        return []
+
+
 def wait_for_ranks(proc: subprocess.Popen, count: int) -> None:
     deadline = time.monotonic() + 30
-    while len(session(proc.pid)) < count + 1 and time.monotonic() < deadline:
+    while len(ranks_of(proc)) < count and time.monotonic() < deadline:
         time.sleep(0.05)  # waiting for the ranks to exist, not papering over a race
-    assert len(session(proc.pid)) == count + 1
+    assert len(ranks_of(proc)) == count
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def add_simulate_parser(sub, func) -> None:
     s.add_argument(
         "--cores",
         type=int,
-        help="CPUs the ranks share, as on one host: every message and reduction needs one",
+        help="CPUs the ranks share, as on one host: a reduction needs one, a message two (copy in, copy out)",
     )
     s.add_argument("--segment", help="cut messages into segments of this many bytes (default: none)")
     mode = s.add_mutually_exclusive_group()

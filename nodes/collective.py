@@ -15,18 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-import numpy.ma  # noqa: F401 - np.median imports it on first use: once here, before the fork, not in every rank
-
-from playground.collectives import ALGORITHMS, ReduceOp, run_collective
-from playground.collectives.auto import choose_allreduce
-from playground.collectives.check import count_wrong, expected_output, input_count, pattern
+from playground.collectives import ALGORITHMS
+from playground.collectives.measure import measure
 from playground.collectives.report import bench_report
 from playground.errors import ParamError
 from playground.models.calibration import load_model, model_from_spec, resolve_spec, run_transport
 from playground.report import Report
 from playground.sizes import Size, format_size
-from playground.trace import CAT_OP
 
 Collective = Literal["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"]
 Algorithm = Literal["ring", "tree", "hd", "rd", "hier", "auto"]
@@ -86,57 +81,6 @@ def check_scenario(params: Params, ranks: int) -> None:
             "params.ranks_per_node",
             f"must divide the {ranks} ranks into whole nodes, got {params.ranks_per_node}",
         )
-
-
-def measure(comm, p: Params, algorithm: str, size_bytes: int, inplace: bool = False) -> dict:
-    itemsize = np.dtype(p.dtype).itemsize
-    count = input_count(p.collective, size_bytes, itemsize, comm.size)
-    op = ReduceOp.parse(p.op)
-    x = pattern(comm.rank, count, p.dtype)
-    work = x.copy() if inplace else x  # in place: refilled with the input (untimed) before each call
-    for _ in range(p.warmup):
-        if inplace:
-            np.copyto(work, x)
-        run_collective(comm, p.collective, work, op, algorithm, p.segment_bytes, inplace, p.ranks_per_node)
-    times_us, out = [], None
-    for it in range(p.iters):
-        if inplace:
-            np.copyto(work, x)
-        comm.barrier()
-        t0 = comm.tracer.now_us()  # the rank's time source, as its message events use
-        out = run_collective(
-            comm, p.collective, work, op, algorithm, p.segment_bytes, inplace, p.ranks_per_node
-        )
-        dur = comm.tracer.now_us() - t0
-        times_us.append(dur)
-        comm.tracer.add(
-            p.collective,
-            CAT_OP,
-            t0,
-            dur,
-            {"bytes": count * itemsize, "iter": it, "algorithm": algorithm, "inplace": inplace},
-        )
-    comm.tracer.flush()
-    wrong = (
-        count_wrong(out, expected_output(p.collective, comm.rank, comm.size, count, p.dtype, op))
-        if p.check
-        else -1
-    )
-    total = count * comm.size if p.collective == "allgather" else count
-    chosen = (
-        choose_allreduce(count * itemsize, comm.size)
-        if algorithm == "auto" and p.collective == "allreduce"
-        else ""
-    )
-    return {
-        "size": total * itemsize,
-        "count": total,
-        "algorithm": algorithm + (f"->{chosen}" if chosen else ""),
-        "median_us": float(np.median(times_us)),
-        "mean_us": float(np.mean(times_us)),
-        "min_us": float(np.min(times_us)),
-        "wrong": wrong,
-    }
 
 
 def main(comm, params: Params) -> dict:

@@ -7,8 +7,8 @@ the last timed iteration of every size (a sampled one: the timed loop itself sta
 
 Beside every row, the alpha-beta-gamma model's time (playground.models.costs) with the link named
 by `model`: a preset (ib, roce, ethernet, nvlink), a calibration.json written by `run pingpong`
-(or its run directory), or by default the newest calibration of the run's transport under the
-runs directory. It is resolved once, in `summarize`, not on the ranks.
+(or its run directory), or by default the newest calibration of the run's transport (across
+emulated hosts: of their link) under the runs directory. It is resolved once, in `summarize`, not on the ranks.
 """
 
 from dataclasses import dataclass
@@ -19,7 +19,7 @@ from playground.collectives import ALGORITHMS
 from playground.collectives.measure import measure
 from playground.collectives.report import bench_report
 from playground.errors import ParamError
-from playground.models.calibration import load_model, model_from_spec, resolve_spec, run_transport
+from playground.models.calibration import load_model, model_from_spec, resolve_spec, run_network
 from playground.report import Report
 from playground.sizes import Size, format_size
 
@@ -41,7 +41,9 @@ class Params:
     inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
     inplace_only: bool = False  # measure in place only, in the main columns (as Gloo's all_reduce works)
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
-    model: str | None = None  # preset, calibration file or run dir; None: newest calibration of the transport
+    model: str | None = (
+        None  # preset, calibration file or run dir; None: newest calibration of the run's network
+    )
     # One trace event per message sent, waited for and reduced: what `inspect` splits a rank's time
     # by. `bench` turns them off: for an 8-byte all-reduce they are a quarter of its cost here
     # (three events a message), and the baselines it is compared with log nothing.
@@ -99,7 +101,7 @@ def main(comm, params: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    model = load_model(params.model, run_transport(run_dir), Path(run_dir).parent)
+    model = load_model(params.model, run_network(run_dir), Path(run_dir).parent)
     return bench_report(
         [res["rows"] for res in results],
         params.collective,

@@ -17,6 +17,7 @@ from playground.models.calibration import (
     load_model,
     measure_gamma,
     model_from_spec,
+    network_of,
     newest_calibration,
     read_calibration,
     write_calibration,
@@ -152,6 +153,29 @@ def test_without_a_calibration_a_labelled_default(tmp_path):
     assert (source.kind, source.link) == ("default", DEFAULT_LINKS["shm"])
     assert source.caption.startswith("model: default for shm, not a calibration (alpha 35 us")
     assert "`python -m playground run pingpong --transport shm` measures one" in source.caption
+
+
+def test_a_calibration_across_emulated_hosts_is_the_model_of_runs_on_that_link_only(tmp_path):
+    """`run pingpong --hosts 2 --link 100mbit` must not become a one-host ipc run's model, nor an
+    ipc calibration the model of a run across shaped links."""
+    ipc = _calibration(tmp_path, "a", "ipc", alpha_s=1e-6, date="2026-01-01T10:00:00+0000")
+    d = tmp_path / "b"
+    d.mkdir()
+    scenario = {"transport": "ipc", "ranks": 2, "hosts": 2, "link": {"rate": "100mbit", "delay": "200us"}}
+    (d / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+    write_calibration(
+        d, SimpleNamespace(alpha_s=300e-6, beta_bytes_per_s=12e6), GAMMA, [64, 4096], [1e-4, 2e-4]
+    )
+    assert network_of(scenario) == "hosts 100mbit,delay=200us"
+    assert json.loads((d / CALIBRATION_FILE).read_text())["network"] == "hosts 100mbit,delay=200us"
+    assert load_model(None, "ipc", tmp_path).name == str(ipc)  # the newer shaped one is not ipc's
+    assert load_model(None, "hosts 100mbit,delay=200us", tmp_path).link.alpha_s == 300e-6
+    other = load_model(None, "hosts 1gbit", tmp_path)  # no calibration of that link: tcp's default, capped
+    assert other.kind == "default" and other.link == Link(DEFAULT_LINKS["tcp"].alpha_s, 1e9 / 8, 5e9)
+    assert "`python -m playground run pingpong --hosts 2 --link 1gbit` measures one" in other.caption
+    delayed = load_model(None, "hosts unshaped,delay=1ms", tmp_path).link
+    assert delayed.alpha_s == pytest.approx(DEFAULT_LINKS["tcp"].alpha_s + 1e-3)
+    assert delayed.beta_bytes_per_s == DEFAULT_LINKS["tcp"].beta_bytes_per_s
 
 
 # -- end to end: calibrate, then the model columns ------------------------------------------------

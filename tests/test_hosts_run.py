@@ -84,6 +84,10 @@ def test_a_four_host_ring_is_exact_and_leaves_nothing(as_root, runs_dir, transpo
     assert result["ok"] and all(row["wrong"] == 0 for row in result["rows"])  # exact, on every rank
     assert result["hosts"] == 4 and result["placement"] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert result["link"] == ({"rate": "1gbit", "delay": "200us"} if link else {})
+    linked = "1gbit,delay=200us" if link else "unshaped"  # the model is the hosts' link's, not ipc's
+    assert f"model: default for tcp across hosts linked at {linked}, not a calibration" in " ".join(
+        out.split()
+    )
     shown = run_cli(["inspect", str(runs_dir / "latest")]).stdout
     assert "per host (4 hosts" in shown and "bytes that crossed host links" in shown
 

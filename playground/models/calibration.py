@@ -4,9 +4,10 @@
 every collective does on receipt, `np.add(a, b, out=c)`, for the run's dtype (`measure_gamma`).
 `write_calibration` saves the three, with what they were measured on, to
 `runs/<run>/calibration.json`. The model columns of every collective table come from
-`load_model(spec, transport, runs_dir)`: a file (or a run directory holding one), a preset of
+`load_model(spec, network, runs_dir)`: a file (or a run directory holding one), a preset of
 `playground.models.costs.PRESETS`, or, with no spec, the newest calibration of the run's
-transport under `runs_dir`, else a default that says it is one.
+network (its transport, or across emulated hosts their link) under `runs_dir`, else a default
+that says it is one.
 
 gamma counts bytes the way the model and nccl-tests do: n / t for an n-byte operand (nccl-tests'
 size), although the add reads 2n and writes n bytes of memory. Operands are one to four times the
@@ -25,8 +26,10 @@ import numpy as np
 import yaml
 
 from playground.errors import UsageError
+from playground.hosts.topology import parse_link_spec
 from playground.memlab.sysinfo import cpu_model, data_caches
 from playground.models.costs import PRESETS, Link
+from playground.sizes import parse_duration, parse_rate
 
 CALIBRATION_FILE = "calibration.json"
 REQUIRED_KEYS = ("alpha_s", "beta_bytes_per_s", "gamma_bytes_per_s", "transport")
@@ -37,6 +40,8 @@ DEFAULT_LINKS = {
     "tcp": Link(55e-6, 0.8e9, 5e9),
     "shm": Link(35e-6, 10e9, 5e9),
 }
+
+HOSTS_PREFIX = "hosts "  # the network of a run across emulated hosts: "hosts 1gbit,delay=200us"
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,12 @@ class ModelSource:
             return f"model: calibration {_short(self.name)} ({self.transport}, {what})"
         if self.kind == "preset":
             return f"model: preset {self.name} ({what})"
+        if self.transport.startswith(HOSTS_PREFIX):
+            link = self.transport[len(HOSTS_PREFIX) :]
+            return (
+                f"model: default for tcp across hosts linked at {link}, not a calibration ({what}); "
+                f"`python -m playground run pingpong --hosts 2 --link {link}` measures one"
+            )
         return (
             f"model: default for {self.transport}, not a calibration ({what}); "
             f"`python -m playground run pingpong --transport {self.transport}` measures one"
@@ -114,9 +125,32 @@ def _run_scenario(run_dir: Path) -> dict:
         return {}
 
 
-def run_transport(run_dir: Path) -> str:
-    """The transport a run used, from its saved scenario ('ipc' if it does not say)."""
-    return _run_scenario(run_dir).get("transport", "ipc")
+def network_of(scenario: dict) -> str:
+    """What a calibration is matched by: the transport on one host ('ipc'), or across emulated
+    hosts their link ('hosts 1gbit,delay=200us'), so a shaped link's calibration never becomes the
+    model of a run on one host, nor the other way round."""
+    if not scenario.get("hosts"):
+        return scenario.get("transport", "ipc")
+    link = scenario.get("link") or {}
+    parts = [str(link.get("rate", "unshaped"))] + ([f"delay={link['delay']}"] if link.get("delay") else [])
+    return HOSTS_PREFIX + ",".join(parts)
+
+
+def run_network(run_dir: Path) -> str:
+    """`network_of` a run, from its saved scenario."""
+    return network_of(_run_scenario(run_dir))
+
+
+def default_link(network: str) -> Link:
+    """The labelled default of a network with no calibration: the transport's rough figures, or
+    across hosts tcp's with the link's delay added to alpha and its rate capping beta."""
+    if not network.startswith(HOSTS_PREFIX):
+        return DEFAULT_LINKS.get(network, DEFAULT_LINKS["ipc"])
+    tcp = DEFAULT_LINKS["tcp"]
+    spec = parse_link_spec(network[len(HOSTS_PREFIX) :])
+    rate = spec.get("rate", "unshaped")
+    beta = tcp.beta_bytes_per_s if rate == "unshaped" else min(tcp.beta_bytes_per_s, parse_rate(rate) / 8)
+    return Link(tcp.alpha_s + parse_duration(spec.get("delay", 0)), beta, tcp.gamma_bytes_per_s)
 
 
 def write_calibration(run_dir: Path, fit, gamma: dict | None, sizes_bytes: list, one_way_s: list) -> str:
@@ -130,6 +164,7 @@ def write_calibration(run_dir: Path, fit, gamma: dict | None, sizes_bytes: list,
         "beta_bytes_per_s": fit.beta_bytes_per_s,
         "gamma_bytes_per_s": gamma.get("gamma_bytes_per_s"),
         "transport": scenario.get("transport", "ipc"),
+        "network": network_of(scenario),
         "dtype": gamma.get("dtype"),
         "ranks": scenario.get("ranks"),
         "hostname": platform.node(),
@@ -176,7 +211,9 @@ def read_calibration(path: Path) -> ModelSource:
             f"not a calibration file (missing {missing[0]!r}; expected {', '.join(REQUIRED_KEYS)}, "
             "as `python -m playground run pingpong` writes)"
         )
-    return ModelSource(_link(record), "calibration", str(path), str(record["transport"]))
+    return ModelSource(
+        _link(record), "calibration", str(path), str(record.get("network") or record["transport"])
+    )
 
 
 def resolve_spec(spec: str) -> str:
@@ -202,8 +239,9 @@ def model_from_spec(spec: str) -> ModelSource:
     return ModelSource(PRESETS[spec], "preset", spec) if spec in PRESETS else read_calibration(Path(spec))
 
 
-def newest_calibration(transport: str, runs_dir: Path) -> ModelSource | None:
-    """The newest readable runs_dir/*/calibration.json of `transport` (by its date, then mtime)."""
+def newest_calibration(network: str, runs_dir: Path) -> ModelSource | None:
+    """The newest readable runs_dir/*/calibration.json of `network` (a transport, or emulated
+    hosts' link: `network_of`), by its date, then mtime."""
     found = []
     for path in Path(runs_dir).glob(f"*/{CALIBRATION_FILE}"):
         if path.parent.is_symlink():  # runs/latest: the same run again
@@ -213,17 +251,17 @@ def newest_calibration(transport: str, runs_dir: Path) -> ModelSource | None:
             stamp = (json.loads(path.read_text()).get("date") or "", path.stat().st_mtime_ns)
         except (ValueError, OSError):
             continue
-        if source.transport == transport:
+        if source.transport == network:
             found.append((stamp, source))
     return max(found, key=lambda f: f[0])[1] if found else None
 
 
-def load_model(spec: str | None, transport: str, runs_dir: Path) -> ModelSource:
+def load_model(spec: str | None, network: str, runs_dir: Path) -> ModelSource:
     """What the model columns use: `spec` if given (see `model_from_spec`), else the newest
-    calibration of `transport` under `runs_dir`, else the labelled default for that transport."""
+    calibration of `network` (`run_network`) under `runs_dir`, else the labelled default for it."""
     if spec:
         return model_from_spec(spec)
-    newest = newest_calibration(transport, runs_dir)
+    newest = newest_calibration(network, runs_dir)
     if newest is not None:
         return newest
-    return ModelSource(DEFAULT_LINKS.get(transport, DEFAULT_LINKS["ipc"]), "default", transport, transport)
+    return ModelSource(default_link(network), "default", network, network)

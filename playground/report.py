@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 
@@ -112,3 +113,15 @@ def render_report(report: Report, console: Console) -> None:
         render_table(table, console)
     for note in report.notes:
         console.print(note, highlight=False)
+
+
+def progress_bar(console: Console) -> Progress:
+    """The bar of a long command (description, bar, done/total, elapsed) on `console`, gone when done."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from playground.hosts import netns
 from playground.hosts.topology import Link, describe_placement
@@ -19,6 +18,7 @@ from playground.report import (
     default_report,
     failed_ranks,
     make_console,
+    progress_bar,
     render_report,
     with_rank_checks,
 )
@@ -194,14 +194,7 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
         f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks {over}, node {scenario.node} -> {run_dir}",
         highlight=False,
     )
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
+    with progress_bar(err) as progress:
         task = progress.add_task(scenario.name, total=None)
 
         def on_progress(msg: dict) -> None:

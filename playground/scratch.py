@@ -26,7 +26,8 @@ def claim(directory: str) -> None:
         f.write(str(os.getpid()))
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Does process `pid` exist (it may belong to another user)?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -53,7 +54,7 @@ def sweep_stale(parents: tuple[str, ...] | None = None) -> list[str]:
                     pid = int(f.read().strip() or 0)
             except (OSError, ValueError):
                 continue
-            if pid > 0 and not _alive(pid):
+            if pid > 0 and not pid_alive(pid):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
     return removed

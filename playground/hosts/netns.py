@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 from playground.errors import EmulationError
 from playground.hosts.topology import BRIDGE_ADDR, SUBNET, Link, host_addr, tbf_args
+from playground.scratch import pid_alive
 
 NETNS_DIR = "/var/run/netns"
 COMMAND_TIMEOUT_S = 10.0
@@ -151,16 +152,6 @@ class Cluster:
         }
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale() -> list[str]:
     """Delete namespaces left by launchers that no longer run; returns their names. Does nothing
     unless root (only root made them, and only root can remove them)."""
@@ -173,7 +164,7 @@ def sweep_stale() -> list[str]:
     removed = []
     for name in sorted(names):
         m = _OURS.match(name)
-        if m and not _alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             try:
                 run("ip", "netns", "del", name)
                 removed.append(name)

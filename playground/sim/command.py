@@ -15,12 +15,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 import yaml
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
 from playground.collectives.report import COLUMNS, with_model_columns
 from playground.errors import ScenarioError
-from playground.report import Report, Table, make_console, render_report
+from playground.report import Report, Table, make_console, progress_bar, render_report
 from playground.run import EXIT_FAILED, EXIT_OK, make_run_dir, write_result
 from playground.sim import model
 from playground.sim.driver import DATA_MAX_RANKS, simulate, wants_data
@@ -88,14 +88,7 @@ def run_simulate(args) -> int:
     stats = {"messages": 0, "events": 0, "wall_s": 0.0}
     t0 = time.perf_counter()
     crossovers = {}
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
+    with progress_bar(err) as progress:
         sweep = _Sweep(spec, trace_dir, stats, progress)
         if spec.crossover:  # only the points a bisection needs: a ring of 1024 ranks costs as much at 8 B
             from playground.sim.crossover import search

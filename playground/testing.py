@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 from playground.errors import WaitTimeout
 
 # `-P`: the current directory must not shadow the package the tests imported (in a checkout after
@@ -21,20 +23,37 @@ def subprocess_env(extra: dict | None = None) -> dict:
     return env
 
 
-def run_cli(
-    args: list[str], timeout_s: float = 60, cwd: Path | None = None, env: dict | None = None
-) -> subprocess.CompletedProcess:
-    """`python -m playground ARGS` as a user would type it; the whole process group dies on timeout."""
-    full_env = subprocess_env(env)
-    proc = subprocess.Popen(
+def start_cli(args: list[str], env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    """`python -m playground ARGS` started in a session of its own (so `session_processes` finds all
+    it spawned), with its output in pipes."""
+    return subprocess.Popen(
         [*PLAYGROUND, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
-        env=full_env,
+        env=subprocess_env(env),
         start_new_session=True,
     )
+
+
+def session_processes(*sids: int) -> list[psutil.Process]:
+    """The live processes (zombies aside) of these sessions: what a run leaves behind."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) in sids and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return out
+
+
+def run_cli(
+    args: list[str], timeout_s: float = 60, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m playground ARGS` as a user would type it; the whole process group dies on timeout."""
+    proc = start_cli(args, env, cwd)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

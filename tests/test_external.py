@@ -15,7 +15,7 @@ import playground
 from playground.errors import ScenarioError
 from playground.external import coordinator_port, run_dir_for
 from playground.rendezvous import free_tcp_port
-from playground.testing import PLAYGROUND
+from playground.testing import PLAYGROUND, session_processes
 
 ROOT = Path(playground.__file__).resolve().parent.parent  # the same playground the tests imported
 SMALL = ["--set", "params.sizes=[1KiB]", "--set", "params.iters=3", "--set", "params.warmup=1"]
@@ -90,15 +90,7 @@ class Ranks:
         return done
 
     def leftovers(self) -> list[psutil.Process]:
-        sids = {p.pid for p in self.procs}
-        left = []
-        for q in psutil.process_iter():
-            try:
-                if os.getsid(q.pid) in sids and q.status() != psutil.STATUS_ZOMBIE:
-                    left.append(q)
-            except (ProcessLookupError, psutil.Error):
-                pass
-        return left
+        return session_processes(*(p.pid for p in self.procs))
 
     def kill_all(self) -> None:
         for q in self.leftovers():

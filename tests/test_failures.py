@@ -7,35 +7,15 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from playground.testing import PLAYGROUND, run_scenario, subprocess_env
+from playground.testing import run_scenario, session_processes, start_cli
 
 TESTS = Path(__file__).resolve().parent
 
 
-def session_processes(sid: int) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return out
-
-
 def launch(args, env_extra=None) -> subprocess.Popen:
-    env = subprocess_env({"PYTHONPATH": str(TESTS), **(env_extra or {})})
-    return subprocess.Popen(
-        [*PLAYGROUND, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    return start_cli(args, {"PYTHONPATH": str(TESTS), **(env_extra or {})})
 
 
 def finish(proc, timeout_s=30):

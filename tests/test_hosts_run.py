@@ -13,40 +13,18 @@ import pytest
 
 from playground import cli
 from playground.hosts import netns
-from playground.testing import PLAYGROUND, run_cli, subprocess_env
+from playground.testing import run_cli, session_processes, start_cli
 
 pytestmark = pytest.mark.timeout(60)
 SMALL = ["--set", "params.sizes=[8,1000,70KiB]", "--set", "params.iters=3", "--set", "params.warmup=1"]
 ENDLESS = ["--set", "params.sizes=[64KiB]", "--set", "params.iters=1000000", "--set", "params.warmup=0"]
 
 
-def launch(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [*PLAYGROUND, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-        start_new_session=True,
-    )
-
-
-def session(sid: int) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return out
-
-
 def finish(proc: subprocess.Popen, timeout_s: float = 40) -> tuple[str, str]:
     try:
         out, err = proc.communicate(timeout=timeout_s)
     finally:  # a rank killed with its launcher (PR_SET_PDEATHSIG) may still be exiting: 5 s to go
-        _, leftovers = psutil.wait_procs(session(proc.pid), timeout=5)
+        _, leftovers = psutil.wait_procs(session_processes(proc.pid), timeout=5)
         for p in leftovers:
             p.kill()
     assert not leftovers, f"processes left behind: {leftovers}"
@@ -75,7 +53,7 @@ def wait_for_ranks(proc: subprocess.Popen, count: int) -> None:
 )
 def test_a_four_host_ring_is_exact_and_leaves_nothing(as_root, runs_dir, transport, link):
     args = ["run", "ring", "--ranks", "8", "--hosts", "4", "--transport", transport, "--out", str(runs_dir)]
-    proc = launch(args + (["--link", link] if link else []) + SMALL)
+    proc = start_cli(args + (["--link", link] if link else []) + SMALL)
     out, err = finish(proc)
     assert proc.returncode == 0, out + err
     assert netns.run_namespaces(proc.pid) == []
@@ -101,7 +79,7 @@ def test_without_root_one_line_and_exit_2(monkeypatch, capsys, runs_dir):
 
 
 def test_ctrl_c_removes_every_namespace(as_root, runs_dir):
-    proc = launch(["run", "ring", "--ranks", "4", "--hosts", "2", "--out", str(runs_dir), *ENDLESS])
+    proc = start_cli(["run", "ring", "--ranks", "4", "--hosts", "2", "--out", str(runs_dir), *ENDLESS])
     wait_for_ranks(proc, 4)
     assert len(netns.run_namespaces(proc.pid)) == 3
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
@@ -113,7 +91,7 @@ def test_ctrl_c_removes_every_namespace(as_root, runs_dir):
 def test_ctrl_c_while_the_cluster_is_built_is_handled_once_it_runs(as_root, runs_dir):
     """Ctrl-C during setup (namespaces half made, the launcher entering the bridge's) is remembered
     and acted on once the run serves: no teardown is cut short, nothing is left."""
-    proc = launch(["run", "ring", "--ranks", "4", "--hosts", "4", "--out", str(runs_dir), *ENDLESS])
+    proc = start_cli(["run", "ring", "--ranks", "4", "--hosts", "4", "--out", str(runs_dir), *ENDLESS])
     deadline = time.monotonic() + 30
     while not netns.run_namespaces(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -124,7 +102,7 @@ def test_ctrl_c_while_the_cluster_is_built_is_handled_once_it_runs(as_root, runs
 
 
 def test_a_killed_rank_fails_the_run_and_removes_every_namespace(as_root, runs_dir):
-    proc = launch(
+    proc = start_cli(
         ["run", "ring", "--ranks", "4", "--hosts", "2", "--out", str(runs_dir), *SMALL]
         + ["--set", "fault.rank=3", "--set", "fault.action=kill", "--set", "fault.after_ops=10"]
     )
@@ -136,7 +114,7 @@ def test_a_killed_rank_fails_the_run_and_removes_every_namespace(as_root, runs_d
 
 
 def test_a_sigkilled_launchers_namespaces_are_swept_by_the_next_run(as_root, runs_dir):
-    proc = launch(["run", "ring", "--ranks", "2", "--hosts", "2", "--out", str(runs_dir), *ENDLESS])
+    proc = start_cli(["run", "ring", "--ranks", "2", "--hosts", "2", "--out", str(runs_dir), *ENDLESS])
     wait_for_ranks(proc, 2)
     left = netns.run_namespaces(proc.pid)
     assert len(left) == 3

@@ -184,6 +184,17 @@ def assert_placed(clocks: list[dict], hosts: HostPair) -> None:
     assert where == [hosts.addrs[0]] * 2 + [hosts.addrs[1]] * 2, where
 
 
+def assert_ring_across_hosts(launched: Ranks, runs_dir, port: int, hosts: HostPair) -> None:
+    """The launcher's 4 ranks finished a good ring, 2 on each host, their clocks agreeing."""
+    [(code, out, err)] = launched.finish(timeout_s=90)
+    assert code == 0, out + err
+    run_dir = runs_dir / f"ring-{port}"
+    assert_good_run(run_dir, runs_dir, 4)
+    clocks = rank_clocks(run_dir, 4)
+    assert_placed(clocks, hosts)
+    assert_same_clock(clocks)
+
+
 @pytest.mark.timeout(120)
 def test_mpiexec_across_emulated_hosts(ranks, runs_dir, hosts):  # noqa: F811
     need(MPIEXEC is not None, NO_MPICH)
@@ -217,13 +228,7 @@ def test_mpiexec_across_emulated_hosts(ranks, runs_dir, hosts):  # noqa: F811
         ],
         clean_env(HYDRA_LAUNCHER_AUTOFORK="0"),
     )
-    [(code, out, err)] = ranks.finish(timeout_s=90)
-    assert code == 0, out + err
-    run_dir = runs_dir / f"ring-{port}"
-    assert_good_run(run_dir, runs_dir, 4)
-    clocks = rank_clocks(run_dir, 4)
-    assert_placed(clocks, hosts)
-    assert_same_clock(clocks)
+    assert_ring_across_hosts(ranks, runs_dir, port, hosts)
 
 
 @pytest.fixture(scope="session")
@@ -256,10 +261,4 @@ def test_srun_across_emulated_hosts(ranks, runs_dir, hosts, slurm_hosts):  # noq
         ],
         clean_env(MASTER_ADDR=hosts.addrs[0], MASTER_PORT=str(port), SLURM_CONF=str(slurm_hosts.conf)),
     )
-    [(code, out, err)] = ranks.finish(timeout_s=90)
-    assert code == 0, out + err
-    run_dir = runs_dir / f"ring-{port}"
-    assert_good_run(run_dir, runs_dir, 4)
-    clocks = rank_clocks(run_dir, 4)
-    assert_placed(clocks, hosts)
-    assert_same_clock(clocks)
+    assert_ring_across_hosts(ranks, runs_dir, port, hosts)

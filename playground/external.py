@@ -46,15 +46,25 @@ BIND_WAIT_S = 10.0  # how long rank 0 waits for its coordinator thread to bind
 FLUSH_LINGER_MS = 2000  # the coordinator's last messages (release, abort) still go out after it closes
 
 
+# Linux's default net.ipv4.ip_local_port_range: outgoing connections take even ports from it (and
+# bind(0) odd ones), so torchrun --standalone's random MASTER_PORT is odd and MASTER_PORT + 1 is the
+# kind of port its own store clients are given. A constant, not this host's setting: every rank,
+# on every host, must compute the same port without talking.
+EPHEMERAL_PORTS = range(32768, 61000)
+
+
 def coordinator_port(environ, master_port: int) -> int:
     """PLAYGROUND_COORD_PORT if set; under torchrun (TORCHELASTIC_RUN_ID is set) MASTER_PORT + 1,
-    because torchrun's own TCPStore already listens on MASTER_PORT; otherwise MASTER_PORT."""
+    because torchrun's own TCPStore already listens on MASTER_PORT, moved below the ephemeral range
+    if it falls inside it (where a connection to that store may already hold it); otherwise MASTER_PORT."""
     override = environ.get("PLAYGROUND_COORD_PORT", "")
     if override:
         if not override.isdigit() or not 0 < int(override) < 65536:
             raise ScenarioError(f"PLAYGROUND_COORD_PORT: expected a port number 1-65535, got {override!r}")
         return int(override)
     port = master_port + 1 if environ.get("TORCHELASTIC_RUN_ID") else master_port
+    if environ.get("TORCHELASTIC_RUN_ID") and port in EPHEMERAL_PORTS:
+        port -= len(EPHEMERAL_PORTS)  # 32768..60999 -> 4536..32767: same offset, below the range
     if not 0 < port < 65536:
         rule = "MASTER_PORT + 1 under torchrun" if environ.get("TORCHELASTIC_RUN_ID") else "MASTER_PORT"
         raise ScenarioError(

@@ -236,6 +236,13 @@ def test_coordinator_port_rule():
     assert coordinator_port({}, 29500) == 29500
     assert coordinator_port({"TORCHELASTIC_RUN_ID": "abc"}, 29500) == 29501  # torchrun's store owns 29500
     assert coordinator_port({"TORCHELASTIC_RUN_ID": "abc", "PLAYGROUND_COORD_PORT": "40000"}, 29500) == 40000
+    # torchrun --standalone picks an odd ephemeral MASTER_PORT; + 1 is an even one, which Linux hands
+    # to outgoing connections (those to torchrun's store too): moved below the range, same offset
+    assert coordinator_port({"TORCHELASTIC_RUN_ID": "abc"}, 36135) == 36136 - 28232 == 7904
+    assert coordinator_port({"TORCHELASTIC_RUN_ID": "abc"}, 60998) == 32767
+    assert coordinator_port({"TORCHELASTIC_RUN_ID": "abc"}, 32767) == 32768 - 28232
+    assert coordinator_port({"TORCHELASTIC_RUN_ID": "abc"}, 61000) == 61001  # above the range: kept
+    assert coordinator_port({}, 36135) == 36135  # without torchrun MASTER_PORT is ours, wherever it is
     with pytest.raises(ScenarioError, match="PLAYGROUND_COORD_PORT"):
         coordinator_port({"PLAYGROUND_COORD_PORT": "http"}, 29500)
     assert run_dir_for(Path("runs"), "ring", 29500, {}) == Path("runs/ring-29500")

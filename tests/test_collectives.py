@@ -13,8 +13,8 @@ from playground.collectives import (
     run_collective,
 )
 from playground.collectives.check import expected_result, pattern
-from playground.collectives.chunks import chunk_bounds, segment_bounds
-from playground.collectives.ring import allgather_steps, reduce_scatter_steps
+from playground.collectives.chunks import ChunkBounds, segment_bounds
+from playground.collectives.ring import allgather_step, reduce_scatter_step
 from playground.collectives.tree import bcast_schedule, reduce_schedule
 from playground.comm.local import run_local
 
@@ -24,7 +24,7 @@ WORLD_SIZES = [1, 2, 3, 4, 5, 7, 8, 13]
 def test_chunk_bounds_cover_everything_once():
     for count in (0, 1, 7, 8, 9, 1001):
         for n in (1, 3, 8, 13):
-            b = chunk_bounds(count, n)
+            b = ChunkBounds(count, n)
             assert len(b) == n and b[0][0] == 0 and b[-1][1] == count
             assert all(b[i][1] == b[i + 1][0] for i in range(n - 1))
 
@@ -39,7 +39,7 @@ def test_ring_schedule_reduces_each_chunk_once_per_rank(n):
     # Simulate who holds which contributions: after reduce-scatter rank r owns all n contributions of chunk r.
     held = [[{r} for _ in range(n)] for r in range(n)]  # held[rank][chunk] = contributing ranks
     for step in range(n - 1):
-        sends = {r: reduce_scatter_steps(r, n)[step] for r in range(n)}
+        sends = {r: reduce_scatter_step(r, n, step) for r in range(n)}
         snapshot = [[set(c) for c in h] for h in held]
         for r in range(n):
             send_chunk, _ = sends[r]
@@ -52,7 +52,7 @@ def test_ring_schedule_reduces_each_chunk_once_per_rank(n):
         assert held[r][r] == set(range(n))
     # all-gather starts from the owned chunk and passes each chunk on exactly once
     for r in range(n):
-        recvd = [allgather_steps(r, n)[s][1] for s in range(n - 1)]
+        recvd = [allgather_step(r, n, s)[1] for s in range(n - 1)]
         assert sorted(recvd + [r]) == list(range(n))
 
 
@@ -139,7 +139,7 @@ def test_other_collectives(n):
 
     results = run_local(n, body)
     total = expected_result(n, count, "float64", ReduceOp.SUM)
-    bounds = chunk_bounds(count, n)
+    bounds = ChunkBounds(count, n)
     for r, (b, red, ag, rs) in enumerate(results):
         assert np.array_equal(b, pattern(n - 1, count, "float64"))
         if r == n // 2:

@@ -9,7 +9,7 @@ sequence number, as NCCL's watchdog does.
 import numpy as np
 
 from playground.collectives.auto import choose_allreduce
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, flat_copy, segment_bytes_for
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, flat_copy, segment_bytes_for
 from playground.collectives.halving_doubling import allreduce_halving_doubling
 from playground.collectives.hierarchical import allreduce_hierarchical
 from playground.collectives.ops import ReduceOp
@@ -41,7 +41,7 @@ __all__ = [
     "reduce",
     "allgather",
     "reduce_scatter",
-    "chunk_bounds",
+    "ChunkBounds",
     "run_collective",
     "ALGORITHMS",
     "ALLREDUCE_ALGORITHMS",
@@ -110,7 +110,7 @@ def allgather(comm, x: np.ndarray, segment_bytes: int | None = None) -> np.ndarr
 def reduce_scatter(
     comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, segment_bytes: int | None = None
 ) -> np.ndarray:
-    """Chunk `rank` (see `chunk_bounds`) of the reduction of every rank's flat `x`."""
+    """Chunk `rank` (see `ChunkBounds`) of the reduction of every rank's flat `x`."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     with comm.collective("reduce_scatter", "ring"):
         return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes)

@@ -7,7 +7,7 @@ reduction order.
 
 import numpy as np
 
-from playground.collectives.chunks import chunk_bounds
+from playground.collectives.chunks import ChunkBounds
 from playground.collectives.ops import ReduceOp
 from playground.errors import UsageError
 
@@ -57,7 +57,7 @@ def expected_output(
     if collective == "allgather":
         return np.concatenate([pattern(r, count, dtype) for r in range(n)]) if n else pattern(0, 0, dtype)
     if collective == "reduce_scatter":
-        a, b = chunk_bounds(count, n)[rank]
+        a, b = ChunkBounds(count, n)[rank]
         return expected_result(n, count, dtype, op)[a:b]
     if collective == "broadcast":
         return pattern(ROOT, count, dtype)

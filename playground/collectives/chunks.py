@@ -1,5 +1,7 @@
 """Pure helpers that cut a buffer into chunks (one per rank) and segments (pipelining units)."""
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from playground.errors import UsageError
@@ -73,9 +75,24 @@ def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
     return x if x.ndim == 1 else x.reshape(-1)
 
 
-def chunk_bounds(count: int, num_chunks: int) -> list[tuple[int, int]]:
-    """[start, stop) of `num_chunks` near-equal chunks covering `count` elements; some may be empty."""
-    return [(i * count // num_chunks, (i + 1) * count // num_chunks) for i in range(num_chunks)]
+class ChunkBounds(Sequence):
+    """[start, stop) of `num_chunks` near-equal chunks covering `count` elements, some maybe empty;
+    each computed when asked, so that N ranks do not hold N bounds each (N^2 at 1024 simulated ranks)."""
+
+    __slots__ = ("count", "num_chunks")
+
+    def __init__(self, count: int, num_chunks: int):
+        self.count, self.num_chunks = count, num_chunks
+
+    def __len__(self) -> int:
+        return self.num_chunks
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        n = self.num_chunks
+        if not -n <= i < n:
+            raise IndexError(f"chunk {i} of {n}")
+        i %= n
+        return i * self.count // n, (i + 1) * self.count // n
 
 
 def segment_bounds(start: int, stop: int, segment_elems: int) -> list[tuple[int, int]]:

@@ -20,7 +20,7 @@ Results are bit-identical on all ranks: each block is reduced once, in one order
 
 import numpy as np
 
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_elems_for, work_buffer
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, segment_elems_for, work_buffer
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
 from playground.trace import CAT_PHASE
@@ -92,7 +92,7 @@ def allreduce_halving_doubling(
     seg = segment_elems_for(segment_bytes, buf.itemsize)
 
     def core(new_rank: int, p: int) -> None:
-        blocks = chunk_bounds(buf.size, p)
+        blocks = ChunkBounds(buf.size, p)
 
         def span(block_range):
             return blocks[block_range[0]][0], blocks[block_range[1] - 1][1]

@@ -14,7 +14,7 @@ Results are bit-identical on all ranks: each chunk is reduced in one order, then
 
 import numpy as np
 
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_elems_for, work_buffer
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, segment_elems_for, work_buffer
 from playground.collectives.ops import ReduceOp
 from playground.collectives.ring import allgather_pass, allreduce_ring, reduce_scatter_into
 from playground.comm.group import Group
@@ -54,7 +54,7 @@ def allreduce_hierarchical(
     intra_ranks, inter_ranks = node_groups(comm.rank, comm.size, k)
     intra = Group(comm, intra_ranks, TAG_INTRA)
     inter = Group(comm, inter_ranks, TAG_INTER)
-    bounds = chunk_bounds(buf.size, intra.size)
+    bounds = ChunkBounds(buf.size, intra.size)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     a, b = bounds[intra.rank]
     if intra.size > 1:

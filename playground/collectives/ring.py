@@ -23,11 +23,13 @@ before forwarding it; derived in playground/models/costs.py); every rank sends a
 Results are bit-identical on all ranks: each chunk is reduced in one fixed order, then copied.
 """
 
+from collections import deque
+
 import numpy as np
 
 from playground.collectives.chunks import (
     DEFAULT_SEGMENT_BYTES,
-    chunk_bounds,
+    ChunkBounds,
     copy,
     empty,
     flat,
@@ -44,23 +46,24 @@ from playground.trace import CAT_PHASE
 TAG_RING = -10
 
 
-def reduce_scatter_steps(rank: int, size: int) -> list[tuple[int, int]]:
-    """(send_chunk, recv_chunk) for each step; afterwards rank r owns the reduced chunk r."""
-    return [((rank - s - 1) % size, (rank - s - 2) % size) for s in range(size - 1)]
+def reduce_scatter_step(rank: int, size: int, step: int) -> tuple[int, int]:
+    """(send_chunk, recv_chunk) at `step` of 0..size-2; afterwards rank r owns the reduced chunk r.
+    One step at a time, not a list: N ranks holding N steps each is N^2 at 1024 simulated ranks."""
+    return (rank - step - 1) % size, (rank - step - 2) % size
 
 
-def allgather_steps(rank: int, size: int) -> list[tuple[int, int]]:
-    """(send_chunk, recv_chunk) for each step, starting from owning chunk `rank`."""
-    return [((rank - s) % size, (rank - s - 1) % size) for s in range(size - 1)]
+def allgather_step(rank: int, size: int, step: int) -> tuple[int, int]:
+    """(send_chunk, recv_chunk) at `step` of 0..size-2, starting from owning chunk `rank`."""
+    return (rank - step) % size, (rank - step - 1) % size
 
 
 def allgather_pass(comm, buf: np.ndarray, bounds, segment_elems: int, tag: int) -> None:
     """The ring all-gather on flat `buf`, starting from owning chunk `rank`: N-1 steps of passing
     the chunk received last to the right neighbour."""
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
-    steps = allgather_steps(comm.rank, comm.size)
-    with comm.tracer.span("ring.all_gather", CAT_PHASE, steps=len(steps)):
-        for step, (send_chunk, recv_chunk) in enumerate(steps):
+    with comm.tracer.span("ring.all_gather", CAT_PHASE, steps=comm.size - 1):
+        for step in range(comm.size - 1):
+            send_chunk, recv_chunk = allgather_step(comm.rank, comm.size, step)
             what = f"ring.all_gather step {step}"
             exchange(
                 comm, buf, bounds[send_chunk], right, bounds[recv_chunk], left, segment_elems, None, tag, what
@@ -76,8 +79,7 @@ def reduce_scatter_into(
     neighbour as it is computed.
     """
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
-    steps = reduce_scatter_steps(comm.rank, comm.size)
-    last = len(steps) - 1
+    last = comm.size - 2
     ufunc = op.ufunc
 
     def received(got: int, want: int, step: int) -> None:
@@ -92,10 +94,13 @@ def reduce_scatter_into(
                 op="ring.reduce_scatter",
             )
 
-    with comm.tracer.span("ring.reduce_scatter", CAT_PHASE, steps=len(steps)):
-        first = bounds[steps[0][0]]
-        sends = [comm.isend(source[a:b], right, tag) for a, b in segment_bounds(*first, segment_elems)]
-        for step, (_, recv_chunk) in enumerate(steps):
+    with comm.tracer.span("ring.reduce_scatter", CAT_PHASE, steps=last + 1):
+        first = bounds[reduce_scatter_step(comm.rank, comm.size, 0)[0]]
+        sends = deque(comm.isend(source[a:b], right, tag) for a, b in segment_bounds(*first, segment_elems))
+        for step in range(last + 1):
+            while sends and sends[0].test():  # completed: let go (N steps of N ranks add up)
+                sends.popleft()
+            recv_chunk = reduce_scatter_step(comm.rank, comm.size, step)[1]
             for a, b in segment_bounds(*bounds[recv_chunk], segment_elems):
                 if step < last:  # this chunk is what we send at the next step: reduce into the message
 
@@ -123,7 +128,7 @@ def allreduce_ring(
         return work_buffer(x, inplace).reshape(x.shape)
     source = work_buffer(x, True) if inplace else flat(x)
     buf = source if inplace else empty(source.size, like=source)  # every chunk gets written
-    bounds = chunk_bounds(buf.size, comm.size)
+    bounds = ChunkBounds(buf.size, comm.size)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)
     allgather_pass(comm, buf, bounds, seg, TAG_RING)
@@ -133,9 +138,9 @@ def allreduce_ring(
 def reduce_scatter_ring(
     comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM, segment_bytes: int = DEFAULT_SEGMENT_BYTES
 ) -> np.ndarray:
-    """Rank r gets chunk r (of `chunk_bounds(x.size, N)`) of the reduction of every rank's flat `x`."""
+    """Rank r gets chunk r (of `ChunkBounds(x.size, N)`) of the reduction of every rank's flat `x`."""
     source = flat(x)
-    bounds = chunk_bounds(source.size, comm.size)
+    bounds = ChunkBounds(source.size, comm.size)
     a, b = bounds[comm.rank]
     if comm.size == 1 or source.size == 0:
         return copy(source[a:b])

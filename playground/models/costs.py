@@ -248,7 +248,7 @@ def allreduce_hd_time_s(size_bytes: float, num_ranks: int, link: Link) -> float:
     1/gamma)) = log2(p) alpha + (p-1)/p S (1/beta + 1/gamma). The all-gather by recursive doubling
     retraces the same pairs with the same sizes, without reductions. At a power of two every rank's
     steps have the same sizes and each waits only for its partner's previous step, so the sum is
-    exact. Blocks are chunk_bounds(count, p): uneven by at most one element.
+    exact. Blocks are ChunkBounds(count, p): uneven by at most one element.
     """
     if _check(size_bytes, num_ranks):
         return 0.0

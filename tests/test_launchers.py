@@ -21,6 +21,7 @@ import pytest
 from clusters import SLURM_TOOLS, HostPair, SlurmCluster, SlurmNode, can_emulate_hosts, have, need
 from test_external import SMALL, Ranks, assert_good_run, clean_env, ranks  # noqa: F401 - ranks is a fixture
 
+from playground.external import EPHEMERAL_PORTS
 from playground.rendezvous import free_tcp_port
 from playground.testing import PLAYGROUND
 from playground.trace import read_events
@@ -165,7 +166,9 @@ def test_torchrun(ranks, runs_dir):  # noqa: F811
     assert code == 0, out + err
     run_dir = (runs_dir / "latest").resolve()
     assert_good_run(run_dir, runs_dir, 4)
-    assert int(run_dir.name.rsplit("-", 1)[1]) > 0  # ring-<MASTER_PORT + 1>: torchrun's store has MASTER_PORT
+    # ring-<coordinator port>: --standalone's MASTER_PORT is ephemeral (torchrun's store holds it), so
+    # the coordinator's MASTER_PORT + 1 moved below the range, where no outgoing connection can hold it
+    assert 0 < int(run_dir.name.rsplit("-", 1)[1]) < EPHEMERAL_PORTS.start
 
 
 # -- two emulated hosts ----------------------------------------------------------------------------

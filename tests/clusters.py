@@ -1,8 +1,7 @@
 """The launchers users have, started for real by the tests: emulated hosts (two network namespaces
 on a veth pair) and a Slurm cluster (munged, slurmctld, slurmd started by hand, no systemd).
 
-A test whose tool is missing skips and says why; with PLAYGROUND_REQUIRE_TOOLS set (.ci/run sets
-it, and installs the tools) it fails instead, so CI cannot pass by skipping. Every daemon,
+A test whose tool is missing skips or fails as `tools.need` says. Every daemon,
 namespace and link made here is removed at the end of the session, and a session that was killed
 before it could clean up has its namespaces swept by the next one (their names carry its pid).
 """
@@ -10,7 +9,6 @@ before it could clean up has its namespaces swept by the next one (their names c
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import time
@@ -18,26 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-import pytest
+from tools import have
 
 from playground.rendezvous import free_tcp_port
 
 COMMAND_TIMEOUT_S = 15.0  # every `ip` and Slurm client call
 IDLE_WAIT_S = 40.0  # slurmd registering with slurmctld, nodes idle
 STOP_WAIT_S = 5.0
-
-
-def need(available: bool, reason: str) -> None:
-    """Skip with `reason` when a tool is missing; fail when PLAYGROUND_REQUIRE_TOOLS is set (CI)."""
-    if available:
-        return
-    if os.environ.get("PLAYGROUND_REQUIRE_TOOLS"):
-        pytest.fail(f"{reason}, and PLAYGROUND_REQUIRE_TOOLS is set (.ci/run installs it)")
-    pytest.skip(f"{reason}; set PLAYGROUND_REQUIRE_TOOLS=1 to make this a failure")
-
-
-def have(*tools: str) -> bool:
-    return all(shutil.which(t) for t in tools)
 
 
 def run(args: list[str], timeout_s: float = COMMAND_TIMEOUT_S, **kw) -> subprocess.CompletedProcess:

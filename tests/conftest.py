@@ -14,12 +14,8 @@ def as_root():
     """Skip a test that needs root (network namespaces, veth, tc) when not root, saying why; where
     PLAYGROUND_REQUIRE_TOOLS is set (CI, which runs as root), fail instead of skipping."""
     import os
-    import shutil
 
-    missing = [] if os.geteuid() == 0 else ["root"]
-    missing += [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
-    if missing:
-        why = f"emulated hosts need {' and '.join(missing)}"
-        if os.environ.get("PLAYGROUND_REQUIRE_TOOLS"):
-            pytest.fail(f"{why}, and PLAYGROUND_REQUIRE_TOOLS is set")
-        pytest.skip(why)
+    from tools import have, need
+
+    need(os.geteuid() == 0, "emulated hosts need root (network namespaces, veth, tc)")
+    need(have("ip", "tc"), "emulated hosts need `ip` and `tc` (iproute2)")

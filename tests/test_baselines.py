@@ -2,7 +2,6 @@
 stand-in workers, and real Gloo / MPI runs at 2 ranks when those optional extras are installed."""
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from tools import NO_MPI4PY, NO_MPICH, NO_TORCH, have, importable, need
 
 from playground.baselines import available, common, run_baseline
 from playground.baselines.common import bus_factor, expected, layout, layouts, pattern
@@ -318,7 +318,7 @@ def _check_rows(rows, name, collective, dtype):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("collective, op, dtype", REAL_CASES)
 def test_gloo_two_ranks(collective, op, dtype):
-    pytest.importorskip("torch", reason="optional extra torch not installed (pip install torch==2.13.0)")
+    need(importable("torch"), NO_TORCH)
     rows = run_baseline("gloo", collective, REAL_SIZES, 2, dtype, op, iters=3, warmup=1, timeout_s=90)
     _check_rows(rows, "gloo", collective, dtype)
 
@@ -326,22 +326,16 @@ def test_gloo_two_ranks(collective, op, dtype):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("collective, op, dtype", REAL_CASES)
 def test_mpi_two_ranks(collective, op, dtype):
-    pytest.importorskip(
-        "mpi4py",
-        reason="optional extra mpi4py not installed "
-        "(apt-get install mpich && pip install --no-binary mpi4py mpi4py)",
-    )
-    if shutil.which("mpiexec") is None:
-        pytest.skip("optional extra MPI: mpiexec not on PATH (apt-get install mpich)")
+    need(importable("mpi4py"), NO_MPI4PY)
+    need(have("mpiexec"), NO_MPICH)
     rows = run_baseline("mpi", collective, REAL_SIZES, 2, dtype, op, iters=3, warmup=1, timeout_s=90)
     _check_rows(rows, "mpi", collective, dtype)
 
 
 @pytest.mark.timeout(120)
 def test_mpi_worker_failure_is_one_line(tmp_path):
-    pytest.importorskip("mpi4py", reason="optional extra mpi4py not installed")
-    if shutil.which("mpiexec") is None:
-        pytest.skip("optional extra MPI: mpiexec not on PATH (apt-get install mpich)")
+    need(importable("mpi4py"), NO_MPI4PY)
+    need(have("mpiexec"), NO_MPICH)
     from playground.baselines import mpi
 
     spec = {

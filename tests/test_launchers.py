@@ -7,7 +7,6 @@ A missing tool skips with the reason, or fails when PLAYGROUND_REQUIRE_TOOLS is 
 MPICH and Slurm). torch is optional everywhere: without it the torchrun test skips.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -18,8 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from clusters import SLURM_TOOLS, HostPair, SlurmCluster, SlurmNode, can_emulate_hosts, have, need
+from clusters import SLURM_TOOLS, HostPair, SlurmCluster, SlurmNode, can_emulate_hosts
 from test_external import SMALL, Ranks, assert_good_run, clean_env, ranks  # noqa: F401 - ranks is a fixture
+from tools import NO_TORCH, have, importable, need
 
 from playground.external import EPHEMERAL_PORTS
 from playground.rendezvous import free_tcp_port
@@ -141,8 +141,7 @@ def test_srun_failing_rank_ends_the_job_with_its_root_cause(ranks, runs_dir, slu
 
 @pytest.mark.timeout(120)
 def test_torchrun(ranks, runs_dir):  # noqa: F811
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed (pip install torch==2.13.0; torchrun comes with it)")
+    need(importable("torch"), NO_TORCH)
     ranks.start(
         [
             sys.executable,

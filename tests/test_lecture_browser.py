@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tools import need
 
 from playground.testing import run_cli
 
@@ -48,11 +49,7 @@ def _chromium() -> str | None:
         path = shutil.which(name)
         if path:
             return path
-    if os.environ.get("PLAYGROUND_REQUIRE_TOOLS"):
-        pytest.fail("chromium is not installed and PLAYGROUND_REQUIRE_TOOLS is set (.ci/run installs it)")
-    pytest.skip(
-        "chromium is not installed (apt-get install chromium); set PLAYGROUND_REQUIRE_TOOLS to require it"
-    )
+    need(False, "chromium is not installed (apt-get install chromium)")
 
 
 def _run_chromium(exe: str, profile: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:

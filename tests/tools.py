@@ -1,0 +1,33 @@
+"""What a test needs from the machine (a tool, root, an optional package) and what happens without it.
+
+A test whose tool is missing skips and says why; with PLAYGROUND_REQUIRE_TOOLS set (.ci/run sets
+it, and installs every tool) it fails instead, so CI cannot pass by skipping.
+"""
+
+import importlib.util
+import os
+import shutil
+
+import pytest
+
+
+def need(available: bool, reason: str) -> None:
+    """Skip with `reason` when a tool is missing; fail when PLAYGROUND_REQUIRE_TOOLS is set (CI)."""
+    if available:
+        return
+    if os.environ.get("PLAYGROUND_REQUIRE_TOOLS"):
+        pytest.fail(f"{reason}, and PLAYGROUND_REQUIRE_TOOLS is set (.ci/run installs it)")
+    pytest.skip(f"{reason}; set PLAYGROUND_REQUIRE_TOOLS=1 to make this a failure")
+
+
+def have(*tools: str) -> bool:
+    return all(shutil.which(t) for t in tools)
+
+
+def importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+NO_TORCH = "torch is not installed (pip install torch==2.13.0: a CPU build with Gloo and torchrun)"
+NO_MPI4PY = "mpi4py is not installed (apt-get install mpich && pip install --no-binary mpi4py mpi4py)"
+NO_MPICH = "mpiexec is not on PATH (apt-get install mpich)"

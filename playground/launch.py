@@ -25,7 +25,7 @@ from pathlib import Path
 
 import zmq
 
-from playground import rendezvous, scratch
+from playground import interrupts, rendezvous, scratch
 from playground.comm.shm import remove_shm_dir, shm_dir_for
 from playground.coordinator import HEARTBEAT_LOST_S, Coordinator, LaunchOutcome, RankFailure
 from playground.hosts import netns
@@ -133,8 +133,7 @@ class Launcher:
             if self.scenario.hosts:
                 self._build_cluster()
             # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            try:
+            with interrupts.held():
                 for rank in range(self.n):
                     p = mp.Process(
                         target=child_main,
@@ -144,8 +143,6 @@ class Launcher:
                     p.start()
                     self.procs.append(p)
                     self.coordinator.pids[rank] = p.pid
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
             with netns.entered(self.cluster.bridge_ns) if self.cluster else contextlib.nullcontext():
                 ctx = zmq.Context()
                 try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import zmq
 
-from playground import clocks, rendezvous
+from playground import clocks, interrupts, rendezvous
 from playground.comm.communicator import Communicator
 from playground.comm.control import Heartbeat, LauncherLink
 from playground.comm.delay import DelayedTransport
@@ -166,7 +166,7 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
             os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # blocked by the launcher
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.INTERRUPTS)  # held by the launcher
     os.environ.update(environ)
     code = 1
     try:

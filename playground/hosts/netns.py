@@ -26,6 +26,7 @@ import shutil
 import subprocess
 from contextlib import contextmanager
 
+from playground import interrupts
 from playground.errors import EmulationError
 from playground.hosts.topology import BRIDGE_ADDR, SUBNET, Link, host_addr, tbf_args
 from playground.scratch import pid_alive
@@ -58,16 +59,18 @@ def check_can_emulate() -> None:
 
 def run(*args: str) -> None:
     """Run one `ip`/`tc` command; EmulationError with its stderr if it fails or hangs. It runs in a
-    session of its own: Ctrl-C at the terminal is the launcher's to handle, not a half-made link's."""
+    session of its own, with Ctrl-C held back until it is there: Ctrl-C at the terminal is the
+    launcher's to handle, not a half-made link's (CI saw `ip` killed by it before its `setsid`)."""
     try:
-        subprocess.run(
-            args,
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_S,
-            start_new_session=True,
-        )
+        with interrupts.held():
+            subprocess.run(
+                args,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+                start_new_session=True,
+            )
     except subprocess.CalledProcessError as e:
         said = (e.stderr or e.stdout or "").strip().splitlines()
         raise EmulationError(

@@ -46,7 +46,8 @@ from playground.errors import ScenarioMismatch
 from playground.fingerprint import mismatch_message
 
 ABORT_GRACE_S = 2.0  # after an abort, how long ranks get to report and exit before SIGKILL
-STACK_WAIT_S = 0.3  # how long a hung rank gets to dump its stack on SIGUSR1
+STACK_WAIT_S = 0.5  # how long a hung rank gets to dump its stack on SIGUSR1
+STACK_POLL_S = 0.02
 SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
 POLL_MS = 200  # longest single wait of the loop; deadlines are checked between waits
 MAX_DRAIN = 1000  # messages handled between deadline checks, so a flood cannot starve them
@@ -451,13 +452,16 @@ class Coordinator:
             os.kill(self.pids[rank], signal.SIGUSR1)
         except (ProcessLookupError, KeyError):
             return ""
+        # The rank writes its dump line by line while we read: it is whole once two reads a poll
+        # apart agree (CI once caught a dump with its first line only).
         deadline = time.monotonic() + STACK_WAIT_S
+        text = ""
         while time.monotonic() < deadline:
-            text = path.read_text() if path.exists() else ""
-            if text.strip():
+            time.sleep(STACK_POLL_S)
+            before, text = text, path.read_text() if path.exists() else ""
+            if text.strip() and text == before:
                 return text
-            time.sleep(0.02)
-        return ""
+        return text
 
     def _can_signal(self, rank: int) -> bool:
         """Our own children always; under another launcher only a playground process on this host

@@ -3,6 +3,8 @@
 offset, and fails a run whose ranks resolved different scenarios, telling every rank why."""
 
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -132,3 +134,34 @@ def test_a_rank_outside_the_world_is_one_clear_failure(tmp_path):
     assert "sent register as rank 5, but the run has 2 ranks" in outcome.root_cause.message
     assert all(isinstance(world.results[r], PeerLost) for r in (0, 1))
     assert outcome.elapsed_s < 5
+
+
+SLOW_DUMPER = """
+import signal, sys, time
+path = sys.argv[1]
+def dump(signum, frame):  # a stack dump that takes a while to write, as a long one on a busy host
+    with open(path, "a") as f:
+        f.write("Current thread 0x1 (most recent call first):\\n")
+        f.flush()
+        time.sleep(0.03)  # longer than a poll: read in between, it is the first line only
+        f.write('  File "x.py", line 1 in where_it_hangs\\n')
+signal.signal(signal.SIGUSR1, dump)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(30)
+def test_a_stack_dump_is_read_whole_not_from_its_first_line(tmp_path):
+    """CI once showed a hung rank's stack without its frames: read while the rank was writing it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_DUMPER, str(tmp_path / "rank-1.stack")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        coordinator = Coordinator(2, 10.0, tmp_path)  # watch_exits: its own child, so it may signal it
+        coordinator.pids[1] = proc.pid
+        assert "where_it_hangs" in coordinator.dump_stack(1)
+    finally:
+        proc.kill()
+        proc.wait(10)

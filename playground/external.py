@@ -62,11 +62,12 @@ def coordinator_port(environ, master_port: int) -> int:
         if not override.isdigit() or not 0 < int(override) < 65536:
             raise ScenarioError(f"PLAYGROUND_COORD_PORT: expected a port number 1-65535, got {override!r}")
         return int(override)
-    port = master_port + 1 if environ.get("TORCHELASTIC_RUN_ID") else master_port
-    if environ.get("TORCHELASTIC_RUN_ID") and port in EPHEMERAL_PORTS:
+    under_torchrun = bool(environ.get("TORCHELASTIC_RUN_ID"))
+    port = master_port + 1 if under_torchrun else master_port
+    if under_torchrun and port in EPHEMERAL_PORTS:
         port -= len(EPHEMERAL_PORTS)  # 32768..60999 -> 4536..32767: same offset, below the range
     if not 0 < port < 65536:
-        rule = "MASTER_PORT + 1 under torchrun" if environ.get("TORCHELASTIC_RUN_ID") else "MASTER_PORT"
+        rule = "MASTER_PORT + 1 under torchrun" if under_torchrun else "MASTER_PORT"
         raise ScenarioError(
             f"coordinator port {port} ({rule}) is not a port number 1-65535; set PLAYGROUND_COORD_PORT"
         )

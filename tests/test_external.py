@@ -67,11 +67,15 @@ class Ranks:
         self.procs.append(p)
         return p
 
-    def start_nodes(self, n: int, out: Path, sets: list[str], names=("RANK", "WORLD_SIZE")) -> int:
+    def start_nodes(
+        self, n: int, out: Path, sets: list[str], names=("RANK", "WORLD_SIZE"), extra_env: dict | None = None
+    ) -> int:
+        """n ranks of `node ring` as a shell loop would start them, on a free MASTER_PORT (returned)."""
         port = free_tcp_port()
         for r in range(n):
             env = clean_env(
-                **{names[0]: str(r), names[1]: str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+                **{names[0]: str(r), names[1]: str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+                **(extra_env or {}),
             )
             self.start([*PLAYGROUND, "node", "ring", "--out", str(out), *sets], env)
         return port

@@ -17,9 +17,6 @@ import zmq
 from test_external import Ranks, clean_env, ranks  # noqa: F401 - ranks is a fixture
 from test_failures import finish, launch
 
-from playground.rendezvous import free_tcp_port
-from playground.testing import PLAYGROUND
-
 LONG = ["--set", "params.sizes=[1KiB]", "--set", "params.iters=1500", "--set", "params.warmup=0"]
 NUM_MESSAGES = 3000
 
@@ -92,10 +89,7 @@ def root_cause(err: str) -> str:
 
 @pytest.mark.timeout(120)
 def test_garbage_at_the_coordinator_is_ignored_under_another_launcher(ranks, runs_dir):  # noqa: F811
-    port = free_tcp_port()
-    for r in range(3):
-        env = clean_env(RANK=str(r), WORLD_SIZE="3", MASTER_PORT=str(port))
-        ranks.start([*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *LONG], env)
+    port = ranks.start_nodes(3, runs_dir, LONG)
     listening_ports(ranks.procs[0].pid)  # rank 0's coordinator is up
     fuzzer = Fuzzer(port, "control", seed=1, num_ranks=3)
     fuzzer.start()
@@ -111,10 +105,7 @@ def test_garbage_at_the_coordinator_is_ignored_under_another_launcher(ranks, run
 
 @pytest.mark.timeout(120)
 def test_garbage_at_a_ranks_data_socket_fails_the_run_with_a_wire_error(ranks, runs_dir):  # noqa: F811
-    port = free_tcp_port()
-    for r in range(3):
-        env = clean_env(RANK=str(r), WORLD_SIZE="3", MASTER_PORT=str(port))
-        ranks.start([*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *LONG], env)
+    port = ranks.start_nodes(3, runs_dir, LONG)
     [data_port] = listening_ports(ranks.procs[1].pid)  # rank 1 listens only on its data socket
     fuzzer = Fuzzer(data_port, "data", seed=2, num_ranks=3)
     fuzzer.start()

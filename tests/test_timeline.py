@@ -11,8 +11,7 @@ from test_external import SMALL, Ranks, clean_env, ranks  # noqa: F401 - ranks i
 
 from playground.comm.communicator import Communicator
 from playground.comm.opening import open_world
-from playground.rendezvous import free_tcp_port
-from playground.testing import PLAYGROUND, run_cli, run_scenario
+from playground.testing import run_cli, run_scenario
 from playground.timeline import align, message_flows, receives_before_send
 from playground.trace import CAT_META, Tracer, read_events, to_chrome_trace
 
@@ -209,15 +208,7 @@ def test_skewed_rank_is_repaired_by_its_measured_offset(runs_dir):
 def test_skewed_rank_0_under_another_launcher(ranks, runs_dir):  # noqa: F811
     """Rank 0 hosts the coordinator in a thread; its own time source is skewed, the coordinator's is
     not: rank 0 gets an offset like any other rank."""
-    port = free_tcp_port()
-    for r in range(3):
-        env = clean_env(
-            RANK=str(r),
-            WORLD_SIZE="3",
-            MASTER_PORT=str(port),
-            PLAYGROUND_CLOCK_SKEW_US="0=40000,2=-7000",
-        )
-        ranks.start([*PLAYGROUND, "node", "ring", "--out", str(runs_dir), *SMALL], env)
+    port = ranks.start_nodes(3, runs_dir, SMALL, extra_env={"PLAYGROUND_CLOCK_SKEW_US": "0=40000,2=-7000"})
     done = ranks.finish()
     assert [code for code, _, _ in done] == [0, 0, 0], done
     check_skewed_run(runs_dir / f"ring-{port}", {0: 40_000.0, 2: -7_000.0}, 3)

@@ -1,4 +1,4 @@
-"""Builds the native C module (playground._native) with the machine's compiler.
+"""Builds the native C module (_playground_native) with the machine's compiler.
 
 Without a working C compiler (or without Python's headers) the build stops with one line that
 says what is missing and how to get it, instead of a page of distutils output.
@@ -22,13 +22,13 @@ class BuildNativeExt(build_ext):
         cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
         if shutil.which(cc) is None:
             raise SystemExit(
-                f"error: building playground._native needs a C compiler; '{cc}' was not found: {HOW_TO_FIX}"
+                f"error: building _playground_native needs a C compiler; '{cc}' was not found: {HOW_TO_FIX}"
             )
         try:
             super().run()
         except (CCompilerError, CompileError, ExecError, LinkError, PlatformError) as e:
             raise SystemExit(
-                f"error: could not compile native/*.c into playground._native ({e}); "
+                f"error: could not compile native/*.c into _playground_native ({e}); "
                 f"it needs a C compiler and Python's headers: {HOW_TO_FIX}"
             ) from None
 
@@ -37,7 +37,7 @@ setup(
     cmdclass={"build_ext": BuildNativeExt},
     ext_modules=[
         Extension(
-            "playground._native",
+            "_playground_native",
             sources=["native/native.c", "native/mailbox.c"],
             extra_compile_args=["-O2", "-std=gnu11"],
         )

@@ -1,5 +1,5 @@
 /*
- * playground._native.Mailboxes: the shared-memory path's message channel (comm/mailbox.py).
+ * _playground_native.Mailboxes: the shared-memory path's message channel (comm/mailbox.py).
  *
  * Why C: a message between two ranks on one host needs a few cache-line transfers (0.7 us a round
  * trip here); a wake-up through the kernel costs 4-25 us, and a Python poll loop ~1 us a turn
@@ -532,7 +532,7 @@ PyDoc_STRVAR(Mailboxes_doc,
 "rank's before any rank posts (a post to a rank without a file returns False).");
 
 static PyTypeObject MailboxesType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "playground._native.Mailboxes",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_playground_native.Mailboxes",
     .tp_basicsize = sizeof(Mailboxes),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = Mailboxes_doc,

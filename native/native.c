@@ -1,5 +1,5 @@
 /*
- * playground._native: the memory lab's timed loops (seed §1.4-1.6).
+ * _playground_native: the memory lab's timed loops (seed §1.4-1.6).
  *
  * Why C: a Python loop costs ~50 ns per step, which hides an L1 hit (~1 ns) and even a DRAM
  * miss (~100 ns). Each function below releases the GIL while it runs and returns a checksum
@@ -343,7 +343,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_native",
+    PyModuleDef_HEAD_INIT, "_playground_native",
     "Timed memory loops for the memory lab (pointer chase, strided read, gather) and the shared-memory "
     "path's mailboxes (mailbox.c); GIL released while they run or wait.",
     -1, methods,
@@ -351,7 +351,7 @@ static struct PyModuleDef module = {
 
 int add_mailbox_type(PyObject *module); /* mailbox.c: the shared-memory path's messages */
 
-PyMODINIT_FUNC PyInit__native(void) {
+PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m && add_mailbox_type(m) < 0) Py_CLEAR(m);
     return m;

@@ -1,6 +1,6 @@
 """The cache staircase (seed §1.4): ns per load against working set, levels detected.
 
-One rank walks a random cyclic pointer list (playground._native.chase) over working sets from
+One rank walks a random cyclic pointer list (_playground_native.chase) over working sets from
 `min_bytes` to `max_bytes`, detects the plateaus and prints them beside the caches the OS
 reports. With `lmbench: true` it also runs lmbench's `lat_mem_rd -t` (if installed) and puts its
 figure at the same working sets beside every plateau, saying which differ by more than 15%

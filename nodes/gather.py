@@ -2,7 +2,7 @@
 
 out[i] = src[idx[i]] for every element of a float32 array larger than the last-level cache,
 once with idx = 0, 1, 2, ... and once with a random permutation, in C
-(playground._native.gather) and with np.take beside it. Sequential indices use every byte of
+(_playground_native.gather) and with np.take beside it. Sequential indices use every byte of
 each line and let the prefetcher run ahead; random ones pay a miss for 4 useful bytes.
 """
 

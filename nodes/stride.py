@@ -1,7 +1,7 @@
 """Strided reads (seed §1.5): reading fewer elements does not save time until it saves lines.
 
 One rank reads every stride-th float32 of an array larger than the last-level cache with 8
-independent accumulators (playground._native.strided_sum). While stride * 4 B is within one
+independent accumulators (_playground_native.strided_sum). While stride * 4 B is within one
 cache line, every line is still fetched, so the time per pass barely moves; past a line, the
 lines touched halve with each doubling and so, roughly, does the time.
 """

@@ -10,8 +10,8 @@ import psutil
 
 from playground.errors import WaitTimeout
 
-# `-P`: the current directory must not shadow the package the tests imported (in a checkout after
-# `pip install .`, ./playground has no compiled native module; the installed one does).
+# `-P`: the current directory must not shadow the package the tests imported (the installed one
+# under CI, not the checkout's ./playground).
 PLAYGROUND = [sys.executable, "-P", "-m", "playground"]
 
 

@@ -2,6 +2,8 @@
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,18 @@ def test_hierarchical_needs_whole_nodes(runs_dir):
     )
     assert code == 2, out + err
     assert "key 'params.ranks_per_node': must divide the 8 ranks into whole nodes, got 3" in err
+
+
+@pytest.mark.timeout(60)
+def test_the_readme_command_runs_in_the_checkout(tmp_path):
+    """`pip install . && python -m playground run ring ...` typed in the clone: Python imports the
+    checkout's ./playground, which has no compiled module in it; the installed one must still be found."""
+    checkout = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "playground", "run", "ring", "--ranks", "2", "--out", str(tmp_path / "runs")],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 0 and "wrong values: 0 OK" in done.stdout, done.stdout + done.stderr

@@ -27,7 +27,7 @@ receiver that frees a slot rings the waiting sender's bell, so it retries at onc
 
 import os
 
-from playground._native import Mailboxes, copy_payload
+from _playground_native import Mailboxes, copy_payload
 
 SLOTS = 16  # messages in flight per (sender, receiver)
 SLOT_BYTES = 8192  # a 4 KiB array and its header fit; pages are touched only as far as written

@@ -1,4 +1,8 @@
-"""Loads the C module with a message that says how to build it when it is missing."""
+"""Loads the C module with a message that says how to build it when it is missing.
+
+It is a top-level module, not inside the package: `python -m playground` run in a checkout imports
+./playground (pure Python) ahead of the installed package, and still finds the compiled module
+that `pip install .` put beside it in site-packages."""
 
 from types import ModuleType
 
@@ -6,14 +10,14 @@ from playground.errors import ToolMissing
 
 
 def load_native() -> ModuleType:
-    """`playground._native`, or ToolMissing naming the command that builds it."""
+    """`_playground_native`, or ToolMissing naming the command that builds it."""
     try:
-        from playground import _native
+        import _playground_native
     except ImportError as e:
         raise ToolMissing(
-            "the native module playground._native is not built: run `pip install .` "
+            "the native module _playground_native is not built: run `pip install .` "
             "(or `python setup.py build_ext --inplace` in a checkout); it needs a C compiler"
             f" ({e})",
-            tool="playground._native",
+            tool="_playground_native",
         ) from None
-    return _native
+    return _playground_native

@@ -63,13 +63,6 @@ def simulate(
     reduce_op = ReduceOp.parse(op)
     world = SimWorld(machine, data=data)
     world.engine.progress = progress
-    expected: dict[int, np.ndarray | None] = {}  # one process: compute each expected output once
-
-    def want(rank: int):
-        key = rank if collective in ("reduce", "reduce_scatter") else -1
-        if key not in expected:
-            expected[key] = expected_output(collective, rank, n, count, dtype, reduce_op)
-        return expected[key]
 
     def body(comm):
         x = pattern(comm.rank, count, dtype) if data else phantom(count, dtype)

@@ -18,9 +18,10 @@ The model, stated once (the README repeats it):
 - A send completes (its buffer may be reused) when its last byte has left the port.
 """
 
-import heapq
 import math
 from dataclasses import dataclass
+
+from _playground_native import SimNetwork
 
 from playground.models.costs import Link
 
@@ -46,58 +47,21 @@ class Machine:
         return rank // self.ranks_per_node
 
 
-class Network:
-    """Port and CPU occupancy during one simulation (the mutable part of a Machine)."""
+class Network(SimNetwork):
+    """Port and CPU occupancy during one simulation (the mutable part of a Machine), as the model
+    above states it: `transmit(src, dst, nbytes, now)` -> (time its last byte left, arrival),
+    `cpu(now, seconds)` -> when the work ends, and the bytes that crossed within and between nodes.
+    Every message reserves ports, so the arithmetic is native/sim.c's (net_transmit, net_cpu)."""
 
     def __init__(self, machine: Machine):
+        intra, inter = machine.intra, machine.inter
+        super().__init__(
+            machine.num_ranks,
+            machine.ranks_per_node,
+            intra.alpha_s,
+            intra.beta_bytes_per_s,
+            inter.alpha_s,
+            inter.beta_bytes_per_s,
+            machine.cores or 0,
+        )
         self.machine = machine
-        n = machine.num_ranks
-        self._per_node = machine.ranks_per_node
-        self._links = (machine.intra, machine.inter)
-        self._out = ([0.0] * n, [0.0] * n)  # per link kind: when each rank's outgoing port is free
-        self._in = ([0.0] * n, [0.0] * n)
-        self._cores = [0.0] * machine.cores if machine.cores else None
-        self.bytes_between_nodes = 0
-        self.bytes_within_nodes = 0
-
-    def transmit(self, src: int, dst: int, nbytes: int, now: float) -> tuple[float, float]:
-        """Reserve the ports for a message posted at `now`: (time its last byte left, arrival)."""
-        kind = 0 if src // self._per_node == dst // self._per_node else 1
-        link = self._links[kind]
-        out, inn = self._out[kind], self._in[kind]
-        start = max(now, out[src], inn[dst])
-        busy = nbytes / link.beta_bytes_per_s
-        if self._cores is not None:
-            start, busy = self._copy_on_cores(start, link.alpha_s, busy)
-        done = start + busy
-        out[src] = inn[dst] = done
-        if kind:
-            self.bytes_between_nodes += nbytes
-        else:
-            self.bytes_within_nodes += nbytes
-        return done, done + link.alpha_s
-
-    def _copy_on_cores(self, start: float, alpha: float, busy: float) -> tuple[float, float]:
-        """(start, time on the port) of a message whose copies hold CPUs: the sender's copy in and
-        the receiver's copy out, pipelined, each alpha + busy long on a core of its own (how the
-        pingpong that fitted alpha and beta ran), or one after the other on a single core."""
-        cores = self._cores
-        if len(cores) == 1:
-            start = max(start, cores[0])
-            cores[0] = start + 2 * (alpha + busy)
-            return start, alpha + 2 * busy
-        heapq.heappop(cores)  # the two cores that free up first; the later one sets the start
-        start = max(start, heapq.heappop(cores))
-        end = start + alpha + busy
-        heapq.heappush(cores, end)
-        heapq.heappush(cores, end)
-        return start, busy
-
-    def cpu(self, now: float, seconds: float) -> float:
-        """When work of `seconds` started at `now` on a rank ends (waiting for a free core)."""
-        if self._cores is None:
-            return now + seconds
-        start = max(now, self._cores[0])
-        end = start + seconds
-        heapq.heapreplace(self._cores, end)
-        return end

@@ -88,11 +88,12 @@ class ChunkBounds(Sequence):
         return self.num_chunks
 
     def __getitem__(self, i: int) -> tuple[int, int]:
-        n = self.num_chunks
-        if not -n <= i < n:
-            raise IndexError(f"chunk {i} of {n}")
-        i %= n
-        return i * self.count // n, (i + 1) * self.count // n
+        n, count = self.num_chunks, self.count
+        if not 0 <= i < n:
+            if not -n <= i < 0:
+                raise IndexError(f"chunk {i} of {n}")
+            i += n
+        return i * count // n, (i + 1) * count // n
 
 
 def segment_bounds(start: int, stop: int, segment_elems: int) -> list[tuple[int, int]]:
@@ -103,6 +104,8 @@ def segment_bounds(start: int, stop: int, segment_elems: int) -> list[tuple[int,
     """
     if stop <= start:
         return [(start, start)]
+    if stop - start <= segment_elems:  # one segment: most messages, without building a range
+        return [(start, stop)]
     step = max(1, segment_elems)
     return [(a, min(a + step, stop)) for a in range(start, stop, step)]
 

@@ -6,7 +6,7 @@
  * transmit, reserve the ports, push and pop a heap of tuples, deliver, wake, complete), about half
  * of its ~67 thousand instructions, and a heap of tuples of Python floats misses the cache on every
  * comparison once it holds a thousand ranks' events. Here an event is a plain 40-byte record in one
- * array, a rank is a 40-byte record (clock, inbox, its greenlet's switch), and the Python left per
+ * array, a rank is a 40-byte record (clock, inbox, its greenlet), and the Python left per
  * message is the algorithm's and the communicator's own: the collectives still run unchanged, on
  * every simulated rank.
  *
@@ -26,7 +26,7 @@
  *
  * Ownership: the heap holds a reference to each message it will transmit, an inbox to each
  * message delivered and not yet taken; messages hold their engine. Engine.run calls close() at
- * the end, which drops what is left (after a deadlock or an error) and the greenlets' switches.
+ * the end, which drops what is left (after a deadlock or an error) and the greenlets.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -52,7 +52,7 @@ typedef struct {
 typedef struct {
     double t;               /* this rank's clock; never behind the engine's `now` */
     SimMessage *head, *tail; /* delivered, not yet taken: in delivery (= sending-time) order */
-    PyObject *switch_fn;    /* its greenlet's bound switch */
+    PyObject *greenlet;     /* the greenlet running it */
     int waiting;            /* blocked until a delivery wakes it */
 } Rank;
 
@@ -259,7 +259,7 @@ typedef struct {
     double now; /* the time of the last event run */
     double reduce_s_per_byte;
     long long num_events, num_messages, num_switches;
-    PyObject *main_switch, *progress, *phantom;
+    PyObject *main_greenlet, *progress, *phantom;
 } SimEngine;
 
 static PyTypeObject SimEngineType;
@@ -267,10 +267,11 @@ static PyTypeObject SimMessageType;
 
 struct SimMessage {
     PyObject_HEAD
-    PyObject *src, *tag, *kind, *dtype, *shape, *payload; /* the Message fields (payload None: data-free) */
+    /* the Message fields (payload None: data-free), as objects: T_OBJECT_EX members, which Python 3.11
+     * specialises into a load at an offset (LOAD_ATTR_SLOT) */
+    PyObject *src, *tag, *kind, *dtype, *shape, *payload, *count_obj;
     SimEngine *engine;
     SimMessage *next; /* in the receiver's inbox */
-    Py_ssize_t count;
     long long nbytes;
     double sent_at, arrival; /* valid once transmitted */
     int sender, receiver;
@@ -376,14 +377,20 @@ static int run_event(SimEngine *e, Event *ev) {
     return nxt;
 }
 
-static int call_switch(PyObject *fn) {
-    if (fn == NULL) {
+/* greenlet's C API (its capsule, the slot of PyGreenlet_Switch in greenlet.h, "does not change"):
+ * g.switch() without building and parsing an argument tuple for a Python-level call. */
+#define GREENLET_API_SWITCH 6
+typedef PyObject *(*greenlet_switch_t)(PyObject *greenlet, PyObject *args, PyObject *kwargs);
+static greenlet_switch_t greenlet_switch;
+
+static int call_switch(PyObject *glet) {
+    if (glet == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "simulation: a rank without a greenlet");
         return -1;
     }
-    Py_INCREF(fn);
-    PyObject *res = PyObject_CallNoArgs(fn);
-    Py_DECREF(fn);
+    Py_INCREF(glet);
+    PyObject *res = greenlet_switch(glet, NULL, NULL);
+    Py_DECREF(glet);
     if (!res) return -1;
     Py_DECREF(res);
     return 0;
@@ -392,7 +399,7 @@ static int call_switch(PyObject *fn) {
 /* Stop `me` (the running rank) until an event hands it control back: run events in order and switch
  * straight to the first rank one of them wakes (or return if that is `me`). 0, or -1 on error. */
 static int block(SimEngine *e, int me) {
-    if (e->starting) return call_switch(e->main_switch);
+    if (e->starting) return call_switch(e->main_greenlet);
     while (e->heap_len) {
         Event ev = pop_event(e);
         int nxt = run_event(e, &ev);
@@ -400,9 +407,9 @@ static int block(SimEngine *e, int me) {
         if (nxt < 0) continue;
         if (nxt == me) return 0;
         e->num_switches++;
-        return call_switch(e->ranks[nxt].switch_fn); /* back here when an event wakes `me` */
+        return call_switch(e->ranks[nxt].greenlet); /* back here when an event wakes `me` */
     }
-    return call_switch(e->main_switch); /* nothing left to run: the main loop reports the deadlock */
+    return call_switch(e->main_greenlet); /* nothing left to run: the main loop reports the deadlock */
 }
 
 /* `rank` (running) works for `seconds` of CPU, on a free core if they are shared. */
@@ -442,6 +449,11 @@ static int SimEngine_init(SimEngine *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "SimEngine: already initialised");
         return -1;
     }
+    if (greenlet_switch == NULL) {
+        void **api = PyCapsule_Import("greenlet._C_API", 0);
+        if (!api) return -1;
+        greenlet_switch = (greenlet_switch_t)api[GREENLET_API_SWITCH];
+    }
     int n = ((SimNetwork *)net)->num_ranks;
     self->ranks = PyMem_Calloc(n, sizeof(Rank));
     if (!self->ranks) {
@@ -458,17 +470,17 @@ static int SimEngine_init(SimEngine *self, PyObject *args, PyObject *kwds) {
 
 static int SimEngine_traverse(SimEngine *self, visitproc visit, void *arg) {
     Py_VISIT(self->net);
-    Py_VISIT(self->main_switch);
+    Py_VISIT(self->main_greenlet);
     Py_VISIT(self->progress);
     Py_VISIT(self->phantom);
-    for (int r = 0; r < self->num_ranks; r++) Py_VISIT(self->ranks[r].switch_fn);
+    for (int r = 0; r < self->num_ranks; r++) Py_VISIT(self->ranks[r].greenlet);
     return 0;
 }
 
 static int SimEngine_clear(SimEngine *self) {
     drop_messages(self);
-    for (int r = 0; r < self->num_ranks; r++) Py_CLEAR(self->ranks[r].switch_fn);
-    Py_CLEAR(self->main_switch);
+    for (int r = 0; r < self->num_ranks; r++) Py_CLEAR(self->ranks[r].greenlet);
+    Py_CLEAR(self->main_greenlet);
     Py_CLEAR(self->progress);
     Py_CLEAR(self->phantom);
     Py_CLEAR(self->net);
@@ -490,16 +502,16 @@ static PyObject *SimEngine_time_of(SimEngine *self, PyObject *arg) {
     return PyFloat_FromDouble(self->ranks[r].t);
 }
 
-static PyObject *SimEngine_set_switch(SimEngine *self, PyObject *args) {
+static PyObject *SimEngine_set_greenlet(SimEngine *self, PyObject *args) {
     int r;
-    PyObject *fn;
-    if (!PyArg_ParseTuple(args, "iO", &r, &fn)) return NULL;
+    PyObject *glet;
+    if (!PyArg_ParseTuple(args, "iO", &r, &glet)) return NULL;
     if (r == -1) {
-        Py_XSETREF(self->main_switch, Py_NewRef(fn));
+        Py_XSETREF(self->main_greenlet, Py_NewRef(glet));
         Py_RETURN_NONE;
     }
-    if (check_rank(r, self->num_ranks, "set_switch") < 0) return NULL;
-    Py_XSETREF(self->ranks[r].switch_fn, Py_NewRef(fn));
+    if (check_rank(r, self->num_ranks, "set_greenlet") < 0) return NULL;
+    Py_XSETREF(self->ranks[r].greenlet, Py_NewRef(glet));
     Py_RETURN_NONE;
 }
 
@@ -508,26 +520,26 @@ static PyObject *SimEngine_run_events(SimEngine *self, PyObject *unused) {
         Event ev = pop_event(self);
         int nxt = run_event(self, &ev);
         if (nxt == -2) return NULL;
-        if (nxt >= 0 && call_switch(self->ranks[nxt].switch_fn) < 0) return NULL;
+        if (nxt >= 0 && call_switch(self->ranks[nxt].greenlet) < 0) return NULL;
     }
     Py_RETURN_NONE;
 }
 
 static PyObject *SimEngine_close(SimEngine *self, PyObject *unused) {
     drop_messages(self);
-    for (int r = 0; r < self->num_ranks; r++) Py_CLEAR(self->ranks[r].switch_fn);
-    Py_CLEAR(self->main_switch);
+    for (int r = 0; r < self->num_ranks; r++) Py_CLEAR(self->ranks[r].greenlet);
+    Py_CLEAR(self->main_greenlet);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef SimEngine_methods[] = {
     {"time_of", (PyCFunction)SimEngine_time_of, METH_O, "time_of(rank) -> that rank's virtual time, seconds."},
-    {"set_switch", (PyCFunction)SimEngine_set_switch, METH_VARARGS,
-     "set_switch(rank, fn): fn() switches to that rank's greenlet (rank -1: the main one)."},
+    {"set_greenlet", (PyCFunction)SimEngine_set_greenlet, METH_VARARGS,
+     "set_greenlet(rank, greenlet): the greenlet that runs that rank (rank -1: the main one)."},
     {"run_events", (PyCFunction)SimEngine_run_events, METH_NOARGS,
      "Run events in order, switching to each rank one wakes, until none is left or `failed` is set."},
     {"close", (PyCFunction)SimEngine_close, METH_NOARGS,
-     "Drop the events and messages left and the greenlets' switches (the end of a run)."},
+     "Drop the events and messages left and the greenlets (the end of a run)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -572,6 +584,7 @@ static void SimMessage_dealloc(SimMessage *self) {
     Py_XDECREF(self->dtype);
     Py_XDECREF(self->shape);
     Py_XDECREF(self->payload);
+    Py_XDECREF(self->count_obj);
     Py_XDECREF(self->engine);
     Py_TYPE(self)->tp_free((PyObject *)self); /* a Python subclass's type is decref'd by subtype_dealloc */
 }
@@ -592,12 +605,8 @@ static PyObject *SimMessage_array(SimMessage *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "SimMessage.array: the engine has no phantom()");
         return NULL;
     }
-    PyObject *count = PyLong_FromSsize_t(self->count);
-    if (!count) return NULL;
-    PyObject *args[2] = {count, self->dtype};
-    PyObject *res = PyObject_Vectorcall(self->engine->phantom, args, 2, NULL);
-    Py_DECREF(count);
-    return res;
+    PyObject *args[2] = {self->count_obj, self->dtype};
+    return PyObject_Vectorcall(self->engine->phantom, args, 2, NULL);
 }
 
 static PyObject *SimMessage_copy_into(SimMessage *self, PyObject *out) {
@@ -660,8 +669,6 @@ static PyObject *SimMessage_get_done(SimMessage *self, void *closure) {
     return PyBool_FromLong(self->transmitted && self->sent_at <= self->engine->ranks[self->sender].t);
 }
 
-static PyObject *SimMessage_get_count(SimMessage *self, void *closure) { return PyLong_FromSsize_t(self->count); }
-
 static PyObject *SimMessage_get_time(SimMessage *self, void *closure) {
     if (!self->transmitted) Py_RETURN_NONE;
     return PyFloat_FromDouble(closure ? self->arrival : self->sent_at);
@@ -689,19 +696,19 @@ static PyMethodDef SimMessage_methods[] = {
 
 static PyGetSetDef SimMessage_getset[] = {
     {"done", (getter)SimMessage_get_done, NULL, "the send is complete at the sender's time", NULL},
-    {"count", (getter)SimMessage_get_count, NULL, "number of elements", NULL},
     {"sent_at", (getter)SimMessage_get_time, NULL, "when its last byte left (None before)", NULL},
     {"arrival", (getter)SimMessage_get_time, NULL, "when it arrives (None before)", (void *)1},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyMemberDef SimMessage_members[] = {
-    {"src", T_OBJECT, offsetof(SimMessage, src), READONLY, NULL},
-    {"tag", T_OBJECT, offsetof(SimMessage, tag), READONLY, NULL},
-    {"kind", T_OBJECT, offsetof(SimMessage, kind), READONLY, NULL},
-    {"dtype", T_OBJECT, offsetof(SimMessage, dtype), READONLY, NULL},
-    {"shape", T_OBJECT, offsetof(SimMessage, shape), READONLY, NULL},
-    {"payload", T_OBJECT, offsetof(SimMessage, payload), READONLY, "a copy of the array, or None data-free"},
+    {"src", T_OBJECT_EX, offsetof(SimMessage, src), READONLY, NULL},
+    {"tag", T_OBJECT_EX, offsetof(SimMessage, tag), READONLY, NULL},
+    {"kind", T_OBJECT_EX, offsetof(SimMessage, kind), READONLY, NULL},
+    {"dtype", T_OBJECT_EX, offsetof(SimMessage, dtype), READONLY, NULL},
+    {"shape", T_OBJECT_EX, offsetof(SimMessage, shape), READONLY, NULL},
+    {"payload", T_OBJECT_EX, offsetof(SimMessage, payload), READONLY, "a copy of the array, or None data-free"},
+    {"count", T_OBJECT_EX, offsetof(SimMessage, count_obj), READONLY, "number of elements"},
     {"nbytes", T_LONGLONG, offsetof(SimMessage, nbytes), READONLY, NULL},
     {"sender", T_INT, offsetof(SimMessage, sender), READONLY, NULL},
     {"receiver", T_INT, offsetof(SimMessage, receiver), READONLY, NULL},
@@ -736,9 +743,9 @@ static void SimOutgoing_dealloc(SimOutgoing *self) {
 }
 
 static PyMemberDef SimOutgoing_members[] = {
-    {"array", T_OBJECT, offsetof(SimOutgoing, array), READONLY, "fill it, then send_reserved"},
-    {"dst", T_OBJECT, offsetof(SimOutgoing, dst), READONLY, NULL},
-    {"token", T_OBJECT, offsetof(SimOutgoing, token), READONLY, NULL},
+    {"array", T_OBJECT_EX, offsetof(SimOutgoing, array), READONLY, "fill it, then send_reserved"},
+    {"dst", T_OBJECT_EX, offsetof(SimOutgoing, dst), READONLY, NULL},
+    {"token", T_OBJECT_EX, offsetof(SimOutgoing, token), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -835,10 +842,14 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
     m->shape = Py_NewRef(shape);
     m->payload = payload;
     m->engine = (SimEngine *)Py_NewRef(e);
-    m->count = count;
+    m->count_obj = PyLong_FromSsize_t(count);
     m->nbytes = nbytes;
     m->sender = self->rank;
     m->receiver = dst;
+    if (!m->count_obj) {
+        Py_DECREF(m);
+        return NULL;
+    }
     double t = e->ranks[self->rank].t;
     int err;
     if (!e->starting && (e->heap_len == 0 || t <= e->heap[0].t)) {

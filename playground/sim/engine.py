@@ -58,11 +58,11 @@ class Engine(SimEngine):
         """Run fn(rank) on every rank from time 0 to the end; each rank's return value. The first
         error raised on a rank stops the simulation and is raised here."""
         main = getcurrent()
-        self.set_switch(-1, main.switch)
+        self.set_greenlet(-1, main)
         try:
             for proc in self.procs:
                 proc.glet = greenlet(self._body(proc, fn), parent=main)
-                self.set_switch(proc.rank, proc.glet.switch)
+                self.set_greenlet(proc.rank, proc.glet)
             for proc in self.procs:  # each runs until it first blocks, posting its first events
                 proc.glet.switch()
                 if self.failed:

@@ -23,6 +23,9 @@
  *                 the sender's Completion (done once its last byte left). Data-free: its payload
  *                 is None and reductions only cost time; transport.py subclasses it to carry data.
  *   SimTransport  one rank's Transport: send, reserve + send_reserved, send_obj, receive.
+ * Folded (opt-in, playground/sim/fold.py): when every rank's timeline is the same by a symmetry of the
+ * algorithm and the network, rank 0 alone runs; its messages use its own out- and in-port and come
+ * back to it as the messages its images send it.
  *
  * Ownership: the heap holds a reference to each message it will transmit, an inbox to each
  * message delivered and not yet taken; messages hold their engine. Engine.run calls close() at
@@ -37,6 +40,10 @@
 #define PROGRESS_EVENTS (1 << 16) /* progress(engine) every this many events of a long run */
 
 enum { EV_TRANSMIT, EV_RESUME, EV_CPU };
+
+/* Folded (fold.py): rank 0 alone runs, and each message it sends to d comes back to it as the one
+ * its image sends it: from -d (mod N) under rotations, from d under XOR translations. */
+enum { FOLD_NONE, FOLD_ROTATION, FOLD_XOR };
 
 typedef struct SimMessage SimMessage;
 
@@ -102,13 +109,14 @@ static double dheap_pop(double *h, int n) { /* n >= 1 */
 
 static inline double max2(double a, double b) { return b > a ? b : a; }
 
-/* network.py's Network.transmit: (time the last byte left, arrival) of a message posted at `now`. */
-static void net_transmit(SimNetwork *net, int src, int dst, long long nbytes, double now, double *done_s,
-                         double *arrival_s) {
+/* network.py's Network.transmit: (time the last byte left, arrival) of a message from src to dst posted
+ * at `now`, through the in-port of `in_rank` (dst; src itself when folded: fold.py). */
+static void net_transmit(SimNetwork *net, int src, int dst, int in_rank, long long nbytes, double now,
+                         double *done_s, double *arrival_s) {
     int kind = src / net->ranks_per_node != dst / net->ranks_per_node;
     double *out = net->out[kind], *in = net->in[kind];
     double alpha = net->alpha_s[kind];
-    double start = max2(max2(now, out[src]), in[dst]);
+    double start = max2(max2(now, out[src]), in[in_rank]);
     double busy = (double)nbytes / net->beta[kind];
     if (net->cores != NULL) { /* the sender's copy in and the receiver's copy out hold CPUs */
         double *cores = net->cores;
@@ -126,7 +134,7 @@ static void net_transmit(SimNetwork *net, int src, int dst, long long nbytes, do
         }
     }
     double done = start + busy;
-    out[src] = in[dst] = done;
+    out[src] = in[in_rank] = done;
     if (kind)
         net->bytes_between_nodes += nbytes;
     else
@@ -206,7 +214,7 @@ static PyObject *SimNetwork_transmit(SimNetwork *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iiLd", &src, &dst, &nbytes, &now)) return NULL;
     if (check_rank(src, self->num_ranks, "transmit") < 0 || check_rank(dst, self->num_ranks, "transmit") < 0)
         return NULL;
-    net_transmit(self, src, dst, nbytes, now, &done, &arrival);
+    net_transmit(self, src, dst, dst, nbytes, now, &done, &arrival);
     return Py_BuildValue("(dd)", done, arrival);
 }
 
@@ -253,6 +261,7 @@ typedef struct {
     int num_ranks;
     int starting; /* ranks still to start at time 0: nothing runs before they have */
     int failed;   /* a rank raised: the main loop stops */
+    int fold;     /* FOLD_*: one rank stands for all (fold.py) */
     Event *heap;
     Py_ssize_t heap_len, heap_cap;
     uint64_t seq;
@@ -274,7 +283,7 @@ struct SimMessage {
     SimMessage *next; /* in the receiver's inbox */
     long long nbytes;
     double sent_at, arrival; /* valid once transmitted */
-    int sender, receiver;
+    int sender, receiver, dst; /* dst: where it was sent; receiver: whose inbox (the sender itself when folded) */
     char transmitted, waiter; /* waiter: the sender blocks until this message is transmitted */
 };
 
@@ -330,7 +339,7 @@ static Event pop_event(SimEngine *e) {
 static int transmit(SimEngine *e, SimMessage *msg) {
     e->num_messages++;
     int r = msg->receiver;
-    net_transmit(e->net, msg->sender, r, msg->nbytes, e->now, &msg->sent_at, &msg->arrival);
+    net_transmit(e->net, msg->sender, msg->dst, r, msg->nbytes, e->now, &msg->sent_at, &msg->arrival);
     msg->transmitted = 1;
     Rank *rk = &e->ranks[r];
     Py_INCREF(msg);
@@ -440,11 +449,17 @@ static void drop_messages(SimEngine *e) {
 }
 
 static int SimEngine_init(SimEngine *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"network", "reduce_s_per_byte", NULL};
+    static char *kwlist[] = {"network", "reduce_s_per_byte", "fold", NULL};
     PyObject *net;
     double reduce_s_per_byte = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|d", kwlist, &SimNetworkType, &net, &reduce_s_per_byte))
+    int fold = FOLD_NONE;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|di", kwlist, &SimNetworkType, &net, &reduce_s_per_byte,
+                                     &fold))
         return -1;
+    if (fold < FOLD_NONE || fold > FOLD_XOR) {
+        PyErr_Format(PyExc_ValueError, "SimEngine: fold must be 0 (none), 1 (rotation) or 2 (xor), got %d", fold);
+        return -1;
+    }
     if (self->ranks != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "SimEngine: already initialised");
         return -1;
@@ -464,6 +479,7 @@ static int SimEngine_init(SimEngine *self, PyObject *args, PyObject *kwds) {
     Py_INCREF(net);
     self->net = (SimNetwork *)net;
     self->reduce_s_per_byte = reduce_s_per_byte;
+    self->fold = fold;
     self->starting = 1;
     return 0;
 }
@@ -549,6 +565,7 @@ static PyMemberDef SimEngine_members[] = {
     {"num_messages", T_LONGLONG, offsetof(SimEngine, num_messages), READONLY, NULL},
     {"num_switches", T_LONGLONG, offsetof(SimEngine, num_switches), READONLY, NULL},
     {"num_ranks", T_INT, offsetof(SimEngine, num_ranks), READONLY, NULL},
+    {"fold", T_INT, offsetof(SimEngine, fold), READONLY, "0: every rank runs; 1, 2: rank 0 stands for all"},
     {"network", T_OBJECT, offsetof(SimEngine, net), READONLY, NULL},
     {"starting", T_BOOL, offsetof(SimEngine, starting), 0, "ranks still start: a blocking rank returns to main"},
     {"failed", T_BOOL, offsetof(SimEngine, failed), 0, "a rank raised: run_events stops"},
@@ -562,7 +579,7 @@ static PyTypeObject SimEngineType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_playground_native.SimEngine",
     .tp_basicsize = sizeof(SimEngine),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "SimEngine(network, reduce_s_per_byte=0.0): the event queue and the ranks' clocks and inboxes.",
+    .tp_doc = "SimEngine(network, reduce_s_per_byte=0.0, fold=0): the event queue and the ranks' clocks and inboxes.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)SimEngine_init,
     .tp_dealloc = (destructor)SimEngine_dealloc,
@@ -711,7 +728,8 @@ static PyMemberDef SimMessage_members[] = {
     {"count", T_OBJECT_EX, offsetof(SimMessage, count_obj), READONLY, "number of elements"},
     {"nbytes", T_LONGLONG, offsetof(SimMessage, nbytes), READONLY, NULL},
     {"sender", T_INT, offsetof(SimMessage, sender), READONLY, NULL},
-    {"receiver", T_INT, offsetof(SimMessage, receiver), READONLY, NULL},
+    {"receiver", T_INT, offsetof(SimMessage, receiver), READONLY, "whose inbox it goes to"},
+    {"dst", T_INT, offsetof(SimMessage, dst), READONLY, "where it was sent (the receiver, unless folded)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -835,7 +853,13 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
         Py_DECREF(payload);
         return NULL;
     }
-    m->src = Py_NewRef(self->rank_obj);
+    int receiver = dst;
+    if (e->fold == FOLD_NONE) {
+        m->src = Py_NewRef(self->rank_obj);
+    } else { /* what comes back: the message this one's image sends to this rank */
+        receiver = self->rank;
+        m->src = PyLong_FromLong(e->fold == FOLD_ROTATION ? (e->num_ranks - dst) % e->num_ranks : dst);
+    }
     m->tag = Py_NewRef(tag);
     m->kind = Py_NewRef(kind);
     m->dtype = Py_NewRef(dtype);
@@ -845,8 +869,9 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
     m->count_obj = PyLong_FromSsize_t(count);
     m->nbytes = nbytes;
     m->sender = self->rank;
-    m->receiver = dst;
-    if (!m->count_obj) {
+    m->receiver = receiver;
+    m->dst = dst;
+    if (!m->count_obj || !m->src) {
         Py_DECREF(m);
         return NULL;
     }

@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 
 from playground.collectives import ReduceOp, run_collective
-from playground.collectives.check import pattern
+from playground.collectives.check import input_count, pattern
+from playground.collectives.chunks import phantom
 from playground.comm.local import run_local
 from playground.comm.transport import NoRoom
 from playground.models import costs
 from playground.models.costs import PRESETS, Link
 from playground.sim.driver import simulate
 from playground.sim.engine import SimDeadlock
+from playground.sim.fold import ROTATION, XOR, symmetry
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
 
@@ -250,3 +252,50 @@ def test_an_error_on_one_rank_stops_the_simulation_with_it():
 
     with pytest.raises(RuntimeError, match="rank 2 gives up"):
         SimWorld(flat(4)).run(body)
+
+
+def _end_times(machine: Machine, collective: str, algorithm: str, size: int, segment_bytes, fold: bool) -> list:
+    """Every rank's virtual time when the collective returns (folded: rank 0's, standing for all)."""
+    count = input_count(collective, size, 4, machine.num_ranks)
+    kind = symmetry(machine, collective, algorithm, count, data=False) if fold else 0
+    world = SimWorld(machine, data=False, fold=kind)
+    assert world.folded == fold, "this point must fold"
+
+    def body(comm):
+        run_collective(comm, collective, phantom(count, "float32"), ReduceOp.SUM, algorithm, segment_bytes)
+        return world.time_of(comm.rank)
+
+    return world.run(body)
+
+
+@pytest.mark.parametrize(
+    "collective,algorithm,ranks",
+    [
+        ("allreduce", "ring", [2, 3, 5, 8, 12, 64]),
+        ("reduce_scatter", "ring", [3, 8, 12]),
+        ("allgather", "ring", [3, 8, 12]),
+        ("allreduce", "rd", [2, 4, 8, 32]),
+        ("allreduce", "hd", [2, 4, 8, 32]),
+    ],
+)
+@pytest.mark.parametrize("segment_bytes", [None, 48])
+def test_a_folded_simulation_equals_the_exact_one_rank_by_rank(collective, algorithm, ranks, segment_bytes):
+    """--fold runs rank 0 alone for all ranks: every exact rank's end time equals it, to the bit."""
+    for n, link in ((n, link) for n in ranks for link in (LINK, PRESETS["nvlink"])):
+        machine = flat(n, link)
+        for size in (4 * n * 3, 4 * n * 64):
+            folded = _end_times(machine, collective, algorithm, size, segment_bytes, fold=True)
+            exact = _end_times(machine, collective, algorithm, size, segment_bytes, fold=False)
+            assert exact == folded, (n, size)
+
+
+def test_folding_only_where_every_rank_has_the_same_timeline():
+    ring = flat(8)
+    assert symmetry(ring, "allreduce", "ring", 8 * 5, data=False) == ROTATION
+    assert symmetry(flat(16), "allreduce", "rd", 3, data=False) == XOR
+    assert symmetry(ring, "allreduce", "ring", 8 * 5 + 1, data=False) == 0  # one chunk longer
+    assert symmetry(ring, "allreduce", "ring", 8 * 5, data=True) == 0  # rank 0 would get its own data
+    assert symmetry(ring, "allreduce", "tree", 8 * 5, data=False) == 0  # the root is not like the others
+    assert symmetry(flat(12), "allreduce", "hd", 12 * 5, data=False) == 0  # 4 ranks fold in first
+    assert symmetry(flat(8, cores=2), "allreduce", "ring", 8 * 5, data=False) == 0  # shared CPUs
+    assert symmetry(Machine(2, 4, LINK, LINK), "allreduce", "ring", 8 * 5, data=False) == 0  # two kinds of link

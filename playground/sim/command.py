@@ -69,6 +69,12 @@ def add_simulate_parser(sub, func) -> None:
         help="a bench/run directory of this machine (repeatable): its times beside the simulated ones",
     )
     s.add_argument("--crossover", action="store_true", help="where the ring overtakes tree, hd, rd (+ plot)")
+    s.add_argument(
+        "--fold",
+        action="store_true",
+        help="one rank runs for all where the algorithm and the links make every rank's timeline the same "
+        "(ring; rd, hd on a power of two); exact, data-free; the others run as usual",
+    )
     s.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
     s.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
     s.add_argument("--out", default="runs", help="directory for run directories")
@@ -85,7 +91,7 @@ def run_simulate(args) -> int:
         highlight=False,
     )
     trace_dir = run_dir if len(spec.ranks) == 1 else None
-    stats = {"messages": 0, "events": 0, "wall_s": 0.0}
+    stats = {"messages": 0, "events": 0, "wall_s": 0.0, "folded_run": 0}
     t0 = time.perf_counter()
     crossovers = {}
     with progress_bar(err) as progress:
@@ -154,7 +160,7 @@ class _Sweep:
 
 
 def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: dict, running=None) -> dict:
-    data = wants_data(n, size) if spec.data is None else spec.data
+    data = (wants_data(n, size) and not spec.fold) if spec.data is None else spec.data
     row, world = simulate(
         spec.machine(n),
         spec.collective,
@@ -167,11 +173,14 @@ def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: d
         trace_dir=trace_dir,
         trace_messages=n <= TRACE_MESSAGES_MAX_RANKS,
         progress=running,
+        fold=spec.fold,
     )
     stats["events"] += world.engine.num_events
-    stats["messages"] += world.engine.num_messages
+    stats["messages"] += world.num_messages
+    if world.folded:
+        stats["folded_run"] += world.engine.num_messages
     row = model.with_model(spec, row, n)
-    row["mode"] = "data" if data else "sizes"
+    row["mode"] = "folded" if world.folded else "data" if data else "sizes"
     return row
 
 
@@ -198,7 +207,12 @@ def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path, crossov
         + (f"; segments of {format_size(spec.segment_bytes)}" if spec.segment_bytes else "; whole messages"),
         f"wrong values: {sum(r['wrong'] for r in checked)} {'OK' if not failures else 'FAILED'} "
         f"({len(checked)} of {len(rows)} rows carried data and were checked)",
-        f"simulated {stats['messages']:,} messages ({stats['events']:,} events) in {stats['wall_s']:.2f} s",
+        f"simulated {stats['messages']:,} messages ({stats['events']:,} events) in {stats['wall_s']:.2f} s"
+        + (
+            f"; folded rows (mode 'folded'): rank 0 ran {stats['folded_run']:,} of them for all ranks"
+            if stats["folded_run"]
+            else ""
+        ),
     ]
     files = []
     if spec.crossover:

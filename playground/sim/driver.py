@@ -18,6 +18,7 @@ from playground.collectives import ReduceOp, run_collective
 from playground.collectives.check import count_wrong, expected_output, input_count, pattern
 from playground.collectives.chunks import phantom
 from playground.collectives.report import build_row
+from playground.sim.fold import symmetry
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
 from playground.trace import CAT_OP
@@ -55,13 +56,17 @@ def simulate(
     trace_dir: Path | None = None,
     trace_messages: bool = True,
     progress=None,
+    fold: bool = False,
 ) -> tuple[dict, SimWorld]:
-    """(nccl-tests row, the finished world) of one collective in virtual time."""
+    """(nccl-tests row, the finished world) of one collective in virtual time; with `fold`, one
+    rank runs for all where fold.py shows their timelines are the same (`world.folded`)."""
     n = machine.num_ranks
     itemsize = np.dtype(dtype).itemsize
     count = input_count(collective, size_bytes, itemsize, n)
     reduce_op = ReduceOp.parse(op)
-    world = SimWorld(machine, data=data)
+    world = SimWorld(
+        machine, data=data, fold=symmetry(machine, collective, algorithm, count, data) if fold else 0
+    )
     world.engine.progress = progress
 
     def body(comm):
@@ -85,7 +90,9 @@ def simulate(
         return record
 
     with _few_collections():
-        per_rank = world.run(body, trace_dir=trace_dir, trace_messages=trace_messages)
+        per_rank = world.run(
+            body, trace_dir=None if world.folded else trace_dir, trace_messages=trace_messages
+        )
     total = count * n if collective == "allgather" else count
     row = build_row(collective, per_rank, total * itemsize, total, dtype, op, algorithm)
     return {"ranks": n, **row}, world

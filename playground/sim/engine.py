@@ -47,16 +47,17 @@ class Proc:
 
 class Engine(SimEngine):
     """The event queue, the time of the last event run (`now`), the ranks' clocks (`time_of`) and
-    their greenlets (`procs`); `progress(engine)` is called every 65536 events of a long run."""
+    their greenlets (`procs`); `progress(engine)` is called every 65536 events of a long run.
+    Folded (`fold`, fold.py), only rank 0 runs."""
 
-    def __init__(self, network: Network, reduce_s_per_byte: float = 0.0):
-        super().__init__(network, reduce_s_per_byte)
-        self.procs = [Proc(r) for r in range(network.num_ranks)]
+    def __init__(self, network: Network, reduce_s_per_byte: float = 0.0, fold: int = 0):
+        super().__init__(network, reduce_s_per_byte, fold)
+        self.procs = [Proc(r) for r in range(1 if fold else network.num_ranks)]
         self.phantom = phantom  # what a data-free message reads as
 
     def run(self, fn) -> list:
-        """Run fn(rank) on every rank from time 0 to the end; each rank's return value. The first
-        error raised on a rank stops the simulation and is raised here."""
+        """Run fn(rank) on every rank (rank 0 alone when folded) from time 0 to the end; each one's
+        return value. The first error raised on a rank stops the simulation and is raised here."""
         main = getcurrent()
         self.set_greenlet(-1, main)
         try:

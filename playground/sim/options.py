@@ -41,6 +41,7 @@ class SimSpec:
     segment_bytes: int | None
     data: bool | None  # None: with data where small enough (driver.wants_data)
     crossover: bool
+    fold: bool  # one rank runs for all where their timelines are the same (fold.py)
     dtype: str
     op: str
     link_source: str  # what the caption says the links are
@@ -177,6 +178,12 @@ def resolve(args) -> SimSpec:
         raise ScenarioError(f"--cores {args.cores}: expected at least 1 CPU")
     if args.data and max(ranks) > 64:
         raise ScenarioError(f"--data: simulating with real bytes is for at most 64 ranks, got {max(ranks)}")
+    if args.fold and (args.data or per_node or args.cores):
+        flag = "--data" if args.data else "--topology" if per_node else "--cores"
+        raise ScenarioError(
+            f"--fold with {flag}: folding needs data-free messages on one kind of link and no shared "
+            "cores (every rank's timeline the same)"
+        )
     return SimSpec(
         collective=collective,
         algorithms=algorithms,
@@ -189,6 +196,7 @@ def resolve(args) -> SimSpec:
         segment_bytes=segment,
         data=args.data,
         crossover=args.crossover,
+        fold=args.fold,
         dtype=args.dtype,
         op=args.op,
         link_source=source,

@@ -65,18 +65,24 @@ class SimDataMessage(SimMessage):
 
 
 class SimWorld:
-    """A simulated machine and its ranks; `run(fn)` runs fn(comm) on every rank in virtual time."""
+    """A simulated machine and its ranks; `run(fn)` runs fn(comm) on every rank in virtual time.
+    With `fold` (fold.symmetry's, data-free) rank 0 runs for all of them."""
 
-    def __init__(self, machine: Machine, data: bool = True):
-        self.machine, self.data = machine, data
+    def __init__(self, machine: Machine, data: bool = True, fold: int = 0):
+        self.machine, self.data, self.folded = machine, data, bool(fold)
         self.net = Network(machine)
         gamma = machine.gamma_bytes_per_s
         reduce_s_per_byte = 0.0 if math.isinf(gamma) else 1.0 / gamma  # a reduction's CPU time per byte
-        self.engine = Engine(self.net, reduce_s_per_byte)
+        self.engine = Engine(self.net, reduce_s_per_byte, fold)
 
     def time_of(self, rank: int) -> float:
         """Rank `rank`'s virtual time, seconds."""
-        return self.engine.time_of(rank)
+        return self.engine.time_of(0 if self.folded else rank)
+
+    @property
+    def num_messages(self) -> int:
+        """Messages simulated: when folded, each one rank 0 ran stands for one per rank."""
+        return self.engine.num_messages * (self.machine.num_ranks if self.folded else 1)
 
     def run(self, fn, trace_dir=None, trace_messages: bool = True, timeout_s: float = 3600.0) -> list:
         """fn(comm) on every rank; their return values. With `trace_dir`, each rank's events go to
@@ -85,7 +91,7 @@ class SimWorld:
         hosts = [f"node{self.machine.node_of(r)}" for r in range(n)]
         carry = (SimDataMessage, np.empty) if self.data else ()
         comms = []
-        for rank in range(n):
+        for rank in range(1 if self.folded else n):
             tracer = Tracer(
                 rank,
                 None if trace_dir is None else trace_dir / f"rank-{rank}.jsonl",
@@ -96,7 +102,8 @@ class SimWorld:
             transport = SimTransport(engine, rank, *carry)
             comms.append(Communicator(rank, n, transport, tracer=tracer, timeout_s=timeout_s, hosts=hosts))
         try:
-            return engine.run(lambda rank: fn(comms[rank]))
+            results = engine.run(lambda rank: fn(comms[rank]))
+            return results * n if self.folded else results
         finally:
             for comm in comms:
                 comm.tracer.flush()

@@ -335,7 +335,9 @@ static Event pop_event(SimEngine *e) {
 }
 
 /* The event of a message's transmission: reserve its ports, deliver it to the receiver stamped with
- * its arrival, complete the send; the rank to run next (-1: none), or -2 on error. */
+ * its arrival, complete the send. A rank waiting for it (the receiver for a message, the sender for
+ * its completion) is woken by an event at this time, so it runs after the events already due now, in
+ * posting order like every other. 0, or -1 on error. */
 static int transmit(SimEngine *e, SimMessage *msg) {
     e->num_messages++;
     int r = msg->receiver;
@@ -348,17 +350,15 @@ static int transmit(SimEngine *e, SimMessage *msg) {
     else
         rk->head = msg;
     rk->tail = msg;
-    int woken = -1;
     if (rk->waiting) {
         rk->waiting = 0; /* woken once, even if more messages arrive before it runs */
-        woken = r;
+        if (post_event(e, e->now, EV_RESUME, r, NULL, 0.0) < 0) return -1;
     }
     if (msg->waiter) { /* the sender waits for this send to complete */
         msg->waiter = 0;
-        if (woken < 0) return msg->sender;
-        if (post_event(e, e->now, EV_RESUME, msg->sender, NULL, 0.0) < 0) return -2;
+        if (post_event(e, e->now, EV_RESUME, msg->sender, NULL, 0.0) < 0) return -1;
     }
-    return woken;
+    return 0;
 }
 
 /* Run one popped event: the rank it hands control to (-1: none), or -2 on error. */
@@ -368,7 +368,7 @@ static int run_event(SimEngine *e, Event *ev) {
     int nxt;
     switch (ev->kind) {
     case EV_TRANSMIT:
-        nxt = transmit(e, ev->msg);
+        nxt = transmit(e, ev->msg) < 0 ? -2 : -1;
         Py_DECREF(ev->msg);
         break;
     case EV_CPU:
@@ -879,8 +879,7 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
     int err;
     if (!e->starting && (e->heap_len == 0 || t <= e->heap[0].t)) {
         e->now = t; /* nothing can happen before t any more: transmit right away */
-        int woken = transmit(e, m);
-        err = woken == -2 || (woken >= 0 && post_event(e, e->now, EV_RESUME, woken, NULL, 0.0) < 0);
+        err = transmit(e, m) < 0;
     } else {
         err = post_event(e, t, EV_TRANSMIT, self->rank, m, 0.0) < 0;
     }

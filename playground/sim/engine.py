@@ -11,7 +11,10 @@ blocks runs the event loop itself and switches straight to the rank the next eve
 switch per wake-up, no scheduler in between.
 
 Order is deterministic: events run by (time, posting order), and every rank's clock is at or past
-the last event run, so no event is ever posted in the past. All ranks start at time 0: each runs
+the last event run, so no event is ever posted in the past. Waking a rank is an event too, posted
+when the message it waits for is delivered (or its send completes): the woken rank runs after the
+events already due at that instant, so it usually finds its own sends of that instant gone and
+does not stop again for them (one switch a message on a ring, not one and a half). All ranks start at time 0: each runs
 until it first blocks before any event is run. When no event is left but ranks still wait, the
 simulated program deadlocked: `run` raises SimDeadlock naming them.
 

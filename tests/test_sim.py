@@ -254,7 +254,9 @@ def test_an_error_on_one_rank_stops_the_simulation_with_it():
         SimWorld(flat(4)).run(body)
 
 
-def _end_times(machine: Machine, collective: str, algorithm: str, size: int, segment_bytes, fold: bool) -> list:
+def _end_times(
+    machine: Machine, collective: str, algorithm: str, size: int, segment_bytes, fold: bool
+) -> list:
     """Every rank's virtual time when the collective returns (folded: rank 0's, standing for all)."""
     count = input_count(collective, size, 4, machine.num_ranks)
     kind = symmetry(machine, collective, algorithm, count, data=False) if fold else 0
@@ -298,4 +300,6 @@ def test_folding_only_where_every_rank_has_the_same_timeline():
     assert symmetry(ring, "allreduce", "tree", 8 * 5, data=False) == 0  # the root is not like the others
     assert symmetry(flat(12), "allreduce", "hd", 12 * 5, data=False) == 0  # 4 ranks fold in first
     assert symmetry(flat(8, cores=2), "allreduce", "ring", 8 * 5, data=False) == 0  # shared CPUs
-    assert symmetry(Machine(2, 4, LINK, LINK), "allreduce", "ring", 8 * 5, data=False) == 0  # two kinds of link
+    assert (
+        symmetry(Machine(2, 4, LINK, LINK), "allreduce", "ring", 8 * 5, data=False) == 0
+    )  # two kinds of link

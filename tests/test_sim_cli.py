@@ -164,7 +164,10 @@ def test_measured_runs_beside_the_simulation_take_the_median_of_repeats(runs_dir
         (["--sizes", "8..1QB"], "--sizes '8..1QB': expected a byte count"),
         (["--data", "--ranks", "128"], "--data: simulating with real bytes is for at most 64 ranks"),
         (["--model", "nosuch"], "--model 'nosuch': no such preset or file"),
-        (["--fold", "--cores", "2"], "--fold with --cores: folding needs data-free messages on one kind of link"),
+        (
+            ["--fold", "--cores", "2"],
+            "--fold with --cores: folding needs data-free messages on one kind of link",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(runs_dir, args, expect):

@@ -300,6 +300,5 @@ def test_folding_only_where_every_rank_has_the_same_timeline():
     assert symmetry(ring, "allreduce", "tree", 8 * 5, data=False) == 0  # the root is not like the others
     assert symmetry(flat(12), "allreduce", "hd", 12 * 5, data=False) == 0  # 4 ranks fold in first
     assert symmetry(flat(8, cores=2), "allreduce", "ring", 8 * 5, data=False) == 0  # shared CPUs
-    assert (
-        symmetry(Machine(2, 4, LINK, LINK), "allreduce", "ring", 8 * 5, data=False) == 0
-    )  # two kinds of link
+    two_kinds_of_link = Machine(2, 4, LINK, LINK)
+    assert symmetry(two_kinds_of_link, "allreduce", "ring", 8 * 5, data=False) == 0

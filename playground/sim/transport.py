@@ -90,15 +90,17 @@ class SimWorld:
         n, engine = self.machine.num_ranks, self.engine
         hosts = [f"node{self.machine.node_of(r)}" for r in range(n)]
         carry = (SimDataMessage, np.empty) if self.data else ()
+        untraced = Tracer(0, None, enabled=False)  # one for every rank: the communicator asks it per message
         comms = []
         for rank in range(1 if self.folded else n):
-            tracer = Tracer(
-                rank,
-                None if trace_dir is None else trace_dir / f"rank-{rank}.jsonl",
-                enabled=trace_dir is not None,
-                clock_ns=lambda rank=rank: round(engine.time_of(rank) * 1e9),
-                messages=trace_messages,
-            )
+            tracer = untraced
+            if trace_dir is not None:
+                tracer = Tracer(
+                    rank,
+                    trace_dir / f"rank-{rank}.jsonl",
+                    clock_ns=lambda rank=rank: round(engine.time_of(rank) * 1e9),
+                    messages=trace_messages,
+                )
             transport = SimTransport(engine, rank, *carry)
             comms.append(Communicator(rank, n, transport, tracer=tracer, timeout_s=timeout_s, hosts=hosts))
         try:

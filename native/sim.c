@@ -276,15 +276,17 @@ static PyTypeObject SimMessageType;
 
 struct SimMessage {
     PyObject_HEAD
-    /* the Message fields (payload None: data-free), as objects: T_OBJECT_EX members, which Python 3.11
-     * specialises into a load at an offset (LOAD_ATTR_SLOT) */
-    PyObject *src, *tag, *kind, *dtype, *shape, *payload, *count_obj;
+    /* first cache line: what the sender's `done` (asked at each step of a long ring, when the
+     * message is cold) and the receiver's `landed` read */
     SimEngine *engine;
-    SimMessage *next; /* in the receiver's inbox */
-    long long nbytes;
     double sent_at, arrival; /* valid once transmitted */
     int sender, receiver, dst; /* dst: where it was sent; receiver: whose inbox (the sender itself when folded) */
     char transmitted, waiter; /* waiter: the sender blocks until this message is transmitted */
+    /* the Message fields (payload None: data-free), as objects: T_OBJECT_EX members, which Python 3.11
+     * specialises into a load at an offset (LOAD_ATTR_SLOT) */
+    PyObject *src, *tag, *kind, *dtype, *shape, *payload, *count_obj;
+    SimMessage *next; /* in the receiver's inbox */
+    long long nbytes;
 };
 
 static inline int ev_before(const Event *a, const Event *b) {

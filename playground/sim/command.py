@@ -87,7 +87,7 @@ def run_simulate(args) -> int:
     run_dir = make_run_dir(Path(args.out), f"simulate-{spec.collective}")
     (run_dir / "simulation.yaml").write_text(yaml.safe_dump(_describe(spec), sort_keys=False))
     console.print(
-        f"[bold]simulate {spec.collective}[/bold]: {_ranks_text(spec)} ranks, {spec.link_source} -> {run_dir}",
+        f"[bold]simulate {spec.collective}[/bold]: {', '.join(map(str, spec.ranks))} ranks, {spec.link_source} -> {run_dir}",
         highlight=False,
     )
     trace_dir = run_dir if len(spec.ranks) == 1 else None
@@ -222,10 +222,6 @@ def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path, crossov
         tables.append(table)
         files.append(plot_crossover(spec, table.rows, run_dir / "crossover.png"))
     return Report(ok=not failures, tables=tables, notes=notes, failures=failures, files=files)
-
-
-def _ranks_text(spec: SimSpec) -> str:
-    return ", ".join(map(str, spec.ranks))
 
 
 def _describe(spec: SimSpec) -> dict:

@@ -345,12 +345,12 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_playground_native",
     "Timed memory loops for the memory lab (pointer chase, strided read, gather) and the shared-memory "
-    "path's mailboxes (mailbox.c), GIL released while they run or wait; the simulator's event core (sim.c).",
+    "path's mailboxes (mailbox.c), GIL released while they run or wait; the simulator's event core (sim_*.c).",
     -1, methods,
 };
 
 int add_mailbox_type(PyObject *module); /* mailbox.c: the shared-memory path's messages */
-int add_sim_types(PyObject *module);    /* sim.c: the simulator's event core */
+int add_sim_types(PyObject *module);    /* sim_*.c: the simulator's event core */
 
 PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);

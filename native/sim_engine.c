@@ -1,0 +1,308 @@
+/*
+ * SimEngine: the event queue (a binary heap of 40-byte Event records, by time then posting order),
+ * the ranks' records (clock, inbox, greenlet) and the blocking that switches straight to the rank
+ * the next event wakes, as playground/sim/engine.py's docstring states them.
+ */
+#include "sim.h"
+
+static inline int ev_before(const Event *a, const Event *b) {
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+int sim_post_event(SimEngine *e, double t, int kind, int rank, SimMessage *msg, double seconds) {
+    if (e->heap_len == e->heap_cap) {
+        Py_ssize_t cap = e->heap_cap ? 2 * e->heap_cap : 64;
+        Event *h = PyMem_Realloc(e->heap, cap * sizeof(Event));
+        if (!h) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        e->heap = h, e->heap_cap = cap;
+    }
+    Event ev = {t, ++e->seq, msg, seconds, kind, rank};
+    Py_XINCREF(msg);
+    Event *h = e->heap;
+    Py_ssize_t i = e->heap_len++;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (!ev_before(&ev, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = ev;
+    return 0;
+}
+
+static Event pop_event(SimEngine *e) {
+    Event *h = e->heap, top = h[0];
+    Py_ssize_t n = --e->heap_len;
+    if (n > 0) {
+        Event last = h[n];
+        Py_ssize_t i = 0;
+        for (;;) {
+            Py_ssize_t c = 2 * i + 1;
+            if (c >= n) break;
+            if (c + 1 < n && ev_before(&h[c + 1], &h[c])) c++;
+            if (!ev_before(&h[c], &last)) break;
+            h[i] = h[c];
+            i = c;
+        }
+        h[i] = last;
+    }
+    return top;
+}
+
+/* The event of a message's transmission: reserve its ports, deliver it to the receiver stamped with
+ * its arrival, complete the send. A rank waiting for it (the receiver for a message, the sender for
+ * its completion) is woken by an event at this time, so it runs after the events already due now, in
+ * posting order like every other. 0, or -1 on error. */
+int sim_transmit(SimEngine *e, SimMessage *msg) {
+    e->num_messages++;
+    int r = msg->receiver;
+    net_transmit(e->net, msg->sender, msg->dst, r, msg->nbytes, e->now, &msg->sent_at, &msg->arrival);
+    msg->transmitted = 1;
+    Rank *rk = &e->ranks[r];
+    Py_INCREF(msg);
+    if (rk->tail)
+        rk->tail->next = msg;
+    else
+        rk->head = msg;
+    rk->tail = msg;
+    if (rk->waiting) {
+        rk->waiting = 0; /* woken once, even if more messages arrive before it runs */
+        if (sim_post_event(e, e->now, EV_RESUME, r, NULL, 0.0) < 0) return -1;
+    }
+    if (msg->waiter) { /* the sender waits for this send to complete */
+        msg->waiter = 0;
+        if (sim_post_event(e, e->now, EV_RESUME, msg->sender, NULL, 0.0) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Run one popped event: the rank it hands control to (-1: none), or -2 on error. */
+static int run_event(SimEngine *e, Event *ev) {
+    e->now = ev->t;
+    e->num_events++;
+    int nxt;
+    switch (ev->kind) {
+    case EV_TRANSMIT:
+        nxt = sim_transmit(e, ev->msg) < 0 ? -2 : -1;
+        Py_DECREF(ev->msg);
+        break;
+    case EV_CPU:
+        e->ranks[ev->rank].t = net_cpu(e->net, e->now, ev->seconds);
+        nxt = ev->rank;
+        break;
+    default:
+        nxt = ev->rank;
+    }
+    if (nxt > -2 && e->progress != NULL && e->progress != Py_None && !(e->num_events % PROGRESS_EVENTS)) {
+        PyObject *res = PyObject_CallOneArg(e->progress, (PyObject *)e);
+        if (!res) return -2;
+        Py_DECREF(res);
+    }
+    return nxt;
+}
+
+/* greenlet's C API (its capsule, the slot of PyGreenlet_Switch in greenlet.h, "does not change"):
+ * g.switch() without building and parsing an argument tuple for a Python-level call. */
+#define GREENLET_API_SWITCH 6
+typedef PyObject *(*greenlet_switch_t)(PyObject *greenlet, PyObject *args, PyObject *kwargs);
+static greenlet_switch_t greenlet_switch;
+
+static int call_switch(PyObject *glet) {
+    if (glet == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "simulation: a rank without a greenlet");
+        return -1;
+    }
+    Py_INCREF(glet);
+    PyObject *res = greenlet_switch(glet, NULL, NULL);
+    Py_DECREF(glet);
+    if (!res) return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+/* Stop `me` (the running rank) until an event hands it control back: run events in order and switch
+ * straight to the first rank one of them wakes (or return if that is `me`). 0, or -1 on error. */
+int sim_block(SimEngine *e, int me) {
+    if (e->starting) return call_switch(e->main_greenlet);
+    while (e->heap_len) {
+        Event ev = pop_event(e);
+        int nxt = run_event(e, &ev);
+        if (nxt == -2) return -1;
+        if (nxt < 0) continue;
+        if (nxt == me) return 0;
+        e->num_switches++;
+        return call_switch(e->ranks[nxt].greenlet); /* back here when an event wakes `me` */
+    }
+    return call_switch(e->main_greenlet); /* nothing left to run: the main loop reports the deadlock */
+}
+
+/* `rank` (running) works for `seconds` of CPU, on a free core if they are shared. */
+int sim_compute(SimEngine *e, int rank, double seconds) {
+    if (e->net->cores == NULL) {
+        e->ranks[rank].t += seconds;
+        return 0;
+    }
+    if (sim_post_event(e, e->ranks[rank].t, EV_CPU, rank, NULL, seconds) < 0) return -1;
+    return sim_block(e, rank);
+}
+
+static void drop_messages(SimEngine *e) {
+    while (e->heap_len) {
+        Event ev = e->heap[--e->heap_len];
+        Py_XDECREF(ev.msg);
+    }
+    for (int r = 0; r < e->num_ranks; r++) {
+        SimMessage *m = e->ranks[r].head;
+        e->ranks[r].head = e->ranks[r].tail = NULL;
+        while (m) {
+            SimMessage *next = m->next;
+            m->next = NULL;
+            Py_DECREF(m);
+            m = next;
+        }
+    }
+}
+
+static int SimEngine_init(SimEngine *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"network", "reduce_s_per_byte", "fold", NULL};
+    PyObject *net;
+    double reduce_s_per_byte = 0.0;
+    int fold = FOLD_NONE;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|di", kwlist, &SimNetworkType, &net, &reduce_s_per_byte,
+                                     &fold))
+        return -1;
+    if (fold < FOLD_NONE || fold > FOLD_XOR) {
+        PyErr_Format(PyExc_ValueError, "SimEngine: fold must be 0 (none), 1 (rotation) or 2 (xor), got %d", fold);
+        return -1;
+    }
+    if (self->ranks != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "SimEngine: already initialised");
+        return -1;
+    }
+    if (greenlet_switch == NULL) {
+        void **api = PyCapsule_Import("greenlet._C_API", 0);
+        if (!api) return -1;
+        greenlet_switch = (greenlet_switch_t)api[GREENLET_API_SWITCH];
+    }
+    int n = ((SimNetwork *)net)->num_ranks;
+    self->ranks = PyMem_Calloc(n, sizeof(Rank));
+    if (!self->ranks) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->num_ranks = n;
+    Py_INCREF(net);
+    self->net = (SimNetwork *)net;
+    self->reduce_s_per_byte = reduce_s_per_byte;
+    self->fold = fold;
+    self->starting = 1;
+    return 0;
+}
+
+static int SimEngine_traverse(SimEngine *self, visitproc visit, void *arg) {
+    Py_VISIT(self->net);
+    Py_VISIT(self->main_greenlet);
+    Py_VISIT(self->progress);
+    Py_VISIT(self->phantom);
+    for (int r = 0; r < self->num_ranks; r++) Py_VISIT(self->ranks[r].greenlet);
+    return 0;
+}
+
+static int SimEngine_clear(SimEngine *self) {
+    drop_messages(self);
+    for (int r = 0; r < self->num_ranks; r++) Py_CLEAR(self->ranks[r].greenlet);
+    Py_CLEAR(self->main_greenlet);
+    Py_CLEAR(self->progress);
+    Py_CLEAR(self->phantom);
+    Py_CLEAR(self->net);
+    return 0;
+}
+
+static void SimEngine_dealloc(SimEngine *self) {
+    PyObject_GC_UnTrack(self);
+    if (self->ranks) SimEngine_clear(self);
+    PyMem_Free(self->ranks);
+    PyMem_Free(self->heap);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *SimEngine_time_of(SimEngine *self, PyObject *arg) {
+    int r = PyLong_AsLong(arg);
+    if (r == -1 && PyErr_Occurred()) return NULL;
+    if (sim_check_rank(r, self->num_ranks, "time_of") < 0) return NULL;
+    return PyFloat_FromDouble(self->ranks[r].t);
+}
+
+static PyObject *SimEngine_set_greenlet(SimEngine *self, PyObject *args) {
+    int r;
+    PyObject *glet;
+    if (!PyArg_ParseTuple(args, "iO", &r, &glet)) return NULL;
+    if (r == -1) {
+        Py_XSETREF(self->main_greenlet, Py_NewRef(glet));
+        Py_RETURN_NONE;
+    }
+    if (sim_check_rank(r, self->num_ranks, "set_greenlet") < 0) return NULL;
+    Py_XSETREF(self->ranks[r].greenlet, Py_NewRef(glet));
+    Py_RETURN_NONE;
+}
+
+static PyObject *SimEngine_run_events(SimEngine *self, PyObject *unused) {
+    while (self->heap_len && !self->failed) {
+        Event ev = pop_event(self);
+        int nxt = run_event(self, &ev);
+        if (nxt == -2) return NULL;
+        if (nxt >= 0 && call_switch(self->ranks[nxt].greenlet) < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *SimEngine_close(SimEngine *self, PyObject *unused) {
+    drop_messages(self);
+    for (int r = 0; r < self->num_ranks; r++) Py_CLEAR(self->ranks[r].greenlet);
+    Py_CLEAR(self->main_greenlet);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef SimEngine_methods[] = {
+    {"time_of", (PyCFunction)SimEngine_time_of, METH_O, "time_of(rank) -> that rank's virtual time, seconds."},
+    {"set_greenlet", (PyCFunction)SimEngine_set_greenlet, METH_VARARGS,
+     "set_greenlet(rank, greenlet): the greenlet that runs that rank (rank -1: the main one)."},
+    {"run_events", (PyCFunction)SimEngine_run_events, METH_NOARGS,
+     "Run events in order, switching to each rank one wakes, until none is left or `failed` is set."},
+    {"close", (PyCFunction)SimEngine_close, METH_NOARGS,
+     "Drop the events and messages left and the greenlets (the end of a run)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef SimEngine_members[] = {
+    {"now", T_DOUBLE, offsetof(SimEngine, now), READONLY, "the time of the last event run, seconds"},
+    {"num_events", T_LONGLONG, offsetof(SimEngine, num_events), READONLY, NULL},
+    {"num_messages", T_LONGLONG, offsetof(SimEngine, num_messages), READONLY, NULL},
+    {"num_switches", T_LONGLONG, offsetof(SimEngine, num_switches), READONLY, NULL},
+    {"num_ranks", T_INT, offsetof(SimEngine, num_ranks), READONLY, NULL},
+    {"fold", T_INT, offsetof(SimEngine, fold), READONLY, "0: every rank runs; 1, 2: rank 0 stands for all"},
+    {"network", T_OBJECT, offsetof(SimEngine, net), READONLY, NULL},
+    {"starting", T_BOOL, offsetof(SimEngine, starting), 0, "ranks still start: a blocking rank returns to main"},
+    {"failed", T_BOOL, offsetof(SimEngine, failed), 0, "a rank raised: run_events stops"},
+    {"progress", T_OBJECT, offsetof(SimEngine, progress), 0,
+     "progress(engine), called every 65536 events of a long run (None: never)"},
+    {"phantom", T_OBJECT, offsetof(SimEngine, phantom), 0, "phantom(count, dtype): a data-free array"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject SimEngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_playground_native.SimEngine",
+    .tp_basicsize = sizeof(SimEngine),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "SimEngine(network, reduce_s_per_byte=0.0, fold=0): the event queue and the ranks' clocks and inboxes.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)SimEngine_init,
+    .tp_dealloc = (destructor)SimEngine_dealloc,
+    .tp_traverse = (traverseproc)SimEngine_traverse,
+    .tp_clear = (inquiry)SimEngine_clear,
+    .tp_methods = SimEngine_methods,
+    .tp_members = SimEngine_members,
+};

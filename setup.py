@@ -38,7 +38,13 @@ setup(
     ext_modules=[
         Extension(
             "_playground_native",
-            sources=["native/native.c", "native/mailbox.c", "native/sim_network.c", "native/sim_engine.c", "native/sim_transport.c"],
+            sources=[
+                "native/native.c",
+                "native/mailbox.c",
+                "native/sim_network.c",
+                "native/sim_engine.c",
+                "native/sim_transport.c",
+            ],
             extra_compile_args=["-O2", "-std=gnu11"],
         )
     ],

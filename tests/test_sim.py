@@ -76,7 +76,7 @@ def test_ring_state_per_rank_does_not_grow_with_n():
 
 
 def test_the_simulator_runs_no_python_per_message():
-    """Its cost pinned by structure, not seconds: the event core is native (native/sim.c), so no
+    """Its cost pinned by structure, not seconds: the event core is native (native/sim_*.c), so no
     Python function of playground/sim/ runs per message, only per rank, and a ring message costs
     the engine two events (its transmission, its receiver's wake-up) and one greenlet switch. The
     Python a message still costs is the algorithm's and the communicator's (docs/simulator.md)."""

@@ -19,7 +19,7 @@ until it first blocks before any event is run. When no event is left but ranks s
 simulated program deadlocked: `run` raises SimDeadlock naming them.
 
 The queue, the clocks, the inboxes and the blocking are the native module's SimEngine
-(native/sim.c): an event is a plain record in one array, not a tuple of Python objects, and a
+(native/sim_engine.c): an event is a plain record in one array, not a tuple of Python objects, and a
 message costs no Python call of the simulator's own. This class starts the greenlets and reports.
 """
 

@@ -10,7 +10,7 @@ other gives every rank the same virtual timeline:
 Rank 0 then runs alone, the algorithm's own code through the ordinary Communicator. A message it
 sends to rank d reserves its own out-port and, standing for d's in-port (in the same state, by
 the symmetry), its own in-port, and comes back to rank 0 as the message rank 0's image sends it:
-from -d under rotations, from d under XOR, with the same tag, bytes and times (native/sim.c,
+from -d under rotations, from d under XOR, with the same tag, bytes and times (native/sim_transport.c,
 post). Each port then serves one sender in its own order, so how ties between ranks are broken
 does not matter. A ring all-reduce costs 2(N-1) messages instead of 2N(N-1).
 

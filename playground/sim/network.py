@@ -51,7 +51,7 @@ class Network(SimNetwork):
     """Port and CPU occupancy during one simulation (the mutable part of a Machine), as the model
     above states it: `transmit(src, dst, nbytes, now)` -> (time its last byte left, arrival),
     `cpu(now, seconds)` -> when the work ends, and the bytes that crossed within and between nodes.
-    Every message reserves ports, so the arithmetic is native/sim.c's (net_transmit, net_cpu)."""
+    Every message reserves ports, so the arithmetic is native/sim_network.c's (net_transmit, net_cpu)."""
 
     def __init__(self, machine: Machine):
         intra, inter = machine.intra, machine.inter

@@ -11,8 +11,10 @@ Rank 0 then runs alone, the algorithm's own code through the ordinary Communicat
 sends to rank d reserves its own out-port and, standing for d's in-port (in the same state, by
 the symmetry), its own in-port, and comes back to rank 0 as the message rank 0's image sends it:
 from -d under rotations, from d under XOR, with the same tag, bytes and times (native/sim_transport.c,
-post). Each port then serves one sender in its own order, so how ties between ranks are broken
-does not matter. A ring all-reduce costs 2(N-1) messages instead of 2N(N-1).
+post). Two ranks' messages never claim one port at the same instant (the ring's ports each serve one
+neighbour; under XOR a rank's next partner sends only after the previous step's message arrived),
+so how the exact mode breaks ties between ranks cannot tell the two apart. A ring all-reduce costs
+2(N-1) messages instead of 2N(N-1).
 
 It is exact, not an estimate: tests/test_sim.py checks every folded time against the exact
 simulation's, rank by rank. Anything else (tree, hier, a topology, shared cores, data, uneven

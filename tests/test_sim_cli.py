@@ -94,6 +94,21 @@ def test_crossover_table_and_plot(runs_dir):
             assert r["sim_tree_bytes"] >= r["model_tree_bytes"] > r["sim_tree_bytes"] / 8
 
 
+def test_fold_runs_one_rank_for_the_ranks_that_share_a_timeline(runs_dir):
+    """--fold: the 1024-rank ring runs rank 0 alone (2,046 messages for 2,095,104) and still meets
+    its closed form; the tree, whose root is not like the others, runs every rank."""
+    proc, result = simulate(
+        runs_dir, "allreduce", "--algo", "ring,tree", "--ranks", "1024", "--sizes", "1GiB", "--fold"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ring, tree = result["rows"]
+    assert (ring["mode"], tree["mode"]) == ("folded", "sizes")
+    assert ring["vs_model"] == pytest.approx(1.0, rel=1e-9) and tree["vs_model"] == pytest.approx(
+        1.0, rel=1e-9
+    )
+    assert "rank 0 ran 2,046 of them for all ranks" in proc.stdout
+
+
 def test_topology_with_the_hierarchical_algorithm(runs_dir):
     proc, result = simulate(
         runs_dir, "allreduce", "--topology", "4x4", "--intra", "nvlink", "--inter", "ib", "--algo", "ring,hier",

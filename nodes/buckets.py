@@ -17,9 +17,10 @@ import numpy as np
 from playground.buckets import buckets_report
 from playground.buckets.architectures import gradient_elements
 from playground.buckets.bucketing import Bucket, schedules
-from playground.buckets.gradients import count_wrong_sums, make_base, rank_gradient
+from playground.buckets.gradients import expected_sum, make_base, rank_gradient
 from playground.buckets.pingpong import measure_alpha_beta
 from playground.collectives import allreduce
+from playground.collectives.check import Tally
 from playground.errors import ParamError
 from playground.report import Report
 from playground.sizes import Size
@@ -80,8 +81,9 @@ class Params:
 
 
 def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Bucket], p: Params, tick) -> dict:
-    """Warm-up, then `iters` timed passes; every pass's results are checked after its timing."""
-    times_s, sent_bytes, wrong = [], 0, 0
+    """Warm-up, then `iters` timed passes; every pass's results, warm-up included, are checked
+    after its timing."""
+    times_s, sent_bytes, tally = [], 0, Tally(warmup=p.warmup)
     views = [grads[offsets[b.first] : offsets[b.first + b.num_tensors]] for b in buckets]
     for it in range(p.warmup + p.iters):
         comm.barrier()
@@ -96,13 +98,12 @@ def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Buck
         if it >= p.warmup:
             times_s.append(dt)
             sent_bytes = comm.bytes_sent - sent0
-        wrong += sum(
-            count_wrong_sums(out, view, comm.rank, comm.size) for out, view in zip(outs, views, strict=True)
-        )
+        for b, out, view in zip(buckets, outs, views, strict=True):
+            tally.check(out, expected_sum(view, comm.rank, comm.size), it, bucket=b.index)
         del outs
         comm.tracer.flush()
         tick()
-    return {"times_s": times_s, "sent_bytes": sent_bytes, "wrong": wrong}
+    return {"times_s": times_s, "sent_bytes": sent_bytes, **tally.record()}
 
 
 def main(comm, params: Params) -> dict:

@@ -21,6 +21,7 @@ from playground.buckets.bucketing import MIB, Bucket, assign_buckets, per_tensor
 from playground.buckets.comm_thread import CommThread
 from playground.buckets.compute import Burner
 from playground.buckets.gradients import make_base
+from playground.collectives.check import Tally
 from playground.errors import ParamError
 from playground.report import Report
 from playground.sizes import Size
@@ -99,11 +100,12 @@ def main(comm, params: Params) -> dict:
             "views": views,
             "algorithm": params.algorithm,
         }
-        per_mode = {}
+        per_mode, checked = {}, {}
         for mode in MODES:
             if mode == "overlap":
                 ctx["thread"] = CommThread(comm, views, params.algorithm, {"setting": s.name, "mode": mode})
             steps = []
+            ctx["tally"] = checked[mode] = Tally(warmup=params.warmup)  # warm-up steps are checked too
             try:
                 for it in range(params.warmup + params.iters):
                     comm.progress(done, steps_total, f"{s.name} {mode}")
@@ -121,10 +123,11 @@ def main(comm, params: Params) -> dict:
                 "num_buckets": len(buckets),
                 "bucket_bytes": [b.num_bytes for b in buckets],
                 "modes": per_mode,
+                "checked": {mode: tally.record() for mode, tally in checked.items()},
             }
         )
     comm.progress(done, steps_total, "done")
-    wrong = sum(st["wrong"] for r in out for steps in r["modes"].values() for st in steps)
+    wrong = sum(c["wrong"] for r in out for c in r["checked"].values())
     return {"ok": wrong == 0, "settings": out, "units_per_ms": units_per_ms, "wrong": wrong}
 
 

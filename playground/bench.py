@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.report import COLUMNS, add_model_columns, with_model_columns
+from playground.collectives.report import COLUMNS, add_model_columns, with_model_columns, wrong_row_failures
 from playground.errors import ScenarioError
 from playground.models.calibration import model_from_spec
 from playground.models.costs import PRESETS, Link
@@ -175,7 +175,9 @@ def _run_baselines(args, scenario, sizes, baselines, result) -> int:
             failed = True
             continue
         extra_rows += rows
-        failed |= any(r["wrong"] > 0 for r in rows)
+        for line in wrong_row_failures(rows, args.collective):
+            err.print(f"[bold red]FAILED[/bold red] baseline {name}: {line}", highlight=False)
+            failed = True
     if extra_rows:
         table = baseline_table(args.collective, scenario.ranks, extra_rows, result.get("model"))
         render_table(table, console)

@@ -123,6 +123,15 @@ class WireError(CommError, ValueError):
     rank that is not in the run). A ValueError too, as the header decoder's errors always were."""
 
 
+class ResultMismatch(PlaygroundError):
+    """Data came back other than it was sent, where the run cannot go on (a ping-pong's echo):
+    `rank` saw it, `what` says what was wrong and where first."""
+
+    def __init__(self, rank: int, what: str):
+        self.rank, self.what = rank, what
+        super().__init__(f"rank {rank}: {what}")
+
+
 class ScenarioMismatch(PlaygroundError):
     """The ranks of one run resolved different scenarios (under another launcher each process loads
     its own); the coordinator finds it at rendezvous and tells every rank."""

@@ -104,8 +104,15 @@ def render_table(table: Table, console: Console) -> None:
         )
         rt.add_column(header, justify="right" if numeric else "left")
     for row in table.rows:
-        rt.add_row(*(format_cell(row.get(k)) for k in columns))
+        rt.add_row(*(_cell(k, row.get(k)) for k in columns))
     console.print(rt)
+
+
+def _cell(key: str, value: Any) -> str:
+    """A wrong-element count of -1 means the row was not checked: nccl-tests prints N/A."""
+    if value == -1 and key.endswith("wrong") and not isinstance(value, bool):
+        return "n/a"
+    return format_cell(value)
 
 
 def render_report(report: Report, console: Console) -> None:

@@ -109,6 +109,19 @@ def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Repo
         )
 
 
+def unfired_fault(scenario: Scenario, results: list[dict]) -> list[str]:
+    """A note when the scenario's rank fault never fired (its rank posted too few messages, or, for
+    `corrupt`, no array after `after_ops`), so a drill that tested nothing does not look passed."""
+    fault = scenario.fault
+    unfired = [(r, res["fault_unfired"]) for r, res in enumerate(results) if res and "fault_unfired" in res]
+    what = "posted no array from then on" if fault.action == "corrupt" else "posted no more"
+    return [
+        f"fault: {fault.action} on rank {rank} never fired: after post {fault.after_ops} it {what} "
+        f"({info['num_posts']} posts in all); choose another fault.rank or a smaller fault.after_ops"
+        for rank, info in unfired
+    ]
+
+
 def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path) -> dict:
     ok = outcome.ok and report.ok
     return {
@@ -211,6 +224,8 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
     report = summarize(scenario, outcome, run_dir) if not outcome.interrupted else Report(False, [])
     if scenario.hosts and report.tables:
         report = dataclasses.replace(report, notes=[*report.notes, f"hosts: {describe_hosts(scenario)}"])
+    if scenario.fault is not None and outcome.ok:
+        report = dataclasses.replace(report, notes=[*report.notes, *unfired_fault(scenario, outcome.results)])
     result = result_dict(scenario, outcome, report, run_dir)
     write_result(run_dir, result)
     print_outcome(outcome, report, run_dir, console, err)

@@ -80,13 +80,13 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         transport = end.connect(endpoints)
         end = None  # the transport owns it now
         transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
-        fault = scenario.fault
+        fault, faulty = scenario.fault, None
         if fault is not None and fault.counting_rank(scenario.placement) == env.rank:
 
             def request(action: str) -> None:
                 rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
 
-            transport = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request)
+            transport = faulty = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request)
         comm = Communicator(
             env.rank,
             env.world_size,
@@ -107,6 +107,8 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             result = {"value": result}
         result.setdefault("bytes_sent", comm.bytes_sent)
         result.setdefault("bytes_received", comm.bytes_received)
+        if faulty is not None and faulty.armed:  # the drill never fired: the report says so
+            result["fault_unfired"] = {"num_posts": faulty.num_ops}
         rendezvous.send_ctrl(ctrl, {"type": "done", "rank": env.rank, "result": result})
         rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0

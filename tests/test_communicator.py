@@ -251,7 +251,7 @@ def test_fault_drills_wrap_the_transport(kind, tmp_path):
 
     ops, got = run(kind, tmp_path, 2, body)
     assert ops == 4
-    assert got == [[0, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]]
+    assert got == [[0, 0, 0, 0], [0x40, 0, 0, 0], [0, 0, 0, 0]]
 
     def raising(comm):
         if comm.rank == 0:

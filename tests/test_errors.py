@@ -60,6 +60,7 @@ def test_errors_py_holds_the_classes_we_document():
         "ParamError",
         "EmulationError",
         "ScenarioMismatch",
+        "ResultMismatch",
         "CommError",
         "CommTimeout",
         "PeerLost",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from playground.collectives.check import describe_first_wrong, earliest_first_wrong
 from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
 from playground.plot import figure
 from playground.report import Report, Table
@@ -69,6 +70,9 @@ def combine(results: list[dict], params) -> list[dict]:
                 "wrong": sum(r["wrong"] for r in per_rank),
             }
         )
+        first = earliest_first_wrong(per_rank)
+        if first:
+            rows[-1]["first_wrong"] = first
     return rows
 
 
@@ -104,7 +108,9 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
     rows = combine(results, params)
     r0 = results[0]
     failures = [
-        f"{r['strategy']}: {r['wrong']} wrong elements (summed over ranks)" for r in rows if r["wrong"]
+        f"{r['strategy']}: {r['wrong']} wrong elements (summed over ranks; {describe_first_wrong(r['first_wrong'])})"
+        for r in rows
+        if r["wrong"]
     ]
     scaled = "real sizes" if params.scale == 1 else f"sizes x{params.scale:g} (tensors and caps)"
     title = (

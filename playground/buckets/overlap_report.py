@@ -9,6 +9,7 @@ from playground.buckets.backward import MODES
 from playground.buckets.bucketing import Bucket
 from playground.buckets.buckets_report import load_average_note
 from playground.buckets.overlap import StepTimes, intersection_s, pipeline_step_s, serial_step_s
+from playground.collectives.check import describe_first_wrong, earliest_first_wrong
 from playground.report import Report, Table
 from playground.sizes import format_size
 from playground.trace import read_events
@@ -75,7 +76,8 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
         for mode in MODES:
             st = per_mode[mode]
             t = StepTimes(st["step_s"], sum(st["compute_s"]), sum(st["comm_s"]))
-            wrong = sum(x["wrong"] for res in results for x in res["settings"][si]["modes"][mode])
+            checked = [res["settings"][si]["checked"][mode] for res in results]  # warm-up steps too
+            wrong = sum(c["wrong"] for c in checked)
             rows.append(
                 {
                     "setting": s.name,
@@ -92,7 +94,10 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
                 }
             )
             if wrong:
-                failures.append(f"{s.name} {mode}: {wrong} wrong elements (summed over ranks and steps)")
+                failures.append(
+                    f"{s.name} {mode}: {wrong} wrong elements (summed over ranks and steps; "
+                    f"{describe_first_wrong(earliest_first_wrong(checked))})"
+                )
         seen = traced_overlap_s(Path(run_dir), s.name, n, params.warmup)
         traced_ms[s.name] = seen * 1e3
         ov = rows[-1]

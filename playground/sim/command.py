@@ -18,7 +18,7 @@ import yaml
 from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.report import COLUMNS, with_model_columns
+from playground.collectives.report import COLUMNS, with_model_columns, wrong_row_failures
 from playground.errors import ScenarioError
 from playground.report import Report, Table, make_console, progress_bar, render_report
 from playground.run import EXIT_FAILED, EXIT_OK, make_run_dir, write_result
@@ -176,11 +176,7 @@ def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: d
 
 
 def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path, crossovers: dict) -> Report:
-    failures = [
-        f"{r['wrong']} wrong elements: {spec.collective} {r['algorithm']} {r['ranks']} ranks size {r['size']}"
-        for r in rows
-        if r["wrong"] > 0
-    ]
+    failures = wrong_row_failures(rows, spec.collective, label=lambda r: f" {r['ranks']} ranks")
     title = (
         f"{spec.collective} simulated ({spec.dtype}): virtual time of the slowest rank; "
         f"model = closed form ({'slow link for all but hier' if spec.ranks_per_node else 'same links'})"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from playground.collectives import ALGORITHMS
+from playground.collectives import ALGORITHMS, registry
 from playground.collectives.measure import measure
 from playground.collectives.report import bench_report
 from playground.errors import ParamError
@@ -23,8 +23,8 @@ from playground.models.calibration import load_model, model_from_spec, resolve_s
 from playground.report import Report
 from playground.sizes import Size, format_size
 
-Collective = Literal["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"]
-Algorithm = Literal["ring", "tree", "hd", "rd", "hier", "auto"]
+Collective = Literal[registry.COLLECTIVES]
+Algorithm = Literal[registry.all_names()]
 
 
 @dataclass(frozen=True)

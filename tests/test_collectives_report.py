@@ -10,6 +10,7 @@ from playground.baselines import common
 from playground.baselines.common import layout, layouts
 from playground.bench import baseline_table, compare
 from playground.collectives.check import count_wrong
+from playground.collectives.registry import collective_time_s
 from playground.collectives.report import (
     COLUMNS,
     IN_PLACE_COLUMNS,
@@ -19,7 +20,7 @@ from playground.collectives.report import (
     closing_lines,
 )
 from playground.models.calibration import ModelSource
-from playground.models.costs import PRESETS, collective_time_s
+from playground.models.costs import PRESETS
 from playground.report import format_cell
 
 

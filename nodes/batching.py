@@ -19,6 +19,7 @@ import zmq
 
 from playground.errors import ParamError
 from playground.models import queueing as qm
+from playground.params import Ranks
 from playground.queueing import batching_report
 from playground.queueing.batching_stats import rate_stats
 from playground.queueing.batchserver import serve_client
@@ -26,10 +27,11 @@ from playground.queueing.loadgen import (
     ABORT,
     STOP,
     OpenLoopClient,
-    check_server_and_client,
     run_server_and_client,
 )
 from playground.report import Report
+
+RANKS = Ranks(2, "batching runs one server and one client")
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,6 @@ class Params:
 
     def modes(self) -> tuple[int, ...]:
         return (1, self.max_batch) if self.max_batch > 1 else (1,)
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    check_server_and_client("batching", ranks)
 
 
 def main(comm, params: Params) -> dict:

@@ -13,8 +13,11 @@ from typing import Literal
 
 from playground.errors import LabError, ParamError, ToolMissing
 from playground.memlab import cache_report, chase, lmbench
+from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size, format_size
+
+RANKS = Ranks(1, "the cache lab measures one core")
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,6 @@ class Params:
             raise ParamError("rel_tol", f"must be in (0, 1), got {self.rel_tol}")
         if self.lmbench_max_bytes < 1024 * 1024:
             raise ParamError("lmbench_max_bytes", f"must be >= 1 MiB, got {self.lmbench_max_bytes}")
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"the cache lab measures one core, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

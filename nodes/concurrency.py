@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass
 
 from playground.concurrency import concurrency_report
-from playground.concurrency.runners import run_processes, run_serial, run_threads, usable_cores
-from playground.concurrency.timing import calibrate_iterations, cpu_work, machine_note
+from playground.concurrency.runners import run_processes, run_serial, run_threads
+from playground.concurrency.timing import calibrate_iterations, cpu_work
 from playground.errors import ParamError
+from playground.machine import load_note, usable_cores
 from playground.report import Report
 
 _shared = {"x": 0}
@@ -142,7 +143,7 @@ def main(comm, params: Params) -> dict:
         "waits": waits,
         "iterations": iterations,
         "cores": usable_cores(),
-        "machine": machine_note(),
+        "machine": load_note(),
     }
 
 

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 from playground.errors import ParamError
 from playground.memlab import fragmentation_report
-from playground.memlab.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
+from playground.models.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
+from playground.params import Ranks
 from playground.report import Report
+
+RANKS = Ranks(1, "fragmentation is a single-process model")
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,6 @@ class Params:
             raise ParamError("page_units", f"must be in 1..capacity, got {self.page_units}")
         if self.show_failures < 0:
             raise ParamError("show_failures", f"must be >= 0, got {self.show_failures}")
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"fragmentation is a single-process model, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

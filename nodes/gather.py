@@ -14,8 +14,11 @@ import numpy as np
 from playground.errors import ParamError
 from playground.memlab import gather_report
 from playground.memlab.native import load_native
+from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size
+
+RANKS = Ranks(1, "the gather lab measures one core")
 
 
 @dataclass(frozen=True)
@@ -30,11 +33,6 @@ class Params:
             raise ParamError("src_bytes", f"a multiple of 4 and >= 4 KiB, got {self.src_bytes}")
         if self.repeats < 1:
             raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"the gather lab measures one core, needs 1, got {ranks}")
 
 
 def _pick(times_ns: list[float], statistic: str) -> float:

@@ -17,15 +17,14 @@ from playground.errors import LabError, ParamError
 from playground.kvcache import engine, metrics, report
 from playground.kvcache.client import KVClient
 from playground.kvcache.host import TAG_RESULT, ServerThread, collect, new_server
+from playground.kvcache.policies import POLICIES, PolicyName
 from playground.report import Report
-
-Policy = Literal["paged", "contiguous", "reserve_max"]
 
 
 @dataclass(frozen=True)
 class Params:
     workload: Literal["section46", "prefix", "ex10", "bench"] = "section46"
-    policies: tuple[Policy, ...] = ("paged", "contiguous", "reserve_max")
+    policies: tuple[PolicyName, ...] = tuple(POLICIES)
     capacity_tokens: int = 200_000
     block_size: int = 16
     width: int = 8  # KV floats per token

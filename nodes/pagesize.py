@@ -10,9 +10,13 @@ from dataclasses import asdict, dataclass
 from playground.errors import ParamError
 from playground.memlab import pagesize_report
 from playground.memlab.pagesize import pages_and_waste, random_blocks, tradeoff
+from playground.params import Ranks
 from playground.report import Report
 
 EXERCISE_9 = [(700, 16, 44, 4), (700, 256, 3, 68)]  # (size, page, pages, waste) from the seed
+
+
+RANKS = Ranks(1, "the page-size model runs in one process")
 
 
 @dataclass(frozen=True)
@@ -35,11 +39,6 @@ class Params:
             raise ParamError("page_units", f"each must be >= 1, got {list(self.page_units)}")
         if self.entry_bytes < 1:
             raise ParamError("entry_bytes", f"must be >= 1, got {self.entry_bytes}")
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"the page-size model runs in one process, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

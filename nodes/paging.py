@@ -13,10 +13,14 @@ from typing import Literal
 
 from playground.errors import ParamError
 from playground.memlab import paging, paging_report
+from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size
 
 MIB = 1024 * 1024
+
+
+RANKS = Ranks(1, "the paging lab runs in one process (plus its fork)")
 
 
 @dataclass(frozen=True)
@@ -35,11 +39,6 @@ class Params:
             raise ParamError("cow_size_bytes", f"must be >= 1 MiB, got {self.cow_size_bytes}")
         if not 0 < self.child_write_fraction <= 1:
             raise ParamError("child_write_fraction", f"must be in (0, 1], got {self.child_write_fraction}")
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"the paging lab runs in one process (plus its fork), needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

@@ -9,7 +9,6 @@ alpha and beta are fitted to our one-way times; rank 0 also times the reduction 
 `dtype`, and all three go to the run's calibration.json (playground.models.calibration).
 """
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -33,6 +32,9 @@ class Params:
     warmup: int = 5
     window: int = 8  # messages in flight when streaming
     dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # of the reduction gamma times
+    # The raw pyzmq pair measured beside ours: "auto" is tcp when ours is (or the ranks are on two
+    # emulated hosts), else ipc.
+    raw_transport: Literal["auto", "ipc", "tcp"] = "auto"
 
     def __post_init__(self):
         if not self.sizes or min(self.sizes) < 1:
@@ -81,12 +83,8 @@ def main(comm, params: Params) -> dict:
     if comm.rank > 1:
         return {"rows": []}
     across_hosts = bool(comm.hosts) and comm.hosts[0] != comm.hosts[1]  # emulated hosts: tcp between them
-    raw = RawPair(
-        comm,
-        os.environ.get(
-            "PLAYGROUND_TRANSPORT", "tcp" if comm.transport.name == "tcp" or across_hosts else "ipc"
-        ),
-    )
+    auto = "tcp" if comm.transport.name == "tcp" or across_hosts else "ipc"
+    raw = RawPair(comm, auto if params.raw_transport == "auto" else params.raw_transport)
     peer = 1 - comm.rank
     ours_send = lambda b: comm.send(b, peer, TAG)  # noqa: E731
     ours_recv = lambda o: comm.recv(peer, TAG, out=o)  # noqa: E731

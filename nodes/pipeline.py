@@ -19,8 +19,8 @@ from typing import Literal
 
 import numpy as np
 
-from playground.concurrency.timing import set_timer_slack_ns, sleep_until
 from playground.errors import ParamError
+from playground.machine import set_timer_slack_ns, sleep_until
 from playground.queueing import pipeline_report
 from playground.report import Report
 

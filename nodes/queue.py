@@ -21,18 +21,20 @@ import numpy as np
 import zmq
 
 from playground.errors import ParamError
+from playground.params import Ranks
 from playground.queueing import queue_report
 from playground.queueing.batchserver import serve_client
 from playground.queueing.loadgen import (
     STOP,
     OpenLoopClient,
-    check_server_and_client,
     poisson_arrivals_s,
     run_server_and_client,
     service_times_s,
 )
 from playground.queueing.queue_stats import load_stats
 from playground.report import Report
+
+RANKS = Ranks(2, "queue runs one server and one client")
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,6 @@ class Params:
             )
         if self.spin_tail_ms < 0:
             raise ParamError("spin_tail_ms", f"must be >= 0, got {self.spin_tail_ms}")
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    check_server_and_client("queue", ranks)
 
 
 def main(comm, params: Params) -> dict:

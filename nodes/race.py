@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from playground.concurrency import race_report
 from playground.concurrency.interleavings import describe, lecture_rows
-from playground.concurrency.timing import machine_note
 from playground.errors import LabError, ParamError
+from playground.machine import load_note
 from playground.report import Report
 
 VARIANTS = ("no lock", "lock", "atomic (kernel O_APPEND)", "sharded")
@@ -143,7 +143,7 @@ def main(comm, params: Params) -> dict:
         "ok": True,
         "rows": rows,
         "interleavings": inter,
-        "machine": machine_note(),
+        "machine": load_note(),
         "example": describe((0, 1, 0, 0, 1, 1), 2),
     }
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from playground.errors import ParamError
 from playground.memlab import translation_report
 from playground.memlab.translation import PageTable, parse_address, translate_all
+from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size
 
@@ -22,6 +23,9 @@ def _default_tables() -> dict:
 
 def _default_expect() -> dict:
     return {"A:0xC123": "0x134123"}
+
+
+RANKS = Ranks(1, "translation is a single-process model")
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,6 @@ class Params:
                 parse_address(addr)
             except ValueError:
                 raise ParamError("addresses", f"{text!r}: {addr!r} is not a number (e.g. 0xC123)") from None
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"translation is a single-process model, needs 1, got {ranks}")
 
 
 def _split(text: str) -> tuple[str, int]:

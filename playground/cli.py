@@ -1,12 +1,12 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, lecture."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, lecture, results."""
 
 import argparse
 import sys
 from pathlib import Path
 
+from playground.comm.registry import LAUNCHED
 from playground.errors import ScenarioError
-
-EXIT_BAD_INPUT = 2
+from playground.rundir import EXIT_BAD_INPUT
 
 
 def _cmd_run(args) -> int:
@@ -72,6 +72,12 @@ def _cmd_simulate(args) -> int:
     return run_simulate(args)
 
 
+def _cmd_results(args) -> int:
+    from playground.results import run_results
+
+    return run_results(args.sections, args.quick, args.rounds, Path(args.out), Path(args.work))
+
+
 def _cmd_lecture(args) -> int:
     from playground.lecture.command import run_lecture
 
@@ -85,9 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario with N ranks")
     r.add_argument("scenario", help="built-in name (see `list`) or path to a YAML file")
     r.add_argument("--ranks", "-n", type=int, help="number of rank processes (1-64)")
-    r.add_argument(
-        "--transport", choices=["ipc", "tcp", "shm"], help="data plane (default: the scenario's, ipc)"
-    )
+    r.add_argument("--transport", choices=LAUNCHED, help="data plane (default: the scenario's, ipc)")
     r.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5"
     )
@@ -128,10 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     nd.set_defaults(func=_cmd_node)
 
     from playground.bench import add_bench_parser
+    from playground.results import add_results_parser
     from playground.sim.command import add_simulate_parser
 
     add_bench_parser(sub, _cmd_bench)
     add_simulate_parser(sub, _cmd_simulate)
+    add_results_parser(sub, _cmd_results)
 
     lec = sub.add_parser(
         "lecture",

@@ -21,9 +21,9 @@ from pathlib import Path
 import yaml
 
 from playground.errors import ScenarioError
-from playground.hosts.topology import host_name, place_blocks, ranks_on
 from playground.report import Table, make_console, render_table
 from playground.timeline import RankClock, align, message_flows, receives_before_send
+from playground.topology import host_name, place_blocks, ranks_on
 from playground.trace import CAT_COMPUTE, CAT_OP, CAT_REDUCE, CAT_SEND, CAT_WAIT, read_events, to_chrome_trace
 
 

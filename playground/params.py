@@ -10,6 +10,7 @@ exception there is a bug in the node and surfaces as one.
 import dataclasses
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
 from playground.errors import ParamError
@@ -28,7 +29,22 @@ from playground.sizes import (
 _PARSERS = {Size: parse_size, Rate: parse_rate, Duration: parse_duration}
 
 
-def _describe(tp: Any) -> str:
+@dataclass(frozen=True)
+class Ranks:
+    """The rank count a node runs on, declared once in its module and checked by the scenario
+    loader before any process starts: `RANKS = Ranks(1, "the cache lab measures one core")` makes
+    `--ranks 2` one line, "...: the cache lab measures one core, needs 1, got 2"."""
+
+    exactly: int
+    why: str
+
+    def check(self, ranks: int) -> None:
+        if ranks != self.exactly:
+            raise ParamError("ranks", f"{self.why}, needs {self.exactly}, got {ranks}")
+
+
+def describe_type(tp: Any) -> str:
+    """What a value of type `tp` may be, in words (errors and the scenario reference say it)."""
     origin = get_origin(tp)
     if tp is Size:
         return ALLOWED_SIZE
@@ -39,9 +55,9 @@ def _describe(tp: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))
     if origin in (tuple, list):
-        return f"a list of {_describe(get_args(tp)[0])}"
+        return f"a list of {describe_type(get_args(tp)[0])}"
     if origin in (Union, types.UnionType):
-        return " or ".join(_describe(a) for a in get_args(tp))
+        return " or ".join(describe_type(a) for a in get_args(tp))
     if tp is type(None):
         return "null"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
@@ -62,7 +78,7 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     if origin is Literal:
         if value in get_args(tp):
             return value
-        raise ParamError(key, f"expected {_describe(tp)}, got {value!r}")
+        raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
     if origin in (Union, types.UnionType):
         if value is None and type(None) in get_args(tp):
             return None
@@ -73,12 +89,12 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
                 return coerce(arg, value, key)
             except ParamError:
                 pass
-        raise ParamError(key, f"expected {_describe(tp)}, got {value!r}")
+        raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
     if origin in (tuple, list):
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, (list, tuple)):
-            raise ParamError(key, f"expected {_describe(tp)}, got {value!r}")
+            raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
         args = get_args(tp)
         if origin is tuple and len(args) != 2 and args:
             return tuple(

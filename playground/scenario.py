@@ -15,12 +15,13 @@ from typing import Any, Literal
 
 import yaml
 
+from playground.comm.registry import LAUNCHED
 from playground.errors import ParamError, ScenarioError
-from playground.hosts.topology import Link, parse_link_spec, place_blocks, ranks_on
 from playground.params import build_params, params_to_dict
 from playground.sizes import Duration, format_duration
+from playground.topology import Link, parse_link_spec, place_blocks, ranks_on
 
-TRANSPORTS = ("ipc", "tcp", "shm")
+TRANSPORTS = LAUNCHED  # comm/registry.py
 MAX_RANKS = 64
 
 
@@ -99,7 +100,7 @@ class Scenario:
     name: str
     node: str
     ranks: int = 2
-    transport: Literal["ipc", "tcp", "shm"] = "ipc"
+    transport: Literal[LAUNCHED] = "ipc"
     timeout_s: float = 30.0
     description: str = ""
     params: Any = None
@@ -280,10 +281,11 @@ def load_scenario(
     link = _build_link(raw.get("link"), src) if raw.get("hosts") else None
     if fault:
         _check_fault(fault, raw["ranks"], raw.get("hosts"), src)
-    check = getattr(module, "check_scenario", None)
-    if check:
+    checks = [getattr(module, "RANKS", None) and module.RANKS.check, getattr(module, "check_scenario", None)]
+    for check, args in zip(checks, [(raw["ranks"],), (params, raw["ranks"])], strict=True):
         try:
-            check(params, raw["ranks"])
+            if check:
+                check(*args)
         except ParamError as e:
             raise ScenarioError(f"{src}: key '{e.field}': {e.message}") from None
     return Scenario(

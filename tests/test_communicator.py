@@ -10,8 +10,7 @@ from playground.collectives import ALGORITHMS, ReduceOp, allreduce
 from playground.collectives.check import expected_result, pattern
 from playground.comm.communicator import Communicator
 from playground.comm.faults import FaultyTransport
-from playground.comm.local import run_local
-from playground.comm.opening import open_world
+from playground.comm.world import open_world, run_local
 from playground.errors import CommTimeout, FaultInjected, InvalidPeer, MessageMismatch, PeerLost
 
 TRANSPORTS = ["local", "ipc", "tcp", "shm"]

@@ -8,7 +8,7 @@ import pytest
 import zmq
 
 from playground.comm import wire
-from playground.comm.opening import open_world
+from playground.comm.world import open_world
 from playground.errors import WireError
 
 

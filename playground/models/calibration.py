@@ -26,10 +26,10 @@ import numpy as np
 import yaml
 
 from playground.errors import UsageError
-from playground.hosts.topology import parse_link_spec
-from playground.memlab.sysinfo import cpu_model, data_caches
+from playground.machine import cpu_model, data_caches
 from playground.models.costs import PRESETS, Link
 from playground.sizes import parse_duration, parse_rate
+from playground.topology import parse_link_spec
 
 CALIBRATION_FILE = "calibration.json"
 REQUIRED_KEYS = ("alpha_s", "beta_bytes_per_s", "gamma_bytes_per_s", "transport")

@@ -44,5 +44,5 @@ def tag_name(tag: int) -> str:
 
 
 def message_label(tag: int, nbytes: int) -> str:
-    """'ring 256 B'; a message with no payload (a barrier's) shows its tag only."""
-    return f"{tag_name(tag)} {format_size(nbytes)}" if nbytes else tag_name(tag)
+    """'ring 256 B'; a barrier's messages, always empty, show their tag only."""
+    return tag_name(tag) if tag == TAG_BARRIER else f"{tag_name(tag)} {format_size(nbytes)}"

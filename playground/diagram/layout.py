@@ -19,8 +19,9 @@ The time axis:
   its wait ended. Honest about which waits were long; a message within one host takes tens of us,
   so arrows of one step lie nearly flat.
 
-A message is drawn from the point its send started to the point its receive's wait ended: the
-only pair of instants that is in order on any clocks (timeline.Flow.slack_us). "The first N
+A message is drawn from the point its send started to the point its receive's wait ended: two
+instants certain to come in that order, whatever happened between them (timeline.Flow.slack_us,
+which the clocks are aligned to respect). "The first N
 messages" are the first N by send start on the aligned timeline; the layout of those N is
 computed on its own, so a cut diagram is the diagram of a shorter run.
 """

@@ -49,9 +49,30 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
+    from playground.errors import ParamError
     from playground.inspect import inspect_run
 
-    return inspect_run(Path(args.run_dir), trace_path=args.trace, plot_path=args.plot)
+    if args.diagram is None:
+        given = [
+            f for f, v in (("--diagram-time", args.diagram_time), ("--diagram-ops", args.diagram_ops)) if v
+        ]
+        if given or args.diagram_max is not None:
+            raise ParamError(given[0] if given else "--diagram-max", "needs --diagram FILE.svg")
+    elif Path(args.diagram).suffix.lower() != ".svg":
+        raise ParamError("--diagram", f"the diagram is written as SVG: give a FILE.svg, got {args.diagram}")
+    if args.diagram_max is not None and args.diagram_max < 1:
+        raise ParamError("--diagram-max", f"must be >= 1, got {args.diagram_max}")
+    return inspect_run(
+        Path(args.run_dir),
+        trace_path=args.trace,
+        plot_path=args.plot,
+        diagram_path=args.diagram,
+        diagram_options={
+            "time": args.diagram_time or "logical",
+            "ops": args.diagram_ops,
+            **({"max_messages": args.diagram_max} if args.diagram_max is not None else {}),
+        },
+    )
 
 
 def _cmd_node(args) -> int:
@@ -115,6 +136,30 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("run_dir", nargs="?", default="runs/latest")
     i.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
     i.add_argument("--plot", metavar="FILE.png", help="draw the per-rank timeline")
+    i.add_argument(
+        "--diagram",
+        metavar="FILE.svg",
+        help="draw the messages between ranks as a Lamport diagram (one lane per rank, an arrow per "
+        "message; at most 8 ranks)",
+    )
+    i.add_argument(
+        "--diagram-time",
+        choices=["logical", "real"],
+        help="the diagram's time axis: logical (Lamport order, one row per causal step; default) or "
+        "real (the aligned clocks)",
+    )
+    i.add_argument(
+        "--diagram-max",
+        type=int,
+        metavar="N",
+        help="draw at most the first N messages (default 300; beyond it the diagram says so)",
+    )
+    i.add_argument(
+        "--diagram-ops",
+        metavar="all|NAME",
+        help="only the messages inside timed operations: all of them, or those of one name or "
+        "algorithm (e.g. ring); leaves out the barriers between them",
+    )
     i.set_defaults(func=_cmd_inspect)
 
     nd = sub.add_parser(

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import yaml
 
-from playground.errors import ScenarioError
 from playground.report import Table, make_console, render_table
-from playground.timeline import RankClock, align, message_flows, receives_before_send
+from playground.timeline import load_timeline, message_flows, receives_before_send
 from playground.topology import host_name, place_blocks, ranks_on
-from playground.trace import CAT_COMPUTE, CAT_OP, CAT_REDUCE, CAT_SEND, CAT_WAIT, read_events, to_chrome_trace
+from playground.trace import CAT_COMPUTE, CAT_OP, CAT_REDUCE, CAT_SEND, CAT_WAIT, to_chrome_trace
 
 
 @dataclass(frozen=True)
@@ -180,19 +179,6 @@ def _print_hosts(run_dir: Path, events: dict[int, list[dict]], console) -> None:
 def load_run(run_dir: Path) -> dict[int, list[dict]]:
     """Every rank's events, shifted onto rank 0's clock."""
     return load_timeline(run_dir)[0]
-
-
-def load_timeline(run_dir: Path) -> tuple[dict[int, list[dict]], dict[int, RankClock]]:
-    """(every rank's events shifted onto rank 0's clock, each rank's clock estimate)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ScenarioError(
-            f"{run_dir}: no such run directory (run a scenario first: python -m playground run ring)"
-        )
-    logs = sorted(run_dir.glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
-    if not logs:
-        raise ScenarioError(f"{run_dir}: no rank-<r>.jsonl logs in this directory")
-    return align({int(p.stem.split("-")[1]): read_events(p) for p in logs})
 
 
 def inspect_run(

@@ -28,7 +28,10 @@ LAYERS = [
     ("hosts", "hosts"),
     ("launcher", "worker launch run external"),
     ("labs", "buckets concurrency kvcache memlab network queueing baselines transformer training serving"),
-    ("top", "bench benchtable inspect diagram hotpath lecture results reference testing api cli __main__ __init__ netns_rsh"),
+    (
+        "top",
+        "bench benchtable inspect diagram hotpath lecture results reference testing api cli __main__ __init__ netns_rsh",
+    ),
 ]
 LAB_LAYER = "labs"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from playground.diagram.layout import ALL_OPS, MAX_MESSAGES, TIME_AXES, TimeAxis, calls, inside_calls, layout
 from playground.diagram.svg import render_svg
 from playground.errors import ParamError, ScenarioError
-from playground.timeline import message_flows
+from playground.timeline import load_timeline, message_flows
 
 MAX_RANKS = 8  # lanes that stay readable side by side
 
@@ -63,7 +63,6 @@ def draw_diagram(
     inside timed operations (`all`, or one name or algorithm such as `ring`); otherwise every
     message, barriers included. `title` replaces the figure's own ("SCENARIO: N messages between
     R ranks"). Bad input or a run that cannot be drawn: ScenarioError, one line."""
-    from playground.inspect import load_timeline
 
     if time not in TIME_AXES:
         raise ParamError("time", f"expected one of {', '.join(TIME_AXES)}, got {time!r}")

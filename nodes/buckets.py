@@ -18,10 +18,10 @@ from playground.buckets import buckets_report
 from playground.buckets.architectures import gradient_elements
 from playground.buckets.bucketing import Bucket, schedules
 from playground.buckets.gradients import expected_sum, make_base, rank_gradient
-from playground.buckets.pingpong import measure_alpha_beta
 from playground.collectives import allreduce
 from playground.collectives.check import Tally
 from playground.errors import ParamError
+from playground.models.pingpong import measure_alpha_beta
 from playground.report import Report
 from playground.sizes import Size
 

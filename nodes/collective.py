@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Literal
 
 from playground.collectives import ALGORITHMS, registry
+from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
-from playground.collectives.report import bench_report
 from playground.errors import ParamError
 from playground.models.calibration import load_model, model_from_spec, resolve_spec, run_network
 from playground.report import Report

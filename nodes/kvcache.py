@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from playground.errors import LabError, ParamError
-from playground.kvcache import engine, metrics, report
+from playground.kvcache import engine, kvcache_report, kvcache_stats
 from playground.kvcache.client import KVClient
 from playground.kvcache.host import TAG_RESULT, ServerThread, collect, new_server
 from playground.kvcache.policies import POLICIES, PolicyName
@@ -118,7 +118,7 @@ def _serve(comm, p: Params) -> dict:
                     "policy": policy,
                     "elapsed_s": elapsed_s,
                     "stats": srv.stats(),
-                    "samples": metrics.downsample(srv.samples),
+                    "samples": kvcache_stats.downsample(srv.samples),
                     "clients": clients,
                 }
             )
@@ -147,4 +147,4 @@ def _client(comm, p: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    return report.report(results[0]["policies"], params, run_dir)
+    return kvcache_report.report(results[0]["policies"], params, run_dir)

@@ -15,10 +15,10 @@ from typing import Literal
 
 import numpy as np
 
-from playground.buckets import pingpong_report
-from playground.buckets.raw_pair import RawPair
 from playground.errors import ParamError
 from playground.models.calibration import measure_gamma
+from playground.network import pingpong_report
+from playground.network.raw_pair import RawPair
 from playground.report import Report
 from playground.sizes import Size, format_size
 

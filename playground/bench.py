@@ -16,7 +16,12 @@ import math
 from pathlib import Path
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.report import COLUMNS, add_model_columns, with_model_columns, wrong_row_failures
+from playground.collectives.bench_report import (
+    COLUMNS,
+    add_model_columns,
+    with_model_columns,
+    wrong_row_failures,
+)
 from playground.comm.registry import LAUNCHED
 from playground.errors import ScenarioError
 from playground.models.calibration import model_from_spec

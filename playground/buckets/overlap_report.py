@@ -7,7 +7,7 @@ from pathlib import Path
 
 from playground.buckets.backward import MODES
 from playground.buckets.bucketing import Bucket
-from playground.buckets.overlap import StepTimes, intersection_s, pipeline_step_s, serial_step_s
+from playground.buckets.overlap_stats import StepTimes, intersection_s, pipeline_step_s, serial_step_s
 from playground.collectives.check import describe_first_wrong, earliest_first_wrong
 from playground.machine import load_note
 from playground.report import Report, Table

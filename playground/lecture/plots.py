@@ -10,9 +10,8 @@ Each returns the files it wrote; a plot that cannot be drawn is left out, never 
 from pathlib import Path
 
 from playground.lecture.figures import Run
-from playground.memlab.plots import plot_xy
 from playground.models.alphabeta import AlphaBeta, fit_alpha_beta
-from playground.plot import plot_busbw, plot_timeline
+from playground.plot import plot_busbw, plot_timeline, plot_xy
 from playground.sizes import format_size
 
 

@@ -6,7 +6,7 @@ were the slow one between nodes, an upper bound for algorithms that cross nodes 
 """
 
 from playground.collectives import registry
-from playground.collectives.report import add_model_columns
+from playground.collectives.bench_report import add_model_columns
 
 
 def model_time_s(spec, algorithm: str, num_ranks: int, size_bytes: float) -> float | None:

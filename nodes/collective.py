@@ -19,7 +19,7 @@ from playground.collectives import ALGORITHMS, registry
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
 from playground.errors import ParamError
-from playground.models.calibration import load_model, model_from_spec, resolve_spec, run_network
+from playground.models.calibration import ModelSpec, load_model, run_network
 from playground.report import Report
 from playground.sizes import Size, format_size
 
@@ -41,9 +41,9 @@ class Params:
     inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
     inplace_only: bool = False  # measure in place only, in the main columns (as Gloo's all_reduce works)
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
-    model: str | None = (
-        None  # preset, calibration file or run dir; None: newest calibration of the run's network
-    )
+    # a preset, a calibration file or the run dir holding one (made absolute when the scenario is read);
+    # None: the newest calibration of the run's network
+    model: ModelSpec | None = None
     # One trace event per message sent, waited for and reduced: what `inspect` splits a rank's time
     # by. `bench` turns them off: for an 8-byte all-reduce they are a quarter of its cost here
     # (three events a message), and the baselines it is compared with log nothing.
@@ -65,12 +65,6 @@ class Params:
             raise ParamError(key, f"only allreduce works in place, not {self.collective}")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ParamError("ranks_per_node", f"must be >= 1, got {self.ranks_per_node}")
-        if self.model is not None:  # checked, and a path made absolute, before any rank starts
-            try:
-                object.__setattr__(self, "model", resolve_spec(self.model))
-                model_from_spec(self.model)
-            except ValueError as e:
-                raise ParamError("model", f"{self.model}: {e}") from None
         offered = ALGORITHMS[self.collective]
         for algo in self.algorithm:
             if algo not in offered and algo != "auto":

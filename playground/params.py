@@ -52,6 +52,8 @@ def describe_type(tp: Any) -> str:
         return ALLOWED_RATE
     if tp is Duration:
         return ALLOWED_DURATION
+    if hasattr(tp, "ALLOWED"):
+        return tp.ALLOWED
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))
     if origin in (tuple, list):
@@ -70,11 +72,11 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
-    if tp in _PARSERS:
+    if tp in _PARSERS or hasattr(tp, "parse_param"):  # a type that parses itself: ModelSpec
         try:
-            return _PARSERS[tp](value)
+            return _PARSERS[tp](value) if tp in _PARSERS else tp.parse_param(value)
         except ValueError as e:
-            raise ParamError(key, str(e)) from None
+            raise ParamError(key, f"{value}: {e}" if hasattr(tp, "parse_param") else str(e)) from None
     if origin is Literal:
         if value in get_args(tp):
             return value
@@ -82,6 +84,9 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in get_args(tp):
             return None
+        choices = [a for a in get_args(tp) if a is not type(None)]
+        if len(choices) == 1 and hasattr(choices[0], "parse_param"):  # its own error says more
+            return coerce(choices[0], value, key)
         for arg in get_args(tp):
             if arg is type(None):
                 continue

@@ -216,6 +216,22 @@ def read_calibration(path: Path) -> ModelSource:
     )
 
 
+class ModelSpec(str):
+    """A scenario's `model:` value: a preset's name, or a calibration file (or the run directory
+    holding one) resolved when the scenario is read, so a frozen `Params` holds the final value."""
+
+    ALLOWED = f"a link preset ({', '.join(PRESETS)}), a calibration.json or the run directory holding one"
+
+    @classmethod
+    def parse_param(cls, value) -> str:
+        """The resolved spec (see `resolve_spec`), checked to load; ValueError saying why not."""
+        if not isinstance(value, str):
+            raise ValueError(f"expected {cls.ALLOWED}, got {value!r}")
+        spec = resolve_spec(value)
+        model_from_spec(spec)
+        return spec
+
+
 def resolve_spec(spec: str) -> str:
     """A preset's name as it is; a calibration file or a run directory holding one as the file's
     absolute real path, so `runs/latest` still means the same run once a new run has moved

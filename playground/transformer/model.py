@@ -179,7 +179,7 @@ class Transformer:
 
     def logits(self, tokens: np.ndarray) -> np.ndarray:
         """(B, T) tokens -> (B, T, vocab_size) logits, the full causal forward (nothing kept)."""
-        tokens = np.asarray(tokens)
+        tokens, _ = self._check_batch(tokens, tokens)
         x, _ = self._trunk(tokens, np.arange(tokens.shape[1]), CausalAttention(), no_span)
         return self._head(x)
 

@@ -3,17 +3,19 @@
     taskset -c 0 python -m playground.transformer.steptime --layers 8 --d-model 512 --heads 8 \\
         --context 128 --batch 4 --repeats 5
 
-Pins the BLAS to one thread and keeps freed memory (as a training rank does), runs one warm-up
-step, then `repeats` steps on the lecture's batches, and prints the median and the min-max of
-forward, backward and Adam in milliseconds, with the model's size. On a shared machine take the
+Pins the BLAS to one thread and keeps freed memory (as a training rank does; `--blas-threads 0`
+and `--default-malloc` leave either as it is, for an A/B), runs one warm-up step, then `repeats`
+steps on the lecture's batches, and prints the median and the min-max of forward, backward and
+Adam in milliseconds, the model's size, and the CPU time and page faults per step. On a shared machine take the
 figures from alternating runs or a quiet machine: this is wall-clock time.
 """
 
 import argparse
+import resource
 import statistics
 import time
 
-from playground.transformer.blas import pin_blas_threads
+from playground.transformer.blas import blas_threads, pin_blas_threads
 from playground.transformer.config import ModelConfig
 from playground.transformer.data import BatchSampler, lecture_bytes
 from playground.transformer.malloc import keep_freed_memory
@@ -52,16 +54,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default=defaults.dtype)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--blas-threads", type=int, default=1, help="0: leave the BLAS as it is")
+    parser.add_argument("--default-malloc", action="store_true", help="do not keep freed memory (an A/B)")
     args = parser.parse_args(argv)
     config = ModelConfig(
         layers=args.layers, d_model=args.d_model, heads=args.heads, context=args.context, dtype=args.dtype
     )
-    pin_blas_threads(1)
-    keep_freed_memory()
+    if args.blas_threads:
+        pin_blas_threads(args.blas_threads)
+    if not args.default_malloc:
+        keep_freed_memory()
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
     phases = time_steps(config, args.batch, args.repeats)
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
     print(
         f"{config.num_params:,} parameters ({config.param_bytes / 2**20:.1f} MiB of {config.dtype} gradients), "
-        f"batch {args.batch} x context {config.context}, {args.repeats} steps, one BLAS thread"
+        f"batch {args.batch} x context {config.context}, {args.repeats} steps, "
+        f"BLAS threads {blas_threads()}, {'default malloc' if args.default_malloc else 'freed memory kept'}"
+    )
+    per_step = args.repeats + 1  # the warm-up step is in the CPU times
+    print(
+        f"  cpu/step  user {(cpu.ru_utime - cpu_before.ru_utime) / per_step * 1e3:.1f} ms, "
+        f"system {(cpu.ru_stime - cpu_before.ru_stime) / per_step * 1e3:.1f} ms, "
+        f"page faults {(cpu.ru_minflt - cpu_before.ru_minflt) / per_step:,.0f}"
     )
     total = [sum(step) for step in zip(*phases.values(), strict=True)]
     for name, seconds in (*phases.items(), ("step", total)):

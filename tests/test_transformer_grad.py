@@ -26,6 +26,12 @@ def batch(config: ModelConfig, rows: int, seed: int = 0):
     return windows[:, :-1], windows[:, 1:]
 
 
+def loss_and_grads(model, inputs, targets, denominator=None):
+    loss = model.forward(inputs, targets, loss_denominator=denominator)
+    model.backward()
+    return loss, model.grads.copy()
+
+
 def finite_difference(model, inputs, targets, indices, denominator):
     out = np.empty(len(indices))
     for j, i in enumerate(indices):
@@ -40,9 +46,7 @@ def finite_difference(model, inputs, targets, indices, denominator):
 
 
 def check_every_tensor(model, inputs, targets, indices, denominator):
-    model.forward(inputs, targets, loss_denominator=denominator)
-    model.backward()
-    analytic = model.grads.copy()
+    _, analytic = loss_and_grads(model, inputs, targets, denominator)
     numeric = finite_difference(model, inputs, targets, indices, denominator)
     for spec in model.layout:
         mine = (indices >= spec.offset) & (indices < spec.stop)
@@ -87,17 +91,14 @@ def test_loss_denominator_scales_loss_and_gradients():
     config = ModelConfig(vocab_size=32, layers=1, d_model=8, heads=2, context=5, dtype="float64")
     model = perturbed_model(config)
     inputs, targets = batch(config, rows=4)
-    mean_loss = model.forward(inputs, targets)
-    model.backward()
-    mean_grads = model.grads.copy()
-    scaled_loss = model.forward(inputs, targets, loss_denominator=1000)
-    model.backward()
+    mean_loss, mean_grads = loss_and_grads(model, inputs, targets)
+    scaled_loss, scaled_grads = loss_and_grads(model, inputs, targets, denominator=1000)
     ratio = inputs.size / 1000
     assert scaled_loss == pytest.approx(mean_loss * ratio, rel=1e-14)
     # atol: elements that are zero in exact arithmetic (the key bias: softmax ignores a constant
     # added to every score of a row) are rounding noise ~1e-21 that scaling does not reproduce
     np.testing.assert_allclose(
-        model.grads, mean_grads * ratio, rtol=1e-12, atol=1e-12 * np.abs(mean_grads).max()
+        scaled_grads, mean_grads * ratio, rtol=1e-12, atol=1e-12 * np.abs(mean_grads).max()
     )
 
 
@@ -108,15 +109,13 @@ def test_rank_slices_with_the_global_denominator_sum_to_the_global_mean(ranks):
     config = ModelConfig(vocab_size=32, layers=2, d_model=8, heads=2, context=5, dtype="float64")
     model = perturbed_model(config)
     inputs, targets = batch(config, rows=12)
-    global_loss = model.forward(inputs, targets)
-    model.backward()
-    global_grads = model.grads.copy()
+    global_loss, global_grads = loss_and_grads(model, inputs, targets)
     rows, loss_sum, grad_sum = 12 // ranks, 0.0, np.zeros_like(global_grads)
     for r in range(ranks):
         part = slice(r * rows, (r + 1) * rows)
-        loss_sum += model.forward(inputs[part], targets[part], loss_denominator=inputs.size)
-        model.backward()
-        grad_sum += model.grads
+        loss, grads = loss_and_grads(model, inputs[part], targets[part], denominator=inputs.size)
+        loss_sum += loss
+        grad_sum += grads
     assert loss_sum == pytest.approx(global_loss, rel=1e-13)
     assert np.abs(grad_sum - global_grads).max() <= 1e-13 * np.abs(global_grads).max()
 
@@ -128,9 +127,7 @@ def test_each_gradient_is_handed_over_once_in_reverse_layout_order_already_final
     config = ModelConfig(vocab_size=32, layers=3, d_model=8, heads=2, context=5, dtype="float64")
     model = perturbed_model(config)
     inputs, targets = batch(config, rows=3)
-    model.forward(inputs, targets)
-    model.backward()
-    clean = model.grads.copy()
+    _, clean = loss_and_grads(model, inputs, targets)
 
     order, copies = [], {}
 

@@ -6,8 +6,8 @@
 Pins the BLAS to one thread and keeps freed memory (as a training rank does; `--blas-threads 0`
 and `--default-malloc` leave either as it is, for an A/B), runs one warm-up step, then `repeats`
 steps on the lecture's batches, and prints the median and the min-max of forward, backward and
-Adam in milliseconds, the model's size, and the CPU time and page faults per step. On a shared machine take the
-figures from alternating runs or a quiet machine: this is wall-clock time.
+Adam in milliseconds, the model's size, and the CPU time and page faults per step. On a shared
+machine take the figures from alternating runs or a quiet machine: this is wall-clock time.
 """
 
 import argparse
@@ -23,8 +23,11 @@ from playground.transformer.model import Transformer
 from playground.transformer.optim import Adam
 
 
-def time_steps(config: ModelConfig, batch: int, repeats: int) -> dict[str, list[float]]:
-    """Seconds of each phase of `repeats` steps, after one warm-up step."""
+def time_steps(
+    config: ModelConfig, batch: int, repeats: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Seconds of each phase of `repeats` steps after one warm-up step, and the CPU seconds
+    (user, system) and minor page faults per step of those steps."""
     model = Transformer(config, seed=0)
     adam = Adam(model.params.size, config.np_dtype)
     sampler = BatchSampler(lecture_bytes(), config.context, batch)
@@ -41,7 +44,14 @@ def time_steps(config: ModelConfig, batch: int, repeats: int) -> dict[str, list[
         if step:
             for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2), strict=True):
                 phases[name].append(seconds)
-    return phases
+        else:
+            before = resource.getrusage(resource.RUSAGE_SELF)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = {
+        name: (getattr(after, field) - getattr(before, field)) / repeats
+        for name, field in (("user", "ru_utime"), ("system", "ru_stime"), ("faults", "ru_minflt"))
+    }
+    return phases, cpu
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,19 +74,15 @@ def main(argv: list[str] | None = None) -> None:
         pin_blas_threads(args.blas_threads)
     if not args.default_malloc:
         keep_freed_memory()
-    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
-    phases = time_steps(config, args.batch, args.repeats)
-    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    phases, cpu = time_steps(config, args.batch, args.repeats)
     print(
         f"{config.num_params:,} parameters ({config.param_bytes / 2**20:.1f} MiB of {config.dtype} gradients), "
         f"batch {args.batch} x context {config.context}, {args.repeats} steps, "
         f"BLAS threads {blas_threads()}, {'default malloc' if args.default_malloc else 'freed memory kept'}"
     )
-    per_step = args.repeats + 1  # the warm-up step is in the CPU times
     print(
-        f"  cpu/step  user {(cpu.ru_utime - cpu_before.ru_utime) / per_step * 1e3:.1f} ms, "
-        f"system {(cpu.ru_stime - cpu_before.ru_stime) / per_step * 1e3:.1f} ms, "
-        f"page faults {(cpu.ru_minflt - cpu_before.ru_minflt) / per_step:,.0f}"
+        f"  cpu/step  user {cpu['user'] * 1e3:.1f} ms, system {cpu['system'] * 1e3:.1f} ms, "
+        f"page faults {cpu['faults']:,.0f}"
     )
     total = [sum(step) for step in zip(*phases.values(), strict=True)]
     for name, seconds in (*phases.items(), ("step", total)):

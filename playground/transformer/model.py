@@ -68,14 +68,16 @@ class BlockSaved(NamedTuple):
 
 class CausalAttention:
     """Training's `attend`: full causal attention within each sequence of a (B, T) batch, keeping
-    q, k, v and the probabilities for backward."""
+    q, k, v and the probabilities for backward if `keep`."""
 
-    def __init__(self):
+    def __init__(self, keep: bool = True):
+        self.keep = keep
         self.saved: dict[int, tuple] = {}
 
     def __call__(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
         y, probs = causal_attention_forward(q, k, v)
-        self.saved[layer] = (q, k, v, probs)
+        if self.keep:
+            self.saved[layer] = (q, k, v, probs)
         return y
 
     def backward(self, layer: int, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -131,7 +133,7 @@ class Transformer:
         denominator = tokens.size if loss_denominator is None else loss_denominator
         attention = CausalAttention()
         positions = np.arange(tokens.shape[1])
-        x, blocks = self._trunk(tokens, positions, attention, span)
+        x, blocks = self._trunk(tokens, positions, attention, span, keep=True)
         with span("forward.head"):
             xf, ln_f = layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
             loss, probs = cross_entropy_forward(xf @ self.p["wte"].T, targets, denominator)
@@ -142,7 +144,7 @@ class Transformer:
         """Every parameter's gradient of the last `forward`'s loss, written (not added) into
         `grads`, each announced by `on_grad_ready(layout index)` once final (see the module doc)."""
         if self._saved is None:
-            raise UsageError("backward() needs a forward() first (each forward is backed once)")
+            raise UsageError("backward() needs a forward() first (one backward per forward)")
         tokens, targets, denominator, attention, blocks, xf, ln_f, probs = self._saved
         self._saved = None
         ready = on_grad_ready or (lambda index: None)
@@ -180,7 +182,7 @@ class Transformer:
     def logits(self, tokens: np.ndarray) -> np.ndarray:
         """(B, T) tokens -> (B, T, vocab_size) logits, the full causal forward (nothing kept)."""
         tokens, _ = self._check_batch(tokens, tokens)
-        x, _ = self._trunk(tokens, np.arange(tokens.shape[1]), CausalAttention(), no_span)
+        x, _ = self._trunk(tokens, np.arange(tokens.shape[1]), CausalAttention(keep=False), no_span)
         return self._head(x)
 
     def step(self, tokens: np.ndarray, positions: np.ndarray, attend: Attend) -> np.ndarray:
@@ -200,14 +202,19 @@ class Transformer:
 
     # ---- the blocks -----------------------------------------------------------------------------
 
-    def _trunk(self, tokens, positions, attend: Attend, span: Span) -> tuple[np.ndarray, list[BlockSaved]]:
+    def _trunk(
+        self, tokens, positions, attend: Attend, span: Span, keep: bool = False
+    ) -> tuple[np.ndarray, list[BlockSaved]]:
+        """The embedding and every block; each block's activations are kept for backward only if
+        `keep` (inference would hold L layers of (N, 4d) arrays for nothing)."""
         with span("forward.embedding"):
             x = self.p["wte"][tokens] + self.p["wpe"][positions]
         blocks = []
         for layer in range(self.config.layers):
             with span(f"forward.h.{layer}"):
                 x, saved = self._block_forward(layer, x, attend)
-            blocks.append(saved)
+            if keep:
+                blocks.append(saved)
         return x, blocks
 
     def _block_forward(self, layer: int, x: np.ndarray, attend: Attend) -> tuple[np.ndarray, BlockSaved]:

@@ -22,6 +22,7 @@ from playground.comm.delay import DelayedTransport
 from playground.comm.faults import FaultyTransport
 from playground.errors import CommTimeout, PeerLost, ScenarioMismatch
 from playground.hosts import netns
+from playground.machine import keep_freed_memory
 from playground.scenario import Scenario, load_node
 from playground.topology import host_name
 from playground.trace import CAT_META, Tracer
@@ -174,25 +175,6 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
         code = run_rank(scenario, run_dir, rendezvous.RankEnv.from_environ())
     finally:
         os._exit(code)
-
-
-def keep_freed_memory() -> None:
-    """Make glibc reuse freed large blocks instead of returning them to the kernel.
-
-    By default a block over 32 MiB at most (often much less) is mmap'ed and unmapped on free, so
-    every all-reduce that allocates its result, and every large ZeroMQ message, pays a page fault
-    per 4 KiB on first touch: 16 MiB cost 4 ms instead of 1.2 ms here. Raising the mmap and trim
-    thresholds keeps freed memory in the heap for the next operation (what jemalloc/tcmalloc users
-    get by default). Only the rank processes are tuned.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def _die_with_parent() -> None:

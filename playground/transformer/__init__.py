@@ -5,8 +5,8 @@ config.py (ModelConfig) -> layout.py (where each parameter lives in the flat buf
 (GPT-2's initialisation) -> layers.py (each piece forward and backward) -> model.py (Transformer:
 forward, backward with gradients handed over as they are final, step with pluggable attention)
 -> generate.py (DenseKVCache, sampling) ; optim.py (Adam on any slice) ; data.py (the lecture's
-bytes, the batch sampler) ; checkpoint.py (model.npz) ; blas.py and malloc.py (what a rank sets at
-start: one BLAS thread, freed memory kept) ; train.py (the one-process loop every data-parallel mode
+bytes, the batch sampler) ; checkpoint.py (model.npz) ; blas.py (what a training rank sets at
+start: one BLAS thread) ; train.py (the one-process loop every data-parallel mode
 must equal) ; steptime.py (a step's phases timed, a command).
 """
 
@@ -16,7 +16,6 @@ from playground.transformer.config import ModelConfig
 from playground.transformer.data import BatchSampler, lecture_bytes
 from playground.transformer.generate import DenseKVCache, cached_attention, generate, sample_token
 from playground.transformer.layout import ParamLayout, ParamSpec
-from playground.transformer.malloc import keep_freed_memory
 from playground.transformer.model import Transformer
 from playground.transformer.optim import Adam, AdamConfig
 from playground.transformer.train import train_one_process
@@ -33,7 +32,6 @@ __all__ = [
     "blas_threads",
     "cached_attention",
     "generate",
-    "keep_freed_memory",
     "lecture_bytes",
     "load_model",
     "pin_blas_threads",

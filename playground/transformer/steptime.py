@@ -15,10 +15,10 @@ import resource
 import statistics
 import time
 
+from playground.machine import keep_freed_memory
 from playground.transformer.blas import blas_threads, pin_blas_threads
 from playground.transformer.config import ModelConfig
 from playground.transformer.data import BatchSampler, lecture_bytes
-from playground.transformer.malloc import keep_freed_memory
 from playground.transformer.model import Transformer
 from playground.transformer.optim import Adam
 

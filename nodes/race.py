@@ -33,8 +33,10 @@ VARIANTS = ("no lock", "lock", "atomic (kernel O_APPEND)", "sharded")
 
 @dataclass(frozen=True)
 class Params:
-    num_procs: int = 4
-    increments: int = 100_000  # per process
+    num_procs: int = 4  # forked processes incrementing the one counter at once (2-64)
+    increments: int = 100_000  # increments each process makes
+    # run in this order, any of: "no lock" (read, add, write), "lock" (under a multiprocessing.Lock),
+    # "atomic (kernel O_APPEND)" (a one-byte write(2) to an O_APPEND file), "sharded" (private counts, summed)
     variants: tuple[str, ...] = VARIANTS
 
     def __post_init__(self):

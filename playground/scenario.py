@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import importlib
 import importlib.resources
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -124,6 +125,9 @@ class Scenario:
     hosts: int | None = None
     link: Link | None = None  # every host's link to the switch (below), when there are hosts
     source: str = ""
+    # The function every rank runs, for a run started from Python with a function of its own
+    # (`playground.api.launch`); `node` then only names it. Not part of the saved scenario.
+    function: Callable | None = None
 
     @property
     def placement(self) -> tuple[int, ...] | None:
@@ -148,7 +152,7 @@ class Scenario:
         return d
 
 
-_TOP_KEYS = {f.name for f in dataclasses.fields(Scenario)} - {"source"}
+TOP_KEYS = {f.name for f in dataclasses.fields(Scenario)} - {"source", "function"}
 
 
 def builtin_dir() -> Path:
@@ -196,6 +200,11 @@ def apply_override(raw: dict, path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
+def node_function(scenario: Scenario) -> Callable:
+    """What every rank calls as `main(comm, params)`: the scenario's own function, else its node's."""
+    return scenario.function or load_node(scenario.node)[1]
+
+
 def load_node(spec: str, where: str = "node") -> tuple[Any, Any]:
     """('pkg.mod:func') -> (module, function); ScenarioError if it cannot be imported."""
     mod_name, sep, func_name = spec.partition(":")
@@ -211,11 +220,9 @@ def load_node(spec: str, where: str = "node") -> tuple[Any, Any]:
 
 
 def _check_top(raw: dict, src: str) -> None:
-    unknown = sorted(set(raw) - _TOP_KEYS)
+    unknown = sorted(set(raw) - TOP_KEYS)
     if unknown:
-        raise ScenarioError(
-            f"{src}: key {unknown[0]!r}: unknown key; allowed: {', '.join(sorted(_TOP_KEYS))}"
-        )
+        raise ScenarioError(f"{src}: key {unknown[0]!r}: unknown key; allowed: {', '.join(sorted(TOP_KEYS))}")
     if not isinstance(raw.get("node"), str) or not raw["node"]:
         raise ScenarioError(f"{src}: key 'node': required, a string like 'nodes.collective:main'")
     ranks = raw.get("ranks", 2)
@@ -253,8 +260,11 @@ def load_scenario(
     overrides: list[str] = (),
     hosts: int | None = None,
     link: str | None = None,
+    values: Mapping[str, Any] | None = None,
 ) -> Scenario:
-    """The validated scenario NAME_OR_PATH with the command line's values applied over the file's."""
+    """The validated scenario NAME_OR_PATH with the command line's values applied over the file's.
+    `overrides` are --set texts ("params.iters=5", the value YAML); `values` the same already
+    parsed ({"params.iters": 5}: the Python API's keywords), applied after them."""
     path = find_scenario_file(name_or_path)
     src = str(path)
     try:
@@ -269,6 +279,8 @@ def load_scenario(
     for text in overrides:
         keypath, value = parse_override(text)
         apply_override(raw, keypath, value)
+    for key, value in (values or {}).items():
+        apply_override(raw, key.split("."), value)
     if ranks is not None:
         raw["ranks"] = ranks
     if transport is not None:
@@ -316,6 +328,54 @@ def load_scenario(
         hosts=raw.get("hosts"),
         link=link,
         source=src,
+    )
+
+
+def function_scenario(
+    function: Callable,
+    ranks: int,
+    params: dict | None = None,
+    transport: str = "ipc",
+    timeout_s: float = 30.0,
+    name: str | None = None,
+) -> Scenario:
+    """A scenario whose ranks run `function(comm, params)` (`playground.api.launch`), checked as a
+    file's would be. `params` is a plain mapping, saved in scenario.yaml as it is: data a rank needs
+    that is not plain (an array, an object) travels in the function's closure instead."""
+    label = getattr(function, "__qualname__", type(function).__name__)
+    if not callable(function):
+        raise ScenarioError(f"launch: expected a function main(comm, params), got {function!r}")
+    if name is None:
+        name = label if label.isidentifier() else "launch"
+    src = f"launch({name})"
+    if params is not None and not isinstance(params, dict):
+        raise ScenarioError(f"{src}: key 'params': expected a mapping (a dict), got {params!r}")
+    try:
+        yaml.safe_dump(params)
+    except yaml.YAMLError as e:
+        raise ScenarioError(
+            f"{src}: key 'params': plain data only (numbers, strings, lists, dicts), as a scenario "
+            f"file holds; pass other objects in the function's closure ({e})"
+        ) from None
+    raw = {
+        "name": name,
+        "node": f"{getattr(function, '__module__', None) or '__main__'}:{label}",
+        "ranks": ranks,
+        "transport": transport,
+        "timeout_s": timeout_s,
+    }
+    _check_top(raw, src)
+    if not name or "/" in name or name.startswith("."):
+        raise ScenarioError(f"{src}: key 'name': a run directory's name, without '/', got {name!r}")
+    return Scenario(
+        name=name,
+        node=raw["node"],
+        ranks=ranks,
+        transport=transport,
+        timeout_s=float(timeout_s),
+        params=dict(params or {}),
+        source=src,
+        function=function,
     )
 
 

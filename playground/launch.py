@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import zmq
@@ -146,7 +147,7 @@ class Launcher:
             if self.scenario.hosts:
                 self._build_cluster()
             # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
-            with interrupts.held():
+            with interrupts.held(), self._without_main():
                 for rank in range(self.n):
                     p = mp.Process(
                         target=child_main,
@@ -181,6 +182,22 @@ class Launcher:
                 for error in self.cluster.destroy():
                     print(f"warning: {error}", file=sys.stderr)
         return self.coordinator.outcome(interrupted)
+
+    @contextlib.contextmanager
+    def _without_main(self):
+        """While ranks are spawned, an empty `__main__`. A spawned child first re-runs its parent's
+        `__main__` (multiprocessing's rule, so that what was defined there can be unpickled), which
+        would run a script's top level again, or fail for `python -` or a notebook's kernel. Our
+        ranks need none of it: a node is imported by name and a rank function comes by value."""
+        if self.start_method == "fork":
+            yield
+            return
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
 
     def _context(self):
         if self.start_method == "fork":

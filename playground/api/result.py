@@ -126,7 +126,8 @@ class Result(Mapping):
         state = "ok" if self.ok else "FAILED"
         where = f" over {r['transport']}" if r.get("transport") else ""
         took = f", {r['elapsed_s']:.2f} s" if isinstance(r.get("elapsed_s"), (int, float)) else ""
-        return f"{r.get('scenario', '?')}: {r.get('ranks', '?')} ranks{where}{took}, {state} -> {r.get('run_dir')}"
+        ranks = f"{r.get('ranks', '?')} rank{'' if r.get('ranks') == 1 else 's'}"
+        return f"{r.get('scenario', '?')}: {ranks}{where}{took}, {state} -> {r.get('run_dir')}"
 
     def __repr__(self) -> str:
         return f"<Result {self.headline()}>"

@@ -52,6 +52,23 @@ def test_a_lambda_and_a_closure_go_by_value(tmp_path):
 
     r = pg.launch(scaled_sum, ranks=3, out=tmp_path)
     assert [v["sum"] for v in r.returned] == [9.0] * 3
+    r = pg.launch(scaled_sum, ranks=2, out=tmp_path, start_method="fork")  # a script's fast path
+    assert [v["sum"] for v in r.returned] == [3.0] * 2
+
+
+@pytest.mark.timeout(60)
+def test_launch_from_a_thread(tmp_path):
+    """Off the main thread (a kernel's subshell, a GUI's worker) no signal handler can be set, and
+    none is needed: only the main thread receives Ctrl-C."""
+    import threading
+
+    got = []
+    thread = threading.Thread(
+        target=lambda: got.append(pg.launch(my_rank, ranks=2, params={"n": 4}, out=tmp_path))
+    )
+    thread.start()
+    thread.join(50)
+    assert [v["sum"] for v in got[0].returned] == [1.0, 1.0]
 
 
 @pytest.mark.timeout(60)

@@ -31,14 +31,14 @@ class RunFailed(PlaygroundError):
     message is the root cause as the command line prints it after "FAILED root cause:" (or its
     first failure line when no rank failed). `rank`, `kind` ("error", "signal", "exit", "hang",
     ...) and `error_type` (the exception's class name, for kind "error") are the root cause's, None
-    and "" when no rank failed; `traceback` is the failing rank's; `result` is the run's
-    result.json as a dict (its run_dir, failures, tables)."""
+    and "" when no rank failed; `traceback` is the failing rank's; `result` is the run's result.json
+    (the API's `Result`, a mapping of it: its run_dir, failures, tables)."""
 
     def __init__(
         self,
         message: str,
         *,
-        result: dict,
+        result,
         rank: int | None = None,
         kind: str = "",
         error_type: str = "",

@@ -188,7 +188,8 @@ class Launcher:
         """While ranks are spawned, an empty `__main__`. A spawned child first re-runs its parent's
         `__main__` (multiprocessing's rule, so that what was defined there can be unpickled), which
         would run a script's top level again, or fail for `python -` or a notebook's kernel. Our
-        ranks need none of it: a node is imported by name and a rank function comes by value."""
+        ranks need none of it: a node is imported by name and a rank function comes by value. Swapped
+        only while the processes start, in the launcher's thread."""
         if self.start_method == "fork":
             yield
             return

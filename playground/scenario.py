@@ -342,11 +342,12 @@ def function_scenario(
     """A scenario whose ranks run `function(comm, params)` (`playground.api.launch`), checked as a
     file's would be. `params` is a plain mapping, saved in scenario.yaml as it is: data a rank needs
     that is not plain (an array, an object) travels in the function's closure instead."""
-    label = getattr(function, "__qualname__", type(function).__name__)
     if not callable(function):
         raise ScenarioError(f"launch: expected a function main(comm, params), got {function!r}")
-    if name is None:
-        name = label if label.isidentifier() else "launch"
+    label = getattr(function, "__qualname__", type(function).__name__)
+    if name is None:  # the run directory's: my_rank, or launch for a lambda
+        short = getattr(function, "__name__", "")
+        name = short if short.isidentifier() else "launch"
     src = f"launch({name})"
     if params is not None and not isinstance(params, dict):
         raise ScenarioError(f"{src}: key 'params': expected a mapping (a dict), got {params!r}")

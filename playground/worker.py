@@ -203,7 +203,6 @@ class FunctionByValue:
     def __init__(self, function):
         import dill
 
-        self.name = getattr(function, "__qualname__", repr(function))
         self.payload = dill.dumps(function, recurse=True)
 
     def __call__(self, comm, params):

@@ -5,10 +5,11 @@ imported, which starts eight ranks in about 0.1 s instead of 1-3 s; the ZeroMQ c
 only after the fork. The Python API spawns them instead (`start_method="spawn"`, the `multiprocess`
 package's context: each rank a fresh interpreter, the scenario and a rank function pickled with
 dill), because it may run in a process where a fork is unsafe: a Jupyter kernel has ZeroMQ I/O
-threads of its own, and a forked child would inherit them mid-flight. The `Coordinator`'s poll loop watches both its socket and every process's exit
-sentinel, so a rank that dies is noticed at once: the others are told to abort (their waits raise
-PeerLost immediately), and the first failure is reported as the root cause. Ranks started by another
-launcher use the same Coordinator without the sentinels (`playground.external`).
+threads of its own, and a forked child would inherit them mid-flight. The `Coordinator`'s poll
+loop watches both its socket and every process's exit sentinel, so a rank that dies is noticed at
+once: the others are told to abort (their waits raise PeerLost immediately), and the first failure
+is reported as the root cause. Ranks started by another launcher use the same Coordinator without
+the sentinels (`playground.external`).
 
 With emulated hosts (`scenario.hosts`) the launcher first builds the cluster (hosts/netns.py); each
 forked rank enters its host's namespace, and the coordinator listens in the bridge namespace, which
@@ -83,8 +84,9 @@ def _signal_name(code: int) -> str:
 
 
 class Launcher:
-    """Forks the ranks and adds what only a parent can do to the `Coordinator`: exit sentinels in the
-    same poll loop, SIGKILL teardown, and Ctrl-C / SIGTERM handling."""
+    """Starts the ranks (forked, or spawned: `start_method`) and adds what only a parent can do to
+    the `Coordinator`: exit sentinels in the same poll loop, SIGKILL teardown, and Ctrl-C / SIGTERM
+    handling."""
 
     def __init__(self, scenario: Scenario, run_dir: Path, on_progress=None, start_method: str = "fork"):
         if start_method not in START_METHODS:

@@ -19,6 +19,7 @@ import html
 import math
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -147,7 +148,7 @@ def html_table(table: dict) -> str:
 _MIME = {".png": "image/png", ".svg": "image/svg+xml"}
 
 
-def data_uri(path) -> str:
+def data_uri(path: Path) -> str:
     """An image file inside an HTML page; an SVG in an <img> runs no script and fetches nothing."""
     mime = _MIME.get(path.suffix.lower(), "image/png")
     return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")

@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from playground.errors import ScenarioError
+from playground.machine import cpu_model
 from playground.sizes import format_size, parse_size_range
 
 SYSTEMS = ("ipc", "shm", "gloo", "mpi", "ipc-sockets")
@@ -44,7 +45,7 @@ RATIOS = (("ipc", "gloo"), ("ipc-sockets", "gloo"), ("shm", "gloo"), ("shm", "mp
 
 
 def run_table(args) -> int:
-    from playground.run import make_run_dir
+    from playground.rundir import make_run_dir
 
     sizes = _parse_list(
         args.sizes if args.sizes != "8..64MiB" else DEFAULT_SIZES, parse_size_range, "--sizes"
@@ -145,15 +146,16 @@ def _measure(
         if system == "ipc-sockets":
             os.environ["PLAYGROUND_IPC_RING_MIN_BYTES"] = "0"  # the forked ranks inherit it
         try:
-            code, result = execute(scenario, run_dir / "runs", console=Console(file=io.StringIO()))
+            finished = execute(scenario, run_dir / "runs", console=Console(file=io.StringIO()))
         finally:
             if system == "ipc-sockets":
                 os.environ.pop("PLAYGROUND_IPC_RING_MIN_BYTES")
                 if saved is not None:
                     os.environ["PLAYGROUND_IPC_RING_MIN_BYTES"] = saved
-        if code != 0:
-            raise ScenarioError(f"ours over {system} with {n} ranks failed: {'; '.join(result['failures'])}")
-        rows = result["rows"]
+        if finished.code != 0:
+            failures = "; ".join(finished.result["failures"])
+            raise ScenarioError(f"ours over {system} with {n} ranks failed: {failures}")
+        rows = finished.result["rows"]
     best: dict = {}
     for r in rows:
         size = r["size"]
@@ -171,7 +173,7 @@ def render(runs, sizes, rank_counts, systems, rounds, command, loads, iters, war
         f"slowest rank's median of {iters} iterations after {warmup} warm-up.",
         "",
         f"- command: `{command.strip()}`",
-        f"- machine: {_cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}",
+        f"- machine: {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}",
         f"- load average (1 min): {loads[0]:.2f} before, {max(loads):.2f} at most during, {loads[-1]:.2f} after "
         "(it counts the benchmark's own ranks: N ranks add up to N while they run, and it decays over a minute)",
         "- `A vs B` is A's speed over B's (B's time / A's): above 1 A is faster",
@@ -234,13 +236,3 @@ def _num(us: float) -> str:
 
 def _most_common(values: list[str]) -> str:
     return max(set(values), key=values.count) if values else ""
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"

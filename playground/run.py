@@ -1,9 +1,6 @@
 """One run end to end: run directory, launch, summary table, result.json, exit status."""
 
 import dataclasses
-import json
-import os
-import time
 import traceback
 from pathlib import Path
 
@@ -11,10 +8,10 @@ import yaml
 from rich.console import Console
 
 from playground.hosts import netns
-from playground.hosts.topology import Link, describe_placement
 from playground.launch import Launcher, LaunchOutcome
 from playground.report import (
     Report,
+    Table,
     default_report,
     failed_ranks,
     make_console,
@@ -22,43 +19,9 @@ from playground.report import (
     render_report,
     with_rank_checks,
 )
+from playground.rundir import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Finished, make_run_dir, write_result
 from playground.scenario import Scenario, load_node
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-def make_run_dir(base: Path, name: str) -> Path:
-    """runs/<YYYYmmdd-HHMMSS>-<name>[-k]/, with runs/latest pointing at it."""
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = base / f"{stamp}-{name}"
-    k = 1
-    while True:
-        try:
-            run_dir.mkdir()
-            break
-        except FileExistsError:
-            k += 1
-            run_dir = base / f"{stamp}-{name}-{k}"
-    point_latest(base, run_dir)
-    return run_dir
-
-
-def point_latest(base: Path, run_dir: Path) -> None:
-    """Make base/latest point at run_dir (atomically: a reader never sees it missing)."""
-    latest, tmp = base / "latest", base / f".latest-{os.getpid()}"
-    target = run_dir.name if run_dir.resolve().parent == base.resolve() else str(run_dir.resolve())
-    try:
-        if tmp.is_symlink():
-            tmp.unlink()
-        tmp.symlink_to(target)
-        os.replace(tmp, latest)
-    except OSError:
-        pass
-
-
-def write_result(run_dir: Path, result: dict) -> None:
-    (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=_json_default))
+from playground.topology import Link, describe_placement
 
 
 def print_outcome(
@@ -78,20 +41,16 @@ def print_outcome(
     console.print(f"logs: {run_dir}  (python -m playground inspect {run_dir})", highlight=False)
 
 
-def _json_default(o):
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    return str(o)
-
-
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
     """The node's report, made only from ranks that succeeded (see `playground.report`)."""
-    module, _ = load_node(scenario.node)
+    module = load_node(scenario.node)[0] if scenario.function is None else None
     if not outcome.ok:
         return Report(ok=False, tables=[])
     failed = failed_ranks(outcome.results)
     if failed:
         return Report(ok=False, tables=[], failures=failed)
+    if scenario.function is not None:
+        return function_report(outcome.results, scenario.name)
     hook = getattr(module, "summarize", None)
     if hook is None:
         return default_report(outcome.results, scenario.name)
@@ -107,6 +66,30 @@ def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Repo
                 f"{scenario.node.partition(':')[0]}.summarize raised {type(e).__name__}: {e} ({where})"
             ],
         )
+
+
+def function_report(results: list[dict], name: str) -> Report:
+    """A rank function's report (`playground.api.launch`): rank 0's `rows` when it returned some, as
+    for a node without `summarize`, else a row per rank of what it returned; result.json keeps every
+    rank's returned dict under "returned"."""
+    report = default_report(results, name)
+    if not report.tables[0].rows:
+        rows = [{"rank": r, **res} for r, res in enumerate(results)]
+        report = dataclasses.replace(report, tables=[Table(f"{name}: what each rank returned", rows)])
+    return dataclasses.replace(report, data={"returned": results})
+
+
+def unfired_fault(scenario: Scenario, results: list[dict]) -> list[str]:
+    """A note when the scenario's rank fault never fired (its rank posted too few messages, or, for
+    `corrupt`, no array after `after_ops`), so a drill that tested nothing does not look passed."""
+    fault = scenario.fault
+    unfired = [(r, res["fault_unfired"]) for r, res in enumerate(results) if res and "fault_unfired" in res]
+    what = "posted no array from then on" if fault.action == "corrupt" else "posted no more"
+    return [
+        f"fault: {fault.action} on rank {rank} never fired: after post {fault.after_ops} it {what} "
+        f"({info['num_posts']} posts in all); choose another fault.rank or a smaller fault.after_ops"
+        for rank, info in unfired
+    ]
 
 
 def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path) -> dict:
@@ -182,7 +165,12 @@ def print_failures(outcome: LaunchOutcome, console: Console) -> None:
             console.print("\n".join("    " + ln for ln in f.stack.strip().splitlines()[:12]), markup=False)
 
 
-def execute(scenario: Scenario, out_base: Path, console: Console | None = None) -> tuple[int, dict]:
+def execute(
+    scenario: Scenario, out_base: Path, console: Console | None = None, start_method: str = "fork"
+) -> Finished:
+    """Run `scenario` into a new run directory under `out_base`, print what the command line prints
+    on `console` (the table, or the root cause first) and write result.json. `start_method`: how
+    ranks are started (`launch.START_METHODS`): fork for the command line, spawn for the Python API."""
     console = console or make_console()
     err = make_console(stderr=True)
     if scenario.hosts:
@@ -205,15 +193,17 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
                 description=f"{scenario.name} {msg.get('label', '')}".strip(),
             )
 
-        outcome = Launcher(scenario, run_dir, on_progress).run()
+        outcome = Launcher(scenario, run_dir, on_progress, start_method).run()
     if outcome.interrupted:
         err.print("interrupted: every rank was stopped", highlight=False)
     report = summarize(scenario, outcome, run_dir) if not outcome.interrupted else Report(False, [])
     if scenario.hosts and report.tables:
         report = dataclasses.replace(report, notes=[*report.notes, f"hosts: {describe_hosts(scenario)}"])
+    if scenario.fault is not None and outcome.ok:
+        report = dataclasses.replace(report, notes=[*report.notes, *unfired_fault(scenario, outcome.results)])
     result = result_dict(scenario, outcome, report, run_dir)
     write_result(run_dir, result)
     print_outcome(outcome, report, run_dir, console, err)
     if outcome.interrupted:
-        return EXIT_INTERRUPTED, result
-    return (EXIT_OK if result["ok"] else EXIT_FAILED), result
+        return Finished(EXIT_INTERRUPTED, result, outcome)
+    return Finished(EXIT_OK if result["ok"] else EXIT_FAILED, result, outcome)

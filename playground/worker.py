@@ -5,7 +5,6 @@ sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (`python -m playground node S
 """
 
 import faulthandler
-import multiprocessing
 import os
 import signal
 import sys
@@ -17,14 +16,14 @@ import zmq
 
 from playground import clocks, interrupts, rendezvous
 from playground.comm.communicator import Communicator
-from playground.comm.control import Heartbeat, LauncherLink
+from playground.comm.control import Heartbeat, LauncherLink, control_identity
 from playground.comm.delay import DelayedTransport
 from playground.comm.faults import FaultyTransport
-from playground.comm.opening import open_end, pick_endpoints
 from playground.errors import CommTimeout, PeerLost, ScenarioMismatch
 from playground.hosts import netns
-from playground.hosts.topology import host_name
-from playground.scenario import Scenario, load_node
+from playground.machine import keep_freed_memory
+from playground.scenario import Scenario, node_function
+from playground.topology import host_name
 from playground.trace import CAT_META, Tracer
 
 RELEASE_TIMEOUT_S = 60.0  # waiting for the slowest rank to finish, after this rank is done
@@ -53,7 +52,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     ctx = zmq.Context()
     ctrl = ctx.socket(zmq.DEALER)
-    ctrl.setsockopt(zmq.IDENTITY, rendezvous.control_identity(env.rank))
+    ctrl.setsockopt(zmq.IDENTITY, control_identity(env.rank))
     ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
     ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
     ctrl.connect(env.coordinator)
@@ -63,7 +62,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     comm = None
     try:
         tracer.clock_ns = clock_ns = clocks.rank_clock_ns(env.rank)  # skewed on purpose in drills
-        end = open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
+        end = rendezvous.open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
         peers, clock = rendezvous.join(
             ctrl,
             env,
@@ -76,17 +75,17 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         # Raw times stay in the log, the offset beside them: `inspect` shifts them onto rank 0's clock.
         if clock is not None:
             tracer.add("clock", CAT_META, tracer.now_us(), 0.0, {**clock.to_args(), "endpoint": end.endpoint})
-        endpoints = pick_endpoints(peers, env.rank)
+        endpoints = rendezvous.pick_endpoints(peers, env.rank)
         transport = end.connect(endpoints)
         end = None  # the transport owns it now
         transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
-        fault = scenario.fault
+        fault, faulty = scenario.fault, None
         if fault is not None and fault.counting_rank(scenario.placement) == env.rank:
 
             def request(action: str) -> None:
                 rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
 
-            transport = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request)
+            transport = faulty = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request)
         comm = Communicator(
             env.rank,
             env.world_size,
@@ -98,8 +97,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             hosts=peers.hosts,
         )
         comm.barrier()
-        _, func = load_node(scenario.node)
-        result = func(comm, scenario.params)
+        result = node_function(scenario)(comm, scenario.params)
         tracer.flush()
         if result is None:
             result = {}
@@ -107,6 +105,8 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             result = {"value": result}
         result.setdefault("bytes_sent", comm.bytes_sent)
         result.setdefault("bytes_received", comm.bytes_received)
+        if faulty is not None and faulty.armed:  # the drill never fired: the report says so
+            result["fault_unfired"] = {"num_posts": faulty.num_ops}
         rendezvous.send_ctrl(ctrl, {"type": "done", "rank": env.rank, "result": result})
         rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0
@@ -149,12 +149,13 @@ def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[s
     return DelayedTransport(transport, rank, ctx, endpoints, hosts, link_delay_s, extra)
 
 
-def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
-    """Entry point of a forked rank: set up the process, run, and exit without parent's atexit.
+def child_main(scenario: Scenario, run_dir: Path, environ: dict, launcher_pid: int) -> None:
+    """Entry point of a rank the launcher forked or spawned: set up the process, run, and exit
+    without the parent's atexit.
 
     On an emulated host it first enters the host's network namespace, before any ZeroMQ context
     exists, so that ZeroMQ's I/O threads are born inside it."""
-    _die_with_parent()  # first: a launcher killed while this rank starts must not leave it behind
+    _die_with_parent(launcher_pid)  # first: a launcher killed while this rank starts must not leave it behind
     if environ.get("PLAYGROUND_NETNS"):
         try:
             netns.enter(environ["PLAYGROUND_NETNS"])
@@ -175,26 +176,7 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
         os._exit(code)
 
 
-def keep_freed_memory() -> None:
-    """Make glibc reuse freed large blocks instead of returning them to the kernel.
-
-    By default a block over 32 MiB at most (often much less) is mmap'ed and unmapped on free, so
-    every all-reduce that allocates its result, and every large ZeroMQ message, pays a page fault
-    per 4 KiB on first touch: 16 MiB cost 4 ms instead of 1.2 ms here. Raising the mmap and trim
-    thresholds keeps freed memory in the heap for the next operation (what jemalloc/tcmalloc users
-    get by default). Only the rank processes are tuned.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
-def _die_with_parent() -> None:
+def _die_with_parent(launcher_pid: int) -> None:
     """Ask Linux to SIGKILL this process if the launcher dies, so no rank outlives it; and exit now
     if it already died between the fork and this call (the request would then never fire)."""
     try:
@@ -204,6 +186,26 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-    parent = multiprocessing.parent_process()
-    if parent is not None and os.getppid() != parent.pid:
+    if os.getppid() != launcher_pid:
         os._exit(1)
+
+
+class FunctionByValue:
+    """A rank function sent to spawned ranks by value (`playground.api.launch`).
+
+    A spawned rank imports nothing of the caller's `__main__` (a notebook's cells, a script), so a
+    function defined there, a lambda or a closure cannot be found by name. dill pickles it here with
+    the globals it uses (modules by name, the rest by value); the rank unpickles it when it is
+    called, inside `run_rank`, so a failure to rebuild it (a module the rank cannot import) is that
+    rank's error, reported like any other. Pickled once, in the caller, so that what cannot be
+    pickled (an open socket in the closure) is one line before any process starts."""
+
+    def __init__(self, function):
+        import dill
+
+        self.payload = dill.dumps(function, recurse=True)
+
+    def __call__(self, comm, params):
+        import dill
+
+        return dill.loads(self.payload)(comm, params)

@@ -107,6 +107,49 @@ def test_allgather_and_broadcast_expected(n):
 # -- rows ------------------------------------------------------------------------------------------
 
 
+def test_the_baselines_check_every_iteration_warm_up_included(tmp_path):
+    """The loop both baseline workers run checks each call after its timing, as our bench does: a
+    result wrong in one warm-up call only is counted and named."""
+    from playground.baselines.measure import Call, measure
+
+    class OneRank:
+        rank, nranks = 0, 1
+        calls = 0
+
+        def barrier(self):
+            pass
+
+        def prepare(self, lay, op, inp):
+            buf = inp.copy()
+
+            def run():
+                OneRank.calls += 1
+                if OneRank.calls == 2:  # the second warm-up call goes wrong
+                    buf[3] += 1
+
+            return Call(reset=lambda: np.copyto(buf, inp), run=run, result=lambda: buf)
+
+    spec = {
+        "collective": "allreduce",
+        "sizes": [64],
+        "dtype": "float32",
+        "op": "sum",
+        "iters": 3,
+        "warmup": 2,
+    }
+    measure(OneRank(), spec, tmp_path)
+    (record,) = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()][1:]
+    assert OneRank.calls == 5
+    assert record["wrong"] == 1
+    assert record["first_wrong"] == {
+        "iteration": 1,
+        "warmup": True,
+        "index": 3,
+        "got": float(pattern(0, 16, "float32")[3] + 1),
+        "expected": float(pattern(0, 16, "float32")[3]),
+    }
+
+
 def test_combine_takes_max_of_rank_medians_and_sums_wrong():
     lays = layouts("allreduce", [8, 64], 2, "float32")
     per_rank = [

@@ -180,3 +180,24 @@ def test_in_place_is_only_for_allreduce(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith("key 'params.inplace': only allreduce works in place, not allgather")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("after_ops", [0, 40])
+def test_the_readme_corrupt_drill_fails_the_bench_wherever_the_bit_lands(tmp_path, after_ops):
+    """The README's example, with its default 5 warm-up and 20 timed iterations: the bit lands in
+    a warm-up call (after_ops 0) or a timed one that is not the last (40), and both fail."""
+    proc = run_cli(
+        ["bench", "allreduce", "--ranks", "4", "--sizes", "4KiB", "--out", str(tmp_path)]
+        + ["--set", "fault.rank=1", "--set", "fault.action=corrupt", "--set", f"fault.after_ops={after_ops}"],
+        timeout_s=80,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    row = _result(tmp_path)["rows"][0]
+    assert row["wrong"] > 0
+    first = row["first_wrong"]
+    assert first["warmup"] == (after_ops == 0)
+    assert first["got"] != first["expected"] and first["index"] >= 0
+    phase = "warm-up iteration" if first["warmup"] else "timed iteration"
+    assert f"first seen on rank {first['rank']} at {phase} {first['iteration']}: element" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -9,10 +9,11 @@ import pytest
 from nodes.buckets import Params as BucketsParams
 from nodes.overlap import Params as OverlapParams
 from nodes.overlap import Setting
-from playground.buckets import buckets_report, overlap_report, pingpong_report
+from playground.buckets import buckets_report, overlap_report
 from playground.buckets.architectures import backward_order, gradient_elements
 from playground.buckets.bucketing import MIB, assign_buckets, per_tensor, schedules, single_bucket
 from playground.models.alphabeta import AlphaBeta
+from playground.network import pingpong_report
 
 KIB = 1024
 
@@ -46,6 +47,9 @@ AB = {"alpha_s": 50e-6, "beta_bytes_per_s": 1e9, "points": []}
 ABL = {"alpha_s": 80e-6, "beta_bytes_per_s": 0.5e9}
 
 
+FIRST_WRONG = {"iteration": 0, "warmup": True, "bucket": 0, "index": 7, "got": 9.0, "expected": 3.0}
+
+
 def buckets_results(num_ranks=3, alpha_beta=AB, wrong=0):
     def row(strategy, cap, sizes, times):
         return {
@@ -65,7 +69,9 @@ def buckets_results(num_ranks=3, alpha_beta=AB, wrong=0):
             row("bucketed 0.0625 MiB", 0.0625, [8 * KIB, 8 * KIB], [0.006, 0.005 + r * 0.001, 0.007]),
             row("single bucket", None, [16 * KIB], [0.004, 0.004, 0.004]),
         ]
-        rows[2]["wrong"] = wrong if r == 1 else 0
+        if wrong and r == 1:
+            rows[2]["wrong"] = wrong
+            rows[2]["first_wrong"] = FIRST_WRONG
         out.append(
             {
                 "ok": True,
@@ -128,7 +134,10 @@ def test_buckets_report_one_rank_and_wrong_elements(tmp_path):
     assert rep.notes[0] == "one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0"
     assert all(math.isnan(r["model_ms"]) and math.isnan(r["ratio"]) for r in rep.tables[0].rows)
     failed = buckets_report.report(buckets_results(wrong=5), BucketsParams(iters=3), tmp_path)
-    assert not failed.ok and failed.failures == ["single bucket: 5 wrong elements (summed over ranks)"]
+    assert not failed.ok and failed.failures == [
+        "single bucket: 5 wrong elements (summed over ranks; first seen on rank 1 at warm-up iteration 0, "
+        "bucket 0: element 7 is 9.0, expected 3.0)"
+    ]
 
 
 def test_no_sweep_no_plot(tmp_path):
@@ -146,15 +155,20 @@ def overlap_results(wrong=0):
     serial = [step(0.030, [0.010, 0.010], [0.005, 0.005]) for _ in range(3)]
     overlap = [step(0.024, [0.010, 0.010], [0.005, 0.005], wrong=wrong) for _ in range(3)]
     slow = [dict(s, step_s=s["step_s"] + 0.010) for s in serial[:1]] + serial[1:]
+    checked = {"serial": {"wrong": 0}, "overlap": {"wrong": 3 * wrong}}
+    if wrong:
+        checked["overlap"]["first_wrong"] = FIRST_WRONG
     return [
         {
             "ok": True,
-            "settings": [{"setting": "x", "modes": {"serial": serial, "overlap": overlap}}],
+            "settings": [
+                {"setting": "x", "modes": {"serial": serial, "overlap": overlap}, "checked": checked}
+            ],
             "units_per_ms": 7.0,
         },
         {
             "ok": True,
-            "settings": [{"setting": "x", "modes": {"serial": slow, "overlap": overlap}}],
+            "settings": [{"setting": "x", "modes": {"serial": slow, "overlap": overlap}, "checked": checked}],
             "units_per_ms": 7.0,
         },
     ]
@@ -209,7 +223,10 @@ def test_overlap_report(tmp_path):
         "x: 2 layers x 4 KiB gradients, 10 ms compute each, 2 buckets; overlap hid 6.0"
     )
     bad = overlap_report.report(overlap_results(wrong=2), p, tmp_path)
-    assert bad.failures == ["x overlap: 12 wrong elements (summed over ranks and steps)"] and not bad.ok
+    assert not bad.ok and bad.failures == [
+        "x overlap: 12 wrong elements (summed over ranks and steps; first seen on rank 0 at warm-up "
+        "iteration 0, bucket 0: element 7 is 9.0, expected 3.0)"
+    ]
 
 
 def test_compute_per_bucket():

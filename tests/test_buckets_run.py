@@ -97,3 +97,20 @@ def test_presets_validate(preset):
 
     sc = load_scenario(preset)
     assert sc.params.iters >= 1 and sc.ranks == 4
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("after_ops", "words"),
+    [
+        (0, "the ping-pong echo of 8 bytes from rank 1 came back with 1 wrong bytes"),
+        (200, "wrong elements (summed over ranks; first seen on rank"),
+    ],
+)
+def test_a_corrupted_message_fails_the_lab_wherever_it_lands(runs_dir, after_ops, words):
+    """In the ping-pong that measures alpha and beta (its echo is checked) or in a warm-up or timed
+    all-reduce (every pass is checked); with 2 ranks the ping-pong is 7 x 23 round trips."""
+    sets = [*SMALL, "fault.rank=1", "fault.action=corrupt", f"fault.after_ops={after_ops}"]
+    code, result, out, err = run_scenario("buckets", runs_dir, ranks=2, sets=sets, timeout_s=50)
+    assert code == 1, out + err
+    assert words in out + err

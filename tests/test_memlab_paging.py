@@ -2,7 +2,8 @@
 
 import pytest
 
-from playground.memlab import paging, sysinfo
+from playground import machine
+from playground.memlab import paging
 
 MIB = 1024 * 1024
 SLACK = 4 * MIB
@@ -20,7 +21,7 @@ def test_rss_grows_with_what_is_touched_not_what_is_allocated():
 
 
 def test_huge_pages_fault_per_2_mib_when_the_kernel_gives_them():
-    if sysinfo.thp_mode() in ("never", "unknown"):
+    if machine.thp_mode() in ("never", "unknown"):
         pytest.skip("transparent huge pages are off on this machine")
     steps = paging.demand_paging(32 * MIB, huge_pages=True)
     half = steps[1]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from playground.buckets.overlap import StepTimes, intersection_s, pipeline_step_s, serial_step_s
+from playground.buckets.overlap_stats import StepTimes, intersection_s, pipeline_step_s, serial_step_s
 from playground.testing import run_cli, run_scenario
 from playground.trace import read_events
 
@@ -142,3 +142,12 @@ def test_presets_validate(preset):
 
     sc = load_scenario(preset)
     assert all(s.layers == 16 for s in sc.params.settings)  # the lecture's 16 chunks
+
+
+@pytest.mark.timeout(60)
+def test_a_corrupted_warm_up_all_reduce_fails_the_lab(runs_dir):
+    """after_ops 0: the bit lands in the first all-reduce, a warm-up step's, which is checked too."""
+    sets = [*SMALL, "fault.rank=1", "fault.action=corrupt"]
+    code, result, out, err = run_scenario("overlap", runs_dir, ranks=2, sets=sets, timeout_s=50)
+    assert code == 1, out + err
+    assert "at warm-up iteration 0, bucket" in out + err

@@ -87,3 +87,23 @@ def test_default_report_shows_rank_0_rows_and_fails_on_a_not_ok_rank():
     assert report.ok and report.tables == [Table("grid", rows)] and report.failures == []
     report = default_report([{"ok": True, "rows": rows}, {"ok": False}], "grid")
     assert not report.ok and report.failures == ["rank 1: not ok"]
+
+
+def test_an_unchecked_wrong_count_shows_as_n_a_as_in_nccl_tests():
+    """-1 (not checked: a data-free simulation, --no-check) is n/a in the table; result.json keeps -1."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from playground.report import render_table
+
+    out = StringIO()
+    rows = [{"size": 8, "wrong": -1, "ip_wrong": -1}, {"size": 16, "wrong": 0, "ip_wrong": 3}]
+    render_table(
+        Table("t", rows, {"size": "size", "wrong": "#wrong", "ip_wrong": "#wrong"}), Console(file=out)
+    )
+    lines = [line.split() for line in out.getvalue().splitlines() if line.strip().startswith("│")]
+    assert [[cell for cell in line if cell != "│"] for line in lines] == [
+        ["8", "n/a", "n/a"],
+        ["16", "0", "3"],
+    ]

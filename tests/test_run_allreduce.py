@@ -195,3 +195,41 @@ def test_the_readme_command_runs_in_the_checkout(tmp_path):
         timeout=50,
     )
     assert done.returncode == 0 and "wrong values: 0 OK" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter", "broadcast"])
+def test_the_corrupt_drill_fails_run_ring_for_every_collective(runs_dir, collective):
+    """`run ring --ranks 8 --set fault.rank=1 --set fault.action=corrupt`: the bit lands in the first
+    array rank 1 sends, a warm-up call's, which is checked like every other. (In a 4-rank binomial
+    broadcast from rank 0, rank 1 is a leaf and sends nothing: rank 2 forwards to rank 3.)"""
+    rank = 2 if collective == "broadcast" else 1
+    code, result, out, err = run_scenario(
+        "ring",
+        runs_dir,
+        ranks=8 if collective == "allreduce" else 4,
+        sets=[f"fault.rank={rank}", "fault.action=corrupt", f"params.collective={collective}"]
+        + ["params.sizes=[1KiB]"]
+        + (["params.algorithm=[tree]"] if collective == "broadcast" else []),
+        timeout_s=50,
+    )
+    assert code == 1, out + err
+    assert not result["ok"] and len(result["rows"]) == 1 and result["rows"][0]["wrong"] > 0
+    assert "wrong values: 0 OK" not in out and "at warm-up iteration 0" in out + err
+
+
+@pytest.mark.timeout(60)
+def test_a_drill_that_never_fires_says_so(runs_dir):
+    """A broadcast's leaf sends nothing: its corrupt drill cannot fire, and the run says so."""
+    code, result, out, err = run_scenario(
+        "ring",
+        runs_dir,
+        ranks=4,
+        sets=["fault.rank=1", "fault.action=corrupt", "params.collective=broadcast"]
+        + ["params.algorithm=[tree]", "params.sizes=[1KiB]"],
+        timeout_s=50,
+    )
+    assert code == 0, out + err
+    note = "fault: corrupt on rank 1 never fired: after post 0 it posted no array from then on"
+    assert any(n.startswith(note) for n in result["notes"]), result["notes"]
+    assert note in " ".join(out.split())

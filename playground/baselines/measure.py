@@ -4,7 +4,8 @@ Per size: warm-up iterations, then timed iterations, each timed on its own with 
 (outside the timed span) so every rank starts together and a slow rank shows in its own time rather
 than in the next iteration's. Each rank keeps the median of its times; the parent takes the max
 over ranks. The input is restored before each iteration (also untimed) because some collectives
-work in place. The last timed iteration's output is checked against the closed form.
+work in place. Every iteration's output, warm-up included, is checked against the closed form
+after its timing, as our own bench checks (`check.Tally`), so ours and theirs count alike.
 
 Results go to `rank-<r>.jsonl` in the run's directory, one JSON line per size, flushed at once, so
 a run that dies half-way still says how far it got. Pickle never carries them.
@@ -22,7 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from playground.baselines import common
-from playground.collectives.check import count_wrong
+from playground.collectives.check import Tally
 
 
 @dataclass
@@ -68,6 +69,8 @@ def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
             _write(f, {"rank": rank, "size": lay.size_bytes, "phase": "start"})
             inp = common.pattern(rank, lay.in_count, dtype)
             call = backend.prepare(lay, op, inp)
+            want = common.expected(lay, rank, op, dtype)
+            tally = Tally(warmup=spec["warmup"])
             times_ns = []
             for it in range(spec["warmup"] + spec["iters"]):
                 call.reset()
@@ -77,7 +80,7 @@ def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
                 dt = time.perf_counter_ns() - t0
                 if it >= spec["warmup"]:
                     times_ns.append(dt)
-            wrong = count_wrong(call.result(), common.expected(lay, rank, op, dtype))
+                tally.check(call.result(), want, it)
             _write(
                 f,
                 {
@@ -86,7 +89,7 @@ def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
                     "median_us": common.median_us(times_ns),
                     "min_us": min(times_ns) / 1000,
                     "max_us": max(times_ns) / 1000,
-                    "wrong": wrong,
+                    **tally.record(),
                 },
             )
 

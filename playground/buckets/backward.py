@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from playground.buckets.compute import Burner
-from playground.buckets.gradients import count_wrong_sums
+from playground.buckets.gradients import expected_sum
 from playground.collectives import allreduce
 
 MODES = ("serial", "overlap")
@@ -27,9 +27,10 @@ def backward_layer(burner: Burner, units: int, base: np.ndarray, grad: np.ndarra
 
 def run_step(comm, mode: str, s, it: int, ctx: dict) -> dict:
     """One timed step of setting `s` (its name and number of layers) in `mode`: returns per-layer
-    compute and per-bucket all-reduce seconds, and the wrong elements of its results. `ctx` holds
-    the step's buffers (base, grads, layer_elems), buckets and their views, the burner and its
-    units per layer, the algorithm, and in overlap mode the `CommThread`."""
+    compute and per-bucket all-reduce seconds, and the wrong elements of its results (also added to
+    `ctx["tally"]`, which keeps the first). `ctx` holds the step's buffers (base, grads,
+    layer_elems), buckets and their views, the burner and its units per layer, the algorithm, the
+    tally, and in overlap mode the `CommThread`."""
     tracer, buckets, views = comm.tracer, ctx["buckets"], ctx["views"]
     grads, base, layer_elems = ctx["grads"], ctx["base"], ctx["layer_elems"]
     grads[:] = 0
@@ -65,7 +66,12 @@ def run_step(comm, mode: str, s, it: int, ctx: dict) -> dict:
                     out = allreduce(comm, views[b.index], algorithm=ctx["algorithm"])
                 outs[b.index] = (out, time.perf_counter() - m0)
     step_s = time.perf_counter() - t0
-    wrong = sum(count_wrong_sums(outs[b.index][0], views[b.index], comm.rank, comm.size) for b in buckets)
+    wrong = sum(
+        ctx["tally"].check(
+            outs[b.index][0], expected_sum(views[b.index], comm.rank, comm.size), it, bucket=b.index
+        )
+        for b in buckets
+    )
     tracer.flush()
     return {
         "step_s": step_s,

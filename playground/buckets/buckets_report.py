@@ -7,19 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from playground.collectives.check import describe_first_wrong, earliest_first_wrong
+from playground.machine import load_note
 from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
 from playground.plot import figure
 from playground.report import Report, Table
 from playground.sizes import format_size
-
-
-def load_average_note() -> str:
-    """How busy the machine was when the run ended: other users' work stretches every timing."""
-    return (
-        f"machine load average (1 min) when the run ended: {os.getloadavg()[0]:.1f} on {os.cpu_count() or 1} "
-        "cores (other users' work inflates and scatters the times)"
-    )
-
 
 COLUMNS = {
     "strategy": "strategy",
@@ -69,6 +62,9 @@ def combine(results: list[dict], params) -> list[dict]:
                 "wrong": sum(r["wrong"] for r in per_rank),
             }
         )
+        first = earliest_first_wrong(per_rank)
+        if first:
+            rows[-1]["first_wrong"] = first
     return rows
 
 
@@ -104,7 +100,9 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
     rows = combine(results, params)
     r0 = results[0]
     failures = [
-        f"{r['strategy']}: {r['wrong']} wrong elements (summed over ranks)" for r in rows if r["wrong"]
+        f"{r['strategy']}: {r['wrong']} wrong elements (summed over ranks; {describe_first_wrong(r['first_wrong'])})"
+        for r in rows
+        if r["wrong"]
     ]
     scaled = "real sizes" if params.scale == 1 else f"sizes x{params.scale:g} (tensors and caps)"
     title = (
@@ -138,7 +136,7 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
     else:
         notes.append("one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0")
     cores = os.cpu_count() or 1
-    notes.append(load_average_note())
+    notes.append(load_note())
     if n > cores:
         notes.append(
             f"{n} ranks on {cores} cores: oversubscribed, so ranks time-share the CPUs and measured "

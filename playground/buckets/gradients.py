@@ -30,14 +30,14 @@ def sum_factor(num_ranks: int) -> int:
     return num_ranks * (num_ranks + 1) // 2
 
 
-def count_wrong_sums(result: np.ndarray, own_gradient: np.ndarray, rank: int, num_ranks: int) -> int:
-    """Elements of an all-reduced `result` that differ from numpy's exact sum of every rank's
-    gradient (unlike `collectives.check.count_wrong`, which compares with a given expected array).
+def expected_sum(own_gradient: np.ndarray, rank: int, num_ranks: int) -> np.ndarray:
+    """numpy's exact sum of every rank's gradient, rebuilt from this rank's own (own / (rank+1) is
+    exactly the base), so the check needs no copy of the base and no data from other ranks."""
+    return (own_gradient / np.float32(rank + 1)) * np.float32(sum_factor(num_ranks))
 
-    The expected value is rebuilt from this rank's own gradient (own / (rank+1) is exactly the
-    base), so the check needs no copy of the base and no data from other ranks.
-    """
+
+def count_wrong_sums(result: np.ndarray, own_gradient: np.ndarray, rank: int, num_ranks: int) -> int:
+    """Elements of an all-reduced `result` that differ from `expected_sum`."""
     if result.shape != own_gradient.shape:
         return max(result.size, own_gradient.size)
-    expected = (own_gradient / np.float32(rank + 1)) * np.float32(sum_factor(num_ranks))
-    return int(np.count_nonzero(result != expected))
+    return int(np.count_nonzero(result != expected_sum(own_gradient, rank, num_ranks)))

@@ -5,13 +5,15 @@ Rank r's input is a pattern of small integers ((7 i + 13 r) mod 17) - 8: every p
 reduction order.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from playground.collectives.chunks import ChunkBounds
 from playground.collectives.ops import ReduceOp
+from playground.collectives.registry import COLLECTIVES
 from playground.errors import UsageError
 
-COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
 ROOT = 0
 
 
@@ -72,3 +74,74 @@ def count_wrong(got: np.ndarray | None, want: np.ndarray | None) -> int:
     if got is None or got.shape != want.shape or got.dtype != want.dtype:
         return max(1, want.size)
     return int(np.count_nonzero(got != want))
+
+
+def first_mismatch(got: np.ndarray | None, want: np.ndarray | None) -> dict:
+    """Where `got` first differs from `want`: {"index", "got", "expected"} (index -1 when the
+    shapes or dtypes differ, or one of them is missing); call it only when they differ."""
+    if got is None or want is None or got.shape != want.shape or got.dtype != want.dtype:
+        describe = lambda a: "nothing" if a is None else f"{a.dtype}{list(a.shape)}"  # noqa: E731
+        return {"index": -1, "got": describe(got), "expected": describe(want)}
+    flat_got, flat_want = got.reshape(-1), want.reshape(-1)
+    i = int(np.flatnonzero(flat_got != flat_want)[0])
+    return {"index": i, "got": flat_got[i].item(), "expected": flat_want[i].item()}
+
+
+@dataclass
+class Tally:
+    """Wrong elements summed over every checked call, and where the first wrong one was seen.
+
+    Every iteration is checked, warm-up included (a corrupted message must fail the run whichever
+    call it lands in); the caller checks outside its timed region. `first` is
+    {"iteration", "warmup", "index", "got", "expected"}: `check` takes the call's number counting
+    the warm-up first; `first` numbers it within its phase (warm-up, or timed)."""
+
+    warmup: int = 0
+    wrong: int = 0
+    first: dict | None = None
+
+    def check(self, got: np.ndarray | None, want: np.ndarray | None, iteration: int, **where) -> int:
+        """Count `got`'s wrong elements against `want` (added to the tally); returns them. `where`
+        (e.g. bucket=3) is kept with the first wrong element."""
+        wrong = count_wrong(got, want)
+        if wrong:
+            self.wrong += wrong
+            if self.first is None:
+                warm = iteration < self.warmup
+                when = {"iteration": iteration if warm else iteration - self.warmup, "warmup": warm}
+                self.first = {**when, **where, **first_mismatch(got, want)}
+        return wrong
+
+    def record(self, prefix: str = "") -> dict:
+        """The tally as a rank's record fields: `wrong`, and `first_wrong` when there is one."""
+        out = {prefix + "wrong": self.wrong}
+        if self.first is not None:
+            out[prefix + "first_wrong"] = self.first
+        return out
+
+
+_FIRST_KEYS = ("rank", "iteration", "warmup", "index", "got", "expected")
+
+
+def describe_first_wrong(first: dict) -> str:
+    """'first seen on rank 1 at warm-up iteration 0, bucket 2: element 17 is 3.0, expected 5.0'."""
+    it = first["iteration"]
+    where = f"warm-up iteration {it}" if first.get("warmup") else f"timed iteration {it}"
+    where += "".join(f", {k} {v}" for k, v in first.items() if k not in _FIRST_KEYS)
+    rank = f"on rank {first['rank']} " if "rank" in first else ""
+    if first["index"] < 0:
+        what = f"got {first['got']}, expected {first['expected']}"
+    else:
+        what = f"element {first['index']} is {first['got']!r}, expected {first['expected']!r}"
+    return f"first seen {rank}at {where}: {what}"
+
+
+def earliest_first_wrong(per_rank: list[dict], prefix: str = "") -> dict | None:
+    """The first wrong element over every rank's record (in rank order): the earliest iteration
+    (warm-up before timed), then the lowest rank, with that rank named in it."""
+    seen = [
+        {"rank": rank, **rec[prefix + "first_wrong"]}
+        for rank, rec in enumerate(per_rank)
+        if rec.get(prefix + "first_wrong")
+    ]
+    return min(seen, key=lambda f: (not f["warmup"], f["iteration"], f["rank"]), default=None)

@@ -1,8 +1,10 @@
 """One row of a collectives benchmark on one rank, timed as nccl-tests times it.
 
 Per (algorithm, size): warm-up calls, then timed calls each after a barrier, each recorded as one
-trace event; the check (nccl-tests' #wrong) runs on the result of the last timed call only, so the
-timed loop itself stays clean. `p` is the collective node's Params (or anything with its fields).
+trace event. Every call's result, warm-up included, is checked against the closed form (nccl-tests'
+#wrong), after the call's timing has been taken: a corrupted message fails the run whichever call
+it lands in, and the check adds wall time but not measured time. `p` is the collective node's
+Params (or anything with its fields).
 """
 
 import numpy as np
@@ -10,46 +12,51 @@ import numpy.ma  # noqa: F401 - np.median imports it on first use: once here, be
 
 from playground.collectives import ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce
-from playground.collectives.check import count_wrong, expected_output, input_count, pattern
+from playground.collectives.check import Tally, expected_output, input_count, pattern
 from playground.trace import CAT_OP
 
 
 def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> dict:
-    """{size, count, algorithm, median_us, mean_us, min_us, wrong} of `algorithm` at `size_bytes`; in
-    place, the input is refilled (untimed) before each call."""
+    """{size, count, algorithm, median_us, mean_us, min_us, wrong[, first_wrong]} of `algorithm` at
+    `size_bytes`; in place, the input is refilled (untimed) before each call. Every call's result,
+    warm-up included, is checked against the closed form after its timing (`check.Tally`)."""
     itemsize = np.dtype(p.dtype).itemsize
     count = input_count(p.collective, size_bytes, itemsize, comm.size)
     op = ReduceOp.parse(p.op)
     x = pattern(comm.rank, count, p.dtype)
+    want = expected_output(p.collective, comm.rank, comm.size, count, p.dtype, op) if p.check else None
+    tally = Tally(warmup=p.warmup)
     work = x.copy() if inplace else x  # in place: refilled with the input (untimed) before each call
-    for _ in range(p.warmup):
+    times_us = []
+    for it in range(p.warmup + p.iters):
+        timed = it >= p.warmup
         if inplace:
             np.copyto(work, x)
-        run_collective(comm, p.collective, work, op, algorithm, p.segment_bytes, inplace, p.ranks_per_node)
-    times_us, out = [], None
-    for it in range(p.iters):
-        if inplace:
-            np.copyto(work, x)
-        comm.barrier()
-        t0 = comm.tracer.now_us()  # the rank's time source, as its message events use
+        if timed:
+            comm.barrier()
+            t0 = comm.tracer.now_us()  # the rank's time source, as its message events use
         out = run_collective(
             comm, p.collective, work, op, algorithm, p.segment_bytes, inplace, p.ranks_per_node
         )
-        dur = comm.tracer.now_us() - t0
-        times_us.append(dur)
-        comm.tracer.add(
-            p.collective,
-            CAT_OP,
-            t0,
-            dur,
-            {"bytes": count * itemsize, "iter": it, "algorithm": algorithm, "inplace": inplace},
-        )
+        if timed:
+            dur = comm.tracer.now_us() - t0
+            times_us.append(dur)
+            comm.tracer.add(
+                p.collective,
+                CAT_OP,
+                t0,
+                dur,
+                {
+                    "bytes": count * itemsize,
+                    "iter": it - p.warmup,
+                    "algorithm": algorithm,
+                    "inplace": inplace,
+                },
+            )
+        if p.check:
+            tally.check(out, want, it)
+        del out  # before the next call allocates its result: the peak stays one result
     comm.tracer.flush()
-    wrong = (
-        count_wrong(out, expected_output(p.collective, comm.rank, comm.size, count, p.dtype, op))
-        if p.check
-        else -1
-    )
     total = count * comm.size if p.collective == "allgather" else count
     chosen = (
         choose_allreduce(count * itemsize, comm.size)
@@ -63,5 +70,5 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
         "median_us": float(np.median(times_us)),
         "mean_us": float(np.mean(times_us)),
         "min_us": float(np.min(times_us)),
-        "wrong": wrong,
+        **(tally.record() if p.check else {"wrong": -1}),
     }

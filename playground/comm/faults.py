@@ -2,8 +2,13 @@
 
 It counts the rank's posts (arrays and objects); the post numbered `after_ops + 1` fires the
 fault: `kill` (SIGKILL itself), `exit` (status 3), `hang` (sleep forever), `raise`
-(FaultInjected), or `corrupt`: flip one bit of the first array posted from then on, which the
-collectives' correctness check must catch. A post that found no room does not count: it is retried.
+(FaultInjected), or `corrupt`: flip one bit of the first non-empty array posted from then on,
+which the collectives' correctness check must catch. The bit is the second highest of the first
+element (`flip_bit`): in a float the top exponent bit, in an integer 2**(bits-2), so the element
+changes by at least 1 (0 -> 2.0, +-1 -> +-inf, |v| >= 2 -> almost 0) and no later addition of
+the check's small integers can round the change away. With a sum every element of every message
+reaches some rank's result, so the check catches the flip wherever it lands; with max or min a
+changed element may lose to another rank's and leave the result right. A post that found no room does not count: it is retried.
 Only the failing rank's transport is wrapped, so the others pay nothing.
 """
 
@@ -57,8 +62,8 @@ class FaultyTransport:
     def send(self, dst: int, tag: int, x: np.ndarray):
         corrupt = self._fire_if_due(x.nbytes > 0)
         if corrupt:
-            x = x.copy()
-            x.reshape(-1).view(np.uint8)[0] ^= 1
+            x = np.ascontiguousarray(x).copy()
+            flip_bit(x)
         return self._count(self.inner.send(dst, tag, x), corrupt)
 
     def reserve(self, dst: int, count: int, dtype: np.dtype):
@@ -67,7 +72,7 @@ class FaultyTransport:
     def send_reserved(self, out: Outgoing, tag: int):
         corrupt = self._fire_if_due(out.array.nbytes > 0)
         if corrupt and self._flipped is not out:  # flip once, even if the post is retried
-            out.array.reshape(-1).view(np.uint8)[0] ^= 1
+            flip_bit(out.array)
             self._flipped = out
         return self._count(self.inner.send_reserved(out, tag), corrupt)
 
@@ -80,3 +85,8 @@ class FaultyTransport:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def flip_bit(x: np.ndarray) -> None:
+    """Flip the second highest bit of `x`'s first element, in place (x C-contiguous, not empty)."""
+    x.reshape(-1).view(np.uint8)[x.itemsize - 1 if x.dtype.byteorder != ">" else 0] ^= 0x40

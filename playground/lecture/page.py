@@ -5,7 +5,6 @@ two pages from two machines can be set side by side. summary.md has the same tab
 images linked from the run directories beside it.
 """
 
-import base64
 import html
 import time
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from pathlib import Path
 from playground.lecture.figures import FigureRow
 from playground.lecture.plan import Section
 from playground.lecture.runner import Outcome
-from playground.report import format_cell
+from playground.report import data_uri, format_cell, html_table, table_columns
 
 TITLE = "P4 · A crash course on computer systems, measured"
 FIGURE_COLUMNS = ("figure", "lecture", "this machine", "model")
@@ -26,6 +25,7 @@ class ScenarioBlock:
     description: str
     result: dict | None
     images: list[Path] = field(default_factory=list)
+    captions: dict[Path, str] = field(default_factory=dict)  # an image's sentence; else its file name
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,6 @@ class Page:
         return " · ".join(parts)
 
 
-def table_columns(table: dict) -> dict[str, str]:
-    rows = table.get("rows") or []
-    return table.get("columns") or ({k: k for k in rows[0]} if rows else {})
-
-
 # -- HTML ----------------------------------------------------------------------------------------
 
 CSS = """
@@ -90,6 +85,8 @@ th { background: #f4f4f6; } td.num { text-align: right; font-variant-numeric: ta
 .measured { color: #555; } pre { background: #f6f6f8; padding: .5em .8em; overflow-x: auto; }
 pre.error { color: #b00020; background: #fff3f3; font-weight: normal; }
 figure { margin: .6em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figure.diagram { display: inline-block; vertical-align: top; width: 49%; margin-right: 1%; }
+figure.diagram img { width: 100%; height: auto; }
 figcaption, .notes, details { color: #555; font-size: 13px; }
 nav a { margin-right: 1em; } .scenario { border-left: 3px solid #e4e4ea; padding-left: 1em; }
 """
@@ -97,29 +94,6 @@ nav a { margin-right: 1em; } .scenario { border-left: 3px solid #e4e4ea; padding
 
 def _esc(value) -> str:
     return html.escape(str(value))
-
-
-def _data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-
-
-def _html_table(table: dict) -> str:
-    columns = table_columns(table)
-    rows = table.get("rows") or []
-    out = [f'<div class="wide"><table><caption>{_esc(table.get("title", ""))}</caption><tr>']
-    out += [f"<th>{_esc(h)}</th>" for h in columns.values()]
-    out.append("</tr>")
-    for row in rows:
-        out.append("<tr>")
-        for key in columns:
-            v = row.get(key)
-            num = isinstance(v, (int, float)) and not isinstance(v, bool)
-            out.append(
-                f'<td class="num">{_esc(format_cell(v))}</td>' if num else f"<td>{_esc(format_cell(v))}</td>"
-            )
-        out.append("</tr>")
-    out.append("</table></div>")
-    return "".join(out)
 
 
 def _html_figures(rows: list[FigureRow]) -> str:
@@ -164,10 +138,11 @@ def _html_scenario(block: ScenarioBlock, anchor: str) -> str:
         out.append(f'<pre class="error">{_esc(o.error)}</pre>')
         out.append(f"<p>rerun it alone: <code>{_esc(o.command)}</code>; its output: {_esc(o.log)}</p>")
     for img in block.images:
-        out.append(f'<figure><img src="{_data_uri(img)}" alt="{_esc(img.stem)}"><figcaption>{_esc(img.name)}')
-        out.append("</figcaption></figure>")
+        css = ' class="diagram"' if img.suffix.lower() == ".svg" else ""  # diagrams side by side
+        out.append(f'<figure{css}><img src="{data_uri(img)}" alt="{_esc(img.stem)}">')
+        out.append(f"<figcaption>{_esc(block.captions.get(img) or img.name)}</figcaption></figure>")
     if block.result:
-        out += [_html_table(t) for t in block.result.get("tables") or [] if t.get("rows")]
+        out += [html_table(t) for t in block.result.get("tables") or [] if t.get("rows")]
         notes = block.result.get("notes") or []
         if notes:
             out.append('<ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>")
@@ -243,6 +218,8 @@ def build_markdown(page: Page, base: Path) -> str:
                 except ValueError:
                     rel = img
                 out += [f"![{img.stem}]({rel})", ""]
+                if sb.captions.get(img):
+                    out += [f"*{sb.captions[img]}*", ""]
             for t in (sb.result or {}).get("tables") or []:
                 cols = table_columns(t)
                 if not t.get("rows"):

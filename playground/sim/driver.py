@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from playground.collectives import ReduceOp, run_collective
-from playground.collectives.check import count_wrong, expected_output, input_count, pattern
+from playground.collectives.bench_report import build_row
+from playground.collectives.check import Tally, expected_output, input_count, pattern
 from playground.collectives.chunks import phantom
-from playground.collectives.report import build_row
 from playground.sim.fold import symmetry
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
@@ -84,9 +84,9 @@ def simulate(
             )
         record = {"median_us": (world.time_of(comm.rank) - t0) * 1e6, "wrong": -1}
         if data:
-            record["wrong"] = count_wrong(
-                out, expected_output(collective, comm.rank, n, count, dtype, reduce_op)
-            )
+            tally = Tally()
+            tally.check(out, expected_output(collective, comm.rank, n, count, dtype, reduce_op), 0)
+            record.update(tally.record())
         return record
 
     with _few_collections():

@@ -2,7 +2,7 @@
 
 Why at the start of every run: the model's prediction is only worth printing beside a
 measurement if its alpha and beta come from the same transport, machine and load. Rank 0 sends
-n bytes, rank 1 sends them back; half the median round trip is the one-way time T(n), and
+n bytes of zeros, rank 1 sends them back (rank 0 checks the echo, untimed); half the median round trip is the one-way time T(n), and
 `fit_alpha_beta` fits T(n) = alpha + n / beta over a spread of sizes. The fit is broadcast, so
 every rank prints and models with the same numbers.
 
@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from playground.errors import ResultMismatch
 from playground.models.alphabeta import AlphaBeta, fit_alpha_beta
 
 TAG_PINGPONG = 7100
@@ -43,6 +44,13 @@ def one_way_times_s(
                 comm.send(out, peer, TAG_PINGPONG)
             if i >= warmup:
                 round_trips.append(time.perf_counter() - t0)
+            if comm.rank % 2 == 0 and out.any():  # the echo must be the zeros sent (after the timing)
+                wrong = np.flatnonzero(out)
+                raise ResultMismatch(
+                    comm.rank,
+                    f"the ping-pong echo of {n} bytes from rank {peer} came back with {wrong.size} "
+                    f"wrong bytes (first: byte {wrong[0]} is {out[wrong[0]]}, expected 0; round trip {i})",
+                )
         times.append(float(np.median(round_trips)) / 2)
     return times
 

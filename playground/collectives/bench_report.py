@@ -3,7 +3,8 @@
 `bench` divides a baseline's time by ours, so both rows must come from the same arithmetic: one
 `build_row` turns every rank's record of one (algorithm, size) into a row. Each rank records its
 median time (`median_us`) and its wrong-element count (`wrong`: `check.count_wrong`, -1 when not
-checked); with in-place measurements, also `ip_median_us` and `ip_wrong`. The row's time is the
+checked; `first_wrong` where the first wrong element was seen); with in-place measurements, also
+`ip_median_us`, `ip_wrong` and `ip_first_wrong`. The row's time is the
 slowest rank's median (a collective ends when its last rank does); algbw = size / time and
 busbw = algbw x `busbw_factor` (GB/s are 1e9 bytes/s); wrong is summed over ranks. Nothing is
 rounded here: the table rounds for display, result.json keeps what was measured. A zero time
@@ -15,9 +16,10 @@ collective, algorithm (for `auto->rd`, the one auto ran), rank count and size (`
 model would pick (`model_pick`); the table's title says where the model's link came from.
 """
 
-from playground.collectives.check import busbw_factor
+from playground.collectives.check import busbw_factor, describe_first_wrong, earliest_first_wrong
+from playground.collectives.registry import BY_KEY, best_algorithm, collective_time_s, names
 from playground.models.calibration import ModelSource
-from playground.models.costs import FORMULAS, Link, best_algorithm, collective_time_s
+from playground.models.costs import Link
 from playground.report import Report, Table
 
 REDUCING = frozenset({"allreduce", "reduce_scatter", "reduce"})
@@ -67,23 +69,27 @@ def _timed_columns(per_rank: list[dict], prefix: str, size: int, factor: float) 
     time_us = max(r[prefix + "median_us"] for r in per_rank)
     algbw = size / time_us / 1e3 if time_us > 0 else None  # bytes/us / 1e3 = GB/s
     wrongs = [r[prefix + "wrong"] for r in per_rank]
-    return {
+    columns = {
         prefix + "time_us": time_us,
         prefix + "algbw_gbps": algbw,
         prefix + "busbw_gbps": None if algbw is None else algbw * factor,
         prefix + "wrong": -1 if min(wrongs) < 0 else sum(wrongs),
     }
+    first = earliest_first_wrong(per_rank, prefix)
+    if first is not None:
+        columns[prefix + "first_wrong"] = first
+    return columns
 
 
 def model_algorithm(collective: str, algorithm: str, size: int, num_ranks: int, link: Link) -> str:
     """The algorithm whose formula models a row: what `auto` ran (`auto->rd`), the row's own, or,
     for a baseline (`gloo`, `mpi`: their algorithm is theirs to choose), the model's pick."""
     algorithm = algorithm.rpartition("->")[2]
-    if (collective, algorithm) in FORMULAS:
+    if (collective, algorithm) in BY_KEY:
         return algorithm
     if collective == "allreduce":
         return best_algorithm(size, num_ranks, link)
-    return next(a for c, a in FORMULAS if c == collective)
+    return names(collective, auto=False)[0]
 
 
 def add_model_columns(rows: list[dict], collective: str, num_ranks: int, link: Link) -> list[dict]:
@@ -131,12 +137,7 @@ def bench_report(
     ]
     if model is not None:
         rows = add_model_columns(rows, collective, n, model.link)
-    failures = [
-        f"{r[key]} wrong elements: {collective} {r['algorithm']}{place} size {r['size']}"
-        for r in rows
-        for key, place in (("wrong", ""), ("ip_wrong", " in place"))
-        if r.get(key, 0) > 0
-    ]
+    failures = wrong_row_failures(rows, collective)
     title = (
         f"{collective}, {n} ranks, {dtype}: median of {iters} iterations after {warmup} warm-up; "
         f"slowest rank; busbw = algbw x {FACTOR_TEXT.get(collective, '1')}"
@@ -153,6 +154,23 @@ def bench_report(
         notes=closing_lines(rows),
         data=data or {},
     )
+
+
+def wrong_row_failures(rows: list[dict], collective: str, label=lambda r: "") -> list[str]:
+    """One failure per row with wrong elements (and per in-place column with them), saying where
+    the first one was seen: '3 wrong elements: allreduce ring size 4096 (first seen on rank 1 at
+    warm-up iteration 0: element 0 is 2.0, expected 4.0)'."""
+    out = []
+    for r in rows:
+        for prefix, place in (("", ""), ("ip_", " in place")):
+            if r.get(prefix + "wrong", 0) > 0:
+                first = r.get(prefix + "first_wrong")
+                where = f" ({describe_first_wrong(first)})" if first else ""
+                out.append(
+                    f"{r[prefix + 'wrong']} wrong elements: {collective} {r['algorithm']}{place}"
+                    f"{label(r)} size {r['size']}{where}"
+                )
+    return out
 
 
 def closing_lines(rows: list[dict]) -> list[str]:

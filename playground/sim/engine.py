@@ -14,13 +14,14 @@ Order is deterministic: events run by (time, posting order), and every rank's cl
 the last event run, so no event is ever posted in the past. Waking a rank is an event too, posted
 when the message it waits for is delivered (or its send completes): the woken rank runs after the
 events already due at that instant, so it usually finds its own sends of that instant gone and
-does not stop again for them (one switch a message on a ring, not one and a half). All ranks start at time 0: each runs
-until it first blocks before any event is run. When no event is left but ranks still wait, the
-simulated program deadlocked: `run` raises SimDeadlock naming them.
+does not stop again for them (one switch a message on a ring, not one and a half). All ranks
+start at time 0: each runs until it first blocks before any event is run. When no event is left
+but ranks still wait, the simulated program deadlocked: `run` raises SimDeadlock naming them.
 
 The queue, the clocks, the inboxes and the blocking are the native module's SimEngine
-(native/sim_engine.c): an event is a plain record in one array, not a tuple of Python objects, and a
-message costs no Python call of the simulator's own. This class starts the greenlets and reports.
+(native/sim_engine.c): an event is a plain record in one array, not a tuple of Python objects,
+and a message costs no Python call of the simulator's own. This class starts the greenlets and
+reports how they ended.
 """
 
 from _playground_native import SimEngine

@@ -18,8 +18,9 @@ arrays (playground.collectives.chunks.phantom: any length, one element of memory
 sizes, not bytes, and reductions only cost their virtual time: the cost of a simulation then
 grows with the number of messages, not with bytes.
 
-The transport and its messages are the native module's (native/sim_transport.c): a message posted, moved
-and taken costs no Python call of the simulator's own, only the communicator's and the algorithm's.
+The transport and its messages are the native module's (native/sim_transport.c): a message
+posted, moved and taken costs no Python call of the simulator's own, only the communicator's and
+the algorithm's.
 """
 
 import math

@@ -145,6 +145,7 @@ def _page_json(page: Page) -> dict:
                 "name": o.run.name,
                 "command": o.command,
                 "exit_code": o.exit_code,
+                "interrupted": o.interrupted,
                 "elapsed_s": round(o.elapsed_s, 2),
                 "run_dir": str(o.run_dir) if o.run_dir else None,
                 "error": o.error,

@@ -80,16 +80,16 @@ def _alive(pgid: int) -> bool:
 # Ignored, it once made the lecture miss Ctrl-C while the scenario's launcher (which installs its
 # own handler) stopped with 130: FAILED, the next scenario, exit 0.
 DISPOSITIONS = ["default", "ignored"]
-_IGNORING = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.executable, sys.argv[1:])"
+# Set it whatever pytest itself inherited, then become the lecture.
+_WITH_SIGINT = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_{}); os.execv(sys.executable, sys.argv[1:])"
 
 
 def _start(
     argv: list[str], disposition: str, env: dict | None = None, cwd: Path | None = None
 ) -> subprocess.Popen:
-    if disposition == "ignored":
-        argv = [sys.executable, "-c", _IGNORING, *argv]
+    how = {"default": "DFL", "ignored": "IGN"}[disposition]
     return subprocess.Popen(
-        argv,
+        [sys.executable, "-c", _WITH_SIGINT.format(how), *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

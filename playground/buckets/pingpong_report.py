@@ -88,10 +88,13 @@ def report(results: list[dict], run_dir: Path | None = None) -> Report:
             "ours went through mailboxes in shared memory (--transport shm), raw pyzmq over ipc: "
             "ratios < 1 are what bypassing ZeroMQ on one host gains"
         )
+    data = {}
     if "iters" in results[0]:  # the node says how it chose its counts
         notes.append(_budget_note(results[0], len(rows)))
+        data = {k: results[0].get(k) for k in ("budget_s", "elapsed_s")}
     return Report(
         ok=True,
+        data=data,
         tables=[Table(f"point-to-point, rank 0 <-> rank 1 ({len(results)} ranks)", rows, cols)],
         notes=notes,
     )

@@ -48,8 +48,9 @@ class Params:
     def __post_init__(self):
         if not self.sizes or min(self.sizes) < 1:
             raise ParamError("sizes", "give at least one size >= 1 byte")
-        if self.iters < 1 or self.warmup < 0 or self.window < 1:
-            raise ParamError("iters", "iters and window must be >= 1, warmup >= 0")
+        for key, least in (("iters", 1), ("warmup", 0), ("window", 1)):
+            if getattr(self, key) < least:
+                raise ParamError(key, "iters and window must be >= 1, warmup >= 0")
         if self.budget_s is not None and not self.budget_s > 0:
             raise ParamError(
                 "budget_s", f"must be > 0 seconds per size, or null for fixed counts, got {self.budget_s}"

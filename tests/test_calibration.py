@@ -264,7 +264,7 @@ def test_bad_model_specs_are_one_line_and_exit_2(tmp_path, content, says):
         (tmp_path / "calib.json").write_text(content)
     for args, prefix in (
         (["bench", "allreduce", "--model", spec], f"error: --model {spec}: "),
-        (["run", "ring", "--set", f"params.model={spec}"], "key 'params.model': "),
+        (["run", "ring", "--set", f"params.model={spec}"], f"error: --set params.model={spec}: "),
     ):
         proc = run_cli([*args, "--out", str(tmp_path / "runs")], timeout_s=50)
         assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -62,7 +62,8 @@ def test_on_a_100mbit_link_beta_is_its_rate_and_slow_sizes_run_fewer_round_trips
     assert calibration["beta_bytes_per_s"] == pytest.approx(100e6 / 8, rel=0.10)
     result = json.loads((runs_dir / "latest" / "result.json").read_text())
     iters = {r["size"]: r["iters"] for r in result["rows"]}
-    assert len(iters) == 3 and iters[64] == 50  # 64 B: every round trip
-    assert iters[1 << 20] < 50  # 1 MiB: 0.18 s a round trip, a share of 0.5 s holds two at most
+    assert len(iters) == 3 and iters[64] >= iters[256 << 10] >= iters[1 << 20]  # slower, fewer
+    assert iters[64] > 10  # 64 B: about 1 ms a round trip (the probe's, perhaps cold, decides)
+    assert iters[1 << 20] <= 2  # 1 MiB: 0.18 s a round trip, a share of 0.5 s holds two at most
     assert result["budget_s"] == 0.5
     assert "time budget: 0.5 s per size, 1.5 s for 3 sizes (params.budget_s)" in " ".join(proc.stdout.split())

@@ -179,7 +179,7 @@ def test_hierarchical_needs_whole_nodes(runs_dir):
         "ring", runs_dir, ranks=8, sets=["params.algorithm=[hier]", "params.ranks_per_node=3"]
     )
     assert code == 2, out + err
-    assert "key 'params.ranks_per_node': must divide the 8 ranks into whole nodes, got 3" in err
+    assert "error: --set params.ranks_per_node=3: must divide the 8 ranks into whole nodes, got 3" in err
 
 
 @pytest.mark.timeout(60)

@@ -156,14 +156,44 @@ def test_unknown_algorithm_is_rejected():
 
 
 def test_auto_picks_by_size():
-    from playground.collectives.auto import choose_allreduce
+    """The rule, not the table's measured numbers: every band names a real algorithm and auto
+    picks it up to the band's edge; the picks move one way as messages grow (no algorithm comes
+    back once left); the smallest messages get the fewest sequential steps (the latency-bound
+    choice on an alpha-only link), the largest the ring."""
+    from playground.collectives import ALLREDUCE_ALGORITHMS
+    from playground.collectives.auto import CROSSOVERS, choose_allreduce
+    from playground.models.costs import (
+        Link,
+        allreduce_hd_time_s,
+        allreduce_rd_time_s,
+        allreduce_ring_time_s,
+        allreduce_tree_time_s,
+    )
 
     assert choose_allreduce(8, 8) == "rd" and choose_allreduce(4096, 3) == "rd"
-    assert choose_allreduce(16 << 20, 4) == "ring"
-    # in between, by rank count: the ring's 2(N-1) steps lose to fewer, larger steps
-    assert [choose_allreduce(1 << 20, n) for n in (2, 4, 8, 13)] == ["rd", "hd", "tree", "tree"]
-    assert [choose_allreduce(4 << 20, n) for n in (2, 3, 8)] == ["rd", "hd", "hd"]
     assert all(choose_allreduce(16 << 20, n) == "ring" for n in (1, 2, 5, 8, 64))
+    flat = {"ring": allreduce_ring_time_s, "tree": allreduce_tree_time_s}
+    flat |= {"hd": allreduce_hd_time_s, "rd": allreduce_rd_time_s}
+    alpha_only = Link(alpha_s=1.0, beta_bytes_per_s=1e30)
+    fewest_ranks = 1
+    for max_ranks, bands in CROSSOVERS:
+        edges = [below for below, _ in bands]
+        assert edges == sorted(set(edges)) and edges[0] > 0, bands
+        for n in {fewest_ranks, max_ranks if max_ranks <= 64 else 64}:
+            for k, (below, algorithm) in enumerate(bands):
+                assert algorithm in ALLREDUCE_ALGORITHMS and algorithm != "auto", algorithm
+                after = bands[k + 1][1] if k + 1 < len(bands) else "ring"
+                assert (choose_allreduce(below - 1, n), choose_allreduce(below, n)) == (algorithm, after)
+        fewest_ranks = max_ranks + 1
+    assert CROSSOVERS[-1][0] >= 64  # every rank count a scenario allows has its bands
+    for n in range(1, 65):
+        picks = [choose_allreduce(1 << k, n) for k in range(31)]
+        runs = [a for i, a in enumerate(picks) if i == 0 or a != picks[i - 1]]
+        assert len(runs) == len(set(runs)), (n, runs)  # monotone: never back to an earlier one
+        assert runs[-1] == "ring" and choose_allreduce(1 << 30, n) == "ring"
+        if n >= 2:
+            steps = {a: f(8, n, alpha_only) for a, f in flat.items()}
+            assert steps[choose_allreduce(8, n)] == min(steps.values()), (n, steps)
 
 
 @pytest.mark.parametrize("n", [3, 8])

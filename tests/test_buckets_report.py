@@ -131,6 +131,7 @@ def test_buckets_report_one_rank_and_wrong_elements(tmp_path):
     p = BucketsParams(strategies=("per_tensor",), iters=3)
     rep = buckets_report.report(buckets_results(num_ranks=1, alpha_beta=None), p, tmp_path)
     assert rep.notes[0] == "one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0"
+    assert len(rep.tables[0].rows) == 3
     assert all(math.isnan(r["model_ms"]) and math.isnan(r["ratio"]) for r in rep.tables[0].rows)
     failed = buckets_report.report(buckets_results(wrong=5), BucketsParams(iters=3), tmp_path)
     assert not failed.ok and failed.failures == [

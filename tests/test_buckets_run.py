@@ -69,6 +69,8 @@ def test_one_rank_has_no_model_but_still_checks(runs_dir):
     code, result, out, err = run_scenario("buckets", runs_dir, ranks=1, sets=SMALL, timeout_s=25)
     assert code == 0, out + err
     assert result["alpha_beta"] is None
+    strategies = {r["strategy"] for r in result["rows"]}  # SMALL's two caps and the two extremes
+    assert strategies == {"per-tensor", "bucketed 0.0625 MiB", "bucketed 1 MiB", "single bucket"}
     assert all(r["wrong"] == 0 for r in result["rows"])
 
 

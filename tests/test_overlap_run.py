@@ -148,7 +148,7 @@ def test_presets_validate(preset):
     from playground.scenario import load_scenario
 
     sc = load_scenario(preset)
-    assert all(s.layers == 16 for s in sc.params.settings)  # the lecture's 16 chunks
+    assert sc.params.settings and all(s.layers == 16 for s in sc.params.settings)  # the lecture's 16 chunks
 
 
 @pytest.mark.timeout(60)

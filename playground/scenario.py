@@ -214,10 +214,8 @@ class _Origins:
         """`--ranks`, `--set params.iters=0` (with the key when the flag does not show it, as in
         `--link: key 'link.rate'`), or `FILE: key 'params.iters'`."""
         parts = re.sub(r"\[\d+\]", "", key).split(".")
-        flag = next(
-            (self.flags[k] for i in range(len(parts), 0, -1) if (k := ".".join(parts[:i])) in self.flags),
-            None,
-        )
+        prefixes = (".".join(parts[:i]) for i in range(len(parts), 0, -1))  # the deepest first
+        flag = next((self.flags[k] for k in prefixes if k in self.flags), None)
         if flag is None and parts[0] not in self.file_sections:
             flag = next((f for k, f in self.flags.items() if k.startswith(parts[0] + ".")), None)
         if flag is None:

@@ -9,13 +9,14 @@ alpha and beta are fitted to our one-way times; rank 0 also times the reduction 
 `dtype`, and all three go to the run's calibration.json (playground.models.calibration).
 
 How many: as the OSU micro-benchmarks run fewer iterations of large messages, the sizes share a
-time budget, `budget_s` (2 s) per size: size k must be done `budget_s * (k + 1)` seconds after
-the first began, so what a fast size leaves over goes to the slower ones. One probe round trip
-times each size, and rank 0 tells rank 1 the most exchanges that fit, at most `iters` round trips
-(and `warmup`, `window`). On a fast link that is `iters` at every size; on a slow one fewer, down
-to a minimum (the probe, one timed round trip and one streamed message each for ours and raw:
-about 5 round trips), the one thing that may overrun the budget: a 4 MiB round trip takes 0.7 s
-at 100mbit. `budget_s: null` runs exactly `iters` (and `warmup`, `window`) at every size.
+time budget, `budget_s` (3 s) per size: each size gets an even part of what is left of
+`budget_s * len(sizes)`, so what the fast sizes leave over goes to the slow ones. One probe round
+trip times each size, and rank 0 tells rank 1 the most exchanges that fit, at most `iters` round
+trips (and `warmup`, `window`). On a fast link that is `iters` at every size; on a slow one fewer,
+down to a minimum (the probe, 3 timed round trips, so that the median shrugs off one hiccup, and
+one streamed message, each for ours and raw: about 8 round trips), the one thing that may overrun
+the budget: a 4 MiB round trip takes 0.7 s at 100mbit. `budget_s: null` runs exactly `iters` (and
+`warmup`, `window`) at every size.
 """
 
 import os
@@ -42,7 +43,7 @@ class Params:
     iters: int = 50
     warmup: int = 5
     window: int = 8  # messages in flight when streaming
-    budget_s: float | None = 2.0  # per size, for all its exchanges; None: exactly iters, warmup, window
+    budget_s: float | None = 3.0  # per size, for all its exchanges; None: exactly iters, warmup, window
     dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # of the reduction gamma times
 
     def __post_init__(self):
@@ -68,19 +69,25 @@ class Counts:
     bursts: int
 
 
+MIN_ITERS = 3  # timed round trips a size always gets (if iters allows): a median of 3 drops one hiccup
+
+
 def counts_within(budget_s: float | None, round_trip_s: float, params: Params) -> Counts:
     """The most exchanges of one size that fit `budget_s` after its probe round trip, at most the
-    params' counts: four equal shares (ours and raw, ping-pong and stream), a streamed message
-    costing about half a round trip; never fewer than one timed round trip and one streamed message."""
+    params' counts: half for ours, half for raw, each first its ping-pong (up to half of that),
+    then streaming in what is left, a streamed message costing about half a round trip; never
+    fewer than MIN_ITERS timed round trips (or `iters`) and one streamed message."""
     most = Counts(params.warmup, params.iters, params.window, max(3, params.iters // 5))
     if budget_s is None:
         return most
-    trips = int(max(0.0, budget_s - round_trip_s) / 4 / max(round_trip_s, 1e-9))  # per share
+    rt = max(round_trip_s, 1e-9)
+    each_s = max(0.0, budget_s - round_trip_s) / 2  # ours, raw
+    trips = int(each_s / 2 / rt)
     warmup = min(most.warmup, trips // 10)
-    window = max(1, min(most.window, 2 * trips // 3))
-    return Counts(
-        warmup, max(1, min(most.iters, trips - warmup)), window, max(1, min(most.bursts, 2 * trips // window))
-    )
+    iters = min(most.iters, max(MIN_ITERS, trips - warmup))
+    messages = int((each_s - (warmup + iters) * rt) / (rt / 2))  # what is left, for streaming
+    window = max(1, min(most.window, messages // 3))
+    return Counts(warmup, iters, window, max(1, min(most.bursts, messages // window)))
 
 
 def check_scenario(params: Params, ranks: int) -> None:
@@ -152,11 +159,10 @@ def main(comm, params: Params) -> dict:
         for k, n in enumerate(params.sizes):
             comm.progress(k, len(params.sizes), format_size(n))
             buf, out = np.ones(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
-            left_s = (
-                None
-                if params.budget_s is None
-                else params.budget_s * (k + 1) - (time.perf_counter() - t_start)
-            )
+            left_s = None  # an even part of what is left of the run's budget
+            if params.budget_s is not None:
+                run_left_s = params.budget_s * len(params.sizes) - (time.perf_counter() - t_start)
+                left_s = run_left_s / (len(params.sizes) - k)
             c = _counts(comm, peer, ours_send, ours_recv, buf, out, params, left_s)
             row = {"size": n, "iters": c.iters, "window": c.window, "bursts": c.bursts}
             for name, send, recv in (("ours", ours_send, ours_recv), ("raw", raw.send, raw.recv)):
@@ -180,7 +186,8 @@ def main(comm, params: Params) -> dict:
     else:
         path = "ZeroMQ"
     gamma = measure_gamma(params.dtype) if comm.rank == 0 else None
-    budget = {"budget_s": params.budget_s, "iters": params.iters, "elapsed_s": elapsed_s}
+    budget = {"budget_s": params.budget_s, "elapsed_s": elapsed_s}
+    budget |= {"iters": params.iters, "min_iters": min(MIN_ITERS, params.iters)}
     return {"rows": rows, "ours_path": path, "gamma": gamma, **budget}
 
 

@@ -24,7 +24,7 @@ def _budget_note(result: dict, num_sizes: int) -> str:
     return (
         f"time budget: {budget_s:g} s per size, {budget_s * num_sizes:g} s for {num_sizes} sizes "
         f"(params.budget_s), {result.get('elapsed_s', 0.0):.1f} s used; each size ran the most round trips "
-        f"that fit, at most {iters} (params.iters), at least one"
+        f"that fit, at most {iters} (params.iters), at least {result.get('min_iters')}"
     )
 
 

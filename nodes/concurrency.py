@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass
 
 from playground.concurrency import concurrency_report
-from playground.concurrency.runners import run_processes, run_serial, run_threads, usable_cores
-from playground.concurrency.timing import calibrate_iterations, cpu_work, machine_note
+from playground.concurrency.runners import run_processes, run_serial, run_threads
+from playground.concurrency.timing import calibrate_iterations, cpu_work
 from playground.errors import ParamError
+from playground.machine import load_note, usable_cores
 from playground.report import Report
 
 _shared = {"x": 0}
@@ -26,10 +27,10 @@ _shared = {"x": 0}
 
 @dataclass(frozen=True)
 class Params:
-    cpu_task_ms: float = 250.0  # one CPU task, calibrated on this machine at start
-    num_workers: int = 4
-    num_waits: int = 8
-    wait_s: float = 0.1
+    cpu_task_ms: float = 250.0  # ms of one pure-Python CPU task, sized by a calibration at start
+    num_workers: int = 4  # CPU tasks of the GIL part: run serially, then one per thread, then one per process
+    num_waits: int = 8  # sleeps of the waiting part: done one by one, then each on a thread of its own
+    wait_s: float = 0.1  # length of each sleep, seconds
     repeats: int = 3  # rounds of serial / threads / processes, interleaved; the fastest of each is kept
 
     def __post_init__(self):
@@ -142,7 +143,7 @@ def main(comm, params: Params) -> dict:
         "waits": waits,
         "iterations": iterations,
         "cores": usable_cores(),
-        "machine": machine_note(),
+        "machine": load_note(),
     }
 
 

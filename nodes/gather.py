@@ -14,27 +14,27 @@ import numpy as np
 from playground.errors import ParamError
 from playground.memlab import gather_report
 from playground.memlab.native import load_native
+from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size
+
+RANKS = Ranks(1, "the gather lab measures one core")
 
 
 @dataclass(frozen=True)
 class Params:
+    # the float32 source array (>= 4 KiB, a multiple of 4); keep it above the last-level cache. The
+    # run also holds an output as large and int64 indices twice as large
     src_bytes: Size = 64 * 1024 * 1024
-    repeats: int = 2
-    statistic: Literal["min", "median"] = "min"
-    seed: int = 0
+    repeats: int = 2  # timed gathers per order, in C and with np.take each
+    statistic: Literal["min", "median"] = "min"  # which of the repeats' times is shown
+    seed: int = 0  # seed of the random permutation
 
     def __post_init__(self):
         if self.src_bytes < 4096 or self.src_bytes % 4:
             raise ParamError("src_bytes", f"a multiple of 4 and >= 4 KiB, got {self.src_bytes}")
         if self.repeats < 1:
             raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"the gather lab measures one core, needs 1, got {ranks}")
 
 
 def _pick(times_ns: list[float], statistic: str) -> float:

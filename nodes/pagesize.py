@@ -10,19 +10,23 @@ from dataclasses import asdict, dataclass
 from playground.errors import ParamError
 from playground.memlab import pagesize_report
 from playground.memlab.pagesize import pages_and_waste, random_blocks, tradeoff
+from playground.params import Ranks
 from playground.report import Report
 
 EXERCISE_9 = [(700, 16, 44, 4), (700, 256, 3, 68)]  # (size, page, pages, waste) from the seed
 
 
+RANKS = Ranks(1, "the page-size model runs in one process")
+
+
 @dataclass(frozen=True)
 class Params:
-    num_blocks: int = 2000
-    min_size: int = 20
-    max_size: int = 2000
-    page_units: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
-    entry_bytes: int = 8
-    seed: int = 0
+    num_blocks: int = 2000  # random blocks, the same set for every page size
+    min_size: int = 20  # smallest block, units (abstract: bytes, tokens, ...; sizes uniform up to max_size)
+    max_size: int = 2000  # largest block, units
+    page_units: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)  # the page sizes compared, units (one row each)
+    entry_bytes: int = 8  # bytes of one page-table entry: page-table bytes = pages x this
+    seed: int = 0  # seed of the block sizes
 
     def __post_init__(self):
         if self.num_blocks < 1:
@@ -35,11 +39,6 @@ class Params:
             raise ParamError("page_units", f"each must be >= 1, got {list(self.page_units)}")
         if self.entry_bytes < 1:
             raise ParamError("entry_bytes", f"must be >= 1, got {self.entry_bytes}")
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"the page-size model runs in one process, needs 1, got {ranks}")
 
 
 def main(comm, params: Params) -> dict:

@@ -19,17 +19,16 @@ the budget: a 4 MiB round trip takes 0.7 s at 100mbit. `budget_s: null` runs exa
 `warmup`, `window`) at every size.
 """
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from playground.buckets import pingpong_report
-from playground.buckets.raw_pair import RawPair
 from playground.errors import ParamError
 from playground.models.calibration import measure_gamma
+from playground.network import pingpong_report
+from playground.network.raw_pair import RawPair
 from playground.report import Report
 from playground.sizes import Size, format_size
 
@@ -39,12 +38,21 @@ TAG_COUNTS = 10
 
 @dataclass(frozen=True)
 class Params:
+    # message bytes; each size is ping-ponged and streamed, through ours and through raw pyzmq
     sizes: tuple[Size, ...] = (64, 4096, 65536, 1 << 20, 4 << 20)
+    # timed round trips per size and path, at most (see budget_s; one-way = half their median);
+    # streaming keeps the best of max(3, iters / 5) rounds
     iters: int = 50
-    warmup: int = 5
+    warmup: int = 5  # untimed round trips before them
     window: int = 8  # messages in flight when streaming
-    budget_s: float | None = 3.0  # per size, for all its exchanges; None: exactly iters, warmup, window
-    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # of the reduction gamma times
+    # seconds per size for all its exchanges: slow sizes run fewer round trips (at least 3); null:
+    # exactly iters, warmup and window at every size
+    budget_s: float | None = 3.0
+    # element type of the reduction rank 0 times for gamma (calibration.json)
+    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"
+    # The raw pyzmq pair measured beside ours: "auto" is tcp when ours is (or the ranks are on two
+    # emulated hosts), else ipc.
+    raw_transport: Literal["auto", "ipc", "tcp"] = "auto"
 
     def __post_init__(self):
         if not self.sizes or min(self.sizes) < 1:
@@ -144,12 +152,8 @@ def main(comm, params: Params) -> dict:
     if comm.rank > 1:
         return {"rows": []}
     across_hosts = bool(comm.hosts) and comm.hosts[0] != comm.hosts[1]  # emulated hosts: tcp between them
-    raw = RawPair(
-        comm,
-        os.environ.get(
-            "PLAYGROUND_TRANSPORT", "tcp" if comm.transport.name == "tcp" or across_hosts else "ipc"
-        ),
-    )
+    auto = "tcp" if comm.transport.name == "tcp" or across_hosts else "ipc"
+    raw = RawPair(comm, auto if params.raw_transport == "auto" else params.raw_transport)
     peer = 1 - comm.rank
     ours_send = lambda b: comm.send(b, peer, TAG)  # noqa: E731
     ours_recv = lambda o: comm.recv(peer, TAG, out=o)  # noqa: E731

@@ -11,20 +11,26 @@ from typing import Literal
 
 import numpy as np
 
+from playground import machine
 from playground.errors import ParamError
-from playground.memlab import stride_report, sysinfo
+from playground.memlab import stride_report
 from playground.memlab.native import load_native
 from playground.memlab.strides import EXACT_FLOAT_SUM, lines_touched
+from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size
+
+RANKS = Ranks(1, "the stride lab measures one core")
 
 
 @dataclass(frozen=True)
 class Params:
+    # the float32 array read (a multiple of 4); larger than the last-level cache, or lines stay cached
     array_bytes: Size = 128 * 1024 * 1024
+    # in float32 elements: 1 reads every element, 16 one per 64-byte line
     strides: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    repeats: int = 5
-    statistic: Literal["min", "median"] = "min"
+    repeats: int = 5  # timed passes per stride
+    statistic: Literal["min", "median"] = "min"  # which of the repeats' times is shown
 
     def __post_init__(self):
         if self.array_bytes < 4096 or self.array_bytes % 4:
@@ -35,14 +41,9 @@ class Params:
             raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
 
 
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"the stride lab measures one core, needs 1, got {ranks}")
-
-
 def main(comm, params: Params) -> dict:
     native = load_native()
-    line = sysinfo.cache_line_bytes()
+    line = machine.cache_line_bytes()
     n = params.array_bytes // 4
     a = np.ones(n, dtype=np.float32)  # ones: the checksum is the count of elements read
     rows = []

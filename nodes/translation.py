@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from playground.errors import ParamError
 from playground.memlab import translation_report
 from playground.memlab.translation import PageTable, parse_address, translate_all
+from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size
 
@@ -24,10 +25,15 @@ def _default_expect() -> dict:
     return {"A:0xC123": "0x134123"}
 
 
+RANKS = Ranks(1, "translation is a single-process model")
+
+
 @dataclass(frozen=True)
 class Params:
-    page_size: Size = 16 * 1024
-    tables: dict = field(default_factory=_default_tables)  # process -> {virtual page: frame}
+    page_size: Size = 16 * 1024  # bytes, a power of two: the offset is the low log2(page_size) bits
+    # process -> {virtual page: frame}; a page not listed faults
+    tables: dict = field(default_factory=_default_tables)
+    # translated in order, each PROCESS:VADDR (a process of tables; hex 0x... or decimal)
     addresses: tuple[str, ...] = ("A:0xC123", "A:0x3FFF", "A:0x4000", "B:0xC123", "B:0x4000")
     expect: dict = field(default_factory=_default_expect)  # "PROC:VADDR" -> physical address
 
@@ -53,11 +59,6 @@ class Params:
                 parse_address(addr)
             except ValueError:
                 raise ParamError("addresses", f"{text!r}: {addr!r} is not a number (e.g. 0xC123)") from None
-
-
-def check_scenario(params: Params, ranks: int) -> None:
-    if ranks != 1:
-        raise ParamError("ranks", f"translation is a single-process model, needs 1, got {ranks}")
 
 
 def _split(text: str) -> tuple[str, int]:

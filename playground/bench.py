@@ -16,7 +16,13 @@ import math
 from pathlib import Path
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.report import COLUMNS, add_model_columns, with_model_columns, wrong_row_failures
+from playground.collectives.bench_report import (
+    COLUMNS,
+    add_model_columns,
+    with_model_columns,
+    wrong_row_failures,
+)
+from playground.comm.registry import LAUNCHED
 from playground.errors import ScenarioError
 from playground.models.calibration import model_from_spec
 from playground.models.costs import PRESETS, Link
@@ -41,7 +47,7 @@ def add_bench_parser(sub, func) -> None:
         help="'8..64MiB' doubles like nccl-tests -b/-e/-f 2, or a comma list '8,1KiB,16MiB'",
     )
     b.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
-    b.add_argument("--transport", choices=["ipc", "tcp", "shm"], default="ipc")
+    b.add_argument("--transport", choices=LAUNCHED, default="ipc")
     b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
     b.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
     b.add_argument("--iters", "-i", type=int, default=None, help="timed iterations per size (20; table: 10)")

@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from playground.errors import ScenarioError
+from playground.machine import cpu_model
 from playground.sizes import format_size, parse_size_range
 
 SYSTEMS = ("ipc", "shm", "gloo", "mpi", "ipc-sockets")
@@ -44,7 +45,7 @@ RATIOS = (("ipc", "gloo"), ("ipc-sockets", "gloo"), ("shm", "gloo"), ("shm", "mp
 
 
 def run_table(args) -> int:
-    from playground.run import make_run_dir
+    from playground.rundir import make_run_dir
 
     sizes = _parse_list(
         args.sizes if args.sizes != "8..64MiB" else DEFAULT_SIZES, parse_size_range, "--sizes"
@@ -171,7 +172,7 @@ def render(runs, sizes, rank_counts, systems, rounds, command, loads, iters, war
         f"slowest rank's median of {iters} iterations after {warmup} warm-up.",
         "",
         f"- command: `{command.strip()}`",
-        f"- machine: {_cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}",
+        f"- machine: {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}",
         f"- load average (1 min): {loads[0]:.2f} before, {max(loads):.2f} at most during, {loads[-1]:.2f} after "
         "(it counts the benchmark's own ranks: N ranks add up to N while they run, and it decays over a minute)",
         "- `A vs B` is A's speed over B's (B's time / A's): above 1 A is faster",
@@ -234,13 +235,3 @@ def _num(us: float) -> str:
 
 def _most_common(values: list[str]) -> str:
     return max(set(values), key=values.count) if values else ""
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"

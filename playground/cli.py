@@ -1,12 +1,12 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, lecture."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, lecture, results."""
 
 import argparse
 import sys
 from pathlib import Path
 
+from playground.comm.registry import LAUNCHED
 from playground.errors import ScenarioError
-
-EXIT_BAD_INPUT = 2
+from playground.rundir import EXIT_BAD_INPUT
 
 
 def _cmd_run(args) -> int:
@@ -49,9 +49,30 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
+    from playground.errors import ParamError
     from playground.inspect import inspect_run
 
-    return inspect_run(Path(args.run_dir), trace_path=args.trace, plot_path=args.plot)
+    if args.diagram is None:
+        given = [
+            f for f, v in (("--diagram-time", args.diagram_time), ("--diagram-ops", args.diagram_ops)) if v
+        ]
+        if given or args.diagram_max is not None:
+            raise ParamError(given[0] if given else "--diagram-max", "needs --diagram FILE.svg")
+    elif Path(args.diagram).suffix.lower() != ".svg":
+        raise ParamError("--diagram", f"the diagram is written as SVG: give a FILE.svg, got {args.diagram}")
+    if args.diagram_max is not None and args.diagram_max < 1:
+        raise ParamError("--diagram-max", f"must be >= 1, got {args.diagram_max}")
+    return inspect_run(
+        Path(args.run_dir),
+        trace_path=args.trace,
+        plot_path=args.plot,
+        diagram_path=args.diagram,
+        diagram_options={
+            "time": args.diagram_time or "logical",
+            "ops": args.diagram_ops,
+            **({"max_messages": args.diagram_max} if args.diagram_max is not None else {}),
+        },
+    )
 
 
 def _cmd_node(args) -> int:
@@ -72,6 +93,12 @@ def _cmd_simulate(args) -> int:
     return run_simulate(args)
 
 
+def _cmd_results(args) -> int:
+    from playground.results import run_results
+
+    return run_results(args.sections, args.quick, args.rounds, Path(args.out), Path(args.work))
+
+
 def _cmd_lecture(args) -> int:
     from playground.lecture.command import run_lecture
 
@@ -85,9 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario with N ranks")
     r.add_argument("scenario", help="built-in name (see `list`) or path to a YAML file")
     r.add_argument("--ranks", "-n", type=int, help="number of rank processes (1-64)")
-    r.add_argument(
-        "--transport", choices=["ipc", "tcp", "shm"], help="data plane (default: the scenario's, ipc)"
-    )
+    r.add_argument("--transport", choices=LAUNCHED, help="data plane (default: the scenario's, ipc)")
     r.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override any scenario key, e.g. params.iters=5"
     )
@@ -111,6 +136,30 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("run_dir", nargs="?", default="runs/latest")
     i.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
     i.add_argument("--plot", metavar="FILE.png", help="draw the per-rank timeline")
+    i.add_argument(
+        "--diagram",
+        metavar="FILE.svg",
+        help="draw the messages between ranks as a Lamport diagram (one lane per rank, an arrow per "
+        "message; at most 8 ranks)",
+    )
+    i.add_argument(
+        "--diagram-time",
+        choices=["logical", "real"],
+        help="the diagram's time axis: logical (Lamport order, one row per causal step; default) or "
+        "real (the aligned clocks)",
+    )
+    i.add_argument(
+        "--diagram-max",
+        type=int,
+        metavar="N",
+        help="draw at most the first N messages (default 300; beyond it the diagram says so)",
+    )
+    i.add_argument(
+        "--diagram-ops",
+        metavar="all|NAME",
+        help="only the messages inside timed operations: all of them, or those of one name or "
+        "algorithm (e.g. ring); leaves out the barriers between them",
+    )
     i.set_defaults(func=_cmd_inspect)
 
     nd = sub.add_parser(
@@ -128,10 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     nd.set_defaults(func=_cmd_node)
 
     from playground.bench import add_bench_parser
+    from playground.results import add_results_parser
     from playground.sim.command import add_simulate_parser
 
     add_bench_parser(sub, _cmd_bench)
     add_simulate_parser(sub, _cmd_simulate)
+    add_results_parser(sub, _cmd_results)
 
     lec = sub.add_parser(
         "lecture",

@@ -3,14 +3,14 @@
 The coordinator's ROUTER delivers [identity, body]; `parse_control` returns the body as a dict, or
 raises MalformedControl saying why it is not one of ours: several frames, not JSON (or nested deeper
 than the parser recurses), not an object, an unknown type, a missing or mistyped field, or a rank's
-message from another socket than that rank's control socket (`rendezvous.control_identity`; a
-heartbeat from its heartbeat socket, `rendezvous.heartbeat_identity`). The
+message from another socket than that rank's control socket (`comm.control.control_identity`; a
+heartbeat from its heartbeat socket, `comm.control.heartbeat_identity`). The
 message types themselves are listed in playground/rendezvous.py.
 """
 
 import json
 
-from playground.rendezvous import control_identity, heartbeat_identity
+from playground.comm.control import control_identity, heartbeat_identity
 
 
 class MalformedControl(ValueError):

@@ -27,18 +27,12 @@ import yaml
 import zmq
 
 from playground import rendezvous
+from playground.comm.addresses import is_loopback
 from playground.coordinator import ABORT_GRACE_S, STACK_WAIT_S, Coordinator, RankFailure
 from playground.errors import PeerLost, ScenarioError
 from playground.report import make_console
-from playground.run import (
-    EXIT_FAILED,
-    EXIT_OK,
-    point_latest,
-    print_outcome,
-    result_dict,
-    summarize,
-    write_result,
-)
+from playground.run import print_outcome, result_dict, summarize
+from playground.rundir import EXIT_FAILED, EXIT_OK, point_latest, write_result
 from playground.scenario import Scenario, load_scenario
 from playground.worker import run_rank
 
@@ -81,7 +75,7 @@ def coordinator_endpoint(master_addr: str, port: int) -> str:
         ip = socket.gethostbyname(master_addr)
     except OSError:
         raise ScenarioError(f"MASTER_ADDR {master_addr!r}: cannot resolve this host name") from None
-    if ip.startswith("127.") and not rendezvous.is_loopback(master_addr):
+    if ip.startswith("127.") and not is_loopback(master_addr):
         ip = "*"
     return f"tcp://{ip}:{port}"
 

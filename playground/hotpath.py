@@ -26,7 +26,8 @@ import zmq
 
 from playground.collectives import ReduceOp, allreduce
 from playground.comm.communicator import Communicator
-from playground.comm.opening import open_world
+from playground.comm.registry import BY_NAME, IN_PROCESS
+from playground.comm.world import open_world
 from playground.sizes import parse_size
 from playground.trace import Tracer
 
@@ -60,7 +61,7 @@ def measure(
 ) -> float:
     """CPU microseconds per rank per all-reduce of `size_bytes` float32 (MAX, in place)."""
     directory = tempfile.mkdtemp(prefix="playground-hotpath-", dir="/dev/shm")
-    ctx = zmq.Context() if transport in ("ipc", "tcp") else None
+    ctx = zmq.Context() if BY_NAME[transport].uses_zmq else None
     transports = open_world(transport, ranks, directory, ctx)
     try:
         scheduler: list = [None]
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--size", default="8", help="bytes of float32 per rank (default 8)")
     ap.add_argument("--algo", default="rd", help="all-reduce algorithm (default rd)")
-    ap.add_argument("--transport", default="shm", choices=["shm", "ipc", "tcp", "local"])
+    ap.add_argument("--transport", default="shm", choices=IN_PROCESS)
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=5, help="the best of this many runs is printed")
     ap.add_argument("--profile", action="store_true", help="also print the functions that take the time")

@@ -7,7 +7,8 @@ the timed operations: copies, Python, scheduling). "total" is the time inside ti
 
 Every rank's events are first shifted onto rank 0's clock by the offset the rank measured at
 rendezvous (playground.timeline), so the plot and the trace of a multi-host run line up; the
-trace also draws every message as a flow arrow from its send to its receive.
+trace also draws every message as a flow arrow from its send to its receive, and `--diagram` draws
+the messages as a Lamport diagram (playground.diagram).
 A run on emulated hosts (`hosts:` in its scenario.yaml) also gets per-host totals and the bytes that
 crossed host links against those that stayed inside a host, from each send event's peer and bytes
 and the block placement of the ranks.
@@ -20,11 +21,10 @@ from pathlib import Path
 
 import yaml
 
-from playground.errors import ScenarioError
-from playground.hosts.topology import host_name, place_blocks, ranks_on
 from playground.report import Table, make_console, render_table
-from playground.timeline import RankClock, align, message_flows, receives_before_send
-from playground.trace import CAT_COMPUTE, CAT_OP, CAT_REDUCE, CAT_SEND, CAT_WAIT, read_events, to_chrome_trace
+from playground.timeline import load_timeline, message_flows, receives_before_send
+from playground.topology import host_name, place_blocks, ranks_on
+from playground.trace import CAT_COMPUTE, CAT_OP, CAT_REDUCE, CAT_SEND, CAT_WAIT, to_chrome_trace
 
 
 @dataclass(frozen=True)
@@ -181,20 +181,20 @@ def load_run(run_dir: Path) -> dict[int, list[dict]]:
     return load_timeline(run_dir)[0]
 
 
-def load_timeline(run_dir: Path) -> tuple[dict[int, list[dict]], dict[int, RankClock]]:
-    """(every rank's events shifted onto rank 0's clock, each rank's clock estimate)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ScenarioError(
-            f"{run_dir}: no such run directory (run a scenario first: python -m playground run ring)"
-        )
-    logs = sorted(run_dir.glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
-    if not logs:
-        raise ScenarioError(f"{run_dir}: no rank-<r>.jsonl logs in this directory")
-    return align({int(p.stem.split("-")[1]): read_events(p) for p in logs})
+def inspect_run(
+    run_dir: Path,
+    trace_path: str | None = None,
+    plot_path: str | None = None,
+    diagram_path: str | None = None,
+    diagram_options: dict | None = None,
+) -> int:
+    """The per-rank table, and the files asked for; the diagram is drawn first, so that a run it
+    cannot draw (no message events, too many ranks) is one line and nothing else."""
+    diagram = None
+    if diagram_path:
+        from playground.diagram import draw_diagram
 
-
-def inspect_run(run_dir: Path, trace_path: str | None = None, plot_path: str | None = None) -> int:
+        diagram = draw_diagram(Path(run_dir), Path(diagram_path), **(diagram_options or {}))
     events, clocks = load_timeline(run_dir)
     console = make_console()
     result_file = Path(run_dir) / "result.json"
@@ -289,4 +289,8 @@ def inspect_run(run_dir: Path, trace_path: str | None = None, plot_path: str | N
 
         plot_timeline(events, Path(plot_path))
         console.print(f"wrote timeline plot {plot_path}", highlight=False)
+    if diagram:
+        console.print(diagram.summary(), highlight=False, markup=False)
+        if diagram.truncated:
+            console.print(f"note: {diagram.cut_note()}", highlight=False, markup=False)
     return 0

@@ -25,13 +25,15 @@ from pathlib import Path
 
 import zmq
 
-from playground import interrupts, rendezvous, scratch
-from playground.comm.shm import remove_shm_dir, shm_dir_for
+from playground import interrupts, scratch
+from playground.comm.addresses import free_tcp_port, ipc_dir, shm_dir_for
+from playground.comm.registry import BY_NAME
+from playground.comm.shm import remove_shm_dir
 from playground.coordinator import HEARTBEAT_LOST_S, Coordinator, LaunchOutcome, RankFailure
 from playground.hosts import netns
 from playground.hosts.drills import HostDrill
-from playground.hosts.topology import BRIDGE_ADDR
 from playground.scenario import Scenario
+from playground.topology import BRIDGE_ADDR
 from playground.worker import child_main
 
 __all__ = ["Launcher", "LaunchOutcome", "RankFailure"]
@@ -122,10 +124,10 @@ class Launcher:
     def _run(self) -> LaunchOutcome:
         scratch.sweep_stale()  # left by launchers that were SIGKILLed
         netns.sweep_stale()
-        port = rendezvous.free_tcp_port()
-        self.ipc_dir = rendezvous.ipc_dir(port)
+        port = free_tcp_port()
+        self.ipc_dir = ipc_dir(port)
         scratch.claim(self.ipc_dir)
-        if self.scenario.transport in ("shm", "ipc"):  # ipc: large arrays' bytes go through rings
+        if BY_NAME[self.scenario.transport].uses_shm:
             scratch.claim(shm_dir_for(port))
         mp = multiprocessing.get_context("fork")
         interrupted = False

@@ -10,6 +10,7 @@ exception there is a bug in the node and surfaces as one.
 import dataclasses
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
 from playground.errors import ParamError
@@ -28,7 +29,22 @@ from playground.sizes import (
 _PARSERS = {Size: parse_size, Rate: parse_rate, Duration: parse_duration}
 
 
-def _describe(tp: Any) -> str:
+@dataclass(frozen=True)
+class Ranks:
+    """The rank count a node runs on, declared once in its module and checked by the scenario
+    loader before any process starts: `RANKS = Ranks(1, "the cache lab measures one core")` makes
+    `--ranks 2` one line, "...: the cache lab measures one core, needs 1, got 2"."""
+
+    exactly: int
+    why: str
+
+    def check(self, ranks: int) -> None:
+        if ranks != self.exactly:
+            raise ParamError("ranks", f"{self.why}, needs {self.exactly}, got {ranks}")
+
+
+def describe_type(tp: Any) -> str:
+    """What a value of type `tp` may be, in words (errors and the scenario reference say it)."""
     origin = get_origin(tp)
     if tp is Size:
         return ALLOWED_SIZE
@@ -36,12 +52,14 @@ def _describe(tp: Any) -> str:
         return ALLOWED_RATE
     if tp is Duration:
         return ALLOWED_DURATION
+    if hasattr(tp, "ALLOWED"):
+        return tp.ALLOWED
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))
     if origin in (tuple, list):
-        return f"a list of {_describe(get_args(tp)[0])}"
+        return f"a list of {describe_type(get_args(tp)[0])}"
     if origin in (Union, types.UnionType):
-        return " or ".join(_describe(a) for a in get_args(tp))
+        return " or ".join(describe_type(a) for a in get_args(tp))
     if tp is type(None):
         return "null"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
@@ -54,18 +72,21 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
-    if tp in _PARSERS:
+    if tp in _PARSERS or hasattr(tp, "parse_param"):  # a type that parses itself: ModelSpec
         try:
-            return _PARSERS[tp](value)
+            return _PARSERS[tp](value) if tp in _PARSERS else tp.parse_param(value)
         except ValueError as e:
-            raise ParamError(key, str(e)) from None
+            raise ParamError(key, f"{value}: {e}" if hasattr(tp, "parse_param") else str(e)) from None
     if origin is Literal:
         if value in get_args(tp):
             return value
-        raise ParamError(key, f"expected {_describe(tp)}, got {value!r}")
+        raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
     if origin in (Union, types.UnionType):
         if value is None and type(None) in get_args(tp):
             return None
+        choices = [a for a in get_args(tp) if a is not type(None)]
+        if len(choices) == 1 and hasattr(choices[0], "parse_param"):  # its own error says more
+            return coerce(choices[0], value, key)
         for arg in get_args(tp):
             if arg is type(None):
                 continue
@@ -73,12 +94,12 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
                 return coerce(arg, value, key)
             except ParamError:
                 pass
-        raise ParamError(key, f"expected {_describe(tp)}, got {value!r}")
+        raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
     if origin in (tuple, list):
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, (list, tuple)):
-            raise ParamError(key, f"expected {_describe(tp)}, got {value!r}")
+            raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
         args = get_args(tp)
         if origin is tuple and len(args) != 2 and args:
             return tuple(

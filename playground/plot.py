@@ -42,6 +42,45 @@ _COLORS = {
 }
 
 
+def plot_xy(
+    x: list,
+    series: dict[str, list[float]],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = False,
+    logy: bool = False,
+    bars: bool = False,
+) -> None:
+    """A small line (or grouped bar) chart of one or more series over the same x values."""
+    with figure(path, (8, 4.5)) as (_, ax):
+        if bars:
+            width = 0.8 / max(len(series), 1)
+            for k, (label, ys) in enumerate(series.items()):
+                ax.bar([i + k * width for i in range(len(x))], ys, width, label=label)
+            ax.set_xticks(
+                [i + width * (len(series) - 1) / 2 for i in range(len(x))],
+                [str(v) for v in x],
+                rotation=15,
+                fontsize=8,
+            )
+        else:
+            for label, ys in series.items():
+                ax.plot(x, ys, marker="o", ms=4, label=label)
+            if logx:
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(x, [str(v) for v in x])
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+
+
 def plot_timeline(events_by_rank: dict[int, list[dict]], path: Path) -> None:
     """One lane per (rank, thread): timed operations in grey, send/wait/reduce/compute on top."""
     lanes = sorted({(r, e.get("tid", 0)) for r, evs in events_by_rank.items() for e in evs})

@@ -18,16 +18,19 @@ host name and one file system, so a host name alone would put them all on one ho
 import json
 import os
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
 
 import zmq
 
 from playground import clocks
+from playground.comm.addresses import ipc_dir, shm_dir_for
+from playground.comm.mailbox import nudge_to_own_core
+from playground.comm.opening import ZmqEnd
+from playground.comm.registry import BY_NAME, Places
 from playground.errors import CommTimeout, PeerLost, ScenarioMismatch, UsageError, WireError
 from playground.fingerprint import fingerprint
-from playground.hosts import netns
+from playground.machine import current_netns
 
 _ENV_ALIASES = {
     "RANK": ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"),
@@ -62,23 +65,12 @@ class RankEnv:
         return f"tcp://{self.master_addr}:{self.master_port}"
 
 
-def control_identity(rank: int) -> bytes:
-    """The ZeroMQ identity of rank r's control socket: the coordinator takes a rank's messages only
-    from it."""
-    return f"rank-{rank}".encode()
-
-
-def heartbeat_identity(rank: int) -> bytes:
-    """The ZeroMQ identity of rank r's heartbeat socket (emulated hosts)."""
-    return f"heartbeat-{rank}".encode()
-
-
 def host_identity(environ=None) -> str:
     """Which host this process is on, for placing peers (see the module docstring)."""
     env = os.environ if environ is None else environ
     if env.get("PLAYGROUND_HOST"):
         return env["PLAYGROUND_HOST"]
-    ns = netns.current_name()
+    ns = current_netns()
     return f"{socket.gethostname()}/{ns}" if ns else socket.gethostname()
 
 
@@ -99,29 +91,25 @@ class Peers:
         )
 
 
-def free_tcp_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def open_end(kind: str, env: RankEnv, ctx: zmq.Context, hosts: bool = False):
+    """The local end of transport `kind` (comm/registry.py) for this rank of a launched run, in the
+    run's directories; with emulated `hosts`, "ipc" means ipc inside a host and tcp across."""
+    places = Places(ipc_dir(env.master_port), shm_dir_for(env.master_port), env.master_addr, ctx)
+    if hosts and kind == "ipc":
+        return ZmqEnd(ctx, env.rank, "ipc+tcp", places.ipc_dir, places.master_addr, places.shm_dir)
+    if kind == "shm":
+        nudge_to_own_core(env.rank, env.world_size)
+    return BY_NAME[kind].open_end(env.rank, env.world_size, places)
 
 
-def is_loopback(addr: str) -> bool:
-    return addr in ("localhost", "::1") or addr.startswith("127.")
-
-
-def local_ip_towards(addr: str) -> str:
-    """This host's address on the route to `addr` (what peers on other hosts can reach)."""
-    if is_loopback(addr):
-        return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((addr, 9))
-        return s.getsockname()[0]
-
-
-def ipc_dir(master_port: int) -> str:
-    return os.environ.get("PLAYGROUND_IPC_DIR") or os.path.join(
-        tempfile.gettempdir(), f"playground-{master_port}"
-    )
+def pick_endpoints(peers: Peers, rank: int) -> list[str]:
+    """Where this rank sends to each peer: the peer's local endpoint (ipc) when it is on the same
+    host and has one, else its endpoint (tcp when there are several hosts)."""
+    me = peers.hosts[rank]
+    return [
+        local if local and host == me else far
+        for far, local, host in zip(peers.endpoints, peers.local_endpoints, peers.hosts, strict=True)
+    ]
 
 
 def send_ctrl(sock: zmq.Socket, msg: dict) -> None:

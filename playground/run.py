@@ -1,9 +1,6 @@
 """One run end to end: run directory, launch, summary table, result.json, exit status."""
 
 import dataclasses
-import json
-import os
-import time
 import traceback
 from pathlib import Path
 
@@ -11,7 +8,6 @@ import yaml
 from rich.console import Console
 
 from playground.hosts import netns
-from playground.hosts.topology import Link, describe_placement
 from playground.launch import Launcher, LaunchOutcome
 from playground.report import (
     Report,
@@ -22,43 +18,9 @@ from playground.report import (
     render_report,
     with_rank_checks,
 )
+from playground.rundir import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, make_run_dir, write_result
 from playground.scenario import Scenario, load_node
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-def make_run_dir(base: Path, name: str) -> Path:
-    """runs/<YYYYmmdd-HHMMSS>-<name>[-k]/, with runs/latest pointing at it."""
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = base / f"{stamp}-{name}"
-    k = 1
-    while True:
-        try:
-            run_dir.mkdir()
-            break
-        except FileExistsError:
-            k += 1
-            run_dir = base / f"{stamp}-{name}-{k}"
-    point_latest(base, run_dir)
-    return run_dir
-
-
-def point_latest(base: Path, run_dir: Path) -> None:
-    """Make base/latest point at run_dir (atomically: a reader never sees it missing)."""
-    latest, tmp = base / "latest", base / f".latest-{os.getpid()}"
-    target = run_dir.name if run_dir.resolve().parent == base.resolve() else str(run_dir.resolve())
-    try:
-        if tmp.is_symlink():
-            tmp.unlink()
-        tmp.symlink_to(target)
-        os.replace(tmp, latest)
-    except OSError:
-        pass
-
-
-def write_result(run_dir: Path, result: dict) -> None:
-    (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=_json_default))
+from playground.topology import Link, describe_placement
 
 
 def print_outcome(
@@ -76,12 +38,6 @@ def print_outcome(
     for line in report.failures:
         err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)
     console.print(f"logs: {run_dir}  (python -m playground inspect {run_dir})", highlight=False)
-
-
-def _json_default(o):
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    return str(o)
 
 
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:

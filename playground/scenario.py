@@ -17,12 +17,13 @@ from typing import Any, Literal
 
 import yaml
 
+from playground.comm.registry import LAUNCHED
 from playground.errors import ParamError, ScenarioError
-from playground.hosts.topology import Link, parse_link_spec, place_blocks, ranks_on
 from playground.params import build_params, params_to_dict
 from playground.sizes import Duration, format_duration
+from playground.topology import Link, parse_link_spec, place_blocks, ranks_on
 
-TRANSPORTS = ("ipc", "tcp", "shm")
+TRANSPORTS = LAUNCHED  # comm/registry.py
 MAX_RANKS = 64
 
 
@@ -43,14 +44,22 @@ class Fault:
       delay_link  add `delay` to every message to or from the host, from `after_s` on
     """
 
+    # rank actions: the rank that fails (required). Host actions: its host is the one hit (unless
+    # `host` says), and its posts are counted (default: the host's first rank)
     rank: int | None = None
+    # what happens (above): raise FaultInjected, SIGKILL itself, hang, exit with status 3, flip a bit
+    # of its next array (corrupt); cut_link, delay_link, kill_host act on a host
     action: Literal["raise", "kill", "hang", "exit", "corrupt", "cut_link", "delay_link", "kill_host"] = (
         "raise"
     )
+    # fire on the counting rank's post number after_ops + 1 (a post: an array or object it sends;
+    # 0: its first)
     after_ops: int = 0
+    # cut_link, kill_host: fire this many seconds after every rank registered, not on a post;
+    # delay_link: start then (null: at once)
     after_s: float | None = None
-    host: int | None = None
-    delay: Duration | None = None
+    host: int | None = None  # host actions: the host (0 to hosts - 1); null: the host of `rank`
+    delay: Duration | None = None  # delay_link: added to every message to or from the host (e.g. 50ms)
 
     def __post_init__(self):
         if self.after_ops < 0:
@@ -98,16 +107,24 @@ class Fault:
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str
+    name: str  # the run's name (run directory runs/TIME-NAME, reports); default: the file's name
+    # the function every rank runs, module:function (":main" may be left out); the module's `Params`
+    # are the keys of `params:`
     node: str
-    ranks: int = 2
-    transport: Literal["ipc", "tcp", "shm"] = "ipc"
+    ranks: int = 2  # processes started (1-64; --ranks overrides); some nodes need a given count
+    # how ranks exchange messages (Registries page): ipc (ZeroMQ over Unix sockets, large arrays
+    # through /dev/shm rings), tcp (ZeroMQ over TCP), shm (shared-memory mailboxes, no ZeroMQ)
+    transport: Literal[LAUNCHED] = "ipc"
+    # seconds a blocking wait (a receive, room to send) may take before the run fails naming what it
+    # waited for
     timeout_s: float = 30.0
-    description: str = ""
-    params: Any = None
-    fault: Fault | None = None
-    hosts: int | None = None  # an emulated cluster of this many hosts (network namespaces); None: none
-    link: Link | None = None  # every host's link, when there are hosts
+    description: str = ""  # one line, shown by `python -m playground list`
+    params: Any = None  # the node's parameters: keys of its `Params` (per node below); left out: defaults
+    fault: Fault | None = None  # a failure drill (below); null: none
+    # run the ranks on this many emulated hosts (network namespaces, needs root), ranks in consecutive blocks;
+    # null: one plain host
+    hosts: int | None = None
+    link: Link | None = None  # every host's link to the switch (below), when there are hosts
     source: str = ""
 
     @property
@@ -319,10 +336,11 @@ def load_scenario(
     link = _build_link(raw.get("link"), at) if raw.get("hosts") else None
     if fault:
         _check_fault(fault, raw["ranks"], raw.get("hosts"), at)
-    check = getattr(module, "check_scenario", None)
-    if check:
+    checks = [getattr(module, "RANKS", None) and module.RANKS.check, getattr(module, "check_scenario", None)]
+    for check, args in zip(checks, [(raw["ranks"],), (params, raw["ranks"])], strict=True):
         try:
-            check(params, raw["ranks"])
+            if check:
+                check(*args)
         except ParamError as e:
             raise ScenarioError(f"{at(e.field)}: {e.message}") from None
     return Scenario(

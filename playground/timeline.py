@@ -23,8 +23,10 @@ receive at s from r on tag t. `message_flows` pairs them; a send never received 
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
-from playground.trace import CAT_META
+from playground.errors import ScenarioError
+from playground.trace import CAT_META, read_events
 
 Key = tuple[int, int, int, int]  # (src, dst, tag, seq)
 
@@ -151,3 +153,16 @@ def message_flows(events_by_rank: dict[int, list[dict]]) -> list[Flow]:
 def receives_before_send(flows: list[Flow]) -> list[Flow]:
     """Messages the (aligned) timeline shows as received before they were sent."""
     return [f for f in flows if f.slack_us < -RESOLUTION_US]
+
+
+def load_timeline(run_dir: Path) -> tuple[dict[int, list[dict]], dict[int, RankClock]]:
+    """(every rank's events shifted onto rank 0's clock, each rank's clock estimate)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ScenarioError(
+            f"{run_dir}: no such run directory (run a scenario first: python -m playground run ring)"
+        )
+    logs = sorted(run_dir.glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
+    if not logs:
+        raise ScenarioError(f"{run_dir}: no rank-<r>.jsonl logs in this directory")
+    return align({int(p.stem.split("-")[1]): read_events(p) for p in logs})

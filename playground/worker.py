@@ -17,14 +17,14 @@ import zmq
 
 from playground import clocks, interrupts, rendezvous
 from playground.comm.communicator import Communicator
-from playground.comm.control import Heartbeat, LauncherLink
+from playground.comm.control import Heartbeat, LauncherLink, control_identity
 from playground.comm.delay import DelayedTransport
 from playground.comm.faults import FaultyTransport
-from playground.comm.opening import open_end, pick_endpoints
 from playground.errors import CommTimeout, PeerLost, ScenarioMismatch
 from playground.hosts import netns
-from playground.hosts.topology import host_name
+from playground.machine import keep_freed_memory
 from playground.scenario import Scenario, load_node
+from playground.topology import host_name
 from playground.trace import CAT_META, Tracer
 
 RELEASE_TIMEOUT_S = 60.0  # waiting for the slowest rank to finish, after this rank is done
@@ -53,7 +53,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     ctx = zmq.Context()
     ctrl = ctx.socket(zmq.DEALER)
-    ctrl.setsockopt(zmq.IDENTITY, rendezvous.control_identity(env.rank))
+    ctrl.setsockopt(zmq.IDENTITY, control_identity(env.rank))
     ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
     ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
     ctrl.connect(env.coordinator)
@@ -63,7 +63,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     comm = None
     try:
         tracer.clock_ns = clock_ns = clocks.rank_clock_ns(env.rank)  # skewed on purpose in drills
-        end = open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
+        end = rendezvous.open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
         peers, clock = rendezvous.join(
             ctrl,
             env,
@@ -76,7 +76,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         # Raw times stay in the log, the offset beside them: `inspect` shifts them onto rank 0's clock.
         if clock is not None:
             tracer.add("clock", CAT_META, tracer.now_us(), 0.0, {**clock.to_args(), "endpoint": end.endpoint})
-        endpoints = pick_endpoints(peers, env.rank)
+        endpoints = rendezvous.pick_endpoints(peers, env.rank)
         transport = end.connect(endpoints)
         end = None  # the transport owns it now
         transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
@@ -175,25 +175,6 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
         code = run_rank(scenario, run_dir, rendezvous.RankEnv.from_environ())
     finally:
         os._exit(code)
-
-
-def keep_freed_memory() -> None:
-    """Make glibc reuse freed large blocks instead of returning them to the kernel.
-
-    By default a block over 32 MiB at most (often much less) is mmap'ed and unmapped on free, so
-    every all-reduce that allocates its result, and every large ZeroMQ message, pays a page fault
-    per 4 KiB on first touch: 16 MiB cost 4 ms instead of 1.2 ms here. Raising the mmap and trim
-    thresholds keeps freed memory in the heap for the next operation (what jemalloc/tcmalloc users
-    get by default). Only the rank processes are tuned.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def _die_with_parent() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 from tools import have
 
-from playground.rendezvous import free_tcp_port
+from playground.comm.addresses import free_tcp_port
 
 COMMAND_TIMEOUT_S = 15.0  # every `ip` and Slurm client call
 IDLE_WAIT_S = 40.0  # slurmd registering with slurmctld, nodes idle

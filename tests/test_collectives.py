@@ -16,7 +16,7 @@ from playground.collectives.check import expected_result, pattern
 from playground.collectives.chunks import ChunkBounds, segment_bounds
 from playground.collectives.ring import allgather_step, reduce_scatter_step
 from playground.collectives.tree import bcast_schedule, reduce_schedule
-from playground.comm.local import run_local
+from playground.comm.world import run_local
 
 WORLD_SIZES = [1, 2, 3, 4, 5, 7, 8, 13]
 

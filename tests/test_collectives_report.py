@@ -1,4 +1,4 @@
-"""nccl-tests rows built one way for ours and the baselines (playground.collectives.report), the one
+"""nccl-tests rows built one way for ours and the baselines (playground.collectives.bench_report), the one
 wrong-element count (check.count_wrong), and bench's ratio computed from rows of that one builder."""
 
 import json
@@ -9,8 +9,7 @@ import pytest
 from playground.baselines import common
 from playground.baselines.common import layout, layouts
 from playground.bench import baseline_table, compare
-from playground.collectives.check import count_wrong
-from playground.collectives.report import (
+from playground.collectives.bench_report import (
     COLUMNS,
     IN_PLACE_COLUMNS,
     add_model_columns,
@@ -18,8 +17,10 @@ from playground.collectives.report import (
     build_row,
     closing_lines,
 )
+from playground.collectives.check import count_wrong
+from playground.collectives.registry import collective_time_s
 from playground.models.calibration import ModelSource
-from playground.models.costs import PRESETS, collective_time_s
+from playground.models.costs import PRESETS
 from playground.report import format_cell
 
 

@@ -10,7 +10,8 @@ from nodes.concurrency import Params as ConcurrencyParams
 from nodes.race import Params as RaceParams
 from playground.concurrency import concurrency_report, race_report
 from playground.concurrency.interleavings import lecture_rows
-from playground.concurrency.runners import run_processes, run_serial, run_threads, usable_cores
+from playground.concurrency.runners import run_processes, run_serial, run_threads
+from playground.machine import usable_cores
 
 
 def memory(ok_process=True):

@@ -13,9 +13,11 @@ import pytest
 import zmq
 
 from playground import rendezvous
+from playground.comm.addresses import free_tcp_port
+from playground.comm.control import control_identity
 from playground.coordinator import Coordinator
 from playground.errors import PeerLost, ScenarioMismatch
-from playground.rendezvous import RankEnv, free_tcp_port
+from playground.rendezvous import RankEnv
 from playground.worker import _error_message
 
 SCENARIO = {"name": "ring", "ranks": 3, "params": {"iters": 3, "sizes": [1024]}}
@@ -47,7 +49,7 @@ class World:
         return sock
 
     def play(self, rank: int, scenario: dict = SCENARIO) -> None:
-        sock = self.socket(zmq.DEALER, rendezvous.control_identity(rank))
+        sock = self.socket(zmq.DEALER, control_identity(rank))
 
         def body():
             env = RankEnv(rank, self.n, "127.0.0.1", self.port)

@@ -13,7 +13,7 @@ from nodes.collective import Params
 from playground.collectives.check import Tally, describe_first_wrong, earliest_first_wrong
 from playground.collectives.measure import measure
 from playground.comm.faults import FaultyTransport, flip_bit
-from playground.comm.local import run_local
+from playground.comm.world import run_local
 
 GRID = [
     ("allreduce", "ring"),

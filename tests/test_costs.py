@@ -5,8 +5,9 @@ import math
 
 import pytest
 
+from playground.collectives.registry import REGISTRY, best_algorithm, collective_time_s, flat_allreduce
 from playground.models import costs
-from playground.models.costs import PRESETS, Link, best_algorithm, collective_time_s
+from playground.models.costs import PRESETS, Link
 
 IB = PRESETS["ib"]  # the lecture's InfiniBand: alpha 5 us, 50 GB/s
 # A link with round numbers: 1 MB (1e6 bytes) takes 1000 us on the wire and 500 us to reduce,
@@ -87,14 +88,14 @@ def test_formula_against_hand_computed_values(key, num_ranks):
     collective, algorithm = key
     got = collective_time_s(collective, algorithm, S, num_ranks, HAND)
     assert us(got) == pytest.approx(HAND_US[key][num_ranks])
-    assert costs.FORMULAS[key](S, num_ranks, HAND) == got
+    assert next(a.cost for a in REGISTRY if (a.collective, a.name) == key)(S, num_ranks, HAND) == got
 
 
 def test_every_collective_algorithm_has_a_formula():
     from playground.collectives import ALGORITHMS
 
     offered = {(c, a) for c, algos in ALGORITHMS.items() for a in algos if a != "auto"}
-    assert offered == set(costs.FORMULAS) == set(HAND_US)
+    assert offered == {(a.collective, a.name) for a in REGISTRY} == set(HAND_US)
 
 
 @pytest.mark.parametrize("num_ranks", [2, 3, 4, 5, 8, 13, 64, 1024])
@@ -124,7 +125,7 @@ def test_fold_only_when_not_a_power_of_two():
 
 
 def test_nothing_to_do_costs_nothing():
-    for key, formula in costs.FORMULAS.items():
+    for key, formula in ((a.name, a.cost) for a in REGISTRY):
         assert formula(S, 1, HAND) == 0.0, key  # one rank: every algorithm returns at once
         assert formula(0, 8, HAND) == 0.0, key  # no data: likewise
 
@@ -165,7 +166,7 @@ def test_best_algorithm_is_the_minimum():
     for n in (2, 3, 5, 8, 12, 64, 1024):
         for size in (8, 4096, 1 << 20, 64 << 20):
             pick = best_algorithm(size, n, HAND)
-            times = [collective_time_s("allreduce", a, size, n, HAND) for a in costs.ALLREDUCE_ALGORITHMS]
+            times = [collective_time_s("allreduce", a, size, n, HAND) for a in flat_allreduce()]
             assert collective_time_s("allreduce", pick, size, n, HAND) == pytest.approx(min(times))
 
 

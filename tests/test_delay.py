@@ -11,7 +11,7 @@ import zmq
 
 from playground.comm.communicator import Communicator
 from playground.comm.delay import DelayedTransport
-from playground.comm.opening import open_world
+from playground.comm.world import open_world
 
 pytestmark = pytest.mark.timeout(60)
 HOSTS = ["h0", "h0", "h1"]  # ranks 0 and 1 share a host; rank 2 is across the link

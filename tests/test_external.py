@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 import playground
+from playground.comm.addresses import free_tcp_port
 from playground.errors import ScenarioError
 from playground.external import coordinator_port, run_dir_for
-from playground.rendezvous import free_tcp_port
 from playground.testing import PLAYGROUND, session_processes
 
 ROOT = Path(playground.__file__).resolve().parent.parent  # the same playground the tests imported

@@ -21,8 +21,8 @@ from clusters import SLURM_TOOLS, HostPair, SlurmCluster, SlurmNode, can_emulate
 from test_external import SMALL, Ranks, assert_good_run, clean_env, ranks  # noqa: F401 - ranks is a fixture
 from tools import NO_TORCH, have, importable, need
 
+from playground.comm.addresses import free_tcp_port
 from playground.external import EPHEMERAL_PORTS
-from playground.rendezvous import free_tcp_port
 from playground.testing import PLAYGROUND
 from playground.trace import read_events
 

@@ -21,10 +21,13 @@ from playground.lecture.plan import Figure, Section, load_plan
 from playground.lecture.readers import READERS
 from playground.scenario import builtin_names
 
-SEED = Path(  # the lecture this project comes from, kept beside the docs
+SEED = Path(  # the lecture this project comes from, shipped in the package (docs/ links to it)
     os.environ.get(
         "PLAYGROUND_LECTURE_TEXT",
-        Path(__file__).resolve().parents[1] / "docs" / "lecture-p4-computer-systems.txt",
+        Path(__file__).resolve().parents[1]
+        / "playground"
+        / "transformer"
+        / "lecture-p4-computer-systems.txt",
     )
 )
 

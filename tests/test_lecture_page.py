@@ -108,3 +108,22 @@ def test_summary_md_has_the_same_tables(tmp_path):
     assert "| orders (§3.4) | 924 / 702 / 216 / 6 | 924 / 702 / 216 / 6 | 924 | **matched** |" in md
     assert "| variant | lost | pct |" in md and "![plot](plot.png)" in md
     assert "rank 0 raised <Boom>" in md
+
+
+def test_a_diagram_is_embedded_as_svg_with_its_sentence(tmp_path):
+    page = _page(tmp_path)
+    svg = tmp_path / "ring-diagram.svg"
+    svg.write_text('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>')
+    block = page.sections[0].scenarios[0]
+    sentence = "Ring all-reduce: 24 messages in 6 steps <2(N-1)>."
+    blocks = [ScenarioBlock(block.outcome, block.description, block.result, [svg], {svg: sentence})]
+    page.sections[0] = SectionBlock(page.sections[0].section, page.sections[0].figures, blocks)
+    text = build_html(page)
+    parsed = _Collect()
+    parsed.feed(text)
+    assert parsed.scripts == 0 and len(parsed.imgs) == 1
+    assert parsed.imgs[0].startswith("data:image/svg+xml;base64,")
+    assert '<figure class="diagram">' in text
+    assert "<figcaption>Ring all-reduce: 24 messages in 6 steps &lt;2(N-1)&gt;.</figcaption>" in text
+    md = build_markdown(page, tmp_path)
+    assert "![ring-diagram](ring-diagram.svg)" in md and f"*{sentence}*" in md

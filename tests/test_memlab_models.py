@@ -2,9 +2,9 @@
 
 import pytest
 
-from playground.memlab.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
 from playground.memlab.pagesize import pages_and_waste, tradeoff
 from playground.memlab.translation import PageFault, PageTable, parse_address, translate_all
+from playground.models.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
 
 
 def test_exercise_8():

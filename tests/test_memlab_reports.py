@@ -4,6 +4,7 @@ model labs' own `main` needs no communicator, the measured ones get hand-made ro
 import pytest
 
 from nodes import cache, fragmentation, gather, pagesize, paging, stride, translation
+from playground.machine import CacheLevel
 from playground.memlab import (
     cache_report,
     fragmentation_report,
@@ -14,7 +15,6 @@ from playground.memlab import (
     translation_report,
 )
 from playground.memlab.strides import lines_touched
-from playground.memlab.sysinfo import CacheLevel
 
 KIB, MIB = 1024, 1024 * 1024
 

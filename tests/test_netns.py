@@ -10,7 +10,8 @@ import pytest
 
 from playground.errors import EmulationError
 from playground.hosts import netns
-from playground.hosts.topology import BRIDGE_ADDR, Link, host_addr
+from playground.machine import current_netns
+from playground.topology import BRIDGE_ADDR, Link, host_addr
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -53,9 +54,9 @@ def test_cluster_is_built_shaped_reachable_and_removed_whole(as_root):
         assert netns.run_namespaces(os.getpid()) == sorted([cluster.bridge_ns, *cluster.host_ns])
         assert "tbf" in _tc(cluster.host_ns[1], "eth0") and "rate 1Gbit" in _tc(cluster.bridge_ns, "h1")
         with netns.entered(cluster.bridge_ns):
-            assert netns.current_name() == cluster.bridge_ns
+            assert current_netns() == cluster.bridge_ns
             server = socket.create_server((BRIDGE_ADDR, 0))
-        assert netns.current_name() == ""  # back in the thread's own namespace
+        assert current_netns() == ""  # back in the thread's own namespace
         port = server.getsockname()[1]
         with server:
             assert _can_connect(cluster.host_ns[0], BRIDGE_ADDR, port)

@@ -11,8 +11,8 @@ import pytest
 
 from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.check import pattern
-from playground.comm.local import run_local
 from playground.comm.transport import NoRoom
+from playground.comm.world import run_local
 from playground.models import costs
 from playground.models.costs import PRESETS, Link
 from playground.sim.driver import simulate

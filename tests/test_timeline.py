@@ -10,7 +10,7 @@ import pytest
 from test_external import SMALL, Ranks, clean_env, ranks  # noqa: F401 - ranks is a fixture
 
 from playground.comm.communicator import Communicator
-from playground.comm.opening import open_world
+from playground.comm.world import open_world
 from playground.testing import run_cli, run_scenario
 from playground.timeline import align, message_flows, receives_before_send
 from playground.trace import CAT_META, Tracer, read_events, to_chrome_trace

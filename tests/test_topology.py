@@ -3,7 +3,7 @@
 import pytest
 
 from playground.errors import ParamError
-from playground.hosts.topology import (
+from playground.topology import (
     Link,
     describe_placement,
     host_addr,

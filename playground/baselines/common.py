@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from playground.collectives.bench_report import build_row
 from playground.collectives.check import COLLECTIVES, ROOT, busbw_factor, expected_output, pattern
 from playground.collectives.ops import ReduceOp
-from playground.collectives.report import build_row
 from playground.errors import ScenarioError, UsageError
 
 OPS = ("sum", "max", "min")

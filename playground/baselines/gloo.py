@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from playground.baselines.procs import run_workers, worker_env
-from playground.rendezvous import free_tcp_port
+from playground.comm.addresses import free_tcp_port
 
 INSTALL_HINT = "torch is not installed: pip install torch==2.13.0"
 

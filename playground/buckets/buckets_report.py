@@ -8,19 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from playground.collectives.check import describe_first_wrong, earliest_first_wrong
+from playground.machine import load_note
 from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
 from playground.plot import figure
 from playground.report import Report, Table
 from playground.sizes import format_size
-
-
-def load_average_note() -> str:
-    """How busy the machine was when the run ended: other users' work stretches every timing."""
-    return (
-        f"machine load average (1 min) when the run ended: {os.getloadavg()[0]:.1f} on {os.cpu_count() or 1} "
-        "cores (other users' work inflates and scatters the times)"
-    )
-
 
 COLUMNS = {
     "strategy": "strategy",
@@ -144,7 +136,7 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
     else:
         notes.append("one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0")
     cores = os.cpu_count() or 1
-    notes.append(load_average_note())
+    notes.append(load_note())
     if n > cores:
         notes.append(
             f"{n} ranks on {cores} cores: oversubscribed, so ranks time-share the CPUs and measured "

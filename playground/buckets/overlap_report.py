@@ -7,9 +7,9 @@ from pathlib import Path
 
 from playground.buckets.backward import MODES
 from playground.buckets.bucketing import Bucket
-from playground.buckets.buckets_report import load_average_note
-from playground.buckets.overlap import StepTimes, intersection_s, pipeline_step_s, serial_step_s
+from playground.buckets.overlap_stats import StepTimes, intersection_s, pipeline_step_s, serial_step_s
 from playground.collectives.check import describe_first_wrong, earliest_first_wrong
+from playground.machine import load_note
 from playground.report import Report, Table
 from playground.sizes import format_size
 from playground.trace import read_events
@@ -114,7 +114,7 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
         "mode's per-bucket compute and all-reduce times, overlap = the same times as a two-stage pipeline"
     )
     cores = os.cpu_count() or 1
-    notes.append(load_average_note())
+    notes.append(load_note())
     if 2 * n > cores:
         notes.append(
             f"{n} ranks x 2 threads on {cores} cores: oversubscribed; in overlap mode the all-reduce "

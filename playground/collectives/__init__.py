@@ -8,31 +8,16 @@ sequence number, as NCCL's watchdog does.
 
 import numpy as np
 
+from playground.collectives import registry
 from playground.collectives.auto import choose_allreduce
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, flat_copy, segment_bytes_for
-from playground.collectives.halving_doubling import allreduce_halving_doubling
-from playground.collectives.hierarchical import allreduce_hierarchical
 from playground.collectives.ops import ReduceOp
-from playground.collectives.recursive_doubling import allreduce_recursive_doubling
-from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
-from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
+from playground.collectives.ring import allgather_ring, reduce_scatter_ring
+from playground.collectives.tree import broadcast_tree_into, reduce_tree_into
 from playground.errors import UsageError
 
-ALLREDUCE_ALGORITHMS = {
-    "ring": allreduce_ring,
-    "tree": allreduce_tree,
-    "hd": allreduce_halving_doubling,
-    "rd": allreduce_recursive_doubling,
-    "hier": allreduce_hierarchical,
-}
-# Which algorithms each collective offers; "auto" picks by size and rank count (collectives/auto.py).
-ALGORITHMS = {
-    "allreduce": ("ring", "tree", "hd", "rd", "hier", "auto"),
-    "allgather": ("ring",),
-    "reduce_scatter": ("ring",),
-    "broadcast": ("tree",),
-    "reduce": ("tree",),
-}
+# The names each collective offers (with "auto" where it picks by size), from the registry.
+ALGORITHMS: dict[str, tuple[str, ...]] = {c: registry.names(c) for c in registry.COLLECTIVES}
 
 __all__ = [
     "ReduceOp",
@@ -44,7 +29,6 @@ __all__ = [
     "ChunkBounds",
     "run_collective",
     "ALGORITHMS",
-    "ALLREDUCE_ALGORITHMS",
     "DEFAULT_SEGMENT_BYTES",
 ]
 
@@ -60,21 +44,22 @@ def allreduce(
 ) -> np.ndarray:
     """op-reduction of every rank's `x`, as a new array on every rank (`x` is not modified); with
     `inplace`, written into `x` itself (a writable C-contiguous array), which is returned.
-    `ranks_per_node` groups ranks into nodes for `hier` (default: by host, `comm.ranks_per_node`)."""
+    `ranks_per_node` groups ranks into nodes for an algorithm that needs nodes (`hier`; default:
+    by host, `comm.ranks_per_node`)."""
     segment_bytes = segment_bytes or comm.segment_bytes  # the transport's (chunks.segment_bytes_for)
-    if algorithm == "auto":
+    if algorithm == registry.AUTO:
         algorithm = choose_allreduce(np.asarray(x).nbytes, comm.size)
-    fn = ALLREDUCE_ALGORITHMS.get(algorithm)
-    if fn is None:
+    algo = registry.BY_KEY.get(("allreduce", algorithm))
+    if algo is None:
         raise UsageError(
             f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
         )
     op = op if type(op) is ReduceOp else ReduceOp.parse(op)
     with comm.collective("allreduce", algorithm):
-        if algorithm == "hier":
-            result = fn(comm, x, op, segment_bytes, inplace, ranks_per_node)
+        if algo.on_nodes:
+            result = algo.run(comm, x, op, segment_bytes, inplace, ranks_per_node)
         else:
-            result = fn(comm, x, op, segment_bytes, inplace)
+            result = algo.run(comm, x, op, segment_bytes, inplace)
     return x if inplace else result
 
 

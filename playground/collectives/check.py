@@ -11,9 +11,9 @@ import numpy as np
 
 from playground.collectives.chunks import ChunkBounds
 from playground.collectives.ops import ReduceOp
+from playground.collectives.registry import COLLECTIVES
 from playground.errors import UsageError
 
-COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
 ROOT = 0
 
 

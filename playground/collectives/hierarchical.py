@@ -18,7 +18,7 @@ from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, se
 from playground.collectives.ops import ReduceOp
 from playground.collectives.ring import allgather_pass, allreduce_ring, reduce_scatter_into
 from playground.comm.group import Group
-from playground.errors import ScenarioError
+from playground.errors import UsageError
 from playground.trace import CAT_PHASE
 
 TAG_HIER = -50
@@ -28,7 +28,7 @@ TAG_INTRA, TAG_INTER = -100, -200  # group tag offsets: the two groups of a rank
 def node_groups(rank: int, size: int, ranks_per_node: int) -> tuple[list[int], list[int]]:
     """(the ranks of `rank`'s node, the ranks with its local index on every node), in order."""
     if ranks_per_node < 1 or size % ranks_per_node:
-        raise ScenarioError(
+        raise UsageError(
             f"hier: ranks_per_node must divide the {size} ranks into whole nodes, got {ranks_per_node}"
         )
     node, local = divmod(rank, ranks_per_node)

@@ -3,7 +3,8 @@
 The coordinator (playground.coordinator) tells every rank to abort when one fails; a rank notices
 between the slices of its waits (`abort_reason`), so a dead peer becomes PeerLost within a slice.
 Rank 0's `progress` reports drive the launcher's progress bar. Control messages are small JSON
-objects on the rank's DEALER socket, kept apart from the data plane (rendezvous.py lists them).
+objects on the rank's DEALER socket, kept apart from the data plane (rendezvous.py lists them);
+the coordinator knows each rank's sockets by the identities below.
 With emulated hosts a rank also sends heartbeats (`Heartbeat`), so that a rank the coordinator can
 no longer hear from, behind a cut link, is declared lost within seconds.
 """
@@ -13,7 +14,16 @@ import threading
 
 import zmq
 
-from playground.rendezvous import heartbeat_identity
+
+def control_identity(rank: int) -> bytes:
+    """The ZeroMQ identity of rank r's control socket: the coordinator takes a rank's messages only
+    from it."""
+    return f"rank-{rank}".encode()
+
+
+def heartbeat_identity(rank: int) -> bytes:
+    """The ZeroMQ identity of rank r's heartbeat socket (emulated hosts)."""
+    return f"heartbeat-{rank}".encode()
 
 
 class LauncherLink:

@@ -29,6 +29,8 @@ import os
 
 from _playground_native import Mailboxes, copy_payload
 
+from playground.machine import usable_cores
+
 SLOTS = 16  # messages in flight per (sender, receiver)
 SLOT_BYTES = 8192  # a 4 KiB array and its header fit; pages are touched only as far as written
 SPIN_S = 200e-6  # polling before sleeping: a sleep and wake-up costs ~5-50 us here, by load
@@ -64,17 +66,10 @@ def nudge_to_own_core(local_rank: int, local_ranks: int) -> None:
         pass
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def spin_policy(local_ranks: int, cores: int | None = None) -> tuple[float, float]:
     """(pause_ns, yield_ns) for a receiver with `local_ranks` ranks on this host: pause-spin while
     ranks <= cores, yield-poll while ranks <= 2 x cores, else (0, 0): sleep at once."""
-    cores = cores or _cores()
+    cores = cores or usable_cores()
     if local_ranks <= cores:
         return SPIN_S * 1e9, 0.0
     if local_ranks <= 2 * cores:

@@ -1,22 +1,21 @@
-"""Making a rank's transport in two steps around the rendezvous.
+"""A rank's local end of a transport, made in two steps around the rendezvous.
 
-First the rank opens its local end (a bound ZeroMQ socket, or its shared-memory mailboxes), whose address goes
-into the coordinator's table; every end exists before any rank leaves the rendezvous, so no
-first message can miss it. Once the table with every peer's address is back, `connect` returns
-the finished transport.
+First the rank opens its local end (a bound ZeroMQ socket, or its shared-memory mailboxes), whose
+address goes into the coordinator's table; every end exists before any rank leaves the rendezvous,
+so no first message can miss it. Once the table with every peer's address is back, `connect`
+returns the finished transport. Which end each transport kind opens is in registry.py; a launched
+rank opens its own in playground/rendezvous.py, an in-process world in world.py.
 """
 
 import os
-import queue
 
 import zmq
 
-from playground.comm.local import LocalTransport
-from playground.comm.mailbox import mailbox_path, nudge_to_own_core, open_mailboxes, spin_policy
-from playground.comm.shm import SHM_MIN_BYTES, ShmChannels, shm_dir_for
+from playground.comm.addresses import local_ip_towards
+from playground.comm.mailbox import mailbox_path, open_mailboxes, spin_policy
+from playground.comm.shm import SHM_MIN_BYTES, ShmChannels
 from playground.comm.shm_transport import ShmTransport
 from playground.comm.zmq_transport import RING_MIN_BYTES, SOCKET_BUFFER_BYTES, ZmqTransport
-from playground.rendezvous import Peers, RankEnv, ipc_dir, local_ip_towards
 
 
 class ZmqEnd:
@@ -96,40 +95,3 @@ def ipc_ring_min_bytes() -> int:
     """From how many bytes an array's bytes take the shared-memory ring on the ipc path (0: never).
     PLAYGROUND_IPC_RING_MIN_BYTES=0 sends every byte through the sockets, to compare the two."""
     return int(os.environ.get("PLAYGROUND_IPC_RING_MIN_BYTES", RING_MIN_BYTES))
-
-
-def open_end(kind: str, env: RankEnv, ctx: zmq.Context, hosts: bool = False) -> ZmqEnd | ShmEnd:
-    """The local end of transport `kind` ("ipc", "tcp" or "shm") for this rank of a launched run;
-    with emulated `hosts`, "ipc" means ipc inside a host and tcp across ("ipc+tcp")."""
-    if hosts and kind == "ipc":
-        kind = "ipc+tcp"
-    if kind == "shm":
-        nudge_to_own_core(env.rank, env.world_size)
-        return ShmEnd(env.rank, env.world_size, shm_dir_for(env.master_port))
-    shm = shm_dir_for(env.master_port)
-    return ZmqEnd(ctx, env.rank, kind, ipc_dir(env.master_port), env.master_addr, shm)
-
-
-def pick_endpoints(peers: Peers, rank: int) -> list[str]:
-    """Where this rank sends to each peer: the peer's local endpoint (ipc) when it is on the same
-    host and has one, else its endpoint (tcp when there are several hosts)."""
-    me = peers.hosts[rank]
-    return [
-        local if local and host == me else far
-        for far, local, host in zip(peers.endpoints, peers.local_endpoints, peers.hosts, strict=True)
-    ]
-
-
-def open_world(kind: str, size: int, directory: str, ctx: zmq.Context | None = None) -> list:
-    """Transports of `kind` for all `size` ranks of a world inside this process (each rank then
-    runs on its own thread): how tests run the same code over every transport without a launcher.
-    ipc sockets and shared-memory files go into `directory`; ZeroMQ kinds need `ctx`."""
-    if kind == "local":
-        inboxes = [queue.SimpleQueue() for _ in range(size)]
-        return [LocalTransport(rank, inboxes) for rank in range(size)]
-    if kind == "shm":
-        ends = [ShmEnd(rank, size, directory) for rank in range(size)]
-    else:
-        ends = [ZmqEnd(ctx, rank, kind, directory, "127.0.0.1", directory) for rank in range(size)]
-    endpoints = [end.endpoint for end in ends]
-    return [end.connect(endpoints) for end in ends]

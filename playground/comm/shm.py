@@ -25,16 +25,14 @@ from collections import deque
 
 import numpy as np
 
+from playground.comm.addresses import shm_dir_for
+
 HEADER_BYTES = 64
 ALIGN = 64
 DEFAULT_CAPACITY_BYTES = 1 << 30  # virtual size of each ring; pages are touched only as used
 SHM_MIN_BYTES = 32 * 1024  # smaller arrays travel inline in their pipe record when they fit one
 _DESC = struct.Struct("<QQQ")  # position, nbytes, end (sender's running total when this message ends)
 DESCRIPTOR_BYTES = _DESC.size
-
-
-def shm_dir_for(master_port: int) -> str:
-    return os.path.join("/dev/shm", f"playground-{master_port}")
 
 
 def remove_shm_dir(master_port: int) -> None:

@@ -14,10 +14,6 @@ from collections.abc import Callable, Sequence
 from playground.errors import LabError
 
 
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def cpu_s() -> float:
     """CPU seconds used so far by this process and its waited-for children."""
     t = os.times()

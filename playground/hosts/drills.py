@@ -14,9 +14,9 @@ import signal
 from playground.coordinator import Coordinator, RankFailure
 from playground.errors import EmulationError
 from playground.hosts.netns import Cluster
-from playground.hosts.topology import host_name, ranks_on
 from playground.scenario import Fault
 from playground.sizes import format_duration
+from playground.topology import host_name, ranks_on
 
 
 class HostDrill:

@@ -28,10 +28,10 @@ from contextlib import contextmanager
 
 from playground import interrupts
 from playground.errors import EmulationError
-from playground.hosts.topology import BRIDGE_ADDR, SUBNET, Link, host_addr, tbf_args
+from playground.machine import NETNS_DIR, current_netns
 from playground.scratch import pid_alive
+from playground.topology import BRIDGE_ADDR, SUBNET, Link, host_addr, tbf_args
 
-NETNS_DIR = "/var/run/netns"
 COMMAND_TIMEOUT_S = 10.0
 _CLONE_NEWNET = 0x40000000
 _OURS = re.compile(r"^pg(\d+)-(br|h\d+)$")
@@ -215,21 +215,4 @@ def entered(name: str):
         os.close(home)
 
 
-def current_name() -> str:
-    """The name (under /var/run/netns) of the calling thread's network namespace; "" in the machine's
-    own namespace or when it has no name."""
-    try:
-        ino = os.stat("/proc/thread-self/ns/net").st_ino
-        names = os.listdir(NETNS_DIR)
-    except OSError:
-        return ""
-    for name in names:
-        try:
-            if os.stat(os.path.join(NETNS_DIR, name)).st_ino == ino:
-                return name
-        except OSError:
-            continue
-    return ""
-
-
-__all__ = ["Cluster", "SUBNET", "check_can_emulate", "enter", "entered", "sweep_stale", "current_name"]
+__all__ = ["Cluster", "SUBNET", "check_can_emulate", "enter", "entered", "sweep_stale", "current_netns"]

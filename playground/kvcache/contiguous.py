@@ -13,7 +13,7 @@ Two variants share this code:
 Free space is the holes between runs; a request can fail although the holes add up to enough
 (external fragmentation = 1 - largest hole / free slots). Fork copies the parent's tokens:
 there is no sharing without pages. Same check-then-act interface as BlockManager. Where runs
-and holes are is the memory lab's first-fit allocator (memlab.allocation.ContiguousAllocator),
+and holes are is the memory lab's first-fit allocator (models.allocation.ContiguousAllocator),
 one block per sequence; this class adds lengths, growth, moves and forks.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from playground.errors import InvariantViolation, OutOfSpace, UsageError
 from playground.kvcache.block_manager import Copy
-from playground.memlab.allocation import ContiguousAllocator as FirstFit
+from playground.models.allocation import ContiguousAllocator as FirstFit
 
 
 class ContiguousAllocator:

@@ -5,14 +5,52 @@
 slots so the three policies get exactly the same memory.
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from playground.errors import UsageError
-from playground.kvcache.block_manager import BlockManager, cdiv
+from playground.kvcache.block_manager import BlockManager
 from playground.kvcache.contiguous import ContiguousAllocator
 
-PolicyName = Literal["paged", "contiguous", "reserve_max"]
-POLICIES = ("paged", "contiguous", "reserve_max")
+
+@dataclass(frozen=True)
+class Policy:
+    """One allocation policy: `make(capacity_tokens, block_size, prefix_caching, max_new_tokens,
+    growth)` builds a fresh allocator."""
+
+    name: str
+    summary: str
+    make: Callable
+
+
+# The policies, one line each: the node's `policies` values, the server's --policy choices and the
+# docs derive from this table. Adding one is its module (the check-then-act interface) and a line.
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy(
+            "paged",
+            "fixed-size blocks through a block table (vLLM): no external fragmentation, copy-on-write forks",
+            lambda cap, bs, prefix, max_new, growth: BlockManager(cap // bs, bs, prefix),
+        ),
+        Policy(
+            "contiguous",
+            "one contiguous run per sequence, first fit, grown by `growth` when full (moved if it must)",
+            lambda cap, bs, prefix, max_new, growth: ContiguousAllocator(
+                cap, reserve_max=False, growth=growth, block_size=bs
+            ),
+        ),
+        Policy(
+            "reserve_max",
+            "one contiguous run reserved for prompt + max_new_tokens at admission (pre-vLLM servers)",
+            lambda cap, bs, prefix, max_new, growth: ContiguousAllocator(
+                cap, reserve_max=True, max_new_tokens=max_new, block_size=bs
+            ),
+        ),
+    )
+}
+PolicyName = Literal[tuple(POLICIES)]
 
 
 def make_policy(
@@ -24,17 +62,7 @@ def make_policy(
     growth: float = 1.5,
 ):
     """A fresh allocator; paged capacity rounds down to whole blocks."""
-    if name == "paged":
-        return BlockManager(capacity_tokens // block_size, block_size, enable_prefix_caching)
-    if name == "contiguous":
-        return ContiguousAllocator(capacity_tokens, reserve_max=False, growth=growth, block_size=block_size)
-    if name == "reserve_max":
-        return ContiguousAllocator(
-            capacity_tokens, reserve_max=True, max_new_tokens=max_new_tokens, block_size=block_size
-        )
-    raise UsageError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")
-
-
-def pages(slots: int, block_size: int) -> int:
-    """Slots expressed in whole pages, to compare contiguous runs with paged blocks."""
-    return cdiv(slots, block_size)
+    policy = POLICIES.get(name)
+    if policy is None:
+        raise UsageError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")
+    return policy.make(capacity_tokens, block_size, enable_prefix_caching, max_new_tokens, growth)

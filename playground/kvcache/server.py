@@ -18,7 +18,7 @@ import numpy as np
 import zmq
 
 from playground.kvcache import protocol as P
-from playground.kvcache.policies import make_policy
+from playground.kvcache.policies import POLICIES, make_policy
 
 _MUTATING = ("create", "append", "fork", "free")
 
@@ -274,7 +274,7 @@ def main(argv=None) -> int:
         prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:*")
-    ap.add_argument("--policy", default="paged", choices=("paged", "contiguous", "reserve_max"))
+    ap.add_argument("--policy", default="paged", choices=list(POLICIES))
     ap.add_argument("--capacity-tokens", type=int, default=200_000)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--width", type=int, default=8, help="KV floats per token")

@@ -15,17 +15,15 @@ import yaml
 from playground.errors import ParamError
 from playground.lecture import plots
 from playground.lecture.figures import Context, Run, evaluate
-from playground.lecture.machine import describe_machine, machine_facts
 from playground.lecture.page import Page, ScenarioBlock, SectionBlock, build_html, build_markdown
 from playground.lecture.plan import PLAN_FILE, Plan, load_plan
 from playground.lecture.readers import READERS
 from playground.lecture.runner import LectureRunner
+from playground.machine import describe_machine, machine_facts
 from playground.models.alphabeta import AlphaBeta
 from playground.report import make_console
-from playground.run import make_run_dir
+from playground.rundir import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, make_run_dir
 from playground.scenario import find_scenario_file
-
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
 def parse_sections(text: str | None, plan: Plan) -> tuple[int, ...] | None:
@@ -68,19 +66,22 @@ def _lecture_link(plan: Plan) -> AlphaBeta | None:
         return None
 
 
-def _extra_plots(name: str, run: Run, out_dir: Path, plan: Plan, err) -> list[Path]:
+def _extra_plots(name: str, run: Run, out_dir: Path, plan: Plan, err) -> dict[Path, str]:
+    """The plots the page adds for a scenario: file -> its caption ("" for its file name)."""
     draw = {
         "overlap": lambda: plots.overlap_timeline(run, out_dir),
         "bench": lambda: plots.ring_vs_tree(run, out_dir),
         "pingpong": lambda: plots.alpha_beta(run, out_dir, _lecture_link(plan)),
+        "messages": lambda: plots.message_diagrams(run, out_dir),
     }.get(name)
     if draw is None:
-        return []
+        return {}
     try:
-        return draw()
+        drawn = draw()
     except Exception as e:  # noqa: BLE001 - the page goes on without this one plot, and says so
         err.print(f"note: no extra plot for {name}: {type(e).__name__}: {e}", highlight=False, markup=False)
-        return []
+        return {}
+    return drawn if isinstance(drawn, dict) else dict.fromkeys(drawn, "")
 
 
 def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = PLAN_FILE) -> int:
@@ -115,14 +116,15 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
         scenario_blocks = []
         for o in (o for o in outcomes if o.section == section.number):
             run = runs.get(o.run.name)
-            images = []
+            images, captions = [], {}
             if run is not None and run.result is not None:
                 images = [run.run_dir / f for f in run.result.get("files") or [] if f.endswith(".png")]
                 images = [p for p in images if p.is_file()]
                 if run.ok:
-                    images += _extra_plots(o.run.name, run, plot_dir, plan, err)
+                    captions = _extra_plots(o.run.name, run, plot_dir, plan, err)
+                    images += list(captions)
             scenario_blocks.append(
-                ScenarioBlock(o, _description(o.run.name), run.result if run else None, images)
+                ScenarioBlock(o, _description(o.run.name), run.result if run else None, images, captions)
             )
         blocks.append(SectionBlock(section, rows, scenario_blocks))
     page = Page("quick" if quick else "full", started, time.monotonic() - t0, machine, blocks, interrupted)

@@ -26,6 +26,7 @@ class ScenarioBlock:
     description: str
     result: dict | None
     images: list[Path] = field(default_factory=list)
+    captions: dict[Path, str] = field(default_factory=dict)  # an image's sentence; else its file name
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ th { background: #f4f4f6; } td.num { text-align: right; font-variant-numeric: ta
 .measured { color: #555; } pre { background: #f6f6f8; padding: .5em .8em; overflow-x: auto; }
 pre.error { color: #b00020; background: #fff3f3; font-weight: normal; }
 figure { margin: .6em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figure.diagram { display: inline-block; vertical-align: top; width: 49%; margin-right: 1%; }
+figure.diagram img { width: 100%; height: auto; }
 figcaption, .notes, details { color: #555; font-size: 13px; }
 nav a { margin-right: 1em; } .scenario { border-left: 3px solid #e4e4ea; padding-left: 1em; }
 """
@@ -99,8 +102,13 @@ def _esc(value) -> str:
     return html.escape(str(value))
 
 
+_MIME = {".png": "image/png", ".svg": "image/svg+xml"}
+
+
 def _data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    """The image inside the page; an SVG in an <img> runs no script and fetches nothing."""
+    mime = _MIME.get(path.suffix.lower(), "image/png")
+    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def _html_table(table: dict) -> str:
@@ -164,8 +172,9 @@ def _html_scenario(block: ScenarioBlock, anchor: str) -> str:
         out.append(f'<pre class="error">{_esc(o.error)}</pre>')
         out.append(f"<p>rerun it alone: <code>{_esc(o.command)}</code>; its output: {_esc(o.log)}</p>")
     for img in block.images:
-        out.append(f'<figure><img src="{_data_uri(img)}" alt="{_esc(img.stem)}"><figcaption>{_esc(img.name)}')
-        out.append("</figcaption></figure>")
+        css = ' class="diagram"' if img.suffix.lower() == ".svg" else ""  # diagrams side by side
+        out.append(f'<figure{css}><img src="{_data_uri(img)}" alt="{_esc(img.stem)}">')
+        out.append(f"<figcaption>{_esc(block.captions.get(img) or img.name)}</figcaption></figure>")
     if block.result:
         out += [_html_table(t) for t in block.result.get("tables") or [] if t.get("rows")]
         notes = block.result.get("notes") or []
@@ -243,6 +252,8 @@ def build_markdown(page: Page, base: Path) -> str:
                 except ValueError:
                     rel = img
                 out += [f"![{img.stem}]({rel})", ""]
+                if sb.captions.get(img):
+                    out += [f"*{sb.captions[img]}*", ""]
             for t in (sb.result or {}).get("tables") or []:
                 cols = table_columns(t)
                 if not t.get("rows"):

@@ -2,16 +2,16 @@
 
 - overlap: the per-rank timeline of the run (`inspect --plot`), compute beside the all-reduce;
 - bench: busbw against size, ring beside tree (`bench`'s plot);
-- pingpong: one-way time against size, this machine's points and fit beside the lecture's alpha-beta.
+- pingpong: one-way time against size, this machine's points and fit beside the lecture's alpha-beta;
+- messages: the message diagram (`inspect --diagram`) of its ring and of its tree all-reduce.
 Each returns the files it wrote; a plot that cannot be drawn is left out, never fatal.
 """
 
 from pathlib import Path
 
 from playground.lecture.figures import Run
-from playground.memlab.plots import plot_xy
 from playground.models.alphabeta import AlphaBeta, fit_alpha_beta
-from playground.plot import plot_busbw, plot_timeline
+from playground.plot import plot_busbw, plot_timeline, plot_xy
 from playground.sizes import format_size
 
 
@@ -57,3 +57,41 @@ def alpha_beta(run: Run, out_dir: Path, lecture_link: AlphaBeta | None) -> list[
         logy=True,
     )
     return [path]
+
+
+_DIAGRAM_SENTENCES = {
+    "ring": "Ring all-reduce of {size} on N = {n} ranks: {messages} messages in {depth} steps, "
+    "2(N-1) = {ring_steps}; at every step each rank passes one N-th of the data to its right "
+    "neighbour, reducing it in the first N-1 steps and copying it in the last N-1.",
+    "tree": "Binomial-tree all-reduce of {size} on N = {n} ranks: {messages} messages in {depth} "
+    "steps, 2 log2 N = {tree_steps}; the whole buffer is reduced up the tree to rank 0, then "
+    "broadcast back down, so fewer steps than the ring, each carrying all {size}.",
+}
+
+
+def message_diagrams(run: Run, out_dir: Path) -> dict[Path, str]:
+    """The diagram of each algorithm's call in the run, inside its timed operation only, with one
+    sentence that counts its messages and steps against the algorithm's closed form."""
+    from playground.diagram import draw_diagram
+
+    n = run.result["ranks"]
+    out = {}
+    for row in run.result["rows"]:
+        algo, size = row["algorithm"], format_size(row["size"])
+        info = draw_diagram(
+            run.run_dir,
+            out_dir / f"{algo}-diagram.svg",
+            ops=algo,
+            title=f"{algo} all-reduce of {size}, {n} ranks",
+        )
+        sentence = _DIAGRAM_SENTENCES.get(algo, "{algo}: {messages} messages in {depth} steps.")
+        out[info.path] = sentence.format(
+            algo=algo,
+            size=size,
+            n=n,
+            messages=info.num_drawn,
+            depth=info.depth,
+            ring_steps=2 * (n - 1),
+            tree_steps=2 * max(n - 1, 0).bit_length(),
+        )
+    return out

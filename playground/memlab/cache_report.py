@@ -5,10 +5,11 @@ lat_mem_rd is reported, not fatal: both measure a shared machine."""
 
 from pathlib import Path
 
-from playground.memlab import levels, sysinfo
+from playground import machine
+from playground.machine import CacheLevel
+from playground.memlab import levels
 from playground.memlab.levels import Level
 from playground.memlab.plots import plot_staircase
-from playground.memlab.sysinfo import CacheLevel
 from playground.report import Report, Table
 from playground.sizes import format_size
 
@@ -80,8 +81,8 @@ def notes(res: dict, params, caches: list[CacheLevel], outside: list[str] | None
         or "not reported"
     )
     out = [
-        f"CPU: {sysinfo.cpu_model()}; OS caches (sysfs): {os_caches}; cache line "
-        f"{sysinfo.cache_line_bytes()} B; page {sysinfo.page_bytes()} B; transparent huge pages: {sysinfo.thp_mode()}",
+        f"CPU: {machine.cpu_model()}; OS caches (sysfs): {os_caches}; cache line "
+        f"{machine.cache_line_bytes()} B; page {machine.page_bytes()} B; transparent huge pages: {machine.thp_mode()}",
         f"layout {params.layout}: "
         + (
             "every load a random line of a random page (TLB misses past the TLB's reach are in the figure)"
@@ -107,7 +108,7 @@ def notes(res: dict, params, caches: list[CacheLevel], outside: list[str] | None
 def report(res: dict, params, run_dir: Path, caches: list[CacheLevel] | None = None) -> Report:
     """The report from rank 0's result `res` (`params`: the node's Params); `caches` are the
     OS's data caches (default: read from sysfs now)."""
-    caches = sysinfo.data_caches() if caches is None else caches
+    caches = machine.data_caches() if caches is None else caches
     rows, lm = res["rows"], res.get("lmbench")
     sizes = [r["working_set_bytes"] for r in rows]
     ns = [r["ns_per_load"] for r in rows]

@@ -3,7 +3,7 @@ exercise 9 check (700 tokens at 16 and 256 tokens a page)."""
 
 from pathlib import Path
 
-from playground.memlab.plots import plot_xy
+from playground.plot import plot_xy
 from playground.report import Report, Table
 
 

@@ -4,7 +4,7 @@ must not see the child's writes."""
 
 from pathlib import Path
 
-from playground.memlab.plots import plot_xy
+from playground.plot import plot_xy
 from playground.report import Report, Table
 from playground.sizes import format_size
 

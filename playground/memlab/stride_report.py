@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from playground.memlab.plots import plot_xy
+from playground.plot import plot_xy
 from playground.report import Report, Table
 from playground.sizes import format_size
 

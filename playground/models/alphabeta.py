@@ -17,9 +17,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from playground.errors import UsageError
-from playground.models.costs import Link, collective_time_s
+from playground.models.costs import Link, allreduce_ring_time_s, allreduce_tree_time_s
 
-ALGORITHMS = ("ring", "tree")  # what the bucket experiments run; costs.py has the formulas of all four
+# What the bucket experiments run (their own choice, not the list of algorithms: that is
+# playground/collectives/registry.py); costs.py has every formula.
+ALLREDUCE_TIME_S = {"ring": allreduce_ring_time_s, "tree": allreduce_tree_time_s}
+ALGORITHMS = tuple(ALLREDUCE_TIME_S)
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,7 @@ class AlphaBeta:
         """One all-reduce of `num_bytes` (each rank's array) over `num_ranks` ranks."""
         if algorithm not in ALGORITHMS:
             raise UsageError(f"expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}", field="algorithm")
-        link = Link(self.alpha_s, self.beta_bytes_per_s)
-        return collective_time_s("allreduce", algorithm, num_bytes, num_ranks, link)
+        return ALLREDUCE_TIME_S[algorithm](num_bytes, num_ranks, Link(self.alpha_s, self.beta_bytes_per_s))
 
     def schedule_time_s(
         self, bucket_sizes_bytes: Iterable[float], num_ranks: int, algorithm: str = "ring"

@@ -26,10 +26,10 @@ import numpy as np
 import yaml
 
 from playground.errors import UsageError
-from playground.hosts.topology import parse_link_spec
-from playground.memlab.sysinfo import cpu_model, data_caches
+from playground.machine import cpu_model, data_caches
 from playground.models.costs import PRESETS, Link
 from playground.sizes import parse_duration, parse_rate
+from playground.topology import parse_link_spec
 
 CALIBRATION_FILE = "calibration.json"
 REQUIRED_KEYS = ("alpha_s", "beta_bytes_per_s", "gamma_bytes_per_s", "transport")
@@ -214,6 +214,22 @@ def read_calibration(path: Path) -> ModelSource:
     return ModelSource(
         _link(record), "calibration", str(path), str(record.get("network") or record["transport"])
     )
+
+
+class ModelSpec(str):
+    """A scenario's `model:` value: a preset's name, or a calibration file (or the run directory
+    holding one) resolved when the scenario is read, so a frozen `Params` holds the final value."""
+
+    ALLOWED = f"a link preset ({', '.join(PRESETS)}), a calibration.json or the run directory holding one"
+
+    @classmethod
+    def parse_param(cls, value) -> str:
+        """The resolved spec (see `resolve_spec`), checked to load; ValueError saying why not."""
+        if not isinstance(value, str):
+            raise ValueError(f"expected {cls.ALLOWED}, got {value!r}")
+        spec = resolve_spec(value)
+        model_from_spec(spec)
+        return spec
 
 
 def resolve_spec(spec: str) -> str:

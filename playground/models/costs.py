@@ -29,7 +29,8 @@ scheduler, contention for memory bandwidth and cores, and NCCL's per-collective 
 With gamma = inf these are the lecture's section 5.4 forms. In this model halving-doubling never
 loses to the ring at a power of two (same bytes, log2 p instead of N-1 alphas) and recursive
 doubling never loses to the tree: real rings win on real networks through pipelining and
-topology, which the model does not have. `best_algorithm` is the model's choice, nothing more.
+topology, which the model does not have. Which formula prices which algorithm, and the model's
+pick among them (`best_algorithm`), are in the algorithms' registry, playground/collectives/registry.py.
 
 Link presets (`PRESETS`), all with gamma = inf (on GPUs NCCL reduces inside the copy kernel, so
 the reduction hides behind the transfer; an HBM-bound gamma would be 3.35 TB/s / 3 ~ 1.1 TB/s):
@@ -51,12 +52,10 @@ Per-hop constants are from the notes' summary of NCCL `src/graph/tuning.cc` (v2.
 """
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from playground.errors import UsageError
-
-ALLREDUCE_ALGORITHMS = ("ring", "tree", "hd", "rd")
 
 
 @dataclass(frozen=True)
@@ -290,42 +289,3 @@ def allreduce_hier_time_s(
         + allreduce_ring_time_s(size_bytes / per_node, num_nodes, inter)
         + allgather_ring_time_s(size_bytes, per_node, intra)
     )
-
-
-FORMULAS: dict[tuple[str, str], Callable[[float, int, Link], float]] = {
-    ("allreduce", "ring"): allreduce_ring_time_s,
-    ("allreduce", "tree"): allreduce_tree_time_s,
-    ("allreduce", "hd"): allreduce_hd_time_s,
-    ("allreduce", "rd"): allreduce_rd_time_s,
-    ("allreduce", "hier"): lambda size_bytes, num_ranks, link: allreduce_hier_time_s(
-        size_bytes, 1, num_ranks, link, link
-    ),  # on one uniform network: every rank in one node
-    ("reduce_scatter", "ring"): reduce_scatter_ring_time_s,
-    ("allgather", "ring"): allgather_ring_time_s,
-    ("broadcast", "tree"): broadcast_tree_time_s,
-    ("reduce", "tree"): reduce_tree_time_s,
-}
-
-
-def collective_time_s(
-    collective: str, algorithm: str, size_bytes: float, num_ranks: int, link: Link
-) -> float:
-    """The formula for (collective, algorithm) by name, as rows and scenarios name them."""
-    try:
-        formula = FORMULAS[(collective, algorithm)]
-    except KeyError:
-        allowed = ", ".join(f"{c} {a}" for c, a in FORMULAS)
-        raise UsageError(
-            f"no formula for {collective} {algorithm!r}; allowed: {allowed}", field="algorithm"
-        ) from None
-    return formula(size_bytes, num_ranks, link)
-
-
-def best_algorithm(
-    size_bytes: float, num_ranks: int, link: Link, algorithms: Iterable[str] = ALLREDUCE_ALGORITHMS
-) -> str:
-    """The all-reduce algorithm the model predicts fastest; ties (within 1e-9 relative) go to the
-    first in `algorithms` (ring, tree, hd, rd), so the choice does not hang on rounding."""
-    times = {a: collective_time_s("allreduce", a, size_bytes, num_ranks, link) for a in algorithms}
-    fastest = min(times.values())
-    return next(a for a, t in times.items() if t <= fastest * (1 + 1e-9))

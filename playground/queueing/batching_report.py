@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from playground.concurrency.timing import machine_note
+from playground.machine import load_note
 from playground.models import queueing as qm
 from playground.plot import figure
 from playground.queueing.batching_stats import capacity_rows, with_deviation
@@ -55,7 +55,7 @@ def notes(p) -> list[str]:
         "throughput counts replies in the last three quarters of the sending window (the first quarter fills "
         "the queue). At 20/s only ~20 replies fall in it, so its ratio to the model is noisy; replay /s, "
         "the ideal server on the same arrivals, shows the same count.",
-        machine_note(),
+        load_note(),
     ]
 
 

@@ -21,18 +21,13 @@ import time
 import numpy as np
 import zmq
 
-from playground.concurrency.timing import set_timer_slack_ns, sleep_until
-from playground.errors import LabError, ParamError, UsageError
+from playground.errors import LabError, UsageError
+from playground.machine import set_timer_slack_ns, sleep_until
 
 REQUEST = struct.Struct("<iid")
 REPLY = struct.Struct("<iiddi")
 ABORT = -1
 STOP = -2
-
-
-def check_server_and_client(experiment: str, ranks: int) -> None:
-    if ranks != 2:
-        raise ParamError("ranks", f"{experiment} runs one server and one client, needs 2, got {ranks}")
 
 
 def run_server_and_client(comm, params, serve, load):

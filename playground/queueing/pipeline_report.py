@@ -3,7 +3,7 @@ notes (what the formula leaves out) and the bubble plot."""
 
 from pathlib import Path
 
-from playground.concurrency.timing import machine_note
+from playground.machine import load_note
 from playground.plot import figure
 from playground.queueing.pipeline_stats import bubble_row, chain_row, chain_stats, utilisation_rows
 from playground.report import Report, Table
@@ -75,7 +75,7 @@ def notes(p, num_ranks: int) -> list[str]:
         "a recv + send through ZeroMQ in Python (extra / step, a fraction of a ms, more on a busy machine), "
         "and with equal stages there is no slack to hide it, so it shows up as idle time: it dominates the "
         "bubble at m = 256, where the formula's fill/drain share is only 1.2%.",
-        machine_note(),
+        load_note(),
     ]
     if p.work == "spin":
         out.append(

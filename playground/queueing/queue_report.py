@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from playground.concurrency.timing import machine_note
+from playground.machine import load_note
 from playground.models import queueing as qm
 from playground.plot import figure
 from playground.queueing.queue_stats import deviation_pct
@@ -163,7 +163,7 @@ def notes(loads: list[dict], p) -> list[str]:
             f"run lasts {span_s:.1f} s ({p.num_requests} requests), {noisy} (the lecture used 200,000 per load; "
             "--set params.num_requests=20000 goes longer)."
         )
-    out.append(machine_note())
+    out.append(load_note())
     out.append(
         "Timestamps are CLOCK_MONOTONIC on one host (1 ns resolution, sleep wake-ups ~0.05-0.2 ms late, "
         "more when the 2 shared cores are busy); the server runs on one core, client + receiver on the other."

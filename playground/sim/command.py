@@ -18,10 +18,10 @@ import yaml
 from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.report import COLUMNS, with_model_columns, wrong_row_failures
+from playground.collectives.bench_report import COLUMNS, with_model_columns, wrong_row_failures
 from playground.errors import ScenarioError
 from playground.report import Report, Table, make_console, progress_bar, render_report
-from playground.run import EXIT_FAILED, EXIT_OK, make_run_dir, write_result
+from playground.rundir import EXIT_FAILED, EXIT_OK, make_run_dir, write_result
 from playground.sim import model
 from playground.sim.driver import DATA_MAX_RANKS, simulate, wants_data
 from playground.sim.options import SimSpec, resolve

@@ -10,11 +10,12 @@ ring stays ahead, beside the model's exact S*.
 
 from pathlib import Path
 
+from playground.collectives.registry import flat_allreduce
 from playground.report import Table
 from playground.sim import model
 from playground.sizes import format_size
 
-OTHERS = ("tree", "hd", "rd")
+OTHERS = tuple(a for a in flat_allreduce() if a != "ring")  # what the ring is compared with
 
 
 def search(sweep, spec) -> dict[tuple[int, str], int | None]:

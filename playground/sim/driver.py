@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from playground.collectives import ReduceOp, run_collective
+from playground.collectives.bench_report import build_row
 from playground.collectives.check import Tally, expected_output, input_count, pattern
 from playground.collectives.chunks import phantom
-from playground.collectives.report import build_row
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
 from playground.trace import CAT_OP

@@ -1,23 +1,23 @@
 """The closed-form time beside each simulated row, and where the ring overtakes the others.
 
-The formulas are playground.models.costs's. With a topology, `hier` gets its two-link formula;
-any other algorithm is priced as if every link were the slow one between nodes, an upper bound
-for algorithms that cross nodes at every step.
+The formulas are the registry's (playground/collectives/registry.py). With a topology, an algorithm
+made for nodes (`hier`) gets its two-link formula; any other algorithm is priced as if every link
+were the slow one between nodes, an upper bound for algorithms that cross nodes at every step.
 """
 
-from playground.collectives.report import add_model_columns
-from playground.models.costs import allreduce_hier_time_s, collective_time_s
+from playground.collectives import registry
+from playground.collectives.bench_report import add_model_columns
 
 
 def model_time_s(spec, algorithm: str, num_ranks: int, size_bytes: float) -> float | None:
     """The model's time for one row of `spec`, or None where there is no formula (auto)."""
-    if algorithm == "hier":
-        k = spec.ranks_per_node or num_ranks
-        return allreduce_hier_time_s(size_bytes, num_ranks // k, k, spec.intra, spec.inter)
-    try:
-        return collective_time_s(spec.collective, algorithm, size_bytes, num_ranks, spec.inter)
-    except ValueError:
+    algo = registry.BY_KEY.get((spec.collective, algorithm))
+    if algo is None:
         return None
+    if algo.on_nodes:
+        k = spec.ranks_per_node or num_ranks
+        return algo.cost_on_nodes(size_bytes, num_ranks // k, k, spec.intra, spec.inter)
+    return algo.cost(size_bytes, num_ranks, spec.inter)
 
 
 def with_model(spec, row: dict, num_ranks: int) -> dict:
@@ -30,7 +30,7 @@ def with_model(spec, row: dict, num_ranks: int) -> dict:
     extra["vs_model"] = row["time_us"] / extra["model_us"] if extra["model_us"] else None
     if spec.collective == "allreduce":
         prices = {
-            a: model_time_s(spec, a, num_ranks, row["size"]) for a in ("ring", "tree", "hd", "rd", "hier")
+            a: model_time_s(spec, a, num_ranks, row["size"]) for a in registry.names("allreduce", auto=False)
         }
         extra["model_pick"] = min(prices, key=prices.get)
     return {**row, **extra}

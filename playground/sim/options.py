@@ -10,7 +10,7 @@ inside and between nodes come from `--intra` and `--inter`.
 import re
 from dataclasses import dataclass, replace
 
-from playground.collectives import ALGORITHMS
+from playground.collectives import registry
 from playground.errors import ScenarioError
 from playground.models.calibration import model_from_spec
 from playground.models.costs import PRESETS, Link
@@ -153,15 +153,17 @@ def resolve(args) -> SimSpec:
         raise ScenarioError("--intra/--inter: need --topology NODESxRANKS_PER_NODE")
     else:
         ranks = _ranks(args.ranks or "8")
-    offered = ALGORITHMS[collective]
-    default = ",".join(a for a in offered if a not in ("auto", "hier")) + (",hier" if per_node else "")
-    algorithms = tuple(a for a in (args.algo or default).split(",") if a)
+    offered = registry.names(collective)
+    default = [
+        a.name for a in registry.REGISTRY if a.collective == collective and (per_node or not a.on_nodes)
+    ]
+    algorithms = tuple(a for a in (args.algo or ",".join(default)).split(",") if a)
     for a in algorithms:
         if a not in offered:
             raise ScenarioError(f"--algo {a!r}: {collective} offers {', '.join(offered)}")
-        if a == "hier" and not per_node:
+        if a != registry.AUTO and registry.get(collective, a).on_nodes and not per_node:
             raise ScenarioError(
-                "--algo hier: needs --topology NODESxRANKS_PER_NODE (which ranks share a node)"
+                f"--algo {a}: needs --topology NODESxRANKS_PER_NODE (which ranks share a node)"
             )
     try:
         sizes = tuple(parse_size_range(args.sizes, args.step))

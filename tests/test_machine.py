@@ -1,6 +1,7 @@
 """sysfs cache sizes and lat_mem_rd output parsing on fixed inputs."""
 
-from playground.memlab import lmbench, sysinfo
+from playground import machine
+from playground.memlab import lmbench
 
 
 def write_index(root, n, level, kind, size, line=64, shared="0"):
@@ -21,25 +22,25 @@ def test_data_caches_from_a_sysfs_tree(tmp_path):
     write_index(tmp_path, 1, 1, "Instruction", "32K")
     write_index(tmp_path, 2, 2, "Unified", "1024K")
     write_index(tmp_path, 3, 3, "Unified", "32768K", shared="0-7")
-    caches = sysinfo.data_caches(tmp_path)
+    caches = machine.data_caches(tmp_path)
     assert [(c.name, c.size_bytes, c.shared_by_cpus) for c in caches] == [
         ("L1d", 32768, 1),
         ("L2", 1 << 20, 1),
         ("L3", 32 << 20, 8),
     ]
-    assert sysinfo.cache_line_bytes(tmp_path) == 64
+    assert machine.cache_line_bytes(tmp_path) == 64
 
 
 def test_missing_sysfs_gives_no_caches(tmp_path):
-    assert sysinfo.data_caches(tmp_path / "nope") == []
-    assert sysinfo.cache_line_bytes(tmp_path / "nope") == 64
+    assert machine.data_caches(tmp_path / "nope") == []
+    assert machine.cache_line_bytes(tmp_path / "nope") == 64
 
 
 def test_thp_mode(tmp_path):
     f = tmp_path / "enabled"
     f.write_text("always [madvise] never\n")
-    assert sysinfo.thp_mode(f) == "madvise"
-    assert sysinfo.thp_mode(tmp_path / "missing") == "unknown"
+    assert machine.thp_mode(f) == "madvise"
+    assert machine.thp_mode(tmp_path / "missing") == "unknown"
 
 
 def test_parse_lat_mem_rd_output():

@@ -8,8 +8,8 @@ import os
 import numpy as np
 import zmq
 
+from playground.comm.addresses import local_ip_towards
 from playground.errors import CommTimeout
-from playground.rendezvous import local_ip_towards
 
 
 class RawPair:

@@ -17,8 +17,9 @@ model would pick (`model_pick`); the table's title says where the model's link c
 """
 
 from playground.collectives.check import busbw_factor, describe_first_wrong, earliest_first_wrong
+from playground.collectives.registry import BY_KEY, best_algorithm, collective_time_s, names
 from playground.models.calibration import ModelSource
-from playground.models.costs import FORMULAS, Link, best_algorithm, collective_time_s
+from playground.models.costs import Link
 from playground.report import Report, Table
 
 REDUCING = frozenset({"allreduce", "reduce_scatter", "reduce"})
@@ -84,11 +85,11 @@ def model_algorithm(collective: str, algorithm: str, size: int, num_ranks: int, 
     """The algorithm whose formula models a row: what `auto` ran (`auto->rd`), the row's own, or,
     for a baseline (`gloo`, `mpi`: their algorithm is theirs to choose), the model's pick."""
     algorithm = algorithm.rpartition("->")[2]
-    if (collective, algorithm) in FORMULAS:
+    if (collective, algorithm) in BY_KEY:
         return algorithm
     if collective == "allreduce":
         return best_algorithm(size, num_ranks, link)
-    return next(a for c, a in FORMULAS if c == collective)
+    return names(collective, auto=False)[0]
 
 
 def add_model_columns(rows: list[dict], collective: str, num_ranks: int, link: Link) -> list[dict]:

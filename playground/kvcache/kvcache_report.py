@@ -8,8 +8,9 @@ the server reports equal the lecture's (28 vs 10, 600 vs 166 at block size 16).
 
 from pathlib import Path
 
-from playground.kvcache import metrics
+from playground.kvcache import kvcache_stats
 from playground.kvcache import protocol as P
+from playground.kvcache.plots import plot_memory
 from playground.kvcache.workloads import EXERCISE10, SECTION45
 from playground.report import Report, Table
 
@@ -32,7 +33,7 @@ def _replay_tables(
     rows, lat_rows, failures, notes = [], [], [], []
     for pol in per_policy:
         st, clients = pol["stats"], list(pol["clients"].values())
-        frag = metrics.summarize_samples(pol["samples"], st["capacity_slots"])
+        frag = kvcache_stats.summarize_samples(pol["samples"], st["capacity_slots"])
 
         def total(key: str, clients=clients) -> int:
             return sum(c.get(key, 0) for c in clients)
@@ -55,9 +56,9 @@ def _replay_tables(
                 "elapsed_s": pol["elapsed_s"],
             }
         )
-        lat = metrics.merge_latencies([c.get("latencies_us", {}) for c in clients])
+        lat = kvcache_stats.merge_latencies([c.get("latencies_us", {}) for c in clients])
         for op in ("create", "append", "read", "free", "all"):
-            q = metrics.percentiles_us(lat.get(op, []))
+            q = kvcache_stats.percentiles_us(lat.get(op, []))
             lat_rows.append(
                 {"policy": pol["policy"], "op": op, "n": q["n"], "p50_us": q["p50_us"], "p99_us": q["p99_us"]}
             )
@@ -134,8 +135,8 @@ def _bench_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str
     for pol in per_policy:
         clients = list(pol["clients"].values())
         ops = pol["stats"]["num_ops"]
-        lat = metrics.merge_latencies([c.get("latencies_us", {}) for c in clients])
-        a, q = metrics.percentiles_us(lat.get("append", [])), metrics.percentiles_us(lat["all"])
+        lat = kvcache_stats.merge_latencies([c.get("latencies_us", {}) for c in clients])
+        a, q = kvcache_stats.percentiles_us(lat.get("append", [])), kvcache_stats.percentiles_us(lat["all"])
         rows.append(
             {
                 "policy": pol["policy"],
@@ -166,7 +167,7 @@ def report(per_policy: list[dict], params, run_dir) -> Report:
     files, notes = [], []
     if params.workload == "section46":
         tables, notes, failures, files = _replay_tables(params, per_policy, Path(run_dir))
-        metrics.plot_memory(
+        plot_memory(
             per_policy, Path(run_dir) / files[0], f"KV-cache memory over time, {params.num_requests} requests"
         )
     elif params.workload == "bench":

@@ -1,0 +1,153 @@
+"""One table of every collective algorithm: the function that runs it, its cost formula, its words.
+
+Everything that lists algorithms derives from `REGISTRY`: the dispatchers in `collectives/__init__`,
+the choices of `bench --algo`, `simulate --algo` and the collective node's `params.algorithm`
+(`names`), the model's time of a row and its pick (`collective_time_s`, `best_algorithm`), and the
+simulator's defaults and crossover (`flat_allreduce`). Adding an algorithm is its module, its
+formula in `playground/models/costs.py`, and one `Algorithm(...)` line below.
+
+`auto` is not an algorithm but a choice among them by size and rank count (`collectives/auto.py`);
+`names(collective)` offers it where it exists.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from playground.collectives.halving_doubling import allreduce_halving_doubling
+from playground.collectives.hierarchical import allreduce_hierarchical
+from playground.collectives.recursive_doubling import allreduce_recursive_doubling
+from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
+from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
+from playground.errors import UsageError
+from playground.models import costs
+from playground.models.costs import Link
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One way to run one collective. `run` has the collective's own signature (see the
+    dispatchers); `cost(S, N, link)` is its time on one uniform network; an algorithm that needs
+    ranks grouped into nodes (`on_nodes`) is left out of flat comparisons and prices a topology
+    with `cost_on_nodes(S, num_nodes, per_node, intra, inter)`."""
+
+    collective: str
+    name: str
+    run: Callable
+    cost: Callable[[float, int, Link], float]
+    summary: str
+    on_nodes: bool = False
+    cost_on_nodes: Callable[[float, int, int, Link, Link], float] | None = None
+
+
+REGISTRY: tuple[Algorithm, ...] = (
+    Algorithm(
+        "allreduce",
+        "ring",
+        allreduce_ring,
+        costs.allreduce_ring_time_s,
+        "reduce-scatter then all-gather around a ring: fewest bytes, 2(N-1) steps",
+    ),
+    Algorithm(
+        "allreduce",
+        "tree",
+        allreduce_tree,
+        costs.allreduce_tree_time_s,
+        "binomial-tree reduce then broadcast: 2 log2 N steps of the whole buffer",
+    ),
+    Algorithm(
+        "allreduce",
+        "hd",
+        allreduce_halving_doubling,
+        costs.allreduce_hd_time_s,
+        "recursive halving-doubling (Rabenseifner): the ring's bytes in 2 log2 p steps",
+    ),
+    Algorithm(
+        "allreduce",
+        "rd",
+        allreduce_recursive_doubling,
+        costs.allreduce_rd_time_s,
+        "recursive doubling: log2 p exchanges of the whole buffer, for small messages",
+    ),
+    Algorithm(
+        "allreduce",
+        "hier",
+        allreduce_hierarchical,
+        lambda size, n, link: costs.allreduce_hier_time_s(size, 1, n, link, link),  # one node
+        "hierarchical: reduce-scatter inside each node, all-reduce across, all-gather inside",
+        on_nodes=True,
+        cost_on_nodes=costs.allreduce_hier_time_s,
+    ),
+    Algorithm("allgather", "ring", allgather_ring, costs.allgather_ring_time_s, "N-1 steps around a ring"),
+    Algorithm(
+        "reduce_scatter",
+        "ring",
+        reduce_scatter_ring,
+        costs.reduce_scatter_ring_time_s,
+        "N-1 steps around a ring",
+    ),
+    Algorithm(
+        "broadcast", "tree", broadcast_tree_into, costs.broadcast_tree_time_s, "binomial tree from the root"
+    ),
+    Algorithm("reduce", "tree", reduce_tree_into, costs.reduce_tree_time_s, "binomial tree to the root"),
+)
+BY_KEY: dict[tuple[str, str], Algorithm] = {(a.collective, a.name): a for a in REGISTRY}
+COLLECTIVES: tuple[str, ...] = tuple(dict.fromkeys(a.collective for a in REGISTRY))
+AUTO_FOR = ("allreduce",)  # collectives whose `auto` picks an algorithm by size (collectives/auto.py)
+
+
+def names(collective: str, auto: bool = True) -> tuple[str, ...]:
+    """The algorithms `collective` offers, in table order, with `auto` last where it has one."""
+    own = tuple(a.name for a in REGISTRY if a.collective == collective)
+    return own + ((AUTO,) if auto and collective in AUTO_FOR else ())
+
+
+def all_names() -> tuple[str, ...]:
+    """Every algorithm name of any collective (and auto), each once: a scenario's allowed values."""
+    return tuple(dict.fromkeys(n for c in COLLECTIVES for n in names(c)))
+
+
+def flat_allreduce() -> tuple[str, ...]:
+    """The all-reduce algorithms that run on any flat set of ranks (not `hier`): what the model
+    picks among and the simulator compares by default."""
+    return tuple(a.name for a in REGISTRY if a.collective == "allreduce" and not a.on_nodes)
+
+
+def get(collective: str, algorithm: str) -> Algorithm:
+    try:
+        return BY_KEY[(collective, algorithm)]
+    except KeyError:
+        if collective not in COLLECTIVES:
+            raise UsageError(
+                f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}"
+            ) from None
+        raise UsageError(
+            f"unknown {collective} algorithm {algorithm!r}; allowed: {', '.join(names(collective, auto=False))}",
+            field="algorithm",
+        ) from None
+
+
+def collective_time_s(
+    collective: str, algorithm: str, size_bytes: float, num_ranks: int, link: Link
+) -> float:
+    """The model's time of (collective, algorithm) by name, as rows and scenarios name them."""
+    algo = BY_KEY.get((collective, algorithm))
+    if algo is None:
+        allowed = ", ".join(f"{a.collective} {a.name}" for a in REGISTRY)
+        raise UsageError(f"no formula for {collective} {algorithm!r}; allowed: {allowed}", field="algorithm")
+    return algo.cost(size_bytes, num_ranks, link)
+
+
+def best_algorithm(
+    size_bytes: float, num_ranks: int, link: Link, algorithms: Iterable[str] | None = None
+) -> str:
+    """The all-reduce algorithm the model predicts fastest (among `algorithms`, default the flat
+    ones); ties (within 1e-9 relative) go to the first listed, so the choice does not hang on
+    rounding."""
+    times = {
+        a: collective_time_s("allreduce", a, size_bytes, num_ranks, link)
+        for a in (flat_allreduce() if algorithms is None else algorithms)
+    }
+    fastest = min(times.values())
+    return next(a for a, t in times.items() if t <= fastest * (1 + 1e-9))

@@ -1,0 +1,69 @@
+"""The transports, one line each: every list of transport names derives from here.
+
+`run --transport`, `bench --transport`, a scenario's `transport:` key and its `Literal` type take
+the launched kinds (`LAUNCHED`); tests open in-process worlds of any kind with a factory here
+(`comm/world.py`). Adding a transport is its module (the `Transport` protocol of transport.py) and
+one `TransportKind(...)` line below: `open_end(rank, world_size, places)` makes a rank's local end
+(its address goes into the rendezvous table; `end.connect(endpoints)` then gives the transport).
+
+`sim` is listed for its name and words; the simulator builds its own transports (playground/sim/).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import zmq
+
+from playground.comm.opening import ShmEnd, ZmqEnd
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where a world's ends live: ipc sockets in `ipc_dir`, shared memory in `shm_dir`, tcp on the
+    address that routes towards `master_addr`; `ctx` for the ZeroMQ kinds."""
+
+    ipc_dir: str
+    shm_dir: str
+    master_addr: str = "127.0.0.1"
+    ctx: zmq.Context | None = None
+
+
+@dataclass(frozen=True)
+class TransportKind:
+    name: str
+    summary: str
+    launched: bool  # a run can use it: `run --transport NAME`
+    uses_zmq: bool = False  # its ends need a ZeroMQ context
+    uses_shm: bool = False  # it keeps files in the run's /dev/shm directory
+    open_end: Callable[[int, int, Places], object] | None = None
+
+
+KINDS: tuple[TransportKind, ...] = (
+    TransportKind(
+        "ipc",
+        "ZeroMQ over Unix sockets, one host; large arrays' bytes through /dev/shm rings",
+        launched=True,
+        uses_zmq=True,
+        uses_shm=True,
+        open_end=lambda rank, size, at: ZmqEnd(at.ctx, rank, "ipc", at.ipc_dir, at.master_addr, at.shm_dir),
+    ),
+    TransportKind(
+        "tcp",
+        "ZeroMQ over TCP: any hosts (external launchers always use it)",
+        launched=True,
+        uses_zmq=True,
+        open_end=lambda rank, size, at: ZmqEnd(at.ctx, rank, "tcp", at.ipc_dir, at.master_addr),
+    ),
+    TransportKind(
+        "shm",
+        "shared-memory mailboxes and rings, one host: no ZeroMQ in the data path",
+        launched=True,
+        uses_shm=True,
+        open_end=lambda rank, size, at: ShmEnd(rank, size, at.shm_dir),
+    ),
+    TransportKind("local", "threads in one process, a queue per rank (fast tests)", launched=False),
+    TransportKind("sim", "simulated ranks in virtual time, one process (`simulate`)", launched=False),
+)
+BY_NAME: dict[str, TransportKind] = {k.name: k for k in KINDS}
+LAUNCHED: tuple[str, ...] = tuple(k.name for k in KINDS if k.launched)
+IN_PROCESS: tuple[str, ...] = tuple(k.name for k in KINDS if k.name != "sim")  # comm/world.py opens these

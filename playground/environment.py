@@ -1,0 +1,78 @@
+"""Every environment variable the playground reads, in one table.
+
+Most are set by the playground itself for the processes it starts (the launcher for its ranks, the
+emulated hosts' rsh for mpiexec's); a few are switches a user may set. A scenario key or a flag is
+the way to configure a run; these exist where a value must reach a process before it has read its
+scenario, or where a test or benchmark needs a lever the interface deliberately does not offer.
+`tests/test_environment.py` checks that every PLAYGROUND_* name in the code is here, and the
+docs' reference page is made from this table.
+"""
+
+from typing import NamedTuple
+
+
+class Variable(NamedTuple):
+    name: str
+    who_sets_it: str  # "launcher", "user", "tests"
+    meaning: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(
+        "PLAYGROUND_SHM_MIN_BYTES",
+        "user, tests",
+        "shm transport: arrays of at least this many bytes go through the /dev/shm rings, smaller ones "
+        "inline in the mailbox (default 32 KiB); tests set 0 to push tiny arrays through the rings",
+    ),
+    Variable(
+        "PLAYGROUND_IPC_RING_MIN_BYTES",
+        "user, bench table",
+        "ipc transport: arrays of at least this many bytes send their bytes through /dev/shm rings and only "
+        "a descriptor through ZeroMQ (default 64 KiB); 0 sends every byte through the sockets "
+        "(`bench table --systems ipc-sockets`)",
+    ),
+    Variable(
+        "PLAYGROUND_COORD_PORT",
+        "user",
+        "under an external launcher (mpiexec, srun, torchrun): the coordinator's port, when the default "
+        "(MASTER_PORT, or MASTER_PORT + 1 under torchrun) is taken",
+    ),
+    Variable(
+        "PLAYGROUND_RUN_DIR",
+        "launcher, user",
+        "the run directory every rank writes its log into (set for forked ranks; under an external "
+        "launcher, a shared directory for all ranks of one run)",
+    ),
+    Variable(
+        "PLAYGROUND_IPC_DIR",
+        "launcher",
+        "the directory of the run's ipc:// sockets, where every emulated host's namespace sees it",
+    ),
+    Variable(
+        "PLAYGROUND_HOST",
+        "launcher",
+        "the emulated host a rank runs on (its network namespace's name), set by playground-netns-rsh",
+    ),
+    Variable("PLAYGROUND_NETNS", "launcher", "the network namespace a forked rank enters before it starts"),
+    Variable(
+        "PLAYGROUND_CLOCK_SKEW_US",
+        "user, tests",
+        "drill: `RANK=US[,RANK=US]` makes those ranks' clocks run US microseconds ahead (negative: behind), "
+        "which the offsets measured at rendezvous must repair in `inspect --trace`",
+    ),
+    Variable(
+        "PLAYGROUND_REQUIRE_TOOLS",
+        "CI",
+        "tests: a test whose tool (MPICH, Slurm, Chromium, torch, root, the docs toolchain) is missing fails "
+        "instead of skipping (.ci/run sets it)",
+    ),
+    Variable(
+        "PLAYGROUND_ARTIFACTS", "tests", "tests: the browser test also copies its screenshot and page here"
+    ),
+    Variable(
+        "PLAYGROUND_LECTURE_TEXT",
+        "tests",
+        "tests: another copy of the lecture's text to check the lecture page's quotes against",
+    ),
+)
+NAMES = frozenset(v.name for v in VARIABLES)

@@ -1,0 +1,41 @@
+"""A GPT-2 shaped, byte-level transformer in numpy, forward and backward by hand: the model that
+the data-parallel training lab trains and the KV-cache server serves (docs/transformer.md).
+
+config.py (ModelConfig) -> layout.py (where each parameter lives in the flat buffer) -> init.py
+(GPT-2's initialisation) -> layers.py (each piece forward and backward) -> model.py (Transformer:
+forward, backward with gradients handed over as they are final, step with pluggable attention)
+-> generate.py (DenseKVCache, sampling) ; optim.py (Adam on any slice) ; data.py (the lecture's
+bytes, the batch sampler) ; checkpoint.py (model.npz) ; blas.py (what a training rank sets at
+start: one BLAS thread) ; train.py (the one-process loop every data-parallel mode
+must equal) ; steptime.py (a step's phases timed, a command).
+"""
+
+from playground.transformer.blas import blas_threads, pin_blas_threads
+from playground.transformer.checkpoint import load_model, save_model
+from playground.transformer.config import ModelConfig
+from playground.transformer.data import BatchSampler, lecture_bytes
+from playground.transformer.generate import DenseKVCache, cached_attention, generate, sample_token
+from playground.transformer.layout import ParamLayout, ParamSpec
+from playground.transformer.model import Transformer
+from playground.transformer.optim import Adam, AdamConfig
+from playground.transformer.train import train_one_process
+
+__all__ = [
+    "Adam",
+    "AdamConfig",
+    "BatchSampler",
+    "DenseKVCache",
+    "ModelConfig",
+    "ParamLayout",
+    "ParamSpec",
+    "Transformer",
+    "blas_threads",
+    "cached_attention",
+    "generate",
+    "lecture_bytes",
+    "load_model",
+    "pin_blas_threads",
+    "sample_token",
+    "save_model",
+    "train_one_process",
+]

@@ -1,0 +1,283 @@
+"""A GPT-2 shaped decoder-only transformer over flat parameter and gradient buffers.
+
+    x = wte[tokens] + wpe[positions]
+    per block:  x = x + attn.c_proj(attend(split_heads(attn.c_attn(ln_1(x)))))
+                x = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x))))
+    logits = ln_f(x) @ wte.T                                   (the output layer is tied to wte)
+
+Training: `forward(tokens, targets)` keeps the activations and returns the loss, `backward()`
+writes every gradient into `grads` and hands each one over through `on_grad_ready(index)` the
+moment it is final, in reverse layout order: ln_f.bias first, then the blocks from the last to
+the first, then wpe, and wte last of all, because the tied embedding gets its gradient twice
+(from the output layer at the start of backward and from the token embedding at the very end).
+A callback may read or all-reduce its parameter's slice of `grads` at once, on another thread:
+backward never touches that slice again.
+
+Decoding: `step(tokens, positions, attend)` runs the same blocks over packed tokens (several
+sequences, any number of new tokens each) with attention left to the caller: `attend(layer, q,
+k, v)` gets the queries, keys and values (num_tokens, heads, head_dim) of this step's tokens,
+stores k and v in its cache and returns each token's attention output over its own sequence
+(`generate.DenseKVCache` is the contiguous reference; a paged cache reads through block tables).
+"""
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import NamedTuple
+
+import numpy as np
+
+from playground.errors import UsageError
+from playground.transformer.config import ModelConfig
+from playground.transformer.init import init_params
+from playground.transformer.layers import (
+    causal_attention_backward,
+    causal_attention_forward,
+    cross_entropy_backward,
+    cross_entropy_forward,
+    flat_rows,
+    gelu_backward,
+    gelu_forward,
+    layernorm_backward,
+    layernorm_forward,
+    linear_backward,
+    linear_forward,
+)
+from playground.transformer.layout import BLOCK_PARAMS, ParamLayout
+
+Attend = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+GradReady = Callable[[int], None]
+Span = Callable[[str], AbstractContextManager]
+
+
+def no_span(name: str) -> AbstractContextManager:
+    return nullcontext()
+
+
+class BlockSaved(NamedTuple):
+    """What a block's backward needs from its forward."""
+
+    ln_1: tuple
+    ln_1_out: np.ndarray
+    attn_y: np.ndarray
+    ln_2: tuple
+    ln_2_out: np.ndarray
+    fc_out: np.ndarray
+    gelu_tanh: np.ndarray
+    gelu_out: np.ndarray
+
+
+class CausalAttention:
+    """Training's `attend`: full causal attention within each sequence of a (B, T) batch, keeping
+    q, k, v and the probabilities for backward if `keep`."""
+
+    def __init__(self, keep: bool = True):
+        self.keep = keep
+        self.saved: dict[int, tuple] = {}
+
+    def __call__(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        y, probs = causal_attention_forward(q, k, v)
+        if self.keep:
+            self.saved[layer] = (q, k, v, probs)
+        return y
+
+    def backward(self, layer: int, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return causal_attention_backward(dy, *self.saved.pop(layer))
+
+
+class Transformer:
+    """`params` and `grads` are flat buffers (`config.dtype`, `layout.num_elements`); `p` and `g`
+    map each parameter's name to its view in them. Pass your own buffers (shared memory, a ZeRO
+    all-gather target) to have the model use them in place; otherwise `params` is GPT-2's
+    initialisation from `seed` and `grads` zeros."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        params: np.ndarray | None = None,
+        *,
+        seed: int = 0,
+        grads: np.ndarray | None = None,
+    ):
+        self.config = config
+        self.layout = ParamLayout.for_config(config)
+        self.params = init_params(config, seed) if params is None else self._checked(params, "params")
+        self.grads = np.zeros_like(self.params) if grads is None else self._checked(grads, "grads")
+        self.p = self.layout.views(self.params)
+        self.g = self.layout.views(self.grads)
+        self._saved: tuple | None = None
+
+    def _checked(self, buf: np.ndarray, name: str) -> np.ndarray:
+        n, dtype = self.layout.num_elements, self.config.np_dtype
+        if buf.shape != (n,) or buf.dtype != dtype or not buf.flags.c_contiguous or not buf.flags.writeable:
+            raise UsageError(
+                f"must be a writable contiguous {dtype} array of shape ({n},), got {buf.dtype} {buf.shape}",
+                field=name,
+            )
+        return buf
+
+    # ---- training -------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        tokens: np.ndarray,
+        targets: np.ndarray,
+        *,
+        loss_denominator: int | None = None,
+        span: Span = no_span,
+    ) -> float:
+        """The cross-entropy of predicting `targets` (B, T) from `tokens` (B, T), summed over the
+        tokens and divided by `loss_denominator` (default: this batch's B*T). A rank that computes
+        its 1/N of a global batch passes the global batch's token count: its loss and gradients
+        are then its share, and their SUM over ranks is exactly the global mean."""
+        tokens, targets = self._check_batch(tokens, targets)
+        denominator = tokens.size if loss_denominator is None else loss_denominator
+        attention = CausalAttention()
+        positions = np.arange(tokens.shape[1])
+        x, blocks = self._trunk(tokens, positions, attention, span, keep=True)
+        with span("forward.head"):
+            xf, ln_f = layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
+            loss, probs = cross_entropy_forward(xf @ self.p["wte"].T, targets, denominator)
+        self._saved = (tokens, targets, denominator, attention, blocks, xf, ln_f, probs)
+        return loss
+
+    def backward(self, on_grad_ready: GradReady | None = None, *, span: Span = no_span) -> None:
+        """Every parameter's gradient of the last `forward`'s loss, written (not added) into
+        `grads`, each announced by `on_grad_ready(layout index)` once final (see the module doc)."""
+        if self._saved is None:
+            raise UsageError("backward() needs a forward() first (one backward per forward)")
+        tokens, targets, denominator, attention, blocks, xf, ln_f, probs = self._saved
+        self._saved = None
+        ready = on_grad_ready or (lambda index: None)
+        p, g, index = self.p, self.g, self.layout
+        with span("backward.head"):
+            dlogits = cross_entropy_backward(probs, targets, denominator)
+            np.matmul(flat_rows(dlogits).T, flat_rows(xf), out=g["wte"])  # not final: see embedding
+            dxf = dlogits @ p["wte"]
+            dx = layernorm_backward(dxf, ln_f, p["ln_f.weight"], g["ln_f.weight"], g["ln_f.bias"])
+            ready(index["ln_f.bias"].index)
+            ready(index["ln_f.weight"].index)
+        for layer in reversed(range(self.config.layers)):
+            with span(f"backward.h.{layer}"):
+                dx = self._block_backward(layer, dx, blocks[layer], attention, ready)
+        with span("backward.embedding"):
+            T = tokens.shape[1]
+            np.sum(dx, axis=0, out=g["wpe"][:T])
+            g["wpe"][T:] = 0
+            ready(index["wpe"].index)
+            np.add.at(g["wte"], tokens.ravel(), flat_rows(dx))
+            ready(index["wte"].index)
+
+    def _check_batch(self, tokens, targets) -> tuple[np.ndarray, np.ndarray]:
+        tokens, targets = np.asarray(tokens), np.asarray(targets)
+        if tokens.ndim != 2 or tokens.shape != targets.shape:
+            raise UsageError(
+                f"tokens and targets must both be (batch, T), got {tokens.shape} and {targets.shape}"
+            )
+        if tokens.shape[1] > self.config.context:
+            raise UsageError(f"T={tokens.shape[1]} exceeds context={self.config.context}", field="tokens")
+        return tokens, targets
+
+    # ---- inference ------------------------------------------------------------------------------
+
+    def logits(self, tokens: np.ndarray) -> np.ndarray:
+        """(B, T) tokens -> (B, T, vocab_size) logits, the full causal forward (nothing kept)."""
+        tokens, _ = self._check_batch(tokens, tokens)
+        x, _ = self._trunk(tokens, np.arange(tokens.shape[1]), CausalAttention(keep=False), no_span)
+        return self._head(x)
+
+    def step(self, tokens: np.ndarray, positions: np.ndarray, attend: Attend) -> np.ndarray:
+        """Packed tokens (N,) at their `positions` (N,) in their sequences -> logits (N, vocab_size),
+        attention by `attend` (see the module doc). Prefill and batched decode are both a step."""
+        tokens, positions = np.asarray(tokens), np.asarray(positions)
+        if tokens.ndim != 1 or positions.shape != tokens.shape:
+            raise UsageError(f"tokens and positions must both be (N,), got {tokens.shape}, {positions.shape}")
+        if positions.size and (positions.min() < 0 or positions.max() >= self.config.context):
+            raise UsageError(f"must be in [0, context={self.config.context})", field="positions")
+        x, _ = self._trunk(tokens, positions, attend, no_span)
+        return self._head(x)
+
+    def _head(self, x: np.ndarray) -> np.ndarray:
+        xf, _ = layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
+        return xf @ self.p["wte"].T
+
+    # ---- the blocks -----------------------------------------------------------------------------
+
+    def _trunk(
+        self, tokens, positions, attend: Attend, span: Span, keep: bool = False
+    ) -> tuple[np.ndarray, list[BlockSaved]]:
+        """The embedding and every block; each block's activations are kept for backward only if
+        `keep` (inference would hold L layers of (N, 4d) arrays for nothing)."""
+        with span("forward.embedding"):
+            x = self.p["wte"][tokens] + self.p["wpe"][positions]
+        blocks = []
+        for layer in range(self.config.layers):
+            with span(f"forward.h.{layer}"):
+                x, saved = self._block_forward(layer, x, attend)
+            if keep:
+                blocks.append(saved)
+        return x, blocks
+
+    def _block_forward(self, layer: int, x: np.ndarray, attend: Attend) -> tuple[np.ndarray, BlockSaved]:
+        p = self._block_views(self.p, layer)
+        H, hd = self.config.heads, self.config.head_dim
+        ln_1_out, ln_1 = layernorm_forward(x, p["ln_1.weight"], p["ln_1.bias"])
+        qkv = linear_forward(ln_1_out, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
+        q, k, v = split_heads(qkv, H, hd)
+        attn_y = attend(layer, q, k, v).reshape(x.shape)
+        x = x + linear_forward(attn_y, p["attn.c_proj.weight"], p["attn.c_proj.bias"])
+        ln_2_out, ln_2 = layernorm_forward(x, p["ln_2.weight"], p["ln_2.bias"])
+        fc_out = linear_forward(ln_2_out, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"])
+        gelu_out, gelu_tanh = gelu_forward(fc_out)
+        x = x + linear_forward(gelu_out, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
+        return x, BlockSaved(ln_1, ln_1_out, attn_y, ln_2, ln_2_out, fc_out, gelu_tanh, gelu_out)
+
+    def _block_backward(
+        self, layer: int, dx: np.ndarray, s: BlockSaved, attention: CausalAttention, ready: GradReady
+    ) -> np.ndarray:
+        """dx of the block's output -> dx of its input; parameters announced in reverse layout order."""
+        p, g = self._block_views(self.p, layer), self._block_views(self.g, layer)
+        first = self.layout[f"h.{layer}.ln_1.weight"].index
+
+        def done(*suffixes: str) -> None:
+            for suffix in suffixes:
+                ready(first + BLOCK_INDEX[suffix])
+
+        dgelu = linear_backward(
+            dx, s.gelu_out, p["mlp.c_proj.weight"], g["mlp.c_proj.weight"], g["mlp.c_proj.bias"]
+        )
+        done("mlp.c_proj.bias", "mlp.c_proj.weight")
+        dfc = gelu_backward(dgelu, s.fc_out, s.gelu_tanh)
+        dln_2 = linear_backward(
+            dfc, s.ln_2_out, p["mlp.c_fc.weight"], g["mlp.c_fc.weight"], g["mlp.c_fc.bias"]
+        )
+        done("mlp.c_fc.bias", "mlp.c_fc.weight")
+        dx = dx + layernorm_backward(dln_2, s.ln_2, p["ln_2.weight"], g["ln_2.weight"], g["ln_2.bias"])
+        done("ln_2.bias", "ln_2.weight")
+        dy = linear_backward(
+            dx, s.attn_y, p["attn.c_proj.weight"], g["attn.c_proj.weight"], g["attn.c_proj.bias"]
+        )
+        done("attn.c_proj.bias", "attn.c_proj.weight")
+        H, hd = self.config.heads, self.config.head_dim
+        dq, dk, dv = attention.backward(layer, dy.reshape(*dy.shape[:-1], H, hd))
+        dqkv = np.concatenate([a.reshape(*dy.shape[:-1], H * hd) for a in (dq, dk, dv)], axis=-1)
+        dln_1 = linear_backward(
+            dqkv, s.ln_1_out, p["attn.c_attn.weight"], g["attn.c_attn.weight"], g["attn.c_attn.bias"]
+        )
+        done("attn.c_attn.bias", "attn.c_attn.weight")
+        dx = dx + layernorm_backward(dln_1, s.ln_1, p["ln_1.weight"], g["ln_1.weight"], g["ln_1.bias"])
+        done("ln_1.bias", "ln_1.weight")
+        return dx
+
+    def _block_views(self, views: dict[str, np.ndarray], layer: int) -> dict[str, np.ndarray]:
+        prefix = f"h.{layer}."
+        return {suffix: views[prefix + suffix] for suffix, _ in BLOCK_PARAMS}
+
+
+BLOCK_INDEX = {suffix: i for i, (suffix, _) in enumerate(BLOCK_PARAMS)}
+
+
+def split_heads(qkv: np.ndarray, heads: int, head_dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(..., 3 d) -> q, k, v each (..., heads, head_dim): views, as c_attn lays them out (q | k | v,
+    each head a run of head_dim)."""
+    split = qkv.reshape(*qkv.shape[:-1], 3, heads, head_dim)
+    return split[..., 0, :, :], split[..., 1, :, :], split[..., 2, :, :]

@@ -1,0 +1,72 @@
+"""Adam over any slice of the flat buffers: the whole model, or one ZeRO-1 shard.
+
+    m = b1 m + (1 - b1) g          v = b2 v + (1 - b2) g^2          (t = steps taken, from 1)
+    p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+written as torch.optim.Adam computes it (bias corrections on the step size and on sqrt(v)), with
+nanoGPT's betas (0.9, 0.95) and torch's eps 1e-8. No weight decay: nanoGPT's AdamW decays only
+the matrices, which would need a per-element mask over the flat buffer, and a small model
+trained for a few hundred steps gains nothing from it.
+
+Every operation is elementwise, so an element's update depends only on its own p, g, m, v and the
+step count: updating the whole buffer at once and updating it shard by shard (ZeRO-1: each rank
+steps its 1/N slice and keeps m, v of that slice only) give bit-identical parameters.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from playground.errors import ParamError, UsageError
+
+
+@dataclass(frozen=True)
+class AdamConfig:
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise ParamError("lr", f"must be > 0, got {self.lr}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ParamError(name, f"must be in [0, 1), got {getattr(self, name)}")
+        if not self.eps > 0:
+            raise ParamError("eps", f"must be > 0, got {self.eps}")
+
+
+class Adam:
+    """Adam's state (m, v, steps taken) for `num_elements` parameters of `dtype`."""
+
+    def __init__(self, num_elements: int, dtype, config: AdamConfig | None = None):
+        self.config = config or AdamConfig()
+        self.m = np.zeros(num_elements, dtype=dtype)
+        self.v = np.zeros(num_elements, dtype=dtype)
+        self.steps = 0
+
+    @property
+    def state_bytes(self) -> int:
+        return self.m.nbytes + self.v.nbytes
+
+    def step(self, params: np.ndarray, grads: np.ndarray, lr: float | None = None) -> None:
+        """Update `params` in place from `grads` (1-d, this optimizer's length); `lr` overrides the
+        configured rate for this step (a schedule)."""
+        if params.shape != self.m.shape or grads.shape != self.m.shape:
+            raise UsageError(f"params and grads must be {self.m.shape}, got {params.shape} and {grads.shape}")
+        c = self.config
+        self.steps += 1
+        step_size = (c.lr if lr is None else lr) / (1 - c.beta1**self.steps)
+        sqrt_bias2 = math.sqrt(1 - c.beta2**self.steps)
+        self.m *= c.beta1
+        self.m += (1 - c.beta1) * grads
+        self.v *= c.beta2
+        self.v += (1 - c.beta2) * (grads * grads)
+        update = np.sqrt(self.v)
+        update /= sqrt_bias2
+        update += c.eps
+        np.divide(self.m, update, out=update)
+        update *= step_size
+        params -= update

@@ -160,20 +160,14 @@ def test_auto_picks_by_size():
     picks it up to the band's edge; the picks move one way as messages grow (no algorithm comes
     back once left); the smallest messages get the fewest sequential steps (the latency-bound
     choice on an alpha-only link), the largest the ring."""
-    from playground.collectives import ALLREDUCE_ALGORITHMS
+    from playground.collectives import registry
     from playground.collectives.auto import CROSSOVERS, choose_allreduce
-    from playground.models.costs import (
-        Link,
-        allreduce_hd_time_s,
-        allreduce_rd_time_s,
-        allreduce_ring_time_s,
-        allreduce_tree_time_s,
-    )
+    from playground.models.costs import Link
 
     assert choose_allreduce(8, 8) == "rd" and choose_allreduce(4096, 3) == "rd"
     assert all(choose_allreduce(16 << 20, n) == "ring" for n in (1, 2, 5, 8, 64))
-    flat = {"ring": allreduce_ring_time_s, "tree": allreduce_tree_time_s}
-    flat |= {"hd": allreduce_hd_time_s, "rd": allreduce_rd_time_s}
+    real = registry.names("allreduce", auto=False)
+    flat = {a: registry.get("allreduce", a).cost for a in registry.flat_allreduce()}
     alpha_only = Link(alpha_s=1.0, beta_bytes_per_s=1e30)
     fewest_ranks = 1
     for max_ranks, bands in CROSSOVERS:
@@ -181,7 +175,7 @@ def test_auto_picks_by_size():
         assert edges == sorted(set(edges)) and edges[0] > 0, bands
         for n in {fewest_ranks, max_ranks if max_ranks <= 64 else 64}:
             for k, (below, algorithm) in enumerate(bands):
-                assert algorithm in ALLREDUCE_ALGORITHMS and algorithm != "auto", algorithm
+                assert algorithm in real, algorithm
                 after = bands[k + 1][1] if k + 1 < len(bands) else "ring"
                 assert (choose_allreduce(below - 1, n), choose_allreduce(below, n)) == (algorithm, after)
         fewest_ranks = max_ranks + 1

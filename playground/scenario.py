@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import importlib.resources
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -126,6 +127,9 @@ class Scenario:
     hosts: int | None = None
     link: Link | None = None  # every host's link to the switch (below), when there are hosts
     source: str = ""
+    # The function every rank runs, for a run started from Python with a function of its own
+    # (`playground.api.launch`); `node` then only names it. Not part of the saved scenario.
+    function: Callable | None = None
 
     @property
     def placement(self) -> tuple[int, ...] | None:
@@ -150,7 +154,7 @@ class Scenario:
         return d
 
 
-_TOP_KEYS = {f.name for f in dataclasses.fields(Scenario)} - {"source"}
+TOP_KEYS = {f.name for f in dataclasses.fields(Scenario)} - {"source", "function"}
 
 
 def builtin_dir() -> Path:
@@ -187,6 +191,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), parsed
 
 
+def _as_typed(value: Any) -> str:
+    """A parsed value as one types it after `--set KEY=` (YAML flow, no space after a comma):
+    [8, '1XB'] -> [8,1XB], so the Python API's error names the --set the command line's would."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
+    return text.removesuffix("\n...").replace(", ", ",")
+
+
 def apply_override(raw: dict, path: list[str], value: Any) -> None:
     node = raw
     for part in path[:-1]:
@@ -196,6 +207,11 @@ def apply_override(raw: dict, path: list[str], value: Any) -> None:
             raise ScenarioError(f"--set {'.'.join(path)}: {part!r} is not a mapping")
         node = node[part]
     node[path[-1]] = value
+
+
+def node_function(scenario: Scenario) -> Callable:
+    """What every rank calls as `main(comm, params)`: the scenario's own function, else its node's."""
+    return scenario.function or load_node(scenario.node)[1]
 
 
 def load_node(spec: str, where: str = "node") -> tuple[Any, Any]:
@@ -242,9 +258,9 @@ class _Origins:
 
 
 def _check_top(raw: dict, at: _Origins) -> None:
-    unknown = sorted(set(raw) - _TOP_KEYS)
+    unknown = sorted(set(raw) - TOP_KEYS)
     if unknown:
-        raise ScenarioError(f"{at(unknown[0])}: unknown key; allowed: {', '.join(sorted(_TOP_KEYS))}")
+        raise ScenarioError(f"{at(unknown[0])}: unknown key; allowed: {', '.join(sorted(TOP_KEYS))}")
     if not isinstance(raw.get("node"), str) or not raw["node"]:
         raise ScenarioError(f"{at('node')}: required, a string like 'nodes.collective:main'")
     ranks = raw.get("ranks", 2)
@@ -282,14 +298,18 @@ def load_scenario(
     overrides: list[str] = (),
     hosts: int | None = None,
     link: str | None = None,
+    values: Mapping[str, Any] | None = None,
     said: dict[str, str] | None = None,
 ) -> Scenario:
     """The validated scenario NAME_OR_PATH with the command line's values applied over the file's.
+    `overrides` are --set texts ("params.iters=5", the value YAML); `values` the same already
+    parsed ({"params.iters": 5}: the Python API's keywords), applied after them.
 
     A bad value is blamed on where it came from: `run`'s flag of the same name (`--ranks`,
-    `--transport`, `--hosts`, `--link`, `--set TEXT`), or what `said` maps the argument's name or
-    the override's text to when the user typed something else (`{"ranks": "WORLD_SIZE"}`,
-    `{"params.inplace=true": "--inplace"}`); the file's own values, by file and key."""
+    `--transport`, `--hosts`, `--link`, `--set TEXT`; a `values` entry as the --set it stands for),
+    or what `said` maps the argument's name or the override's text to when the user typed
+    something else (`{"ranks": "WORLD_SIZE"}`, `{"params.inplace=true": "--inplace"}`); the file's
+    own values, by file and key."""
     said = said or {}
     path = find_scenario_file(name_or_path)
     src = str(path)
@@ -306,6 +326,9 @@ def load_scenario(
         keypath, value = parse_override(text)
         apply_override(raw, keypath, value)
         at.given(".".join(keypath), said.get(text, f"--set {text}"))
+    for key, value in (values or {}).items():
+        apply_override(raw, key.split("."), value)
+        at.given(key, f"--set {key}={_as_typed(value)}")  # a keyword of the API is a --set
     for key, value in (("ranks", ranks), ("transport", transport), ("hosts", hosts)):
         if value is not None:
             raw[key] = value
@@ -355,6 +378,55 @@ def load_scenario(
         hosts=raw.get("hosts"),
         link=link,
         source=src,
+    )
+
+
+def function_scenario(
+    function: Callable,
+    ranks: int,
+    params: dict | None = None,
+    transport: str = "ipc",
+    timeout_s: float = 30.0,
+    name: str | None = None,
+) -> Scenario:
+    """A scenario whose ranks run `function(comm, params)` (`playground.api.launch`), checked as a
+    file's would be. `params` is a plain mapping, saved in scenario.yaml as it is: data a rank needs
+    that is not plain (an array, an object) travels in the function's closure instead."""
+    if not callable(function):
+        raise ScenarioError(f"launch: expected a function main(comm, params), got {function!r}")
+    label = getattr(function, "__qualname__", type(function).__name__)
+    if name is None:  # the run directory's: my_rank, or launch for a lambda
+        short = getattr(function, "__name__", "")
+        name = short if short.isidentifier() else "launch"
+    src = f"launch({name})"
+    if params is not None and not isinstance(params, dict):
+        raise ScenarioError(f"{src}: key 'params': expected a mapping (a dict), got {params!r}")
+    try:
+        yaml.safe_dump(params)
+    except yaml.YAMLError as e:
+        raise ScenarioError(
+            f"{src}: key 'params': plain data only (numbers, strings, lists, dicts), as a scenario "
+            f"file holds; pass other objects in the function's closure ({e})"
+        ) from None
+    raw = {
+        "name": name,
+        "node": f"{getattr(function, '__module__', None) or '__main__'}:{label}",
+        "ranks": ranks,
+        "transport": transport,
+        "timeout_s": timeout_s,
+    }
+    _check_top(raw, _Origins(src, raw))
+    if not name or "/" in name or name.startswith("."):
+        raise ScenarioError(f"{src}: key 'name': a run directory's name, without '/', got {name!r}")
+    return Scenario(
+        name=name,
+        node=raw["node"],
+        ranks=ranks,
+        transport=transport,
+        timeout_s=float(timeout_s),
+        params=dict(params or {}),
+        source=src,
+        function=function,
     )
 
 

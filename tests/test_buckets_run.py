@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from playground.buckets.bucketing import assign_buckets
+from playground.collectives.bucketing import assign_buckets
 from playground.testing import run_scenario
 
 KIB = 1024

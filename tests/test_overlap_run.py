@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from playground.buckets.overlap_stats import StepTimes, intersection_s, pipeline_step_s, serial_step_s
+from playground.buckets.overlap_stats import StepTimes, pipeline_step_s, serial_step_s
 from playground.testing import run_cli, run_scenario
+from playground.timeline import intersection_s
 from playground.trace import read_events
 
 

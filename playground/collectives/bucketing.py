@@ -14,9 +14,12 @@ Rules here (`assign_buckets`):
 - tensors keep their order (backward order in, buckets out in the order they become ready),
   so every bucket is a contiguous run of tensors;
 - a bucket never exceeds its cap, except a tensor larger than the cap, which gets a bucket of
-  its own. DDP instead closes a bucket once it *reaches* the cap, so its buckets overshoot by up
-  to one tensor; a hard cap is easier to reason about and to test, and differs from DDP only
-  in where a boundary falls;
+  its own (the default: a hard cap is easier to reason about and to test); or, with
+  `close_at_cap`, DDP's own rule (`compute_bucket_assignment_by_size` in its reducer): a tensor
+  joins the open bucket, which closes once it *reaches* its cap, so buckets overshoot by up to
+  one tensor. The two differ only in where a boundary falls, which on a real model changes the
+  number of all-reduces (a 128 KiB matrix after 1.5 KiB of biases: one bucket for DDP, two for
+  the hard cap); the training lab follows DDP to be compared with it;
 - the first bucket uses `first_cap_bytes`, later ones `cap_bytes`.
 `per_tensor` and `single_bucket` are the two extremes the bucketed schedule is compared with.
 """
@@ -51,9 +54,13 @@ class Bucket:
 
 
 def assign_buckets(
-    tensor_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None = None
+    tensor_bytes: Sequence[int],
+    cap_bytes: int,
+    first_cap_bytes: int | None = None,
+    close_at_cap: bool = False,
 ) -> list[Bucket]:
-    """Buckets of consecutive tensors, each at most its cap unless it holds one larger tensor."""
+    """Buckets of consecutive tensors, each at most its cap unless it holds one larger tensor (with
+    `close_at_cap`: each closed by the tensor that makes it reach its cap, as DDP does)."""
     if cap_bytes < 0:
         raise UsageError(f"must be >= 0, got {cap_bytes}", field="cap_bytes")
     if first_cap_bytes is not None and first_cap_bytes < 0:
@@ -73,6 +80,11 @@ def assign_buckets(
         first, size = end, 0
 
     for i, n in enumerate(tensor_bytes):
+        if close_at_cap:
+            size += n
+            if size >= current_cap():
+                close(i + 1)
+            continue
         if i > first and size + n > current_cap():
             close(i)
         size += n

@@ -1,0 +1,1 @@
+"""Data-parallel training of the numpy transformer."""

@@ -44,7 +44,7 @@ class Params:
     heads: int = 4  # attention heads; must divide d_model
     context: int = 64  # bytes (tokens) per sequence; shorter than the lecture's text
     batch: int = 32  # the global batch in sequences, split evenly over the ranks
-    steps: int = 100  # optimizer steps of every mode
+    steps: int = 50  # optimizer steps of every mode
     lr: float = 5e-3  # Adam's learning rate
     seed: int = 0  # initial weights and batch order: the same on every rank and in every mode
     dtype: Literal["float32", "float64"] = "float32"  # parameters, gradients, activations, Adam's states

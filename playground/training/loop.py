@@ -6,6 +6,7 @@ step and the ranks. The records are what the report is made of (each rank return
 report reads the slowest rank's phases, as a step ends with its slowest rank).
 """
 
+import socket
 import time
 
 from playground.training.checks import exchange_and_verify
@@ -40,6 +41,7 @@ def train_mode(
                     "step_s": t.step_s,
                     "allreduce_s": t.allreduce_s,
                     "check_s": check_s,
+                    "backward_end": t.backward_end,
                 }
             )
             comm.tracer.flush()
@@ -50,6 +52,7 @@ def train_mode(
     model = dp.model
     record = {
         "mode": mode,
+        "host": socket.gethostname(),
         "steps": records,
         "hash": digest,
         "buckets": [b.num_elements * model.params.itemsize for b in dp.buckets],

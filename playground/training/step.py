@@ -47,6 +47,7 @@ class StepTimes:
     ZeRO's collectives) took wherever they ran, hidden or not."""
 
     loss: float
+    backward_end: float  # time.monotonic() when backward ended: one clock for the ranks of one host
     forward_s: float
     backward_s: float
     comm_s: float
@@ -90,7 +91,7 @@ class DataParallel:
             self.model.backward(self.reducer.on_grad_ready, span=span)
         else:
             self.model.backward(span=span)
-        t2 = time.perf_counter()
+        t2, backward_end = time.perf_counter(), time.monotonic()
         if self.reducer is not None:
             self.reducer.wait()
         else:
@@ -107,7 +108,7 @@ class DataParallel:
         t5 = time.perf_counter()
         comm_s = (t3 - t2) + (t5 - t4)
         allreduce_s = self.reducer.allreduce_s if self.reducer is not None else comm_s
-        return StepTimes(loss, t1 - t0, t2 - t1, comm_s, t4 - t3, t5 - t0, allreduce_s)
+        return StepTimes(loss, backward_end, t1 - t0, t2 - t1, comm_s, t4 - t3, t5 - t0, allreduce_s)
 
     def reductions(self) -> list[Reduction]:
         return self.zero.reductions() if self.zero is not None else self.reducer.reductions()

@@ -58,6 +58,11 @@ def departure(
     ratio = measured["allreduce_s"] / comm_model_s if comm_model_s > 0 else float("nan")
     if comm_model_s > 0:
         parts.append(f"all-reduces took {ratio:.1f}x the model's {comm_model_s * 1e3:.1f} ms")
+    if measured.get("skew_s") is not None:
+        parts.append(
+            f"ranks ended backward {measured['skew_s'] * 1e3:.1f} ms apart (median), which the first "
+            "collective after it waits for"
+        )
     if mode_overlaps:
         exposed_model = max(0.0, comm_model_s - measured["backward_s"])
         parts.append(

@@ -23,6 +23,7 @@ STEP_COLUMNS = {
     "forward_ms": "forward",
     "backward_ms": "backward",
     "exposed_ms": "exposed comm",
+    "skew_ms": "rank skew",
     "optimizer_ms": "optimizer",
     "check_ms": "checks",
     "allreduce_ms": "all-reduce",
@@ -75,6 +76,7 @@ def step_row(stats: dict, overlap: dict | None) -> dict:
         "forward_ms": _ms(stats["forward_s"]),
         "backward_ms": _ms(stats["backward_s"]),
         "exposed_ms": _ms(stats["comm_s"]),
+        "skew_ms": _ms(stats["skew_s"]) if stats["skew_s"] is not None else float("nan"),
         "optimizer_ms": _ms(stats["optimizer_s"]),
         "check_ms": _ms(stats["check_s"]),
         "allreduce_ms": _ms(stats["allreduce_s"]),
@@ -234,8 +236,10 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     )
     notes.append(
         "exposed comm: the time the step waited for communication after backward's last compute "
-        "(zero1: its reduce-scatter and all-gather); all-reduce: the collectives' own time wherever "
-        "they ran; overlap: the share of that time during which backward was computing, from the trace"
+        "(zero1: its reduce-scatter and all-gather); rank skew: how far apart the ranks ended backward "
+        "(the first collective after it waits for the last); all-reduce: the collectives' own time "
+        "wherever they ran; overlap: the share of that time during which backward was computing, from "
+        "the trace; checks: the per-step exchange of hashes and checksums"
     )
     notes.append(load_note())
     sample = results[0].get("sample")

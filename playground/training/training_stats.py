@@ -48,11 +48,21 @@ def mode_stats(results: list[dict], k: int, global_tokens: int) -> dict:
     return {
         "mode": results[0]["modes"][k]["mode"],
         **med,
+        "skew_s": backward_skew_s(per_rank)
+        if len({res["modes"][k].get("host") for res in results}) == 1
+        else None,
         "tokens_per_s": global_tokens / med["step_s"] if med["step_s"] > 0 else float("nan"),
         "losses": losses,
         "buckets": results[0]["modes"][k]["buckets"],
         "memory": [res["modes"][k]["memory"] for res in results],
     }
+
+
+def backward_skew_s(per_rank: list[list[dict]]) -> float:
+    """The median over the timed steps of how far apart the ranks ended backward (one host, one
+    clock): the first collective after it waits for the last rank, so this is exposed too."""
+    ends = list(zip(*([s["backward_end"] for s in records] for records in per_rank), strict=True))
+    return statistics.median(max(e) - min(e) for e in (ends[i] for i in timed_steps(len(ends))))
 
 
 def step_overlap(backward: list[tuple[float, float]], comm: list[tuple[float, float]]) -> tuple[float, float]:

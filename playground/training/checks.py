@@ -17,8 +17,8 @@ Two kinds of damage and what catches each:
    1984), so the sum of a reduced buffer's elements must equal the sum over ranks of each rank's
    own sum of its contribution, to rounding. Each rank computes, for every reduction of the step
    (each bucket's all-reduce, each ZeRO shard), the sum and the absolute sum of what it put in,
-   and the sum of the result it holds; the step's record goes to every rank with the hash, and
-   every rank checks every result.
+   and the sum of the result it holds; these go to every rank, and every rank checks every result
+   before the update, so a corrupted gradient is never applied.
 
    Rounding: a reduction of N values adds at most (N - 1) u sum|x| to an element's sum (u the
    unit roundoff of the dtype), and the checksums themselves are float32 pairwise sums of blocks
@@ -29,10 +29,11 @@ Two kinds of damage and what catches each:
    exponent bit of one element, which changes it by at least 2 or makes it inf or NaN (comm/
    faults.py), far beyond the tolerance of this lab's buckets; a non-finite sum always fails.
 
-The record travels as a small JSON object (`allgather_obj`), so the check adds one exchange per
-step, not a collective over the data.
+Both travel as small JSON objects (`allgather_obj`): two exchanges per step (the checksums and
+loss shares before the update, the hashes after it), not a collective over the data.
 """
 
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -84,23 +85,17 @@ def tolerance(num_ranks: int, unit_roundoff: float, absolute_sum: float) -> floa
     return 2 * (num_ranks + CHECK_ROUNDING) * unit_roundoff * absolute_sum
 
 
-def step_record(loss: float, params: np.ndarray, reductions: list[Reduction]) -> dict:
-    """What this rank tells every other rank after a step."""
-    return {"loss": loss, "hash": params_hash(params), "sums": [r.to_json() for r in reductions]}
-
-
-def verify_step(step: int, records: list[dict], names: list[str], dtype, rank: int) -> None:
-    """Raise ResultMismatch (from `rank`'s view) if a reduction's result differs from what the
-    ranks put in, or if the ranks' parameters differ; `records[r]` is rank r's `step_record`."""
+def verify_reductions(step: int, records: list[list], names: list[str], dtype, rank: int) -> None:
+    """Raise ResultMismatch (from `rank`'s view) if a reduction's result differs from what the ranks
+    put in; `records[r]` is rank r's list of `Reduction.to_json()`, in `names`' order."""
     n, u = len(records), float(np.finfo(dtype).eps) / 2
     for j, name in enumerate(names):
-        total = sum(rec["sums"][j][0] for rec in records)
-        absolute = sum(rec["sums"][j][1] for rec in records)
-        tol = tolerance(n, u, absolute)
+        total = sum(rec[j][0] for rec in records)
+        tol = tolerance(n, u, sum(rec[j][1] for rec in records))
         wrong = [
-            (r, rec["sums"][j][2])
+            (r, rec[j][2])
             for r, rec in enumerate(records)
-            if rec["sums"][j][2] is not None and not abs(rec["sums"][j][2] - total) <= tol
+            if rec[j][2] is not None and not abs(rec[j][2] - total) <= tol
         ]
         if wrong:
             who = ", ".join(f"rank {r} holds {got:.9g}" for r, got in wrong)
@@ -109,7 +104,10 @@ def verify_step(step: int, records: list[dict], names: list[str], dtype, rank: i
                 f"step {step}: the result of {name} was corrupted: its elements sum to the ranks' "
                 f"own {total:.9g} within {tol:.2g}, but {who}",
             )
-    hashes = [rec["hash"] for rec in records]
+
+
+def verify_hashes(step: int, hashes: list[str], rank: int) -> None:
+    """Raise ResultMismatch (from `rank`'s view) naming the ranks whose parameters differ from rank 0's."""
     differ = [r for r, h in enumerate(hashes) if h != hashes[0]]
     if differ:
         raise ResultMismatch(
@@ -121,12 +119,39 @@ def verify_step(step: int, records: list[dict], names: list[str], dtype, rank: i
         )
 
 
-def exchange_and_verify(
-    comm, step: int, loss: float, params: np.ndarray, reductions: list[Reduction]
-) -> tuple[float, str]:
-    """Send this rank's record to every rank, check every record; returns the global loss (the
-    sum of the ranks' shares) and the parameters' hash."""
-    mine = step_record(loss, params, reductions)
-    records = comm.allgather_obj(mine)
-    verify_step(step, records, [r.name for r in reductions], params.dtype, comm.rank)
-    return float(sum(rec["loss"] for rec in records)), mine["hash"]
+def check_gradients(comm, step: int, loss: float, reductions: list[Reduction], dtype) -> float:
+    """Before the update: every rank's checksums to every rank, every result checked (a corrupted
+    gradient is never applied); returns the global loss (the sum of the ranks' shares)."""
+    records = comm.allgather_obj({"loss": loss, "sums": [r.to_json() for r in reductions]})
+    verify_reductions(step, [rec["sums"] for rec in records], [r.name for r in reductions], dtype, comm.rank)
+    return float(sum(rec["loss"] for rec in records))
+
+
+def check_params(comm, step: int, params: np.ndarray) -> str:
+    """After the update: every rank's parameter hash compared; returns this rank's."""
+    digest = params_hash(params)
+    verify_hashes(step, comm.allgather_obj(digest), comm.rank)
+    return digest
+
+
+class StepChecks:
+    """One step's two checks, traced and timed: `gradients` (hand it to `DataParallel.train_step`,
+    which calls it between the reduction and the update), then `params` after the update."""
+
+    def __init__(self, comm, step: int, mode: str, dtype):
+        self.comm, self.step, self.mode, self.dtype = comm, step, mode, dtype
+        self.loss = float("nan")  # the global batch's loss, once `gradients` ran
+        self.seconds = 0.0
+
+    def gradients(self, loss: float, reductions: list[Reduction]) -> None:
+        t0 = time.perf_counter()
+        with self.comm.tracer.span("check.gradients", cat="phase", mode=self.mode, step=self.step):
+            self.loss = check_gradients(self.comm, self.step, loss, reductions, self.dtype)
+        self.seconds += time.perf_counter() - t0
+
+    def params(self, params: np.ndarray) -> str:
+        t0 = time.perf_counter()
+        with self.comm.tracer.span("check.params", cat="phase", mode=self.mode, step=self.step):
+            digest = check_params(self.comm, self.step, params)
+        self.seconds += time.perf_counter() - t0
+        return digest

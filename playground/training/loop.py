@@ -1,15 +1,15 @@
 """One mode's training on one rank: every step trained, checked and recorded.
 
-After each step the ranks exchange their loss shares, parameter hashes and checksums
-(`checks.exchange_and_verify`): a step that breaks an invariant stops the run there, naming the
-step and the ranks. The records are what the report is made of (each rank returns its own; the
+Between a step's gradient reduction and its update the ranks exchange their loss shares and
+checksums (`checks.check_gradients`), after the update their parameter hashes
+(`checks.check_params`): a step that breaks an invariant stops the run there, naming the step and
+the ranks. The records are what the report is made of (each rank returns its own; the
 report reads the slowest rank's phases, as a step ends with its slowest rank).
 """
 
 import socket
-import time
 
-from playground.training.checks import exchange_and_verify
+from playground.training.checks import StepChecks
 from playground.training.memory import memory_record
 from playground.training.step import DataParallel, TrainSetup
 from playground.transformer import BatchSampler
@@ -25,22 +25,20 @@ def train_mode(
     try:
         for step in range(steps):
             inputs, targets = sampler.rank_batch(step, comm.rank, comm.size)
-            t = dp.train_step(step, inputs, targets)
-            c0 = time.perf_counter()
-            with comm.tracer.span("check", cat="phase", mode=mode, step=step):
-                loss, digest = exchange_and_verify(comm, step, t.loss, dp.model.params, dp.reductions())
-            check_s = time.perf_counter() - c0
+            checks = StepChecks(comm, step, mode, dp.model.params.dtype)
+            t = dp.train_step(step, inputs, targets, checks.gradients)
+            digest = checks.params(dp.model.params)
             records.append(
                 {
                     "step": step,
-                    "loss": loss,
+                    "loss": checks.loss,
                     "forward_s": t.forward_s,
                     "backward_s": t.backward_s,
                     "comm_s": t.comm_s,
                     "optimizer_s": t.optimizer_s,
                     "step_s": t.step_s,
                     "allreduce_s": t.allreduce_s,
-                    "check_s": check_s,
+                    "check_s": checks.seconds,
                     "backward_end": t.backward_end,
                 }
             )

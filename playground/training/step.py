@@ -77,7 +77,9 @@ class DataParallel:
             )
             self.optimizer = Adam(self.model.params.size, setup.config.np_dtype, setup.adam)
 
-    def train_step(self, step: int, inputs, targets) -> StepTimes:
+    def train_step(self, step: int, inputs, targets, check=None) -> StepTimes:
+        """One step; `check(loss, reductions)` runs between the gradients' reduction and the update
+        (untimed: the checks are not part of the step)."""
         tracer, name = self.comm.tracer, self.mode.name
 
         def span(piece: str):
@@ -97,6 +99,9 @@ class DataParallel:
         else:
             self.zero.reduce_gradients(step)
         t3 = time.perf_counter()
+        if check is not None:
+            check(loss, self.reductions())
+        t3, checked = time.perf_counter(), t3
         with span("optimizer"):
             if self.zero is not None:
                 self.zero.step()
@@ -106,9 +111,10 @@ class DataParallel:
         if self.zero is not None:
             self.zero.gather_params(step)
         t5 = time.perf_counter()
-        comm_s = (t3 - t2) + (t5 - t4)
+        comm_s = (checked - t2) + (t5 - t4)
         allreduce_s = self.reducer.allreduce_s if self.reducer is not None else comm_s
-        return StepTimes(loss, backward_end, t1 - t0, t2 - t1, comm_s, t4 - t3, t5 - t0, allreduce_s)
+        step_s = (t5 - t0) - (t3 - checked)
+        return StepTimes(loss, backward_end, t1 - t0, t2 - t1, comm_s, t4 - t3, step_s, allreduce_s)
 
     def reductions(self) -> list[Reduction]:
         return self.zero.reductions() if self.zero is not None else self.reducer.reductions()

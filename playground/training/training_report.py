@@ -245,9 +245,9 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     sample = results[0].get("sample")
     if sample is not None:
         notes.append(
-            f"sampled greedily by rank 0 after training ({params.sample_bytes} bytes after {params.prompt!r}):"
+            f"sampled greedily by rank 0 after training, {params.sample_bytes} bytes after "
+            f"{params.prompt!r}: {sample!r}"
         )
-        notes.append(sample)
     if (run_dir / "model.npz").exists():
         notes.append(f"weights: {run_dir / 'model.npz'}")
         files.append("model.npz")

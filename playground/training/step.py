@@ -98,10 +98,10 @@ class DataParallel:
             self.reducer.wait()
         else:
             self.zero.reduce_gradients(step)
-        t3 = time.perf_counter()
+        reduced = time.perf_counter()
         if check is not None:
             check(loss, self.reductions())
-        t3, checked = time.perf_counter(), t3
+        t3 = time.perf_counter()
         with span("optimizer"):
             if self.zero is not None:
                 self.zero.step()
@@ -111,9 +111,9 @@ class DataParallel:
         if self.zero is not None:
             self.zero.gather_params(step)
         t5 = time.perf_counter()
-        comm_s = (checked - t2) + (t5 - t4)
+        comm_s = (reduced - t2) + (t5 - t4)
         allreduce_s = self.reducer.allreduce_s if self.reducer is not None else comm_s
-        step_s = (t5 - t0) - (t3 - checked)
+        step_s = (t5 - t0) - (t3 - reduced)
         return StepTimes(loss, backward_end, t1 - t0, t2 - t1, comm_s, t4 - t3, step_s, allreduce_s)
 
     def reductions(self) -> list[Reduction]:

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from playground.buckets.architectures import ARCHITECTURES, backward_order
-from playground.buckets.bucketing import (
+from playground.buckets.gradients import count_wrong_sums, make_base, rank_gradient, sum_factor
+from playground.collectives.bucketing import (
     DDP_BUCKET_CAP_BYTES,
     DDP_FIRST_BUCKET_BYTES,
     MIB,
@@ -12,7 +13,6 @@ from playground.buckets.bucketing import (
     per_tensor,
     single_bucket,
 )
-from playground.buckets.gradients import count_wrong_sums, make_base, rank_gradient, sum_factor
 
 
 def contents(buckets):

@@ -11,7 +11,8 @@ from nodes.overlap import Params as OverlapParams
 from nodes.overlap import Setting
 from playground.buckets import buckets_report, overlap_report
 from playground.buckets.architectures import backward_order, gradient_elements
-from playground.buckets.bucketing import MIB, assign_buckets, per_tensor, schedules, single_bucket
+from playground.buckets.bucketing import schedules
+from playground.collectives.bucketing import MIB, assign_buckets, per_tensor, single_bucket
 from playground.models.alphabeta import AlphaBeta
 from playground.network import pingpong_report
 

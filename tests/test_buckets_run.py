@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from playground.buckets.bucketing import assign_buckets
+from playground.collectives.bucketing import assign_buckets
 from playground.errors import ScenarioError
 from playground.scenario import load_scenario
 from playground.testing import run_scenario, scenario_file_with

@@ -150,6 +150,32 @@ def test_other_collectives(n):
         assert np.array_equal(rs, total[bounds[r][0] : bounds[r][1]])
 
 
+@pytest.mark.parametrize("n", WORLD_SIZES)
+@pytest.mark.parametrize("segment_bytes", [16, None])
+def test_in_place_reduce_scatter_then_all_gather_is_an_all_reduce(n, segment_bytes):
+    """ZeRO's pair: each rank's reduced chunk lands where it lies in its own buffer (the other
+    chunks untouched), and the in-place all-gather fills the rest, chunks cut alike even when the
+    count is not a multiple of N."""
+    for count in (0, 1, n - 1, n + 1, 37):
+
+        def body(comm, count=count):
+            x = pattern(comm.rank, count, "float64")
+            before = x.copy()
+            shard = reduce_scatter(comm, x, "sum", segment_bytes=segment_bytes, inplace=True)
+            a, b = ChunkBounds(count, comm.size)[comm.rank]
+            owned = np.shares_memory(shard, x) or shard.size == 0
+            untouched = np.array_equal(np.delete(x, np.arange(a, b)), np.delete(before, np.arange(a, b)))
+            out = allgather(comm, x, segment_bytes=segment_bytes, inplace=True)
+            return owned, untouched, shard.copy(), out is x, x
+
+        total = expected_result(n, count, "float64", ReduceOp.SUM)
+        bounds = ChunkBounds(count, n)
+        for r, (owned, untouched, shard, same, x) in enumerate(run_local(n, body)):
+            assert owned and untouched and same
+            assert np.array_equal(shard, total[bounds[r][0] : bounds[r][1]])
+            assert np.array_equal(x, total)
+
+
 def test_unknown_algorithm_is_rejected():
     with pytest.raises(ValueError, match="allowed: ring, tree, hd, rd, hier, auto"):
         run_local(1, lambda comm: allreduce(comm, np.ones(3), algorithm="bogus"))

@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from playground.buckets.overlap_stats import StepTimes, intersection_s, pipeline_step_s, serial_step_s
+from playground.buckets.overlap_stats import StepTimes, pipeline_step_s, serial_step_s
 from playground.errors import ScenarioError
 from playground.scenario import load_scenario
 from playground.testing import run_cli, run_scenario, scenario_file_with
+from playground.timeline import intersection_s
 from playground.trace import read_events
 
 

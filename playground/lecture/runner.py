@@ -199,7 +199,7 @@ class LectureRunner:
         cmd = [*_CHILD, o.run.name, "--out", str(self.runs_dir)]
         for s in o.run.overrides(self.quick):
             cmd += ["--set", s]
-        o.log = self.logs_dir / f"{o.run.name}.txt"
+        o.log = self.logs_dir / f"{o.section}-{o.run.name}.txt"
         limit_s = max(120.0, 10 * self._expected(o))
         t0, timed_out = time.monotonic(), False
         with open(o.log, "w") as log:

@@ -13,14 +13,15 @@ def _cmd_run(args) -> int:
     from playground.run import execute
     from playground.scenario import load_scenario
 
-    overrides = [*(args.set or []), *([f"params.baseline={args.baseline}"] if args.baseline else [])]
+    baseline = [f"params.baseline={args.baseline}"] if args.baseline else []
     scenario = load_scenario(
         args.scenario,
         ranks=args.ranks,
         transport=args.transport,
-        overrides=overrides,
+        overrides=[*(args.set or []), *baseline],
         hosts=args.hosts,
         link=args.link,
+        said={b: f"--baseline {args.baseline}" for b in baseline},
     )
     return execute(scenario, Path(args.out)).code
 

@@ -26,7 +26,7 @@ LAYERS = [
     ("config", "scenario"),
     ("rendezvous", "rendezvous coordinator control_messages"),
     ("hosts", "hosts"),
-    ("launcher", "worker launch run external"),
+    ("launcher", "worker launch run external procs"),
     ("labs", "buckets concurrency kvcache memlab network queueing baselines training serving"),
     (
         "top",

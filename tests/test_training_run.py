@@ -147,7 +147,10 @@ def test_bad_input_is_one_line_naming_the_key(capsys, runs_dir, sets, num_ranks,
     code = cli.main([*args, *[a for s in sets for a in ("--set", s)]])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
-    assert f"key '{key}'" in err[0] and says in err[0]
+    given = next(s for s in sets if s.startswith(key.split("[")[0] + "="))  # the value's --set
+    assert err[0].startswith(f"error: --set {given}: ") and says in err[0]
+    if "[" in key:  # an element of a list: the message names which
+        assert f"key '{key}'" in err[0]
     assert not runs_dir.exists()  # nothing started
 
 

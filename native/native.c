@@ -344,15 +344,17 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_playground_native",
-    "Timed memory loops for the memory lab (pointer chase, strided read, gather) and the shared-memory "
-    "path's mailboxes (mailbox.c); GIL released while they run or wait.",
+    "Timed memory loops for the memory lab (pointer chase, strided read, gather), the shared-memory "
+    "path's mailboxes (mailbox.c) and the KV-cache server's attention (attention.c); GIL released while "
+    "they run or wait.",
     -1, methods,
 };
 
-int add_mailbox_type(PyObject *module); /* mailbox.c: the shared-memory path's messages */
+int add_mailbox_type(PyObject *module);       /* mailbox.c: the shared-memory path's messages */
+int add_attention_functions(PyObject *module); /* attention.c: the KV-cache server's attention */
 
 PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && add_mailbox_type(m) < 0) Py_CLEAR(m);
+    if (m && (add_mailbox_type(m) < 0 || add_attention_functions(m) < 0)) Py_CLEAR(m);
     return m;
 }

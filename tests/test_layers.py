@@ -17,7 +17,7 @@ LAYERS = [
     (
         "basics",
         "errors sizes trace clocks interrupts scratch fingerprint machine topology report plot params "
-        "timeline rundir environment",
+        "timeline rundir environment native",
     ),
     ("comm", "comm"),
     ("models", "models transformer"),
@@ -27,7 +27,7 @@ LAYERS = [
     ("rendezvous", "rendezvous coordinator control_messages"),
     ("hosts", "hosts"),
     ("launcher", "worker launch run external"),
-    ("labs", "buckets concurrency kvcache memlab network queueing baselines training serving"),
+    ("labs", "buckets concurrency kvcache memlab network queueing baselines training"),
     (
         "top",
         "bench benchtable inspect diagram hotpath lecture results reference testing api cli __main__ __init__ netns_rsh",

@@ -32,9 +32,19 @@ class ServerThread(threading.Thread):
     def expire_leases(self):
         return self.server.expire_leases()
 
+    def has_work(self):
+        return self.server.has_work()
+
+    def step(self):
+        return self.server.step()
+
     @property
     def errors(self):
         return self.server.errors
+
+    @property
+    def last_seen(self):
+        return self.server.last_seen
 
     def run(self):
         ctx = zmq.Context()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from playground.errors import LabError, ParamError
-from playground.kvcache import engine, kvcache_report, kvcache_stats
+from playground.kvcache import kvcache_report, kvcache_stats, replay
 from playground.kvcache.client import KVClient
 from playground.kvcache.host import TAG_RESULT, ServerThread, collect, new_server
 from playground.kvcache.policies import POLICIES, PolicyName
@@ -137,7 +137,7 @@ def _client(comm, p: Params) -> dict:
             comm.barrier()
             client.latencies_us.clear()
             t0 = time.monotonic()
-            result = engine.run_workload(comm, client, p)
+            result = replay.run_workload(comm, client, p)
             result["elapsed_s"] = time.monotonic() - t0
             result["latencies_us"] = {op: [round(v, 1) for v in vs] for op, vs in client.latencies_us.items()}
             comm.send_obj(result, 0, TAG_RESULT)

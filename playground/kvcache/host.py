@@ -78,12 +78,17 @@ def new_server(p, policy: str) -> Server:
     )
 
 
-def collect(comm, srv: Server, p, policy: str, thread: ServerThread) -> dict:
-    """Wait for every client's result, driving the progress bar; fail if the server goes idle
-    for longer than the scenario's timeout (a stuck run becomes an error, not a hang)."""
+def collect(
+    comm, srv: Server, p, policy: str, thread: ServerThread, progress=None, label: str = "kvcache"
+) -> dict:
+    """Wait for every client's result, driving the progress bar (`progress()` -> (done, total),
+    by default the section 4.6 requests freed); fail if no request reaches the server for longer
+    than the scenario's timeout (a stuck run becomes an error, not a hang)."""
     out, pending = {}, set(range(1, comm.size))
     last_ops, last_change = srv.num_ops, time.monotonic()
     total = p.num_requests if p.workload == "section46" else 1
+    if progress is None and p.workload == "section46":
+        progress = lambda: (min(srv.num_freed_seqs, total), total)  # noqa: E731
     while pending:
         for src in sorted(pending):
             try:
@@ -103,6 +108,6 @@ def collect(comm, srv: Server, p, policy: str, thread: ServerThread) -> dict:
                 TAG_RESULT,
                 comm.timeout_s,
             )
-        if p.workload == "section46":
-            comm.progress(min(srv.num_freed_seqs, total), total, f"kvcache {policy}")
+        if progress is not None:
+            comm.progress(*progress(), f"{label} {policy}")
     return {str(k): v for k, v in sorted(out.items())}

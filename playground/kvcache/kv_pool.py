@@ -62,7 +62,8 @@ class KVPool:
             )
         self.capacity_slots, self.width, self.layout = capacity_slots, width, layout
         num_planes, per_plane = (2 * layout.layers, layout.query_width) if layout else (1, width)
-        self.planes = np.zeros((num_planes, capacity_slots, per_plane), dtype=KV_DTYPE)
+        self.planes = np.empty((num_planes, capacity_slots, per_plane), dtype=KV_DTYPE)
+        self.planes.fill(0)  # every page faulted in now, as a GPU server allocates its cache at start
 
     @property
     def nbytes(self) -> int:

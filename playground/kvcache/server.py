@@ -258,7 +258,12 @@ class Server:
         return {"freed": len(seq_ids), "free_slots": self._free_slots()}
 
     def _op_stats(self, client, req) -> dict:
-        return self.stats()
+        """With `reset_peaks: true` the engine's peaks start again after this reply (a client
+        measuring one phase at a time)."""
+        stats = self.stats()
+        if req.header.get("reset_peaks") is True and self.engine is not None:
+            self.engine.reset_peaks()
+        return stats
 
     def _op_attend(self, client, req) -> dict:
         h = req.header
@@ -319,7 +324,8 @@ class Server:
         if not self.policy.fits_when_empty(longest):
             raise P.ProtocolError(
                 P.OUT_OF_MEMORY,
-                f"generate: one sample needs the KV of {longest} tokens, more than the pool holds "
+                f"generate: one sample holds the KV of up to {longest} tokens, which takes "
+                f"{self.policy.slots_needed(longest)} slots: more than the pool has "
                 f"({self.policy_name}, {self.policy.capacity_slots} slots)",
                 fits_when_empty=False,
                 free_slots=self._free_slots(),
@@ -382,7 +388,7 @@ class Server:
     def _sample(self, now: float, force: bool) -> None:
         if force or now - self.last_sample_s >= self.sample_every_s:
             self.last_sample_s = now
-            live = len(self.owner) + (self.engine.live_seqs() if self.engine is not None else 0)
+            live = len(self.owner) + (self.engine.running() if self.engine is not None else 0)
             self.samples.append((now - self.start_s, live, *self.policy.usage()))
 
     def stats(self) -> dict:

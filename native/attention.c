@@ -1,7 +1,7 @@
 /*
  * attention.c: decode attention over the KV-cache server's pool, reading each sequence's keys and
  * values where its allocation policy put them (playground/kvcache/attention.py is the contract and
- * the numpy twin; docs/serving.md the measurements).
+ * the numpy twin; docs/serving.md has the measurements).
  *
  *   out[i, h] = softmax(q[i, h] . K_i[t, h] / sqrt(hd), over t < n_i) V_i[:, h]
  *
@@ -12,12 +12,22 @@
  *                  vLLM's PagedAttention kernel does;
  *   block_size = 0 (contiguous, reserve-max): one entry, the slot of token 0; the tokens are one
  *                  run.
- * The loops are the same for both: for each run, for each of its slots, read the slot's H * hd
- * floats in order. Pass 1 reads the keys (scores, per head's maximum), pass 2 turns the scores
- * into exp(score - max) and their sums (double), pass 3 reads the values and accumulates them
- * weighted. Dot products use 8 independent accumulators, so the adds do not form one dependency
- * chain (as strided_sum in native.c). Everything is checked before the GIL is released: a slot
- * outside the planes is an IndexError naming the sequence, never a read out of bounds.
+ * Pass 1 reads the keys (scores, each head's maximum), pass 2 turns the scores into exp(score -
+ * max) and their sums (double), pass 3 reads the values and accumulates them weighted. Dot
+ * products use 8 independent accumulators and the weighted sums are written 8 floats at a time,
+ * so that -O2 makes vector instructions of both.
+ *
+ * Streams. A run read from start to end is what the hardware prefetcher follows; at the end of a
+ * block it cannot know where the next one is, and it takes a few misses to pick the next run up.
+ * With blocks of a few KiB those restarts cost the paged layout up to 2x here (docs/serving.md).
+ * So both passes read `streams` runs at once, token j of each in turn: the prefetcher follows
+ * several runs and their restarts overlap, as the warps of vLLM's kernel read different blocks at
+ * once. streams = 0 picks enough that one row of each makes 4 KiB in flight (FRONT_BYTES); a
+ * contiguous sequence is one run, read as before. Software prefetch of the next block through the
+ * table was tried first and did not help here.
+ *
+ * Everything is checked before the GIL is released: a slot outside the planes is an IndexError
+ * naming the sequence, never a read out of bounds.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -76,7 +86,17 @@ typedef struct {
     const float *keys, *values;
     const int64_t *tables, *starts, *lens;
     Py_ssize_t block_size, heads, head_dim;
+    Py_ssize_t streams; /* runs read at once */
 } Pool;
+
+#define MAX_STREAMS 16
+#define FRONT_BYTES 4096
+
+/* Blocks read at once: enough that one row of each makes a page (4 KiB) of loads in flight. */
+static Py_ssize_t auto_streams(Py_ssize_t row_bytes) {
+    Py_ssize_t s = FRONT_BYTES / row_bytes;
+    return s < 1 ? 1 : (s > MAX_STREAMS ? MAX_STREAMS : s);
+}
 
 /* The slot of the first token of run r of a sequence whose table is `t`. */
 static inline int64_t run_slot(const Pool *p, const int64_t *t, Py_ssize_t r) {
@@ -93,16 +113,29 @@ static void attend_one(const Pool *p, Py_ssize_t i, const float *q_in, float *ou
     if (n == 0) return;
     for (Py_ssize_t j = 0; j < row; j++) q[j] = q_in[j] * scale;
     for (Py_ssize_t h = 0; h < H; h++) maxes[h] = -INFINITY;
-    /* pass 1: scores, run by run */
-    for (Py_ssize_t first = 0, r = 0; first < n; first += run_len, r++) {
-        const Py_ssize_t len = n - first < run_len ? n - first : run_len;
-        const float *k = p->keys + run_slot(p, t, r) * row;
-        float *s = scores + first * H;
-        for (Py_ssize_t j = 0; j < len; j++, k += row, s += H) {
-            for (Py_ssize_t h = 0; h < H; h++) {
-                float v = dot(q + h * hd, k + h * hd, hd);
-                s[h] = v;
-                if (v > maxes[h]) maxes[h] = v;
+    /* pass 1: scores, `streams` runs at a time, token by token across them */
+    const Py_ssize_t num_runs = (n + run_len - 1) / run_len;
+    for (Py_ssize_t r0 = 0; r0 < num_runs; r0 += p->streams) {
+        const Py_ssize_t g = num_runs - r0 < p->streams ? num_runs - r0 : p->streams;
+        const float *k[MAX_STREAMS];
+        float *s[MAX_STREAMS];
+        Py_ssize_t len[MAX_STREAMS];
+        for (Py_ssize_t x = 0; x < g; x++) {
+            const Py_ssize_t first = (r0 + x) * run_len;
+            len[x] = n - first < run_len ? n - first : run_len;
+            k[x] = p->keys + run_slot(p, t, r0 + x) * row;
+            s[x] = scores + first * H;
+        }
+        for (Py_ssize_t j = 0; j < run_len; j++) {
+            for (Py_ssize_t x = 0; x < g; x++) {
+                if (j >= len[x]) continue;
+                const float *kj = k[x] + j * row;
+                float *sj = s[x] + j * H;
+                for (Py_ssize_t h = 0; h < H; h++) {
+                    float v = dot(q + h * hd, kj + h * hd, hd);
+                    sj[h] = v;
+                    if (v > maxes[h]) maxes[h] = v;
+                }
             }
         }
     }
@@ -115,13 +148,23 @@ static void attend_one(const Pool *p, Py_ssize_t i, const float *q_in, float *ou
             sums[h] += s[h];
         }
     }
-    /* pass 3: the weighted values, run by run */
-    for (Py_ssize_t first = 0, r = 0; first < n; first += run_len, r++) {
-        const Py_ssize_t len = n - first < run_len ? n - first : run_len;
-        const float *v = p->values + run_slot(p, t, r) * row;
-        const float *s = scores + first * H;
-        for (Py_ssize_t j = 0; j < len; j++, v += row, s += H) {
-            for (Py_ssize_t h = 0; h < H; h++) axpy(out + h * hd, s[h], v + h * hd, hd);
+    /* pass 3: the weighted values, the same way */
+    for (Py_ssize_t r0 = 0; r0 < num_runs; r0 += p->streams) {
+        const Py_ssize_t g = num_runs - r0 < p->streams ? num_runs - r0 : p->streams;
+        const float *v[MAX_STREAMS];
+        const float *s[MAX_STREAMS];
+        Py_ssize_t len[MAX_STREAMS];
+        for (Py_ssize_t x = 0; x < g; x++) {
+            const Py_ssize_t first = (r0 + x) * run_len;
+            len[x] = n - first < run_len ? n - first : run_len;
+            v[x] = p->values + run_slot(p, t, r0 + x) * row;
+            s[x] = scores + first * H;
+        }
+        for (Py_ssize_t j = 0; j < run_len; j++) {
+            for (Py_ssize_t x = 0; x < g; x++) {
+                if (j >= len[x]) continue;
+                for (Py_ssize_t h = 0; h < H; h++) axpy(out + h * hd, s[x][j * H + h], v[x] + j * row + h * hd, hd);
+            }
         }
     }
     for (Py_ssize_t h = 0; h < H; h++) {
@@ -159,16 +202,18 @@ static int check_tables(const Pool *p, Py_ssize_t num_seqs, Py_ssize_t num_entri
 }
 
 PyDoc_STRVAR(paged_attention_doc,
-"paged_attention(q, keys, values, tables, starts, seq_lens, block_size, out)\n\n"
+"paged_attention(q, keys, values, tables, starts, seq_lens, block_size, out, streams=0)\n\n"
 "Decode attention of num_seqs queries q (num_seqs, heads, head_dim) float32 over one layer's key\n"
 "and value planes (slots, heads, head_dim) float32, writing out (num_seqs, heads, head_dim).\n"
 "Sequence i's table is tables[starts[i]:starts[i+1]] (int64): its block table if block_size > 0,\n"
-"else its first slot (one contiguous run); it attends to its seq_lens[i] tokens. GIL released.");
+"else its first slot (one contiguous run); it attends to its seq_lens[i] tokens. `streams` runs are\n"
+"read at once (0: enough for 4 KiB of rows in flight). GIL released.");
 
 static PyObject *paged_attention(PyObject *self, PyObject *args) {
     PyObject *q_obj, *k_obj, *v_obj, *t_obj, *s_obj, *l_obj, *o_obj;
-    Py_ssize_t block_size;
-    if (!PyArg_ParseTuple(args, "OOOOOOnO", &q_obj, &k_obj, &v_obj, &t_obj, &s_obj, &l_obj, &block_size, &o_obj))
+    Py_ssize_t block_size, streams = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOnO|n", &q_obj, &k_obj, &v_obj, &t_obj, &s_obj, &l_obj, &block_size, &o_obj,
+                          &streams))
         return NULL;
     Py_buffer q, k, v, t, s, l, o;
     Py_buffer *views[7] = {&q, &k, &v, &t, &s, &l, &o};
@@ -187,11 +232,13 @@ static PyObject *paged_attention(PyObject *self, PyObject *args) {
         goto done;
     }
     const Py_ssize_t num_seqs = q.shape[0], H = q.shape[1], hd = q.shape[2];
-    if (l.len / 8 != num_seqs || s.len / 8 != num_seqs + 1 || block_size < 0) {
-        PyErr_Format(PyExc_ValueError, "need %zd seq_lens, %zd starts and block_size >= 0", num_seqs, num_seqs + 1);
+    if (l.len / 8 != num_seqs || s.len / 8 != num_seqs + 1 || block_size < 0 || streams < 0 || streams > MAX_STREAMS) {
+        PyErr_Format(PyExc_ValueError, "need %zd seq_lens, %zd starts, block_size >= 0 and streams in 0..%d", num_seqs,
+                     num_seqs + 1, MAX_STREAMS);
         goto done;
     }
-    Pool p = {k.buf, v.buf, t.buf, s.buf, l.buf, block_size, H, hd};
+    if (streams == 0) streams = auto_streams(q.shape[1] * q.shape[2] * 4);
+    Pool p = {k.buf, v.buf, t.buf, s.buf, l.buf, block_size, H, hd, streams};
     if (check_tables(&p, num_seqs, t.len / 8, k.shape[0]) < 0) goto done;
     Py_ssize_t max_len = 0;
     for (Py_ssize_t i = 0; i < num_seqs; i++)

@@ -13,8 +13,9 @@ are one run (kv_pool.py lays a layer's keys out so that this is true).
 Two kernels compute it: `numpy` gathers each sequence's blocks into one array (`np.take` of the
 blocks: a copy of every key and value it reads), then two batched matrix products; `native` is
 `_playground_native.paged_attention` (native/attention.c), which reads each run where it lies,
-with no copy, two passes over the keys and one over the values, the GIL released. What the
-gather costs in numpy, and what the scattered runs cost in C, is what `attention_bench` measures.
+with no copy, several blocks at once so that the prefetcher follows several runs, the GIL
+released. What the gather costs in numpy, and what the scattered runs cost in C, is what
+`attention_bench` measures.
 `prefill_attention` is the causal attention of a prefill's queries: it gathers the sequence's
 keys and values through the same table and calls the dense reference (`cached_attention`).
 """
@@ -97,10 +98,16 @@ def _check(q: np.ndarray, keys: np.ndarray, values: np.ndarray, runs: RunTable) 
 
 
 def decode_attention(
-    q: np.ndarray, keys: np.ndarray, values: np.ndarray, runs: RunTable, kernel: str = "native"
+    q: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    runs: RunTable,
+    kernel: str = "native",
+    streams: int = 0,
 ) -> np.ndarray:
     """q (num_seqs, heads, head_dim) float32, keys/values one layer's planes (slots, heads,
-    head_dim) -> (num_seqs, heads, head_dim): each query over all of its sequence's tokens."""
+    head_dim) -> (num_seqs, heads, head_dim): each query over all of its sequence's tokens.
+    `streams`: blocks the native kernel reads at once (0: its choice; native/attention.c)."""
     _check(q, keys, values, runs)
     scale = 1.0 / math.sqrt(q.shape[-1])
     if kernel == "numpy":
@@ -120,6 +127,7 @@ def decode_attention(
         runs.seq_lens,
         runs.block_size,
         out,
+        streams,
     )
     return out
 

@@ -71,6 +71,7 @@ class Server:
         if layout is not None and width in (None, layout.width):
             width = layout.width
         self.block_size, self.width, self.lease_s = block_size, width, lease_s
+        self.max_new_tokens = max_new_tokens
         self.pool = KVPool(self.policy.capacity_slots, width, layout)
         self.layout, self.model, self.kernel = layout, model, engine_config.kernel
         self.engine = None
@@ -314,6 +315,12 @@ class Server:
             temperature=P.get_number(h, "temperature", minimum=0.0, default=0.0),
             seed=P.get_int(h, "seed", optional=True) or 0,
         )
+        if params.max_new_tokens > self.max_new_tokens:
+            raise P.ProtocolError(
+                P.BAD_REQUEST,
+                f"generate: field 'max_new_tokens' must be <= {self.max_new_tokens} (the server's maximum), "
+                f"got {params.max_new_tokens}",
+            )
         if params.n > self.engine.config.max_num_seqs:
             raise P.ProtocolError(
                 P.BAD_REQUEST,

@@ -332,6 +332,43 @@ def _kv_reserve_waste(ctx: Context) -> Reading:
     return Reading(reserve["internal_pct"], 100 * (1 - used / reserved))
 
 
+@reader("paged-attention-cost")
+def _paged_attention_cost(ctx: Context) -> Reading:
+    at16 = [r for r in ctx.table("paged-attention") if r["block_size"] == 16]
+    if not at16:
+        raise NotMeasured("paged-attention measured no block of 16")
+    longest = max(at16, key=lambda r: r["context"])
+    p = ctx.run("paged-attention").params
+    return Reading(
+        longest["paged_x"],
+        longest["in_order_x"],
+        values={
+            "block_bytes": 16 * p.get("heads", 8) * p.get("head_dim", 64) * 4,
+            "paged": longest["paged_x"],
+            "in_order": longest["in_order_x"],
+            "context": longest["context"],
+            "best": min(r["paged_x"] for r in at16),
+            "worst": max(r["paged_x"] for r in at16),
+        },
+    )
+
+
+@reader("kv-throughput")
+def _kv_throughput(ctx: Context) -> Reading:
+    rows = ctx.table("serving")
+    paged, reserve = _row(rows, "serving", policy="paged"), _row(rows, "serving", policy="reserve_max")
+    return Reading(
+        paged["tokens_per_s"] / reserve["tokens_per_s"],
+        paged["peak_seqs"] / reserve["peak_seqs"],
+        values={
+            "paged_seqs": paged["peak_seqs"],
+            "reserve_seqs": reserve["peak_seqs"],
+            "paged_tps": paged["tokens_per_s"],
+            "reserve_tps": reserve["tokens_per_s"],
+        },
+    )
+
+
 # -- 5. networking -------------------------------------------------------------------------------
 
 

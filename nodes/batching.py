@@ -36,15 +36,16 @@ RANKS = Ranks(2, "batching runs one server and one client")
 
 @dataclass(frozen=True)
 class Params:
-    rates_per_s: tuple[float, ...] = (20, 100, 300, 550, 800)  # offered load at time_scale 1
-    fixed_ms: float = 20.0
-    per_item_ms: float = 1.0
-    max_batch: int = 32
+    # offered loads in requests/s at time_scale 1, each run one at a time, then batched
+    rates_per_s: tuple[float, ...] = (20, 100, 300, 550, 800)
+    fixed_ms: float = 20.0  # cost of every batch whatever its size, ms at time_scale 1 (the lecture's 20 ms)
+    per_item_ms: float = 1.0  # cost added per request in the batch, ms at time_scale 1 (0: size is free)
+    max_batch: int = 32  # most requests one batch takes; 1: only the one-at-a-time runs
     time_scale: float = 1.0  # costs x scale, rates / scale: same shape, shorter or longer runs
-    duration_s: float = 1.5  # of arrivals per rate and mode
+    duration_s: float = 1.5  # seconds of arrivals per rate and mode
     drain_s: float = 0.5  # wait this long for the backlog after the last send, then drop it
-    spin_tail_ms: float = 0.3
-    seed: int = 2
+    spin_tail_ms: float = 0.3  # ms at the end of each service spun, not slept, to end on time (0: sleep only)
+    seed: int = 2  # seed of the Poisson arrival times
 
     def __post_init__(self):
         if not self.rates_per_s or any(r <= 0 for r in self.rates_per_s):

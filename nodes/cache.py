@@ -22,21 +22,23 @@ RANKS = Ranks(1, "the cache lab measures one core")
 
 @dataclass(frozen=True)
 class Params:
-    min_bytes: Size = 4 * 1024
-    max_bytes: Size = 256 * 1024 * 1024
-    points_per_octave: int = 2
+    min_bytes: Size = 4 * 1024  # smallest working set (>= 4 KiB)
+    max_bytes: Size = 256 * 1024 * 1024  # largest working set: allocated once, and the last point
+    points_per_octave: int = 2  # working sets per doubling of the size (1-8), rounded to 4 KiB
+    # the order the list visits its lines: random (any line next: TLB misses past its reach),
+    # page_grouped (every line of a page before the next page: DRAM's own latency), thrash
+    # (lat_mem_rd -t's order: each load on another page)
     layout: Literal["random", "page_grouped", "thrash"] = "random"
     huge_pages: bool = False  # madvise(MADV_HUGEPAGE): 2 MiB pages take TLB misses out of DRAM
     slot_bytes: int = 64  # distance between list elements: one cache line, lat_mem_rd's stride
     min_loads: int = 200_000  # timed loads per repeat
-    repeats: int = 5
-    statistic: Literal["min", "median"] = "min"
-    rel_tol: float = 0.15  # how flat a plateau is
+    repeats: int = 5  # timed walks of each working set
+    statistic: Literal["min", "median"] = "min"  # which of the repeats' ns per load is shown
+    rel_tol: float = 0.15  # a plateau: consecutive sizes all within this fraction of their median latency
     lmbench: bool = False  # also run lat_mem_rd -t up to lmbench_max_bytes and compare per plateau
-    lmbench_max_bytes: Size = (
-        16 * 1024 * 1024
-    )  # its run time grows fast with this: 16 MiB ~15 s, 64 MiB minutes
-    seed: int = 0
+    # lat_mem_rd's largest size; its run time grows fast with it: 16 MiB ~15 s, 64 MiB minutes
+    lmbench_max_bytes: Size = 16 * 1024 * 1024
+    seed: int = 0  # seed of the lists' random orders
 
     def __post_init__(self):
         if self.min_bytes < 4096:

@@ -29,20 +29,26 @@ Algorithm = Literal[registry.all_names()]
 
 @dataclass(frozen=True)
 class Params:
-    collective: Collective = "allreduce"
+    collective: Collective = "allreduce"  # the one measured; broadcast and reduce have rank 0 as root
+    # the algorithms measured, each at every size (Registries page); auto: all-reduce picks one per
+    # size and rank count; hier needs nodes (ranks_per_node, or hosts)
     algorithm: tuple[Algorithm, ...] = ("ring",)
+    # bytes as nccl-tests counts them: the whole buffer (all-gather's output, the others' input)
     sizes: tuple[Size, ...] = (8, 1024, 32768, 1 << 20, 4 << 20)
-    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"
+    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # element type of the buffers
+    # reduction of allreduce, reduce_scatter, reduce; with max or min a corrupt drill can go unseen
     op: Literal["sum", "max", "min"] = "sum"
-    iters: int = 10
-    warmup: int = 2
-    check: bool = True
-    segment_bytes: Size | None = None  # None: the transport's preferred segment (1 MiB ZeroMQ, 4 MiB shm)
+    iters: int = 10  # timed calls per algorithm and size, each after a barrier; the row is their median
+    warmup: int = 2  # untimed calls before them (their results are checked too)
+    check: bool = True  # count wrong elements of every result (nccl-tests' #wrong); false: not checked (-1)
+    # largest piece a collective sends at once; bigger chunks are cut and pipelined. null: the
+    # transport's own (4 MiB where arrays go through shared-memory rings: ipc, shm; 1 MiB over tcp)
+    segment_bytes: Size | None = None
     inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
     inplace_only: bool = False  # measure in place only, in the main columns (as Gloo's all_reduce works)
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
-    # a preset, a calibration file or the run dir holding one (made absolute when the scenario is read);
-    # None: the newest calibration of the run's network
+    # the link the model column prices: a preset, or a calibration.json of `run pingpong` (or its
+    # run directory); null: the newest calibration of the run's network
     model: ModelSpec | None = None
     # One trace event per message sent, waited for and reduced: what `inspect` splits a rank's time
     # by. `bench` turns them off: for an 8-byte all-reduce they are a quarter of its cost here

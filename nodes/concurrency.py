@@ -27,10 +27,10 @@ _shared = {"x": 0}
 
 @dataclass(frozen=True)
 class Params:
-    cpu_task_ms: float = 250.0  # one CPU task, calibrated on this machine at start
-    num_workers: int = 4
-    num_waits: int = 8
-    wait_s: float = 0.1
+    cpu_task_ms: float = 250.0  # ms of one pure-Python CPU task, sized by a calibration at start
+    num_workers: int = 4  # CPU tasks of the GIL part: run serially, then one per thread, then one per process
+    num_waits: int = 8  # sleeps of the waiting part: done one by one, then each on a thread of its own
+    wait_s: float = 0.1  # length of each sleep, seconds
     repeats: int = 3  # rounds of serial / threads / processes, interleaved; the fastest of each is kept
 
     def __post_init__(self):

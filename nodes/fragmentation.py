@@ -18,13 +18,14 @@ RANKS = Ranks(1, "fragmentation is a single-process model")
 
 @dataclass(frozen=True)
 class Params:
-    capacity: int = 10_000
+    capacity: int = 10_000  # memory of each allocator, in units (abstract: bytes, tokens, ...)
+    # workload steps: each allocates (half of them, or when nothing is live) or frees a random live block
     num_steps: int = 4_000
-    min_size: int = 20
-    max_size: int = 399
-    page_units: int = 16
-    seed: int = 0
-    show_failures: int = 5
+    min_size: int = 20  # smallest allocation, units (sizes uniform in min_size..max_size)
+    max_size: int = 399  # largest allocation, units
+    page_units: int = 16  # page size of the paged allocator, units (capacity // page_units pages)
+    seed: int = 0  # seed of the workload, the same for both allocators
+    show_failures: int = 5  # refused requests listed per allocator, with their cause (0: none)
 
     def __post_init__(self):
         if self.capacity <= 0 or self.num_steps <= 0:

@@ -23,10 +23,12 @@ RANKS = Ranks(1, "the gather lab measures one core")
 
 @dataclass(frozen=True)
 class Params:
+    # the float32 source array (>= 4 KiB, a multiple of 4); keep it above the last-level cache. The
+    # run also holds an output as large and int64 indices twice as large
     src_bytes: Size = 64 * 1024 * 1024
-    repeats: int = 2
-    statistic: Literal["min", "median"] = "min"
-    seed: int = 0
+    repeats: int = 2  # timed gathers per order, in C and with np.take each
+    statistic: Literal["min", "median"] = "min"  # which of the repeats' times is shown
+    seed: int = 0  # seed of the random permutation
 
     def __post_init__(self):
         if self.src_bytes < 4096 or self.src_bytes % 4:

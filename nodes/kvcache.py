@@ -23,32 +23,40 @@ from playground.report import Report
 
 @dataclass(frozen=True)
 class Params:
+    # section46 (lecture 4.6): num_requests requests shared by the clients, each replaying its share
+    # with a vLLM-like scheduler; prefix (4.5: 100-token prompt, 4 samples of 10) and ex10 (exercise
+    # 10: 1000-token prompt, 8 samples of 200): one client holds the samples unshared, then forked
+    # (then prefix-cached, with prefix_caching); bench: every client grows bench_seqs sequences in a
+    # closed loop, for ops/s and latency
     workload: Literal["section46", "prefix", "ex10", "bench"] = "section46"
-    policies: tuple[PolicyName, ...] = tuple(POLICIES)
-    capacity_tokens: int = 200_000
-    block_size: int = 16
-    width: int = 8  # KV floats per token
-    num_requests: int = 1000
-    prompt_min: int = 50
-    prompt_max: int = 499
-    output_mean: float = 200.0
-    output_cap: int = 2048
-    max_new_tokens: int = 2048  # reserve_max reserves prompt + this
-    decode_tokens_per_step: int = 1
-    max_running: int = 256  # per client, like vLLM's max_num_seqs
-    admit_watermark: float = 0.01  # admit only while this fraction of capacity stays free
-    max_wait_s: float = 20.0  # a request refused this long fails
+    policies: tuple[PolicyName, ...] = tuple(POLICIES)  # allocation policies, run in turn on an empty server
+    capacity_tokens: int = 200_000  # the KV pool in token slots, the same for every policy
+    block_size: int = 16  # tokens per block of the paged policy (the others report sizes in blocks of it)
+    width: int = 8  # KV values (float32) per token
+    num_requests: int = 1000  # section46: requests in all, dealt to the clients in turn
+    prompt_min: int = 50  # section46: shortest prompt, tokens (lengths uniform up to prompt_max)
+    prompt_max: int = 499  # section46: longest prompt, tokens
+    output_mean: float = 200.0  # section46: mean output length, tokens (geometric: a long tail)
+    output_cap: int = 2048  # section46: output lengths cut at this many tokens
+    max_new_tokens: int = 2048  # reserve_max reserves prompt + this at admission
+    decode_tokens_per_step: int = 1  # section46: tokens appended to every running sequence per step
+    max_running: int = 256  # section46: running sequences per client at most (vLLM's max_num_seqs)
+    admit_watermark: float = 0.01  # section46: admit only while this fraction of capacity stays free
+    max_wait_s: float = 20.0  # section46: a request refused for this many seconds fails
     growth: float = 1.5  # contiguous: a moved run reserves growth x its length
+    # paged: share full prompt blocks between sequences created with the same tokens; prefix and ex10
+    # then also measure the samples created that way (prefix_cache). section46 sends no tokens
     prefix_caching: bool = False
-    lease_s: float = 30.0
-    verify_every: int = 1  # read back and check every k-th finished request (0: none)
-    check_invariants: bool = False  # after every mutating op (slow; for tests)
-    bench_duration_s: float = 2.0
-    bench_seqs: int = 32  # per client
-    bench_prompt_tokens: int = 128
-    bench_max_len: int = 384
+    lease_s: float = 30.0  # the server frees every sequence of a client silent this many seconds
+    verify_every: int = 1  # section46: read back and check every k-th finished request (0: none)
+    check_invariants: bool = False  # the server checks its allocator after every change (slow; for tests)
+    bench_duration_s: float = 2.0  # bench: seconds each client runs its loop, per policy
+    bench_seqs: int = 32  # bench: sequences each client grows at once, one batched append a step
+    bench_prompt_tokens: int = 128  # bench: prompt of each new sequence, tokens
+    bench_max_len: int = 384  # bench: a sequence this long is read back, checked, freed and replaced
+    # where the server listens: tcp (a 127.0.0.1 port) or ipc (a Unix socket in the run directory)
     endpoint: Literal["tcp", "ipc"] = "tcp"
-    seed: int = 0
+    seed: int = 0  # section46: seed of the prompt and output lengths
 
     def __post_init__(self):
         for name in (

@@ -31,11 +31,13 @@ ITEMSIZE = 4
 
 @dataclass(frozen=True)
 class Setting:
-    name: str = "custom"
-    layers: int = 16
+    name: str = "custom"  # the setting's label in the report and the trace
+    layers: int = 16  # layers of the model, each with one gradient of layer_bytes
     layer_bytes: Size = 1 * MIB  # gradient bytes of each layer
-    compute_ms: float = 10.0  # backward compute of each layer
-    bucket_mb: float | None = None  # None: one bucket per layer (the lecture's chunks)
+    compute_ms: float = 10.0  # backward compute of each layer, ms of real CPU work (0: none)
+    # layers packed into buckets of at most this many MiB (a larger layer alone); null: one bucket
+    # per layer (the lecture's chunks)
+    bucket_mb: float | None = None
 
     def __post_init__(self):
         if self.layers < 1:
@@ -60,14 +62,15 @@ class Setting:
 
 @dataclass(frozen=True)
 class Params:
+    # the models measured, each in both modes (serial, then overlap); keys below
     settings: tuple[Setting, ...] = (
         Setting("compute-bound", 16, 1 * MIB, 12.0),
         Setting("comm-bound", 16, 4 * MIB, 3.0),
     )
-    algorithm: Literal["ring", "tree"] = "ring"
-    iters: int = 3
-    warmup: int = 1
-    seed: int = 0
+    algorithm: Literal["ring", "tree"] = "ring"  # the all-reduce algorithm of every bucket
+    iters: int = 3  # timed steps per setting and mode
+    warmup: int = 1  # untimed steps before them (their results are checked too)
+    seed: int = 0  # seed of the gradient values (exactly checkable integers); timings do not depend on it
 
     def __post_init__(self):
         if not self.settings:

@@ -21,12 +21,12 @@ RANKS = Ranks(1, "the page-size model runs in one process")
 
 @dataclass(frozen=True)
 class Params:
-    num_blocks: int = 2000
-    min_size: int = 20
-    max_size: int = 2000
-    page_units: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
-    entry_bytes: int = 8
-    seed: int = 0
+    num_blocks: int = 2000  # random blocks, the same set for every page size
+    min_size: int = 20  # smallest block, units (abstract: bytes, tokens, ...; sizes uniform up to max_size)
+    max_size: int = 2000  # largest block, units
+    page_units: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)  # the page sizes compared, units (one row each)
+    entry_bytes: int = 8  # bytes of one page-table entry: page-table bytes = pages x this
+    seed: int = 0  # seed of the block sizes
 
     def __post_init__(self):
         if self.num_blocks < 1:

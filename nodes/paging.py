@@ -25,10 +25,12 @@ RANKS = Ranks(1, "the paging lab runs in one process (plus its fork)")
 
 @dataclass(frozen=True)
 class Params:
-    size_bytes: Size = 256 * MIB
+    size_bytes: Size = 256 * MIB  # the array allocated, then touched half and all, in each page mode
+    # 4KiB: madvise(MADV_NOHUGEPAGE), base pages; thp: madvise(MADV_HUGEPAGE), 2 MiB transparent huge
+    # pages where the kernel grants them (its fault count shows it)
     page_modes: tuple[Literal["4KiB", "thp"], ...] = ("4KiB", "thp")
-    cow_size_bytes: Size = 64 * MIB
-    child_write_fraction: float = 0.25
+    cow_size_bytes: Size = 64 * MIB  # copy-on-write part: the array the parent fills, then forks
+    child_write_fraction: float = 0.25  # of that array, the part the child writes into (one byte a page)
 
     def __post_init__(self):
         if self.size_bytes < 8 * MIB:

@@ -27,11 +27,15 @@ TAG = 9
 
 @dataclass(frozen=True)
 class Params:
+    # message bytes; each size is ping-ponged and streamed, through ours and through raw pyzmq
     sizes: tuple[Size, ...] = (64, 4096, 65536, 1 << 20, 4 << 20)
+    # timed round trips per size and path (one-way = half their median); streaming keeps the best
+    # of max(3, iters / 5) rounds
     iters: int = 50
-    warmup: int = 5
+    warmup: int = 5  # untimed round trips before them
     window: int = 8  # messages in flight when streaming
-    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # of the reduction gamma times
+    # element type of the reduction rank 0 times for gamma (calibration.json)
+    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"
     # The raw pyzmq pair measured beside ours: "auto" is tcp when ours is (or the ranks are on two
     # emulated hosts), else ipc.
     raw_transport: Literal["auto", "ipc", "tcp"] = "auto"

@@ -29,14 +29,19 @@ TAG_ITEM = 7
 
 @dataclass(frozen=True)
 class Params:
-    stage_ms: tuple[float, ...] = (3.0, 5.0, 2.0)
-    num_items: int = 100
-    speedup_variants: bool = True  # also run with a non-bottleneck stage, then the bottleneck, 2x faster
-    bubble_stage_ms: float = 4.0  # every stage of the equal-stage pipeline
+    stage_ms: tuple[float, ...] = (3.0, 5.0, 2.0)  # experiment 1: ms per item of each stage, one rank each
+    num_items: int = 100  # experiment 1: items through each chain
+    # experiment 1: also run the chain with a non-bottleneck stage, then the bottleneck, 2x faster
+    speedup_variants: bool = True
+    bubble_stage_ms: float = 4.0  # experiment 2: ms per item of every stage
+    # experiment 2: items (micro-batches m) through all ranks as equal stages, one run each; the
+    # bubble beside (p - 1) / (m + p - 1)
     micro_batches: tuple[int, ...] = (1, 4, 16, 256)
-    payload_bytes: int = 1024
+    payload_bytes: int = 1024  # each item's message from stage to stage (rounded down to 8-byte words)
+    # sleep: a stage waits its time out, using no CPU (like waiting on a GPU); spin: busy-waits, so
+    # stages beyond the cores take turns
     work: Literal["sleep", "spin"] = "sleep"
-    spin_tail_ms: float = 0.3
+    spin_tail_ms: float = 0.3  # sleep: ms at the end of each item spun, not slept, to end on time (0: none)
     compensate: bool = True  # a stage that woke up late shortens its next items, keeping its mean time
 
     def __post_init__(self):

@@ -39,15 +39,16 @@ RANKS = Ranks(2, "queue runs one server and one client")
 
 @dataclass(frozen=True)
 class Params:
-    loads: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 0.95)
-    service_ms: float = 5.0
+    loads: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 0.95)  # server utilisations rho (0-1), one run each
+    service_ms: float = 5.0  # mean service time S, ms; arrivals come at rate rho / S
+    # exponential: each request's service time drawn with mean S (M/M/1); fixed: every one S (M/D/1)
     service: Literal["exponential", "fixed"] = "exponential"
-    num_requests: int = 600  # per load
+    num_requests: int = 600  # requests sent per load, at Poisson times
     warmup_requests: int = 30  # per load, sent but left out of the latency statistics
     spin_tail_ms: float = 0.3  # the server spins this last part of each service instead of sleeping
     compensate: bool = True  # pay back late wake-ups on the next service, so the mean load is as asked
     exact_load: bool = True  # rescale sampled gaps and demands so this run's realised load is exactly rho
-    seed: int = 1
+    seed: int = 1  # seed of the arrival times and service times
 
     def __post_init__(self):
         if not self.loads or any(not 0 < x < 1 for x in self.loads):

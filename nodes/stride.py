@@ -25,10 +25,12 @@ RANKS = Ranks(1, "the stride lab measures one core")
 
 @dataclass(frozen=True)
 class Params:
+    # the float32 array read (a multiple of 4); larger than the last-level cache, or lines stay cached
     array_bytes: Size = 128 * 1024 * 1024
+    # in float32 elements: 1 reads every element, 16 one per 64-byte line
     strides: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    repeats: int = 5
-    statistic: Literal["min", "median"] = "min"
+    repeats: int = 5  # timed passes per stride
+    statistic: Literal["min", "median"] = "min"  # which of the repeats' times is shown
 
     def __post_init__(self):
         if self.array_bytes < 4096 or self.array_bytes % 4:

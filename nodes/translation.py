@@ -30,8 +30,10 @@ RANKS = Ranks(1, "translation is a single-process model")
 
 @dataclass(frozen=True)
 class Params:
-    page_size: Size = 16 * 1024
-    tables: dict = field(default_factory=_default_tables)  # process -> {virtual page: frame}
+    page_size: Size = 16 * 1024  # bytes, a power of two: the offset is the low log2(page_size) bits
+    # process -> {virtual page: frame}; a page not listed faults
+    tables: dict = field(default_factory=_default_tables)
+    # translated in order, each PROCESS:VADDR (a process of tables; hex 0x... or decimal)
     addresses: tuple[str, ...] = ("A:0xC123", "A:0x3FFF", "A:0x4000", "B:0xC123", "B:0x4000")
     expect: dict = field(default_factory=_default_expect)  # "PROC:VADDR" -> physical address
 

@@ -11,9 +11,13 @@ a calibration file or its run directory); without it, the newest calibration of 
 over rounds (benchtable.py).
 """
 
+import dataclasses
+import functools
 import json
 import math
 from pathlib import Path
+
+from rich.console import Console
 
 from playground.collectives import ALGORITHMS
 from playground.collectives.bench_report import (
@@ -27,6 +31,7 @@ from playground.errors import ScenarioError
 from playground.models.calibration import model_from_spec
 from playground.models.costs import PRESETS, Link
 from playground.report import Table, make_console, render_table
+from playground.rundir import Finished
 from playground.scenario import load_scenario
 from playground.sizes import format_size, parse_size_range
 
@@ -102,16 +107,24 @@ def _sizes(text: str, step: int) -> list[int]:
 
 
 def run_bench(args) -> int:
-    from playground.run import execute
-
     if args.collective == "table":
         from playground.benchtable import run_table
 
         return run_table(args)
+    return benchmark(args).code
+
+
+def benchmark(args, console: Console | None = None, start_method: str = "fork") -> Finished:
+    """`bench COLLECTIVE|p2p` from its parsed command line: our run, then any baselines beside it;
+    the result is our run's, with the baselines' rows and the comparison added. What the command
+    prints goes to `console`; ranks are started by `start_method` (`run.execute`)."""
+    from playground.run import execute
+
+    console = console or make_console()
     args.iters = 20 if args.iters is None else args.iters
     args.warmup = 5 if args.warmup is None else args.warmup
     if args.collective == "p2p":
-        return _run_p2p(args, execute)
+        return _run_p2p(args, functools.partial(execute, console=console, start_method=start_method))
     sizes = _sizes(args.sizes, args.step)
     algos = (args.algo or ",".join(a for a in ALGORITHMS[args.collective] if a != "auto")).split(",")
     baselines = [b for b in args.baseline.split(",") if b]
@@ -145,17 +158,17 @@ def run_bench(args) -> int:
         for name in baselines:
             if name not in BASELINES:
                 raise ScenarioError(f"--baseline {name!r}: allowed: {', '.join(BASELINES)}")
-    code, result = execute(scenario, Path(args.out))
-    if code != 0 or not baselines:
-        _plot(result, [])
-        return code
-    return _run_baselines(args, scenario, sizes, baselines, result)
+    finished = execute(scenario, Path(args.out), console=console, start_method=start_method)
+    if finished.code != 0 or not baselines:
+        _plot(finished.result, [], console)
+        return finished
+    code = _run_baselines(args, scenario, sizes, baselines, finished.result, console)
+    return dataclasses.replace(finished, code=code)
 
 
-def _run_baselines(args, scenario, sizes, baselines, result) -> int:
+def _run_baselines(args, scenario, sizes, baselines, result, console: Console) -> int:
     from playground.baselines import BaselineError, available, run_baseline
 
-    console = make_console()
     err = make_console(stderr=True)
     extra_rows, failed = [], False
     for name in baselines:
@@ -197,7 +210,7 @@ def _run_baselines(args, scenario, sizes, baselines, result) -> int:
         if failed:
             result["ok"] = False
         Path(result["run_dir"], "result.json").write_text(json.dumps(result, indent=1))
-    _plot(result, extra_rows)
+    _plot(result, extra_rows, console)
     return 1 if failed or not result["ok"] else 0
 
 
@@ -238,7 +251,7 @@ def compare(ours: list[dict], theirs: list[dict]) -> list[dict]:
     return out
 
 
-def _plot(result: dict, baseline_rows: list[dict]) -> None:
+def _plot(result: dict, baseline_rows: list[dict], console: Console) -> None:
     if not result.get("rows"):
         return
     from playground.plot import plot_busbw
@@ -247,10 +260,10 @@ def _plot(result: dict, baseline_rows: list[dict]) -> None:
     plot_busbw(
         result["rows"] + baseline_rows, path, f"{result.get('collective', '')}, {result['ranks']} ranks"
     )
-    make_console().print(f"plot: {path}", highlight=False)
+    console.print(f"plot: {path}", highlight=False)
 
 
-def _run_p2p(args, execute) -> int:
+def _run_p2p(args, execute) -> Finished:
     sizes = _sizes(args.sizes if args.sizes != "8..64MiB" else "64,4KiB,64KiB,1MiB,4MiB,16MiB", args.step)
     sets = [
         f"params.sizes=[{','.join(map(str, sizes))}]",
@@ -260,5 +273,4 @@ def _run_p2p(args, execute) -> int:
         *args.set,
     ]
     scenario = load_scenario("pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=sets)
-    code, _ = execute(scenario, Path(args.out))
-    return code
+    return execute(scenario, Path(args.out))

@@ -146,15 +146,16 @@ def _measure(
         if system == "ipc-sockets":
             os.environ["PLAYGROUND_IPC_RING_MIN_BYTES"] = "0"  # the forked ranks inherit it
         try:
-            code, result = execute(scenario, run_dir / "runs", console=Console(file=io.StringIO()))
+            finished = execute(scenario, run_dir / "runs", console=Console(file=io.StringIO()))
         finally:
             if system == "ipc-sockets":
                 os.environ.pop("PLAYGROUND_IPC_RING_MIN_BYTES")
                 if saved is not None:
                     os.environ["PLAYGROUND_IPC_RING_MIN_BYTES"] = saved
-        if code != 0:
-            raise ScenarioError(f"ours over {system} with {n} ranks failed: {'; '.join(result['failures'])}")
-        rows = result["rows"]
+        if finished.code != 0:
+            failures = "; ".join(finished.result["failures"])
+            raise ScenarioError(f"ours over {system} with {n} ranks failed: {failures}")
+        rows = finished.result["rows"]
     best: dict = {}
     for r in rows:
         size = r["size"]

@@ -21,8 +21,7 @@ def _cmd_run(args) -> int:
         hosts=args.hosts,
         link=args.link,
     )
-    code, _ = execute(scenario, Path(args.out))
-    return code
+    return execute(scenario, Path(args.out)).code
 
 
 def _cmd_list(args) -> int:
@@ -105,8 +104,12 @@ def _cmd_lecture(args) -> int:
     return run_lecture(args.sections, args.quick, Path(args.out))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m playground", description=__doc__)
+def build_parser(
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    """The command line; `parser_class` is also each subcommand's (the Python API passes one whose
+    `error` raises instead of exiting)."""
+    p = parser_class(prog="python -m playground", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a scenario with N ranks")
@@ -217,8 +220,14 @@ def _attach_signed_values(argv: list[str]) -> list[str]:
     return out
 
 
+def parse_args(
+    argv: list[str], parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+) -> argparse.Namespace:
+    return build_parser(parser_class).parse_args(_attach_signed_values(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(_attach_signed_values(sys.argv[1:] if argv is None else argv))
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except ScenarioError as e:

@@ -66,6 +66,7 @@ class RankFailure:
     secondary: bool = False  # a consequence of another rank's failure (PeerLost)
     stack: str = ""
     waiting_for: int | None = None  # the peer a timed-out rank was waiting for
+    error_type: str = ""  # the exception's class name, for kind "error"
 
     def headline(self) -> str:
         where = f" (pid {self.pid}{' on ' + self.host if self.host else ''})" if self.pid else ""
@@ -404,6 +405,7 @@ class Coordinator:
             pid=self.pids.get(rank),
             host=self.hosts.get(rank, ""),
             secondary=bool(msg.get("secondary")),
+            error_type=msg.get("error_type", ""),
         )
         if msg.get("waiting_for") is not None:
             failure.waiting_for = msg["waiting_for"]

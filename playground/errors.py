@@ -25,6 +25,30 @@ class ParamError(ScenarioError):
         super().__init__(f"{field}: {message}")
 
 
+class RunFailed(PlaygroundError):
+    """A run that did not succeed, raised by the Python API (`playground.api`) where the command
+    line exits with status 1: a rank raised, died or hung, or a result or check was wrong. The
+    message is the root cause as the command line prints it after "FAILED root cause:" (or its
+    first failure line when no rank failed). `rank`, `kind` ("error", "signal", "exit", "hang",
+    ...) and `error_type` (the exception's class name, for kind "error") are the root cause's, None
+    and "" when no rank failed; `traceback` is the failing rank's; `result` is the run's result.json
+    (the API's `Result`, a mapping of it: its run_dir, failures, tables)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        result,
+        rank: int | None = None,
+        kind: str = "",
+        error_type: str = "",
+        traceback: str = "",
+    ):
+        self.result, self.rank, self.kind = result, rank, kind
+        self.error_type, self.traceback = error_type, traceback
+        super().__init__(message)
+
+
 class EmulationError(ScenarioError):
     """The emulated cluster (`--hosts`) cannot be built here: not root, a missing tool (ip, tc) or
     kernel feature, or an `ip`/`tc` command that failed. One line, exit status 2, as bad input."""

@@ -181,6 +181,14 @@ def load_run(run_dir: Path) -> dict[int, list[dict]]:
     return load_timeline(run_dir)[0]
 
 
+def write_trace(events: dict[int, list[dict]], clocks: dict, path: Path) -> list:
+    """The Chrome trace of a run's aligned events (`load_timeline`), every message a flow arrow;
+    returns the flows."""
+    flows = message_flows(events)
+    path.write_text(json.dumps(to_chrome_trace(events, flows, clocks)))
+    return flows
+
+
 def inspect_run(
     run_dir: Path,
     trace_path: str | None = None,
@@ -249,8 +257,7 @@ def inspect_run(
         for line in result.get("failures", [])[:5]:
             console.print(f"[red]failure[/red]: {line}", highlight=False)
     if trace_path:
-        flows = message_flows(events)
-        Path(trace_path).write_text(json.dumps(to_chrome_trace(events, flows, clocks)))
+        flows = write_trace(events, clocks, Path(trace_path))
         console.print(
             f"wrote Chrome trace {trace_path} ({sum(len(e) for e in events.values())} events, "
             f"{len(events)} processes, {len(flows)} message arrows): open in https://ui.perfetto.dev "

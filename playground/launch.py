@@ -2,10 +2,14 @@
 
 Ranks are forked from this process after the scenario (and numpy, pyzmq, the node module) are
 imported, which starts eight ranks in about 0.1 s instead of 1-3 s; the ZeroMQ context is created
-only after the fork. The `Coordinator`'s poll loop watches both its socket and every process's exit
-sentinel, so a rank that dies is noticed at once: the others are told to abort (their waits raise
-PeerLost immediately), and the first failure is reported as the root cause. Ranks started by another
-launcher use the same Coordinator without the sentinels (`playground.external`).
+only after the fork. The Python API spawns them instead (`start_method="spawn"`, the `multiprocess`
+package's context: each rank a fresh interpreter, the scenario and a rank function pickled with
+dill), because it may run in a process where a fork is unsafe: a Jupyter kernel has ZeroMQ I/O
+threads of its own, and a forked child would inherit them mid-flight. The `Coordinator`'s poll
+loop watches both its socket and every process's exit sentinel, so a rank that dies is noticed at
+once: the others are told to abort (their waits raise PeerLost immediately), and the first failure
+is reported as the root cause. Ranks started by another launcher use the same Coordinator without
+the sentinels (`playground.external`).
 
 With emulated hosts (`scenario.hosts`) the launcher first builds the cluster (hosts/netns.py); each
 forked rank enters its host's namespace, and the coordinator listens in the bridge namespace, which
@@ -20,7 +24,9 @@ import multiprocessing  # the stdlib one: with fork nothing is pickled, and it i
 import os
 import signal
 import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import zmq
@@ -30,6 +36,7 @@ from playground.comm.addresses import free_tcp_port, ipc_dir, shm_dir_for
 from playground.comm.registry import BY_NAME
 from playground.comm.shm import remove_shm_dir
 from playground.coordinator import HEARTBEAT_LOST_S, Coordinator, LaunchOutcome, RankFailure
+from playground.errors import UsageError
 from playground.hosts import netns
 from playground.hosts.drills import HostDrill
 from playground.scenario import Scenario
@@ -39,6 +46,7 @@ from playground.worker import child_main
 __all__ = ["Launcher", "LaunchOutcome", "RankFailure"]
 
 LOG_FLUSH_GRACE_S = 3.0  # a rank that has reported (done or error) may take this long to write its log
+START_METHODS = ("fork", "spawn")  # fork: the command line's; spawn: the Python API's
 
 
 class _Interrupts:
@@ -76,10 +84,14 @@ def _signal_name(code: int) -> str:
 
 
 class Launcher:
-    """Forks the ranks and adds what only a parent can do to the `Coordinator`: exit sentinels in the
-    same poll loop, SIGKILL teardown, and Ctrl-C / SIGTERM handling."""
+    """Starts the ranks (forked, or spawned: `start_method`) and adds what only a parent can do to
+    the `Coordinator`: exit sentinels in the same poll loop, SIGKILL teardown, and Ctrl-C / SIGTERM
+    handling."""
 
-    def __init__(self, scenario: Scenario, run_dir: Path, on_progress=None):
+    def __init__(self, scenario: Scenario, run_dir: Path, on_progress=None, start_method: str = "fork"):
+        if start_method not in START_METHODS:
+            raise UsageError(f"{start_method!r}: allowed: {', '.join(START_METHODS)}", field="start_method")
+        self.start_method = start_method
         self.scenario = scenario
         self.run_dir = run_dir
         self.n = scenario.ranks
@@ -114,6 +126,8 @@ class Launcher:
 
     def run(self) -> LaunchOutcome:
         """Run every rank to the end; Ctrl-C or SIGTERM stops all of them and returns interrupted."""
+        if threading.current_thread() is not threading.main_thread():
+            return self._run()  # signals reach only the main thread: there is nothing to catch here
         previous = {sig: signal.signal(sig, self.interrupts) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             return self._run()
@@ -129,17 +143,17 @@ class Launcher:
         scratch.claim(self.ipc_dir)
         if BY_NAME[self.scenario.transport].uses_shm:
             scratch.claim(shm_dir_for(port))
-        mp = multiprocessing.get_context("fork")
+        mp = self._context()
         interrupted = False
         try:
             if self.scenario.hosts:
                 self._build_cluster()
             # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
-            with interrupts.held():
+            with interrupts.held(), self._without_main():
                 for rank in range(self.n):
                     p = mp.Process(
                         target=child_main,
-                        args=(self.scenario, self.run_dir, self._env(rank, port)),
+                        args=(self.scenario, self.run_dir, self._env(rank, port), os.getpid()),
                         name=f"rank-{rank}",
                     )
                     p.start()
@@ -170,6 +184,30 @@ class Launcher:
                 for error in self.cluster.destroy():
                     print(f"warning: {error}", file=sys.stderr)
         return self.coordinator.outcome(interrupted)
+
+    @contextlib.contextmanager
+    def _without_main(self):
+        """While ranks are spawned, an empty `__main__`. A spawned child first re-runs its parent's
+        `__main__` (multiprocessing's rule, so that what was defined there can be unpickled), which
+        would run a script's top level again, or fail for `python -` or a notebook's kernel. Our
+        ranks need none of it: a node is imported by name and a rank function comes by value. Swapped
+        only while the processes start, in the launcher's thread."""
+        if self.start_method == "fork":
+            yield
+            return
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+    def _context(self):
+        if self.start_method == "fork":
+            return multiprocessing.get_context("fork")
+        import multiprocess  # dill pickles what a spawned rank needs, functions from __main__ too
+
+        return multiprocess.get_context(self.start_method)
 
     def _build_cluster(self) -> None:
         self.cluster = netns.Cluster(self.scenario.hosts, self.scenario.link)

@@ -148,7 +148,7 @@ def param_rows(cls: type, prefix: str = "", nested_too: bool = True) -> list[lis
     docs = field_docs(cls)
     rows, nested = [], []
     for field in dataclasses.fields(cls):
-        if not field.init or field.name == "source":
+        if not field.init or field.name in ("source", "function"):  # Scenario's, not keys of a file
             continue
         tp = hints[field.name]
         inner = _nested(tp)

@@ -13,10 +13,13 @@ what it sees, so no node writes a failure preamble:
 Without `summarize`, the launcher shows rank 0's `rows` under the same rule.
 """
 
+import base64
 import dataclasses
+import html
 import math
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -104,15 +107,51 @@ def render_table(table: Table, console: Console) -> None:
         )
         rt.add_column(header, justify="right" if numeric else "left")
     for row in table.rows:
-        rt.add_row(*(_cell(k, row.get(k)) for k in columns))
+        rt.add_row(*(cell_text(k, row.get(k)) for k in columns))
     console.print(rt)
 
 
-def _cell(key: str, value: Any) -> str:
+def cell_text(key: str, value: Any) -> str:
     """A wrong-element count of -1 means the row was not checked: nccl-tests prints N/A."""
     if value == -1 and key.endswith("wrong") and not isinstance(value, bool):
         return "n/a"
     return format_cell(value)
+
+
+def table_columns(table: dict) -> dict[str, str]:
+    """A result.json table's key -> header map: its own, else the keys of its first row."""
+    rows = table.get("rows") or []
+    return table.get("columns") or ({k: k for k in rows[0]} if rows else {})
+
+
+def html_table(table: dict) -> str:
+    """A result.json table as HTML (the lecture page, a result in a notebook); numbers right-aligned."""
+    esc = html.escape
+    columns = table_columns(table)
+    out = [f'<div class="wide"><table><caption>{esc(str(table.get("title", "")))}</caption><tr>']
+    out += [f"<th>{esc(str(h))}</th>" for h in columns.values()]
+    out.append("</tr>")
+    for row in table.get("rows") or []:
+        out.append("<tr>")
+        for key in columns:
+            v = row.get(key)
+            num = isinstance(v, (int, float)) and not isinstance(v, bool)
+            text = esc(cell_text(key, v))
+            out.append(
+                f'<td class="num" style="text-align: right">{text}</td>' if num else f"<td>{text}</td>"
+            )
+        out.append("</tr>")
+    out.append("</table></div>")
+    return "".join(out)
+
+
+_MIME = {".png": "image/png", ".svg": "image/svg+xml"}
+
+
+def data_uri(path: Path) -> str:
+    """An image file inside an HTML page; an SVG in an <img> runs no script and fetches nothing."""
+    mime = _MIME.get(path.suffix.lower(), "image/png")
+    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def render_report(report: Report, console: Console) -> None:
@@ -123,7 +162,13 @@ def render_report(report: Report, console: Console) -> None:
 
 
 def progress_bar(console: Console) -> Progress:
-    """The bar of a long command (description, bar, done/total, elapsed) on `console`, gone when done."""
+    """The bar of a long command (description, bar, done/total, elapsed) on `console`, gone when done;
+    in a Jupyter notebook, where rich's live display needs ipywidgets, the same bar drawn as HTML
+    (`playground.notebook`)."""
+    if console.is_jupyter:
+        from playground.notebook import NotebookProgress
+
+        return NotebookProgress()
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -11,6 +11,7 @@ from playground.hosts import netns
 from playground.launch import Launcher, LaunchOutcome
 from playground.report import (
     Report,
+    Table,
     default_report,
     failed_ranks,
     make_console,
@@ -18,7 +19,7 @@ from playground.report import (
     render_report,
     with_rank_checks,
 )
-from playground.rundir import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, make_run_dir, write_result
+from playground.rundir import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Finished, make_run_dir, write_result
 from playground.scenario import Scenario, load_node
 from playground.topology import Link, describe_placement
 
@@ -42,12 +43,14 @@ def print_outcome(
 
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
     """The node's report, made only from ranks that succeeded (see `playground.report`)."""
-    module, _ = load_node(scenario.node)
+    module = load_node(scenario.node)[0] if scenario.function is None else None
     if not outcome.ok:
         return Report(ok=False, tables=[])
     failed = failed_ranks(outcome.results)
     if failed:
         return Report(ok=False, tables=[], failures=failed)
+    if scenario.function is not None:
+        return function_report(outcome.results, scenario.name)
     hook = getattr(module, "summarize", None)
     if hook is None:
         return default_report(outcome.results, scenario.name)
@@ -63,6 +66,17 @@ def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Repo
                 f"{scenario.node.partition(':')[0]}.summarize raised {type(e).__name__}: {e} ({where})"
             ],
         )
+
+
+def function_report(results: list[dict], name: str) -> Report:
+    """A rank function's report (`playground.api.launch`): rank 0's `rows` when it returned some, as
+    for a node without `summarize`, else a row per rank of what it returned; result.json keeps every
+    rank's returned dict under "returned"."""
+    report = default_report(results, name)
+    if not report.tables[0].rows:
+        rows = [{"rank": r, **res} for r, res in enumerate(results)]
+        report = dataclasses.replace(report, tables=[Table(f"{name}: what each rank returned", rows)])
+    return dataclasses.replace(report, data={"returned": results})
 
 
 def unfired_fault(scenario: Scenario, results: list[dict]) -> list[str]:
@@ -151,7 +165,12 @@ def print_failures(outcome: LaunchOutcome, console: Console) -> None:
             console.print("\n".join("    " + ln for ln in f.stack.strip().splitlines()[:12]), markup=False)
 
 
-def execute(scenario: Scenario, out_base: Path, console: Console | None = None) -> tuple[int, dict]:
+def execute(
+    scenario: Scenario, out_base: Path, console: Console | None = None, start_method: str = "fork"
+) -> Finished:
+    """Run `scenario` into a new run directory under `out_base`, print what the command line prints
+    on `console` (the table, or the root cause first) and write result.json. `start_method`: how
+    ranks are started (`launch.START_METHODS`): fork for the command line, spawn for the Python API."""
     console = console or make_console()
     err = make_console(stderr=True)
     if scenario.hosts:
@@ -174,7 +193,7 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
                 description=f"{scenario.name} {msg.get('label', '')}".strip(),
             )
 
-        outcome = Launcher(scenario, run_dir, on_progress).run()
+        outcome = Launcher(scenario, run_dir, on_progress, start_method).run()
     if outcome.interrupted:
         err.print("interrupted: every rank was stopped", highlight=False)
     report = summarize(scenario, outcome, run_dir) if not outcome.interrupted else Report(False, [])
@@ -186,5 +205,5 @@ def execute(scenario: Scenario, out_base: Path, console: Console | None = None) 
     write_result(run_dir, result)
     print_outcome(outcome, report, run_dir, console, err)
     if outcome.interrupted:
-        return EXIT_INTERRUPTED, result
-    return (EXIT_OK if result["ok"] else EXIT_FAILED), result
+        return Finished(EXIT_INTERRUPTED, result, outcome)
+    return Finished(EXIT_OK if result["ok"] else EXIT_FAILED, result, outcome)

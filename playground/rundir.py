@@ -8,9 +8,22 @@ Exit statuses: 0 success; 1 the run failed (a rank raised, died or hung, or a re
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a command's run ended, for a caller in Python (`playground.api`): the exit status the
+    command returns, result.json's dict, and the launcher's `LaunchOutcome` (what each rank
+    returned, the root cause of a failure), None where no ranks were launched (a simulation)."""
+
+    code: int
+    result: dict
+    outcome: Any = None
 
 
 def make_run_dir(base: Path, name: str) -> Path:

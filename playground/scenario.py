@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import importlib
 import importlib.resources
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -42,14 +43,22 @@ class Fault:
       delay_link  add `delay` to every message to or from the host, from `after_s` on
     """
 
+    # rank actions: the rank that fails (required). Host actions: its host is the one hit (unless
+    # `host` says), and its posts are counted (default: the host's first rank)
     rank: int | None = None
+    # what happens (above): raise FaultInjected, SIGKILL itself, hang, exit with status 3, flip a bit
+    # of its next array (corrupt); cut_link, delay_link, kill_host act on a host
     action: Literal["raise", "kill", "hang", "exit", "corrupt", "cut_link", "delay_link", "kill_host"] = (
         "raise"
     )
+    # fire on the counting rank's post number after_ops + 1 (a post: an array or object it sends;
+    # 0: its first)
     after_ops: int = 0
+    # cut_link, kill_host: fire this many seconds after every rank registered, not on a post;
+    # delay_link: start then (null: at once)
     after_s: float | None = None
-    host: int | None = None
-    delay: Duration | None = None
+    host: int | None = None  # host actions: the host (0 to hosts - 1); null: the host of `rank`
+    delay: Duration | None = None  # delay_link: added to every message to or from the host (e.g. 50ms)
 
     def __post_init__(self):
         if self.after_ops < 0:
@@ -97,17 +106,28 @@ class Fault:
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str
+    name: str  # the run's name (run directory runs/TIME-NAME, reports); default: the file's name
+    # the function every rank runs, module:function (":main" may be left out); the module's `Params`
+    # are the keys of `params:`
     node: str
-    ranks: int = 2
+    ranks: int = 2  # processes started (1-64; --ranks overrides); some nodes need a given count
+    # how ranks exchange messages (Registries page): ipc (ZeroMQ over Unix sockets, large arrays
+    # through /dev/shm rings), tcp (ZeroMQ over TCP), shm (shared-memory mailboxes, no ZeroMQ)
     transport: Literal[LAUNCHED] = "ipc"
+    # seconds a blocking wait (a receive, room to send) may take before the run fails naming what it
+    # waited for
     timeout_s: float = 30.0
-    description: str = ""
-    params: Any = None
-    fault: Fault | None = None
-    hosts: int | None = None  # an emulated cluster of this many hosts (network namespaces); None: none
-    link: Link | None = None  # every host's link, when there are hosts
+    description: str = ""  # one line, shown by `python -m playground list`
+    params: Any = None  # the node's parameters: keys of its `Params` (per node below); left out: defaults
+    fault: Fault | None = None  # a failure drill (below); null: none
+    # run the ranks on this many emulated hosts (network namespaces, needs root), ranks in consecutive blocks;
+    # null: one plain host
+    hosts: int | None = None
+    link: Link | None = None  # every host's link to the switch (below), when there are hosts
     source: str = ""
+    # The function every rank runs, for a run started from Python with a function of its own
+    # (`playground.api.launch`); `node` then only names it. Not part of the saved scenario.
+    function: Callable | None = None
 
     @property
     def placement(self) -> tuple[int, ...] | None:
@@ -132,7 +152,7 @@ class Scenario:
         return d
 
 
-_TOP_KEYS = {f.name for f in dataclasses.fields(Scenario)} - {"source"}
+TOP_KEYS = {f.name for f in dataclasses.fields(Scenario)} - {"source", "function"}
 
 
 def builtin_dir() -> Path:
@@ -180,6 +200,11 @@ def apply_override(raw: dict, path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
+def node_function(scenario: Scenario) -> Callable:
+    """What every rank calls as `main(comm, params)`: the scenario's own function, else its node's."""
+    return scenario.function or load_node(scenario.node)[1]
+
+
 def load_node(spec: str, where: str = "node") -> tuple[Any, Any]:
     """('pkg.mod:func') -> (module, function); ScenarioError if it cannot be imported."""
     mod_name, sep, func_name = spec.partition(":")
@@ -195,11 +220,9 @@ def load_node(spec: str, where: str = "node") -> tuple[Any, Any]:
 
 
 def _check_top(raw: dict, src: str) -> None:
-    unknown = sorted(set(raw) - _TOP_KEYS)
+    unknown = sorted(set(raw) - TOP_KEYS)
     if unknown:
-        raise ScenarioError(
-            f"{src}: key {unknown[0]!r}: unknown key; allowed: {', '.join(sorted(_TOP_KEYS))}"
-        )
+        raise ScenarioError(f"{src}: key {unknown[0]!r}: unknown key; allowed: {', '.join(sorted(TOP_KEYS))}")
     if not isinstance(raw.get("node"), str) or not raw["node"]:
         raise ScenarioError(f"{src}: key 'node': required, a string like 'nodes.collective:main'")
     ranks = raw.get("ranks", 2)
@@ -237,8 +260,11 @@ def load_scenario(
     overrides: list[str] = (),
     hosts: int | None = None,
     link: str | None = None,
+    values: Mapping[str, Any] | None = None,
 ) -> Scenario:
-    """The validated scenario NAME_OR_PATH with the command line's values applied over the file's."""
+    """The validated scenario NAME_OR_PATH with the command line's values applied over the file's.
+    `overrides` are --set texts ("params.iters=5", the value YAML); `values` the same already
+    parsed ({"params.iters": 5}: the Python API's keywords), applied after them."""
     path = find_scenario_file(name_or_path)
     src = str(path)
     try:
@@ -253,6 +279,8 @@ def load_scenario(
     for text in overrides:
         keypath, value = parse_override(text)
         apply_override(raw, keypath, value)
+    for key, value in (values or {}).items():
+        apply_override(raw, key.split("."), value)
     if ranks is not None:
         raw["ranks"] = ranks
     if transport is not None:
@@ -300,6 +328,55 @@ def load_scenario(
         hosts=raw.get("hosts"),
         link=link,
         source=src,
+    )
+
+
+def function_scenario(
+    function: Callable,
+    ranks: int,
+    params: dict | None = None,
+    transport: str = "ipc",
+    timeout_s: float = 30.0,
+    name: str | None = None,
+) -> Scenario:
+    """A scenario whose ranks run `function(comm, params)` (`playground.api.launch`), checked as a
+    file's would be. `params` is a plain mapping, saved in scenario.yaml as it is: data a rank needs
+    that is not plain (an array, an object) travels in the function's closure instead."""
+    if not callable(function):
+        raise ScenarioError(f"launch: expected a function main(comm, params), got {function!r}")
+    label = getattr(function, "__qualname__", type(function).__name__)
+    if name is None:  # the run directory's: my_rank, or launch for a lambda
+        short = getattr(function, "__name__", "")
+        name = short if short.isidentifier() else "launch"
+    src = f"launch({name})"
+    if params is not None and not isinstance(params, dict):
+        raise ScenarioError(f"{src}: key 'params': expected a mapping (a dict), got {params!r}")
+    try:
+        yaml.safe_dump(params)
+    except yaml.YAMLError as e:
+        raise ScenarioError(
+            f"{src}: key 'params': plain data only (numbers, strings, lists, dicts), as a scenario "
+            f"file holds; pass other objects in the function's closure ({e})"
+        ) from None
+    raw = {
+        "name": name,
+        "node": f"{getattr(function, '__module__', None) or '__main__'}:{label}",
+        "ranks": ranks,
+        "transport": transport,
+        "timeout_s": timeout_s,
+    }
+    _check_top(raw, src)
+    if not name or "/" in name or name.startswith("."):
+        raise ScenarioError(f"{src}: key 'name': a run directory's name, without '/', got {name!r}")
+    return Scenario(
+        name=name,
+        node=raw["node"],
+        ranks=ranks,
+        transport=transport,
+        timeout_s=float(timeout_s),
+        params=dict(params or {}),
+        source=src,
+        function=function,
     )
 
 

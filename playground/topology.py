@@ -28,8 +28,8 @@ class Link:
     """Every host's link to the switch: `rate` bits/s each way (None: unshaped veth speed) and a
     one-way `delay` added to each message between two hosts."""
 
-    rate: Rate | None = None
-    delay: Duration = 0.0
+    rate: Rate | None = None  # each way, bits/s as tc writes them (1gbit); null: unshaped veth speed
+    delay: Duration = 0.0  # one way, added to every message between two hosts (0: none)
 
     def __post_init__(self):
         if self.rate is not None and not MIN_RATE_BPS <= self.rate <= MAX_RATE_BPS:

@@ -5,7 +5,6 @@ sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (`python -m playground node S
 """
 
 import faulthandler
-import multiprocessing
 import os
 import signal
 import sys
@@ -23,7 +22,7 @@ from playground.comm.faults import FaultyTransport
 from playground.errors import CommTimeout, PeerLost, ScenarioMismatch
 from playground.hosts import netns
 from playground.machine import keep_freed_memory
-from playground.scenario import Scenario, load_node
+from playground.scenario import Scenario, node_function
 from playground.topology import host_name
 from playground.trace import CAT_META, Tracer
 
@@ -98,8 +97,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             hosts=peers.hosts,
         )
         comm.barrier()
-        _, func = load_node(scenario.node)
-        result = func(comm, scenario.params)
+        result = node_function(scenario)(comm, scenario.params)
         tracer.flush()
         if result is None:
             result = {}
@@ -151,12 +149,13 @@ def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[s
     return DelayedTransport(transport, rank, ctx, endpoints, hosts, link_delay_s, extra)
 
 
-def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
-    """Entry point of a forked rank: set up the process, run, and exit without parent's atexit.
+def child_main(scenario: Scenario, run_dir: Path, environ: dict, launcher_pid: int) -> None:
+    """Entry point of a rank the launcher forked or spawned: set up the process, run, and exit
+    without the parent's atexit.
 
     On an emulated host it first enters the host's network namespace, before any ZeroMQ context
     exists, so that ZeroMQ's I/O threads are born inside it."""
-    _die_with_parent()  # first: a launcher killed while this rank starts must not leave it behind
+    _die_with_parent(launcher_pid)  # first: a launcher killed while this rank starts must not leave it behind
     if environ.get("PLAYGROUND_NETNS"):
         try:
             netns.enter(environ["PLAYGROUND_NETNS"])
@@ -177,7 +176,7 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict) -> None:
         os._exit(code)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(launcher_pid: int) -> None:
     """Ask Linux to SIGKILL this process if the launcher dies, so no rank outlives it; and exit now
     if it already died between the fork and this call (the request would then never fire)."""
     try:
@@ -187,6 +186,26 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-    parent = multiprocessing.parent_process()
-    if parent is not None and os.getppid() != parent.pid:
+    if os.getppid() != launcher_pid:
         os._exit(1)
+
+
+class FunctionByValue:
+    """A rank function sent to spawned ranks by value (`playground.api.launch`).
+
+    A spawned rank imports nothing of the caller's `__main__` (a notebook's cells, a script), so a
+    function defined there, a lambda or a closure cannot be found by name. dill pickles it here with
+    the globals it uses (modules by name, the rest by value); the rank unpickles it when it is
+    called, inside `run_rank`, so a failure to rebuild it (a module the rank cannot import) is that
+    rank's error, reported like any other. Pickled once, in the caller, so that what cannot be
+    pickled (an open socket in the closure) is one line before any process starts."""
+
+    def __init__(self, function):
+        import dill
+
+        self.payload = dill.dumps(function, recurse=True)
+
+    def __call__(self, comm, params):
+        import dill
+
+        return dill.loads(self.payload)(comm, params)

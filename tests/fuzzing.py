@@ -35,15 +35,15 @@ def data_message(rng: random.Random, num_ranks: int) -> list[bytes]:
     if choice == 2:  # unknown kind
         return [header(rng, rng.randint(5, 255), src)]
     if choice == 3:  # ndim over 32
-        return [header(rng, wire.KIND_ARRAY, src, ndim=rng.randint(33, 255)), b"x"]
+        return [header(rng, wire.KIND_ARRAY_FRAME, src, ndim=rng.randint(33, 255)), b"x"]
     if choice == 4:  # a dtype that is not one, or holds objects
         return [header(rng, wire.KIND_INLINE, src, ndim=1, dtype=rng.choice(BAD_DTYPES))]
     if choice == 5:  # inline payload of the wrong size
         return [header(rng, wire.KIND_INLINE, src, ndim=1) + rng.randbytes(rng.choice([1, 3, 7, 100]))]
     if choice == 6:  # array header without its payload frame
-        return [header(rng, wire.KIND_ARRAY, src)]
+        return [header(rng, wire.KIND_ARRAY_FRAME, src)]
     if choice == 7:  # array payload of the wrong size
-        h = wire.encode_header(src, 1, wire.KIND_ARRAY, np.dtype("<f8"), (4,))
+        h = wire.encode_header(src, 1, wire.KIND_ARRAY_FRAME, np.dtype("<f8"), (4,))
         return [h, rng.randbytes(rng.choice([0, 8, 31, 33, 64]))]
     if choice == 8:  # too many frames
         good = wire.encode_inline(src, 1, np.arange(2, dtype=np.float32))

@@ -13,7 +13,8 @@ from tools import have, need
 
 from playground.cli import _attach_signed_values, build_parser
 from playground.reference import PAGES, builtin_scenarios, undocumented_fields
-from playground.scenario import builtin_names
+from playground.scenario import Fault, Scenario, builtin_names
+from playground.topology import Link
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -124,6 +125,11 @@ def test_every_scenario_key_has_a_line_of_doc():
                 {f"{name}: {key}": params_cls.__module__ for key in undocumented_fields(params_cls)}
             )
     assert not missing, f"write a comment beside these fields: {sorted(missing)}"
+
+
+def test_every_key_of_a_scenario_file_has_a_line_of_doc():
+    for cls in (Scenario, Fault, Link):
+        assert not undocumented_fields(cls), f"write a comment beside these fields of {cls.__name__}"
 
 
 @pytest.mark.timeout(120)

@@ -68,6 +68,7 @@ def test_errors_py_holds_the_classes_we_document():
         "MessageMismatch",
         "WireError",
         "FaultInjected",
+        "RunFailed",
         "UsageError",
         "InvariantViolation",
         "OutOfSpace",

@@ -15,12 +15,12 @@ from playground.errors import WireError
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint8", "bool"])
 @pytest.mark.parametrize("shape", [(), (0,), (5,), (3, 4), (2, 1, 7)])
 def test_header_roundtrip(dtype, shape):
-    h = wire.encode_header(63, -10, wire.KIND_ARRAY, np.dtype(dtype), shape)
-    assert wire.decode_header(h) == (63, -10, wire.KIND_ARRAY, np.dtype(dtype), shape)
+    h = wire.encode_header(63, -10, wire.KIND_ARRAY_FRAME, np.dtype(dtype), shape)
+    assert wire.decode_header(h) == (63, -10, wire.KIND_ARRAY_FRAME, np.dtype(dtype), shape)
 
 
 def test_malformed_header_is_rejected():
-    h = wire.encode_header(1, 2, wire.KIND_ARRAY, np.dtype("f4"), (3,))
+    h = wire.encode_header(1, 2, wire.KIND_ARRAY_FRAME, np.dtype("f4"), (3,))
     with pytest.raises(ValueError):
         wire.decode_header(h[:-1])
     with pytest.raises(ValueError):
@@ -28,7 +28,7 @@ def test_malformed_header_is_rejected():
 
 
 # -- malformed frames: always a WireError saying what was wrong -------------------------------------
-def _header(src=1, tag=2, kind=wire.KIND_ARRAY, ndim=1, dt=b"<f4", shape=(3,)) -> bytes:
+def _header(src=1, tag=2, kind=wire.KIND_ARRAY_FRAME, ndim=1, dt=b"<f4", shape=(3,)) -> bytes:
     return struct.pack("<HiBB8s", src, tag, kind, ndim, dt) + struct.pack(f"<{len(shape)}q", *shape)
 
 
@@ -101,13 +101,16 @@ def _outcome(transport) -> str:
     "frames,expect",
     [
         ([b"\x01"], "header too short"),
-        ([wire.encode_header(0, 1, wire.KIND_ARRAY, np.dtype("f8"), (4,))], "without the payload frame"),
         (
-            [wire.encode_header(0, 1, wire.KIND_ARRAY, np.dtype("f8"), (4,)), b"x" * 31],
+            [wire.encode_header(0, 1, wire.KIND_ARRAY_FRAME, np.dtype("f8"), (4,))],
+            "without the payload frame",
+        ),
+        (
+            [wire.encode_header(0, 1, wire.KIND_ARRAY_FRAME, np.dtype("f8"), (4,)), b"x" * 31],
             "a payload of 31 bytes",
         ),
         (
-            [wire.encode_header(0, 1, wire.KIND_ARRAY, np.dtype("f8"), (4,)), b"x" * 32, b"y"],
+            [wire.encode_header(0, 1, wire.KIND_ARRAY_FRAME, np.dtype("f8"), (4,)), b"x" * 32, b"y"],
             "then 1 more frames",
         ),
         (

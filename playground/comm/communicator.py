@@ -13,9 +13,9 @@ messages (transport.py). Here live the parts every transport shares:
   when the tracer records messages, every send and every receive (a zero-length `recv_wait` when
   the message was already parked) carries `seq`, its number among the messages from its sender to
   its receiver on its tag, so `inspect --trace` can draw each message from its send to its receive.
-- the record of the collective running (`collective`, set by the collectives' dispatcher) and each
-  rank's host, which every CommTimeout and PeerLost quotes, as NCCL's watchdog names the operation
-  and its sequence number.
+- the record of the collective running and each rank's host, quoted by errors (oprecord.py).
+Every message leaves through one path, `_post`: the range check, the post, the wait for room and
+the trace event are written once, for an array, a computed array and an object alike.
 
 Not thread-safe: use a communicator from one thread at a time (a node may hand it to a
 communication thread, as the overlap experiment does).
@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from playground.comm.oprecord import OpRecord
 from playground.comm.requests import DONE, RecvRequest, Request, SendRequest
-from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, NoRoom, Transport
+from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_NAMES, KIND_OBJ, Message, NoRoom, Transport
 from playground.errors import CommTimeout, InvalidPeer, MessageMismatch, PeerLost
 from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
@@ -43,12 +44,13 @@ TAG_OBJ = -2
 __all__ = ["Communicator", "Request", "SLICE_MS", "TAG_BARRIER", "TAG_OBJ"]
 
 
-class Communicator:
+class Communicator(OpRecord):
     """One rank's view of the world: `rank`, `size`, send/recv/isend/irecv/sendrecv, barrier.
 
     `control` is the launcher's side channel (comm/control.py: `abort_reason()`, `progress()`),
     None when nothing can abort the run from outside; `run_dir` is where the node may write files;
-    `hosts[r]` names the host rank r runs on (ranks are placed on hosts in blocks).
+    `hosts[r]` names the host rank r runs on (ranks are placed on hosts in blocks); `collective()`
+    and `op_context()` (oprecord.py) say in errors which collective ran.
     """
 
     def __init__(
@@ -64,14 +66,10 @@ class Communicator:
         hosts: list[str] | None = None,
     ):
         self.rank, self.size, self.transport = rank, size, transport
-        self.hosts = list(hosts) if hosts is not None else ["localhost"] * size  # each rank's host
+        self._init_op_record(size, hosts)
         self.tracer = tracer if tracer is not None else Tracer(rank, None, enabled=False)
         self.timeout_s, self.control, self.run_dir = timeout_s, control, run_dir
-        self.num_collectives = 0
-        self.current_op: tuple[str, str, int] | None = None  # (collective, algorithm, seq) while one runs
-        self.last_op: tuple[str, str, int] | None = None
-        self.bytes_sent = 0
-        self.bytes_received = 0
+        self.bytes_sent = self.bytes_received = 0  # of arrays
         self._pending: dict[tuple[int, int], deque[Message]] = defaultdict(deque)
         self._clock = self.tracer.clock_ns
         # (peer, tag) -> the number of the next message sent / taken (counted when traced): ~0.1 us
@@ -81,39 +79,6 @@ class Communicator:
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
 
-    def collective(self, name: str, algorithm: str = "") -> "Communicator":
-        """`with comm.collective(name, algorithm):` marks the body as collective number
-        `num_collectives` (from 1), for error messages. The communicator is its own context manager
-        (no generator per call: this runs once per collective, on the hot path of small ones)."""
-        self.num_collectives += 1
-        self.current_op = (name, algorithm, self.num_collectives)
-        return self
-
-    def __enter__(self) -> "Communicator":
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self.last_op, self.current_op = self.current_op, None
-        return False
-
-    def op_context(self, peer: int | None = None) -> str:
-        """ "in allreduce ring #17; rank 3 is on host h1": what an error adds to say where it happened."""
-        parts = []
-        op = self.current_op or self.last_op
-        if op is not None:
-            name, algorithm, seq = op
-            parts.append(
-                f"{'in' if self.current_op else 'after'} {name}{' ' + algorithm if algorithm else ''} #{seq}"
-            )
-        if peer is not None and self.hosts and len(set(self.hosts)) > 1 and 0 <= peer < len(self.hosts):
-            parts.append(f"rank {peer} is on host {self.hosts[peer]}")
-        return "; ".join(parts)
-
-    @property
-    def ranks_per_node(self) -> int:
-        """How many ranks share this rank's host (what hierarchical algorithms group by)."""
-        return self.hosts.count(self.hosts[self.rank])
-
     @property
     def segment_bytes(self) -> int:
         """What collectives cut large buffers into by default on this transport."""
@@ -122,18 +87,7 @@ class Communicator:
     # -- sending ---------------------------------------------------------------------------
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
-        if not 0 <= dst < self.size:
-            raise InvalidPeer(self.rank, dst, "destination", self.size)
-        t0 = self._clock() if self.tracer.messages else 0
-        got = self.transport.send(dst, tag, x)
-        if type(got) is NoRoom:
-            got = self._wait_for_room(dst, tag, lambda: self.transport.send(dst, tag, x))
-        self.bytes_sent += x.nbytes
-        if self.tracer.messages:
-            self.tracer.add_ns(
-                "send", CAT_SEND, t0, self._clock(), dst, tag, x.nbytes, next(self._send_seq[dst, tag])
-            )
-        return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
+        return self._post(dst, tag, x.nbytes, True, self.transport.send, dst, tag, x)
 
     def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> Request:
         """Send `count` elements of `dtype` that `fill(out)` writes straight into the outgoing buffer.
@@ -142,59 +96,54 @@ class Communicator:
         peer (a reduction the ring forwards) is written once, where the peer reads it, instead of
         into a buffer and then copied into the ring. Otherwise `out` is a new array, sent as usual.
         """
-        if not 0 <= dst < self.size:
-            raise InvalidPeer(self.rank, dst, "destination", self.size)
         dtype = np.dtype(dtype)
-        out = self.transport.reserve(dst, count, dtype)
-        if type(out) is NoRoom:
-            out = self._wait_for_room(dst, tag, lambda: self.transport.reserve(dst, count, dtype))
+        out = self._with_room(dst, tag, self.transport.reserve, (dst, count, dtype))
         fill(out.array)
-        t0 = self._clock() if self.tracer.messages else 0
-        got = self.transport.send_reserved(out, tag)
-        if type(got) is NoRoom:
-            got = self._wait_for_room(dst, tag, lambda: self.transport.send_reserved(out, tag))
-        nbytes = out.array.nbytes
-        self.bytes_sent += nbytes
-        if self.tracer.messages:
+        return self._post(dst, tag, out.array.nbytes, True, self.transport.send_reserved, out, tag)
+
+    def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
+        self.isend(x, dst, tag).wait()
+
+    def _post(self, dst: int, tag: int, nbytes: int, is_array: bool, post, *args) -> Request:
+        """The one way out: `post(*args)` (a transport's send), retried until it finds room, then
+        counted (arrays only: `bytes_sent`) and traced; a request for its completion."""
+        traced = self.tracer.messages
+        t0 = self._clock() if traced else 0
+        got = self._with_room(dst, tag, post, args)
+        if is_array:
+            self.bytes_sent += nbytes
+        if traced:
             self.tracer.add_ns(
                 "send", CAT_SEND, t0, self._clock(), dst, tag, nbytes, next(self._send_seq[dst, tag])
             )
         return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
 
-    def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
-        self.isend(x, dst, tag).wait()
-
-    def _wait_for_room(self, dst: int, tag: int, attempt):
-        """Retry `attempt` until it finds room, and return what it returned; meanwhile take in
-        everything that arrives and detach parked messages from the transport's memory, so ranks
-        flooding each other all progress."""
+    def _with_room(self, dst: int, tag: int, attempt, args: tuple):
+        """What `attempt(*args)` returned once it found room (InvalidPeer for a `dst` out of range);
+        while there is none, take in everything that arrives and detach parked messages from the
+        transport's memory, so ranks flooding each other all progress."""
+        if not 0 <= dst < self.size:
+            raise InvalidPeer(self.rank, dst, "destination", self.size)
+        got = attempt(*args)
+        if type(got) is not NoRoom:
+            return got
         deadline = time.monotonic() + self.timeout_s
         while True:
-            self._detach_parked()
-            got = attempt()
+            self._drain()
+            for msg in itertools.chain.from_iterable(self._pending.values()):
+                msg.detach()
+            got = attempt(*args)
             if type(got) is not NoRoom:
                 return got
             self.check_abort(dst, tag, "room to send", direction="to")
             if time.monotonic() >= deadline:
+                what, ctx = f"room to send to rank {dst} (tag {tag}) in {got.where}", self.op_context(dst)
                 raise CommTimeout(
-                    self.rank,
-                    "send",
-                    dst,
-                    tag,
-                    self.timeout_s,
-                    what=f"room to send to rank {dst} (tag {tag}) in {got.where}",
-                    direction="to",
-                    context=self.op_context(dst),
+                    self.rank, "send", dst, tag, self.timeout_s, what=what, direction="to", context=ctx
                 )
             msg = self.transport.receive(ROOM_POLL_MS)
             if msg is not None:
                 self._pending[(msg.src, msg.tag)].append(msg)
-
-    def _detach_parked(self) -> None:
-        self._drain()
-        for q in self._pending.values():
-            for msg in q:
-                msg.detach()
 
     # -- receiving -------------------------------------------------------------------------
     def check_abort(
@@ -203,18 +152,11 @@ class Communicator:
         """Raise PeerLost if the launcher has aborted the run; name what this rank was waiting for.
 
         A node that waits on its own sockets (a server loop) calls this between polls."""
-        if self.control is not None:
-            reason = self.control.abort_reason()
-            if reason:
-                raise PeerLost(
-                    self.rank,
-                    reason,
-                    peer=src,
-                    tag=tag,
-                    op=op,
-                    direction=direction,
-                    context=self.op_context(src),
-                )
+        reason = self.control.abort_reason() if self.control is not None else None
+        if reason:
+            raise PeerLost(
+                self.rank, reason, peer=src, tag=tag, op=op, direction=direction, context=self.op_context(src)
+            )
 
     def _drain(self) -> None:
         """Park every message that has already arrived (non-blocking)."""
@@ -227,50 +169,43 @@ class Communicator:
         self._drain()
         return bool(self._pending.get((src, tag)))
 
-    def _take(self, src: int, tag: int, op: str, timeout_s: float | None) -> Message:
-        """The next message from (src, tag), waiting up to the timeout."""
+    def _take(self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = KIND_ARRAY) -> Message:
+        """The next message from (src, tag), of `kind` (MessageMismatch otherwise), waiting up to
+        the timeout and parking the others; traced as one `recv_wait` (zero-length if it was parked)."""
+        traced = self.tracer.messages
         q = self._pending.get((src, tag))
         if q:
-            msg = q.popleft()
-            if self.tracer.messages:  # parked: taken without waiting, still one receive to pair
-                msg.landed()
-                now = self._clock()
-                self.tracer.add_ns("recv_wait", CAT_WAIT, now, now, src, tag, next(self._recv_seq[src, tag]))
-            return msg
-        if not 0 <= src < self.size:
-            raise InvalidPeer(self.rank, src, "source", self.size)
-        timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        t0 = self._clock() if self.tracer.messages else 0
-        deadline = time.monotonic() + timeout_s
-        receive, pending = self.transport.receive, self._pending
-        while True:
-            msg = receive(SLICE_MS)
-            if msg is None:
-                self.check_abort(src, tag, op)
-                if time.monotonic() >= deadline:
-                    raise CommTimeout(self.rank, op, src, tag, timeout_s, context=self.op_context(src))
-            elif msg.src == src and msg.tag == tag:
-                break
-            else:
-                pending[(msg.src, msg.tag)].append(msg)
-        if self.tracer.messages:
-            msg.landed()
+            msg, t0 = q.popleft(), None
+        else:
+            if not 0 <= src < self.size:
+                raise InvalidPeer(self.rank, src, "source", self.size)
+            timeout_s = self.timeout_s if timeout_s is None else timeout_s
+            t0 = self._clock() if traced else 0
+            deadline = time.monotonic() + timeout_s
+            receive, pending = self.transport.receive, self._pending
+            while True:
+                msg = receive(SLICE_MS)
+                if msg is None:
+                    self.check_abort(src, tag, op)
+                    if time.monotonic() >= deadline:
+                        raise CommTimeout(self.rank, op, src, tag, timeout_s, context=self.op_context(src))
+                elif msg.src == src and msg.tag == tag:
+                    break
+                else:
+                    pending[(msg.src, msg.tag)].append(msg)
+        if traced:
+            msg.landed()  # the simulator's receiver waits for the arrival here
+            t1 = self._clock()
             self.tracer.add_ns(
-                "recv_wait", CAT_WAIT, t0, self._clock(), src, tag, next(self._recv_seq[src, tag])
+                "recv_wait", CAT_WAIT, t1 if t0 is None else t0, t1, src, tag, next(self._recv_seq[src, tag])
             )
-        return msg
-
-    def _expect(self, msg: Message, kind: str) -> None:
         if msg.kind != kind:
             msg.release()
+            got = f"expected {KIND_NAMES[kind]} from rank {msg.src} tag {msg.tag}, got {KIND_NAMES[msg.kind]}"
             raise MessageMismatch(
-                f"rank {self.rank}: expected {'an array' if kind == KIND_ARRAY else 'an object'} from "
-                f"rank {msg.src} tag {msg.tag}, got {'an array' if msg.kind == KIND_ARRAY else 'an object'}",
-                rank=self.rank,
-                peer=msg.src,
-                direction="from",
-                tag=msg.tag,
+                f"rank {self.rank}: {got}", rank=self.rank, peer=msg.src, direction="from", tag=msg.tag
             )
+        return msg
 
     def recv(
         self, src: int, tag: int = 0, out: np.ndarray | None = None, timeout_s: float | None = None
@@ -278,8 +213,6 @@ class Communicator:
         """The next array from `src` with `tag`: into `out` if given, else a read-only array
         (zero-copy over ZeroMQ)."""
         msg = self._take(src, tag, "recv", timeout_s)
-        if msg.kind != KIND_ARRAY:
-            self._expect(msg, KIND_ARRAY)
         self.bytes_received += msg.count * msg.dtype.itemsize
         if out is None:
             return msg.owned_array()
@@ -293,8 +226,6 @@ class Communicator:
         defaults to target itself), or a copy when ufunc is None. Returns the element count
         received; `target` is left alone when that differs from its size (the caller reports it)."""
         msg = self._take(src, tag, "recv", None)
-        if msg.kind != KIND_ARRAY:
-            self._expect(msg, KIND_ARRAY)
         count = msg.count
         self.bytes_received += count * msg.dtype.itemsize
         if count != target.size:
@@ -322,21 +253,11 @@ class Communicator:
     # -- small JSON objects and synchronisation --------------------------------------------
     def send_obj(self, obj, dst: int, tag: int = 0) -> None:
         """Send a small JSON-able object (control data, never bulk arrays)."""
-        if not 0 <= dst < self.size:
-            raise InvalidPeer(self.rank, dst, "destination", self.size)
         body = json.dumps(obj).encode()
-        t0 = self._clock() if self.tracer.messages else 0
-        if type(self.transport.send_obj(dst, tag, body)) is NoRoom:
-            self._wait_for_room(dst, tag, lambda: self.transport.send_obj(dst, tag, body))
-        if self.tracer.messages:
-            self.tracer.add_ns(
-                "send", CAT_SEND, t0, self._clock(), dst, tag, len(body), next(self._send_seq[dst, tag])
-            )
+        self._post(dst, tag, len(body), False, self.transport.send_obj, dst, tag, body)
 
     def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):
-        msg = self._take(src, tag, "recv_obj", timeout_s)
-        self._expect(msg, KIND_OBJ)
-        return msg.obj()
+        return self._take(src, tag, "recv_obj", timeout_s, KIND_OBJ).obj()
 
     def bcast_obj(self, obj=None, root: int = 0):
         if self.rank == root:

@@ -123,7 +123,7 @@ class DelayedTransport:
     def _array_frames(self, tag: int, x: np.ndarray, owned: bool) -> tuple:
         if x.nbytes < ZERO_COPY_MIN_BYTES:
             return (wire.encode_inline(self.rank, tag, x),)
-        header = wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape)
+        header = wire.encode_header(self.rank, tag, wire.KIND_ARRAY_FRAME, x.dtype, x.shape)
         return (header, x if owned else x.copy())
 
     def send(self, dst: int, tag: int, x: np.ndarray):

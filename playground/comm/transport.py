@@ -29,8 +29,9 @@ from typing import Protocol
 
 import numpy as np
 
-KIND_ARRAY = "array"
+KIND_ARRAY = "array"  # a Message's kind: what the receiver gets (wire.py's kinds say how it travels)
 KIND_OBJ = "obj"
+KIND_NAMES = {KIND_ARRAY: "an array", KIND_OBJ: "an object"}  # as an error says them
 
 
 class NoRoom:

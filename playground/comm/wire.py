@@ -2,12 +2,14 @@
 
 A data message starts with a fixed-layout header: src u16, tag i32, kind u8, ndim u8, dtype as an
 8-byte string (numpy `dtype.str`), shape as i64 x ndim. `kind` says where the payload is:
-INLINE    the array's bytes follow the header in the same frame (small arrays: one frame is
-          cheaper than two)
-ARRAY     the array's bytes are the next frame (large arrays, sent zero-copy)
-JSON      the next frame is UTF-8 JSON, for small control objects (pickle never touches the wire)
-SHM       the payload is a descriptor of a shared-memory slot holding the bytes (shm.py)
-JSON_SHM  as SHM, but the slot holds UTF-8 JSON (an object too large for one mailbox record)
+INLINE       the array's bytes follow the header in the same frame (small arrays: one frame is
+             cheaper than two)
+ARRAY_FRAME  the array's bytes are the next frame (large arrays, sent zero-copy)
+JSON         the next frame is UTF-8 JSON, for small control objects (pickle never touches the wire)
+SHM          the payload is a descriptor of a shared-memory slot holding the bytes (shm.py)
+JSON_SHM     as SHM, but the slot holds UTF-8 JSON (an object too large for one mailbox record)
+(These say how a message travels; the communicator's KIND_ARRAY / KIND_OBJ, transport.py, say what
+the receiver gets.)
 
 On one host with shared memory, header and payload travel together as one mailbox record
 (mailbox.py): `decode_record` splits them.
@@ -24,12 +26,12 @@ import numpy as np
 
 from playground.errors import WireError
 
-KIND_ARRAY = 0
+KIND_ARRAY_FRAME = 0
 KIND_JSON = 1
 KIND_SHM = 2
 KIND_INLINE = 3
 KIND_JSON_SHM = 4
-KINDS = (KIND_ARRAY, KIND_JSON, KIND_SHM, KIND_INLINE, KIND_JSON_SHM)
+KINDS = (KIND_ARRAY_FRAME, KIND_JSON, KIND_SHM, KIND_INLINE, KIND_JSON_SHM)
 MAX_NDIM = 32  # numpy's
 _MAX_CACHED_DTYPES = 64  # a stream of distinct garbage dtypes must not grow the cache without bound
 

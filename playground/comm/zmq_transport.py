@@ -153,7 +153,7 @@ class ZmqTransport(PlainReserve):
                 return COMPLETE
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
-        sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY, x.dtype, x.shape), zmq.SNDMORE)
+        sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY_FRAME, x.dtype, x.shape), zmq.SNDMORE)
         return _Tracked(sock.send(x, copy=False, track=True))
 
     def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing:
@@ -208,7 +208,7 @@ class ZmqTransport(PlainReserve):
                 src, tag, KIND_ARRAY, dtype, shape, memoryview(first)[wire.header_size(len(shape)) :]
             )
         ringed = kind == wire.KIND_SHM and self.channels is not None  # a descriptor of ring bytes
-        if kind not in (wire.KIND_ARRAY, wire.KIND_JSON) and not ringed:
+        if kind not in (wire.KIND_ARRAY_FRAME, wire.KIND_JSON) and not ringed:
             self.discard_rest(more)
             raise self.wire_error(
                 f"from rank {src} tag {tag}: kind {kind} is a shared-memory message, not sent over ZeroMQ"
@@ -217,7 +217,7 @@ class ZmqTransport(PlainReserve):
             raise self.wire_error(
                 f"from rank {src} tag {tag}: a header without the payload frame that must follow it"
             )
-        if kind == wire.KIND_ARRAY:
+        if kind == wire.KIND_ARRAY_FRAME:
             self._unread = _FrameMessage(self, src, tag, dtype, shape)
             return self._unread
         body = self._data.recv()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from playground.errors import UsageError
-from playground.kvcache.block_manager import BlockManager, cdiv
+from playground.kvcache.block_manager import BlockManager
 from playground.kvcache.contiguous import ContiguousAllocator
 
 
@@ -66,8 +66,3 @@ def make_policy(
     if policy is None:
         raise UsageError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")
     return policy.make(capacity_tokens, block_size, enable_prefix_caching, max_new_tokens, growth)
-
-
-def pages(slots: int, block_size: int) -> int:
-    """Slots expressed in whole pages, to compare contiguous runs with paged blocks."""
-    return cdiv(slots, block_size)

@@ -5,7 +5,6 @@ two pages from two machines can be set side by side. summary.md has the same tab
 images linked from the run directories beside it.
 """
 
-import base64
 import html
 import time
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from pathlib import Path
 from playground.lecture.figures import FigureRow
 from playground.lecture.plan import Section
 from playground.lecture.runner import Outcome
-from playground.report import format_cell
+from playground.report import data_uri, format_cell, html_table, table_columns
 
 TITLE = "P4 · A crash course on computer systems, measured"
 FIGURE_COLUMNS = ("figure", "lecture", "this machine", "model")
@@ -70,11 +69,6 @@ class Page:
         return " · ".join(parts)
 
 
-def table_columns(table: dict) -> dict[str, str]:
-    rows = table.get("rows") or []
-    return table.get("columns") or ({k: k for k in rows[0]} if rows else {})
-
-
 # -- HTML ----------------------------------------------------------------------------------------
 
 CSS = """
@@ -100,34 +94,6 @@ nav a { margin-right: 1em; } .scenario { border-left: 3px solid #e4e4ea; padding
 
 def _esc(value) -> str:
     return html.escape(str(value))
-
-
-_MIME = {".png": "image/png", ".svg": "image/svg+xml"}
-
-
-def _data_uri(path: Path) -> str:
-    """The image inside the page; an SVG in an <img> runs no script and fetches nothing."""
-    mime = _MIME.get(path.suffix.lower(), "image/png")
-    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-
-
-def _html_table(table: dict) -> str:
-    columns = table_columns(table)
-    rows = table.get("rows") or []
-    out = [f'<div class="wide"><table><caption>{_esc(table.get("title", ""))}</caption><tr>']
-    out += [f"<th>{_esc(h)}</th>" for h in columns.values()]
-    out.append("</tr>")
-    for row in rows:
-        out.append("<tr>")
-        for key in columns:
-            v = row.get(key)
-            num = isinstance(v, (int, float)) and not isinstance(v, bool)
-            out.append(
-                f'<td class="num">{_esc(format_cell(v))}</td>' if num else f"<td>{_esc(format_cell(v))}</td>"
-            )
-        out.append("</tr>")
-    out.append("</table></div>")
-    return "".join(out)
 
 
 def _html_figures(rows: list[FigureRow]) -> str:
@@ -173,10 +139,10 @@ def _html_scenario(block: ScenarioBlock, anchor: str) -> str:
         out.append(f"<p>rerun it alone: <code>{_esc(o.command)}</code>; its output: {_esc(o.log)}</p>")
     for img in block.images:
         css = ' class="diagram"' if img.suffix.lower() == ".svg" else ""  # diagrams side by side
-        out.append(f'<figure{css}><img src="{_data_uri(img)}" alt="{_esc(img.stem)}">')
+        out.append(f'<figure{css}><img src="{data_uri(img)}" alt="{_esc(img.stem)}">')
         out.append(f"<figcaption>{_esc(block.captions.get(img) or img.name)}</figcaption></figure>")
     if block.result:
-        out += [_html_table(t) for t in block.result.get("tables") or [] if t.get("rows")]
+        out += [html_table(t) for t in block.result.get("tables") or [] if t.get("rows")]
         notes = block.result.get("notes") or []
         if notes:
             out.append('<ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>")

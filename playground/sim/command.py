@@ -15,13 +15,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import yaml
+from rich.console import Console
 from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
 from playground.collectives.bench_report import COLUMNS, with_model_columns, wrong_row_failures
 from playground.errors import ScenarioError
 from playground.report import Report, Table, make_console, progress_bar, render_report
-from playground.rundir import EXIT_FAILED, EXIT_OK, make_run_dir, write_result
+from playground.rundir import EXIT_FAILED, EXIT_OK, Finished, make_run_dir, write_result
 from playground.sim import model
 from playground.sim.driver import DATA_MAX_RANKS, simulate, wants_data
 from playground.sim.options import SimSpec, resolve
@@ -76,8 +77,14 @@ def add_simulate_parser(sub, func) -> None:
 
 
 def run_simulate(args) -> int:
+    return simulate_sweep(args).code
+
+
+def simulate_sweep(args, console: Console | None = None) -> Finished:
+    """`simulate` from its parsed command line: every point simulated, the table printed on
+    `console`, result.json written."""
     spec = resolve(args)
-    console, err = make_console(), make_console(stderr=True)
+    console, err = console or make_console(), make_console(stderr=True)
     run_dir = make_run_dir(Path(args.out), f"simulate-{spec.collective}")
     (run_dir / "simulation.yaml").write_text(yaml.safe_dump(_describe(spec), sort_keys=False))
     console.print(
@@ -122,7 +129,7 @@ def run_simulate(args) -> int:
     }
     write_result(run_dir, result)
     console.print(f"logs: {run_dir}", highlight=False)
-    return EXIT_OK if report.ok else EXIT_FAILED
+    return Finished(EXIT_OK if report.ok else EXIT_FAILED, result)
 
 
 class _Sweep:

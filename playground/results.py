@@ -216,7 +216,11 @@ def result_markdown(run_dir: Path) -> str:
         if not t["rows"]:
             continue
         columns = t.get("columns") or {k: k for k in t["rows"][0]}
-        out += [f"**{t['title']}**\n", "| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
+        out += [
+            f"**{t['title']}**\n",
+            "| " + " | ".join(columns.values()) + " |",
+            "|" + "---|" * len(columns),
+        ]
         out += ["| " + " | ".join(format_cell(r.get(k)) for k in columns) + " |" for r in t["rows"]]
         out.append("")
     out += [f"- {n}" for n in result.get("notes") or []]

@@ -11,7 +11,7 @@ import pytest
 from playground.kvcache import protocol as P
 from playground.kvcache.client import LocalClient
 from playground.kvcache.scheduler import EngineConfig
-from playground.kvcache.server import Server
+from playground.kvcache.server import ModelServer, Server
 from playground.transformer import ModelConfig, Transformer, generate
 
 CONFIG = ModelConfig(layers=2, d_model=32, heads=4, context=48)
@@ -28,14 +28,13 @@ class Clock:
 
 
 def serve(policy, capacity=400, block_size=4, prefix=False, kernel="native", clock=None, **engine):
-    return Server(
+    return ModelServer(
         policy,
-        capacity_tokens=capacity,
-        block_size=block_size,
-        width=None,
+        capacity,
+        block_size,
+        MODEL,
         enable_prefix_caching=prefix,
         max_new_tokens=64,
-        model=MODEL,
         check_invariants=True,
         engine_config=EngineConfig(kernel=kernel, **engine),
         **({"clock": clock} if clock else {}),
@@ -119,26 +118,27 @@ def test_a_prompt_found_whole_in_the_cache_recomputes_its_last_token_only():
     assert_nothing_held(server)
 
 
-def test_n_samples_fork_the_prompt_and_match_separate_requests_lecture_45():
+def test_n_samples_fork_the_prompt_and_match_copies_and_separate_requests_lecture_45():
     """Lecture 4.5 with generated tokens: a 100-token prompt, 4 samples of 10 -> 10 pages forked,
-    28 pages as 4 separate requests (the 10th token's KV is never written)."""
+    28 pages as 4 copies of the prompt (share_prompt false) or 4 separate requests (the 10th
+    token's KV is never written)."""
     config = ModelConfig(layers=2, d_model=32, heads=4, context=128)
     model = Transformer(config, seed=2)
     prompt = list(range(100))
     pages = {}
-    for mode in ("fork", "copies"):
-        server = Server("paged", 4096, 16, None, model=model, check_invariants=True)
+    for mode in ("fork", "copies", "separate"):
+        server = ModelServer("paged", 4096, 16, model, check_invariants=True)
         client = LocalClient(server)
-        if mode == "fork":
-            ids = [client.submit(prompt, 10, n=4, temperature=1.0, seed=7)]
-        else:
+        if mode == "separate":  # sample i of the others is request i with seed + i
             ids = [client.submit(prompt, 10, temperature=1.0, seed=7 + i) for i in range(4)]
+        else:
+            ids = [client.submit(prompt, 10, n=4, temperature=1.0, seed=7, share_prompt=mode == "fork")]
         replies = client.collect(ids)
         tokens = [t for rid in ids for t in replies[rid]["tokens"]]
         pages[mode] = (server.stats()["engine"]["peak_allocated_slots"] // 16, tokens)
         assert_nothing_held(server)
-    assert pages["fork"][0] == 10 and pages["copies"][0] == 28
-    assert pages["fork"][1] == pages["copies"][1]  # sample i of the fork == request with seed + i
+    assert pages["fork"][0] == 10 and pages["copies"][0] == pages["separate"][0] == 28
+    assert pages["fork"][1] == pages["copies"][1] == pages["separate"][1]
 
 
 def test_generate_error_replies_and_the_server_goes_on():

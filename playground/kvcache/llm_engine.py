@@ -10,6 +10,9 @@ The n samples of a request share the prompt: it is prefilled once, as one sequen
 into n after its first step (`policy.fork`: the paged policy shares every block and copies the
 partly filled last one on its first write; the contiguous policies copy the run). A child that
 cannot be forked (no room for its copy) waits and is recomputed later, as a preempted one is.
+With `share_prompt` false the n samples are n sequences from the start, each prefilled with its
+own copy of the prompt (exercise 10's "unshared"; with prefix caching they still share its full
+blocks, as vLLM v1 runs n > 1).
 The engine lives in the server (server.py); `step` is called between two polls of its socket.
 """
 
@@ -62,9 +65,10 @@ class LLMEngine:
     def add_request(self, client: bytes, reply_id, prompt: list[int], params: SamplingParams) -> Request:
         request = Request(self.next_request_id, client, reply_id, list(prompt), params, self.clock())
         self.next_request_id += 1
-        (seq_id,) = self.new_seq_ids(1)
-        request.seqs.append(Sequence(seq_id, request, 0, request.prompt))
-        self.scheduler.add(request.seqs[0])
+        shared = params.share_prompt or params.n == 1
+        for sample, seq_id in enumerate(self.new_seq_ids(1 if shared else params.n)):
+            request.seqs.append(Sequence(seq_id, request, sample, request.prompt))
+            self.scheduler.add(request.seqs[-1])
         self.requests[request.request_id] = request
         return request
 

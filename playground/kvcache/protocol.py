@@ -130,6 +130,15 @@ def get_number(header: dict, name: str, minimum: float, default: float) -> float
     return float(value)
 
 
+def get_bool(header: dict, name: str, default: bool) -> bool:
+    value = header.get(name, default)
+    if not isinstance(value, bool):
+        raise ProtocolError(
+            BAD_REQUEST, f"{header['op']}: field {name!r} must be true or false, got {value!r}"
+        )
+    return value
+
+
 def get_prompt(header: dict, vocab_size: int) -> list[int]:
     """generate's `prompt`: a string (its UTF-8 bytes are the tokens) or a list of token ids."""
     value = header.get("prompt")

@@ -32,6 +32,7 @@ class SamplingParams:
     n: int = 1
     temperature: float = 0.0
     seed: int = 0
+    share_prompt: bool = True  # the n samples fork from one prefill; False: each its own copy
 
 
 @dataclass(eq=False)

@@ -101,7 +101,7 @@ def run_section46(comm, client: KVClient, p, checker: Checker) -> dict:
 
 
 def run_samples(comm, client: KVClient, p, checker: Checker) -> dict:
-    """Rank 1: one prompt, its n samples forked in one request, then as n separate requests."""
+    """Rank 1: one prompt, its n samples as n copies of the prompt, then forked from one."""
     if comm.rank != 1:
         return {"idle": True}
     prompt = text_prompt(1, p.sample_prompt_tokens)
@@ -109,15 +109,15 @@ def run_samples(comm, client: KVClient, p, checker: Checker) -> dict:
     for mode in ("copies", "fork"):
         before, _ = client.check("stats", reset_peaks=True)
         t0 = time.monotonic()
-        if mode == "fork":
-            ids = [client.submit(prompt, p.sample_tokens, n=p.n, temperature=p.temperature, seed=p.seed)]
-        else:  # request i draws from the same generator as sample i of the forked request
-            ids = [
-                client.submit(prompt, p.sample_tokens, n=1, temperature=p.temperature, seed=p.seed + i)
-                for i in range(p.n)
-            ]
-        got = client.collect(ids)
-        replies = [got[rid] for rid in ids]
+        rid = client.submit(
+            prompt,
+            p.sample_tokens,
+            n=p.n,
+            temperature=p.temperature,
+            seed=p.seed,
+            share_prompt=mode == "fork",
+        )
+        replies = [client.collect([rid])[rid]]
         elapsed_s = time.monotonic() - t0
         stats, _ = client.check("stats")
         for header in replies:

@@ -10,8 +10,8 @@ says.
 from dataclasses import replace
 
 from playground.errors import ParamError
+from playground.kvcache.model_server import ModelServer
 from playground.kvcache.scheduler import DEFAULT_ENGINE
-from playground.kvcache.server import Server
 from playground.transformer.checkpoint import load_model
 from playground.transformer.config import ModelConfig
 from playground.transformer.model import Transformer
@@ -53,7 +53,7 @@ def setups(p) -> list[tuple[str, bool]]:
     return [(policy, c) for policy in p.policies for c in caching if not (c and policy != "paged")]
 
 
-def new_serving_server(p, policy: str, prefix_caching: bool, model: Transformer) -> Server:
+def new_serving_server(p, policy: str, prefix_caching: bool, model: Transformer) -> ModelServer:
     engine = replace(
         DEFAULT_ENGINE,
         max_num_seqs=p.max_num_seqs,
@@ -61,15 +61,14 @@ def new_serving_server(p, policy: str, prefix_caching: bool, model: Transformer)
         watermark=p.watermark,
         kernel=p.kernel,
     )
-    return Server(
+    return ModelServer(
         policy,
         p.capacity_tokens,
         p.block_size,
-        None,
-        p.lease_s,
-        prefix_caching,
-        p.max_new_tokens,
+        model,
+        lease_s=p.lease_s,
+        enable_prefix_caching=prefix_caching,
+        max_new_tokens=p.max_new_tokens,
         check_invariants=p.check_invariants,
-        model=model,
         engine_config=engine,
     )

@@ -5,7 +5,7 @@ Checks: every setup generated the same tokens for the same request; the samples 
 compared with dense generation (`verify_every`) were equal; nothing is held once every request
 finished; no internal error; on the `samples` workload with the paged policy, the pages the
 server held at its peak equal exercise 10's (600 copies, 166 forked at block 16), and the forked
-samples equal the separate requests token for token.
+samples equal the copies token for token.
 """
 
 from pathlib import Path
@@ -130,7 +130,7 @@ def _samples(params, per_setup: list[dict]) -> tuple[list[Table], list[str], lis
         fork = [d for r in modes[1]["requests"] for d in r["digests"]]
         copies = [d for r in modes[0]["requests"] for d in r["digests"]]
         if fork != copies:
-            failures.append(f"{s['policy']}: the forked samples differ from the separate requests")
+            failures.append(f"{s['policy']}: the forked samples differ from the copies")
     notes = [
         f"{params.sample_prompt_tokens}-token prompt, {params.n} samples of {params.sample_tokens} tokens (the "
         f"last token's KV is never written), block {params.block_size}: exercise 10 expects {expected['unshared']} "

@@ -103,6 +103,27 @@ static inline int64_t run_slot(const Pool *p, const int64_t *t, Py_ssize_t r) {
     return p->block_size ? t[r] * p->block_size : t[0];
 }
 
+/* The runs r0 .. r0 + streams of a sequence (table t, n tokens): where each starts in `plane`, how
+ * many tokens it holds, and where its scores go. */
+typedef struct {
+    Py_ssize_t count;
+    const float *rows[MAX_STREAMS];
+    float *scores[MAX_STREAMS];
+    Py_ssize_t len[MAX_STREAMS];
+} Group;
+
+static void group(const Pool *p, const int64_t *t, const float *plane, Py_ssize_t r0, Py_ssize_t num_runs,
+                  Py_ssize_t run_len, Py_ssize_t n, float *scores, Group *g) {
+    const Py_ssize_t row = p->heads * p->head_dim;
+    g->count = num_runs - r0 < p->streams ? num_runs - r0 : p->streams;
+    for (Py_ssize_t x = 0; x < g->count; x++) {
+        const Py_ssize_t first = (r0 + x) * run_len;
+        g->len[x] = n - first < run_len ? n - first : run_len;
+        g->rows[x] = plane + run_slot(p, t, r0 + x) * row;
+        g->scores[x] = scores + first * p->heads;
+    }
+}
+
 static void attend_one(const Pool *p, Py_ssize_t i, const float *q_in, float *out, float *q, float *scores,
                        double *sums, float *maxes) {
     const Py_ssize_t H = p->heads, hd = p->head_dim, row = H * hd, n = p->lens[i];
@@ -115,22 +136,14 @@ static void attend_one(const Pool *p, Py_ssize_t i, const float *q_in, float *ou
     for (Py_ssize_t h = 0; h < H; h++) maxes[h] = -INFINITY;
     /* pass 1: scores, `streams` runs at a time, token by token across them */
     const Py_ssize_t num_runs = (n + run_len - 1) / run_len;
+    Group g;
     for (Py_ssize_t r0 = 0; r0 < num_runs; r0 += p->streams) {
-        const Py_ssize_t g = num_runs - r0 < p->streams ? num_runs - r0 : p->streams;
-        const float *k[MAX_STREAMS];
-        float *s[MAX_STREAMS];
-        Py_ssize_t len[MAX_STREAMS];
-        for (Py_ssize_t x = 0; x < g; x++) {
-            const Py_ssize_t first = (r0 + x) * run_len;
-            len[x] = n - first < run_len ? n - first : run_len;
-            k[x] = p->keys + run_slot(p, t, r0 + x) * row;
-            s[x] = scores + first * H;
-        }
+        group(p, t, p->keys, r0, num_runs, run_len, n, scores, &g);
         for (Py_ssize_t j = 0; j < run_len; j++) {
-            for (Py_ssize_t x = 0; x < g; x++) {
-                if (j >= len[x]) continue;
-                const float *kj = k[x] + j * row;
-                float *sj = s[x] + j * H;
+            for (Py_ssize_t x = 0; x < g.count; x++) {
+                if (j >= g.len[x]) continue;
+                const float *kj = g.rows[x] + j * row;
+                float *sj = g.scores[x] + j * H;
                 for (Py_ssize_t h = 0; h < H; h++) {
                     float v = dot(q + h * hd, kj + h * hd, hd);
                     sj[h] = v;
@@ -150,20 +163,12 @@ static void attend_one(const Pool *p, Py_ssize_t i, const float *q_in, float *ou
     }
     /* pass 3: the weighted values, the same way */
     for (Py_ssize_t r0 = 0; r0 < num_runs; r0 += p->streams) {
-        const Py_ssize_t g = num_runs - r0 < p->streams ? num_runs - r0 : p->streams;
-        const float *v[MAX_STREAMS];
-        const float *s[MAX_STREAMS];
-        Py_ssize_t len[MAX_STREAMS];
-        for (Py_ssize_t x = 0; x < g; x++) {
-            const Py_ssize_t first = (r0 + x) * run_len;
-            len[x] = n - first < run_len ? n - first : run_len;
-            v[x] = p->values + run_slot(p, t, r0 + x) * row;
-            s[x] = scores + first * H;
-        }
+        group(p, t, p->values, r0, num_runs, run_len, n, scores, &g);
         for (Py_ssize_t j = 0; j < run_len; j++) {
-            for (Py_ssize_t x = 0; x < g; x++) {
-                if (j >= len[x]) continue;
-                for (Py_ssize_t h = 0; h < H; h++) axpy(out + h * hd, s[x][j * H + h], v[x] + j * row + h * hd, hd);
+            for (Py_ssize_t x = 0; x < g.count; x++) {
+                if (j >= g.len[x]) continue;
+                const float *vj = g.rows[x] + j * row, *sj = g.scores[x] + j * H;
+                for (Py_ssize_t h = 0; h < H; h++) axpy(out + h * hd, sj[h], vj + h * hd, hd);
             }
         }
     }

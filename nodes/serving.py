@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import LabError, ParamError
+from playground.errors import ParamError
 from playground.kvcache import kvcache_stats, serving_clients, serving_host, serving_report
 from playground.kvcache.attention import KERNELS
 from playground.kvcache.client import KVClient
-from playground.kvcache.host import TAG_RESULT, ServerThread, collect
-from playground.kvcache.policies import POLICIES, PolicyName
+from playground.kvcache.host import TAG_RESULT, collect, start_server_thread
+from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
 from playground.report import Report
 from playground.transformer.blas import pin_blas_threads
 
@@ -72,14 +72,7 @@ class Params:
         for name in positive.split():
             if getattr(self, name) < 1:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
-        if not self.policies or len(set(self.policies)) != len(self.policies):
-            raise ParamError("policies", f"a non-empty list without repeats, got {list(self.policies)}")
-        if self.prompt_max < self.prompt_min:
-            raise ParamError(
-                "prompt_max", f"must be >= prompt_min ({self.prompt_min}), got {self.prompt_max}"
-            )
-        if self.block_size > self.capacity_tokens:
-            raise ParamError("block_size", f"must be <= capacity_tokens, got {self.block_size}")
+        check_pool_params(self)
         if not self.batch_sizes or min(self.batch_sizes) < 1:
             raise ParamError("batch_sizes", f"a non-empty list of sizes >= 1, got {list(self.batch_sizes)}")
         if not 0 <= self.watermark < 1:
@@ -111,15 +104,9 @@ def main(comm, params: Params) -> dict:
 def _serve(comm, p: Params) -> dict:
     model = serving_host.served_model(p)
     setups = serving_host.setups(p)
-    bind = "tcp://127.0.0.1:*" if p.endpoint == "tcp" else f"ipc://{comm.run_dir}/serving.sock"
-    thread = ServerThread(bind)
-    thread.server = serving_host.new_serving_server(p, *setups[0], model)
-    thread.start()
-    if not thread.ready.wait(comm.timeout_s) or thread.error:
-        raise LabError(
-            f"server did not start on {bind}: {thread.error or 'timed out'}", step="serving server"
-        )
-    comm.bcast_obj(thread.address)
+    thread = start_server_thread(
+        comm, p.endpoint, serving_host.new_serving_server(p, *setups[0], model), "serving"
+    )
     per_setup = []
     try:
         for policy, caching in setups:
@@ -166,7 +153,6 @@ def _client(comm, p: Params) -> dict:
         client.ping()
         for _setup in serving_host.setups(p):  # the server is swapped between barriers
             comm.barrier()
-            client.latencies_us.clear()
             result = serving_clients.run_workload(comm, client, p, model)
             comm.send_obj(result, 0, TAG_RESULT)
     finally:

@@ -34,7 +34,7 @@ def test_section46_small_every_policy_generates_the_same_checked_tokens(tmp_path
     rows = {r["policy"]: r for r in result["rows"]}
     assert set(rows) == {"paged", "contiguous", "reserve_max"}
     assert all(r["done"] == 12 and r["failed"] == 0 for r in rows.values())
-    assert rows["paged"]["peak_seqs"] > rows["reserve_max"]["peak_seqs"]
+    assert rows["reserve_max"]["peak_seqs"] <= 1200 // (10 + 64)  # each reserves prompt + max_new_tokens
     assert len({r["generated_tokens"] for r in rows.values()}) == 1
     assert (tmp_path / "latest" / "serving-memory.png").stat().st_size > 0
 

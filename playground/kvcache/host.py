@@ -63,6 +63,21 @@ class ServerThread(threading.Thread):
             ctx.term()
 
 
+def start_server_thread(comm, endpoint: str, server, name: str) -> ServerThread:
+    """Rank 0: `server` on a thread of its own bound to tcp or to an ipc path in the run directory;
+    its address is broadcast to the clients (they call `comm.bcast_obj(None)`)."""
+    bind = "tcp://127.0.0.1:*" if endpoint == "tcp" else f"ipc://{comm.run_dir}/{name}.sock"
+    thread = ServerThread(bind)
+    thread.server = server
+    thread.start()
+    if not thread.ready.wait(comm.timeout_s) or thread.error:
+        raise LabError(
+            f"{name} server did not start on {bind}: {thread.error or 'timed out'}", step=f"{name} server"
+        )
+    comm.bcast_obj(thread.address)
+    return thread
+
+
 def new_server(p, policy: str) -> Server:
     """An empty server for `policy`, sized and configured by the node's Params `p`."""
     return Server(

@@ -22,7 +22,7 @@
  * With blocks of a few KiB those restarts cost the paged layout up to 2x here (docs/serving.md).
  * So both passes read `streams` runs at once, token j of each in turn: the prefetcher follows
  * several runs and their restarts overlap, as the warps of vLLM's kernel read different blocks at
- * once. streams = 0 picks enough that one row of each makes 4 KiB in flight (FRONT_BYTES); a
+ * once. streams = 0 picks enough that one row of each makes 2 KiB in flight (FRONT_BYTES); a
  * contiguous sequence is one run, read as before. Software prefetch of the next block through the
  * table was tried first and did not help here.
  *
@@ -90,9 +90,9 @@ typedef struct {
 } Pool;
 
 #define MAX_STREAMS 16
-#define FRONT_BYTES 4096
+#define FRONT_BYTES 2048
 
-/* Blocks read at once: enough that one row of each makes a page (4 KiB) of loads in flight. */
+/* Blocks read at once: enough that one row of each makes 2 KiB of loads in flight (rows of 2 KiB: one). */
 static Py_ssize_t auto_streams(Py_ssize_t row_bytes) {
     Py_ssize_t s = FRONT_BYTES / row_bytes;
     return s < 1 ? 1 : (s > MAX_STREAMS ? MAX_STREAMS : s);

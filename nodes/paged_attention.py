@@ -15,6 +15,8 @@ from playground.kvcache import attention_bench, attention_report
 from playground.kvcache.attention import KERNELS
 from playground.params import Ranks
 from playground.report import Report
+from playground.sizes import Size
+from playground.transformer.blas import pin_blas_threads
 
 RANKS = Ranks(1, "the attention kernel is timed on one core")
 
@@ -26,7 +28,7 @@ class Params:
     kernels: tuple[Literal[KERNELS], ...] = KERNELS  # native (C) always; numpy beside it at block 16
     heads: int = 8  # heads of one layer's keys and values
     head_dim: int = 64  # floats per head
-    tokens: int = 16384  # tokens in the pool per context (x heads x head_dim x 8 bytes)
+    pool_bytes: Size = 64 * 2**20  # keys and values in the pool, beyond the last-level cache
     rounds: int = 5  # timed rounds, every layout once each, after one warm-up round
     seed: int = 0  # the scattered block tables and the data
 
@@ -35,7 +37,7 @@ class Params:
             values = getattr(self, name)
             if not values or min(values) < 1:
                 raise ParamError(name, f"a non-empty list of integers >= 1, got {list(values)}")
-        for name in ("heads", "head_dim", "tokens", "rounds"):
+        for name in ("heads", "head_dim", "pool_bytes", "rounds"):
             if getattr(self, name) < 1:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
         if "native" not in self.kernels:
@@ -45,13 +47,14 @@ class Params:
 
 
 def main(comm, params: Params) -> dict:
+    pin_blas_threads(1)  # one core for both kernels (an idle BLAS thread spins on a busy machine)
     rows = attention_bench.sweep(
         params.contexts,
         params.block_sizes,
         params.kernels,
         params.heads,
         params.head_dim,
-        params.tokens,
+        params.pool_bytes,
         params.rounds,
         params.seed,
         on_progress=comm.progress,

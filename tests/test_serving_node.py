@@ -105,7 +105,12 @@ def test_paged_attention_sweep_times_every_layout(tmp_path):
         "paged-attention",
         out=tmp_path,
         timeout_s=50,
-        sets=["params.contexts=[16,64]", "params.block_sizes=[8,16]", "params.tokens=256", "params.rounds=1"],
+        sets=[
+            "params.contexts=[16,64]",
+            "params.block_sizes=[8,16]",
+            "params.pool_bytes=64KiB",
+            "params.rounds=1",
+        ],
     )
     assert code == 0, out + err
     ratios = result["rows"]  # the first table: paged / contiguous per context and block

@@ -2,9 +2,10 @@
 
     python -m playground.kvcache.attention_bench --contexts 128,512,2048,8192 --block-sizes 8,16,32,64,128,256
 
-For each context c the pool (one layer's key and value planes, `heads x head_dim` floats a slot)
-holds `tokens // c` sequences of c tokens, and one call of the kernel attends one decode query of
-each. The same tokens are laid out three ways:
+For each context c the pool (one layer's key and value planes, `heads x head_dim` floats a slot,
+`pool_bytes` in all: larger than the last-level cache, as a server's is) holds sequences of c
+tokens, and one call of the kernel attends one decode query of each. The same tokens are laid
+out three ways:
 - `contiguous`: sequence i is one run of slots; the kernel reads it from start to end;
 - `paged in order`: blocks of b slots, each block table listing adjacent blocks: the same memory
   in the same order, read block by block (what the kernel's block loop costs by itself);
@@ -23,13 +24,15 @@ import numpy as np
 
 from playground.kvcache.attention import KERNELS, RunTable, decode_attention
 from playground.report import Table, make_console, render_table
+from playground.transformer.blas import pin_blas_threads
 
 
 class Pool:
     """One layer's planes holding `num_seqs` sequences of `context` tokens, each with room for
     `padded` slots (a whole number of the largest block)."""
 
-    def __init__(self, context: int, heads: int, head_dim: int, tokens: int, largest_block: int, rng):
+    def __init__(self, context: int, heads: int, head_dim: int, pool_bytes: int, largest_block: int, rng):
+        tokens = pool_bytes // (2 * heads * head_dim * 4)
         self.context, self.num_seqs = context, max(1, tokens // context)
         self.padded = -(-context // largest_block) * largest_block
         shape = (self.num_seqs * self.padded, heads, head_dim)
@@ -74,7 +77,7 @@ def sweep(
     kernels=KERNELS,
     heads=8,
     head_dim=64,
-    tokens=16384,
+    pool_bytes=64 << 20,
     rounds=5,
     seed=0,
     on_progress=None,
@@ -84,7 +87,7 @@ def sweep(
     for k, context in enumerate(contexts):
         if on_progress:
             on_progress(k, len(contexts), f"attention at context {context}")
-        pool = Pool(context, heads, head_dim, tokens, max(block_sizes), rng)
+        pool = Pool(context, heads, head_dim, pool_bytes, max(block_sizes), rng)
         cases = _cases(pool, block_sizes, kernels)
         times = [[] for _ in cases]
         for _ in range(rounds + 1):  # the first round warms up, untimed
@@ -113,18 +116,23 @@ def sweep(
 
 
 def ratios(rows: list[dict], kernel: str = "native") -> list[dict]:
-    """Per context and block size: paged (and paged in order) over contiguous, medians."""
+    """Per context and block size: each paged layout over contiguous, medians."""
     base = {
         r["context"]: r["us_per_token"] for r in rows if r["layout"] == "contiguous" and r["kernel"] == kernel
     }
+    names = {
+        "paged": "paged_x",
+        "paged in order": "in_order_x",
+        "paged (one block at a time)": "one_stream_x",
+    }
     out: dict[tuple, dict] = {}
     for r in rows:
-        if r["layout"] == "contiguous" or r["kernel"] != kernel:
+        if r["layout"] not in names or r["kernel"] != kernel:
             continue
         row = out.setdefault(
             (r["context"], r["block_size"]), {"context": r["context"], "block_size": r["block_size"]}
         )
-        row["paged_x" if r["layout"] == "paged" else "in_order_x"] = r["us_per_token"] / base[r["context"]]
+        row[names[r["layout"]]] = r["us_per_token"] / base[r["context"]]
     return list(out.values())
 
 
@@ -141,22 +149,21 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", default="native,numpy", help="native (C), numpy")
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=64)
-    ap.add_argument(
-        "--tokens", type=int, default=16384, help="tokens in the pool per context (default 16384)"
-    )
+    ap.add_argument("--pool-mib", type=int, default=64, help="keys and values in the pool, MiB (default 64)")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
     kernels = [k for k in args.kernels.split(",") if k]
     bad = [k for k in kernels if k not in KERNELS]
     if bad:
         ap.error(f"--kernels: {', '.join(bad)} not in {', '.join(KERNELS)}")
+    pin_blas_threads(1)
     rows = sweep(
         _int_list(args.contexts),
         _int_list(args.block_sizes),
         kernels,
         args.heads,
         args.head_dim,
-        args.tokens,
+        args.pool_mib << 20,
         args.rounds,
     )
     console = make_console()

@@ -181,6 +181,8 @@ def test_a_client_that_vanishes_mid_generate_is_dropped_by_its_lease():
     assert server.expire_leases() == []  # no client-created sequences, but the engine's are freed
     st = server.stats()
     assert st["expired_seqs"] == 1 and st["allocated_slots"] == 0 and st["engine"]["requests"] == 0
+    (client, frames), *_ = server.step()  # in case it is only slow: it is told
+    assert client == b"gone" and P.decode_reply(frames)[0]["error"] == P.LEASE_EXPIRED
     assert_nothing_held(server)
 
 

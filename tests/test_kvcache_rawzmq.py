@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 import zmq
 
+from playground.kvcache.client import KVClient
 from playground.transformer import ModelConfig, Transformer, generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,3 +261,35 @@ def test_raw_attend_over_a_layout_server(tmp_path, ctx):
         assert h["error"] == "bad_query_shape"
         h, _ = ask(sock, {"op": "generate", "prompt": "a", "max_new_tokens": 2})
         assert h["error"] == "no_model" and proc.poll() is None
+
+
+@pytest.mark.timeout(30)
+def test_a_client_waiting_for_generates_pings_even_while_replies_keep_coming(tmp_path, ctx):
+    """Replies do not renew a lease, so collect() must send a ping every lease / 3 even when it
+    never sits idle that long: a server thread answers one of 8 generates every 50 ms."""
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    router.bind(f"ipc://{tmp_path}/r.sock")
+    client = KVClient(f"ipc://{tmp_path}/r.sock", timeout_s=5, ctx=ctx)
+    client.lease_s = 0.3  # ping every 0.1 s
+    ids = [client.submit("x", 3) for _ in range(8)]
+    pings = []
+
+    def serve():
+        identity, generates = None, []
+        while len(generates) < 8:
+            identity, frame = router.recv_multipart()
+            generates.append(json.loads(frame)["id"])
+        for rid in generates:
+            deadline = time.monotonic() + 0.05
+            while router.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                _, frame = router.recv_multipart()
+                pings.append(json.loads(frame)["op"])
+            router.send_multipart([identity, json.dumps({"ok": True, "id": rid, "tokens": [[1]]}).encode()])
+
+    server = threading.Thread(target=serve)
+    server.start()
+    replies = client.collect(ids)
+    server.join(5)
+    assert sorted(replies) == ids and pings and set(pings) == {"ping"}
+    assert len(pings) >= 2  # 8 x 50 ms of replies: at least two pings in 400 ms at one per 100 ms

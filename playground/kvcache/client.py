@@ -98,18 +98,22 @@ class KVClient:
     def collect(self, ids, on_reply=lambda header: None) -> dict[int, dict]:
         """The replies (headers) to the generate requests `ids`, as they come; `on_reply` is
         called with each and may return ids of requests it submitted, which are waited for too
-        (a closed loop). While it waits it pings every lease_s / 3 (at most every timeout_s / 3);
-        WaitTimeout if the server answers nothing, not even a ping, for timeout_s."""
+        (a closed loop). The lease is renewed only by what this client sends, so unless it sent
+        something in the last lease_s / 3 (at most timeout_s / 3) it pings, replies arriving or
+        not; WaitTimeout if the server answers nothing, not even a ping, for timeout_s."""
         pending, out, pings = set(ids), {}, set()
         every_s = min(self.timeout_s, self.lease_s or self.timeout_s) / 3
-        heard_s = time.monotonic()
+        heard_s = sent_s = time.monotonic()
         while pending:
-            if not self.sock.poll(int(every_s * 1000)):
-                if time.monotonic() - heard_s > self.timeout_s:
-                    raise self._no_reply(f"generate requests {sorted(pending)[:5]}")
+            now = time.monotonic()
+            if now - sent_s >= every_s:
                 self.next_id += 1
                 pings.add(self.next_id)
                 self.sock.send_multipart(P.encode_request("ping", id=self.next_id), copy=False)
+                sent_s = now
+            if not self.sock.poll(max(1, int((sent_s + every_s - now) * 1000))):
+                if time.monotonic() - heard_s > self.timeout_s:
+                    raise self._no_reply(f"generate requests {sorted(pending)[:5]}")
                 continue
             header, _ = P.decode_reply([f.buffer for f in self.sock.recv_multipart(copy=False)])
             heard_s = time.monotonic()
@@ -121,7 +125,10 @@ class KVClient:
                 sent = self.submitted.pop(reply_id)
                 self.latencies_us["generate"].append((time.perf_counter() - sent) * 1e6)
                 out[reply_id] = header
-                pending.update(on_reply(header) or ())
+                more = on_reply(header) or ()
+                if more:
+                    pending.update(more)
+                    sent_s = time.monotonic()
             else:
                 raise MessageMismatch(
                     f"kvcache client: a reply with id {reply_id} while waiting for generate", op="generate"

@@ -163,15 +163,15 @@ class LLMEngine:
                 sched.waiting.appendleft(child)
         return children
 
-    def abort(self, client: bytes) -> int:
-        """Drop every request of `client` and free its sequences' memory; returns how many
-        sequences were live (a client whose lease expired)."""
-        gone = [r for r in self.requests.values() if r.client == client]
+    def abort(self, client: bytes | None = None) -> tuple[list[Request], int]:
+        """Drop every request of `client` (of every client if None) and free its sequences'
+        memory; returns the requests and how many of their sequences were live."""
+        gone = [r for r in self.requests.values() if client is None or r.client == client]
         seqs = [s for r in gone for s in r.seqs if s.status is not SequenceStatus.FINISHED]
         self.scheduler.abort(seqs)
         for r in gone:
             del self.requests[r.request_id]
-        return len(seqs)
+        return gone, len(seqs)
 
     def stats(self) -> dict:
         return {

@@ -66,6 +66,7 @@ class ModelServer(Server):
             clock=clock,
         )
         self._engine_stalled = False  # the last step fitted nothing and nothing changed since
+        self._failed: list[tuple[bytes, list[bytes]]] = []  # error replies the next step sends
 
     def __repr__(self):
         return f"{super().__repr__()[:-1]}, serving {self.model.config})"
@@ -132,37 +133,45 @@ class ModelServer(Server):
 
     # -- the engine ------------------------------------------------------------------------
     def has_work(self) -> bool:
-        """Whether `step` would do something: the engine holds requests, and its last step was
-        not one that fitted nothing with nothing changed since (then the loop waits to poll)."""
-        return self.engine.has_work() and not self._engine_stalled
+        """Whether `step` would do something: error replies to send, or the engine holds requests
+        and its last step was not one that fitted nothing with nothing changed since (then the
+        loop waits to poll)."""
+        return bool(self._failed) or (self.engine.has_work() and not self._engine_stalled)
 
     def step(self) -> list[tuple[bytes, list[bytes]]]:
-        """One engine step: (client, reply frames) of every request it finished. A bug in the
-        engine fails the requests it held with internal_error replies, not the server."""
+        """One engine step: (client, reply frames) of every request it finished, after the error
+        replies of requests dropped since the last step. A bug in the engine fails the requests it
+        held with internal_error replies, not the server."""
+        out, self._failed = self._failed, []
+        if not self.engine.has_work():
+            return out
         try:
             finished, num_tokens = self.engine.step()
         except Exception as e:
             self.errors[P.INTERNAL_ERROR] = self.errors.get(P.INTERNAL_ERROR, 0) + 1
-            out = []
-            for request in list(self.engine.requests.values()):
-                self.engine.abort(request.client)
-                out.append(
-                    (
-                        request.client,
-                        P.error_reply(request.reply_id, P.INTERNAL_ERROR, f"{type(e).__name__}: {e}"),
-                    )
-                )
-            return out
+            self._fail(self.engine.abort()[0], P.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+            return out + self.step()
         self._engine_stalled = num_tokens == 0
         if num_tokens:
             self._sample(self.clock(), force=False)
             if self.check_invariants:
                 self.policy.check_invariants()
-        return [(r.client, P.encode_reply(generate_reply(r))) for r in finished]
+        return out + [(r.client, P.encode_reply(generate_reply(r))) for r in finished]
+
+    def _fail(self, requests: list[Request], code: str, message: str) -> None:
+        """Error replies for these requests, sent by the next `step` (their client may be gone:
+        a ROUTER drops a message to an identity it does not know)."""
+        self._failed += [(r.client, P.error_reply(r.reply_id, code, message)) for r in requests]
 
     def _drop_client(self, client: bytes) -> int:
         self._engine_stalled = False
-        return self.engine.abort(client)
+        requests, num_seqs = self.engine.abort(client)
+        self._fail(
+            requests,
+            P.LEASE_EXPIRED,
+            f"generate: dropped, the client was silent for more than {self.lease_s:g} s",
+        )
+        return num_seqs
 
     def _running_seqs(self) -> int:
         return self.engine.running()

@@ -30,6 +30,7 @@ BAD_KV_SHAPE = "bad_kv_shape"  # KV frame missing or not num_tokens x width floa
 BAD_QUERY_SHAPE = "bad_query_shape"  # attend's query frame missing or not num_seqs x heads x head_dim float32
 OUT_OF_MEMORY = "out_of_memory"  # refused, nothing changed; may fit later (see fits_when_empty)
 NO_MODEL = "no_model"  # generate on a server that serves no model
+LEASE_EXPIRED = "lease_expired"  # a generate dropped because its client was silent longer than the lease
 INTERNAL_ERROR = "internal_error"  # the server raised while handling it (a bug); it goes on serving
 ERROR_CODES = (
     BAD_FRAME,
@@ -40,6 +41,7 @@ ERROR_CODES = (
     BAD_QUERY_SHAPE,
     OUT_OF_MEMORY,
     NO_MODEL,
+    LEASE_EXPIRED,
     INTERNAL_ERROR,
 )
 

@@ -161,4 +161,4 @@ def _client(comm, p: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    return serving_report.report(results[0]["setups"], params, run_dir)
+    return serving_report.report(results[0]["setups"], params, run_dir, results[0]["model"])

@@ -163,7 +163,8 @@ def _batch(params, per_setup: list[dict]) -> tuple[list[Table], list[str]]:
     return tables, notes
 
 
-def report(per_setup: list[dict], params, run_dir) -> Report:
+def report(per_setup: list[dict], params, run_dir, model: dict | None = None) -> Report:
+    """`model`: the served model's config (in result.json beside the setups)."""
     failures = _common_failures(per_setup)
     files, notes = [], []
     if params.workload == "samples":
@@ -176,6 +177,7 @@ def report(per_setup: list[dict], params, run_dir) -> Report:
     data = {
         "serving": [
             {k: v for k, v in s.items() if k not in ("samples", "step_log", "clients")} for s in per_setup
-        ]
+        ],
+        "model": model,
     }
     return Report(ok=not failures, tables=tables, notes=notes, failures=failures, data=data, files=files)

@@ -13,6 +13,7 @@ from playground.kvcache.workloads import EXERCISE10, SECTION45
 from playground.lecture.figures import Context, NotMeasured, Reading
 from playground.models.alphabeta import AlphaBeta, fit_alpha_beta, ring_tree_crossover_bytes
 from playground.sizes import format_size, parse_size
+from playground.transformer.config import ModelConfig
 
 READERS = {}
 
@@ -357,6 +358,7 @@ def _paged_attention_cost(ctx: Context) -> Reading:
 def _kv_throughput(ctx: Context) -> Reading:
     rows = ctx.table("serving")
     paged, reserve = _row(rows, "serving", policy="paged"), _row(rows, "serving", policy="reserve_max")
+    config = ModelConfig.from_dict(ctx.result("serving")["model"])
     return Reading(
         paged["tokens_per_s"] / reserve["tokens_per_s"],
         paged["peak_seqs"] / reserve["peak_seqs"],
@@ -365,6 +367,9 @@ def _kv_throughput(ctx: Context) -> Reading:
             "reserve_seqs": reserve["peak_seqs"],
             "paged_tps": paged["tokens_per_s"],
             "reserve_tps": reserve["tokens_per_s"],
+            "weights_mib": config.param_bytes / 2**20,
+            "kv_tokens": config.param_bytes / config.kv_bytes_per_token,
+            "held_tokens": paged["util_pct"] / 100 * ctx.run("serving").params["capacity_tokens"],
         },
     )
 

@@ -354,6 +354,11 @@ def _paged_attention_cost(ctx: Context) -> Reading:
     )
 
 
+def _step_weight_bytes(config: ModelConfig) -> int:
+    """What a decode step reads of the weights: all but the position table (one row a token)."""
+    return config.param_bytes - config.context * config.d_model * config.np_dtype.itemsize
+
+
 @reader("kv-throughput")
 def _kv_throughput(ctx: Context) -> Reading:
     rows = ctx.table("serving")
@@ -367,8 +372,8 @@ def _kv_throughput(ctx: Context) -> Reading:
             "reserve_seqs": reserve["peak_seqs"],
             "paged_tps": paged["tokens_per_s"],
             "reserve_tps": reserve["tokens_per_s"],
-            "weights_mib": config.param_bytes / 2**20,
-            "kv_tokens": config.param_bytes / config.kv_bytes_per_token,
+            "weights_mib": _step_weight_bytes(config) / 2**20,
+            "kv_tokens": _step_weight_bytes(config) / config.kv_bytes_per_token,
             "held_tokens": paged["util_pct"] / 100 * ctx.run("serving").params["capacity_tokens"],
         },
     )

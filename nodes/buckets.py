@@ -16,9 +16,10 @@ import numpy as np
 
 from playground.buckets import buckets_report
 from playground.buckets.architectures import gradient_elements
-from playground.buckets.bucketing import Bucket, schedules
+from playground.buckets.bucketing import schedules
 from playground.buckets.gradients import expected_sum, make_base, rank_gradient
 from playground.collectives import allreduce
+from playground.collectives.bucketing import Bucket
 from playground.collectives.check import Tally
 from playground.errors import ParamError
 from playground.models.pingpong import measure_alpha_beta

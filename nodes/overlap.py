@@ -17,11 +17,11 @@ import numpy as np
 
 from playground.buckets import overlap_report
 from playground.buckets.backward import MODES, calibrate, run_step
-from playground.buckets.bucketing import MIB, Bucket, assign_buckets, per_tensor
-from playground.buckets.comm_thread import CommThread
 from playground.buckets.compute import Burner
 from playground.buckets.gradients import make_base
+from playground.collectives.bucketing import MIB, Bucket, assign_buckets, per_tensor
 from playground.collectives.check import Tally
+from playground.collectives.comm_thread import CommThread
 from playground.errors import ParamError
 from playground.report import Report
 from playground.sizes import Size

@@ -128,30 +128,32 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
     sizes = _sizes(args.sizes, args.step)
     algos = (args.algo or ",".join(a for a in ALGORITHMS[args.collective] if a != "auto")).split(",")
     baselines = [b for b in args.baseline.split(",") if b]
-    sets = [
-        f"params.collective={args.collective}",
-        f"params.algorithm=[{','.join(algos)}]",
-        f"params.sizes=[{','.join(map(str, sizes))}]",
-        f"params.dtype={args.dtype}",
-        f"params.op={args.op}",
-        f"params.iters={args.iters}",
-        f"params.warmup={args.warmup}",
-        f"params.check={not args.no_check}",
-        f"params.trace_messages={args.trace_messages}",
-        f"timeout_s={args.timeout}",
-    ]
+    sets = {  # each override -> the flag it came from, which a bad value's error names
+        f"params.collective={args.collective}": "COLLECTIVE",
+        f"params.algorithm=[{','.join(algos)}]": "--algo",
+        f"params.sizes=[{','.join(map(str, sizes))}]": "--sizes",
+        f"params.dtype={args.dtype}": "--dtype",
+        f"params.op={args.op}": "--op",
+        f"params.iters={args.iters}": "--iters",
+        f"params.warmup={args.warmup}": "--warmup",
+        f"params.check={not args.no_check}": "--no-check",
+        f"params.trace_messages={args.trace_messages}": "--trace-messages",
+        f"timeout_s={args.timeout}": "--timeout",
+    }
     if args.segment:
-        sets.append(f"params.segment_bytes={args.segment}")
+        sets[f"params.segment_bytes={args.segment}"] = "--segment"
     if args.inplace:
-        sets.append("params.inplace=true")
+        sets["params.inplace=true"] = "--inplace"
     if args.model:
         try:
             model_from_spec(args.model)
         except ValueError as e:
             raise ScenarioError(f"--model {args.model}: {e}") from None
-        sets.append(f"params.model={json.dumps(args.model)}")
-    sets += args.set
-    scenario = load_scenario("bench", ranks=args.ranks or 8, transport=args.transport, overrides=sets)
+        sets[f"params.model={json.dumps(args.model)}"] = "--model"
+    sets.update({text: f"--set {text}" for text in args.set})
+    scenario = load_scenario(
+        "bench", ranks=args.ranks or 8, transport=args.transport, overrides=list(sets), said=sets
+    )
     if baselines:
         from playground.baselines import BASELINES
 
@@ -265,12 +267,14 @@ def _plot(result: dict, baseline_rows: list[dict], console: Console) -> None:
 
 def _run_p2p(args, execute) -> Finished:
     sizes = _sizes(args.sizes if args.sizes != "8..64MiB" else "64,4KiB,64KiB,1MiB,4MiB,16MiB", args.step)
-    sets = [
-        f"params.sizes=[{','.join(map(str, sizes))}]",
-        f"params.iters={args.iters}",
-        f"params.warmup={args.warmup}",
-        f"timeout_s={args.timeout}",
-        *args.set,
-    ]
-    scenario = load_scenario("pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=sets)
+    sets = {
+        f"params.sizes=[{','.join(map(str, sizes))}]": "--sizes",
+        f"params.iters={args.iters}": "--iters",
+        f"params.warmup={args.warmup}": "--warmup",
+        f"timeout_s={args.timeout}": "--timeout",
+        **{text: f"--set {text}" for text in args.set},
+    }
+    scenario = load_scenario(
+        "pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=list(sets), said=sets
+    )
     return execute(scenario, Path(args.out))

@@ -13,13 +13,15 @@ def _cmd_run(args) -> int:
     from playground.run import execute
     from playground.scenario import load_scenario
 
+    baseline = [f"params.baseline={args.baseline}"] if args.baseline else []
     scenario = load_scenario(
         args.scenario,
         ranks=args.ranks,
         transport=args.transport,
-        overrides=args.set or [],
+        overrides=[*(args.set or []), *baseline],
         hosts=args.hosts,
         link=args.link,
+        said={b: f"--baseline {args.baseline}" for b in baseline},
     )
     return execute(scenario, Path(args.out)).code
 
@@ -129,6 +131,12 @@ def build_parser(
         "--link",
         metavar="RATE[,delay=D]",
         help="each host's link with --hosts, e.g. 1gbit or 100mbit,delay=200us (tbf; delay in the transport)",
+    )
+    r.add_argument(
+        "--baseline",
+        metavar="NAME",
+        help="also run the scenario's baseline beside ours and compare (train: ddp, PyTorch DDP over "
+        "Gloo); the same as --set params.baseline=NAME",
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     r.set_defaults(func=_cmd_run)

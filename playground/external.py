@@ -185,7 +185,9 @@ def run_external(scenario_arg: str, overrides: list[str], out: Path) -> int:
     """This process's part of the run; returns its exit status (0 ok, 1 failed; bad input raises
     ScenarioError, which the CLI turns into one line and status 2)."""
     env = read_rank_env(os.environ)
-    scenario = load_scenario(scenario_arg, ranks=env.world_size, transport="tcp", overrides=overrides)
+    scenario = load_scenario(
+        scenario_arg, ranks=env.world_size, transport="tcp", overrides=overrides, said={"ranks": "WORLD_SIZE"}
+    )
     if scenario.hosts:
         raise ScenarioError(
             f"{scenario.source}: key 'hosts': emulated hosts are built by `run --hosts`; under another "

@@ -1,7 +1,8 @@
 """YAML scenario -> validated, frozen `Scenario`; the one place config is resolved.
 
 Precedence is fixed: command line (--ranks, --transport, --set) > file > defaults. Everything is
-checked here, before any process starts; a problem is a ScenarioError naming file, key and what
+checked here, before any process starts; a problem is a ScenarioError naming where the value came
+from (the file and key, or the flag that overrode it: `--ranks`, `--set params.iters=0`) and what
 is allowed.
 """
 
@@ -9,6 +10,7 @@ import copy
 import dataclasses
 import importlib
 import importlib.resources
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,6 +191,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), parsed
 
 
+def _as_typed(value: Any) -> str:
+    """A parsed value as one types it after `--set KEY=` (YAML flow, no space after a comma):
+    [8, '1XB'] -> [8,1XB], so the Python API's error names the --set the command line's would."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
+    return text.removesuffix("\n...").replace(", ", ",")
+
+
 def apply_override(raw: dict, path: list[str], value: Any) -> None:
     node = raw
     for part in path[:-1]:
@@ -219,38 +228,67 @@ def load_node(spec: str, where: str = "node") -> tuple[Any, Any]:
     return module, func
 
 
-def _check_top(raw: dict, src: str) -> None:
+class _Origins:
+    """Where each key's value came from, so that an error names what the user typed: the file and
+    key, or the command-line flag that overrode it (the deepest key a flag set wins). A key nobody
+    gave (a required one missing) in a section the file does not have is blamed on the flag that
+    made the section (`--set fault.action=kill: key 'fault.rank': required ...`)."""
+
+    def __init__(self, src: str, file_raw: dict):
+        self.src = src
+        self.file_sections = set(file_raw)
+        self.flags: dict[str, str] = {}
+
+    def given(self, key: str, flag: str) -> None:
+        self.flags = {k: f for k, f in self.flags.items() if not k.startswith(key + ".")}
+        self.flags[key] = flag
+
+    def __call__(self, key: str) -> str:
+        """`--ranks`, `--set params.iters=0` (with the key when the flag does not show it, as in
+        `--link: key 'link.rate'`), or `FILE: key 'params.iters'`."""
+        parts = re.sub(r"\[\d+\]", "", key).split(".")
+        prefixes = (".".join(parts[:i]) for i in range(len(parts), 0, -1))  # the deepest first
+        flag = next((self.flags[k] for k in prefixes if k in self.flags), None)
+        if flag is None and parts[0] not in self.file_sections:
+            flag = next((f for k, f in self.flags.items() if k.startswith(parts[0] + ".")), None)
+        if flag is None:
+            return f"{self.src}: key {key!r}"
+        shown = flag == f"--{key}" or flag.startswith(f"--set {key}=")
+        return flag if shown else f"{flag}: key {key!r}"
+
+
+def _check_top(raw: dict, at: _Origins) -> None:
     unknown = sorted(set(raw) - TOP_KEYS)
     if unknown:
-        raise ScenarioError(f"{src}: key {unknown[0]!r}: unknown key; allowed: {', '.join(sorted(TOP_KEYS))}")
+        raise ScenarioError(f"{at(unknown[0])}: unknown key; allowed: {', '.join(sorted(TOP_KEYS))}")
     if not isinstance(raw.get("node"), str) or not raw["node"]:
-        raise ScenarioError(f"{src}: key 'node': required, a string like 'nodes.collective:main'")
+        raise ScenarioError(f"{at('node')}: required, a string like 'nodes.collective:main'")
     ranks = raw.get("ranks", 2)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= MAX_RANKS:
-        raise ScenarioError(f"{src}: key 'ranks': expected an integer from 1 to {MAX_RANKS}, got {ranks!r}")
+        raise ScenarioError(f"{at('ranks')}: expected an integer from 1 to {MAX_RANKS}, got {ranks!r}")
     if raw.get("transport", "ipc") not in TRANSPORTS:
         raise ScenarioError(
-            f"{src}: key 'transport': expected one of {', '.join(TRANSPORTS)}, got {raw.get('transport')!r}"
+            f"{at('transport')}: expected one of {', '.join(TRANSPORTS)}, got {raw.get('transport')!r}"
         )
     t = raw.get("timeout_s", 30.0)
     if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
-        raise ScenarioError(f"{src}: key 'timeout_s': expected a positive number of seconds, got {t!r}")
+        raise ScenarioError(f"{at('timeout_s')}: expected a positive number of seconds, got {t!r}")
     for k in ("name", "description"):
         if k in raw and not isinstance(raw[k], str):
-            raise ScenarioError(f"{src}: key {k!r}: expected a string, got {raw[k]!r}")
+            raise ScenarioError(f"{at(k)}: expected a string, got {raw[k]!r}")
     hosts = raw.get("hosts")
     if hosts is not None:
         if isinstance(hosts, bool) or not isinstance(hosts, int) or not 1 <= hosts <= ranks:
             raise ScenarioError(
-                f"{src}: key 'hosts': expected an integer from 1 to the rank count ({ranks}), got {hosts!r}"
+                f"{at('hosts')}: expected an integer from 1 to the rank count ({ranks}), got {hosts!r}"
             )
         if raw.get("transport", "ipc") == "shm":
             raise ScenarioError(
-                f"{src}: key 'transport': with hosts, ranks talk ipc inside a host (or tcp everywhere "
+                f"{at('transport')}: with hosts, ranks talk ipc inside a host (or tcp everywhere "
                 f"with transport: tcp) and tcp across hosts; shm is one host only"
             )
     elif raw.get("link") is not None:
-        raise ScenarioError(f"{src}: key 'link': needs hosts (e.g. --hosts 2 or hosts: 2)")
+        raise ScenarioError(f"{at('link')}: needs hosts (e.g. --hosts 2 or hosts: 2)")
 
 
 def load_scenario(
@@ -261,10 +299,18 @@ def load_scenario(
     hosts: int | None = None,
     link: str | None = None,
     values: Mapping[str, Any] | None = None,
+    said: dict[str, str] | None = None,
 ) -> Scenario:
     """The validated scenario NAME_OR_PATH with the command line's values applied over the file's.
     `overrides` are --set texts ("params.iters=5", the value YAML); `values` the same already
-    parsed ({"params.iters": 5}: the Python API's keywords), applied after them."""
+    parsed ({"params.iters": 5}: the Python API's keywords), applied after them.
+
+    A bad value is blamed on where it came from: `run`'s flag of the same name (`--ranks`,
+    `--transport`, `--hosts`, `--link`, `--set TEXT`; a `values` entry as the --set it stands for),
+    or what `said` maps the argument's name or the override's text to when the user typed
+    something else (`{"ranks": "WORLD_SIZE"}`, `{"params.inplace=true": "--inplace"}`); the file's
+    own values, by file and key."""
+    said = said or {}
     path = find_scenario_file(name_or_path)
     src = str(path)
     try:
@@ -275,47 +321,51 @@ def load_scenario(
         raise ScenarioError(f"{src}:{where} invalid YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(raw, dict):
         raise ScenarioError(f"{src}: expected a mapping of keys (name, node, ranks, params, ...)")
-    raw = copy.deepcopy(raw)
+    raw, at = copy.deepcopy(raw), _Origins(src, raw)
     for text in overrides:
         keypath, value = parse_override(text)
         apply_override(raw, keypath, value)
+        at.given(".".join(keypath), said.get(text, f"--set {text}"))
     for key, value in (values or {}).items():
         apply_override(raw, key.split("."), value)
-    if ranks is not None:
-        raw["ranks"] = ranks
-    if transport is not None:
-        raw["transport"] = transport
-    if hosts is not None:
-        raw["hosts"] = hosts
+        at.given(key, f"--set {key}={_as_typed(value)}")  # a keyword of the API is a --set
+    for key, value in (("ranks", ranks), ("transport", transport), ("hosts", hosts)):
+        if value is not None:
+            raw[key] = value
+            at.given(key, said.get(key, f"--{key}"))
     if link is not None:
         try:
             spec = parse_link_spec(link)
         except ValueError as e:
             raise ScenarioError(str(e)) from None
+        if not raw.get("link"):
+            at.given("link", said.get("link", "--link"))
+        for key in spec:
+            at.given(f"link.{key}", said.get("link", "--link"))
         raw["link"] = {**(raw.get("link") or {}), **spec}
     raw.setdefault("name", path.stem)
     raw.setdefault("ranks", 2)
-    _check_top(raw, src)
-    module, _ = load_node(raw["node"], where=f"{src}: key 'node'")
+    _check_top(raw, at)
+    module, _ = load_node(raw["node"], where=at("node"))
     params_cls = getattr(module, "Params", None)
     try:
         params = build_params(params_cls, raw.get("params"), "") if params_cls else (raw.get("params") or {})
     except ParamError as e:
-        raise ScenarioError(f"{src}: key 'params.{e.field}': {e.message}") from None
+        raise ScenarioError(f"{at(f'params.{e.field}')}: {e.message}") from None
     try:
         fault = build_params(Fault, raw["fault"]) if raw.get("fault") else None
     except ParamError as e:
-        raise ScenarioError(f"{src}: key 'fault.{e.field}': {e.message}") from None
-    link = _build_link(raw.get("link"), src) if raw.get("hosts") else None
+        raise ScenarioError(f"{at(f'fault.{e.field}')}: {e.message}") from None
+    link = _build_link(raw.get("link"), at) if raw.get("hosts") else None
     if fault:
-        _check_fault(fault, raw["ranks"], raw.get("hosts"), src)
+        _check_fault(fault, raw["ranks"], raw.get("hosts"), at)
     checks = [getattr(module, "RANKS", None) and module.RANKS.check, getattr(module, "check_scenario", None)]
     for check, args in zip(checks, [(raw["ranks"],), (params, raw["ranks"])], strict=True):
         try:
             if check:
                 check(*args)
         except ParamError as e:
-            raise ScenarioError(f"{src}: key '{e.field}': {e.message}") from None
+            raise ScenarioError(f"{at(e.field)}: {e.message}") from None
     return Scenario(
         name=raw["name"],
         node=raw["node"],
@@ -365,7 +415,7 @@ def function_scenario(
         "transport": transport,
         "timeout_s": timeout_s,
     }
-    _check_top(raw, src)
+    _check_top(raw, _Origins(src, raw))
     if not name or "/" in name or name.startswith("."):
         raise ScenarioError(f"{src}: key 'name': a run directory's name, without '/', got {name!r}")
     return Scenario(
@@ -380,35 +430,35 @@ def function_scenario(
     )
 
 
-def _build_link(raw_link, src: str) -> Link:
+def _build_link(raw_link, at: _Origins) -> Link:
     """`link:` as a mapping {rate, delay}, or the command line's form `1gbit,delay=200us`."""
     if isinstance(raw_link, str):
         try:
             raw_link = parse_link_spec(raw_link)
         except ValueError as e:
-            raise ScenarioError(f"{src}: key 'link': {e}") from None
+            raise ScenarioError(f"{at('link')}: {e}") from None
     if raw_link is not None and not isinstance(raw_link, dict):
         raise ScenarioError(
-            f"{src}: key 'link': expected a mapping {{rate: 1gbit, delay: 200us}} or a string "
+            f"{at('link')}: expected a mapping {{rate: 1gbit, delay: 200us}} or a string "
             f"like 1gbit,delay=200us, got {raw_link!r}"
         )
     try:
         return build_params(Link, raw_link)
     except ParamError as e:
-        raise ScenarioError(f"{src}: key 'link.{e.field}': {e.message}") from None
+        raise ScenarioError(f"{at(f'link.{e.field}')}: {e.message}") from None
 
 
-def _check_fault(fault: Fault, ranks: int, hosts: int | None, src: str) -> None:
+def _check_fault(fault: Fault, ranks: int, hosts: int | None, at: _Origins) -> None:
     if fault.rank is not None and not 0 <= fault.rank < ranks:
-        raise ScenarioError(f"{src}: key 'fault.rank': expected 0..{ranks - 1}, got {fault.rank}")
+        raise ScenarioError(f"{at('fault.rank')}: expected 0..{ranks - 1}, got {fault.rank}")
     if not fault.is_host_action:
         return
     if not hosts:
-        raise ScenarioError(f"{src}: key 'fault.action': {fault.action} needs hosts (e.g. --hosts 2)")
+        raise ScenarioError(f"{at('fault.action')}: {fault.action} needs hosts (e.g. --hosts 2)")
     if fault.host is not None and not 0 <= fault.host < hosts:
-        raise ScenarioError(f"{src}: key 'fault.host': expected 0..{hosts - 1}, got {fault.host}")
+        raise ScenarioError(f"{at('fault.host')}: expected 0..{hosts - 1}, got {fault.host}")
     placement = place_blocks(ranks, hosts)
     if fault.rank is not None and fault.host is not None and placement[fault.rank] != fault.host:
         raise ScenarioError(
-            f"{src}: key 'fault.host': rank {fault.rank} is on host {placement[fault.rank]}, not {fault.host}"
+            f"{at('fault.host')}: rank {fault.rank} is on host {placement[fault.rank]}, not {fault.host}"
         )

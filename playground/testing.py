@@ -88,3 +88,20 @@ def run_scenario(
     result_file = Path(out) / "latest" / "result.json"
     result = json.loads(result_file.read_text()) if result_file.exists() else {}
     return proc.returncode, result, proc.stdout, proc.stderr
+
+
+def scenario_file_with(name_or_path: str, overrides: list[str], directory: Path) -> Path:
+    """A copy of the scenario, in `directory` under its own file name, with `overrides` (--set's
+    KEY=VALUE) written into the file: the same values coming from the file instead of a flag."""
+    import yaml
+
+    from playground.scenario import apply_override, find_scenario_file, parse_override
+
+    source = find_scenario_file(name_or_path)
+    raw = yaml.safe_load(source.read_text())
+    for text in overrides:
+        apply_override(raw, *parse_override(text))
+    path = Path(directory) / source.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path

@@ -22,6 +22,7 @@ receive at s from r on tag t. `message_flows` pairs them; a send never received 
 """
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,3 +167,37 @@ def load_timeline(run_dir: Path) -> tuple[dict[int, list[dict]], dict[int, RankC
     if not logs:
         raise ScenarioError(f"{run_dir}: no rank-<r>.jsonl logs in this directory")
     return align({int(p.stem.split("-")[1]): read_events(p) for p in logs})
+
+
+def merged_spans(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Intervals (start, end), in any order and overlapping each other, as disjoint sorted ones."""
+    out: list[list[float]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def covered(spans: Sequence[tuple[float, float]]) -> float:
+    """Total time covered by at least one of the intervals."""
+    return sum(e - s for s, e in merged_spans(spans))
+
+
+def intersection_s(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Total time covered by both interval sets (start, end): how long a trace shows, say, compute
+    and communication running at once. Intervals within one set may overlap or be unsorted."""
+    ma, mb = merged_spans(a), merged_spans(b)
+    i = j = 0
+    total = 0.0
+    while i < len(ma) and j < len(mb):
+        lo = max(ma[i][0], mb[j][0])
+        hi = min(ma[i][1], mb[j][1])
+        if hi > lo:
+            total += hi - lo
+        if ma[i][1] < mb[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total

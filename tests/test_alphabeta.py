@@ -99,6 +99,47 @@ def test_fit_refuses_what_cannot_be_fitted():
     assert math.isfinite(fit_alpha_beta([8, 1024], [1e-6, 2e-6]).beta_bytes_per_s)
 
 
+def _shaped_link_one_way_s(n: int) -> float:
+    """A 100mbit tbf link's one-way time: a message that fits the 64 KiB bucket leaves at veth
+    speed (2 GB/s), the rest at the link's payload rate (100 Mbit/s less tcp/ip headers)."""
+    burst, veth, rate = 65536, 2e9, SHAPED_RATE_BYTES_PER_S
+    return 450e-6 + min(n, burst) / veth + max(0, n - burst) / rate
+
+
+SHAPED_RATE_BYTES_PER_S = 100e6 / 8 * 1448 / 1514  # 96 Mbit/s of payload, what streaming measures
+
+
+def test_fit_takes_beta_from_the_large_messages_on_a_shaped_link():
+    """A line through every size took the bucket's speed for the link's (beta 0.4 GB/s here, the
+    model 97% short at 4 MiB); the rate of large messages is the slope between them."""
+    sizes = [64, 4096, 65536, 1 << 20, 4 << 20]
+    times = [_shaped_link_one_way_s(n) for n in sizes]
+    fit = fit_alpha_beta(sizes, times)
+    assert fit.beta_bytes_per_s == pytest.approx(SHAPED_RATE_BYTES_PER_S, rel=1e-9)
+    for n, t in zip(sizes[-2:], times[-2:], strict=True):  # the model meets the large messages
+        assert fit.message_time_s(n) == pytest.approx(t, rel=0.10)
+    assert fit.message_time_s(64) == pytest.approx(times[0], rel=1e-9)  # and the smallest
+
+
+def test_fit_of_large_sizes_only_takes_their_intercept():
+    truth = AlphaBeta(alpha_s=300e-6, beta_bytes_per_s=12e6)
+    sizes = [128 << 10, 256 << 10, 512 << 10]  # every byte term is most of its time
+    fit = fit_alpha_beta(sizes, [truth.message_time_s(n) for n in sizes])
+    assert fit.alpha_s == pytest.approx(truth.alpha_s, rel=1e-6)
+    assert fit.beta_bytes_per_s == pytest.approx(truth.beta_bytes_per_s, rel=1e-9)
+
+
+def test_fit_takes_beta_from_sizes_within_16x_of_the_largest():
+    # 64 KiB is more than 16x below 4 MiB: noise there must not move beta.
+    truth = AlphaBeta(alpha_s=20e-6, beta_bytes_per_s=1e9)
+    sizes = [64, 65536, 1 << 20, 2 << 20, 4 << 20]
+    times = [truth.message_time_s(n) for n in sizes]
+    times[1] *= 3
+    assert fit_alpha_beta(sizes, times).beta_bytes_per_s == pytest.approx(1e9, rel=1e-9)
+    times[2] *= 1.1  # 1 MiB is within 16x of 4 MiB: it counts
+    assert fit_alpha_beta(sizes, times).beta_bytes_per_s != pytest.approx(1e9, rel=1e-3)
+
+
 @pytest.mark.parametrize("num_ranks", [2, 3, 4, 5, 8, 16, 64])
 def test_ring_tree_crossover_is_where_the_two_models_meet(num_ranks):
     link = AlphaBeta(5e-6, 50e9)  # the lecture's InfiniBand link

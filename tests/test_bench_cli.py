@@ -169,7 +169,11 @@ def test_bench_in_place_columns(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "in-place time (us)" in proc.stdout
-    for r in _result(tmp_path)["rows"]:
+    rows = _result(tmp_path)["rows"]
+    assert [(r["algorithm"], r["size"]) for r in rows] == [
+        (a, s) for a in ("ring", "hd") for s in (8, 256 * 1024)
+    ]
+    for r in rows:
         assert r["wrong"] == 0 and r["ip_wrong"] == 0 and r["ip_time_us"] > 0
         assert r["ip_busbw_gbps"] == pytest.approx(r["ip_algbw_gbps"] * 2 * 2 / 3, rel=1e-3, abs=2e-6)
 

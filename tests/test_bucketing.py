@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from playground.buckets.architectures import ARCHITECTURES, backward_order
-from playground.buckets.bucketing import (
+from playground.buckets.gradients import count_wrong_sums, make_base, rank_gradient, sum_factor
+from playground.collectives.bucketing import (
     DDP_BUCKET_CAP_BYTES,
     DDP_FIRST_BUCKET_BYTES,
     MIB,
@@ -12,7 +13,6 @@ from playground.buckets.bucketing import (
     per_tensor,
     single_bucket,
 )
-from playground.buckets.gradients import count_wrong_sums, make_base, rank_gradient, sum_factor
 
 
 def contents(buckets):
@@ -74,9 +74,17 @@ def test_negative_inputs_are_refused():
         assign_buckets([1, -2], cap_bytes=1)
 
 
+def test_ddp_caps_are_ddps():
+    # torch/nn/parallel/distributed.py: bucket_cap_mb=25 is MiB (25 * 1024 * 1024), and
+    # dist._DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024
+    assert (MIB, DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES) == (1_048_576, 26_214_400, 1_048_576)
+
+
 def test_lecture_gradients_in_ddp_buckets():
     sizes = [100_000] * 1000  # 1000 x 100 KB
     buckets = assign_buckets(sizes, DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES)
+    assert [b.num_tensors for b in buckets] == [10, 262, 262, 262, 204]  # 1,048,576 // 100,000 = 10, ...
+    assert [b.num_bytes for b in buckets] == [1_000_000, 26_200_000, 26_200_000, 26_200_000, 20_400_000]
     assert buckets[0].num_tensors == MIB // 100_000  # 10 tensors fit in the first 1 MiB
     assert buckets[1].num_tensors == DDP_BUCKET_CAP_BYTES // 100_000  # 262 in 25 MiB
     assert sum(b.num_tensors for b in buckets) == 1000

@@ -11,7 +11,8 @@ from nodes.overlap import Params as OverlapParams
 from nodes.overlap import Setting
 from playground.buckets import buckets_report, overlap_report
 from playground.buckets.architectures import backward_order, gradient_elements
-from playground.buckets.bucketing import MIB, assign_buckets, per_tensor, schedules, single_bucket
+from playground.buckets.bucketing import schedules
+from playground.collectives.bucketing import MIB, assign_buckets, per_tensor, single_bucket
 from playground.models.alphabeta import AlphaBeta
 from playground.network import pingpong_report
 
@@ -132,6 +133,7 @@ def test_buckets_report_one_rank_and_wrong_elements(tmp_path):
     p = BucketsParams(strategies=("per_tensor",), iters=3)
     rep = buckets_report.report(buckets_results(num_ranks=1, alpha_beta=None), p, tmp_path)
     assert rep.notes[0] == "one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0"
+    assert len(rep.tables[0].rows) == 3
     assert all(math.isnan(r["model_ms"]) and math.isnan(r["ratio"]) for r in rep.tables[0].rows)
     failed = buckets_report.report(buckets_results(wrong=5), BucketsParams(iters=3), tmp_path)
     assert not failed.ok and failed.failures == [

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from playground.buckets.bucketing import assign_buckets
-from playground.testing import run_scenario
+from playground.collectives.bucketing import assign_buckets
+from playground.errors import ScenarioError
+from playground.scenario import load_scenario
+from playground.testing import run_scenario, scenario_file_with
 
 KIB = 1024
 # a small custom model: a tensor larger than the 64 KiB cap, a first bucket of 16 KiB
@@ -67,6 +69,8 @@ def test_one_rank_has_no_model_but_still_checks(runs_dir):
     code, result, out, err = run_scenario("buckets", runs_dir, ranks=1, sets=SMALL, timeout_s=25)
     assert code == 0, out + err
     assert result["alpha_beta"] is None
+    strategies = {r["strategy"] for r in result["rows"]}  # SMALL's two caps and the two extremes
+    assert strategies == {"per-tensor", "bucketed 0.0625 MiB", "bucketed 1 MiB", "single bucket"}
     assert all(r["wrong"] == 0 for r in result["rows"])
 
 
@@ -81,14 +85,17 @@ def test_one_rank_has_no_model_but_still_checks(runs_dir):
         ("params.scale=0", "params.scale", "(0, 4]"),
     ],
 )
-def test_bad_params_get_one_line_and_exit_2(runs_dir, override, key, words):
+def test_bad_params_get_one_line_and_exit_2(runs_dir, tmp_path, override, key, words):
     code, result, out, err = run_scenario("buckets", runs_dir, sets=[override], timeout_s=25)
     assert code == 2
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert len(lines) == 1, err
-    assert "buckets.yaml" in lines[0] and f"key '{key}'" in lines[0] and words in lines[0]
+    assert lines[0].startswith(f"error: --set {override}: ") and words in lines[0]  # the flag, not the file
     assert "Traceback" not in err
     assert not (runs_dir / "latest").exists()
+    with pytest.raises(ScenarioError) as e:  # the same value in the file: the file and the key
+        load_scenario(str(scenario_file_with("buckets", [override], tmp_path)))
+    assert "buckets.yaml" in str(e.value) and f"key '{key}'" in str(e.value) and words in str(e.value)
 
 
 @pytest.mark.parametrize("preset", ["buckets-resnet50", "buckets-gpt2", "buckets-sweep"])

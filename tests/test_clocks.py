@@ -92,7 +92,7 @@ def test_probe_round_probes_one_rank_at_a_time_and_estimates_each_offset():
         assert not probes.answer(rank, seq + 1, remote, clocks.coordinator_ns())  # a stale answer is ignored
         assert probes.answer(rank, seq, remote, clocks.coordinator_ns())
     assert order == sorted(order) and len(order) == 4 * NUM_PROBES  # rank by rank, never interleaved
-    assert probes.done
+    assert probes.done and set(probes.estimates()) == set(skews)  # an estimate for every rank
     for rank, est in probes.estimates().items():
         # The rank adds its offset to its own times to get the coordinator's: the offset is -skew.
         assert abs(est.offset_us - -skews[rank]) <= est.uncertainty_us, (rank, est)

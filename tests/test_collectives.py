@@ -150,20 +150,70 @@ def test_other_collectives(n):
         assert np.array_equal(rs, total[bounds[r][0] : bounds[r][1]])
 
 
+@pytest.mark.parametrize("n", WORLD_SIZES)
+@pytest.mark.parametrize("segment_bytes", [16, None])
+def test_in_place_reduce_scatter_then_all_gather_is_an_all_reduce(n, segment_bytes):
+    """ZeRO's pair: each rank's reduced chunk lands where it lies in its own buffer (the other
+    chunks untouched), and the in-place all-gather fills the rest, chunks cut alike even when the
+    count is not a multiple of N."""
+    for count in (0, 1, n - 1, n + 1, 37):
+
+        def body(comm, count=count):
+            x = pattern(comm.rank, count, "float64")
+            before = x.copy()
+            shard = reduce_scatter(comm, x, "sum", segment_bytes=segment_bytes, inplace=True)
+            a, b = ChunkBounds(count, comm.size)[comm.rank]
+            owned = np.shares_memory(shard, x) or shard.size == 0
+            untouched = np.array_equal(np.delete(x, np.arange(a, b)), np.delete(before, np.arange(a, b)))
+            out = allgather(comm, x, segment_bytes=segment_bytes, inplace=True)
+            return owned, untouched, shard.copy(), out is x, x
+
+        total = expected_result(n, count, "float64", ReduceOp.SUM)
+        bounds = ChunkBounds(count, n)
+        for r, (owned, untouched, shard, same, x) in enumerate(run_local(n, body)):
+            assert owned and untouched and same
+            assert np.array_equal(shard, total[bounds[r][0] : bounds[r][1]])
+            assert np.array_equal(x, total)
+
+
 def test_unknown_algorithm_is_rejected():
     with pytest.raises(ValueError, match="allowed: ring, tree, hd, rd, hier, auto"):
         run_local(1, lambda comm: allreduce(comm, np.ones(3), algorithm="bogus"))
 
 
 def test_auto_picks_by_size():
-    from playground.collectives.auto import choose_allreduce
+    """The rule, not the table's measured numbers: every band names a real algorithm and auto
+    picks it up to the band's edge; the picks move one way as messages grow (no algorithm comes
+    back once left); the smallest messages get the fewest sequential steps (the latency-bound
+    choice on an alpha-only link), the largest the ring."""
+    from playground.collectives import registry
+    from playground.collectives.auto import CROSSOVERS, choose_allreduce
+    from playground.models.costs import Link
 
     assert choose_allreduce(8, 8) == "rd" and choose_allreduce(4096, 3) == "rd"
-    assert choose_allreduce(16 << 20, 4) == "ring"
-    # in between, by rank count: the ring's 2(N-1) steps lose to fewer, larger steps
-    assert [choose_allreduce(1 << 20, n) for n in (2, 4, 8, 13)] == ["rd", "hd", "tree", "tree"]
-    assert [choose_allreduce(4 << 20, n) for n in (2, 3, 8)] == ["rd", "hd", "hd"]
     assert all(choose_allreduce(16 << 20, n) == "ring" for n in (1, 2, 5, 8, 64))
+    real = registry.names("allreduce", auto=False)
+    flat = {a: registry.get("allreduce", a).cost for a in registry.flat_allreduce()}
+    alpha_only = Link(alpha_s=1.0, beta_bytes_per_s=1e30)
+    fewest_ranks = 1
+    for max_ranks, bands in CROSSOVERS:
+        edges = [below for below, _ in bands]
+        assert edges == sorted(set(edges)) and edges[0] > 0, bands
+        for n in {fewest_ranks, max_ranks if max_ranks <= 64 else 64}:
+            for k, (below, algorithm) in enumerate(bands):
+                assert algorithm in real, algorithm
+                after = bands[k + 1][1] if k + 1 < len(bands) else "ring"
+                assert (choose_allreduce(below - 1, n), choose_allreduce(below, n)) == (algorithm, after)
+        fewest_ranks = max_ranks + 1
+    assert CROSSOVERS[-1][0] >= 64  # every rank count a scenario allows has its bands
+    for n in range(1, 65):
+        picks = [choose_allreduce(1 << k, n) for k in range(31)]
+        runs = [a for i, a in enumerate(picks) if i == 0 or a != picks[i - 1]]
+        assert len(runs) == len(set(runs)), (n, runs)  # monotone: never back to an earlier one
+        assert runs[-1] == "ring" and choose_allreduce(1 << 30, n) == "ring"
+        if n >= 2:
+            steps = {a: f(8, n, alpha_only) for a, f in flat.items()}
+            assert steps[choose_allreduce(8, n)] == min(steps.values()), (n, steps)
 
 
 @pytest.mark.parametrize("n", [3, 8])

@@ -9,8 +9,7 @@ import pytest
 import zmq
 
 from playground import errors
-from playground.baselines.procs import BaselineError
-from playground.buckets.bucketing import assign_buckets
+from playground.collectives.bucketing import assign_buckets
 from playground.errors import (
     CommError,
     CommTimeout,
@@ -40,6 +39,7 @@ from playground.memlab.translation import PageFault, PageTable
 from playground.models.allocation import ContiguousAllocator, PagedAllocator
 from playground.models.costs import Link
 from playground.native import load_native
+from playground.procs import BaselineError
 from playground.sim.engine import SimDeadlock
 from playground.sizes import parse_size
 

@@ -59,6 +59,7 @@ def test_a_four_host_ring_is_exact_and_leaves_nothing(as_root, runs_dir, transpo
     assert netns.run_namespaces(proc.pid) == []
     assert "4 hosts (h0: ranks 0-1, h1: ranks 2-3, h2: ranks 4-5, h3: ranks 6-7)" in out
     result = json.loads((runs_dir / "latest" / "result.json").read_text())
+    assert [row["size"] for row in result["rows"]] == [8, 1000, 70 * 1024]  # SMALL's sizes
     assert result["ok"] and all(row["wrong"] == 0 for row in result["rows"])  # exact, on every rank
     assert result["hosts"] == 4 and result["placement"] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert result["link"] == ({"rate": "1gbit", "delay": "200us"} if link else {})

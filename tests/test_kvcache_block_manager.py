@@ -38,6 +38,7 @@ def test_fork_shares_and_cow_copies_only_the_partial_block():
     bm = BlockManager(num_blocks=20, block_size=16)
     bm.allocate(0, 100)  # 6 full + 1 partial (4 tokens)
     bm.fork(0, [1, 2])
+    assert len(bm.block_tables[0]) == 7
     assert all(bm.blocks[b].ref_count == 3 for b in bm.block_tables[0])
     assert bm.stats()["shared_blocks"] == 7
     copies = bm.append(1, 10)

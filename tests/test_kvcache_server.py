@@ -117,6 +117,68 @@ def test_random_interleavings_read_exactly_what_was_written(policy, caching, see
         assert st["cow_copies"] > 0
 
 
+def _forked_pair(caching: bool):
+    """A paged server, a parent of 6 tokens (a full block of 4 and a partial one of 2) and its
+    forked child, sharing both blocks."""
+    server = Server(
+        "paged",
+        capacity_tokens=64,
+        block_size=4,
+        width=WIDTH,
+        enable_prefix_caching=caching,
+        check_invariants=True,
+    )
+    tokens = [0, 1, 1, 0, 1, 0]
+    extra = {"tokens": tokens} if caching else {}
+    parent = ok(server, b"A", "create", prefix_kv(tokens), num_tokens=6, **extra)[0]["seq_id"]
+    (child,) = ok(server, b"A", "fork", seq_id=parent, num_children=1)[0]["child_ids"]
+    return server, parent, child, prefix_kv(tokens)
+
+
+def _rows(first: int, n: int) -> np.ndarray:
+    return np.arange(first, first + n * WIDTH, dtype=np.float32).reshape(n, WIDTH)
+
+
+def _cow_copies(server) -> int:
+    return ok(server, b"A", "stats")[0]["cow_copies"]
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_a_forked_child_appending_twice_copies_the_shared_partial_block_once(caching):
+    server, parent, child, prompt = _forked_pair(caching)
+    assert _cow_copies(server) == 0
+    first, second, mine = _rows(100, 1), _rows(200, 3), _rows(300, 1)
+    ok(server, b"A", "append", first, seq_ids=[child], num_tokens=[1])
+    assert _cow_copies(server) == 1  # the child got its own copy of the partial block
+    ok(server, b"A", "append", second, seq_ids=[child], num_tokens=[3])  # fills it, opens another
+    assert _cow_copies(server) == 1  # its last block is its own: no second copy
+    ok(server, b"A", "append", mine, seq_ids=[parent], num_tokens=[1])
+    assert _cow_copies(server) == 1  # the parent holds the original alone now: written in place
+    assert np.array_equal(ok(server, b"A", "read", seq_id=parent)[1], np.concatenate([prompt, mine]))
+    assert np.array_equal(ok(server, b"A", "read", seq_id=child)[1], np.concatenate([prompt, first, second]))
+
+
+@pytest.mark.parametrize("caching", [False, True])
+@pytest.mark.parametrize("order", ["parent first", "child first"])
+def test_parent_and_child_appending_in_one_batch_copy_the_shared_block_once(caching, order):
+    server, parent, child, prompt = _forked_pair(caching)
+    seqs = [parent, child] if order == "parent first" else [child, parent]
+    new = {parent: _rows(100, 1), child: _rows(200, 2)}
+    h, _ = ok(
+        server,
+        b"A",
+        "append",
+        np.concatenate([new[s] for s in seqs]),
+        seq_ids=seqs,
+        num_tokens=[len(new[s]) for s in seqs],
+    )
+    assert h["lengths"] == [6 + len(new[s]) for s in seqs]
+    assert _cow_copies(server) == 1  # the first writer copies; the second is then the last holder
+    assert ok(server, b"A", "stats")[0]["used_blocks"] == 3  # the full block shared, two partial ones
+    for s in (parent, child):
+        assert np.array_equal(ok(server, b"A", "read", seq_id=s)[1], np.concatenate([prompt, new[s]]))
+
+
 def test_errors_name_the_problem_and_the_server_goes_on():
     server = Server("paged", capacity_tokens=64, block_size=16, width=WIDTH)
     h = call(server, b"A", "read", seq_id=42)[0]

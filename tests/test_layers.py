@@ -26,8 +26,8 @@ LAYERS = [
     ("config", "scenario"),
     ("rendezvous", "rendezvous coordinator control_messages"),
     ("hosts", "hosts"),
-    ("launcher", "worker launch run external"),
-    ("labs", "buckets concurrency kvcache memlab network queueing baselines training"),
+    ("launcher", "worker launch run external procs"),
+    ("labs", "buckets concurrency kvcache memlab network queueing baselines training serving"),
     (
         "top",
         "bench benchtable inspect diagram hotpath lecture results reference testing api cli __main__ __init__ netns_rsh",

@@ -70,6 +70,7 @@ def test_cache_report_names_the_plateaus_after_the_os_caches(tmp_path):
 def test_cache_report_beside_lat_mem_rd(tmp_path):
     near = cache_report.report(cache_result(lm_scale=1.1), cache.Params(), tmp_path, caches=CACHES)
     assert near.tables[1].columns == {**cache_report.LEVEL_COLUMNS, **cache_report.LMBENCH_COLUMNS}
+    assert len(near.tables[1].rows) == 3  # L1, L2 and memory
     assert all(r["lat_mem_rd_plateau"] == "same sizes" for r in near.tables[1].rows)
     assert near.tables[1].rows[0]["diff_pct"] == pytest.approx(100 * (1 - 1.1) / 1.1)
     assert near.notes[-1] == "lat_mem_rd -t agrees within 15% at every plateau"

@@ -2,7 +2,9 @@
 
 import pytest
 
-from playground.testing import run_scenario
+from playground.errors import ScenarioError
+from playground.scenario import load_scenario
+from playground.testing import run_scenario, scenario_file_with
 
 CACHE = ["params.max_bytes=256KiB", "params.min_loads=2000", "params.repeats=2"]
 
@@ -99,7 +101,9 @@ def test_translation_reports_exercise_8(tmp_path):
 def test_bad_cache_params_are_one_line_exit_2(tmp_path, sets, key):
     code, _, out, err = run_scenario("cache", tmp_path, sets=sets)
     assert code == 2
-    assert f"key '{key}'" in err and "Traceback" not in err
+    assert err.startswith(f"error: --set {sets[0]}: ") and "Traceback" not in err  # the flag it came from
+    with pytest.raises(ScenarioError, match=f"cache.yaml: key '{key}'"):  # from the file: file and key
+        load_scenario(str(scenario_file_with("cache", sets, tmp_path)))
 
 
 @pytest.mark.timeout(60)

@@ -8,8 +8,11 @@ import json
 
 import pytest
 
-from playground.buckets.overlap_stats import StepTimes, intersection_s, pipeline_step_s, serial_step_s
-from playground.testing import run_cli, run_scenario
+from playground.buckets.overlap_stats import StepTimes, pipeline_step_s, serial_step_s
+from playground.errors import ScenarioError
+from playground.scenario import load_scenario
+from playground.testing import run_cli, run_scenario, scenario_file_with
+from playground.timeline import intersection_s
 from playground.trace import read_events
 
 
@@ -129,11 +132,16 @@ def test_overlap_really_overlaps(overlap_run):
         ("params.settings=[{name: x, colour: red}]", "params.settings[0].colour", "unknown key"),
     ],
 )
-def test_bad_params_get_one_line_and_exit_2(runs_dir, override, key, words):
+def test_bad_params_get_one_line_and_exit_2(runs_dir, tmp_path, override, key, words):
     code, result, out, err = run_scenario("overlap", runs_dir, sets=[override], timeout_s=25)
     assert code == 2
     lines = [x for x in err.strip().splitlines() if x.strip()]
-    assert len(lines) == 1 and f"key '{key}'" in lines[0] and words in lines[0], err
+    assert len(lines) == 1 and lines[0].startswith(f"error: --set {override}: ") and words in lines[0], err
+    shown = override.startswith(f"{key}=")  # else the line names the key inside what --set gave
+    assert shown or f"--set {override}: key '{key}': " in lines[0], err
+    with pytest.raises(ScenarioError) as e:  # the same value in the file: the file and the key
+        load_scenario(str(scenario_file_with("overlap", [override], tmp_path)))
+    assert f"overlap.yaml: key '{key}'" in str(e.value) and words in str(e.value)
 
 
 @pytest.mark.parametrize("preset", ["overlap", "overlap-compute-bound", "overlap-comm-bound"])
@@ -141,7 +149,7 @@ def test_presets_validate(preset):
     from playground.scenario import load_scenario
 
     sc = load_scenario(preset)
-    assert all(s.layers == 16 for s in sc.params.settings)  # the lecture's 16 chunks
+    assert sc.params.settings and all(s.layers == 16 for s in sc.params.settings)  # the lecture's 16 chunks
 
 
 @pytest.mark.timeout(60)

@@ -8,6 +8,7 @@ import pytest
 from playground.errors import ParamError, ScenarioError
 from playground.params import build_params
 from playground.scenario import load_scenario
+from playground.testing import scenario_file_with
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,21 @@ def test_a_value_error_is_a_bug_not_bad_input():
         ("translation", 2, "translation is a single-process model, needs 1, got 2"),
     ],
 )
-def test_check_scenario_names_the_ranks_key(scenario, ranks, words):
+def test_check_scenario_names_the_ranks_key(tmp_path, scenario, ranks, words):
+    """From the file: the file and key; from --ranks: the flag, not the file."""
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(str(scenario_file_with(scenario, [f"ranks={ranks}"], tmp_path)))
+    assert str(e.value).endswith(f"{scenario}.yaml: key 'ranks': {words}")
     with pytest.raises(ScenarioError) as e:
         load_scenario(scenario, ranks=ranks)
-    assert str(e.value).endswith(f"{scenario}.yaml: key 'ranks': {words}")
+    assert str(e.value) == f"--ranks: {words}"
 
 
 @pytest.mark.parametrize(
     ("scenario", "override", "line"),
     [
         ("queue", "params.service_ms=-1", "key 'params.service_ms': must be > 0, got -1.0"),
-        ("pingpong", "params.window=0", "key 'params.iters': iters and window must be >= 1, warmup >= 0"),
+        ("pingpong", "params.window=0", "key 'params.window': iters and window must be >= 1, warmup >= 0"),
         ("ring", "fault.after_ops=-1", "key 'fault.after_ops': must be >= 0, got -1"),
         (
             "translation",
@@ -93,8 +98,13 @@ def test_check_scenario_names_the_ranks_key(scenario, ranks, words):
         ),
     ],
 )
-def test_post_init_errors_are_one_line_with_the_key(scenario, override, line):
+def test_post_init_errors_are_one_line_with_the_key(tmp_path, scenario, override, line):
     sets = [override] + (["fault.rank=0"] if override.startswith("fault.") else [])
     with pytest.raises(ScenarioError) as e:
-        load_scenario(scenario, overrides=sets)
+        load_scenario(str(scenario_file_with(scenario, sets, tmp_path)))
     assert f"{scenario}.yaml: {line}" in str(e.value)
+    with pytest.raises(ScenarioError) as e:  # the same value from --set: named by that --set
+        load_scenario(scenario, overrides=sets)
+    key, _, says = line.partition(": ")
+    blamed = f"--set {override}: " + (says if key == f"key '{override.partition('=')[0]}'" else line)
+    assert str(e.value).startswith(blamed)

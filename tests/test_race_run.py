@@ -16,6 +16,7 @@ def test_lost_updates_without_lock_none_with_lock(tmp_path):
     assert rows["no lock"]["final"] < rows["no lock"]["expected"]
     for variant in ("lock", "atomic (kernel O_APPEND)", "sharded"):
         assert rows[variant]["final"] == rows[variant]["expected"] == 800_000, variant
+    assert [r["orders"] for r in result["interleavings"]] == [20, 924]  # the lecture's two cases
     assert all(r["match"] for r in result["interleavings"])
 
 

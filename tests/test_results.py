@@ -13,7 +13,10 @@ from playground.testing import run_cli
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     proc = run_cli(["results", "--sections", "nosuch", "--out", str(tmp_path)], timeout_s=30)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: --sections nosuch: allowed: collectives, simulator, labs, serving"
+    assert (
+        proc.stderr.strip()
+        == "error: --sections nosuch: allowed: collectives, simulator, labs, training, serving"
+    )
     with pytest.raises(ScenarioError, match="--rounds 0: expected at least 1"):
         results.run_results(None, True, 0, tmp_path, tmp_path)
 

@@ -52,6 +52,7 @@ def test_in_place_over_real_processes(tmp_path, runs_dir, algorithm, transport):
     )
     code, result, out, err = run_scenario(scenario, runs_dir, env={"PYTHONPATH": str(TESTS)})
     assert code == 0, out + err
+    assert len(result["rows"]) == 4 * 3 * len({0, 1, 4, 6, 100_003})  # dtypes x ops x lengths
     assert all(row["wrong"] == 0 for row in result["rows"])
 
 
@@ -64,6 +65,7 @@ def test_multi_segment_over_tcp(tmp_path, runs_dir, algorithm):
         env={"PYTHONPATH": str(TESTS)},
     )
     assert code == 0, out + err
+    assert len(result["rows"]) == 4 * 3 * len({0, 1, 2, 4, 3001})  # dtypes x ops x lengths at 3 ranks
     assert result["transport"] == "tcp" and all(row["wrong"] == 0 for row in result["rows"])
 
 
@@ -98,7 +100,9 @@ def test_ring_run_writes_run_dir_and_matching_table(runs_dir):
         assert float(cells[col["model (us)"]].replace(",", "")) == pytest.approx(row["model_us"], rel=0.01)
         assert cells[col["model pick"]] == row["model_pick"]
     # every event line is one JSON object in the documented format
-    for line in (run_dir / "rank-1.jsonl").read_text().splitlines():
+    lines = (run_dir / "rank-1.jsonl").read_text().splitlines()
+    assert lines, "rank 1 logged nothing"
+    for line in lines:
         ev = json.loads(line)
         assert {"ts", "dur", "name", "cat", "rank", "tid"} <= set(ev) and ev["rank"] == 1
 
@@ -179,7 +183,7 @@ def test_hierarchical_needs_whole_nodes(runs_dir):
         "ring", runs_dir, ranks=8, sets=["params.algorithm=[hier]", "params.ranks_per_node=3"]
     )
     assert code == 2, out + err
-    assert "key 'params.ranks_per_node': must divide the 8 ranks into whole nodes, got 3" in err
+    assert "error: --set params.ranks_per_node=3: must divide the 8 ranks into whole nodes, got 3" in err
 
 
 @pytest.mark.timeout(60)

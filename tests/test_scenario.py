@@ -1,10 +1,13 @@
-"""Scenario loading and validation: every bad input is one line naming file, key and what is allowed."""
+"""Scenario loading and validation: every bad input is one line naming where it came from (the file
+and key, or the flag that overrode it) and what is allowed."""
+
+import re
 
 import pytest
 
 from playground.errors import ScenarioError
 from playground.scenario import builtin_names, load_scenario
-from playground.testing import run_cli
+from playground.testing import run_cli, scenario_file_with
 
 
 def write(tmp_path, text, name="s.yaml"):
@@ -57,11 +60,38 @@ def test_load_and_override(tmp_path):
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, text, overrides, fragment):
+    """Each bad value written into the file names the file and key; given with --set (when the
+    row has overrides), it names that --set and not the file."""
     path = write(tmp_path, text)
+    if overrides:
+        path = str(scenario_file_with(path, overrides, tmp_path / "in-file"))
     with pytest.raises(ScenarioError) as e:
-        load_scenario(path, overrides=overrides)
+        load_scenario(path)
     msg = str(e.value)
     assert fragment in msg and path in msg and "\n" not in msg
+    if overrides:
+        assert_names_the_flag(write(tmp_path, text), overrides, fragment)
+
+
+def assert_names_the_flag(path: str, overrides: list[str], fragment: str, **flags) -> None:
+    """The error of `overrides` (and --ranks etc. in `flags`) starts with the --set that gave the
+    key `fragment` names, shows the key only when that --set does not, and never names the file."""
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, overrides=overrides, **flags)
+    msg = str(e.value)
+    assert "\n" not in msg and path not in msg, msg
+    named = re.match(r"key '([^']+)': (.*)", fragment)
+    if named is None:
+        assert fragment in msg
+        return
+    key, says = named.groups()
+    given = next((o for o in reversed(overrides) if key.startswith(o.partition("=")[0])), None)
+    if given is None:  # a required key missing from a section only flags made: the first of them
+        given = next(o for o in overrides if o.startswith(key.split(".")[0] + "."))
+    expected = f"--set {given}: key {key!r}: {says}"
+    if key == given.partition("=")[0]:  # the --set shows the key already
+        expected = f"--set {given}: {says}"
+    assert msg.startswith(expected), msg
 
 
 def test_unknown_scenario_lists_builtins():
@@ -74,25 +104,45 @@ def test_unknown_scenario_lists_builtins():
     "args,fragment",
     [
         (["run", "nope"], "unknown scenario 'nope'"),
-        (["run", "ring", "--ranks", "0"], "key 'ranks': expected an integer from 1 to 64, got 0"),
-        (["run", "ring", "--set", "params.sizes=[1QB]"], "key 'params.sizes[0]'"),
-        (["run", "ring", "--set", "params.nope=1"], "key 'params.nope': unknown key"),
+        (["run", "ring", "--ranks", "0"], "error: --ranks: expected an integer from 1 to 64, got 0"),
+        (
+            ["run", "ring", "--set", "ranks=0"],
+            "error: --set ranks=0: expected an integer from 1 to 64, got 0",
+        ),
+        (
+            ["run", "ring", "--set", "params.sizes=[1QB]"],
+            "error: --set params.sizes=[1QB]: key 'params.sizes[0]'",
+        ),
+        (["run", "ring", "--set", "params.nope=1"], "error: --set params.nope=1: unknown key"),
         (["inspect", "/nonexistent/run"], "no such run directory"),
-        (["run", "ring", "--hosts", "2", "--link", "fast"], "key 'link.rate': expected a rate"),
+        (
+            ["run", "ring", "--hosts", "2", "--link", "fast"],
+            "error: --link: key 'link.rate': expected a rate",
+        ),
         (
             ["run", "ring", "--hosts", "2", "--link", "1gbit,delay=200"],
-            "key 'link.delay': expected a duration",
+            "error: --link: key 'link.delay': expected a duration",
         ),
         (
             ["run", "ring", "--hosts", "2", "--link", "1gbit,loss=1%"],
-            "key 'link.loss': unknown key; allowed: delay, rate",
+            "error: --link: key 'link.loss': unknown key; allowed: delay, rate",
         ),
-        (["run", "ring", "--hosts", "9"], "key 'hosts': expected an integer from 1 to the rank count (8)"),
-        (["run", "ring", "--link", "1gbit"], "key 'link': needs hosts"),
+        (["run", "ring", "--hosts", "9"], "error: --hosts: expected an integer from 1 to the rank count (8)"),
+        (["run", "ring", "--link", "1gbit"], "error: --link: needs hosts"),
+        (
+            ["run", "ring", "--hosts", "2", "--transport", "shm"],
+            "error: --transport: with hosts, ranks talk ipc",
+        ),
+        (["run", "pingpong", "--ranks", "1"], "error: --ranks: ping-pong needs at least 2 ranks"),
+        (
+            ["run", "pingpong", "--set", "params.budget_s=0"],
+            "error: --set params.budget_s=0: must be > 0 seconds",
+        ),
+        (["bench", "allreduce", "--iters", "0"], "error: --iters: key 'params.iters': must be >= 1, got 0"),
     ],
 )
 def test_cli_bad_input_exit_2_without_traceback(tmp_path, args, fragment):
-    proc = run_cli(args + (["--out", str(tmp_path)] if args[0] == "run" else []), timeout_s=50)
+    proc = run_cli(args + (["--out", str(tmp_path)] if args[0] in ("run", "bench") else []), timeout_s=50)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], proc.stderr
@@ -139,15 +189,19 @@ def test_hosts_link_and_placement(tmp_path):
     ],
 )
 def test_bad_hosts_input_is_one_clear_line(tmp_path, overrides, fragment):
-    path = write(tmp_path, HOSTS)
+    in_file = str(scenario_file_with(write(tmp_path, HOSTS), overrides, tmp_path / "in-file"))
     with pytest.raises(ScenarioError) as e:
-        load_scenario(path, overrides=overrides)
-    assert fragment in str(e.value) and "\n" not in str(e.value)
+        load_scenario(in_file)
+    assert fragment in str(e.value) and in_file in str(e.value) and "\n" not in str(e.value)
+    assert_names_the_flag(write(tmp_path, HOSTS), overrides, fragment)
 
 
 def test_host_faults_need_hosts(tmp_path):
-    with pytest.raises(ScenarioError, match="key 'fault.action': kill_host needs hosts"):
-        load_scenario(write(tmp_path, GOOD), overrides=["fault.action=kill_host", "fault.host=0"])
+    sets = ["fault.action=kill_host", "fault.host=0"]
+    with pytest.raises(ScenarioError, match="^--set fault.action=kill_host: kill_host needs hosts"):
+        load_scenario(write(tmp_path, GOOD), overrides=sets)
+    with pytest.raises(ScenarioError, match="/in-file/s.yaml: key 'fault.action': kill_host needs hosts"):
+        load_scenario(str(scenario_file_with(write(tmp_path, GOOD), sets, tmp_path / "in-file")))
 
 
 def test_which_rank_counts_a_host_fault(tmp_path):

@@ -77,6 +77,7 @@ def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm):
         str(p), runs_dir, env={"PYTHONPATH": str(TESTS), "PLAYGROUND_SHM_MIN_BYTES": "8"}
     )
     assert code == 0, out + err
+    assert len(result["rows"]) == 4 * 3 * len({0, 1, 4, 6, 3001})  # dtypes x ops x lengths at 5 ranks
     assert result["transport"] == "shm" and all(row["wrong"] == 0 for row in result["rows"])
     leftovers = [d for d in os.listdir("/dev/shm") if d.startswith("playground-")]
     assert not any(Path("/dev/shm", d, "0-1").exists() for d in leftovers)
@@ -95,4 +96,5 @@ def test_grid_over_shared_memory_default_split(tmp_path, runs_dir, ranks):
     )
     code, result, out, err = run_scenario(str(p), runs_dir, env={"PYTHONPATH": str(TESTS)})
     assert code == 0, out + err
+    assert len(result["rows"]) == 4 * 3 * len({0, 1, ranks - 1, ranks + 1, 3001})
     assert all(row["wrong"] == 0 for row in result["rows"])

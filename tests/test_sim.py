@@ -1,13 +1,15 @@
 """The simulator: the real collectives in virtual time, against the closed forms, the real
 communicator's message sequence, and the network model's own rules (ports, CPUs, deadlock)."""
 
+import json
 import tracemalloc
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from playground.collectives import ReduceOp, run_collective
+from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.check import pattern
 from playground.comm.transport import NoRoom
 from playground.comm.world import run_local
@@ -17,6 +19,7 @@ from playground.sim.driver import simulate
 from playground.sim.engine import SimDeadlock
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
+from playground.testing import run_scenario
 
 LINK = Link(5e-6, 50e9, 100e9)  # the issue's example: alpha 5 us, 50 GB/s, gamma 100 GB/s
 
@@ -141,13 +144,21 @@ class Recorder:
         self.inner.close()
 
 
-def _sent_sequences(n: int, algorithm: str, count: int, segment_bytes: int, simulated: bool) -> list[list]:
+def _sent_sequences(
+    n: int,
+    algorithm: str,
+    count: int,
+    segment_bytes: int,
+    simulated: bool,
+    collective: str = "allreduce",
+    ranks_per_node: int | None = None,
+) -> list[list]:
     logs = [[] for _ in range(n)]
 
     def body(comm):
         comm.transport = Recorder(comm.transport, logs[comm.rank])
         x = pattern(comm.rank, count, "float32")
-        run_collective(comm, "allreduce", x, ReduceOp.SUM, algorithm, segment_bytes)
+        run_collective(comm, collective, x, ReduceOp.SUM, algorithm, segment_bytes, False, ranks_per_node)
 
     if simulated:
         SimWorld(flat(n)).run(body)
@@ -165,7 +176,50 @@ def test_one_definition_of_each_algorithm(algorithm, n):
     real = _sent_sequences(n, algorithm, 4 * n + 3, 8, simulated=False)
     sim = _sent_sequences(n, algorithm, 4 * n + 3, 8, simulated=True)
     assert sim == real
-    assert all(real), "every rank sends something"
+    assert len(real) == n and all(real), "every rank sends something"
+
+
+def _logged_sends(run_dir, rank: int, collective: str) -> dict[str, list]:
+    """algorithm -> what `rank` sent inside its one timed call (peer, tag, bytes), in order, from
+    its log of a real run (one message event per post; the call is its `op` event)."""
+    events = [json.loads(line) for line in (run_dir / f"rank-{rank}.jsonl").read_text().splitlines()]
+    calls = [e for e in events if e["cat"] == "op" and e["name"] == collective]
+    sends = [e for e in events if e["cat"] == "send"]
+    return {
+        c["args"]["algorithm"]: [
+            (e["args"]["peer"], e["args"]["tag"], e["args"]["bytes"])
+            for e in sends
+            if c["ts"] <= e["ts"] <= c["ts"] + c["dur"]
+        ]
+        for c in calls
+    }
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("collective", list(ALGORITHMS))
+def test_the_simulator_sends_what_a_real_multi_process_run_sends(runs_dir, collective):
+    """Every collective and algorithm, 6 ranks in 6 processes over ipc (uneven chunks, many
+    segments, hier in 2 nodes of 3): each rank's posts, as its log records them, are the posts
+    the simulated communicator makes, in the same order."""
+    n, count, segment_bytes, per_node = 6, 4 * 6 + 3, 8, 3
+    algorithms = ALGORITHMS[collective]
+    size_bytes = 4 * count * (n if collective == "allgather" else 1)  # nccl-tests' size
+    sets = [f"params.collective={collective}", f"params.algorithm=[{','.join(algorithms)}]"]
+    sets += [f"params.sizes=[{size_bytes}]", "params.iters=1", "params.warmup=0", "params.dtype=float32"]
+    sets += [
+        f"params.segment_bytes={segment_bytes}",
+        "params.trace_messages=true",
+        f"params.ranks_per_node={per_node}",
+    ]
+    code, result, out, err = run_scenario("ring", runs_dir, ranks=n, transport="ipc", sets=sets, timeout_s=80)
+    assert code == 0, out + err
+    run_dir = Path(result["run_dir"])
+    real = [_logged_sends(run_dir, r, collective) for r in range(n)]
+    for algorithm in algorithms:
+        sim = _sent_sequences(n, algorithm, count, segment_bytes, True, collective, per_node)
+        logged = [real[r][algorithm] for r in range(n)]
+        assert logged == sim, algorithm
+        assert sum(map(len, sim)) >= n - 1, algorithm  # something crossed: not two empty lists
 
 
 def test_a_receiver_port_serialises_an_incast_and_ports_are_full_duplex():

@@ -84,6 +84,7 @@ def test_offsets_are_tightened_within_their_bounds_until_every_receive_follows_i
     logs = clocked({0: (0.0, 40.0), 1: (-20.0, 50.0)}, [(0, 100.0, 1, 110.0), (1, 300.0, 0, 340.0)])
     aligned, clocks = align(logs)
     assert receives_before_send(message_flows(aligned)) == []
+    assert set(clocks) == {0, 1}
     for c in clocks.values():
         assert abs(c.applied_us - c.offset_us) <= c.uncertainty_us
     assert clocks[1].applied_us - clocks[0].applied_us >= -10.0  # what the 0 -> 1 message requires

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from playground.baselines.procs import run_workers, worker_env
 from playground.comm.addresses import free_tcp_port
+from playground.procs import run_workers, worker_env
 
 INSTALL_HINT = "torch is not installed: pip install torch==2.13.0"
 

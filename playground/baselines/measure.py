@@ -7,14 +7,12 @@ over ranks. The input is restored before each iteration (also untimed) because s
 work in place. Every iteration's output, warm-up included, is checked against the closed form
 after its timing, as our own bench checks (`check.Tally`), so ours and theirs count alike.
 
-Results go to `rank-<r>.jsonl` in the run's directory, one JSON line per size, flushed at once, so
-a run that dies half-way still says how far it got. Pickle never carries them.
+Results go to `rank-<r>.jsonl` in the run's directory, one JSON line per size (`playground.procs`).
 """
 
 import argparse
 import json
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ import numpy as np
 
 from playground.baselines import common
 from playground.collectives.check import Tally
+from playground.procs import rank_file, write_record
 
 
 @dataclass
@@ -56,17 +55,13 @@ def parse_worker_args(description: str, argv: list[str] | None) -> tuple[dict, P
     return json.loads(args.spec), args.out
 
 
-def rank_file(out_dir: Path, rank: int) -> Path:
-    return Path(out_dir) / f"rank-{rank}.jsonl"
-
-
 def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
     """Run every size of `spec` and append one record per size to this rank's file."""
     rank, n = backend.rank, backend.nranks
     dtype, op = spec["dtype"], spec["op"]
     with open(rank_file(out_dir, rank), "a") as f:
         for lay in common.layouts(spec["collective"], spec["sizes"], n, dtype):
-            _write(f, {"rank": rank, "size": lay.size_bytes, "phase": "start"})
+            write_record(f, {"rank": rank, "size": lay.size_bytes, "phase": "start"})
             inp = common.pattern(rank, lay.in_count, dtype)
             call = backend.prepare(lay, op, inp)
             want = common.expected(lay, rank, op, dtype)
@@ -81,7 +76,7 @@ def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
                 if it >= spec["warmup"]:
                     times_ns.append(dt)
                 tally.check(call.result(), want, it)
-            _write(
+            write_record(
                 f,
                 {
                     "rank": rank,
@@ -92,15 +87,3 @@ def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
                     **tally.record(),
                 },
             )
-
-
-def record_error(out_dir: Path, rank: int, exc: BaseException) -> None:
-    """Leave the parent one line saying why this rank failed (the traceback goes to stderr)."""
-    traceback.print_exc()
-    with open(rank_file(out_dir, rank), "a") as f:
-        _write(f, {"rank": rank, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "t": time.time()})
-
-
-def _write(f, record: dict) -> None:
-    f.write(json.dumps(record) + "\n")
-    f.flush()

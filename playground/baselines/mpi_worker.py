@@ -11,8 +11,9 @@ import sys
 import numpy as np
 
 from playground.baselines import common
-from playground.baselines.measure import Call, measure, parse_worker_args, record_error
+from playground.baselines.measure import Call, measure, parse_worker_args
 from playground.errors import UsageError
+from playground.procs import record_error
 
 
 class MPIBackend:

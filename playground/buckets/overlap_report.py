@@ -6,12 +6,13 @@ import os
 from pathlib import Path
 
 from playground.buckets.backward import MODES
-from playground.buckets.bucketing import Bucket
-from playground.buckets.overlap_stats import StepTimes, intersection_s, pipeline_step_s, serial_step_s
+from playground.buckets.overlap_stats import StepTimes, pipeline_step_s, serial_step_s
+from playground.collectives.bucketing import Bucket
 from playground.collectives.check import describe_first_wrong, earliest_first_wrong
 from playground.machine import load_note
 from playground.report import Report, Table
 from playground.sizes import format_size
+from playground.timeline import intersection_s
 from playground.trace import read_events
 
 COLUMNS = {

@@ -57,31 +57,3 @@ class StepTimes:
     @property
     def overlap_efficiency(self) -> float:
         return self.hidden_comm_s / self.comm_s if self.comm_s > 0 else 0.0
-
-
-def intersection_s(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
-    """Total time covered by both interval sets (start, end): how long the trace shows compute
-    and communication running at once. Intervals within one set may overlap or be unsorted."""
-
-    def merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-        out: list[list[float]] = []
-        for s, e in sorted(spans):
-            if out and s <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], e)
-            else:
-                out.append([s, e])
-        return [(s, e) for s, e in out]
-
-    ma, mb = merged(a), merged(b)
-    i = j = 0
-    total = 0.0
-    while i < len(ma) and j < len(mb):
-        lo = max(ma[i][0], mb[j][0])
-        hi = min(ma[i][1], mb[j][1])
-        if hi > lo:
-            total += hi - lo
-        if ma[i][1] < mb[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total

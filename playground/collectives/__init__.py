@@ -85,20 +85,27 @@ def reduce(
     return buf.reshape(np.shape(x)) if comm.rank == root else None
 
 
-def allgather(comm, x: np.ndarray, segment_bytes: int | None = None) -> np.ndarray:
-    """Every rank's flat `x`, concatenated in rank order, on every rank."""
+def allgather(comm, x: np.ndarray, segment_bytes: int | None = None, inplace: bool = False) -> np.ndarray:
+    """Every rank's flat `x`, concatenated in rank order, on every rank; with `inplace`, `x` is the
+    whole output (chunks as `ChunkBounds(x.size, N)`) holding this rank's chunk, and the others
+    are gathered into it (the inverse of an in-place `reduce_scatter`)."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     with comm.collective("allgather", "ring"):
-        return allgather_ring(comm, x, segment_bytes)
+        return allgather_ring(comm, x, segment_bytes, inplace)
 
 
 def reduce_scatter(
-    comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, segment_bytes: int | None = None
+    comm,
+    x: np.ndarray,
+    op: ReduceOp | str = ReduceOp.SUM,
+    segment_bytes: int | None = None,
+    inplace: bool = False,
 ) -> np.ndarray:
-    """Chunk `rank` (see `ChunkBounds`) of the reduction of every rank's flat `x`."""
+    """Chunk `rank` (see `ChunkBounds`) of the reduction of every rank's flat `x`; with `inplace`,
+    written over chunk `rank` of `x` itself and returned as a view of it."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     with comm.collective("reduce_scatter", "ring"):
-        return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes)
+        return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes, inplace)
 
 
 def run_collective(
@@ -112,7 +119,8 @@ def run_collective(
     ranks_per_node: int | None = None,
 ) -> np.ndarray | None:
     """Dispatch by name (what benchmarks and scenarios use); roots are rank 0; only the all-reduce
-    works in place."""
+    is measured in place here (an in-place all-gather or reduce-scatter takes differently shaped
+    buffers: call them directly)."""
     if collective == "allreduce":
         return allreduce(comm, x, op, algorithm, segment_bytes, inplace, ranks_per_node)
     if inplace:

@@ -136,29 +136,46 @@ def allreduce_ring(
 
 
 def reduce_scatter_ring(
-    comm, x: np.ndarray, op: ReduceOp = ReduceOp.SUM, segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    comm,
+    x: np.ndarray,
+    op: ReduceOp = ReduceOp.SUM,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    inplace: bool = False,
 ) -> np.ndarray:
-    """Rank r gets chunk r (of `ChunkBounds(x.size, N)`) of the reduction of every rank's flat `x`."""
-    source = flat(x)
+    """Rank r gets chunk r (of `ChunkBounds(x.size, N)`) of the reduction of every rank's flat `x`:
+    a new array, or with `inplace` chunk r of `x` itself (writable, C-contiguous), returned as a
+    view, the other chunks left as they were (ZeRO's gradient shard, reduced where it lies)."""
+    source = work_buffer(x, True) if inplace else flat(x)
     bounds = ChunkBounds(source.size, comm.size)
     a, b = bounds[comm.rank]
     if comm.size == 1 or source.size == 0:
-        return copy(source[a:b])
-    buf = empty(source.size, like=source)
+        return source[a:b] if inplace else copy(source[a:b])
+    buf = source if inplace else empty(source.size, like=source)  # safe in place: see allreduce_ring
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     reduce_scatter_into(comm, buf, source, bounds, seg, op, TAG_RING)
-    return copy(buf[a:b])
+    return buf[a:b] if inplace else copy(buf[a:b])
 
 
-def allgather_ring(comm, x: np.ndarray, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> np.ndarray:
-    """Concatenation of every rank's flat `x` (all the same length), in rank order, on every rank."""
-    part = flat(x)
-    n = part.size
-    buf = empty(n * comm.size, like=part)
-    if not is_phantom(buf):
-        buf[comm.rank * n : (comm.rank + 1) * n] = part
-    if comm.size > 1 and n:
+def allgather_ring(
+    comm, x: np.ndarray, segment_bytes: int = DEFAULT_SEGMENT_BYTES, inplace: bool = False
+) -> np.ndarray:
+    """Concatenation of every rank's flat `x` (all the same length), in rank order, on every rank.
+
+    With `inplace`, `x` (writable, C-contiguous) is the whole output, cut into chunks as
+    `reduce_scatter_ring` cuts its input (`ChunkBounds(x.size, N)`, so they may differ by one
+    element), and this rank's chunk is already in place: the others are filled in and `x` is
+    returned (ZeRO's updated parameter shards, gathered where they belong)."""
+    if inplace:
+        buf = work_buffer(x, True)
+        bounds = ChunkBounds(buf.size, comm.size)
+    else:
+        part = flat(x)
+        n = part.size
+        buf = empty(n * comm.size, like=part)
+        if not is_phantom(buf):
+            buf[comm.rank * n : (comm.rank + 1) * n] = part
         bounds = [(i * n, (i + 1) * n) for i in range(comm.size)]
+    if comm.size > 1 and buf.size:
         seg = segment_elems_for(segment_bytes, buf.itemsize)
         allgather_pass(comm, buf, bounds, seg, TAG_RING)
-    return buf
+    return x if inplace else buf

@@ -47,16 +47,24 @@ class _SharedAbort:
 
 
 def run_local(
-    size: int, fn, timeout_s: float = 30.0, transport: str = "local", directory: str | None = None
+    size: int,
+    fn,
+    timeout_s: float = 30.0,
+    transport: str = "local",
+    directory: str | None = None,
+    wrap=None,
 ) -> list:
     """Run fn(comm) on `size` threads, one Communicator each; returns each rank's result.
 
     `transport` is "local" (queues) or any real kind, "ipc", "tcp", "shm", with its sockets and
-    shared memory in `directory` (opening.open_world). When a rank raises, the others are aborted
-    (PeerLost) and the first error is re-raised here.
+    shared memory in `directory` (opening.open_world). `wrap(rank, transport)` may put a wrapper
+    around a rank's transport (a `comm.faults.FaultyTransport`: a drill in one process). When a
+    rank raises, the others are aborted (PeerLost) and the first error is re-raised here.
     """
     ctx = zmq.Context() if registry.BY_NAME[transport].uses_zmq else None
     transports = open_world(transport, size, directory or "", ctx)
+    if wrap is not None:
+        transports = [wrap(rank, t) for rank, t in enumerate(transports)]
     control = _SharedAbort()
     results: list = [None] * size
     errors: list = []

@@ -55,6 +55,7 @@ def pingpong(link: str, sizes: tuple[int, ...], iters: int, out: Path) -> tuple[
     args = [sys.executable, "-m", "playground", "run", "pingpong", "--hosts", "2", "--link", link]
     args += ["--out", str(out), "--set", f"params.sizes=[{','.join(map(str, sizes))}]"]
     args += ["--set", f"params.iters={iters}", "--set", "params.warmup=2", "--set", "timeout_s=120"]
+    args += ["--set", "params.budget_s=null"]  # exactly `iters` round trips, however slow the link
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise LabError(f"`{' '.join(args[1:])}` failed: {proc.stderr.strip()[-500:]}", step="pingpong")

@@ -106,11 +106,16 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
         outcomes, interrupted = runner.run()
     except KeyboardInterrupt:
         outcomes, interrupted = runner.outcomes, True
-    runs = {o.run.name: Run.from_dir(o.run.name, o.run_dir) for o in outcomes if o.exit_code is not None}
+    ran = [(o, Run.from_dir(o.run.name, o.run_dir)) for o in outcomes if o.exit_code is not None]
     plot_dir = lecture_dir / "plots"
     plot_dir.mkdir(exist_ok=True)
     blocks = []
     for section in selected:
+        # a scenario that two sections run (train: overlap in 3, buckets in 5) is read from the
+        # section's own run; any other from wherever it ran
+        runs = {o.run.name: run for o, run in ran} | {
+            o.run.name: run for o, run in ran if o.section == section.number
+        }
         ctx = Context(runs, section.constants, facts)
         rows = [evaluate(section, f, READERS[f.id], ctx) for f in section.figures]
         scenario_blocks = []
@@ -147,6 +152,7 @@ def _page_json(page: Page) -> dict:
                 "name": o.run.name,
                 "command": o.command,
                 "exit_code": o.exit_code,
+                "interrupted": o.interrupted,
                 "elapsed_s": round(o.elapsed_s, 2),
                 "run_dir": str(o.run_dir) if o.run_dir else None,
                 "error": o.error,

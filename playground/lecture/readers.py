@@ -221,6 +221,55 @@ def _overlap_hidden(ctx: Context) -> Reading:
     )
 
 
+def _train_rows(ctx: Context) -> tuple[dict, dict]:
+    """The train run's step and model tables, by mode."""
+    steps = {r["mode"]: r for r in ctx.table("train", 0)}
+    model = {r["mode"]: r for r in ctx.table("train", 3)}
+    return steps, model
+
+
+@reader("train-overlap")
+def _train_overlap(ctx: Context) -> Reading:
+    result = ctx.result("train")
+    steps, model = _train_rows(ctx)
+    if "bucketed" not in steps or "bucketed" not in result.get("overlap", {}):
+        raise NotMeasured("train ran no bucketed mode")
+    bucketed, comm_ms = steps["bucketed"], model["bucketed"]["comm_model_ms"]
+    hidden_model = 100 * min(bucketed["backward_ms"], comm_ms) / comm_ms if comm_ms > 0 else 0.0
+    serial = steps.get("after_backward")
+    mode = next(m for m in result["modes"] if m["mode"] == "bucketed")
+    return Reading(
+        result["overlap"]["bucketed"]["overlap_pct"],
+        hidden_model,
+        values={
+            "buckets": len(mode["buckets"]),
+            "ranks": result["ranks"],
+            "skew_ms": bucketed.get("skew_ms") or 0.0,
+            "step_ratio": bucketed["step_ms"] / serial["step_ms"] if serial else float("nan"),
+        },
+    )
+
+
+@reader("train-buckets")
+def _train_buckets(ctx: Context) -> Reading:
+    result = ctx.result("train")
+    steps, model = _train_rows(ctx)
+    if not {"per_tensor", "bucketed"} <= set(steps):
+        raise NotMeasured("train ran per_tensor and bucketed, not both")
+    buckets = {m["mode"]: len(m["buckets"]) for m in result["modes"]}
+    n = result["ranks"]
+    return Reading(
+        [steps["per_tensor"]["allreduce_ms"], steps["bucketed"]["allreduce_ms"]],
+        [model["per_tensor"]["comm_model_ms"], model["bucketed"]["comm_model_ms"]],
+        values={
+            "tensors": buckets["per_tensor"],
+            "buckets": buckets["bucketed"],
+            "ranks": n,
+            "msgs": 2 * (n - 1),
+        },
+    )
+
+
 # -- 4. virtual memory, paging and the KV cache --------------------------------------------------
 
 

@@ -5,6 +5,16 @@ process, exactly what the page tells a user to type, so every table and plot com
 run and a scenario that crashes (or hangs past its limit) cannot take the lecture down with it.
 They measure this machine, so never two at once. Ctrl-C reaches the running scenario (it is in
 our process group; we pass it on if it was sent to us alone), which stops its ranks cleanly.
+
+Ctrl-C stops the lecture whenever it comes, and is never read as a scenario's failure:
+- our own SIGINT handler only raises a flag (`_CtrlC`), checked before each scenario starts and
+  while one runs, so it cannot be lost in the middle of starting a child or drawing the bar, and it
+  is installed even when we inherited SIGINT ignored (a background job of a non-interactive shell,
+  a CI step): the scenario's launcher installs its own handler all the same, so it would stop on
+  Ctrl-C while we, ignoring it, read its status 130 as a failure and went on to the next one;
+- a scenario that exits 130 (its launcher stopped its ranks on Ctrl-C) or dies of SIGINT (it came
+  while its interpreter was starting, before any handler) was interrupted, not failed, and stops
+  the lecture too, even when the signal reached it and not us.
 """
 
 import json
@@ -41,6 +51,7 @@ class Outcome:
     run_dir: Path | None = None
     log: Path | None = None  # the scenario's terminal output (stdout and stderr)
     error: str = ""
+    ctrl_c: bool = False  # Ctrl-C stopped it (whatever status it then exited with)
 
     @property
     def ok(self) -> bool:
@@ -48,12 +59,39 @@ class Outcome:
 
     @property
     def interrupted(self) -> bool:
-        return self.exit_code == 130
+        return self.ctrl_c
 
     @property
     def failed(self) -> bool:
         """Ran and did not succeed; stopped by Ctrl-C is not a failure of the scenario."""
         return self.exit_code is not None and not self.ok and not self.interrupted
+
+
+class _CtrlC:
+    """SIGINT counts presses instead of raising KeyboardInterrupt while installed (`with`); the
+    previous disposition, SIG_IGN included, comes back at the end."""
+
+    def __init__(self):
+        self.presses = 0
+
+    @property
+    def pressed(self) -> bool:
+        return self.presses > 0
+
+    def __call__(self, signum, frame) -> None:
+        self.presses += 1
+
+    def __enter__(self) -> "_CtrlC":
+        self._previous = signal.signal(signal.SIGINT, self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+
+def _stopped_by_sigint(exit_code: int | None) -> bool:
+    """The scenario's own status says Ctrl-C stopped it: its launcher's 130, or killed by SIGINT."""
+    return exit_code in (130, -signal.SIGINT)
 
 
 def _child_env() -> dict:
@@ -93,6 +131,7 @@ class LectureRunner:
         self.logs_dir = lecture_dir / "logs"
         self.console = console
         self.outcomes = [Outcome(s.number, run, run.command(quick)) for s in sections for run in s.scenarios]
+        self.ctrl_c = _CtrlC()
 
     def _expected(self, o: Outcome) -> float:
         return o.run.expected_s.quick if self.quick else o.run.expected_s.full
@@ -107,6 +146,10 @@ class LectureRunner:
         return later + max(self._expected(self.outcomes[index]) * speed - current_s, 0.0)
 
     def run(self) -> tuple[list[Outcome], bool]:
+        with self.ctrl_c:
+            return self._run_all()
+
+    def _run_all(self) -> tuple[list[Outcome], bool]:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         total = sum(self._expected(o) for o in self.outcomes)
@@ -123,6 +166,8 @@ class LectureRunner:
             task = progress.add_task("lecture", total=total, step="", left=f"{total:.0f} s")
             done_expected = 0.0
             for k, o in enumerate(self.outcomes):
+                if self.ctrl_c.pressed:  # between two scenarios: the next one never starts
+                    return self.outcomes, True
                 label = f"§{o.section} {titles[o.section]} · {o.run.name}"
 
                 def tick(elapsed_s: float, k=k, label=label, done_expected=done_expected, o=o) -> None:
@@ -137,7 +182,7 @@ class LectureRunner:
                 interrupted = self._run_one(o, tick)
                 done_expected += self._expected(o)
                 mark = "[green]ok[/green]" if o.ok else "[red]FAILED[/red]"
-                if interrupted:
+                if o.interrupted:
                     mark = "[yellow]interrupted[/yellow]"
                 progress.console.print(
                     f"  {k + 1:>2}/{len(self.outcomes)} §{o.section} {o.run.name:<15} {mark} "
@@ -149,42 +194,43 @@ class LectureRunner:
         return self.outcomes, False
 
     def _run_one(self, o: Outcome, tick) -> bool:
-        """Run one scenario to its end; True if Ctrl-C stopped it."""
+        """Run one scenario to its end; True if Ctrl-C stopped it or came while it ran."""
         before = set(self.runs_dir.iterdir())
         cmd = [*_CHILD, o.run.name, "--out", str(self.runs_dir)]
         for s in o.run.overrides(self.quick):
             cmd += ["--set", s]
-        o.log = self.logs_dir / f"{o.run.name}.txt"
+        o.log = self.logs_dir / f"{o.section}-{o.run.name}.txt"
         limit_s = max(120.0, 10 * self._expected(o))
-        interrupted = False
-        t0 = time.monotonic()
+        t0, timed_out = time.monotonic(), False
         with open(o.log, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
-            try:
-                while True:
-                    try:
-                        proc.wait(0.25)
-                        break
-                    except subprocess.TimeoutExpired:
-                        elapsed = time.monotonic() - t0
-                        tick(elapsed)
-                        if elapsed > limit_s:
-                            _stop(proc, signal.SIGTERM)
-                            o.error = f"stopped after {limit_s:.0f} s (the lecture's limit for {o.run.name})"
-                            break
-            except KeyboardInterrupt:
-                interrupted = True
-                try:  # from a terminal the scenario got Ctrl-C too; give it a moment, then pass it on
-                    proc.wait(2.0)
+            while True:
+                try:
+                    proc.wait(0.25)
+                    break
                 except subprocess.TimeoutExpired:
-                    _stop(proc, signal.SIGINT)
-                except KeyboardInterrupt:
-                    _stop(proc, signal.SIGKILL)
+                    pass
+                if self.ctrl_c.pressed:
+                    self._pass_on_ctrl_c(proc)
+                    break
+                elapsed = time.monotonic() - t0
+                tick(elapsed)
+                if elapsed > limit_s:
+                    _stop(
+                        proc, signal.SIGTERM
+                    )  # its launcher stops its ranks and exits 130: ours, not Ctrl-C
+                    timed_out = True
+                    o.error = f"stopped after {limit_s:.0f} s (the lecture's limit for {o.run.name})"
+                    break
         o.elapsed_s = time.monotonic() - t0
         o.exit_code = proc.returncode
         new = sorted(p for p in set(self.runs_dir.iterdir()) - before if p.is_dir() and not p.is_symlink())
         o.run_dir = new[-1] if new else None
-        if interrupted:
+        # Ours or the scenario's: whoever saw Ctrl-C, the lecture stops. A scenario that ended well
+        # before we acted on it keeps its ok.
+        interrupted = self.ctrl_c.pressed or (_stopped_by_sigint(o.exit_code) and not timed_out)
+        o.ctrl_c = interrupted and not o.ok
+        if o.ctrl_c:
             o.error = "interrupted (Ctrl-C)"
         elif not o.ok and not o.error:
             failures = []
@@ -192,3 +238,19 @@ class LectureRunner:
                 failures = json.loads((o.run_dir / "result.json").read_text()).get("failures") or []
             o.error = _error_text(o, failures)
         return interrupted
+
+    def _pass_on_ctrl_c(self, proc: subprocess.Popen) -> None:
+        """From a terminal the scenario got Ctrl-C too: give it a moment, then pass it on, and kill
+        it if it has not stopped its ranks after GRACE_S or at a second Ctrl-C."""
+        presses, t0, passed_on = self.ctrl_c.presses, time.monotonic(), False
+        while proc.poll() is None:
+            waited_s = time.monotonic() - t0
+            if self.ctrl_c.presses > presses or waited_s > 2.0 + GRACE_S:
+                proc.kill()
+            elif waited_s > 2.0 and not passed_on:
+                proc.send_signal(signal.SIGINT)
+                passed_on = True
+            try:
+                proc.wait(0.1)
+            except subprocess.TimeoutExpired:
+                pass

@@ -75,31 +75,53 @@ def allreduce_messages_per_rank(num_ranks: int, algorithm: str = "ring") -> int:
     raise UsageError(f"expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}", field="algorithm")
 
 
-def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> AlphaBeta:
-    """Weighted least-squares fit of T(n) = alpha + n / beta to one-way message times.
+LARGE_SIZES_SPAN = 16  # beta comes from the sizes within this factor of the largest
 
-    Each point is weighted by 1/T^2, i.e. the fit minimises *relative* error: an unweighted fit
-    over 8 B .. 4 MiB is dominated by the large messages and leaves alpha to noise. Needs at least
-    two distinct sizes. A negative intercept is clipped to 0; a non-positive slope (no measurable
-    size dependence) raises UsageError, so a bad measurement is an error, not a silly model.
+
+def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> AlphaBeta:
+    """Fit T(n) = alpha + n / beta to one-way message times: beta from the large messages, alpha
+    from the small ones, as LogGP separates its gap per byte G from its latency and OSU measures
+    bandwidth and latency apart.
+
+    beta is 1 / the slope of the least-squares line through the sizes within a factor 16 of the
+    largest (at least the two largest): the rate large messages really move at. One line through
+    8 B .. 4 MiB is not that rate where the time is not one line: on a shaped link a message that
+    fits tbf's bucket leaves at veth speed, and a fit weighted by 1/T^2 (relative error, which the
+    small messages dominate) took their slope for the link's, beta 0.020 GB/s on a 100mbit link
+    that streams 0.012 GB/s, and its model was 38% short of a 1 MiB message.
+
+    alpha is then the 1/T^2-weighted mean of T(n) - n / beta over the latency-bound sizes (byte
+    term at most half the time), so the model meets the small messages; with none (every size
+    large), the large sizes' intercept. On times that are one line both give its alpha and beta.
+    Needs two distinct sizes. A negative alpha is clipped to 0; a non-positive slope (no
+    measurable size dependence) raises UsageError: a bad measurement is an error, not a silly model.
     """
     if len(sizes_bytes) != len(times_s):
         raise UsageError(f"got {len(sizes_bytes)} sizes but {len(times_s)} times")
-    if len(set(sizes_bytes)) < 2:
+    distinct = sorted(set(sizes_bytes))
+    if len(distinct) < 2:
         raise UsageError("need at least two distinct message sizes to fit alpha and beta")
     if min(times_s) <= 0:
         raise UsageError("message times must be > 0")
-    weights = [1.0 / (t * t) for t in times_s]
-    w_sum = sum(weights)
-    mean_x = sum(w * x for w, x in zip(weights, sizes_bytes, strict=True)) / w_sum
-    mean_y = sum(w * y for w, y in zip(weights, times_s, strict=True)) / w_sum
-    sxx = sum(w * (x - mean_x) ** 2 for w, x in zip(weights, sizes_bytes, strict=True))
-    sxy = sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, sizes_bytes, times_s, strict=True))
-    slope = sxy / sxx
+    smallest_large = min(distinct[-1] / LARGE_SIZES_SPAN, distinct[-2])
+    large = [(n, t) for n, t in zip(sizes_bytes, times_s, strict=True) if n >= smallest_large]
+    slope, intercept = _least_squares([n for n, _ in large], [t for _, t in large])
     if slope <= 0:
         raise UsageError(f"message time does not grow with size (slope {slope:.3g} s/B): cannot fit beta")
-    alpha = max(0.0, mean_y - slope * mean_x)
-    return AlphaBeta(alpha_s=alpha, beta_bytes_per_s=1.0 / slope)
+    latency_bound = [(n, t) for n, t in zip(sizes_bytes, times_s, strict=True) if n * slope <= t / 2]
+    if latency_bound:
+        weights = [1.0 / (t * t) for _, t in latency_bound]
+        residuals = [t - n * slope for n, t in latency_bound]
+        intercept = sum(w * r for w, r in zip(weights, residuals, strict=True)) / sum(weights)
+    return AlphaBeta(alpha_s=max(0.0, intercept), beta_bytes_per_s=1.0 / slope)
+
+
+def _least_squares(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """(slope, intercept) of the ordinary least-squares line; xs has two distinct values or more."""
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+    return slope, mean_y - slope * mean_x
 
 
 def ring_tree_crossover_bytes(link: AlphaBeta, num_ranks: int) -> float:

@@ -10,6 +10,24 @@ from playground.report import Report, Table
 from playground.sizes import format_size
 
 
+def _gbps(bytes_per_s: float) -> str:
+    """Two decimals, or three significant digits on a slow link (0.0118, not 0.01)."""
+    gbps = bytes_per_s / 1e9
+    return f"{gbps:.2f}" if gbps >= 0.1 else f"{gbps:.3g}"
+
+
+def _budget_note(result: dict, num_sizes: int) -> str:
+    """How many exchanges each size got, and why (nodes/pingpong.py: counts_within)."""
+    budget_s, iters = result.get("budget_s"), result.get("iters")
+    if budget_s is None:
+        return f"fixed counts: {iters} timed round trips per size (params.budget_s: null)"
+    return (
+        f"time budget: {budget_s:g} s per size, {budget_s * num_sizes:g} s for {num_sizes} sizes "
+        f"(params.budget_s), {result.get('elapsed_s', 0.0):.1f} s used; each size ran the most round trips "
+        f"that fit, at most {iters} (params.iters), at least {result.get('min_iters')}"
+    )
+
+
 def report(results: list[dict], run_dir: Path | None = None) -> Report:
     """The report from rank 0's rows (one per size; rank 1 measured the same exchanges); with
     `run_dir`, the fit and rank 0's gamma also go to its calibration.json."""
@@ -18,6 +36,7 @@ def report(results: list[dict], run_dir: Path | None = None) -> Report:
         rows.append(
             {
                 "size": r["size"],
+                "iters": r.get("iters"),
                 "ours_us": r["ours_oneway_us"],
                 "raw_us": r["raw_oneway_us"],
                 "lat_ratio": r["ours_oneway_us"] / r["raw_oneway_us"],
@@ -32,7 +51,7 @@ def report(results: list[dict], run_dir: Path | None = None) -> Report:
             fit = fit_alpha_beta([r["size"] for r in rows], [r["ours_us"] * 1e-6 for r in rows])
             notes.append(
                 f"alpha-beta fit to our one-way times: alpha = {fit.alpha_s * 1e6:.1f} us, "
-                f"beta = {fit.beta_bytes_per_s / 1e9:.2f} GB/s, half-bandwidth size n1/2 = "
+                f"beta = {_gbps(fit.beta_bytes_per_s)} GB/s, half-bandwidth size n1/2 = "
                 f"{format_size(int(fit.alpha_s * fit.beta_bytes_per_s))}"
             )
             for r in rows:
@@ -44,6 +63,7 @@ def report(results: list[dict], run_dir: Path | None = None) -> Report:
             notes.append(f"no alpha-beta fit: {e}")
     cols = {
         "size": "size (B)",
+        "iters": "round trips",
         "ours_us": "ours one-way (us)",
         "raw_us": "raw pyzmq (us)",
         "lat_ratio": "ours/raw",
@@ -68,8 +88,13 @@ def report(results: list[dict], run_dir: Path | None = None) -> Report:
             "ours went through mailboxes in shared memory (--transport shm), raw pyzmq over ipc: "
             "ratios < 1 are what bypassing ZeroMQ on one host gains"
         )
+    data = {}
+    if "iters" in results[0]:  # the node says how it chose its counts
+        notes.append(_budget_note(results[0], len(rows)))
+        data = {k: results[0].get(k) for k in ("budget_s", "elapsed_s")}
     return Report(
         ok=True,
+        data=data,
         tables=[Table(f"point-to-point, rank 0 <-> rank 1 ({len(results)} ranks)", rows, cols)],
         notes=notes,
     )

@@ -1,4 +1,10 @@
-"""Start a baseline's worker processes, watch them, and reap every one whatever happens.
+"""Start another program's worker processes (a baseline's: Gloo, MPI, PyTorch DDP), watch them,
+and reap every one whatever happens.
+
+Shared by the labs that run a baseline beside their own code (`baselines` for the collectives,
+`training` for PyTorch DDP). Each worker appends JSON records, one a line, to `rank-<r>.jsonl` in
+the run's directory (`write_record`), flushed at once so a worker that dies still says how far it
+got; a worker that fails leaves one `error` record (`record_error`). Pickle never carries them.
 
 Each command runs in its own session (process group), so killing the group also kills what it
 started: mpiexec's proxies and ranks, or a worker's helpers. The parent polls instead of blocking in
@@ -12,9 +18,10 @@ import os
 import signal
 import subprocess
 import time
+import traceback
 from pathlib import Path
+from typing import IO
 
-from playground.baselines.measure import rank_file
 from playground.errors import PlaygroundError
 
 POLL_S = 0.05
@@ -24,10 +31,29 @@ TERM_GRACE_S = 1.0  # after SIGTERM, how long a group gets before SIGKILL (mpiex
 def worker_env(extra: dict) -> dict:
     """The parent's environment, plus our package on the path and one thread per rank (N ranks already
     share the cores; BLAS/OpenMP pools per rank would only oversubscribe them)."""
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "OMP_NUM_THREADS": "1", **extra}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def rank_file(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank}.jsonl"
+
+
+def write_record(f: IO[str], record: dict) -> None:
+    """One JSON line, flushed at once."""
+    f.write(json.dumps(record) + "\n")
+    f.flush()
+
+
+def record_error(out_dir: Path, rank: int, exc: BaseException) -> None:
+    """Leave the parent one line saying why this rank failed (the traceback goes to stderr)."""
+    traceback.print_exc()
+    with open(rank_file(out_dir, rank), "a") as f:
+        write_record(
+            f, {"rank": rank, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "t": time.time()}
+        )
 
 
 class BaselineError(PlaygroundError):

@@ -2,7 +2,9 @@
 
 This is DDP's reducer in miniature: the compute (main) thread puts a bucket's index on the
 `ready` queue when its last gradient is written and goes on computing; this thread takes it,
-all-reduces it and puts (index, result, seconds) on `done`. The communicator is not
+reduces it and puts (index, result, seconds) on `done`. What "reduce" means is the caller's:
+by default an all-reduce of the bucket's view into a new array (the overlap lab); the training
+lab passes its own (in place, with a checksum before and after). The communicator is not
 thread-safe, so while a step runs only this thread touches it; the main thread uses it again
 (barrier, progress) only after `wait_step` has collected every bucket of the step.
 A failure inside the thread is handed to the main thread by `wait_step`, never swallowed.
@@ -11,6 +13,7 @@ A failure inside the thread is handed to the main thread by `wait_step`, never s
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,9 +24,19 @@ from playground.errors import WaitTimeout
 class CommThread:
     """Owns the communicator during a step; `submit(b)` then `wait_step(n)`; `close()` at the end."""
 
-    def __init__(self, comm, views: list[np.ndarray], algorithm: str = "ring", span_args: dict | None = None):
+    def __init__(
+        self,
+        comm,
+        views: list[np.ndarray] | None = None,
+        algorithm: str = "ring",
+        span_args: dict | None = None,
+        reduce: Callable[[int, int], object] | None = None,
+    ):
+        """`reduce(bucket, step)` runs on the thread for each submitted bucket (default: the
+        all-reduce of `views[bucket]` with `algorithm`, traced with `span_args`)."""
         self.comm, self.views, self.algorithm = comm, views, algorithm
         self.span_args = dict(span_args or {})
+        self.reduce = reduce or self._allreduce
         self.ready: queue.Queue = queue.Queue()
         self.done: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="comm", daemon=True)
@@ -37,24 +50,23 @@ class CommThread:
             bucket, step = item
             try:
                 t0 = time.perf_counter()
-                with self.comm.tracer.span(
-                    "bucket.allreduce",
-                    cat="op",
-                    bucket=bucket,
-                    iter=step,
-                    bytes=int(self.views[bucket].nbytes),
-                    **self.span_args,
-                ):
-                    out = allreduce(self.comm, self.views[bucket], algorithm=self.algorithm)
+                out = self.reduce(bucket, step)
                 self.done.put((bucket, out, time.perf_counter() - t0))
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                 self.done.put((bucket, exc, 0.0))
                 return
 
+    def _allreduce(self, bucket: int, step: int) -> np.ndarray:
+        view = self.views[bucket]
+        with self.comm.tracer.span(
+            "bucket.allreduce", cat="op", bucket=bucket, iter=step, bytes=int(view.nbytes), **self.span_args
+        ):
+            return allreduce(self.comm, view, algorithm=self.algorithm)
+
     def submit(self, bucket: int, step: int) -> None:
         self.ready.put((bucket, step))
 
-    def wait_step(self, num_buckets: int, timeout_s: float) -> dict[int, tuple[np.ndarray, float]]:
+    def wait_step(self, num_buckets: int, timeout_s: float) -> dict[int, tuple[object, float]]:
         """{bucket: (result, seconds)} for the step's buckets; raises what the thread raised."""
         results = {}
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,143 @@
+"""Data-parallel training of a real model: DDP's buckets and overlap, ZeRO-1, PyTorch DDP beside it.
+
+Every rank builds the same GPT-2 shaped byte-level transformer (numpy, backward by hand:
+playground.transformer) from the same seed, takes its rows of each global batch of the lecture's
+text, and trains it for `steps` steps in each `mode` (playground.training.modes), starting each
+mode from the same weights. After every step the ranks compare their parameters' hashes and check
+every reduction against their own checksums: a mismatch fails the run naming the step and the
+ranks. At the end rank 0 saves the weights (model.npz, which the serving lab loads) and samples
+`sample_bytes` greedily. With `baseline: ddp` (`run train --baseline ddp`), the launcher then trains
+the same model on the same batches with torch DDP over Gloo, in its own worker processes, and the
+report puts the two side by side.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from playground.collectives import registry
+from playground.errors import ParamError
+from playground.models.calibration import ModelSpec
+from playground.report import Report
+from playground.training import ddp_baseline, training_report
+from playground.training.loop import train_mode
+from playground.training.modes import NAMES
+from playground.training.step import TrainSetup
+from playground.transformer import (
+    AdamConfig,
+    BatchSampler,
+    ModelConfig,
+    generate,
+    lecture_bytes,
+    pin_blas_threads,
+    save_model,
+)
+
+MIB = 1 << 20
+Mode = Literal[NAMES]
+Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
+
+
+@dataclass(frozen=True)
+class Params:
+    layers: int = 2  # transformer blocks
+    d_model: int = 64  # width of the residual stream
+    heads: int = 4  # attention heads; must divide d_model
+    context: int = 64  # bytes (tokens) per sequence; shorter than the lecture's text
+    batch: int = 32  # the global batch in sequences, split evenly over the ranks
+    steps: int = 50  # optimizer steps of every mode
+    lr: float = 5e-3  # Adam's learning rate
+    seed: int = 0  # initial weights and batch order: the same on every rank and in every mode
+    dtype: Literal["float32", "float64"] = "float32"  # parameters, gradients, activations, Adam's states
+    mode: tuple[Mode, ...] = (
+        NAMES  # the data-parallel schemes to run, one after another, each from the same start
+    )
+    bucket_cap_mb: float = 25.0  # bucketed: DDP's bucket_cap_mb, in MiB
+    first_bucket_mb: float | None = 1.0  # bucketed: the first bucket's cap (DDP's 1 MiB); null: bucket_cap_mb
+    algorithm: Algorithm = (
+        "ring"  # the gradients' all-reduce (zero1 uses the ring reduce-scatter and all-gather)
+    )
+    sample_bytes: int = 200  # bytes rank 0 samples greedily from the trained model at the end
+    prompt: str = "\n"  # what the sample continues
+    # the step-time model's link: a preset, a calibration.json or the run dir holding one; null: the
+    # newest calibration of this run's network (`run pingpong` makes one), else a labelled default
+    model: ModelSpec | None = None
+    baseline: Literal["ddp"] | None = None  # ddp: the same training with PyTorch DDP over Gloo beside ours
+
+    def __post_init__(self):
+        self.model_config  # noqa: B018 - raises ParamError naming layers, heads, ...
+        self.sampler  # noqa: B018 - context longer than the text, batch < 1
+        AdamConfig(lr=self.lr)
+        if self.steps < 1:
+            raise ParamError("steps", f"must be >= 1, got {self.steps}")
+        if not self.mode or len(set(self.mode)) != len(self.mode):
+            raise ParamError(
+                "mode", f"a non-empty list of {', '.join(NAMES)} without repeats, got {list(self.mode)}"
+            )
+        if not self.bucket_cap_mb > 0:
+            raise ParamError("bucket_cap_mb", f"must be > 0 MiB, got {self.bucket_cap_mb}")
+        if self.first_bucket_mb is not None and not self.first_bucket_mb > 0:
+            raise ParamError("first_bucket_mb", f"must be > 0 MiB or null, got {self.first_bucket_mb}")
+        if self.sample_bytes < 0:
+            raise ParamError("sample_bytes", f"must be >= 0, got {self.sample_bytes}")
+        if not self.prompt:
+            raise ParamError("prompt", "must be at least one character")
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(
+            layers=self.layers, d_model=self.d_model, heads=self.heads, context=self.context, dtype=self.dtype
+        )
+
+    @property
+    def sampler(self) -> BatchSampler:
+        return BatchSampler(lecture_bytes(), self.context, self.batch, self.seed)
+
+    def setup(self) -> TrainSetup:
+        first = None if self.first_bucket_mb is None else round(self.first_bucket_mb * MIB)
+        return TrainSetup(
+            self.model_config,
+            AdamConfig(lr=self.lr),
+            self.seed,
+            self.batch * self.context,
+            round(self.bucket_cap_mb * MIB),
+            first,
+            self.algorithm,
+        )
+
+
+def check_scenario(params: Params, ranks: int) -> None:
+    if params.batch % ranks:
+        raise ParamError(
+            "params.batch", f"the global batch {params.batch} must be divisible by the {ranks} ranks"
+        )
+    if params.baseline == "ddp":
+        missing = ddp_baseline.available()
+        if missing:
+            raise ParamError("params.baseline", f"ddp needs PyTorch: {missing}")
+
+
+def main(comm, params: Params) -> dict:
+    pin_blas_threads(1)  # N ranks share the cores: one BLAS thread each
+    setup, sampler, steps = params.setup(), params.sampler, params.steps
+    total = len(params.mode) * steps
+    modes, dp = [], None
+    for k, mode in enumerate(params.mode):
+        dp = None  # the previous mode's buffers go before this mode's are made
+
+        def tick(step: int, k=k, mode=mode) -> None:
+            comm.progress(k * steps + step + 1, total, f"{mode} step {step + 1}/{steps}")
+
+        record, dp = train_mode(comm, mode, setup, sampler, steps, tick)
+        modes.append(record)
+    out = {"ok": True, "modes": modes}
+    if comm.rank == 0:
+        if comm.run_dir is not None:
+            save_model(comm.run_dir / "model.npz", setup.config, dp.model.params)
+        tokens = generate(dp.model, params.prompt, params.sample_bytes)
+        out["sample"] = bytes(tokens.astype("uint8")).decode(errors="replace")
+    return out
+
+
+def summarize(results: list[dict], params: Params, run_dir) -> Report:
+    ddp = ddp_baseline.run(params, len(results), run_dir) if params.baseline == "ddp" else None
+    return training_report.report(results, params, run_dir, ddp)

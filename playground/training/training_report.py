@@ -1,0 +1,254 @@
+"""The training lab's report: per mode the step's phases, memory and the step-time model; the loss
+curve; PyTorch DDP beside ours when it ran.
+
+`params` is the node's Params (sizes, modes, steps, the model's link); `ddp` the baseline's
+per-rank step records, or None.
+"""
+
+import statistics
+from pathlib import Path
+
+from playground.machine import load_note
+from playground.models.calibration import load_model, run_network
+from playground.report import Report, Table
+from playground.sizes import format_size
+from playground.training import training_stats
+from playground.training.modes import BY_NAME
+from playground.training.plots import plot_losses
+from playground.training.steptime_model import comm_time_s, departure, predicted_step_s
+
+STEP_COLUMNS = {
+    "mode": "mode",
+    "step_ms": "step (ms)",
+    "forward_ms": "forward",
+    "backward_ms": "backward",
+    "exposed_ms": "exposed comm",
+    "skew_ms": "rank skew",
+    "optimizer_ms": "optimizer",
+    "check_ms": "checks",
+    "allreduce_ms": "all-reduce",
+    "overlap_pct": "overlap (%)",
+    "tokens_per_s": "tokens/s",
+    "loss_first": "loss step 0",
+    "loss_last": "loss last",
+}
+MEMORY_COLUMNS = {
+    "mode": "mode",
+    "params": "parameters",
+    "grads": "gradients",
+    "optimizer": "optimizer states",
+    "states_ratio": "states / replicated",
+    "rss": "RSS (rank 0)",
+    "peak_rss": "peak RSS (max rank)",
+}
+MODEL_COLUMNS = {
+    "mode": "mode",
+    "compute_ms": "compute (ms)",
+    "comm_model_ms": "comm model",
+    "serial_ms": "serial model",
+    "overlapped_ms": "overlapped model",
+    "measured_ms": "measured",
+    "ratio": "measured / model",
+}
+DDP_COLUMNS = {
+    "steps": "steps",
+    "loss_ours": "loss (ours)",
+    "loss_ddp": "loss (DDP)",
+    "loss_gap": "max rel. gap",
+    "step_ours_ms": "step ours (ms)",
+    "step_ddp_ms": "step DDP",
+    "exposed_ours_ms": "exposed ours",
+    "exposed_ddp_ms": "exposed DDP",
+    "overlap_ours_pct": "overlap ours (%)",
+    "overlap_ddp_pct": "overlap DDP (%)",
+}
+LOSS_ROWS = 10  # rows of the loss table (steps evenly spaced, the last always in)
+
+
+def _ms(x: float) -> float:
+    return x * 1e3
+
+
+def step_row(stats: dict, overlap: dict | None) -> dict:
+    return {
+        "mode": stats["mode"],
+        "step_ms": _ms(stats["step_s"]),
+        "forward_ms": _ms(stats["forward_s"]),
+        "backward_ms": _ms(stats["backward_s"]),
+        "exposed_ms": _ms(stats["comm_s"]),
+        "skew_ms": _ms(stats["skew_s"]) if stats["skew_s"] is not None else float("nan"),
+        "optimizer_ms": _ms(stats["optimizer_s"]),
+        "check_ms": _ms(stats["check_s"]),
+        "allreduce_ms": _ms(stats["allreduce_s"]),
+        "overlap_pct": overlap["overlap_pct"] if overlap else 0.0,
+        "tokens_per_s": stats["tokens_per_s"],
+        "loss_first": stats["losses"][0],
+        "loss_last": stats["losses"][-1],
+    }
+
+
+def memory_row(stats: dict, replicated_states: int | None) -> dict:
+    mem = stats["memory"]
+    states = mem[0]["optimizer_bytes"]
+    return {
+        "mode": stats["mode"],
+        "params": format_size(mem[0]["params_bytes"]),
+        "grads": format_size(mem[0]["grads_bytes"]),
+        "optimizer": format_size(states),
+        "states_ratio": states / replicated_states if replicated_states else float("nan"),
+        "rss": format_size(mem[0]["rss_bytes"]),
+        "peak_rss": format_size(max(m["peak_rss_bytes"] for m in mem)),
+    }
+
+
+def loss_rows(curves: dict[str, list[float]]) -> tuple[list[dict], dict[str, str]]:
+    steps = len(next(iter(curves.values())))
+    picks = sorted({round(i * (steps - 1) / max(1, LOSS_ROWS - 1)) for i in range(LOSS_ROWS)})
+    rows = [{"step": s, **{label: c[s] for label, c in curves.items() if s < len(c)}} for s in picks]
+    return rows, {"step": "step", **{label: label for label in curves}}
+
+
+def ddp_rows(ours: dict, ours_overlap: dict | None, ddp: dict, ddp_records: list[list[dict]]) -> list[dict]:
+    """One row per range of steps: losses at the range's last step, the largest relative gap of the
+    losses within it, and the median phases over the range (slowest rank)."""
+    steps = min(len(ours["losses"]), len(ddp["losses"]))
+    gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
+    per_ours = ours["slowest"]
+    per_ddp = training_stats.slowest_steps(ddp_records)
+    bounds = sorted({round(i * steps / min(steps, 5)) for i in range(min(steps, 5) + 1)})
+    rows = []
+
+    def med(records: list[dict], key: str, steps_in: list[int]) -> float:
+        return statistics.median(records[i][key] for i in steps_in)
+
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        timed = [i for i in range(a, b) if i in training_stats.timed_steps(steps)] or list(range(a, b))
+        rows.append(
+            {
+                "steps": f"{a}-{b - 1}",
+                "loss_ours": ours["losses"][b - 1],
+                "loss_ddp": ddp["losses"][b - 1],
+                "loss_gap": max(gaps[a:b]),
+                "step_ours_ms": _ms(med(per_ours, "step_s", timed)),
+                "step_ddp_ms": _ms(med(per_ddp, "step_s", timed)),
+                "exposed_ours_ms": _ms(med(per_ours, "comm_s", timed)),
+                "exposed_ddp_ms": _ms(med(per_ddp, "comm_s", timed)),
+                "overlap_ours_pct": ours_overlap["overlap_pct"] if ours_overlap else 0.0,
+                "overlap_ddp_pct": ddp["overlap_pct"],
+            }
+        )
+    return rows
+
+
+def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[dict]] | None = None) -> Report:
+    n = len(results)
+    run_dir = Path(run_dir)
+    config = params.model_config
+    tokens = params.batch * params.context
+    itemsize = config.np_dtype.itemsize
+    stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(params.mode))]
+    for k, s in enumerate(stats):
+        s["slowest"] = training_stats.slowest_steps([res["modes"][k]["steps"] for res in results])
+    overlap = training_stats.traced_overlap(run_dir, n, params.steps)
+    source = load_model(params.model, run_network(run_dir), run_dir.parent)
+    replicated = next(
+        (s["memory"][0]["optimizer_bytes"] for s in stats if not BY_NAME[s["mode"]].sharded), None
+    )
+    if replicated is None:
+        replicated = 2 * config.num_params * itemsize  # Adam's m and v of every parameter
+    alone = next((s["backward_s"] for s in stats if not BY_NAME[s["mode"]].overlaps), None)
+    step_rows, memory_rows, model_rows, notes = [], [], [], []
+    for s in stats:
+        mode = BY_NAME[s["mode"]]
+        step_rows.append(step_row(s, overlap.get(mode.name)))
+        memory_rows.append(memory_row(s, replicated))
+        comm_model = comm_time_s(
+            mode.name, s["buckets"], config.num_params * itemsize, n, source.link, params.algorithm
+        )
+        pred = predicted_step_s(s["forward_s"], s["backward_s"], s["optimizer_s"], comm_model)
+        model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
+        model_rows.append(
+            {
+                "mode": mode.name,
+                "compute_ms": _ms(s["forward_s"] + s["backward_s"] + s["optimizer_s"]),
+                "comm_model_ms": _ms(comm_model),
+                "serial_ms": _ms(pred["serial_s"]),
+                "overlapped_ms": _ms(pred["overlapped_s"]) if mode.overlaps else float("nan"),
+                "measured_ms": _ms(s["step_s"]),
+                "ratio": s["step_s"] / model_s if model_s > 0 else float("nan"),
+            }
+        )
+        if n > 1:
+            notes.append(
+                f"{mode.name}: {departure(mode.overlaps, s, comm_model, alone if mode.overlaps else None)}"
+            )
+    curves = {s["mode"]: s["losses"] for s in stats}
+    tables = [
+        Table(
+            f"data-parallel training, {n} ranks, {config.num_params:,} parameters ({params.dtype}), global batch "
+            f"{params.batch} x {params.context} bytes, {params.steps} steps per mode: per step (median of the "
+            "timed steps, slowest rank)",
+            step_rows,
+            STEP_COLUMNS,
+        ),
+        Table("memory per rank: the arrays' own bytes, and the process", memory_rows, MEMORY_COLUMNS),
+        Table(f"step time: measured against the model ({source.caption})", model_rows, MODEL_COLUMNS),
+    ]
+    data = {"modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats], "overlap": overlap}
+    files = []
+    if ddp_records is not None:
+        ddp = training_stats.ddp_stats(ddp_records, tokens)
+        ours = next((s for s in stats if s["mode"] == "bucketed"), stats[0])
+        rows = ddp_rows(ours, overlap.get(ours["mode"]), ddp, ddp_records)
+        tables.append(
+            Table(
+                f"ours ({ours['mode']}) against PyTorch DDP over Gloo, same weights and batches",
+                rows,
+                DDP_COLUMNS,
+            )
+        )
+        curves[ddp["mode"]] = ddp["losses"]
+        gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
+        data["ddp"] = {**ddp, "loss_gaps": gaps, "ours": ours["mode"]}
+        notes.append(
+            f"DDP: {len(ddp['buckets'])} buckets ({', '.join(format_size(b) for b in ddp['buckets'])}); "
+            f"largest relative loss gap {max(gaps):.2e} over {len(gaps)} steps"
+        )
+    loss_table, loss_columns = loss_rows(curves)
+    tables.insert(
+        1, Table("loss of the global batch (the modes start from the same weights)", loss_table, loss_columns)
+    )
+    if stats:
+        plot_losses(curves, run_dir / "loss.png", f"training on the lecture's text, {n} ranks")
+        files.append("loss.png")
+    for s in stats:
+        if s["mode"] in ("bucketed", "per_tensor"):
+            sizes = s["buckets"]
+            notes.append(
+                f"{s['mode']}: {len(sizes)} all-reduces per step, in backward order: "
+                + ", ".join(format_size(b) for b in sizes[:6])
+                + (" ..." if len(sizes) > 6 else "")
+            )
+    checked = params.steps * len(params.mode)
+    notes.append(
+        f"checks: after each of the {checked} steps every rank's parameters hashed and compared, every "
+        "reduction's result checked against the ranks' own checksums (docs/training.md#the-checks)"
+    )
+    notes.append(
+        "exposed comm: the time the step waited for communication after backward's last compute "
+        "(zero1: its reduce-scatter and all-gather); rank skew: how far apart the ranks ended backward "
+        "(the first collective after it waits for the last); all-reduce: the collectives' own time "
+        "wherever they ran; overlap: the share of that time during which backward was computing, from "
+        "the trace; checks: the per-step exchange of hashes and checksums"
+    )
+    notes.append(load_note())
+    sample = results[0].get("sample")
+    if sample is not None:
+        notes.append(
+            f"sampled greedily by rank 0 after training, {params.sample_bytes} bytes after "
+            f"{params.prompt!r}: {sample!r}"
+        )
+    if (run_dir / "model.npz").exists():
+        notes.append(f"weights: {run_dir / 'model.npz'}")
+        files.append("model.npz")
+    return Report(ok=True, tables=tables, notes=notes, data=data, files=files)

@@ -1,0 +1,140 @@
+"""What the ranks' step records and trace logs say, per mode: pure functions, tested on synthetic
+records.
+
+A step ends when its slowest rank ends it, so each step is read from the rank whose step took
+longest; a mode's figure is the median over its timed steps (all but the first, which pays for
+first touches of memory and, in DDP, for building the buckets). The loss is the global batch's
+(the sum of the ranks' shares), the same on every rank.
+
+Overlap from the trace: for every rank and timed step, the time during which some all-reduce of
+the step was running (`bucket.allreduce`, on whichever thread) and backward was computing
+(`backward.*` spans on the main thread), over the time some all-reduce was running: the share of
+the communication hidden under backward. The same definition is applied to DDP's records
+(`ddp_stats`), where the all-reduces are timed by a communication hook.
+"""
+
+import statistics
+from pathlib import Path
+
+from playground.timeline import covered, intersection_s
+from playground.trace import read_events
+
+PHASES = ("step_s", "forward_s", "backward_s", "comm_s", "optimizer_s", "check_s", "allreduce_s")
+WARMUP_STEPS = 1
+
+
+def timed_steps(num_steps: int) -> range:
+    """The steps a mode's figures are medians over: all but the first, unless there is only one."""
+    return range(WARMUP_STEPS if num_steps > WARMUP_STEPS else 0, num_steps)
+
+
+def slowest_steps(per_rank: list[list[dict]]) -> list[dict]:
+    """Step by step, the record of the rank whose step took longest."""
+    return [max(records, key=lambda r: r["step_s"]) for records in zip(*per_rank, strict=True)]
+
+
+def phase_medians(steps: list[dict]) -> dict[str, float]:
+    """The median of every phase over the timed steps."""
+    timed = [steps[i] for i in timed_steps(len(steps))]
+    return {p: statistics.median(s[p] for s in timed) for p in PHASES if p in timed[0]}
+
+
+def mode_stats(results: list[dict], k: int, global_tokens: int) -> dict:
+    """Mode number `k` of every rank's result -> its medians, tokens/s and loss curve."""
+    per_rank = [res["modes"][k]["steps"] for res in results]
+    slowest = slowest_steps(per_rank)
+    med = phase_medians(slowest)
+    losses = [s["loss"] for s in per_rank[0]]
+    return {
+        "mode": results[0]["modes"][k]["mode"],
+        **med,
+        "skew_s": backward_skew_s(per_rank)
+        if len({res["modes"][k].get("host") for res in results}) == 1
+        else None,
+        "tokens_per_s": global_tokens / med["step_s"] if med["step_s"] > 0 else float("nan"),
+        "losses": losses,
+        "buckets": results[0]["modes"][k]["buckets"],
+        "memory": [res["modes"][k]["memory"] for res in results],
+    }
+
+
+def backward_skew_s(per_rank: list[list[dict]]) -> float:
+    """The median over the timed steps of how far apart the ranks ended backward (one host, one
+    clock): the first collective after it waits for the last rank, so this is exposed too."""
+    ends = list(zip(*([s["backward_end"] for s in records] for records in per_rank), strict=True))
+    return statistics.median(max(e) - min(e) for e in (ends[i] for i in timed_steps(len(ends))))
+
+
+def step_overlap(backward: list[tuple[float, float]], comm: list[tuple[float, float]]) -> tuple[float, float]:
+    """(hidden, communicating): time both ran, time some communication ran."""
+    return intersection_s(backward, comm), covered(comm)
+
+
+def overlap_pct(hidden_s: float, comm_s: float) -> float:
+    return 100.0 * hidden_s / comm_s if comm_s > 0 else 0.0
+
+
+def traced_overlap(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, dict]:
+    """mode -> {"hidden_s", "comm_s" (per step and rank, over the timed steps), "overlap_pct"}, read
+    from the ranks' logs."""
+    timed = set(timed_steps(num_steps))
+    spans: dict[tuple, dict[str, list]] = {}
+    for r in range(num_ranks):
+        path = Path(run_dir) / f"rank-{r}.jsonl"
+        if not path.exists():
+            continue
+        for e in read_events(path):
+            a = e.get("args") or {}
+            mode, step = a.get("mode"), a.get("step")
+            if mode is None or step not in timed:
+                continue
+            span = (e["ts"], e["ts"] + e["dur"])
+            kind = None
+            if e["name"].startswith("backward.") and e.get("tid", 0) == 0:
+                kind = "backward"
+            elif e["name"] == "bucket.allreduce":
+                kind = "comm"
+            if kind:
+                spans.setdefault((mode, r, step), {"backward": [], "comm": []})[kind].append(span)
+    totals: dict[str, list[float]] = {}
+    for (mode, _, _), s in spans.items():
+        hidden, comm = step_overlap(s["backward"], s["comm"])
+        t = totals.setdefault(mode, [0.0, 0.0, 0])
+        t[0] += hidden / 1e6
+        t[1] += comm / 1e6
+        t[2] += 1
+    return {
+        mode: {"hidden_s": h / n, "comm_s": c / n, "overlap_pct": overlap_pct(h, c)}
+        for mode, (h, c, n) in totals.items()
+    }
+
+
+def ddp_stats(per_rank: list[list[dict]], global_tokens: int) -> dict:
+    """PyTorch DDP's per-step records (the worker's) -> the same figures as ours, plus its overlap
+    from the hook's all-reduce spans and backward's compute span."""
+    slowest = slowest_steps(per_rank)
+    med = phase_medians(slowest)
+    hidden = comm = 0.0
+    for records in per_rank:
+        for i in timed_steps(len(records)):
+            h, c = step_overlap(
+                [tuple(records[i]["backward_span"])], [tuple(s) for s in records[i]["allreduce_spans"]]
+            )
+            hidden, comm = hidden + h, comm + c
+    n = len(per_rank) * len(timed_steps(len(slowest)))
+    losses = [statistics.fmean(records[i]["loss"] for records in per_rank) for i in range(len(slowest))]
+    return {
+        "mode": "torch DDP",
+        **med,
+        "tokens_per_s": global_tokens / med["step_s"] if med["step_s"] > 0 else float("nan"),
+        "losses": losses,
+        "hidden_s": hidden / n,
+        "comm_traced_s": comm / n,
+        "overlap_pct": overlap_pct(hidden, comm),
+        "buckets": per_rank[0][-1].get("bucket_bytes", []),
+    }
+
+
+def relative_gaps(ours: list[float], theirs: list[float]) -> list[float]:
+    """|ours - theirs| / |theirs|, step by step."""
+    return [abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(ours, theirs, strict=False)]

@@ -1,0 +1,235 @@
+"""The training lab's statistics, step-time model and report, on synthetic records (no processes)."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from playground.models.costs import (
+    Link,
+    allgather_ring_time_s,
+    allreduce_ring_time_s,
+    reduce_scatter_ring_time_s,
+)
+from playground.training import training_report, training_stats
+from playground.training.steptime_model import comm_time_s, departure, predicted_step_s
+from playground.transformer import ModelConfig
+
+
+def step(i: int, step_s: float, **extra) -> dict:
+    return {
+        "step": i,
+        "loss": 5.0 - i,
+        "forward_s": 0.01,
+        "backward_s": 0.02,
+        "comm_s": 0.005,
+        "optimizer_s": 0.001,
+        "step_s": step_s,
+        "allreduce_s": 0.006,
+        "check_s": 0.001,
+        "backward_end": 100.0 + i + extra.pop("late", 0.0),
+        **extra,
+    }
+
+
+def rank_result(rank: int, modes: list[str], slow: float = 0.0) -> dict:
+    n = 4
+    return {
+        "ok": True,
+        "modes": [
+            {
+                "mode": mode,
+                "host": "h",
+                "hash": "0000abcd",
+                "steps": [step(i, 0.04 + slow * (i == 2), late=slow) for i in range(3)],
+                "buckets": [1024, 2048],
+                "memory": {
+                    "params_bytes": 400,
+                    "grads_bytes": 400,
+                    "optimizer_bytes": 800 // (n if mode == "zero1" else 1),
+                    "rss_bytes": 50 << 20,
+                    "peak_rss_bytes": 51 << 20,
+                },
+            }
+            for mode in modes
+        ],
+        **({"sample": "\n的"} if rank == 0 else {}),
+    }
+
+
+def test_each_step_is_read_from_its_slowest_rank_and_the_first_step_is_left_out():
+    results = [rank_result(r, ["bucketed"], slow=0.01 * r) for r in range(4)]
+    stats = training_stats.mode_stats(results, 0, global_tokens=2048)
+    assert stats["step_s"] == pytest.approx(0.04 + 0.03 / 2)  # steps 1 and 2: 0.04, 0.07 (rank 3)
+    assert stats["tokens_per_s"] == pytest.approx(2048 / stats["step_s"])
+    assert stats["losses"] == [5.0, 4.0, 3.0]
+    assert stats["skew_s"] == pytest.approx(0.03)  # rank 3 ended backward 30 ms after rank 0
+    assert list(training_stats.timed_steps(1)) == [0] and list(training_stats.timed_steps(5)) == [1, 2, 3, 4]
+
+
+def test_overlap_is_read_from_the_trace(tmp_path):
+    """Backward on the main thread 0-100 us, the bucket's all-reduce on thread 1 from 50 to 150:
+    half of the all-reduce was hidden. Step 0 (warm-up) and other modes are left out."""
+    events = [
+        {
+            "ts": 0,
+            "dur": 60,
+            "name": "backward.head",
+            "cat": "compute",
+            "tid": 0,
+            "args": {"mode": "bucketed", "step": 1},
+        },
+        {
+            "ts": 60,
+            "dur": 40,
+            "name": "backward.h.0",
+            "cat": "compute",
+            "tid": 0,
+            "args": {"mode": "bucketed", "step": 1},
+        },
+        {
+            "ts": 50,
+            "dur": 100,
+            "name": "bucket.allreduce",
+            "cat": "op",
+            "tid": 1,
+            "args": {"mode": "bucketed", "step": 1},
+        },
+        {
+            "ts": 0,
+            "dur": 100,
+            "name": "backward.head",
+            "cat": "compute",
+            "tid": 0,
+            "args": {"mode": "bucketed", "step": 0},
+        },
+        {
+            "ts": 0,
+            "dur": 100,
+            "name": "bucket.allreduce",
+            "cat": "op",
+            "tid": 1,
+            "args": {"mode": "bucketed", "step": 0},
+        },
+        {
+            "ts": 0,
+            "dur": 100,
+            "name": "backward.head",
+            "cat": "compute",
+            "tid": 0,
+            "args": {"mode": "after_backward", "step": 1},
+        },
+        {
+            "ts": 100,
+            "dur": 30,
+            "name": "bucket.allreduce",
+            "cat": "op",
+            "tid": 0,
+            "args": {"mode": "after_backward", "step": 1},
+        },
+    ]
+    (tmp_path / "rank-0.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    got = training_stats.traced_overlap(tmp_path, 1, num_steps=2)
+    assert got["bucketed"] == {
+        "hidden_s": pytest.approx(50e-6),
+        "comm_s": pytest.approx(100e-6),
+        "overlap_pct": 50.0,
+    }
+    assert got["after_backward"]["overlap_pct"] == 0.0
+
+
+def test_ddp_records_read_like_ours():
+    records = [
+        [
+            {
+                **step(i, 0.05),
+                "loss": 4.0 + r,
+                "backward_span": [0.0, 1.0],
+                "allreduce_spans": [[0.5, 1.5]],
+                "bucket_bytes": [10, 20],
+            }
+            for i in range(3)
+        ]
+        for r in range(2)
+    ]
+    ddp = training_stats.ddp_stats(records, 1000)
+    assert ddp["losses"] == [4.5, 4.5, 4.5]  # the mean of the ranks' own means
+    assert ddp["overlap_pct"] == 50.0 and ddp["buckets"] == [10, 20]
+    assert training_stats.relative_gaps([1.0, 2.0], [1.0, 4.0]) == [0.0, 0.5]
+
+
+def test_the_model_of_each_modes_communication():
+    link = Link(10e-6, 1e9, 4e9)
+    assert comm_time_s("bucketed", [1000, 3000], 4000, 4, link, "ring") == pytest.approx(
+        allreduce_ring_time_s(1000, 4, link) + allreduce_ring_time_s(3000, 4, link)
+    )
+    assert comm_time_s("zero1", [4000], 4000, 4, link, "ring") == pytest.approx(
+        reduce_scatter_ring_time_s(4000, 4, link) + allgather_ring_time_s(4000, 4, link)
+    )
+    assert comm_time_s("after_backward", [4000], 4000, 1, link, "ring") == 0.0
+    assert comm_time_s("per_tensor", [8, 1 << 20], 0, 4, link, "auto") > 0
+    assert predicted_step_s(0.01, 0.03, 0.002, 0.02) == pytest.approx(
+        {"serial_s": 0.062, "overlapped_s": 0.042}
+    )
+    line = departure(
+        True, {"allreduce_s": 0.04, "comm_s": 0.01, "backward_s": 0.033, "skew_s": 0.002}, 0.02, 0.03
+    )
+    assert "2.0x the model's 20.0 ms" in line and "2.0 ms apart" in line and "backward +10%" in line
+
+
+def params_of(modes, ddp=None):
+    return SimpleNamespace(
+        model_config=ModelConfig(layers=1, d_model=8, heads=2, context=8),
+        batch=8,
+        context=8,
+        steps=3,
+        mode=tuple(modes),
+        dtype="float32",
+        algorithm="ring",
+        model=None,
+        sample_bytes=2,
+        prompt="\n",
+        baseline=ddp,
+    )
+
+
+def test_the_report_has_every_table_and_the_plot(tmp_path):
+    modes = ["per_tensor", "bucketed", "after_backward", "zero1"]
+    results = [rank_result(r, modes) for r in range(4)]
+    rep = training_report.report(results, params_of(modes), tmp_path)
+    assert rep.ok
+    titles = [t.title for t in rep.tables]
+    assert titles[0].startswith("data-parallel training, 4 ranks")
+    assert [t.title.split(":")[0] for t in rep.tables[1:]] == [
+        "loss of the global batch (the modes start from the same weights)",
+        "memory per rank",
+        "step time",
+    ]
+    memory = {row["mode"]: row for row in rep.tables[2].rows}
+    assert memory["zero1"]["states_ratio"] == 0.25 and memory["bucketed"]["states_ratio"] == 1.0
+    assert [row["mode"] for row in rep.tables[0].rows] == modes
+    assert "loss.png" in rep.files and (tmp_path / "loss.png").stat().st_size > 0
+    assert any(n.startswith("sampled greedily by rank 0") and "'\\n的'" in n for n in rep.notes)
+
+
+def test_the_report_puts_ddp_beside_ours(tmp_path):
+    results = [rank_result(r, ["bucketed"]) for r in range(2)]
+    ddp = [
+        [
+            {
+                **step(i, 0.05),
+                "loss": 5.0 - i,
+                "backward_span": [0.0, 1.0],
+                "allreduce_spans": [],
+                "bucket_bytes": [64],
+            }
+            for i in range(3)
+        ]
+        for _ in range(2)
+    ]
+    rep = training_report.report(results, params_of(["bucketed"], "ddp"), tmp_path, ddp)
+    table = rep.tables[-1]
+    assert table.title.startswith("ours (bucketed) against PyTorch DDP")
+    assert [r["steps"] for r in table.rows] == ["0-0", "1-1", "2-2"]
+    assert all(r["loss_gap"] == 0.0 for r in table.rows)
+    assert rep.data["ddp"]["loss_gaps"] == [0.0, 0.0, 0.0]

@@ -225,7 +225,8 @@ def test_raw_req_socket_generate_and_error_replies(model_server, ctx):
 def test_a_client_vanishing_mid_generate_is_freed_by_its_lease(model_server, ctx):
     endpoint, _ = model_server
     gone = connect(ctx, zmq.DEALER, endpoint)
-    send(gone, {"op": "generate", "id": 1, "prompt": "x" * 40, "max_new_tokens": 400})
+    # 16 samples of 2000 tokens past a 64-token context: minutes of work, certain to outlive the lease
+    send(gone, {"op": "generate", "id": 1, "prompt": "x" * 40, "max_new_tokens": 2000, "n": 16})
     watcher = connect(ctx, zmq.DEALER, endpoint)
     deadline = time.monotonic() + 10
     while ask(watcher, {"op": "stats"})[0]["allocated_slots"] == 0:  # it is running
@@ -237,7 +238,7 @@ def test_a_client_vanishing_mid_generate_is_freed_by_its_lease(model_server, ctx
         if st["expired_seqs"] or time.monotonic() > deadline:
             break
         watcher.poll(50)
-    assert st["expired_seqs"] == 1 and st["allocated_slots"] == 0 and st["engine"]["requests"] == 0
+    assert st["expired_seqs"] >= 1 and st["allocated_slots"] == 0 and st["engine"]["requests"] == 0
 
 
 @pytest.mark.timeout(60)

@@ -148,11 +148,11 @@ def test_a_trained_model_file_is_served(tmp_path):
 @pytest.mark.parametrize(
     "sets,ranks,expect",
     [
-        (["params.block_size=0"], None, "key 'params.block_size': must be >= 1, got 0"),
-        (["params.n=0"], None, "key 'params.n': must be >= 1, got 0"),
-        (["params.width=8"], None, "key 'params.width': a model of KV width 256"),
-        (["params.heads=5"], None, "key 'params.heads'"),
-        (["params.model=/nonexistent/model.npz"], None, "key 'params.model': cannot read"),
+        (["params.block_size=0"], None, "params.block_size=0: must be >= 1, got 0"),
+        (["params.n=0"], None, "params.n=0: must be >= 1, got 0"),
+        (["params.width=8"], None, "params.width=8: a model of KV width 256"),
+        (["params.heads=5"], None, "params.heads=5: must divide d_model=64"),
+        (["params.model=/nonexistent/model.npz"], None, "params.model=/nonexistent/model.npz: cannot read"),
         ([], 1, "serving needs one server and at least one client"),
     ],
 )
@@ -172,4 +172,8 @@ def test_a_model_file_that_does_not_match_the_width_is_one_line(tmp_path):
         sets=[f"params.model={tmp_path / 'model.npz'}", "params.width=256"],
         timeout_s=50,
     )
-    assert code == 2 and "key 'params.model': a model of KV width 32" in err + out and "Traceback" not in err
+    assert (
+        code == 2
+        and f"params.model={tmp_path / 'model.npz'}: a model of KV width 32" in err + out
+        and "Traceback" not in err
+    )

@@ -41,6 +41,7 @@ setup(
             sources=[
                 "native/native.c",
                 "native/mailbox.c",
+                "native/attention.c",
                 "native/sim_network.c",
                 "native/sim_engine.c",
                 "native/sim_transport.c",

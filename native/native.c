@@ -344,16 +344,19 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_playground_native",
-    "Timed memory loops for the memory lab (pointer chase, strided read, gather) and the shared-memory "
-    "path's mailboxes (mailbox.c), GIL released while they run or wait; the simulator's event core (sim_*.c).",
+    "Timed memory loops for the memory lab (pointer chase, strided read, gather), the shared-memory "
+    "path's mailboxes (mailbox.c), the KV-cache server's attention (attention.c) and the simulator's "
+    "event core (sim_*.c); GIL released while they run or wait.",
     -1, methods,
 };
 
-int add_mailbox_type(PyObject *module); /* mailbox.c: the shared-memory path's messages */
-int add_sim_types(PyObject *module);    /* sim_*.c: the simulator's event core */
+int add_mailbox_type(PyObject *module);        /* mailbox.c: the shared-memory path's messages */
+int add_attention_functions(PyObject *module); /* attention.c: the KV-cache server's attention */
+int add_sim_types(PyObject *module);           /* sim_*.c: the simulator's event core */
 
 PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && (add_mailbox_type(m) < 0 || add_sim_types(m) < 0)) Py_CLEAR(m);
+    if (m && (add_mailbox_type(m) < 0 || add_attention_functions(m) < 0 || add_sim_types(m) < 0))
+        Py_CLEAR(m);
     return m;
 }

@@ -13,7 +13,7 @@ import numpy as np
 
 from playground.errors import ParamError
 from playground.memlab import gather_report
-from playground.memlab.native import load_native
+from playground.native import load_native
 from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size

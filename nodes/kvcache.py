@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import LabError, ParamError
-from playground.kvcache import engine, kvcache_report, kvcache_stats
+from playground.errors import ParamError
+from playground.kvcache import kvcache_report, kvcache_stats, replay
 from playground.kvcache.client import KVClient
-from playground.kvcache.host import TAG_RESULT, ServerThread, collect, new_server
-from playground.kvcache.policies import POLICIES, PolicyName
+from playground.kvcache.host import TAG_RESULT, collect, new_server, start_server_thread
+from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
 from playground.report import Report
 
 
@@ -73,14 +73,7 @@ class Params:
         ):
             if getattr(self, name) < 1:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
-        if not self.policies or len(set(self.policies)) != len(self.policies):
-            raise ParamError("policies", f"a non-empty list without repeats, got {list(self.policies)}")
-        if self.prompt_max < self.prompt_min:
-            raise ParamError(
-                "prompt_max", f"must be >= prompt_min ({self.prompt_min}), got {self.prompt_max}"
-            )
-        if self.block_size > self.capacity_tokens:
-            raise ParamError("block_size", f"must be <= capacity_tokens, got {self.block_size}")
+        check_pool_params(self)
         if not 0 <= self.admit_watermark < 1:
             raise ParamError("admit_watermark", f"must be in [0, 1), got {self.admit_watermark}")
         if self.growth < 1:
@@ -104,15 +97,7 @@ def main(comm, params: Params) -> dict:
 
 
 def _serve(comm, p: Params) -> dict:
-    bind = "tcp://127.0.0.1:*" if p.endpoint == "tcp" else f"ipc://{comm.run_dir}/kvcache.sock"
-    thread = ServerThread(bind)
-    thread.server = new_server(p, p.policies[0])
-    thread.start()
-    if not thread.ready.wait(comm.timeout_s) or thread.error:
-        raise LabError(
-            f"kvcache server did not start on {bind}: {thread.error or 'timed out'}", step="kvcache server"
-        )
-    comm.bcast_obj(thread.address)
+    thread = start_server_thread(comm, p.endpoint, new_server(p, p.policies[0]), "kvcache")
     per_policy = []
     try:
         for policy in p.policies:
@@ -145,7 +130,7 @@ def _client(comm, p: Params) -> dict:
             comm.barrier()
             client.latencies_us.clear()
             t0 = time.monotonic()
-            result = engine.run_workload(comm, client, p)
+            result = replay.run_workload(comm, client, p)
             result["elapsed_s"] = time.monotonic() - t0
             result["latencies_us"] = {op: [round(v, 1) for v in vs] for op, vs in client.latencies_us.items()}
             comm.send_obj(result, 0, TAG_RESULT)

@@ -14,8 +14,8 @@ import numpy as np
 from playground import machine
 from playground.errors import ParamError
 from playground.memlab import stride_report
-from playground.memlab.native import load_native
 from playground.memlab.strides import EXACT_FLOAT_SUM, lines_touched
+from playground.native import load_native
 from playground.params import Ranks
 from playground.report import Report
 from playground.sizes import Size

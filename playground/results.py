@@ -14,6 +14,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - training.md: `run train --baseline ddp` (and train-large) at 2 and 4 ranks, alternating round by
   round: our bucketed step against PyTorch DDP's; then tokens/s at 1, 2, 4 ranks and across two
   emulated hosts (as root).
+- serving.md: the KV-cache server serving a model (issue 20): the attention kernel paged vs
+  contiguous at two row sizes, decode throughput vs batch, the lecture's 4.6 requests under one KV
+  budget per policy, n samples forked vs copied, a shared system prompt with prefix caching.
 - extra pages for the labs that register one (`PAGES` below).
 
 The subcommands run as children (`python -P -m playground ...`, as a user would type them), so a
@@ -177,6 +180,56 @@ def _labs(ctx: Context) -> str:
     return (ctx.latest(runs) / "summary.md").read_text()
 
 
+def _serving(ctx: Context) -> str:
+    runs, parts = ctx.work / "serving", []
+    quick = {
+        "paged-attention": ["params.contexts=[512,4096]", "params.block_sizes=[16,64]", "params.rounds=2"],
+        "serving-batch": ["params.batch_sizes=[1,8,64]", "params.new_tokens=16"],
+        "serving": ["params.num_requests=100", "params.capacity_tokens=20000"],
+        "serving-samples": ["params.policies=[paged,reserve_max]"],
+        "serving-prefix": ["params.num_requests=32"],
+    }
+    full = {"paged-attention": [f"params.rounds={max(5, ctx.rounds)}"]}
+    steps = [
+        ("The attention kernel, rows of 8 heads x 64 (a layer of train-large)", "paged-attention", []),
+        (
+            "The attention kernel, rows of 4 heads x 16 (the served model)",
+            "paged-attention",
+            ["params.heads=4", "params.head_dim=16"],
+        ),
+        ("Decode throughput vs batch (25M parameters)", "serving-batch", []),
+        ("The lecture's 4.6 requests served under one KV budget", "serving", []),
+        ("n samples of one prompt: forked vs copies", "serving-samples", []),
+        ("A shared system prompt, prefix caching off and on", "serving-prefix", []),
+    ]
+    for title, scenario, extra in steps:
+        sets = [*(quick if ctx.quick else full).get(scenario, []), *extra]
+        ctx.run("run", scenario, "--out", str(runs), *(a for s in sets for a in ("--set", s)), timeout_s=3600)
+        parts.append(f"## {title}\n\n" + result_markdown(ctx.latest(runs)))
+    return "\n".join(parts)
+
+
+def result_markdown(run_dir: Path) -> str:
+    """A run's tables and notes as markdown (what its summary printed)."""
+    from playground.report import format_cell
+
+    result = json.loads((run_dir / "result.json").read_text())
+    out = []
+    for t in result.get("tables") or []:
+        if not t["rows"]:
+            continue
+        columns = t.get("columns") or {k: k for k in t["rows"][0]}
+        out += [
+            f"**{t['title']}**\n",
+            "| " + " | ".join(columns.values()) + " |",
+            "|" + "---|" * len(columns),
+        ]
+        out += ["| " + " | ".join(format_cell(r.get(k)) for k in columns) + " |" for r in t["rows"]]
+        out.append("")
+    out += [f"- {n}" for n in result.get("notes") or []]
+    return "\n".join(out) + "\n"
+
+
 TRAIN_RANKS = (2, 4)
 TRAIN_SCALING = ((1, None), (2, None), (4, None), (4, "1gbit"))  # (ranks, --hosts 2 --link RATE)
 
@@ -281,6 +334,7 @@ SECTIONS = [
     Section("simulator", "simulator.md", "The simulator against measurements", _simulator, 2, 8),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", _training, 1.5, 20),
+    Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
 ]
 
 
@@ -345,11 +399,13 @@ def add_results_parser(sub, func) -> None:
     r = sub.add_parser(
         "results",
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
-        description="Runs bench table, the simulator against measurements, the lecture and training against "
-        "PyTorch DDP, one after the "
-        "other, and writes docs/results/*.md headed by this machine; about 45 min (--quick: 6.5).",
+        description="Runs bench table, the simulator against measurements, the lecture, training against "
+        "PyTorch DDP and the serving lab, one after the other, and writes docs/results/*.md headed by this "
+        "machine; about 55 min (--quick: 10).",
     )
-    r.add_argument("--sections", metavar="collectives,simulator,labs,training", help="only these pages")
+    r.add_argument(
+        "--sections", metavar="collectives,simulator,labs,training,serving", help="only these pages"
+    )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")
     r.add_argument("--rounds", type=int, default=3, help="rounds of each measurement (default 3)")
     r.add_argument("--out", default="docs/results", help="where the pages go (default docs/results)")

@@ -35,10 +35,10 @@ from playground.kvcache.contiguous import ContiguousAllocator as KVContiguous
 from playground.kvcache.server import Server
 from playground.lecture.figures import NotMeasured
 from playground.memlab import lmbench
-from playground.memlab.native import load_native
 from playground.memlab.translation import PageFault, PageTable
 from playground.models.allocation import ContiguousAllocator, PagedAllocator
 from playground.models.costs import Link
+from playground.native import load_native
 from playground.procs import BaselineError
 from playground.sim.engine import SimDeadlock
 from playground.sizes import parse_size

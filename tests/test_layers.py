@@ -17,7 +17,7 @@ LAYERS = [
     (
         "basics",
         "errors sizes trace clocks interrupts scratch fingerprint machine topology report plot params "
-        "timeline rundir environment notebook",
+        "timeline rundir environment notebook native",
     ),
     ("comm", "comm"),
     ("models", "models transformer"),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from playground.memlab import chase
-from playground.memlab.native import load_native
+from playground.native import load_native
 
 native = load_native()
 

@@ -13,7 +13,10 @@ from playground.testing import run_cli
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     proc = run_cli(["results", "--sections", "nosuch", "--out", str(tmp_path)], timeout_s=30)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: --sections nosuch: allowed: collectives, simulator, labs, training"
+    assert (
+        proc.stderr.strip()
+        == "error: --sections nosuch: allowed: collectives, simulator, labs, training, serving"
+    )
     with pytest.raises(ScenarioError, match="--rounds 0: expected at least 1"):
         results.run_results(None, True, 0, tmp_path, tmp_path)
 
@@ -61,3 +64,27 @@ def test_the_spread_of_a_point_is_over_every_bench_run(tmp_path):
         (run / "result.json").write_text(json.dumps({"ranks": 2, "rows": rows}))
         runs.append(run)
     assert results._spread(runs) == {(2, "ring", 4096): (90.0, 140.0), (2, "tree", 4096): (7.0, 7.0)}
+
+
+def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch):
+    """Each scenario's command replaced by one that writes a result.json: the page has a heading,
+    a markdown table and the notes of every step, both row sizes of the kernel among them."""
+
+    def fake_run(self, *args, timeout_s=0):
+        self.commands.append("python -m playground " + " ".join(args))
+        out = results.Path(args[args.index("--out") + 1])
+        run = out / f"run{len(self.commands)}"
+        run.mkdir(parents=True)
+        table = {"title": f"{args[1]} table", "rows": [{"a": 1.5, "b": "x"}], "columns": {"a": "A", "b": "B"}}
+        (run / "result.json").write_text(json.dumps({"tables": [table], "notes": [f"{args[1]} note"]}))
+        (out / "latest").unlink(missing_ok=True)
+        (out / "latest").symlink_to(run)
+
+    monkeypatch.setattr(results.Context, "run", fake_run)
+    assert results.run_results("serving", True, 1, tmp_path / "pages", tmp_path / "work") == 0
+    page = (tmp_path / "pages" / "serving.md").read_text()
+    assert page.startswith("# Serving a model from the paged KV cache\n\nMeasured on ")
+    for scenario in ("paged-attention", "serving-batch", "serving", "serving-samples", "serving-prefix"):
+        assert f"**{scenario} table**\n\n| A | B |\n|---|---|\n| 1.50 | x |" in page
+        assert f"- {scenario} note" in page
+    assert "--set params.heads=4 --set params.head_dim=16" in page

@@ -55,6 +55,7 @@ class BlockManager:
     """Owns `num_blocks` blocks of `block_size` slots; knows nothing about what they hold."""
 
     name = "paged"
+    paged = True  # attention reads a sequence through its block table (attention.run_table)
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = False):
         if num_blocks < 1 or block_size < 1:
@@ -91,6 +92,10 @@ class BlockManager:
         table = np.asarray(self.block_tables[seq_id], dtype=np.int64)
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
+    def table(self, seq_id: int) -> list[int]:
+        """The sequence's block table (attention reads its tokens block by block through it)."""
+        return self.block_tables[seq_id]
+
     def slot_list(self, seq_id: int, start: int, stop: int) -> list[int]:
         """`slots` as a list; cheaper for the few positions of one append."""
         table, bs = self.block_tables[seq_id], self.block_size
@@ -115,6 +120,10 @@ class BlockManager:
 
     def can_allocate(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> bool:
         return self.blocks_needed(num_tokens, tokens) <= self.num_free_blocks
+
+    def slots_needed(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> int:
+        """Free slots `allocate` would take (a scheduler's watermark compares it with what is free)."""
+        return self.blocks_needed(num_tokens, tokens) * self.block_size
 
     def fits_when_empty(self, num_tokens: int, max_new_tokens: int | None = None) -> bool:
         return cdiv(num_tokens, self.block_size) <= self.num_blocks

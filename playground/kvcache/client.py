@@ -1,4 +1,10 @@
-"""A KV-cache client over a ZeroMQ DEALER socket; times every call as the user sees it."""
+"""A KV-cache client over a ZeroMQ DEALER socket; times every call as the user sees it.
+
+Every op but `generate` is a round trip (`call`, `check`). `generate` requests are answered when
+they finish, so `submit` sends them (any number in flight) and `collect` waits for their replies,
+sending `ping` while it waits so that the server keeps its lease (server.py: a silent client's
+requests are dropped).
+"""
 
 import time
 from collections import defaultdict
@@ -34,6 +40,15 @@ class KVClient:
         self.next_id = 0
         self.latencies_us: dict[str, list[float]] = defaultdict(list)
         self.width: int | None = None
+        self.lease_s: float | None = None
+        self.submitted: dict[int, float] = {}  # generate request id -> perf_counter when sent
+
+    def _no_reply(self, what: str) -> WaitTimeout:
+        return WaitTimeout(
+            f"kvcache client: no reply to {what} from {self.address} in {self.timeout_s:.1f}s",
+            what=f"the reply to {what} from {self.address}",
+            waited_s=self.timeout_s,
+        )
 
     def call(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:
         """(reply header, KV or None). Error replies are returned, not raised: see `check`."""
@@ -41,14 +56,10 @@ class KVClient:
         t0 = time.perf_counter_ns()
         self.sock.send_multipart(P.encode_request(op, kv, id=self.next_id, **fields), copy=False)
         if not self.sock.poll(int(self.timeout_s * 1000)):
-            raise WaitTimeout(
-                f"kvcache client: no reply to {op!r} from {self.address} in {self.timeout_s:.1f}s",
-                what=f"the reply to {op!r} from {self.address}",
-                waited_s=self.timeout_s,
-            )
+            raise self._no_reply(repr(op))
         frames = self.sock.recv_multipart(copy=False)
         self.latencies_us[op].append((time.perf_counter_ns() - t0) / 1000)
-        header, out = P.decode_reply([f.buffer for f in frames], self.width)
+        header, out = P.decode_reply([f.buffer for f in frames], self.width if op == "read" else None)
         if header.get("id") != self.next_id:
             raise MessageMismatch(
                 f"kvcache client: reply id {header.get('id')} for request {self.next_id} ({op})", op=op
@@ -63,8 +74,74 @@ class KVClient:
 
     def ping(self) -> dict:
         info, _ = self.check("ping")
-        self.width = info["width"]
+        self.width, self.lease_s = info["width"], info.get("lease_s")
         return info
+
+    def attend(self, seq_ids: list[int], layer: int, q: np.ndarray) -> np.ndarray:
+        """Each query q[i] (heads, head_dim) over all of sequence seq_ids[i]'s tokens."""
+        header, out = self.check("attend", q, seq_ids=seq_ids, layer=layer)
+        return out.reshape(len(seq_ids), header["heads"], header["head_dim"])
+
+    def submit(self, prompt, max_new_tokens: int, **fields) -> int:
+        """Send a generate request (prompt: a string or token ids; fields: n, temperature, seed);
+        returns its id, for `collect`."""
+        self.next_id += 1
+        if not isinstance(prompt, str):
+            prompt = [int(t) for t in prompt]
+        request = P.encode_request(
+            "generate", id=self.next_id, prompt=prompt, max_new_tokens=max_new_tokens, **fields
+        )
+        self.sock.send_multipart(request, copy=False)
+        self.submitted[self.next_id] = time.perf_counter()
+        return self.next_id
+
+    def collect(self, ids, on_reply=lambda header: None) -> dict[int, dict]:
+        """The replies (headers) to the generate requests `ids`, as they come; `on_reply` is
+        called with each and may return ids of requests it submitted, which are waited for too
+        (a closed loop). The lease is renewed only by what this client sends, so unless it sent
+        something in the last lease_s / 3 (at most timeout_s / 3) it pings, replies arriving or
+        not; WaitTimeout if the server answers nothing, not even a ping, for timeout_s."""
+        pending, out, pings = set(ids), {}, set()
+        every_s = min(self.timeout_s, self.lease_s or self.timeout_s) / 3
+        heard_s = sent_s = time.monotonic()
+        while pending:
+            now = time.monotonic()
+            if now - sent_s >= every_s:
+                self.next_id += 1
+                pings.add(self.next_id)
+                self.sock.send_multipart(P.encode_request("ping", id=self.next_id), copy=False)
+                sent_s = now
+            if not self.sock.poll(max(1, int((sent_s + every_s - now) * 1000))):
+                if time.monotonic() - heard_s > self.timeout_s:
+                    raise self._no_reply(f"generate requests {sorted(pending)[:5]}")
+                continue
+            header, _ = P.decode_reply([f.buffer for f in self.sock.recv_multipart(copy=False)])
+            heard_s = time.monotonic()
+            reply_id = header.get("id")
+            if reply_id in pings:
+                pings.discard(reply_id)
+            elif reply_id in pending:
+                pending.discard(reply_id)
+                sent = self.submitted.pop(reply_id)
+                self.latencies_us["generate"].append((time.perf_counter() - sent) * 1e6)
+                out[reply_id] = header
+                more = on_reply(header) or ()
+                if more:
+                    pending.update(more)
+                    sent_s = time.monotonic()
+            else:
+                raise MessageMismatch(
+                    f"kvcache client: a reply with id {reply_id} while waiting for generate", op="generate"
+                )
+        return out
+
+    def generate(self, prompt, max_new_tokens: int, **fields) -> dict:
+        """One generate request, waited for; the reply header (KVServerError if refused)."""
+        reply = self.collect([self.submit(prompt, max_new_tokens, **fields)])
+        header = next(iter(reply.values()))
+        if not header.get("ok"):
+            raise KVServerError(header, op="generate")
+        return header
 
     def close(self) -> None:
         self.sock.close(0)
@@ -79,14 +156,43 @@ class LocalClient(KVClient):
         self.server, self.identity, self.address = server, identity, "local"
         self.next_id = 0
         self.latencies_us = defaultdict(list)
-        self.width = server.width
+        self.width, self.lease_s = server.width, server.lease_s
+        self.submitted, self.outbox = {}, []
 
     def call(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:
         self.next_id += 1
         t0 = time.perf_counter_ns()
         frames = self.server.handle(self.identity, P.encode_request(op, kv, id=self.next_id, **fields))
         self.latencies_us[op].append((time.perf_counter_ns() - t0) / 1000)
-        return P.decode_reply(frames, self.width)
+        return P.decode_reply(frames, self.width if op == "read" else None)
+
+    def submit(self, prompt, max_new_tokens: int, **fields) -> int:
+        self.next_id += 1
+        prompt = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
+        request = P.encode_request(
+            "generate", id=self.next_id, prompt=prompt, max_new_tokens=max_new_tokens, **fields
+        )
+        frames = self.server.handle(self.identity, request)
+        if frames is not None:  # refused at once: its error reply is the answer
+            self.outbox.append(P.decode_reply(frames)[0])
+        return self.next_id
+
+    def collect(self, ids, on_reply=lambda header: None) -> dict[int, dict]:
+        """Steps the server's engine until every request in `ids` is answered (one client only)."""
+        pending, out = set(ids), {}
+        while pending:
+            if not self.outbox:
+                if not self.server.has_work():
+                    raise MessageMismatch(
+                        f"local client: requests {sorted(pending)} are not in the engine", op="generate"
+                    )
+                self.outbox += [P.decode_reply(frames)[0] for _, frames in self.server.step()]
+                continue
+            header = self.outbox.pop(0)
+            pending.discard(header["id"])
+            out[header["id"]] = header
+            pending.update(on_reply(header) or ())
+        return out
 
     def close(self) -> None:
         pass

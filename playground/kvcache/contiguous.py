@@ -27,6 +27,8 @@ from playground.models.allocation import ContiguousAllocator as FirstFit
 
 
 class ContiguousAllocator:
+    paged = False  # attention reads a sequence as one run from `table(seq_id)[0]`
+
     def __init__(
         self,
         capacity_slots: int,
@@ -64,6 +66,10 @@ class ContiguousAllocator:
         stop = self.seq_lens[seq_id] if stop is None else stop
         return self.runs[seq_id][0] + np.arange(start, stop, dtype=np.int64)
 
+    def table(self, seq_id: int) -> list[int]:
+        """One entry, the slot of the sequence's first token: its tokens are one run."""
+        return [self.runs[seq_id][0]]
+
     def slot_list(self, seq_id: int, start: int, stop: int) -> list[int]:
         base = self.runs[seq_id][0]
         return list(range(base + start, base + stop))
@@ -79,6 +85,9 @@ class ContiguousAllocator:
 
     def fits_when_empty(self, num_tokens: int, max_new_tokens: int | None = None) -> bool:
         return self._reservation(num_tokens, max_new_tokens) <= self.capacity_slots
+
+    def slots_needed(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> int:
+        return self._reservation(num_tokens, max_new_tokens)
 
     def _plan_append(self, seq_id: int, num_tokens: int) -> tuple[str, int, int] | None:
         """('stay'|'grow'|'move', start, reserved) for the append, or None if refused."""

@@ -32,9 +32,19 @@ class ServerThread(threading.Thread):
     def expire_leases(self):
         return self.server.expire_leases()
 
+    def has_work(self):
+        return self.server.has_work()
+
+    def step(self):
+        return self.server.step()
+
     @property
     def errors(self):
         return self.server.errors
+
+    @property
+    def last_seen(self):
+        return self.server.last_seen
 
     def run(self):
         ctx = zmq.Context()
@@ -53,6 +63,21 @@ class ServerThread(threading.Thread):
             ctx.term()
 
 
+def start_server_thread(comm, endpoint: str, server, name: str) -> ServerThread:
+    """Rank 0: `server` on a thread of its own bound to tcp or to an ipc path in the run directory;
+    its address is broadcast to the clients (they call `comm.bcast_obj(None)`)."""
+    bind = "tcp://127.0.0.1:*" if endpoint == "tcp" else f"ipc://{comm.run_dir}/{name}.sock"
+    thread = ServerThread(bind)
+    thread.server = server
+    thread.start()
+    if not thread.ready.wait(comm.timeout_s) or thread.error:
+        raise LabError(
+            f"{name} server did not start on {bind}: {thread.error or 'timed out'}", step=f"{name} server"
+        )
+    comm.bcast_obj(thread.address)
+    return thread
+
+
 def new_server(p, policy: str) -> Server:
     """An empty server for `policy`, sized and configured by the node's Params `p`."""
     return Server(
@@ -68,12 +93,17 @@ def new_server(p, policy: str) -> Server:
     )
 
 
-def collect(comm, srv: Server, p, policy: str, thread: ServerThread) -> dict:
-    """Wait for every client's result, driving the progress bar; fail if the server goes idle
-    for longer than the scenario's timeout (a stuck run becomes an error, not a hang)."""
+def collect(
+    comm, srv: Server, p, policy: str, thread: ServerThread, progress=None, label: str = "kvcache"
+) -> dict:
+    """Wait for every client's result, driving the progress bar (`progress()` -> (done, total),
+    by default the section 4.6 requests freed); fail if no request reaches the server for longer
+    than the scenario's timeout (a stuck run becomes an error, not a hang)."""
     out, pending = {}, set(range(1, comm.size))
     last_ops, last_change = srv.num_ops, time.monotonic()
     total = p.num_requests if p.workload == "section46" else 1
+    if progress is None and p.workload == "section46":
+        progress = lambda: (min(srv.num_freed_seqs, total), total)  # noqa: E731
     while pending:
         for src in sorted(pending):
             try:
@@ -93,6 +123,6 @@ def collect(comm, srv: Server, p, policy: str, thread: ServerThread) -> dict:
                 TAG_RESULT,
                 comm.timeout_s,
             )
-        if p.workload == "section46":
-            comm.progress(min(srv.num_freed_seqs, total), total, f"kvcache {policy}")
+        if progress is not None:
+            comm.progress(*progress(), f"{label} {policy}")
     return {str(k): v for k, v in sorted(out.items())}

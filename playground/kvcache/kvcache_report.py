@@ -15,7 +15,7 @@ from playground.kvcache.workloads import EXERCISE10, SECTION45
 from playground.report import Report, Table
 
 
-def _leak_failures(pol: dict) -> list[str]:
+def leak_failures(pol: dict) -> list[str]:
     st, out = pol["stats"], []
     if st["live_seqs"] or st["allocated_slots"]:
         out.append(
@@ -66,7 +66,7 @@ def _replay_tables(
             failures.append(
                 f"{pol['policy']}: {total('read_mismatches')} reads differed from what was written"
             )
-        failures += _leak_failures(pol)
+        failures += leak_failures(pol)
     by = {r["policy"]: r for r in rows}
     if "paged" in by and "reserve_max" in by and by["reserve_max"]["peak_seqs"]:
         notes.append(
@@ -121,7 +121,7 @@ def _fork_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str]
                 failures.append(
                     f"paged {row['mode']}: server holds {row['pages']} pages, the lecture says {want}"
                 )
-        failures += _leak_failures(pol)
+        failures += leak_failures(pol)
     notes = [
         f"{spec.prompt_len}-token prompt, {spec.num_branches} branches writing {spec.branch_tokens} each, "
         f"block {params.block_size}: the lecture expects {expected['unshared']} pages unshared, "
@@ -153,7 +153,7 @@ def _bench_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str
         mism = sum(c.get("read_mismatches", 0) for c in clients)
         if mism:
             failures.append(f"{pol['policy']}: {mism} reads differed from what was written")
-        failures += _leak_failures(pol)
+        failures += leak_failures(pol)
     title = (
         f"KV-cache server throughput: {params.bench_seqs} sequences per client, one batched append "
         f"of a token to each per request, {params.bench_duration_s:g} s"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import UsageError
+from playground.errors import ParamError, UsageError
 from playground.kvcache.block_manager import BlockManager
 from playground.kvcache.contiguous import ContiguousAllocator
 
@@ -66,3 +66,14 @@ def make_policy(
     if policy is None:
         raise UsageError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")
     return policy.make(capacity_tokens, block_size, enable_prefix_caching, max_new_tokens, growth)
+
+
+def check_pool_params(p) -> None:
+    """A scenario's policies, prompt lengths and block size against its pool, for the kvcache and
+    serving nodes' Params (fields policies, prompt_min, prompt_max, block_size, capacity_tokens)."""
+    if not p.policies or len(set(p.policies)) != len(p.policies):
+        raise ParamError("policies", f"a non-empty list without repeats, got {list(p.policies)}")
+    if p.prompt_max < p.prompt_min:
+        raise ParamError("prompt_max", f"must be >= prompt_min ({p.prompt_min}), got {p.prompt_max}")
+    if p.block_size > p.capacity_tokens:
+        raise ParamError("block_size", f"must be <= capacity_tokens, got {p.block_size}")

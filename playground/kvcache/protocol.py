@@ -1,8 +1,8 @@
-"""The KV-cache server's wire format: pure encode/decode, no sockets (documented in README.md#wire-protocol).
+"""The KV-cache server's wire format: pure encode/decode, no sockets (docs/protocols.md).
 
 A message is ZeroMQ multipart: frame 0 is a UTF-8 JSON object (the header, control data),
-frame 1, when present, is raw KV data: little-endian float32, C order, shape
-(num_tokens, width). Control and bulk data are kept apart and pickle never touches the wire,
+frame 1, when present, is raw float32 data, little-endian, C order: KV rows (num_tokens, width),
+or for `attend` queries and outputs (num_seqs, heads, head_dim). Control and bulk data are kept apart and pickle never touches the wire,
 so any ZeroMQ client in any language can speak it. A ROUTER server sees the client's identity
 frame first; a REQ client's empty delimiter frame is accepted and echoed.
 
@@ -19,7 +19,7 @@ import numpy as np
 from playground.errors import PlaygroundError
 
 KV_DTYPE = np.dtype("<f4")
-OPS = ("ping", "create", "append", "fork", "read", "free", "stats")
+OPS = ("ping", "create", "append", "fork", "read", "free", "stats", "attend", "generate")
 
 # error codes: the names a client can switch on
 BAD_FRAME = "bad_frame"  # not 1-2 frames, header not a JSON object, no "op"
@@ -27,7 +27,10 @@ BAD_REQUEST = "bad_request"  # a field missing or of the wrong type/range
 UNKNOWN_OP = "unknown_op"
 UNKNOWN_SEQUENCE = "unknown_sequence"
 BAD_KV_SHAPE = "bad_kv_shape"  # KV frame missing or not num_tokens x width float32
+BAD_QUERY_SHAPE = "bad_query_shape"  # attend's query frame missing or not num_seqs x heads x head_dim float32
 OUT_OF_MEMORY = "out_of_memory"  # refused, nothing changed; may fit later (see fits_when_empty)
+NO_MODEL = "no_model"  # generate on a server that serves no model
+LEASE_EXPIRED = "lease_expired"  # a generate dropped because its client was silent longer than the lease
 INTERNAL_ERROR = "internal_error"  # the server raised while handling it (a bug); it goes on serving
 ERROR_CODES = (
     BAD_FRAME,
@@ -35,7 +38,10 @@ ERROR_CODES = (
     UNKNOWN_OP,
     UNKNOWN_SEQUENCE,
     BAD_KV_SHAPE,
+    BAD_QUERY_SHAPE,
     OUT_OF_MEMORY,
+    NO_MODEL,
+    LEASE_EXPIRED,
     INTERNAL_ERROR,
 )
 
@@ -117,6 +123,44 @@ def get_int(header: dict, name: str, minimum: int = 0, optional: bool = False) -
     return value
 
 
+def get_number(header: dict, name: str, minimum: float, default: float) -> float:
+    value = header.get(name, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not minimum <= value < float("inf"):
+        raise ProtocolError(
+            BAD_REQUEST, f"{header['op']}: field {name!r} must be a number >= {minimum:g}, got {value!r}"
+        )
+    return float(value)
+
+
+def get_bool(header: dict, name: str, default: bool) -> bool:
+    value = header.get(name, default)
+    if not isinstance(value, bool):
+        raise ProtocolError(
+            BAD_REQUEST, f"{header['op']}: field {name!r} must be true or false, got {value!r}"
+        )
+    return value
+
+
+def get_prompt(header: dict, vocab_size: int) -> list[int]:
+    """generate's `prompt`: a string (its UTF-8 bytes are the tokens) or a list of token ids."""
+    value = header.get("prompt")
+    if isinstance(value, str):
+        tokens = list(value.encode())
+    elif isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in value
+    ):
+        tokens = value
+    else:
+        raise ProtocolError(
+            BAD_REQUEST,
+            f"{header['op']}: field 'prompt' must be a string or a list of token ids in [0, {vocab_size}), "
+            f"got {str(value)[:80]}",
+        )
+    if not tokens:
+        raise ProtocolError(BAD_REQUEST, f"{header['op']}: field 'prompt' is empty")
+    return tokens
+
+
 def get_int_list(header: dict, name: str, minimum: int = 0) -> list[int]:
     value = header.get(name)
     if not isinstance(value, list) or not all(
@@ -131,20 +175,30 @@ def get_int_list(header: dict, name: str, minimum: int = 0) -> list[int]:
 
 def kv_array(req: Request, num_tokens: int, width: int) -> np.ndarray:
     """The request's KV frame as a (num_tokens, width) float32 view; BAD_KV_SHAPE otherwise."""
-    expect = num_tokens * width * KV_DTYPE.itemsize
+    return _float_frame(req, (num_tokens, width), BAD_KV_SHAPE, "KV", f"tokens at width {width}")
+
+
+def query_array(req: Request, num_seqs: int, heads: int, head_dim: int) -> np.ndarray:
+    """attend's query frame as a (num_seqs, heads, head_dim) float32 view; BAD_QUERY_SHAPE otherwise."""
+    return _float_frame(
+        req, (num_seqs, heads, head_dim), BAD_QUERY_SHAPE, "query", f"queries of {heads} x {head_dim}"
+    )
+
+
+def _float_frame(req: Request, shape: tuple[int, ...], code: str, what: str, unit: str) -> np.ndarray:
+    count = int(np.prod(shape))
+    expect = count * KV_DTYPE.itemsize
+    dims = " x ".join(map(str, shape))
     if req.kv_bytes is None:
-        if num_tokens == 0:
-            return np.empty((0, width), KV_DTYPE)
-        raise ProtocolError(
-            BAD_KV_SHAPE,
-            f"{req.op}: KV frame missing; expected {num_tokens} x {width} float32 = {expect} bytes",
-        )
+        if count == 0:
+            return np.empty(shape, KV_DTYPE)
+        raise ProtocolError(code, f"{req.op}: {what} frame missing; expected {dims} float32 = {expect} bytes")
     size = memoryview(req.kv_bytes).nbytes
     if size != expect:
-        found = f"{size / (width * 4):g} tokens" if size % 4 == 0 else "not whole float32s"
+        per = expect // max(shape[0], 1) if shape[0] else int(np.prod(shape[1:])) * KV_DTYPE.itemsize
+        found = f"{size / per:g} {unit}" if size % 4 == 0 else "not whole float32s"
         raise ProtocolError(
-            BAD_KV_SHAPE,
-            f"{req.op}: KV frame has {size} bytes ({found} at width {width}); "
-            f"expected {num_tokens} x {width} float32 = {expect} bytes",
+            code,
+            f"{req.op}: {what} frame has {size} bytes ({found}); expected {dims} float32 = {expect} bytes",
         )
-    return np.frombuffer(req.kv_bytes, dtype=KV_DTYPE).reshape(num_tokens, width)
+    return np.frombuffer(req.kv_bytes, dtype=KV_DTYPE).reshape(shape)

@@ -1,14 +1,19 @@
-"""Built-in workloads of the lecture (section 4.5, 4.6, exercise 10) and the KV data clients write.
+"""Built-in workloads of the lecture (section 4.5, 4.6, exercise 10), the KV data clients write,
+and the prompts a served model reads.
 
 KV data is a pure function of (key, position), so a client can check a read without keeping a
 copy, and a sequence that was preempted and recreated writes exactly the same values. Every
 value is a small integer stored as float32, hence exact, and the columns differ per key, per
-position and per channel, so a slot mixed up with another is always caught.
+position and per channel, so a slot mixed up with another is always caught. Prompts are runs of
+the lecture's own bytes (`text_prompt`), the text the training lab's model learned.
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+
+from playground.transformer.data import lecture_bytes
 
 
 def kv_rows(keys, positions, width: int) -> np.ndarray:
@@ -84,3 +89,18 @@ class ForkSpec:
 
 SECTION45 = ForkSpec(prompt_len=100, num_branches=4, branch_tokens=10)  # 28 vs 10 pages
 EXERCISE10 = ForkSpec(prompt_len=1000, num_branches=8, branch_tokens=200)  # 600 vs 166 pages
+
+
+def text_prompt(key: int, num_tokens: int) -> list[int]:
+    """`num_tokens` bytes (token ids) of the lecture's text from a place chosen by `key`: the same
+    prompt for every policy and every run."""
+    text = _lecture()
+    if not 0 < num_tokens <= len(text):
+        raise ValueError(f"a prompt of 1..{len(text)} tokens, got {num_tokens}")
+    start = (key * 7919) % (len(text) - num_tokens + 1)
+    return text[start : start + num_tokens].tolist()
+
+
+@functools.cache
+def _lecture() -> np.ndarray:
+    return lecture_bytes()

@@ -13,6 +13,7 @@ from playground.kvcache.workloads import EXERCISE10, SECTION45
 from playground.lecture.figures import Context, NotMeasured, Reading
 from playground.models.alphabeta import AlphaBeta, fit_alpha_beta, ring_tree_crossover_bytes
 from playground.sizes import format_size, parse_size
+from playground.transformer.config import ModelConfig
 
 READERS = {}
 
@@ -379,6 +380,52 @@ def _kv_reserve_waste(ctx: Context) -> Reading:
     reserve = _row(ctx.table("kvcache"), "kvcache", policy="reserve_max")
     used, reserved = _kv_lengths(ctx)
     return Reading(reserve["internal_pct"], 100 * (1 - used / reserved))
+
+
+@reader("paged-attention-cost")
+def _paged_attention_cost(ctx: Context) -> Reading:
+    at16 = [r for r in ctx.table("paged-attention") if r["block_size"] == 16]
+    if not at16:
+        raise NotMeasured("paged-attention measured no block of 16")
+    longest = max(at16, key=lambda r: r["context"])
+    p = ctx.run("paged-attention").params
+    return Reading(
+        longest["paged_x"],
+        longest["in_order_x"],
+        values={
+            "block_bytes": 16 * p.get("heads", 8) * p.get("head_dim", 64) * 4,
+            "paged": longest["paged_x"],
+            "in_order": longest["in_order_x"],
+            "context": longest["context"],
+            "best": min(r["paged_x"] for r in at16),
+            "worst": max(r["paged_x"] for r in at16),
+        },
+    )
+
+
+def _step_weight_bytes(config: ModelConfig) -> int:
+    """What a decode step reads of the weights: all but the position table (one row a token)."""
+    return config.param_bytes - config.context * config.d_model * config.np_dtype.itemsize
+
+
+@reader("kv-throughput")
+def _kv_throughput(ctx: Context) -> Reading:
+    rows = ctx.table("serving")
+    paged, reserve = _row(rows, "serving", policy="paged"), _row(rows, "serving", policy="reserve_max")
+    config = ModelConfig.from_dict(ctx.result("serving")["model"])
+    return Reading(
+        paged["tokens_per_s"] / reserve["tokens_per_s"],
+        paged["peak_seqs"] / reserve["peak_seqs"],
+        values={
+            "paged_seqs": paged["peak_seqs"],
+            "reserve_seqs": reserve["peak_seqs"],
+            "paged_tps": paged["tokens_per_s"],
+            "reserve_tps": reserve["tokens_per_s"],
+            "weights_mib": _step_weight_bytes(config) / 2**20,
+            "kv_tokens": _step_weight_bytes(config) / config.kv_bytes_per_token,
+            "held_tokens": paged["util_pct"] / 100 * ctx.run("serving").params["capacity_tokens"],
+        },
+    )
 
 
 # -- 5. networking -------------------------------------------------------------------------------

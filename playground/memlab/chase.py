@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from playground.errors import UsageError
-from playground.memlab.native import load_native
+from playground.native import load_native
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
 LAYOUTS = ("random", "page_grouped", "thrash")

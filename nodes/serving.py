@@ -1,0 +1,164 @@
+"""A model served from the paged KV-cache pool, with continuous batching (issue 20, docs/serving.md).
+
+Rank 0 runs the KV-cache server with a model (the training lab's model.npz or fixed random
+weights) on its own thread; its engine schedules every step (llm_engine.py). Ranks 1..N-1 are
+clients sending `generate` requests over the documented protocol. For each setup (a policy, and
+for the prefix workload prefix caching off and on) the server starts empty and the clients run
+the workload: `section46` (the lecture's 4.6 requests under one KV budget), `samples` (exercise
+10 with generated tokens), `prefix` (a shared system prompt), `batch` (decode steps of 1..64).
+"""
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from playground.errors import ParamError
+from playground.kvcache import kvcache_stats, serving_clients, serving_host, serving_report
+from playground.kvcache.attention import KERNELS
+from playground.kvcache.client import KVClient
+from playground.kvcache.host import TAG_RESULT, collect, start_server_thread
+from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
+from playground.report import Report
+from playground.transformer.blas import pin_blas_threads
+
+Kernel = Literal[KERNELS]
+
+
+@dataclass(frozen=True)
+class Params:
+    workload: Literal["section46", "samples", "prefix", "batch"] = "section46"  # what the clients send
+    policies: tuple[PolicyName, ...] = tuple(POLICIES)  # allocation policies, a fresh server each
+    model: str | None = None  # a model.npz to serve; none: fixed random weights of the shape below
+    layers: int = 2  # random model: transformer blocks
+    d_model: int = 64  # random model: width
+    heads: int = 4  # random model: attention heads (head_dim = d_model / heads)
+    context: int = 2560  # random model: positions (a longer sequence recomputes its last `context`)
+    model_seed: int = 0  # random model: the weights' seed (clients build the same model to check)
+    width: int | None = None  # KV floats per token; if set, the model's layers x 2 x heads x head_dim
+    capacity_tokens: int = 200_000  # the KV memory budget in tokens, the same for every policy
+    block_size: int = 16  # tokens a block (paged); pages are counted in it
+    prefix_caching: bool = False  # share cached full prompt blocks (paged; prefix workload: both)
+    max_new_tokens: int = 2048  # reserve_max reserves prompt + this for every sequence
+    max_num_seqs: int = 1024  # running sequences at most
+    max_num_batched_tokens: int = 8192  # prefill tokens in one step
+    watermark: float = 0.01  # admit only while this share of the pool stays free
+    kernel: Kernel = "native"  # decode attention: native (C) or numpy
+    n: int = 1  # samples per request (the samples workload: 8)
+    temperature: float = 0.0  # 0: greedy; sample i of a request draws from its seed + i
+    num_requests: int = 1000  # section46 and prefix: requests in all
+    prompt_min: int = 50  # section46: shortest prompt; batch: every prompt
+    prompt_max: int = 499  # section46: longest prompt
+    output_mean: float = 200.0  # section46: mean output length (geometric)
+    output_cap: int = 2048  # section46: longest output
+    sample_prompt_tokens: int = 1000  # samples: the shared prompt
+    sample_tokens: int = 200  # samples: tokens each sample generates
+    system_prompt_tokens: int = 512  # prefix: what every prompt starts with
+    user_prompt_tokens: int = 32  # prefix: each prompt's own part after it
+    in_flight: int = 4  # prefix: requests each client keeps outstanding
+    new_tokens: int = 16  # prefix and batch: tokens each request generates
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # batch: sequences decoded together
+    verify_every: int = 0  # clients compare every k-th request with dense generation (0: none)
+    check_invariants: bool = False  # the policy's invariants after every step (slow; for tests)
+    lease_s: float = 30.0  # a client silent this long loses its requests
+    endpoint: Literal["tcp", "ipc"] = "tcp"  # the server's socket
+    seed: int = 0  # section46: the requests' draws; samples: the samples' seed
+
+    def __post_init__(self):
+        positive = (
+            "capacity_tokens block_size max_num_seqs max_num_batched_tokens n num_requests prompt_min "
+            "output_cap sample_prompt_tokens sample_tokens system_prompt_tokens user_prompt_tokens in_flight "
+            "new_tokens max_new_tokens"
+        )
+        for name in positive.split():
+            if getattr(self, name) < 1:
+                raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
+        check_pool_params(self)
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ParamError("batch_sizes", f"a non-empty list of sizes >= 1, got {list(self.batch_sizes)}")
+        if not 0 <= self.watermark < 1:
+            raise ParamError("watermark", f"must be in [0, 1), got {self.watermark}")
+        for name in ("output_mean", "lease_s"):
+            if getattr(self, name) <= 0:
+                raise ParamError(name, f"must be > 0, got {getattr(self, name)}")
+        for name in ("temperature", "verify_every"):
+            if getattr(self, name) < 0:
+                raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
+
+
+def check_scenario(params: Params, ranks: int) -> None:
+    if ranks < 2:
+        raise ParamError("ranks", f"serving needs one server and at least one client (>= 2), got {ranks}")
+    try:
+        serving_host.check_model(params)
+    except ParamError as e:  # a random model's own keys are under params
+        raise e if e.field.startswith("params.") else ParamError(f"params.{e.field}", e.message) from None
+
+
+def main(comm, params: Params) -> dict:
+    pin_blas_threads(1)  # two cores: the server's matrix products and the clients' share them
+    if comm.rank == 0:
+        return _serve(comm, params)
+    return _client(comm, params)
+
+
+def _serve(comm, p: Params) -> dict:
+    model = serving_host.served_model(p)
+    setups = serving_host.setups(p)
+    thread = start_server_thread(
+        comm, p.endpoint, serving_host.new_serving_server(p, *setups[0], model), "serving"
+    )
+    per_setup = []
+    try:
+        for policy, caching in setups:
+            thread.server = srv = serving_host.new_serving_server(p, policy, caching, model)
+            comm.barrier()
+            t0 = time.monotonic()
+            clients = collect(
+                comm,
+                srv,
+                p,
+                policy,
+                thread,
+                lambda srv=srv: (srv.engine.num_finished_requests, _total(p)),
+                "serving",
+            )
+            per_setup.append(
+                {
+                    "policy": policy,
+                    "prefix_caching": caching,
+                    "elapsed_s": time.monotonic() - t0,
+                    "stats": srv.stats(),
+                    "samples": kvcache_stats.downsample(srv.samples),
+                    "step_log": kvcache_stats.downsample(srv.engine.step_log),
+                    "clients": clients,
+                }
+            )
+    finally:
+        thread.stopping.set()
+        thread.join(5)
+    return {"ok": True, "address": thread.address, "model": model.config.to_dict(), "setups": per_setup}
+
+
+def _total(p: Params) -> int:
+    return {"section46": p.num_requests, "prefix": p.num_requests, "samples": p.n + 1}.get(
+        p.workload, sum(p.batch_sizes)
+    )
+
+
+def _client(comm, p: Params) -> dict:
+    address = comm.bcast_obj(None)
+    model = serving_host.served_model(p) if p.verify_every else None
+    client = KVClient(address, timeout_s=comm.timeout_s)
+    try:
+        client.ping()
+        for _setup in serving_host.setups(p):  # the server is swapped between barriers
+            comm.barrier()
+            result = serving_clients.run_workload(comm, client, p, model)
+            comm.send_obj(result, 0, TAG_RESULT)
+    finally:
+        client.close()
+    return {"ok": True}
+
+
+def summarize(results: list[dict], params: Params, run_dir) -> Report:
+    return serving_report.report(results[0]["setups"], params, run_dir, results[0]["model"])

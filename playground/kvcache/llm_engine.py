@@ -1,0 +1,195 @@
+"""The engine: requests in, one step at a time, finished requests out (vLLM's LLMEngine).
+
+    step():  schedule (scheduler.py: decodes, preemptions, admissions)
+             -> the pool's copies (copy-on-write, moves)
+             -> one model step for every scheduled sequence (model_runner.py)
+             -> sample each sequence's next token; fork the n samples of a just-prefilled prompt;
+                finish the sequences that have max_new_tokens, free their memory
+
+The n samples of a request share the prompt: it is prefilled once, as one sequence, and forked
+into n after its first step (`policy.fork`: the paged policy shares every block and copies the
+partly filled last one on its first write; the contiguous policies copy the run). A child that
+cannot be forked (no room for its copy) waits and is recomputed later, as a preempted one is.
+With `share_prompt` false the n samples are n sequences from the start, each prefilled with its
+own copy of the prompt (exercise 10's "unshared"; with prefix caching they still share its full
+blocks, as vLLM v1 runs n > 1).
+The engine lives in the server (server.py); `step` is called between two polls of its socket.
+"""
+
+import time
+
+import numpy as np
+
+from playground.kvcache.kv_pool import KVPool
+from playground.kvcache.model_runner import ModelRunner
+from playground.kvcache.scheduler import DEFAULT_ENGINE, EngineConfig, Scheduled, Scheduler
+from playground.kvcache.sequence import Request, SamplingParams, Sequence, SequenceStatus
+from playground.transformer.generate import sample_token
+from playground.transformer.model import Transformer
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        model: Transformer,
+        policy,
+        pool: KVPool,
+        config: EngineConfig = DEFAULT_ENGINE,
+        *,
+        new_seq_ids,
+        prefix_caching: bool = False,
+        clock=time.monotonic,
+    ):
+        """`new_seq_ids(k)` hands out k sequence ids no one else uses (the server's counter:
+        the policy's tables hold the engine's sequences beside the clients' own)."""
+        self.model, self.policy, self.pool, self.config = model, policy, pool, config
+        self.scheduler = Scheduler(policy, model.config.context, config, prefix_caching)
+        self.runner = ModelRunner(model, pool, config.kernel)
+        self.new_seq_ids, self.clock = new_seq_ids, clock
+        self.requests: dict[int, Request] = {}
+        self.next_request_id = 0
+        self.num_steps = 0
+        self.num_generated_tokens = 0
+        self.num_prefill_tokens = 0
+        self.num_finished_requests = 0
+        self.peak_running = 0
+        self.peak_allocated_slots = 0
+        self.peak_used_slots = 0
+        self.step_log: list[tuple] = []  # (t_s, decodes, prefill tokens, running, waiting, step_s, allocated)
+        model.logits(np.zeros((1, 1), dtype=np.int64))  # warm the BLAS and the allocator up before timing
+        self.start_s = clock()
+
+    def __repr__(self):
+        return f"LLMEngine({len(self.requests)} requests, {self.scheduler!r})"
+
+    def add_request(self, client: bytes, reply_id, prompt: list[int], params: SamplingParams) -> Request:
+        request = Request(self.next_request_id, client, reply_id, list(prompt), params, self.clock())
+        self.next_request_id += 1
+        shared = params.share_prompt or params.n == 1
+        for sample, seq_id in enumerate(self.new_seq_ids(1 if shared else params.n)):
+            request.seqs.append(Sequence(seq_id, request, sample, request.prompt))
+            self.scheduler.add(request.seqs[-1])
+        self.requests[request.request_id] = request
+        return request
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def running(self) -> int:
+        """Sequences holding memory in the pool (the admitted ones)."""
+        return len(self.scheduler.running)
+
+    def step(self) -> tuple[list[Request], int]:
+        """One step; returns (the requests it finished, the tokens it ran: 0 if nothing fitted)."""
+        t0 = self.clock()
+        step = self.scheduler.schedule()
+        if not step.scheduled:
+            return [], 0
+        self.pool.copy(step.copies)
+        for s in step.scheduled:
+            if s.seq.request.admitted_s is None:
+                s.seq.request.admitted_s = t0
+                s.seq.request.num_cached_prompt_tokens = s.write_from  # found in the prefix cache
+        self._track_peaks()
+        logits = self.runner.run(step.scheduled, self.policy)
+        now = self.clock()
+        finished = []
+        for s, row in zip(step.scheduled, logits, strict=True):
+            finished += self._postprocess(s, row, now)
+        self.num_steps += 1
+        decodes = sum(1 for s in step.scheduled if s.is_decode)
+        self.num_prefill_tokens += step.num_tokens - decodes
+        self.step_log.append(
+            (
+                t0 - self.start_s,
+                decodes,
+                step.num_tokens - decodes,
+                len(self.scheduler.running),
+                len(self.scheduler.waiting),
+                now - t0,
+                self.policy.allocated_slots(),
+            )
+        )
+        return finished, step.num_tokens
+
+    def _track_peaks(self) -> None:
+        used, allocated, _ = self.policy.usage()
+        self.peak_running = max(self.peak_running, len(self.scheduler.running))
+        self.peak_allocated_slots = max(self.peak_allocated_slots, allocated)
+        self.peak_used_slots = max(self.peak_used_slots, used)
+
+    def _postprocess(self, s: Scheduled, logits: np.ndarray, now: float) -> list[Request]:
+        seq, request = s.seq, s.seq.request
+        seq.num_cached_tokens = s.first_position + s.num_new
+        params = request.params
+        samples = [seq]
+        if len(request.seqs) < params.n:  # the prompt's first step: fork the other samples
+            samples += self._fork(seq, params.n - 1)
+        for sample in samples:
+            sample.token_ids.append(sample_token(logits, params.temperature, sample.rng))
+            sample.token_times_s.append(now)
+            self.num_generated_tokens += 1
+        if request.first_token_s is None:
+            request.first_token_s = now
+        for sample in samples:
+            if sample.is_done:
+                if sample.status is SequenceStatus.RUNNING:
+                    self.scheduler.finish(sample)
+                sample.status = SequenceStatus.FINISHED
+        if request.is_finished:
+            request.finished_s = now
+            del self.requests[request.request_id]
+            self.num_finished_requests += 1
+            return [request]
+        return []
+
+    def _fork(self, parent: Sequence, k: int) -> list[Sequence]:
+        """k children of `parent` (before its first token is appended), sharing its KV if they
+        are to run; if the policy cannot hold them now, they wait and are recomputed later."""
+        ids = self.new_seq_ids(k)
+        children = [parent.fork(seq_id, parent.sample + 1 + i) for i, seq_id in enumerate(ids)]
+        parent.request.seqs += children
+        if parent.request.params.max_new_tokens == 1:
+            return children  # each is done with the token it is about to get: no KV needed
+        sched = self.scheduler
+        if len(sched.running) + k <= self.config.max_num_seqs and self.policy.can_fork(parent.seq_id, k):
+            self.pool.copy(self.policy.fork(parent.seq_id, ids))
+            for child in children:
+                child.status = SequenceStatus.RUNNING
+                sched.running.append(child)
+        else:
+            for child in reversed(children):
+                child.restart_window(self.model.config.context)
+                sched.waiting.appendleft(child)
+        return children
+
+    def abort(self, client: bytes | None = None) -> tuple[list[Request], int]:
+        """Drop every request of `client` (of every client if None) and free its sequences'
+        memory; returns the requests and how many of their sequences were live."""
+        gone = [r for r in self.requests.values() if client is None or r.client == client]
+        seqs = [s for r in gone for s in r.seqs if s.status is not SequenceStatus.FINISHED]
+        self.scheduler.abort(seqs)
+        for r in gone:
+            del self.requests[r.request_id]
+        return gone, len(seqs)
+
+    def stats(self) -> dict:
+        return {
+            "requests": len(self.requests),
+            "finished_requests": self.num_finished_requests,
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "peak_running": self.peak_running,
+            "peak_allocated_slots": self.peak_allocated_slots,
+            "peak_used_slots": self.peak_used_slots,
+            "steps": self.num_steps,
+            "generated_tokens": self.num_generated_tokens,
+            "prefill_tokens": self.num_prefill_tokens,
+            "preempted": self.scheduler.num_preempted,
+            "window_restarts": self.scheduler.num_window_restarts,
+        }
+
+    def reset_peaks(self) -> None:
+        """Peaks from now on (they start at what is held now)."""
+        self.peak_running = self.peak_allocated_slots = self.peak_used_slots = 0
+        self._track_peaks()

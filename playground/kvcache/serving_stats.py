@@ -1,0 +1,89 @@
+"""From what the serving lab's ranks returned to its figures (serving_report.py turns them into tables).
+
+Pure functions over plain data: the clients' per-request rows (serving_clients.request_row), the
+server's stats, memory samples and engine step log (llm_engine.LLMEngine.step_log).
+"""
+
+import numpy as np
+
+from playground.kvcache import kvcache_stats
+
+
+def quantiles(values, qs=(50, 99)) -> dict[str, float]:
+    """{"p50": .., "p99": ..} of the values (nan if none)."""
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    return {f"p{q}": float(np.percentile(a, q)) if a.size else float("nan") for q in qs}
+
+
+def requests_of(clients: dict) -> list[dict]:
+    return [row for c in clients.values() for row in c.get("requests", [])]
+
+
+def replay_figures(setup: dict) -> dict:
+    """One setup of the section 4.6 (or prefix) workload: throughput, concurrency, latency."""
+    rows = requests_of(setup["clients"])
+    done = [r for r in rows if r["ok"]]
+    stats, engine = setup["stats"], setup["stats"]["engine"]
+    busy = kvcache_stats.summarize_samples(setup["samples"], stats["capacity_slots"])
+    log = np.asarray(setup["step_log"], dtype=float).reshape(-1, 7)
+    decodes = log[:, 1][log[:, 1] > 0]
+    elapsed_s = max((c.get("elapsed_s", 0.0) for c in setup["clients"].values()), default=0.0)
+    generated = sum(r["num_tokens"] for r in done)
+    prompt_tokens = sum(r["num_prompt_tokens"] for r in done)
+    ttft, tpot, queue = (quantiles(r[k] for r in done) for k in ("ttft_s", "tpot_s", "queue_s"))
+    return {
+        "policy": setup["policy"],
+        "prefix_caching": setup["prefix_caching"],
+        "requests": len(rows),
+        "done": len(done),
+        "failed": len(rows) - len(done),
+        "peak_seqs": engine["peak_running"],
+        "mean_seqs": busy["mean_live_seqs"],
+        "util_pct": 100 * busy["utilisation"],
+        "mean_batch": float(decodes.mean()) if decodes.size else float("nan"),
+        "steps": engine["steps"],
+        "preempted": engine["preempted"],
+        "generated_tokens": generated,
+        "elapsed_s": elapsed_s,
+        "tokens_per_s": generated / elapsed_s if elapsed_s else float("nan"),
+        "hit_rate_pct": 100 * sum(r["num_cached_tokens"] for r in done) / prompt_tokens
+        if prompt_tokens
+        else 0.0,
+        "ttft_p50_s": ttft["p50"],
+        "ttft_p99_s": ttft["p99"],
+        "tpot_p50_ms": 1e3 * tpot["p50"],
+        "tpot_p99_ms": 1e3 * tpot["p99"],
+        "queue_p50_s": queue["p50"],
+    }
+
+
+def batch_figures(batches: list[dict]) -> list[dict]:
+    """Per batch size: a decode step's median time (its p10-p90), tokens/s = batch / step."""
+    rows = []
+    for b in batches:
+        gaps = np.asarray(b["step_gaps_s"], dtype=float)
+        step_s = float(np.median(gaps)) if gaps.size else float("nan")
+        rows.append(
+            {
+                "batch": b["batch"],
+                "step_ms": 1e3 * step_s,
+                "step_p10_ms": 1e3 * float(np.percentile(gaps, 10)) if gaps.size else float("nan"),
+                "step_p90_ms": 1e3 * float(np.percentile(gaps, 90)) if gaps.size else float("nan"),
+                "tokens_per_s": b["batch"] / step_s if gaps.size else float("nan"),
+                "failed": b["failed"],
+            }
+        )
+    return rows
+
+
+def digests_by_request(clients: dict) -> dict[int, list[int]]:
+    return {r["req_id"]: r["digests"] for r in requests_of(clients) if r["ok"]}
+
+
+def differing_requests(per_setup: list[dict]) -> list[int]:
+    """Requests whose tokens differ between setups (every setup must generate the same)."""
+    maps = [digests_by_request(s["clients"]) for s in per_setup]
+    if len(maps) < 2:
+        return []
+    common = set.intersection(*(set(m) for m in maps))
+    return sorted(k for k in common if any(m[k] != maps[0][k] for m in maps[1:]))

@@ -1,0 +1,179 @@
+"""End to end: `python -m playground run serving*` and `run paged-attention` with a real server
+rank serving a model and client ranks, at small sizes; bad input is one line, exit 2."""
+
+import numpy as np
+import pytest
+
+from playground.testing import run_scenario
+from playground.transformer import ModelConfig, Transformer, save_model
+
+SMALL_MODEL = ["params.layers=2", "params.d_model=32", "params.heads=4", "params.context=128"]
+
+
+@pytest.mark.timeout(90)
+def test_section46_small_every_policy_generates_the_same_checked_tokens(tmp_path):
+    code, result, out, err = run_scenario(
+        "serving",
+        out=tmp_path,
+        ranks=3,
+        timeout_s=80,
+        sets=[
+            *SMALL_MODEL,
+            "params.num_requests=12",
+            "params.prompt_min=10",
+            "params.prompt_max=40",
+            "params.output_mean=20",
+            "params.output_cap=60",
+            "params.max_new_tokens=64",
+            "params.capacity_tokens=1200",
+            "params.verify_every=1",
+            "params.check_invariants=true",
+        ],
+    )
+    assert code == 0, out + err  # the report checks: same tokens everywhere, dense equal, nothing held
+    rows = {r["policy"]: r for r in result["rows"]}
+    assert set(rows) == {"paged", "contiguous", "reserve_max"}
+    assert all(r["done"] == 12 and r["failed"] == 0 for r in rows.values())
+    assert rows["reserve_max"]["peak_seqs"] <= 1200 // (10 + 64)  # each reserves prompt + max_new_tokens
+    assert len({r["generated_tokens"] for r in rows.values()}) == 1
+    assert (tmp_path / "latest" / "serving-memory.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(60)
+def test_samples_forked_hold_the_lectures_pages_and_equal_the_copies(tmp_path):
+    """Lecture 4.5 with generated tokens (100-token prompt, 4 samples of 10): 28 vs 10 pages."""
+    code, result, out, err = run_scenario(
+        "serving-samples",
+        out=tmp_path,
+        timeout_s=50,
+        sets=[
+            *SMALL_MODEL,
+            "params.sample_prompt_tokens=100",
+            "params.sample_tokens=10",
+            "params.n=4",
+            "params.capacity_tokens=2000",
+            "params.max_new_tokens=64",
+            "params.verify_every=1",
+        ],
+    )
+    assert code == 0, out + err
+    pages = {(r["policy"], r["mode"]): r["pages"] for r in result["rows"]}
+    assert pages[("paged", "copies")] == 28 and pages[("paged", "fork")] == 10
+    assert pages[("reserve_max", "fork")] == pages[("reserve_max", "copies")]  # no sharing without pages
+
+
+@pytest.mark.timeout(60)
+def test_prefix_caching_finds_the_system_prompt(tmp_path):
+    code, result, out, err = run_scenario(
+        "serving-prefix",
+        out=tmp_path,
+        ranks=3,
+        timeout_s=50,
+        sets=[
+            *SMALL_MODEL,
+            "params.num_requests=8",
+            "params.system_prompt_tokens=32",
+            "params.user_prompt_tokens=8",
+            "params.new_tokens=4",
+            "params.in_flight=2",
+            "params.capacity_tokens=2000",
+            "params.verify_every=1",
+        ],
+    )
+    assert code == 0, out + err
+    rows = {r["prefix_caching"]: r for r in result["rows"]}
+    assert rows[False]["hit_rate_pct"] == 0 and rows[True]["hit_rate_pct"] > 0
+    assert rows[False]["done"] == rows[True]["done"] == 8
+
+
+@pytest.mark.timeout(60)
+def test_batch_sweep_reports_a_step_per_batch_size(tmp_path):
+    code, result, out, err = run_scenario(
+        "serving-batch",
+        out=tmp_path,
+        timeout_s=50,
+        sets=[*SMALL_MODEL, "params.batch_sizes=[1,3]", "params.new_tokens=4", "params.capacity_tokens=512"],
+    )
+    assert code == 0, out + err
+    assert [r["batch"] for r in result["rows"]] == [1, 3]
+    assert all(r["step_ms"] > 0 and r["tokens_per_s"] > 0 and r["failed"] == 0 for r in result["rows"])
+
+
+@pytest.mark.timeout(60)
+def test_paged_attention_sweep_times_every_layout(tmp_path):
+    code, result, out, err = run_scenario(
+        "paged-attention",
+        out=tmp_path,
+        timeout_s=50,
+        sets=[
+            "params.contexts=[16,64]",
+            "params.block_sizes=[8,16]",
+            "params.pool_bytes=64KiB",
+            "params.rounds=1",
+        ],
+    )
+    assert code == 0, out + err
+    ratios = result["rows"]  # the first table: paged / contiguous per context and block
+    assert {(r["context"], r["block_size"]) for r in ratios} == {(16, 8), (16, 16), (64, 8), (64, 16)}
+    assert all(r["paged_x"] > 0 and r["in_order_x"] > 0 for r in ratios)
+    layouts = {r["layout"] for r in result["tables"][1]["rows"]}
+    assert layouts == {"contiguous", "paged", "paged in order", "paged (one block at a time)"}
+    assert (tmp_path / "latest" / "attention.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(60)
+def test_a_trained_model_file_is_served(tmp_path):
+    config = ModelConfig(layers=1, d_model=16, heads=2, context=64)
+    save_model(tmp_path / "model.npz", config, Transformer(config, seed=5).params)
+    code, result, out, err = run_scenario(
+        "serving-samples",
+        out=tmp_path,
+        timeout_s=50,
+        sets=[
+            f"params.model={tmp_path / 'model.npz'}",
+            "params.policies=[paged]",
+            "params.sample_prompt_tokens=20",
+            "params.sample_tokens=5",
+            "params.n=2",
+            "params.capacity_tokens=512",
+            "params.max_new_tokens=16",
+            "params.verify_every=1",
+        ],
+    )
+    assert code == 0, out + err
+    assert {r["mode"] for r in result["rows"]} == {"copies", "fork"}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "sets,ranks,expect",
+    [
+        (["params.block_size=0"], None, "params.block_size=0: must be >= 1, got 0"),
+        (["params.n=0"], None, "params.n=0: must be >= 1, got 0"),
+        (["params.width=8"], None, "params.width=8: a model of KV width 256"),
+        (["params.heads=5"], None, "params.heads=5: must divide d_model=64"),
+        (["params.model=/nonexistent/model.npz"], None, "params.model=/nonexistent/model.npz: cannot read"),
+        ([], 1, "serving needs one server and at least one client"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, sets, ranks, expect):
+    code, _, out, err = run_scenario("serving", out=tmp_path, ranks=ranks, sets=sets, timeout_s=50)
+    assert code == 2, out + err
+    assert expect in err + out and "Traceback" not in err
+
+
+@pytest.mark.timeout(60)
+def test_a_model_file_that_does_not_match_the_width_is_one_line(tmp_path):
+    config = ModelConfig(layers=1, d_model=16, heads=2, context=64)  # KV width 32
+    save_model(tmp_path / "model.npz", config, np.zeros(config.num_params, np.float32))
+    code, _, out, err = run_scenario(
+        "serving",
+        out=tmp_path,
+        sets=[f"params.model={tmp_path / 'model.npz'}", "params.width=256"],
+        timeout_s=50,
+    )
+    assert (
+        code == 2
+        and f"params.model={tmp_path / 'model.npz'}: a model of KV width 32" in err + out
+        and "Traceback" not in err
+    )

@@ -38,7 +38,7 @@ setup(
     ext_modules=[
         Extension(
             "_playground_native",
-            sources=["native/native.c", "native/mailbox.c"],
+            sources=["native/native.c", "native/mailbox.c", "native/reduce.c", "native/span.c"],
             extra_compile_args=["-O2", "-std=gnu11"],
         )
     ],

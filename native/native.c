@@ -350,9 +350,10 @@ static struct PyModuleDef module = {
 };
 
 int add_mailbox_type(PyObject *module); /* mailbox.c: the shared-memory path's messages */
+int add_span_types(PyObject *module);   /* span.c: the trace's spans */
 
 PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && add_mailbox_type(m) < 0) Py_CLEAR(m);
+    if (m && (add_mailbox_type(m) < 0 || add_span_types(m) < 0)) Py_CLEAR(m);
     return m;
 }

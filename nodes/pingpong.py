@@ -33,6 +33,9 @@ class Params:
     warmup: int = 5
     window: int = 8  # messages in flight when streaming
     dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # of the reduction gamma times
+    # One trace event per message sent and waited for (what `inspect` splits time by); `bench p2p`
+    # turns them off, as `bench allreduce` does: the raw pyzmq beside it logs nothing either.
+    trace_messages: bool = True
 
     def __post_init__(self):
         if not self.sizes or min(self.sizes) < 1:
@@ -80,6 +83,7 @@ def _stream(rank: int, send, recv, buf, out, ack, window: int, iters: int) -> fl
 def main(comm, params: Params) -> dict:
     if comm.rank > 1:
         return {"rows": []}
+    comm.tracer.messages = comm.tracer.messages and params.trace_messages
     across_hosts = bool(comm.hosts) and comm.hosts[0] != comm.hosts[1]  # emulated hosts: tcp between them
     raw = RawPair(
         comm,

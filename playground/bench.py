@@ -66,7 +66,7 @@ def add_bench_parser(sub, func) -> None:
         "--trace-messages",
         action="store_true",
         help="also log one event per message (what `inspect` splits time by); off: they cost ~2.5 us "
-        "of an 8-byte all-reduce here, and the baselines log nothing",
+        "of an 8-byte all-reduce here, and the baselines (and p2p's raw pyzmq) log nothing",
     )
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
@@ -248,6 +248,7 @@ def _run_p2p(args, execute) -> int:
         f"params.sizes=[{','.join(map(str, sizes))}]",
         f"params.iters={args.iters}",
         f"params.warmup={args.warmup}",
+        f"params.trace_messages={args.trace_messages}",
         f"timeout_s={args.timeout}",
         *args.set,
     ]

@@ -577,7 +577,7 @@ PyDoc_STRVAR(exchange_doc,
 "head_in, target, code, None)`, in one call: the step of a small exchange (send a buffer to one\n"
 "peer, reduce what another sends into `target`, which may be `x` itself: x is copied out first).\n"
 "None: nothing was posted (no room); otherwise it was, and False, True or bytes say what the landing\n"
-"found (False where `land` says None).");
+"found (False where `land` says None). The headers are bytes.");
 
 static PyObject *Mailboxes_exchange(Mailboxes *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10) {
@@ -597,16 +597,24 @@ static PyObject *Mailboxes_exchange(Mailboxes *self, PyObject *const *args, Py_s
         PyErr_Format(PyExc_ValueError, "rank %d cannot exchange with ranks %ld and %ld", self->rank, dst, src);
         return NULL;
     }
-    Py_buffer head_out, x, head_in, target;
-    if (PyObject_GetBuffer(args[1], &head_out, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[2], &x, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&head_out);
+    if (!PyBytes_CheckExact(args[1]) || !PyBytes_CheckExact(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "exchange: the headers are bytes");
         return NULL;
     }
+    /* The headers are bytes: their memory is read in place. `x` is usually `target` (a buffer sent,
+     * then reduced into): then one buffer is taken, writable. */
+    Py_buffer head_in = {.buf = PyBytes_AS_STRING(args[7]), .len = PyBytes_GET_SIZE(args[7])};
+    Py_buffer x, target;
+    int same = args[2] == args[8];
+    if (PyObject_GetBuffer(args[8], &target, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (!same && PyObject_GetBuffer(args[2], &x, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&target);
+        return NULL;
+    }
+    const Py_buffer *sent = same ? &target : &x;
     PyObject *result = NULL;
-    if (PyObject_GetBuffer(args[7], &head_in, PyBUF_SIMPLE) < 0) goto release_x;
-    if (PyObject_GetBuffer(args[8], &target, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto release_head_in;
-    int posted = post(self, (int)dst, head_out.buf, (size_t)head_out.len, x.buf, (size_t)x.len);
+    int posted = post(self, (int)dst, PyBytes_AS_STRING(args[1]), (size_t)PyBytes_GET_SIZE(args[1]), sent->buf,
+                      (size_t)sent->len);
     if (posted == 0) {
         result = Py_NewRef(Py_None);
     } else if (posted > 0) {
@@ -616,12 +624,8 @@ static PyObject *Mailboxes_exchange(Mailboxes *self, PyObject *const *args, Py_s
             result = Py_NewRef(Py_False);
         }
     }
+    if (!same) PyBuffer_Release(&x);
     PyBuffer_Release(&target);
-release_head_in:
-    PyBuffer_Release(&head_in);
-release_x:
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&head_out);
     return result;
 }
 

@@ -8,7 +8,7 @@
  * nothing), so opening and closing a span are C calls.
  *
  * Span(tracer, name, cat="compute", **args): __enter__ reads tracer.clock_ns() (the rank's time
- * source, virtual in the simulator); __exit__ reads it again and appends to tracer._events the
+ * source, virtual in the simulator; looked up once, when the span is made); __exit__ reads it again and appends to tracer._events the
  * same record as trace.py's Python form: (t0_ns, t1_ns, name, cat, thread ident, args, SPAN_MARK),
  * where SPAN_MARK is the object trace.py passes to `set_span_mark` (flush tells spans by it).
  * null_span(*args, **kwargs) returns one shared span that does nothing.
@@ -27,11 +27,12 @@ static PyObject *str_clock_ns = NULL, *str_events = NULL, *str_cat = NULL;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *tracer, *name, *cat, *args, *t0;
+    PyObject *tracer, *clock, *name, *cat, *args, *t0;
 } Span;
 
 static void Span_dealloc(Span *self) {
     Py_XDECREF(self->tracer);
+    Py_XDECREF(self->clock);
     Py_XDECREF(self->name);
     Py_XDECREF(self->cat);
     Py_XDECREF(self->args);
@@ -68,11 +69,14 @@ static PyObject *Span_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         rest = PyDict_New();
         if (!rest) return NULL;
     }
-    Span *self = (Span *)type->tp_alloc(type, 0);
+    PyObject *clock = PyObject_GetAttr(PyTuple_GET_ITEM(args, 0), str_clock_ns); /* read once a span */
+    Span *self = clock ? (Span *)type->tp_alloc(type, 0) : NULL;
     if (!self) {
+        Py_XDECREF(clock);
         Py_DECREF(rest);
         return NULL;
     }
+    self->clock = clock;
     self->tracer = Py_NewRef(PyTuple_GET_ITEM(args, 0));
     self->name = Py_NewRef(PyTuple_GET_ITEM(args, 1));
     self->cat = Py_NewRef(cat ? cat : default_cat);
@@ -81,16 +85,8 @@ static PyObject *Span_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)self;
 }
 
-static PyObject *clock_of(PyObject *tracer) {
-    PyObject *clock = PyObject_GetAttr(tracer, str_clock_ns);
-    if (!clock) return NULL;
-    PyObject *t = PyObject_CallNoArgs(clock);
-    Py_DECREF(clock);
-    return t;
-}
-
 static PyObject *Span_enter(Span *self, PyObject *unused) {
-    PyObject *t0 = clock_of(self->tracer);
+    PyObject *t0 = PyObject_CallNoArgs(self->clock);
     if (!t0) return NULL;
     Py_XSETREF(self->t0, t0);
     Py_RETURN_NONE;
@@ -98,7 +94,7 @@ static PyObject *Span_enter(Span *self, PyObject *unused) {
 
 static PyObject *Span_exit(Span *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!self->t0) Py_RETURN_FALSE; /* never entered */
-    PyObject *t1 = clock_of(self->tracer);
+    PyObject *t1 = PyObject_CallNoArgs(self->clock);
     if (!t1) return NULL;
     PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
     PyObject *events = PyObject_GetAttr(self->tracer, str_events);

@@ -29,8 +29,9 @@ def add_bench_parser(sub, func) -> None:
     b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
     b.add_argument(
         "collective",
-        choices=[*ALGORITHMS, "p2p", "table"],
-        help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH",
+        choices=[*ALGORITHMS, "p2p", "table", "copy"],
+        help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH; "
+        "`copy`: the machine's copy bandwidth, one core and all, and the shm all-reduce's bound",
     )
     b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
     b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
@@ -72,7 +73,7 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--out", default="runs", help="directory for run directories")
     t = b.add_argument_group("table")
     t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
-    t.add_argument("--rank-counts", default="2,4,8", help="table: rank counts (default 2,4,8)")
+    t.add_argument("--rank-counts", default="2,4,8", help="table, copy: rank counts (default 2,4,8)")
     t.add_argument(
         "--systems",
         default=None,
@@ -102,6 +103,10 @@ def run_bench(args) -> int:
         from playground.benchtable import run_table
 
         return run_table(args)
+    if args.collective == "copy":
+        from playground.copybw import run_copy
+
+        return run_copy(args)
     args.iters = 20 if args.iters is None else args.iters
     args.warmup = 5 if args.warmup is None else args.warmup
     if args.collective == "p2p":

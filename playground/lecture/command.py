@@ -105,7 +105,7 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
         outcomes, interrupted = runner.run()
     except KeyboardInterrupt:
         outcomes, interrupted = runner.outcomes, True
-    runs = {o.run.name: Run.from_dir(o.run.name, o.run_dir) for o in outcomes if o.exit_code is not None}
+    runs = {o.run.key: Run.from_dir(o.run.key, o.run_dir) for o in outcomes if o.exit_code is not None}
     plot_dir = lecture_dir / "plots"
     plot_dir.mkdir(exist_ok=True)
     blocks = []
@@ -114,13 +114,13 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
         rows = [evaluate(section, f, READERS[f.id], ctx) for f in section.figures]
         scenario_blocks = []
         for o in (o for o in outcomes if o.section == section.number):
-            run = runs.get(o.run.name)
+            run = runs.get(o.run.key)
             images = []
             if run is not None and run.result is not None:
                 images = [run.run_dir / f for f in run.result.get("files") or [] if f.endswith(".png")]
                 images = [p for p in images if p.is_file()]
                 if run.ok:
-                    images += _extra_plots(o.run.name, run, plot_dir, plan, err)
+                    images += _extra_plots(o.run.name, run, plot_dir, plan, err)  # by scenario
             scenario_blocks.append(
                 ScenarioBlock(o, _description(o.run.name), run.result if run else None, images)
             )
@@ -142,7 +142,7 @@ def _page_json(page: Page) -> dict:
         "scenarios": [
             {
                 "section": o.section,
-                "name": o.run.name,
+                "name": o.run.key,
                 "command": o.command,
                 "exit_code": o.exit_code,
                 "elapsed_s": round(o.elapsed_s, 2),
@@ -176,7 +176,7 @@ def _report(page: Page, lecture_dir: Path, console, err) -> int:
         return EXIT_INTERRUPTED
     failed = [o for o in page.outcomes if o.failed]
     for o in failed:
-        err.print(f"[bold red]FAILED[/bold red] {o.run.name}: {o.error.splitlines()[-1] if o.error else ''}")
+        err.print(f"[bold red]FAILED[/bold red] {o.run.key}: {o.error.splitlines()[-1] if o.error else ''}")
         err.print(f"  rerun it alone: {o.command}", highlight=False, markup=False)
     for r in page.exact:
         if r.status != "matched":

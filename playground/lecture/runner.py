@@ -123,7 +123,7 @@ class LectureRunner:
             task = progress.add_task("lecture", total=total, step="", left=f"{total:.0f} s")
             done_expected = 0.0
             for k, o in enumerate(self.outcomes):
-                label = f"§{o.section} {titles[o.section]} · {o.run.name}"
+                label = f"§{o.section} {titles[o.section]} · {o.run.key}"
 
                 def tick(elapsed_s: float, k=k, label=label, done_expected=done_expected, o=o) -> None:
                     progress.update(
@@ -140,7 +140,7 @@ class LectureRunner:
                 if interrupted:
                     mark = "[yellow]interrupted[/yellow]"
                 progress.console.print(
-                    f"  {k + 1:>2}/{len(self.outcomes)} §{o.section} {o.run.name:<15} {mark} "
+                    f"  {k + 1:>2}/{len(self.outcomes)} §{o.section} {o.run.key:<15} {mark} "
                     f"{o.elapsed_s:5.1f} s  {o.run_dir or ''}",
                     highlight=False,
                 )
@@ -151,10 +151,8 @@ class LectureRunner:
     def _run_one(self, o: Outcome, tick) -> bool:
         """Run one scenario to its end; True if Ctrl-C stopped it."""
         before = set(self.runs_dir.iterdir())
-        cmd = [*_CHILD, o.run.name, "--out", str(self.runs_dir)]
-        for s in o.run.overrides(self.quick):
-            cmd += ["--set", s]
-        o.log = self.logs_dir / f"{o.run.name}.txt"
+        cmd = [*_CHILD, *o.run.cli_args(self.quick), "--out", str(self.runs_dir)]
+        o.log = self.logs_dir / f"{o.run.key}.txt"
         limit_s = max(120.0, 10 * self._expected(o))
         interrupted = False
         t0 = time.monotonic()
@@ -170,7 +168,7 @@ class LectureRunner:
                         tick(elapsed)
                         if elapsed > limit_s:
                             _stop(proc, signal.SIGTERM)
-                            o.error = f"stopped after {limit_s:.0f} s (the lecture's limit for {o.run.name})"
+                            o.error = f"stopped after {limit_s:.0f} s (the lecture's limit for {o.run.key})"
                             break
             except KeyboardInterrupt:
                 interrupted = True

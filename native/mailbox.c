@@ -31,6 +31,11 @@
  * only if it is unchanged; a sender bumps the bell, then reads `sleeping` (both sequentially
  * consistent), so a wake-up is never lost and never paid for while the receiver is awake. Sleeps
  * are bounded by the caller's timeout, so the communicator still checks deadlines and aborts.
+ *
+ * land() and exchange() take a small array without making a Python object of it: when the next
+ * message is the one the caller expects (same sender, its header byte for byte, the right length),
+ * its payload is reduced or copied from the slot into the caller's array (reduce.c) and the slot
+ * freed; any other message is returned as bytes, as receive() returns it. exchange() posts first.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -106,7 +106,9 @@ class Communicator(OpRecord, ObjectMessages):
         return self._post(dst, tag, out.array.nbytes, True, self.transport.send_reserved, out, tag)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
-        self.isend(x, dst, tag).wait()
+        req = self.isend(x, dst, tag)
+        if req is not DONE:  # most sends are complete when posted: no call to wait
+            req.wait()
 
     def _post(self, dst: int, tag: int, nbytes: int, is_array: bool, post, *args) -> Request:
         """The one way out: `post(*args)` (a transport's send) once `dst` is checked, retried until

@@ -6,6 +6,12 @@ system call while it is awake). Small arrays and JSON bodies travel inside the r
 `min_bytes` up (or too large for a slot) are written into the sender's ring to the receiver
 (shm.py) and the record carries their descriptor. One channel per pair keeps per-sender order.
 
+A small array can also be taken without a Python object in between (`land`, `exchange`):
+the C receive compares the record with the header the caller expects and reduces (or copies) the
+payload straight from the mailbox slot into the caller's array (native/reduce.c: sum, prod, max,
+min of float32/64 and int32/64, equal to numpy bit for bit); anything else comes back as `receive`
+returns it. That is most of the gain on an 8-byte all-reduce (docs/shm-transport.md).
+
 A ring message is released in arrival order, whatever order the program receives in (shm.py);
 a parked one can `detach`, copying its bytes out so the sender gets the space back. A post finds
 NoRoom when the mailbox or the ring is full; then nothing was sent (a ring slot whose descriptor

@@ -13,14 +13,6 @@ UFUNCS = [np.add, np.multiply, np.maximum, np.minimum]
 DTYPES = [np.float32, np.float64, np.int32, np.int64]
 
 
-@pytest.fixture
-def two(tmp_path):
-    a, b = (mailbox.open_mailboxes(str(tmp_path), r, 2) for r in (0, 1))
-    yield a, b
-    a.close()
-    b.close()
-
-
 def _values(dtype, count: int, seed: int) -> np.ndarray:
     """Ordinary values and the awkward ones: signed zeros, NaN, infinities, ties, integer overflow."""
     rng = np.random.default_rng(seed)

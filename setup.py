@@ -42,6 +42,8 @@ setup(
                 "native/native.c",
                 "native/mailbox.c",
                 "native/attention.c",
+                "native/reduce.c",
+                "native/span.c",
                 "native/sim_network.c",
                 "native/sim_engine.c",
                 "native/sim_transport.c",

@@ -31,6 +31,11 @@
  * only if it is unchanged; a sender bumps the bell, then reads `sleeping` (both sequentially
  * consistent), so a wake-up is never lost and never paid for while the receiver is awake. Sleeps
  * are bounded by the caller's timeout, so the communicator still checks deadlines and aborts.
+ *
+ * land() and exchange() take a small array without making a Python object of it: when the next
+ * message is the one the caller expects (same sender, its header byte for byte, the right length),
+ * its payload is reduced or copied from the slot into the caller's array (reduce.c) and the slot
+ * freed; any other message is returned as bytes, as receive() returns it. exchange() posts first.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -255,19 +260,8 @@ static int shares_cpu(Mailboxes *self, int cpu) {
     return 0;
 }
 
-/* With the GIL: copy sender s's next message out, free its slot, ring s if it waits for room. */
-static PyObject *take(Mailboxes *self, int s) {
-    char *mailbox = mailbox_in(self, self->own, s);
-    uint64_t m = self->expected[s];
-    SlotHeader *slot = slot_in(self, mailbox, m);
-    uint32_t len = slot->len;
-    if (len > self->slot_bytes - SLOT_HEADER_BYTES) {
-        PyErr_Format(PyExc_RuntimeError, "mailbox from rank %d: message %llu claims %u bytes", s,
-                     (unsigned long long)m, len);
-        return NULL;
-    }
-    PyObject *bytes = PyBytes_FromStringAndSize((char *)slot + SLOT_HEADER_BYTES, len);
-    if (!bytes) return NULL;
+/* With the GIL: free the slot of sender s's message m (taken), ring s if it waits for room. */
+static void free_slot(Mailboxes *self, int s, char *mailbox, uint64_t m) {
     MailboxHeader *h = (MailboxHeader *)mailbox;
     self->expected[s] = m + 1;
     STORE_SC(&h->consumed, m);
@@ -282,7 +276,54 @@ static PyObject *take(Mailboxes *self, int s) {
             ring(b);
         }
     }
+}
+
+/* Sender s's next slot and its length; NULL (RuntimeError set) if the length is impossible. */
+static SlotHeader *next_slot(Mailboxes *self, int s, uint32_t *len) {
+    uint64_t m = self->expected[s];
+    SlotHeader *slot = slot_in(self, mailbox_in(self, self->own, s), m);
+    *len = slot->len;
+    if (*len > self->slot_bytes - SLOT_HEADER_BYTES) {
+        PyErr_Format(PyExc_RuntimeError, "mailbox from rank %d: message %llu claims %u bytes", s,
+                     (unsigned long long)m, *len);
+        return NULL;
+    }
+    return slot;
+}
+
+/* With the GIL: copy sender s's next message out, free its slot, ring s if it waits for room. */
+static PyObject *take(Mailboxes *self, int s) {
+    uint32_t len;
+    SlotHeader *slot = next_slot(self, s, &len);
+    if (!slot) return NULL;
+    PyObject *bytes = PyBytes_FromStringAndSize((char *)slot + SLOT_HEADER_BYTES, len);
+    if (!bytes) return NULL;
+    free_slot(self, s, mailbox_in(self, self->own, s), self->expected[s]);
     return bytes;
+}
+
+/* The sender of the next message, waiting up to timeout_ms as `receive` documents; -1 if none. */
+static int next_sender(Mailboxes *self, double timeout_ms, double pause_ns, double yield_ns) {
+    int s = scan(self);
+    if (s < 0 && timeout_ms > 0) {
+        int cpu = sched_getcpu();
+        __atomic_store_n(&bell_of(self->own)->cpu, cpu, __ATOMIC_RELAXED);
+        self->waits++;
+        if (pause_ns > 0 && cpu >= 0 && shares_cpu(self, cpu)) {
+            self->shared_core++;
+            /* Poll yielding instead: the rank on this core runs, and this one stays runnable, so
+             * the scheduler's balancer sees two busy ranks here and moves one to another core
+             * (sleeping would make this core look half idle and keep them together). */
+            if (yield_ns < pause_ns) yield_ns = pause_ns;
+            pause_ns = 0;
+        }
+        self->busy = 1;
+        Py_BEGIN_ALLOW_THREADS
+        s = wait_any(self, timeout_ms, pause_ns, yield_ns);
+        Py_END_ALLOW_THREADS
+        self->busy = 0;
+    }
+    return s;
 }
 
 /* ------------------------------------------------------------------ Python methods */
@@ -386,6 +427,35 @@ static int check_open(Mailboxes *self) {
     return 0;
 }
 
+/* With the GIL: post head + body to rank dst's mailbox. 1 posted, 0 no room (or no file yet),
+ * -1 with an exception (a message larger than a slot). */
+static int post(Mailboxes *self, int dst, const void *head, size_t head_len, const void *body, size_t body_len) {
+    size_t len = head_len + body_len;
+    if (len > self->slot_bytes - SLOT_HEADER_BYTES) {
+        PyErr_Format(PyExc_ValueError, "a %zu-byte message does not fit a mailbox slot (at most %u bytes)", len,
+                     self->slot_bytes - SLOT_HEADER_BYTES);
+        return -1;
+    }
+    char *file = peer_file(self, dst);
+    if (!file) return PyErr_Occurred() ? -1 : 0;
+    char *mailbox = mailbox_in(self, file, self->rank);
+    MailboxHeader *h = (MailboxHeader *)mailbox;
+    uint64_t m = self->next[dst];
+    if (m - 1 - LOAD_ACQ(&h->consumed) >= self->slots) {
+        STORE_SC(&h->waiting, 1); /* then look again: the receiver may have freed a slot meanwhile */
+        if (m - 1 - LOAD_SC(&h->consumed) >= self->slots) return 0;
+    }
+    SlotHeader *slot = slot_in(self, mailbox, m);
+    char *payload = (char *)slot + SLOT_HEADER_BYTES;
+    memcpy(payload, head, head_len);
+    if (body_len) memcpy(payload + head_len, body, body_len);
+    slot->len = (uint32_t)len;
+    STORE_REL(&slot->seq, m);
+    self->next[dst] = m + 1;
+    ring(bell_of(file));
+    return 1;
+}
+
 PyDoc_STRVAR(try_send_doc,
 "try_send(dst, head, body=None) -> bool\n\n"
 "Post one message, the bytes of `head` followed by those of `body` (any contiguous buffer), to\n"
@@ -412,38 +482,8 @@ static PyObject *Mailboxes_try_send(Mailboxes *self, PyObject *const *args, Py_s
         PyBuffer_Release(&head);
         return NULL;
     }
-    PyObject *result = NULL;
-    size_t len = (size_t)head.len + (size_t)body.len;
-    if (len > self->slot_bytes - SLOT_HEADER_BYTES) {
-        PyErr_Format(PyExc_ValueError, "a %zu-byte message does not fit a mailbox slot (at most %u bytes)", len,
-                     self->slot_bytes - SLOT_HEADER_BYTES);
-        goto done;
-    }
-    char *file = peer_file(self, (int)dst);
-    if (!file) {
-        if (!PyErr_Occurred()) result = Py_NewRef(Py_False);
-        goto done;
-    }
-    char *mailbox = mailbox_in(self, file, self->rank);
-    MailboxHeader *h = (MailboxHeader *)mailbox;
-    uint64_t m = self->next[dst];
-    if (m - 1 - LOAD_ACQ(&h->consumed) >= self->slots) {
-        STORE_SC(&h->waiting, 1); /* then look again: the receiver may have freed a slot meanwhile */
-        if (m - 1 - LOAD_SC(&h->consumed) >= self->slots) {
-            result = Py_NewRef(Py_False);
-            goto done;
-        }
-    }
-    SlotHeader *slot = slot_in(self, mailbox, m);
-    char *payload = (char *)slot + SLOT_HEADER_BYTES;
-    memcpy(payload, head.buf, head.len);
-    if (body.len) memcpy(payload + head.len, body.buf, body.len);
-    slot->len = (uint32_t)len;
-    STORE_REL(&slot->seq, m);
-    self->next[dst] = m + 1;
-    ring(bell_of(file));
-    result = Py_NewRef(Py_True);
-done:
+    int posted = post(self, (int)dst, head.buf, (size_t)head.len, body.buf, (size_t)body.len);
+    PyObject *result = posted < 0 ? NULL : Py_NewRef(posted ? Py_True : Py_False);
     PyBuffer_Release(&head);
     if (has_body) PyBuffer_Release(&body);
     return result;
@@ -467,27 +507,131 @@ static PyObject *Mailboxes_receive(Mailboxes *self, PyObject *const *args, Py_ss
     double pause_ns = nargs > 1 ? PyFloat_AsDouble(args[1]) : 0.0;
     double yield_ns = nargs > 2 ? PyFloat_AsDouble(args[2]) : 0.0;
     if (PyErr_Occurred()) return NULL;
-    int s = scan(self);
-    if (s < 0 && timeout_ms > 0) {
-        int cpu = sched_getcpu();
-        __atomic_store_n(&bell_of(self->own)->cpu, cpu, __ATOMIC_RELAXED);
-        self->waits++;
-        if (pause_ns > 0 && cpu >= 0 && shares_cpu(self, cpu)) {
-            self->shared_core++;
-            /* Poll yielding instead: the rank on this core runs, and this one stays runnable, so
-             * the scheduler's balancer sees two busy ranks here and moves one to another core
-             * (sleeping would make this core look half idle and keep them together). */
-            if (yield_ns < pause_ns) yield_ns = pause_ns;
-            pause_ns = 0;
-        }
-        self->busy = 1;
-        Py_BEGIN_ALLOW_THREADS
-        s = wait_any(self, timeout_ms, pause_ns, yield_ns);
-        Py_END_ALLOW_THREADS
-        self->busy = 0;
-    }
+    int s = next_sender(self, timeout_ms, pause_ns, yield_ns);
     if (s < 0) Py_RETURN_NONE;
     return take(self, s);
+}
+
+int reduce_small(int code, void *out, const void *a, const void *b, size_t nbytes); /* reduce.c */
+
+PyDoc_STRVAR(land_doc,
+"land(timeout_ms, pause_ns, yield_ns, src, head, target, code, base) -> True | bytes | None\n\n"
+"Wait for the next message as `receive` does. If it is from `src` and is `head` followed by exactly\n"
+"len(target) bytes, land it in `target` (writable, C-contiguous) without a Python object in between:\n"
+"target = op(base, message) element-wise (base: None for target itself, else a buffer of the same\n"
+"length), with op and element type from `code` (reduce.c; op 0 copies), free its slot and return\n"
+"True. Any other message is returned as `receive` returns it; None at the deadline or on room.");
+
+/* With the GIL, `target` (and `base`) held: what `land` returns after the buffers are checked. */
+static PyObject *land_into(Mailboxes *self, double timeout_ms, double pause_ns, double yield_ns, long src,
+                           const Py_buffer *head, const Py_buffer *target, int code, const void *base) {
+    int s = next_sender(self, timeout_ms, pause_ns, yield_ns);
+    if (s < 0) Py_RETURN_NONE;
+    if (s == src) {
+        uint32_t len;
+        SlotHeader *slot = next_slot(self, s, &len);
+        if (!slot) return NULL;
+        char *record = (char *)slot + SLOT_HEADER_BYTES;
+        if ((size_t)len == (size_t)head->len + (size_t)target->len && memcmp(record, head->buf, head->len) == 0 &&
+            reduce_small(code, target->buf, base ? base : target->buf, record + head->len, target->len) == 0) {
+            free_slot(self, s, mailbox_in(self, self->own, s), self->expected[s]);
+            Py_RETURN_TRUE;
+        }
+    }
+    return take(self, s); /* not the one asked for: the caller decodes and parks it */
+}
+
+static PyObject *Mailboxes_land(Mailboxes *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "land(timeout_ms, pause_ns, yield_ns, src, head, target, code, base)");
+        return NULL;
+    }
+    if (check_open(self) < 0) return NULL;
+    double timeout_ms = PyFloat_AsDouble(args[0]);
+    double pause_ns = PyFloat_AsDouble(args[1]);
+    double yield_ns = PyFloat_AsDouble(args[2]);
+    long src = PyLong_AsLong(args[3]);
+    long code = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer head, target, base = {0};
+    if (PyObject_GetBuffer(args[4], &head, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[5], &target, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&head);
+        return NULL;
+    }
+    int has_base = args[7] != Py_None;
+    PyObject *result = NULL;
+    if (has_base && PyObject_GetBuffer(args[7], &base, PyBUF_C_CONTIGUOUS) < 0) {
+        has_base = 0;
+    } else if (has_base && base.len != target.len) {
+        PyErr_Format(PyExc_ValueError, "land: a base of %zd bytes for a target of %zd", base.len, target.len);
+    } else {
+        result = land_into(self, timeout_ms, pause_ns, yield_ns, src, &head, &target, (int)code,
+                           has_base ? base.buf : NULL);
+    }
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&target);
+    if (has_base) PyBuffer_Release(&base);
+    return result;
+}
+
+PyDoc_STRVAR(exchange_doc,
+"exchange(dst, head_out, x, timeout_ms, pause_ns, yield_ns, src, head_in, target, code)\n"
+"    -> None | False | True | bytes\n\n"
+"`try_send(dst, head_out, x)`, then, if that posted, `land(timeout_ms, pause_ns, yield_ns, src,\n"
+"head_in, target, code, None)`, in one call: the step of a small exchange (send a buffer to one\n"
+"peer, reduce what another sends into `target`, which may be `x` itself: x is copied out first).\n"
+"None: nothing was posted (no room); otherwise it was, and False, True or bytes say what the landing\n"
+"found (False where `land` says None). The headers are bytes.");
+
+static PyObject *Mailboxes_exchange(Mailboxes *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "exchange(dst, head_out, x, timeout_ms, pause_ns, yield_ns, src, head_in, target, code)");
+        return NULL;
+    }
+    if (check_open(self) < 0) return NULL;
+    long dst = PyLong_AsLong(args[0]);
+    double timeout_ms = PyFloat_AsDouble(args[3]);
+    double pause_ns = PyFloat_AsDouble(args[4]);
+    double yield_ns = PyFloat_AsDouble(args[5]);
+    long src = PyLong_AsLong(args[6]);
+    long code = PyLong_AsLong(args[9]);
+    if (PyErr_Occurred()) return NULL;
+    if (dst < 0 || dst >= self->size || src < 0 || src >= self->size) {
+        PyErr_Format(PyExc_ValueError, "rank %d cannot exchange with ranks %ld and %ld", self->rank, dst, src);
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(args[1]) || !PyBytes_CheckExact(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "exchange: the headers are bytes");
+        return NULL;
+    }
+    /* The headers are bytes: their memory is read in place. `x` is usually `target` (a buffer sent,
+     * then reduced into): then one buffer is taken, writable. */
+    Py_buffer head_in = {.buf = PyBytes_AS_STRING(args[7]), .len = PyBytes_GET_SIZE(args[7])};
+    Py_buffer x, target;
+    int same = args[2] == args[8];
+    if (PyObject_GetBuffer(args[8], &target, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (!same && PyObject_GetBuffer(args[2], &x, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&target);
+        return NULL;
+    }
+    const Py_buffer *sent = same ? &target : &x;
+    PyObject *result = NULL;
+    int posted = post(self, (int)dst, PyBytes_AS_STRING(args[1]), (size_t)PyBytes_GET_SIZE(args[1]), sent->buf,
+                      (size_t)sent->len);
+    if (posted == 0) {
+        result = Py_NewRef(Py_None);
+    } else if (posted > 0) {
+        result = land_into(self, timeout_ms, pause_ns, yield_ns, src, &head_in, &target, (int)code, NULL);
+        if (result == Py_None) {
+            Py_DECREF(result);
+            result = Py_NewRef(Py_False);
+        }
+    }
+    if (!same) PyBuffer_Release(&x);
+    PyBuffer_Release(&target);
+    return result;
 }
 
 static PyObject *Mailboxes_close(Mailboxes *self, PyObject *unused) {
@@ -511,6 +655,8 @@ static PyObject *Mailboxes_get_closed(Mailboxes *self, void *closure) { return P
 static PyMethodDef Mailboxes_methods[] = {
     {"try_send", (PyCFunction)(void (*)(void))Mailboxes_try_send, METH_FASTCALL, try_send_doc},
     {"receive", (PyCFunction)(void (*)(void))Mailboxes_receive, METH_FASTCALL, receive_doc},
+    {"land", (PyCFunction)(void (*)(void))Mailboxes_land, METH_FASTCALL, land_doc},
+    {"exchange", (PyCFunction)(void (*)(void))Mailboxes_exchange, METH_FASTCALL, exchange_doc},
     {"close", (PyCFunction)Mailboxes_close, METH_NOARGS, "Unmap every file and remove this rank's."},
     {NULL, NULL, 0, NULL},
 };

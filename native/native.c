@@ -267,6 +267,50 @@ static PyObject *strided_sum(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Nd)", list, (double)sum);
 }
 
+/* ---------------------------------------------------------------- copy */
+
+PyDoc_STRVAR(copy_pass_doc,
+"copy_pass(dst, src, repeats=3) -> ns_per_pass\n\n"
+"memcpy(dst, src) of two buffers of the same length, `repeats` times (GIL released): the C side\n"
+"of the machine's copy bandwidth (playground/copybw.py), beside numpy's copyto.");
+
+static PyObject *copy_pass(PyObject *self, PyObject *args) {
+    PyObject *dst_obj, *src_obj;
+    Py_ssize_t repeats = 3;
+    if (!PyArg_ParseTuple(args, "OO|n", &dst_obj, &src_obj, &repeats)) return NULL;
+    if (repeats <= 0) {
+        PyErr_Format(PyExc_ValueError, "repeats must be > 0, got %zd", repeats);
+        return NULL;
+    }
+    Py_buffer dst, src;
+    if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&dst);
+        return NULL;
+    }
+    PyObject *list = NULL;
+    double *times = NULL;
+    if (dst.len != src.len) {
+        PyErr_Format(PyExc_ValueError, "copy_pass: %zd bytes into %zd", src.len, dst.len);
+    } else if (!(times = PyMem_Malloc(sizeof(double) * repeats))) {
+        PyErr_NoMemory();
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t r = 0; r < repeats; r++) {
+            double t0 = now_ns();
+            memcpy(dst.buf, src.buf, dst.len);
+            __asm__ volatile("" ::: "memory");
+            times[r] = now_ns() - t0;
+        }
+        Py_END_ALLOW_THREADS
+        list = float_list(times, repeats);
+    }
+    PyMem_Free(times);
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    return list;
+}
+
 /* ---------------------------------------------------------------- gather */
 
 PyDoc_STRVAR(gather_doc,
@@ -339,24 +383,27 @@ static PyMethodDef methods[] = {
     {"chase", chase, METH_VARARGS, chase_doc},
     {"strided_sum", strided_sum, METH_VARARGS, strided_sum_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
+    {"copy_pass", copy_pass, METH_VARARGS, copy_pass_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_playground_native",
     "Timed memory loops for the memory lab (pointer chase, strided read, gather), the shared-memory "
-    "path's mailboxes (mailbox.c), the KV-cache server's attention (attention.c) and the simulator's "
-    "event core (sim_*.c); GIL released while they run or wait.",
+    "path's mailboxes (mailbox.c), the KV-cache server's attention (attention.c), the simulator's "
+    "event core (sim_*.c), the trace's spans (span.c); GIL released while they run or wait.",
     -1, methods,
 };
 
 int add_mailbox_type(PyObject *module);        /* mailbox.c: the shared-memory path's messages */
+int add_span_types(PyObject *module);          /* span.c: the trace's spans */
 int add_attention_functions(PyObject *module); /* attention.c: the KV-cache server's attention */
 int add_sim_types(PyObject *module);           /* sim_*.c: the simulator's event core */
 
 PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && (add_mailbox_type(m) < 0 || add_attention_functions(m) < 0 || add_sim_types(m) < 0))
+    if (m && (add_mailbox_type(m) < 0 || add_span_types(m) < 0 || add_attention_functions(m) < 0 ||
+              add_sim_types(m) < 0))
         Py_CLEAR(m);
     return m;
 }

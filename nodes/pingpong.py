@@ -53,6 +53,9 @@ class Params:
     # The raw pyzmq pair measured beside ours: "auto" is tcp when ours is (or the ranks are on two
     # emulated hosts), else ipc.
     raw_transport: Literal["auto", "ipc", "tcp"] = "auto"
+    # One trace event per message sent and waited for (what `inspect` splits time by); `bench p2p`
+    # turns them off, as `bench allreduce` does: the raw pyzmq beside it logs nothing either.
+    trace_messages: bool = True
 
     def __post_init__(self):
         if not self.sizes or min(self.sizes) < 1:
@@ -151,6 +154,7 @@ def _stream(rank: int, send, recv, buf, out, ack, window: int, bursts: int) -> f
 def main(comm, params: Params) -> dict:
     if comm.rank > 1:
         return {"rows": []}
+    comm.tracer.messages = comm.tracer.messages and params.trace_messages
     across_hosts = bool(comm.hosts) and comm.hosts[0] != comm.hosts[1]  # emulated hosts: tcp between them
     auto = "tcp" if comm.transport.name == "tcp" or across_hosts else "ipc"
     raw = RawPair(comm, auto if params.raw_transport == "auto" else params.raw_transport)

@@ -40,8 +40,9 @@ def add_bench_parser(sub, func) -> None:
     b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
     b.add_argument(
         "collective",
-        choices=[*ALGORITHMS, "p2p", "table"],
-        help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH",
+        choices=[*ALGORITHMS, "p2p", "table", "copy"],
+        help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH; "
+        "`copy`: the machine's copy bandwidth, one core and all, and the shm all-reduce's bound",
     )
     b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
     b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
@@ -77,13 +78,13 @@ def add_bench_parser(sub, func) -> None:
         "--trace-messages",
         action="store_true",
         help="also log one event per message (what `inspect` splits time by); off: they cost ~2.5 us "
-        "of an 8-byte all-reduce here, and the baselines log nothing",
+        "of an 8-byte all-reduce here, and the baselines (and p2p's raw pyzmq) log nothing",
     )
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
     t = b.add_argument_group("table")
     t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
-    t.add_argument("--rank-counts", default="2,4,8", help="table: rank counts (default 2,4,8)")
+    t.add_argument("--rank-counts", default="2,4,8", help="table, copy: rank counts (default 2,4,8)")
     t.add_argument(
         "--systems",
         default=None,
@@ -111,6 +112,10 @@ def run_bench(args) -> int:
         from playground.benchtable import run_table
 
         return run_table(args)
+    if args.collective == "copy":
+        from playground.copybw import run_copy
+
+        return run_copy(args)
     return benchmark(args).code
 
 
@@ -272,6 +277,7 @@ def _run_p2p(args, execute) -> Finished:
         f"params.iters={args.iters}": "--iters",
         f"params.warmup={args.warmup}": "--warmup",
         f"timeout_s={args.timeout}": "--timeout",
+        f"params.trace_messages={args.trace_messages}": "--trace-messages",
         **{text: f"--set {text}" for text in args.set},
     }
     scenario = load_scenario(

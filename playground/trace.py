@@ -8,10 +8,13 @@ from r on that tag (their `seq`) to draw the message as a flow arrow. Each event
 trace "X" event (pid = rank, tid = thread).
 """
 
+import functools
 import json
 import threading
 import time
 from pathlib import Path
+
+from _playground_native import Span, null_span, set_span_mark
 
 # Categories that `inspect` splits a rank's time into.
 CAT_SEND = "send"  # handing a message to the transport
@@ -35,7 +38,11 @@ def now_us() -> float:
 
 
 class Tracer:
-    """Collects events in a list; `flush()` appends them to rank-<r>.jsonl."""
+    """Collects events in a list; `flush()` appends them to rank-<r>.jsonl.
+
+    `span(name, cat=CAT_COMPUTE, **args)`: `with tracer.span(...)` records the time the body takes
+    as one event (nothing when disabled). It is native/span.c's Span bound to this tracer (or its
+    shared do-nothing span): a phase of a small all-reduce costs no Python frame."""
 
     def __init__(
         self,
@@ -55,6 +62,7 @@ class Tracer:
         self._events: list[tuple] = []
         self._lock = threading.Lock()
         self._tids: dict[int, int] = {}
+        self.span = functools.partial(Span, self) if enabled else null_span
 
     def add(self, name: str, cat: str, start_us: float, dur_us: float, args: dict | None = None) -> None:
         if self.enabled:
@@ -68,10 +76,6 @@ class Tracer:
     def now_us(self) -> float:
         """This rank's clock, in microseconds (what `add` takes)."""
         return self.clock_ns() / 1000.0
-
-    def span(self, name: str, cat: str = CAT_COMPUTE, **args) -> "_Span":
-        """Record the time the `with` body takes as one event (nothing when disabled)."""
-        return _Span(self, name, cat, args) if self.enabled else _NO_SPAN
 
     def flush(self) -> None:
         """Write buffered events; call outside timed regions (between iterations, at the end)."""
@@ -112,39 +116,7 @@ class Tracer:
 
 
 _SPAN = object()  # marks a span's event: its args are a dict, turned into JSON as they are
-
-
-class _Span:
-    """`with tracer.span(...)`: a class, not a generator, and raw nanoseconds converted at flush, so
-    a phase costs well under a microsecond (an 8-byte all-reduce opens one or two)."""
-
-    __slots__ = ("tracer", "name", "cat", "args", "t0")
-
-    def __init__(self, tracer: Tracer, name: str, cat: str, args: dict):
-        self.tracer, self.name, self.cat, self.args = tracer, name, cat, args
-
-    def __enter__(self):
-        self.t0 = self.tracer.clock_ns()
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        tracer = self.tracer
-        tracer._events.append(
-            (self.t0, tracer.clock_ns(), self.name, self.cat, _get_ident(), self.args, _SPAN)
-        )
-        return False
-
-
-class _NoSpan:
-    __slots__ = ()
-
-    def __enter__(self):
-        pass
-
-    def __exit__(self, *exc) -> bool:
-        return False
-
-
-_NO_SPAN = _NoSpan()
+set_span_mark(_SPAN)
 
 
 def read_events(path: Path) -> list[dict]:

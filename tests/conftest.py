@@ -19,3 +19,14 @@ def as_root():
 
     need(os.geteuid() == 0, "emulated hosts need root (network namespaces, veth, tc)")
     need(have("ip", "tc"), "emulated hosts need `ip` and `tc` (iproute2)")
+
+
+@pytest.fixture
+def two(tmp_path):
+    """Rank 0's and rank 1's shared-memory mailboxes (a world of 2) in tmp_path; closed afterwards."""
+    from playground.comm import mailbox
+
+    a, b = (mailbox.open_mailboxes(str(tmp_path), r, 2) for r in (0, 1))
+    yield a, b
+    a.close()
+    b.close()

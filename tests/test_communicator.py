@@ -144,6 +144,54 @@ def test_recv_reduce_and_computed_sends(kind, tmp_path):
     assert run(kind, tmp_path, 2, body) == [True, True]
 
 
+def test_sendrecv_reduce_swaps_in_place_and_keeps_order(kind, tmp_path):
+    """The step of recursive doubling: over shm, untraced, one C call that posts and lands; the
+    same results and the same matching as isend + recv_reduce everywhere else."""
+
+    def body(comm):
+        peer, me = 1 - comm.rank, comm.rank + 1.0
+        out = []
+        for count in (2, 20_000):  # landed in C on shm, and ring-sized / zero-copy
+            buf = np.full(count, me, np.float32)
+            out.append((comm.sendrecv_reduce(buf, peer, peer, 3, np.add), set(buf.tolist())))
+            buf = np.full(count, me, np.float32)
+            out.append((comm.sendrecv_reduce(buf, peer, peer, 3), set(buf.tolist())))  # a copy
+        comm.send(np.array([7.0]), peer, tag=4)  # another tag first: parked, not lost
+        comm.send(np.array([5.0]), peer, tag=3)  # this tag, sent first: taken first
+        buf = np.array([1.0])
+        out.append((comm.sendrecv_reduce(buf, peer, peer, 3, np.add), buf.tolist()))
+        out.append((comm.recv(peer, 3).tolist(), comm.recv(peer, 4).tolist()))
+        buf = np.zeros(2 + comm.rank)  # counts that differ: reported, the buffer left alone
+        out.append((comm.sendrecv_reduce(buf, peer, peer, 5, np.add), buf.tolist()))
+        return out
+
+    got = run(kind, tmp_path, 2, body)
+    for rank, mine in enumerate(got):
+        peer_value = 2.0 - rank
+        assert mine[:4] == [(2, {3.0}), (2, {peer_value}), (20_000, {3.0}), (20_000, {peer_value})]
+        assert mine[4:] == [(1, [6.0]), ([1.0], [7.0]), (3 - rank, [0.0] * (2 + rank))]
+
+
+def test_a_transport_wrapped_later_is_not_bypassed(kind, tmp_path):
+    """A drill or a recorder may wrap `comm.transport` after the fact: the native paths are re-read."""
+
+    def body(comm):
+        inner = comm.transport
+        comm.transport = FaultyTransport(inner, comm.rank, "raise", after_ops=10**9)
+        assert comm._exchange is None and comm._land is None
+        buf = np.ones(2, np.float32)
+        assert comm.sendrecv_reduce(buf, 1 - comm.rank, 1 - comm.rank, 3, np.add) == 2
+        return comm.transport.num_ops, buf.tolist()
+
+    assert run(kind, tmp_path, 2, body) == [(1, [2.0, 2.0])] * 2
+
+
+def test_sendrecv_reduce_times_out_naming_the_peer_and_tag(kind, pair):
+    comm, _ = pair(kind, timeout_s=0.3)
+    with pytest.raises(CommTimeout, match="rank 0: timed out after 0.3s waiting for recv from rank 1 tag 9"):
+        comm.sendrecv_reduce(np.ones(2), 1, 1, 9, np.add)
+
+
 @pytest.mark.parametrize("algorithm", sorted(a for a in ALGORITHMS["allreduce"] if a != "auto"))
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_allreduce_grid(kind, tmp_path, algorithm, n):

@@ -80,6 +80,29 @@ def test_dead_rank_fails_fast_on_every_rank(runs_dir, action, expect, transport)
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("action", ["kill", "hang"])
+def test_a_dead_or_hung_peer_on_the_native_small_message_path(runs_dir, action):
+    """Untraced 8-byte rd over shm: every step is one C call that posts and spins for the peer
+    (sendrecv_reduce -> Mailboxes.exchange). Its waits still end in slices, so a killed peer is
+    PeerLost on every other rank and a hung one is named, as on the other paths."""
+    t0 = time.monotonic()
+    proc = launch(
+        ["run", "ring", "--ranks", "4", "--transport", "shm", "--out", str(runs_dir)]
+        + ["--set", "fault.rank=2", "--set", f"fault.action={action}", "--set", "fault.after_ops=40"]
+        + ["--set", "timeout_s=2", "--set", "params.algorithm=[rd]", "--set", "params.sizes=[8]"]
+        + ["--set", "params.trace_messages=false", "--set", "params.iters=100000", "--set", "params.warmup=0"]
+    )
+    out, err, leftovers = finish(proc)
+    assert proc.returncode == 1 and not leftovers, out + err
+    assert time.monotonic() - t0 < 15
+    root = next(line for line in err.splitlines() if "root cause" in line)
+    assert "rank 2" in root and ("killed by SIGKILL" if action == "kill" else "unresponsive") in root, err
+    if action == "kill":
+        for r in (0, 1, 3):
+            assert any(f"rank {r} " in line and "PeerLost" in line for line in err.splitlines()), err
+
+
+@pytest.mark.timeout(60)
 def test_raising_user_node_reports_traceback(runs_dir):
     code, result, out, err = run_scenario(
         str(write_user_scenario(runs_dir.parent)), runs_dir, env={"PYTHONPATH": str(TESTS)}, timeout_s=50

@@ -21,8 +21,9 @@ def test_measures_cpu_and_python_calls_per_call(transport, ranks, algo):
 
 
 @pytest.mark.timeout(60)
-def test_command_prints_both_lines(capsys):
+def test_command_prints_a_line_per_tracing_mode(capsys):
     assert hotpath.main(["--calls", "20", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "rd all-reduce of 8 B, 2 ranks over shm, tracing off:" in out
+    assert "as bench traces (phases, no per-message events):" in out
     assert "with per-message trace events (as in a run):" in out and "Python calls per rank per call" in out

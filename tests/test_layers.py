@@ -27,10 +27,10 @@ LAYERS = [
     ("rendezvous", "rendezvous coordinator control_messages"),
     ("hosts", "hosts"),
     ("launcher", "worker launch run external procs"),
-    ("labs", "buckets concurrency kvcache memlab network queueing baselines training serving"),
+    ("labs", "buckets concurrency kvcache memlab network queueing baselines training"),
     (
         "top",
-        "bench benchtable inspect diagram hotpath lecture results reference testing api cli __main__ __init__ netns_rsh",
+        "bench benchtable copybw inspect diagram hotpath lecture results reference testing api cli __main__ __init__ netns_rsh",
     ),
 ]
 LAB_LAYER = "labs"

@@ -168,3 +168,43 @@ def test_a_timed_figure_fills_its_sentence_from_the_reader_and_the_machine():
         raise NotMeasured("nothing here")
 
     assert evaluate(_section(fig), fig, missing, _ctx(RESULT)).error == "not measured: nothing here"
+
+
+def test_a_timed_figure_may_say_how_far_it_is_from_the_lectures():
+    fig = Figure("t", "§9", "what", "timed", unit="us", lecture=0.7, why="{x_lecture:.0f}x the lecture's")
+    row = evaluate(_section(fig), fig, lambda ctx: Reading(113.4), _ctx(RESULT))
+    assert row.why == "162x the lecture's"
+    words = Figure("w", "§9", "what", "timed", lecture="a few ns", why="{x_lecture}")
+    assert evaluate(_section(words), words, lambda ctx: Reading(3.0), _ctx(RESULT)).why == "{x_lecture}"
+
+
+def _pingpong(us_at_64: float) -> Run:
+    rows = [{"size": n, "ours_us": us_at_64 + n / 2000.0} for n in (64, 4096, 65536, 1 << 20)]
+    return Run("pingpong", {"ok": True, "tables": [{"rows": rows}]}, {}, None, True)
+
+
+def test_both_alphas_come_from_their_own_ping_pong_run(plan):
+    ctx = Context({"pingpong": _pingpong(100.0), "pingpong-shm": _pingpong(2.0)}, {}, {"cores": 2})
+    section = next(s for s in plan.sections if s.id == "networking")
+    figures = {f.id: f for f in section.figures}
+    zmq, shm = (evaluate(section, figures[i], READERS[i], ctx) for i in ("alpha", "alpha-shm"))
+    assert zmq.measured == pytest.approx(100.0) and shm.measured == pytest.approx(2.0)
+    assert zmq.why.startswith("143x the lecture's") and shm.why.startswith("3x the lecture's")
+    runs = {r.key: r for r in section.scenarios}
+    assert runs["pingpong-shm"].name == "pingpong" and runs["pingpong-shm"].transport == "shm"
+    assert runs["pingpong-shm"].command(quick=False) == (
+        "python -m playground run pingpong --transport shm --set params.trace_messages=false"
+    )
+
+
+def test_a_scenario_run_twice_needs_an_id(tmp_path):
+    plan = tmp_path / "plan.yaml"
+    run = "      - {name: pingpong, expected_s: {full: 1, quick: 1}}\n"
+    plan.write_text(
+        "sections:\n  - number: 1\n    id: x\n    title: X\n    where: here\n    intro: i\n    scenarios:\n"
+        + run * 2
+    )
+    with pytest.raises(ScenarioError, match="scenario 'pingpong' runs twice in section 1; give one an `id`"):
+        load_plan(plan)
+    plan.write_text(plan.read_text().replace("name: pingpong,", "name: pingpong, id: again,", 1))
+    assert [r.key for r in load_plan(plan).sections[0].scenarios] == ["again", "pingpong"]

@@ -16,14 +16,6 @@ from playground.errors import CommTimeout
 from playground.testing import run_scenario
 
 
-@pytest.fixture
-def two(tmp_path):
-    a, b = (mailbox.open_mailboxes(str(tmp_path), r, 2) for r in (0, 1))
-    yield a, b
-    a.close()
-    b.close()
-
-
 def test_records_arrive_whole_and_in_order(two):
     a, b = two
     sent = [bytes([k % 251]) * k for k in (0, 1, 7, 100, a.max_bytes)]

@@ -67,12 +67,12 @@ def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
     memory (nccl-tests' in-place: the send and receive buffers are one)."""
     if not inplace:
         return flat_copy(x)
-    if is_phantom(x):
-        return x
     flags = x.flags if isinstance(x, np.ndarray) else None
-    if flags is None or not (flags.c_contiguous and flags.writeable):
-        raise UsageError("in-place all-reduce needs a writable C-contiguous numpy array")
-    return x if x.ndim == 1 else x.reshape(-1)
+    if flags is not None and flags.c_contiguous and flags.writeable:  # (a phantom is not contiguous)
+        return x if x.ndim == 1 else x.reshape(-1)
+    if flags is not None and is_phantom(x):
+        return x
+    raise UsageError("in-place all-reduce needs a writable C-contiguous numpy array")
 
 
 class ChunkBounds(Sequence):

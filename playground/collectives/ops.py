@@ -6,6 +6,8 @@ import numpy as np
 
 from playground.errors import UsageError
 
+_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
 
 class ReduceOp(enum.Enum):
     SUM = "sum"
@@ -13,9 +15,8 @@ class ReduceOp(enum.Enum):
     MAX = "max"
     MIN = "min"
 
-    @property
-    def ufunc(self) -> np.ufunc:
-        return _UFUNCS[self._value_]  # keyed by the value: an Enum member hashes in Python
+    def __init__(self, value: str):
+        self.ufunc: np.ufunc = _UFUNCS[value]  # an attribute, not a property: read once per call
 
     @classmethod
     def parse(cls, value: "ReduceOp | str") -> "ReduceOp":
@@ -27,11 +28,3 @@ class ReduceOp(enum.Enum):
             raise UsageError(
                 f"unknown reduce op {value!r}; allowed: {', '.join(o.value for o in cls)}"
             ) from None
-
-
-_UFUNCS = {
-    ReduceOp.SUM.value: np.add,
-    ReduceOp.PROD.value: np.multiply,
-    ReduceOp.MAX.value: np.maximum,
-    ReduceOp.MIN.value: np.minimum,
-}

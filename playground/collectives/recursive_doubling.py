@@ -19,7 +19,6 @@ from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_elems_f
 from playground.collectives.halving_doubling import old_rank, run_folded
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
-from playground.comm.requests import DONE
 from playground.errors import MessageMismatch
 from playground.trace import CAT_PHASE
 
@@ -36,12 +35,12 @@ def allreduce_recursive_doubling(
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
     itself with `inplace`)."""
     buf = work_buffer(x, inplace)
-    size = comm.size
-    if size == 1 or buf.size == 0:
+    size, nbytes = comm.size, buf.nbytes
+    if size == 1 or nbytes == 0:
         return buf.reshape(x.shape)
-    if size & (size - 1) == 0 and buf.nbytes <= segment_bytes:
+    if size & (size - 1) == 0 and nbytes <= segment_bytes:
         swap_whole(comm, buf, op)  # a power of two and one message a step: the small-message path
-        return buf if buf.shape == x.shape else buf.reshape(x.shape)
+        return buf if buf is x or x.ndim == 1 else buf.reshape(x.shape)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
     whole = (0, buf.size)
 
@@ -66,18 +65,15 @@ def allreduce_recursive_doubling(
 def swap_whole(comm, buf: np.ndarray, op: ReduceOp) -> None:
     """The core's steps when N is a power of two and `buf` is one message (what exchange() does,
     without its segment bookkeeping: this is most of an 8-byte all-reduce's Python)."""
-    size, rank, ufunc = comm.size, comm.rank, op.ufunc
+    size, rank, ufunc, count = comm.size, comm.rank, op.ufunc, buf.size
     with comm.tracer.span("rd.exchange", CAT_PHASE, steps=size.bit_length() - 1):
         d = 1
         while d < size:
             peer = rank ^ d
-            req = comm.isend(buf, peer, TAG_RD)
-            if req is not DONE:
-                req.wait()
-            got = comm.recv_reduce(peer, TAG_RD, buf, ufunc)
-            if got != buf.size:
+            got = comm.sendrecv_reduce(buf, peer, peer, TAG_RD, ufunc)
+            if got != count:
                 raise MessageMismatch(
-                    f"rank {rank}: rd.step: expected {buf.size} elements from rank {peer}, got {got} "
+                    f"rank {rank}: rd.step: expected {count} elements from rank {peer}, got {got} "
                     "(do all ranks pass the same count and dtype?)",
                     rank=rank,
                     peer=peer,

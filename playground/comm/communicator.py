@@ -9,48 +9,46 @@ messages (transport.py). Here live the parts every transport shares:
   failed, so a dead peer becomes PeerLost within a slice, not after the timeout;
 - back-pressure: a post that finds no room (a full pipe or ring) waits while taking in what
   arrives, so ranks that flood each other all progress;
-- object messages (small JSON values, never pickle), barrier, progress, per-message tracing:
+- object messages (small JSON values, never pickle) and barrier (objects.py), progress, tracing:
   when the tracer records messages, every send and every receive (a zero-length `recv_wait` when
   the message was already parked) carries `seq`, its number among the messages from its sender to
   its receiver on its tag, so `inspect --trace` can draw each message from its send to its receive.
 - the record of the collective running and each rank's host, quoted by errors (oprecord.py).
 Every message leaves through one path, `_post`: the range check, the post, the wait for room and
-the trace event are written once, for an array, a computed array and an object alike.
-
-Not thread-safe: use a communicator from one thread at a time (a node may hand it to a
-communication thread, as the overlap experiment does).
+the trace event are written once, for an array, a computed array and an object alike. Not
+thread-safe: use it from one thread at a time (a node may hand it to a communication thread).
 """
 
 import itertools
-import json
+import operator
 import time
 from collections import defaultdict, deque
 from pathlib import Path
 
 import numpy as np
 
+from playground.comm.objects import TAG_BARRIER, TAG_OBJ, ObjectMessages
 from playground.comm.oprecord import OpRecord
 from playground.comm.requests import DONE, RecvRequest, Request, SendRequest
-from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_NAMES, KIND_OBJ, Message, NoRoom, Transport
+from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_NAMES, Message, NoRoom, Transport
 from playground.errors import CommTimeout, InvalidPeer, MessageMismatch, PeerLost
 from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 SLICE_MS = 100  # longest single blocking receive; abort and deadline are checked between slices
 ROOM_POLL_MS = 1  # while waiting for room: the peer makes room by receiving, unannounced
 
-TAG_BARRIER = -1  # internal tags are negative; user tags are >= 0
-TAG_OBJ = -2
 
 __all__ = ["Communicator", "Request", "SLICE_MS", "TAG_BARRIER", "TAG_OBJ"]
 
 
-class Communicator(OpRecord):
+class Communicator(OpRecord, ObjectMessages):
     """One rank's view of the world: `rank`, `size`, send/recv/isend/irecv/sendrecv, barrier.
 
     `control` is the launcher's side channel (comm/control.py: `abort_reason()`, `progress()`),
     None when nothing can abort the run from outside; `run_dir` is where the node may write files;
     `hosts[r]` names the host rank r runs on (ranks are placed on hosts in blocks); `collective()`
-    and `op_context()` (oprecord.py) say in errors which collective ran.
+    and `op_context()` (oprecord.py) say in errors which collective ran; small JSON objects and
+    the barrier are objects.py's.
     """
 
     def __init__(
@@ -65,10 +63,11 @@ class Communicator(OpRecord):
         run_dir: Path | None = None,
         hosts: list[str] | None = None,
     ):
-        self.rank, self.size, self.transport = rank, size, transport
+        self.rank, self.size = rank, size
         self._init_op_record(size, hosts)
         self.tracer = tracer if tracer is not None else Tracer(rank, None, enabled=False)
         self.timeout_s, self.control, self.run_dir = timeout_s, control, run_dir
+        self.transport = transport
         self.bytes_sent = self.bytes_received = 0  # of arrays
         self._pending: dict[tuple[int, int], deque[Message]] = defaultdict(deque)
         self._clock = self.tracer.clock_ns
@@ -79,10 +78,15 @@ class Communicator(OpRecord):
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"
 
-    @property
-    def segment_bytes(self) -> int:
-        """What collectives cut large buffers into by default on this transport."""
-        return self.transport.segment_bytes
+    def _set_transport(self, transport: Transport) -> None:
+        self._transport = transport
+        self.segment_bytes = transport.segment_bytes  # what collectives cut large buffers into here
+        # A transport that lands small arrays natively (shm_transport.py) offers these; see _take.
+        self._land = getattr(transport, "land", None)
+        self._exchange = getattr(transport, "exchange", None)
+
+    # Read in C (no frame on the hot path); a wrapper assigned later (a drill) is re-read, not bypassed.
+    transport = property(operator.attrgetter("_transport"), _set_transport)
 
     # -- sending ---------------------------------------------------------------------------
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
@@ -102,11 +106,14 @@ class Communicator(OpRecord):
         return self._post(dst, tag, out.array.nbytes, True, self.transport.send_reserved, out, tag)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
-        self.isend(x, dst, tag).wait()
+        req = self.isend(x, dst, tag)
+        if req is not DONE:  # most sends are complete when posted: no call to wait
+            req.wait()
 
     def _post(self, dst: int, tag: int, nbytes: int, is_array: bool, post, *args) -> Request:
-        """The one way out: `post(*args)` (a transport's send), retried until it finds room, then
-        counted (arrays only: `bytes_sent`) and traced; a request for its completion."""
+        """The one way out: `post(*args)` (a transport's send) once `dst` is checked, retried until
+        it finds room, then counted (arrays only: `bytes_sent`) and traced; a request for its
+        completion."""
         traced = self.tracer.messages
         t0 = self._clock() if traced else 0
         got = self._with_room(dst, tag, post, args)
@@ -169,9 +176,13 @@ class Communicator(OpRecord):
         self._drain()
         return bool(self._pending.get((src, tag)))
 
-    def _take(self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = KIND_ARRAY) -> Message:
+    def _take(
+        self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = KIND_ARRAY, into: tuple = ()
+    ) -> Message | bool:
         """The next message from (src, tag), of `kind` (MessageMismatch otherwise), waiting up to
-        the timeout and parking the others; traced as one `recv_wait` (zero-length if it was parked)."""
+        the timeout and parking the others; traced as one `recv_wait` (zero-length if it was parked).
+        With `into` = (target, ufunc, base) and a transport that can, an array that fits is landed
+        there by the transport itself (untraced runs): then True."""
         traced = self.tracer.messages
         q = self._pending.get((src, tag))
         if q:
@@ -183,13 +194,14 @@ class Communicator(OpRecord):
             t0 = self._clock() if traced else 0
             deadline = time.monotonic() + timeout_s
             receive, pending = self.transport.receive, self._pending
+            land = self._land if into and not traced else None
             while True:
-                msg = receive(SLICE_MS)
+                msg = receive(SLICE_MS) if land is None else land(src, tag, *into, SLICE_MS)
                 if msg is None:
                     self.check_abort(src, tag, op)
                     if time.monotonic() >= deadline:
                         raise CommTimeout(self.rank, op, src, tag, timeout_s, context=self.op_context(src))
-                elif msg.src == src and msg.tag == tag:
+                elif msg is True or (msg.src == src and msg.tag == tag):
                     break
                 else:
                     pending[(msg.src, msg.tag)].append(msg)
@@ -199,7 +211,7 @@ class Communicator(OpRecord):
             self.tracer.add_ns(
                 "recv_wait", CAT_WAIT, t1 if t0 is None else t0, t1, src, tag, next(self._recv_seq[src, tag])
             )
-        if msg.kind != kind:
+        if msg is not True and msg.kind != kind:
             msg.release()
             got = f"expected {KIND_NAMES[kind]} from rank {msg.src} tag {msg.tag}, got {KIND_NAMES[msg.kind]}"
             raise MessageMismatch(
@@ -212,7 +224,10 @@ class Communicator(OpRecord):
     ) -> np.ndarray:
         """The next array from `src` with `tag`: into `out` if given, else a read-only array
         (zero-copy over ZeroMQ)."""
-        msg = self._take(src, tag, "recv", timeout_s)
+        msg = self._take(src, tag, "recv", timeout_s, KIND_ARRAY, () if out is None else (out, None, None))
+        if msg is True:  # landed in `out`
+            self.bytes_received += out.nbytes
+            return out
         self.bytes_received += msg.count * msg.dtype.itemsize
         if out is None:
             return msg.owned_array()
@@ -225,7 +240,10 @@ class Communicator(OpRecord):
         """Receive from (src, tag) straight into `target`: target = ufunc(base, message) (base
         defaults to target itself), or a copy when ufunc is None. Returns the element count
         received; `target` is left alone when that differs from its size (the caller reports it)."""
-        msg = self._take(src, tag, "recv", None)
+        msg = self._take(src, tag, "recv", None, KIND_ARRAY, (target, ufunc, base))
+        if msg is True:  # landed in `target`
+            self.bytes_received += target.nbytes
+            return target.size
         count = msg.count
         self.bytes_received += count * msg.dtype.itemsize
         if count != target.size:
@@ -239,6 +257,26 @@ class Communicator(OpRecord):
                 self.tracer.add_ns("reduce", CAT_REDUCE, t0, self._clock(), src, target.nbytes)
         return count
 
+    def sendrecv_reduce(self, buf: np.ndarray, dst: int, src: int, tag: int = 0, ufunc=None) -> int:
+        """Send `buf` to `dst`, then receive from `src` (same tag) into `buf`: buf = ufunc(buf, message),
+        or a copy (MPI_Sendrecv_replace, reducing); the send has left first. Returns the count
+        received, as recv_reduce. Over shared memory, untraced, both halves are one C call."""
+        exchange, size = self._exchange, self.size
+        if exchange and not self.tracer.messages and 0 <= dst < size and 0 <= src < size:
+            got = None if self._pending.get((src, tag)) else exchange(dst, src, tag, buf, ufunc, SLICE_MS)
+            if got is not None:  # posted (otherwise: no room, or too large, so the usual way below)
+                self.bytes_sent += buf.nbytes
+                if got is True:
+                    self.bytes_received += buf.nbytes
+                    return buf.size
+                if got is not False:
+                    self._pending[(got.src, got.tag)].append(got)
+                return self.recv_reduce(src, tag, buf, ufunc)
+        req = self.isend(buf, dst, tag)
+        if req is not DONE:
+            req.wait()
+        return self.recv_reduce(src, tag, buf, ufunc)
+
     def irecv(self, src: int, tag: int = 0, out: np.ndarray | None = None) -> Request:
         return RecvRequest(self, src, tag, out)
 
@@ -249,38 +287,6 @@ class Communicator(OpRecord):
         y = self.recv(src, tag, out=out)
         req.wait()
         return y
-
-    # -- small JSON objects and synchronisation --------------------------------------------
-    def send_obj(self, obj, dst: int, tag: int = 0) -> None:
-        """Send a small JSON-able object (control data, never bulk arrays)."""
-        body = json.dumps(obj).encode()
-        self._post(dst, tag, len(body), False, self.transport.send_obj, dst, tag, body)
-
-    def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):
-        return self._take(src, tag, "recv_obj", timeout_s, KIND_OBJ).obj()
-
-    def bcast_obj(self, obj=None, root: int = 0):
-        if self.rank == root:
-            for r in range(self.size):
-                if r != root:
-                    self.send_obj(obj, r, TAG_OBJ)
-            return obj
-        return self.recv_obj(root, TAG_OBJ)
-
-    def allgather_obj(self, obj) -> list:
-        for r in range(self.size):
-            if r != self.rank:
-                self.send_obj(obj, r, TAG_OBJ)
-        return [obj if r == self.rank else self.recv_obj(r, TAG_OBJ) for r in range(self.size)]
-
-    def barrier(self, timeout_s: float | None = None) -> None:
-        """Dissemination barrier: ceil(log2 N) rounds of empty messages, no coordinator involved."""
-        empty = np.empty(0, dtype=np.uint8)
-        dist = 1
-        while dist < self.size:
-            self.isend(empty, (self.rank + dist) % self.size, TAG_BARRIER)
-            self._take((self.rank - dist) % self.size, TAG_BARRIER, "barrier", timeout_s).release()
-            dist *= 2
 
     # -- launcher services -----------------------------------------------------------------
     def progress(self, done: int, total: int, label: str = "") -> None:

@@ -15,14 +15,14 @@ class Group:
     def __init__(self, parent, members: list[int], tag_offset: int):
         self.parent, self.members, self.tag_offset = parent, list(members), tag_offset
         self.rank, self.size = self.members.index(parent.rank), len(self.members)
-        self.tracer, self.timeout_s = parent.tracer, parent.timeout_s
+        self.tracer, self.timeout_s, self.segment_bytes = (
+            parent.tracer,
+            parent.timeout_s,
+            parent.segment_bytes,
+        )
 
     def __repr__(self):
         return f"Group(rank={self.rank}, size={self.size}, members={self.members})"
-
-    @property
-    def segment_bytes(self) -> int:
-        return self.parent.segment_bytes
 
     def isend(self, x: np.ndarray, dst: int, tag: int = 0):
         return self.parent.isend(x, self.members[dst], tag + self.tag_offset)
@@ -38,3 +38,7 @@ class Group:
 
     def recv_reduce(self, src: int, tag: int, target: np.ndarray, ufunc=None, base=None) -> int:
         return self.parent.recv_reduce(self.members[src], tag + self.tag_offset, target, ufunc, base)
+
+    def sendrecv_reduce(self, buf: np.ndarray, dst: int, src: int, tag: int = 0, ufunc=None) -> int:
+        members = self.members
+        return self.parent.sendrecv_reduce(buf, members[dst], members[src], tag + self.tag_offset, ufunc)

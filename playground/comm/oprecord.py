@@ -6,6 +6,8 @@ CommTimeout and PeerLost here. The collectives' dispatcher marks each call with
 error quotes: "in allreduce ring #17; rank 3 is on host h1". The Communicator is an OpRecord.
 """
 
+from _playground_native import OpScope
+
 
 class OpRecord:
     """The collective running (or the last one) and each rank's host, for error messages."""
@@ -16,20 +18,14 @@ class OpRecord:
         self.current_op: tuple[str, str, int] | None = None  # (collective, algorithm, seq) while one runs
         self.last_op: tuple[str, str, int] | None = None
 
-    def collective(self, name: str, algorithm: str = "") -> "OpRecord":
+    def collective(self, name: str, algorithm: str = "") -> OpScope:
         """`with comm.collective(name, algorithm):` marks the body as collective number
-        `num_collectives` (from 1), for error messages. The record is its own context manager
-        (no generator per call: this runs once per collective, on the hot path of small ones)."""
+        `num_collectives` (from 1), for error messages; on leaving it, that collective becomes
+        `last_op`. The scope is native/span.c's OpScope, so that entering and leaving cost no Python
+        frame: this runs once per collective, on the hot path of small ones."""
         self.num_collectives += 1
         self.current_op = (name, algorithm, self.num_collectives)
-        return self
-
-    def __enter__(self) -> "OpRecord":
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self.last_op, self.current_op = self.current_op, None
-        return False
+        return OpScope(self)
 
     def op_context(self, peer: int | None = None) -> str:
         """ "in allreduce ring #17; rank 3 is on host h1": what an error adds to say where it happened."""

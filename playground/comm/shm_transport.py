@@ -6,6 +6,12 @@ system call while it is awake). Small arrays and JSON bodies travel inside the r
 `min_bytes` up (or too large for a slot) are written into the sender's ring to the receiver
 (shm.py) and the record carries their descriptor. One channel per pair keeps per-sender order.
 
+A small array can also be taken without a Python object in between (`land`, `exchange`):
+the C receive compares the record with the header the caller expects and reduces (or copies) the
+payload straight from the mailbox slot into the caller's array (native/reduce.c: sum, prod, max,
+min of float32/64 and int32/64, equal to numpy bit for bit); anything else comes back as `receive`
+returns it. That is most of the gain on an 8-byte all-reduce (docs/shm-transport.md).
+
 A ring message is released in arrival order, whatever order the program receives in (shm.py);
 a parked one can `detach`, copying its bytes out so the sender gets the space back. A post finds
 NoRoom when the mailbox or the ring is full; then nothing was sent (a ring slot whose descriptor
@@ -26,6 +32,10 @@ MAILBOX_FULL = NoRoom("its mailbox")
 RING_FULL = NoRoom("the shared-memory ring to it")
 _U1 = np.dtype("u1")
 _MEMO_MAX = 4096  # distinct headers remembered per direction; forgotten all at once beyond
+# What `land` computes natively (native/reduce.c's codes: op * 8 + dtype); a copy (ufunc None) is
+# any dtype's bytes. Other ufuncs and dtypes are received and reduced as usual.
+_LAND_OPS = {None: 0, np.add: 1, np.multiply: 2, np.maximum: 3, np.minimum: 4}
+_LAND_DTYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 
 
 class _InlineMessage(Message):
@@ -122,6 +132,8 @@ class ShmTransport:
         self._inline_max = [self.max_record - wire.header_size(n) for n in range(33)]
         self._heads_out: dict[tuple, bytes] = {}
         self._heads_in: dict[bytes, tuple] = {}
+        self._landings: dict[tuple, tuple[bytes, int] | None] = {}
+        self._exchanges: dict[tuple, tuple[bytes, bytes, int] | None] = {}
 
     def _inline_fits(self, nbytes: int, ndim: int) -> bool:
         return nbytes < self.min_bytes and nbytes <= self._inline_max[ndim]
@@ -189,8 +201,68 @@ class ShmTransport:
 
     def receive(self, timeout_ms: int) -> Message | None:
         record = self.mailboxes.receive(timeout_ms, self.pause_ns, self.yield_ns)
-        if record is None:
+        return None if record is None else self._message(record)
+
+    def land(self, src: int, tag: int, target: np.ndarray, ufunc, base: np.ndarray | None, timeout_ms: int):
+        """`receive`, but if the next message is the small array from (src, tag) that fits `target`,
+        put it there in C, straight from its mailbox slot: target = ufunc(base or target, message),
+        or a copy when ufunc is None; then True. Any other message is returned as `receive` does."""
+        key = (src, tag, ufunc, target.dtype, target.shape)
+        landing = self._landings.get(key, False)
+        if landing is False:
+            landing = self._landing(*key)
+        if landing is not None:
+            try:
+                got = self.mailboxes.land(
+                    timeout_ms, self.pause_ns, self.yield_ns, src, landing[0], target, landing[1], base
+                )
+            except (ValueError, BufferError):  # not a writable C-contiguous target: the usual way
+                got = self.mailboxes.receive(timeout_ms, self.pause_ns, self.yield_ns)
+        else:
+            got = self.mailboxes.receive(timeout_ms, self.pause_ns, self.yield_ns)
+        return got if got is None or got is True else self._message(got)
+
+    def exchange(self, dst: int, src: int, tag: int, buf: np.ndarray, ufunc, timeout_ms: int):
+        """Post `buf` to `dst`, then land the array from (src, tag) in `buf` as `land` does, in one C
+        call: a small exchange step. None: nothing was posted (no room, or `buf` does not travel
+        inline): post it the usual way. Otherwise False (nothing came within the wait), True
+        (landed) or the Message that came first."""
+        key = (dst, src, tag, ufunc, buf.dtype, buf.shape)
+        plan = self._exchanges.get(key, False)
+        if plan is False:
+            landing = self._landing(src, tag, ufunc, buf.dtype, buf.shape)
+            plan = landing and (
+                wire.encode_header(self.rank, tag, wire.KIND_INLINE, buf.dtype, buf.shape),
+                *landing,
+            )
+            if len(self._exchanges) >= _MEMO_MAX:
+                self._exchanges.clear()
+            self._exchanges[key] = plan
+        if plan is None:
             return None
+        try:
+            got = self.mailboxes.exchange(
+                dst, plan[0], buf, timeout_ms, self.pause_ns, self.yield_ns, src, plan[1], buf, plan[2]
+            )
+        except (ValueError, BufferError):  # not a writable C-contiguous buffer: the usual way
+            return None
+        return got if got is None or type(got) is bool else self._message(got)
+
+    def _landing(self, src: int, tag: int, ufunc, dtype: np.dtype, shape: tuple) -> tuple[bytes, int] | None:
+        """(the header the sender's record starts with, native/reduce.c's code), or None when such an
+        array does not travel inline or C does not compute this ufunc on this dtype."""
+        op, code = _LAND_OPS.get(ufunc), _LAND_DTYPES.get(dtype)
+        nbytes = dtype.itemsize * int(np.prod(shape))
+        landing = None
+        if op is not None and (op == 0 or code is not None) and self._inline_fits(nbytes, len(shape)):
+            landing = (wire.encode_header(src, tag, wire.KIND_INLINE, dtype, shape), op * 8 + (code or 0))
+        if len(self._landings) >= _MEMO_MAX:
+            self._landings.clear()
+        self._landings[(src, tag, ufunc, dtype, shape)] = landing
+        return landing
+
+    def _message(self, record: bytes) -> Message:
+        """The Message a mailbox record holds."""
         size = wire.record_header_size(record) if len(record) > 8 else 0
         head = self._heads_in.get(record[:size])
         if head is not None and len(record) == head[4]:  # an inline array seen before

@@ -15,6 +15,12 @@ A post that finds no room right now (a full pipe or ring on the shared-memory pa
 meanwhile, and tries again. Otherwise a post returns a `Completion`: `COMPLETE` when the caller
 may reuse its array at once, or a handle that completes when a zero-copy send has left.
 
+Two optional calls, offered by the shm transport for small arrays and used by the communicator
+when present and untraced: `land(src, tag, target, ufunc, base, timeout_ms)` is `receive`, except
+that the array from (src, tag) that fits `target` is reduced (or copied) into it in C and True
+returned; `exchange(dst, src, tag, buf, ufunc, timeout_ms)` posts `buf` and lands in it, in one call
+(None: nothing was posted). A transport without them runs the same code through the calls above.
+
 Messages from one sender arrive in the order they were posted. A `Message` is valid until it is
 released; its payload is read by `copy_into`, `reduce_into` or `owned_array` (each releases it),
 or viewed with `array()` (then `release()`). A parked message that holds transport resources

@@ -106,21 +106,21 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
         outcomes, interrupted = runner.run()
     except KeyboardInterrupt:
         outcomes, interrupted = runner.outcomes, True
-    ran = [(o, Run.from_dir(o.run.name, o.run_dir)) for o in outcomes if o.exit_code is not None]
+    ran = [(o, Run.from_dir(o.run.key, o.run_dir)) for o in outcomes if o.exit_code is not None]
     plot_dir = lecture_dir / "plots"
     plot_dir.mkdir(exist_ok=True)
     blocks = []
     for section in selected:
         # a scenario that two sections run (train: overlap in 3, buckets in 5) is read from the
         # section's own run; any other from wherever it ran
-        runs = {o.run.name: run for o, run in ran} | {
-            o.run.name: run for o, run in ran if o.section == section.number
+        runs = {o.run.key: run for o, run in ran} | {
+            o.run.key: run for o, run in ran if o.section == section.number
         }
         ctx = Context(runs, section.constants, facts)
         rows = [evaluate(section, f, READERS[f.id], ctx) for f in section.figures]
         scenario_blocks = []
         for o in (o for o in outcomes if o.section == section.number):
-            run = runs.get(o.run.name)
+            run = runs.get(o.run.key)
             images, captions = [], {}
             if run is not None and run.result is not None:
                 images = [run.run_dir / f for f in run.result.get("files") or [] if f.endswith(".png")]
@@ -149,7 +149,7 @@ def _page_json(page: Page) -> dict:
         "scenarios": [
             {
                 "section": o.section,
-                "name": o.run.name,
+                "name": o.run.key,
                 "command": o.command,
                 "exit_code": o.exit_code,
                 "interrupted": o.interrupted,
@@ -184,7 +184,7 @@ def _report(page: Page, lecture_dir: Path, console, err) -> int:
         return EXIT_INTERRUPTED
     failed = [o for o in page.outcomes if o.failed]
     for o in failed:
-        err.print(f"[bold red]FAILED[/bold red] {o.run.name}: {o.error.splitlines()[-1] if o.error else ''}")
+        err.print(f"[bold red]FAILED[/bold red] {o.run.key}: {o.error.splitlines()[-1] if o.error else ''}")
         err.print(f"  rerun it alone: {o.command}", highlight=False, markup=False)
     for r in page.exact:
         if r.status != "matched":

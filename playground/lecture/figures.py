@@ -166,6 +166,13 @@ def matches(lecture: Any, value: Any) -> bool:
     return round(float(value), decimals_of(lecture)) == float(lecture)
 
 
+def _times_lecture(measured: Any, lecture: Any) -> dict:
+    """{"x_lecture": measured / lecture} when both are plain positive numbers: how far this machine's
+    figure is from the lecture's (a `why` may say it as {x_lecture:.0f}x)."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (measured, lecture))
+    return {"x_lecture": measured / lecture} if numbers and lecture > 0 else {}
+
+
 def evaluate(section: Section, figure: Figure, reader, ctx: Context) -> FigureRow:
     """One figure's row; a reader that cannot find its value gives a row that says why."""
     try:
@@ -184,8 +191,8 @@ def evaluate(section: Section, figure: Figure, reader, ctx: Context) -> FigureRo
             "not measured",
             error=f"could not read: {type(e).__name__}: {e}",
         )
-    values = {**ctx.machine, **ctx.constants, **reading.values}
     lecture = figure.lecture if figure.lecture is not None else reading.lecture
+    values = {**ctx.machine, **ctx.constants, **_times_lecture(reading.measured, lecture), **reading.values}
     if figure.kind == "exact":
         checked = reading.model if figure.check == "model" else reading.measured
         status = "matched" if matches(lecture, checked) else "not matched"

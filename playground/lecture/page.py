@@ -132,7 +132,7 @@ def _html_scenario(block: ScenarioBlock, anchor: str) -> str:
         state = f'<span class="matched">ok</span> {o.elapsed_s:.1f} s'
     else:
         state = f'<span class="failed">FAILED</span> {o.elapsed_s:.1f} s'
-    out = [f'<article class="scenario" id="{anchor}"><h3>{_esc(o.run.name)} · {state}</h3>']
+    out = [f'<article class="scenario" id="{anchor}"><h3>{_esc(o.run.key)} · {state}</h3>']
     out.append(f"<p>{_esc(block.description)}</p><pre><code>{_esc(o.command)}</code></pre>")
     if o.failed:
         out.append(f'<pre class="error">{_esc(o.error)}</pre>')
@@ -169,7 +169,7 @@ def build_html(page: Page) -> str:
         out.append(f'<section id="s{s.number}"><h2>{_esc(s.heading)}</h2><p>{_esc(s.intro)}</p>')
         if b.figures:
             out.append("<h3>The lecture | this machine | the model</h3>" + _html_figures(b.figures))
-        out += [_html_scenario(sb, f"s{s.number}-{sb.outcome.run.name}") for sb in b.scenarios]
+        out += [_html_scenario(sb, f"s{s.number}-{sb.outcome.run.key}") for sb in b.scenarios]
         out.append("</section>")
     out.append("</body></html>\n")
     return "".join(out)
@@ -208,7 +208,7 @@ def build_markdown(page: Page, base: Path) -> str:
             state = (
                 "ok" if o.ok else "**FAILED**" if o.failed else "interrupted" if o.interrupted else "not run"
             )
-            out += [f"### {o.run.name} ({state}, {o.elapsed_s:.1f} s)", "", sb.description, ""]
+            out += [f"### {o.run.key} ({state}, {o.elapsed_s:.1f} s)", "", sb.description, ""]
             out += ["```", o.command, "```", ""]
             if o.failed:
                 out += ["```", o.error, "```", ""]

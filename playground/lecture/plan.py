@@ -25,22 +25,34 @@ class Expected:
 
 @dataclass(frozen=True)
 class ScenarioRun:
-    """One `python -m playground run NAME --set ...`; `sets` for the full run, `quick` for --quick."""
+    """One `python -m playground run NAME [--transport T] --set ...`; `sets` for the full run,
+    `quick` for --quick. `id` is what the readers and the page call it (default: NAME), so that one
+    scenario can run twice, over two transports."""
 
     name: str
     expected_s: Expected
     sets: tuple[str, ...] = ()
     quick: tuple[str, ...] = ()
+    transport: Literal["ipc", "tcp", "shm"] | None = None  # None: the scenario's own
+    id: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.id or self.name
 
     def overrides(self, quick: bool) -> tuple[str, ...]:
         return self.quick if quick else self.sets
 
-    def command(self, quick: bool) -> str:
-        """What a user types to run this scenario alone, as the lecture ran it."""
-        words = ["python", "-m", "playground", "run", self.name]
+    def cli_args(self, quick: bool) -> list[str]:
+        """The words after `python -m playground run`."""
+        words = [self.name] + (["--transport", self.transport] if self.transport else [])
         for s in self.overrides(quick):
             words += ["--set", s]
-        return shlex.join(words)
+        return words
+
+    def command(self, quick: bool) -> str:
+        """What a user types to run this scenario alone, as the lecture ran it."""
+        return shlex.join(["python", "-m", "playground", "run", *self.cli_args(quick)])
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,13 @@ def load_plan(path: Path = PLAN_FILE, readers: dict | None = None) -> Plan:
         raise ScenarioError(f"{path}: invalid YAML ({e})") from None
     except ParamError as e:
         raise ScenarioError(f"{path}: key {e.field!r}: {e.message}") from None
+    for section in plan.sections:  # the readers of a section find its runs by these names
+        keys = [run.key for run in section.scenarios]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ScenarioError(
+                f"{path}: scenario {twice[0]!r} runs twice in section {section.number}; give one an `id`"
+            )
     ids = [f.id for s in plan.sections for f in s.figures]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:

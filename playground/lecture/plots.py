@@ -2,7 +2,8 @@
 
 - overlap: the per-rank timeline of the run (`inspect --plot`), compute beside the all-reduce;
 - bench: busbw against size, ring beside tree (`bench`'s plot);
-- pingpong: one-way time against size, this machine's points and fit beside the lecture's alpha-beta;
+- pingpong: one-way time against size, this machine's points and fit beside the lecture's alpha-beta
+  (one plot per ping-pong run: over ZeroMQ, and over shared memory);
 - messages: the message diagram (`inspect --diagram`) of its ring and of its tree all-reduce.
 Each returns the files it wrote; a plot that cannot be drawn is left out, never fatal.
 """
@@ -34,9 +35,10 @@ def alpha_beta(run: Run, out_dir: Path, lecture_link: AlphaBeta | None) -> list[
     rows = run.result["rows"]
     sizes = [r["size"] for r in rows]
     fit = fit_alpha_beta(sizes, [r["ours_us"] * 1e-6 for r in rows])
+    over = run.result.get("transport", "")
     series = {
-        "this machine, measured": [r["ours_us"] for r in rows],
-        f"this machine, fit (alpha {fit.alpha_s * 1e6:.0f} us, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s)": [
+        f"this machine over {over}, measured": [r["ours_us"] for r in rows],
+        f"this machine, fit (alpha {fit.alpha_s * 1e6:.3g} us, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s)": [
             fit.message_time_s(n) * 1e6 for n in sizes
         ],
     }
@@ -46,12 +48,12 @@ def alpha_beta(run: Run, out_dir: Path, lecture_link: AlphaBeta | None) -> list[
             f"beta {lecture_link.beta_bytes_per_s / 1e9:g} GB/s)"
         )
         series[label] = [lecture_link.message_time_s(n) * 1e6 for n in sizes]
-    path = out_dir / "alpha-beta.png"
+    path = out_dir / ("alpha-beta.png" if run.name == "pingpong" else f"alpha-beta-{run.name}.png")
     plot_xy(
         [format_size(n) for n in sizes],
         series,
         path,
-        title="one-way message time: this machine vs the lecture's",
+        title=f"one-way message time over {over}: this machine vs the lecture's",
         xlabel="message size",
         ylabel="one-way time (us, log scale)",
         logy=True,

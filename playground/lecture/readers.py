@@ -431,8 +431,8 @@ def _kv_throughput(ctx: Context) -> Reading:
 # -- 5. networking -------------------------------------------------------------------------------
 
 
-def _pingpong_fit(ctx: Context) -> tuple[AlphaBeta, list[dict]]:
-    rows = ctx.table("pingpong")
+def _pingpong_fit(ctx: Context, run: str = "pingpong") -> tuple[AlphaBeta, list[dict]]:
+    rows = ctx.table(run)
     return fit_alpha_beta([r["size"] for r in rows], [r["ours_us"] * 1e-6 for r in rows]), rows
 
 
@@ -443,8 +443,12 @@ def _lecture_link(ctx: Context) -> AlphaBeta:
 
 @reader("alpha")
 def _alpha(ctx: Context) -> Reading:
-    fit, _ = _pingpong_fit(ctx)
-    return Reading(fit.alpha_s * 1e6)
+    return Reading(_pingpong_fit(ctx)[0].alpha_s * 1e6)
+
+
+@reader("alpha-shm")
+def _alpha_shm(ctx: Context) -> Reading:
+    return Reading(_pingpong_fit(ctx, "pingpong-shm")[0].alpha_s * 1e6)
 
 
 @reader("beta")

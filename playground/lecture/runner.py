@@ -168,7 +168,7 @@ class LectureRunner:
             for k, o in enumerate(self.outcomes):
                 if self.ctrl_c.pressed:  # between two scenarios: the next one never starts
                     return self.outcomes, True
-                label = f"§{o.section} {titles[o.section]} · {o.run.name}"
+                label = f"§{o.section} {titles[o.section]} · {o.run.key}"
 
                 def tick(elapsed_s: float, k=k, label=label, done_expected=done_expected, o=o) -> None:
                     progress.update(
@@ -185,7 +185,7 @@ class LectureRunner:
                 if o.interrupted:
                     mark = "[yellow]interrupted[/yellow]"
                 progress.console.print(
-                    f"  {k + 1:>2}/{len(self.outcomes)} §{o.section} {o.run.name:<15} {mark} "
+                    f"  {k + 1:>2}/{len(self.outcomes)} §{o.section} {o.run.key:<15} {mark} "
                     f"{o.elapsed_s:5.1f} s  {o.run_dir or ''}",
                     highlight=False,
                 )
@@ -196,10 +196,8 @@ class LectureRunner:
     def _run_one(self, o: Outcome, tick) -> bool:
         """Run one scenario to its end; True if Ctrl-C stopped it or came while it ran."""
         before = set(self.runs_dir.iterdir())
-        cmd = [*_CHILD, o.run.name, "--out", str(self.runs_dir)]
-        for s in o.run.overrides(self.quick):
-            cmd += ["--set", s]
-        o.log = self.logs_dir / f"{o.section}-{o.run.name}.txt"
+        cmd = [*_CHILD, *o.run.cli_args(self.quick), "--out", str(self.runs_dir)]
+        o.log = self.logs_dir / f"{o.section}-{o.run.key}.txt"
         limit_s = max(120.0, 10 * self._expected(o))
         t0, timed_out = time.monotonic(), False
         with open(o.log, "w") as log:
@@ -220,7 +218,7 @@ class LectureRunner:
                         proc, signal.SIGTERM
                     )  # its launcher stops its ranks and exits 130: ours, not Ctrl-C
                     timed_out = True
-                    o.error = f"stopped after {limit_s:.0f} s (the lecture's limit for {o.run.name})"
+                    o.error = f"stopped after {limit_s:.0f} s (the lecture's limit for {o.run.key})"
                     break
         o.elapsed_s = time.monotonic() - t0
         o.exit_code = proc.returncode

@@ -84,8 +84,8 @@ def measure(kind: str, size_bytes: int, procs: int, iters: int) -> list[float]:
 
 
 def run_copy(args) -> int:
-    from playground.benchtable import _cpu_model
-    from playground.run import make_run_dir
+    from playground.machine import cpu_model
+    from playground.rundir import make_run_dir
 
     text = args.sizes if args.sizes != "8..64MiB" else DEFAULT_SIZES
     try:
@@ -102,7 +102,7 @@ def run_copy(args) -> int:
             rows.append({"size": size, "kind": kind, "one_core": one, "all_cores": sum(all_), "each": all_})
     lines = [
         f"Copy bandwidth (GB/s of bytes copied; for add, of the sum written), best of {iters}; "
-        f"machine: {_cpu_model()}, {cores} cores, Linux {platform.release()}, "
+        f"machine: {cpu_model()}, {cores} cores, Linux {platform.release()}, "
         f"load {os.getloadavg()[0]:.2f}",
         "",
         "| size | kind | one core | all cores together | each core |",

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from playground.errors import ScenarioError
 from playground.machine import describe_machine
@@ -66,7 +67,7 @@ class Context:
         """`python -m playground ARGS` as a child, its output shown as it goes; recorded for the page."""
         line = "python -m playground " + " ".join(args)
         self.commands.append(line)
-        self.console.print(f"[bold]$ {line}[/bold]", highlight=False)
+        self.console.print(f"[bold]$ {escape(line)}[/bold]", highlight=False)
         proc = subprocess.run([*CHILD, *args], text=True, stdout=subprocess.PIPE, timeout=timeout_s)
         self.console.print(proc.stdout[-3000:], highlight=False, markup=False)
         if proc.returncode != EXIT_OK:
@@ -177,7 +178,18 @@ def _spread(benches: list[Path]) -> dict:
 def _labs(ctx: Context) -> str:
     runs = ctx.work / "lecture"
     ctx.run("lecture", "--out", str(runs), *(["--quick"] if ctx.quick else []), timeout_s=3600)
-    return (ctx.latest(runs) / "summary.md").read_text()
+    return _without_local_images((ctx.latest(runs) / "summary.md").read_text())
+
+
+def _without_local_images(summary: str) -> str:
+    """The lecture's summary without its plots: they live beside its own page in the run directory,
+    which the docs do not hold (the site's strict build would fail on the links)."""
+    lines = [
+        line for line in summary.splitlines() if not re.fullmatch(r"!\[[^]]*\]\((?!https?:)[^)]*\)", line)
+    ]
+    if len(lines) < len(summary.splitlines()):
+        lines += ["", "(The plots are on the lecture's own page, `index.html` in the run directory above.)"]
+    return "\n".join(lines) + "\n"
 
 
 def _serving(ctx: Context) -> str:

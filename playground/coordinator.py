@@ -50,6 +50,7 @@ STACK_WAIT_S = 0.5  # how long a hung rank gets to dump its stack on SIGUSR1
 STACK_POLL_S = 0.02
 SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
 POLL_MS = 200  # longest single wait of the loop; deadlines are checked between waits
+REPORT_GRACE_S = 0.5  # how long a rank seen gone may still have its last report in flight
 MAX_DRAIN = 1000  # messages handled between deadline checks, so a flood cannot starve them
 HEARTBEAT_LOST_S = 2.0  # a rank not heard from for this long is lost (it beats every 0.5 s)
 
@@ -192,6 +193,18 @@ class Coordinator:
             msg = self.parse(parts)
             if msg is not None:
                 self.on_message(parts[0], msg)
+
+    def await_report(self, rank: int, timeout_s: float = REPORT_GRACE_S) -> bool:
+        """Whether `rank` has reported, reading the router for up to `timeout_s` first. A rank
+        that reports its error and exits can be seen gone (its sentinel) before its report is read
+        off the socket: without this, its root cause would read "exited before finishing"."""
+        deadline = time.monotonic() + timeout_s
+        while rank not in self.reported and self.router is not None:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0 or not self.router.poll(left_ms):
+                break
+            self.drain()
+        return rank in self.reported
 
     def parse(self, parts: list[bytes]) -> dict | None:
         """The message of a ROUTER delivery [identity, JSON], or None (ignored and counted)."""

@@ -223,7 +223,8 @@ class Launcher:
         proc.join(1.0)
         coord.exited.add(rank)
         code = proc.exitcode
-        if rank in coord.reported and (code == 0 or coord.results[rank] is None):
+        reported = rank in coord.reported or (code is not None and code >= 0 and coord.await_report(rank))
+        if reported and (code == 0 or coord.results[rank] is None):
             return  # reported done (exit 0) or already reported its error
         if code is not None and code < 0:
             message = f"killed by {_signal_name(code)}"

@@ -167,3 +167,27 @@ def test_a_stack_dump_is_read_whole_not_from_its_first_line(tmp_path):
     finally:
         proc.kill()
         proc.wait(10)
+
+
+@pytest.mark.timeout(30)
+def test_a_report_still_in_flight_when_its_rank_is_seen_gone_is_read(tmp_path):
+    """A rank reports its error and exits; the launcher may see its exit first. `await_report`
+    reads the router before the exit is judged, so the root cause is the rank's own error."""
+    ctx = zmq.Context()
+    coordinator = Coordinator(1, 10.0, tmp_path, watch_exits=False)
+    router = ctx.socket(zmq.ROUTER)
+    port = free_tcp_port()
+    router.bind(f"tcp://127.0.0.1:{port}")
+    coordinator.router = router
+    rank = ctx.socket(zmq.DEALER)
+    rank.setsockopt(zmq.IDENTITY, control_identity(0))
+    rank.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        assert not coordinator.await_report(0, timeout_s=0.05)  # nothing sent: not reported
+        rendezvous.send_ctrl(rank, _error_message(0, RuntimeError("boom in rank 0")))
+        assert coordinator.await_report(0, timeout_s=10.0)
+        assert "boom in rank 0" in coordinator.outcome().root_cause.message
+    finally:
+        for s in (rank, router):
+            s.close(linger=0)
+        ctx.term()

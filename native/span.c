@@ -12,10 +12,7 @@
  * same record as trace.py's Python form: (t0_ns, t1_ns, name, cat, thread ident, args, SPAN_MARK),
  * where SPAN_MARK is the object trace.py passes to `set_span_mark` (flush tells spans by it).
  * null_span(*args, **kwargs) returns one shared span that does nothing.
- *
- * OpScope(record): what `with comm.collective(name, algorithm):` enters (comm/oprecord.py). On exit
- * the collective that ran becomes the record's `last_op` and `current_op` goes back to None, as
- * the Python __exit__ did, for the same reason: once per small all-reduce, two frames fewer.
+
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -152,54 +149,6 @@ static PyTypeObject NullSpanType = {
 
 static PyObject *the_null_span = NULL;
 
-static PyObject *str_current_op = NULL, *str_last_op = NULL;
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *record;
-} OpScope;
-
-static void OpScope_dealloc(OpScope *self) {
-    Py_XDECREF(self->record);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *OpScope_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *record;
-    if (!PyArg_UnpackTuple(args, "OpScope", 1, 1, &record)) return NULL;
-    OpScope *self = (OpScope *)type->tp_alloc(type, 0);
-    if (self) self->record = Py_NewRef(record);
-    return (PyObject *)self;
-}
-
-static PyObject *OpScope_enter(OpScope *self, PyObject *unused) { return Py_NewRef(self->record); }
-
-static PyObject *OpScope_exit(OpScope *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *current = PyObject_GetAttr(self->record, str_current_op);
-    if (!current) return NULL;
-    int failed = PyObject_SetAttr(self->record, str_last_op, current) < 0 ||
-                 PyObject_SetAttr(self->record, str_current_op, Py_None) < 0;
-    Py_DECREF(current);
-    if (failed) return NULL;
-    Py_RETURN_FALSE;
-}
-
-static PyMethodDef OpScope_methods[] = {
-    {"__enter__", (PyCFunction)OpScope_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))OpScope_exit, METH_FASTCALL, NULL},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject OpScopeType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_playground_native.OpScope",
-    .tp_basicsize = sizeof(OpScope),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "OpScope(record): on exit, record.last_op = record.current_op and record.current_op = None",
-    .tp_new = OpScope_new,
-    .tp_dealloc = (destructor)OpScope_dealloc,
-    .tp_methods = OpScope_methods,
-};
-
 static PyObject *null_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     return Py_NewRef(the_null_span);
 }
@@ -222,22 +171,14 @@ int add_span_types(PyObject *module) {
     str_clock_ns = PyUnicode_InternFromString("clock_ns");
     str_events = PyUnicode_InternFromString("_events");
     str_cat = PyUnicode_InternFromString("cat");
-    str_current_op = PyUnicode_InternFromString("current_op");
-    str_last_op = PyUnicode_InternFromString("last_op");
-    if (!default_cat || !str_clock_ns || !str_events || !str_cat || !str_current_op || !str_last_op) return -1;
-    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&NullSpanType) < 0 || PyType_Ready(&OpScopeType) < 0)
-        return -1;
+    if (!default_cat || !str_clock_ns || !str_events || !str_cat) return -1;
+    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&NullSpanType) < 0) return -1;
     the_null_span = PyObject_New(PyObject, &NullSpanType);
     if (!the_null_span) return -1;
     if (PyModule_AddFunctions(module, span_functions) < 0) return -1;
     Py_INCREF(&SpanType);
     if (PyModule_AddObject(module, "Span", (PyObject *)&SpanType) < 0) {
         Py_DECREF(&SpanType);
-        return -1;
-    }
-    Py_INCREF(&OpScopeType);
-    if (PyModule_AddObject(module, "OpScope", (PyObject *)&OpScopeType) < 0) {
-        Py_DECREF(&OpScopeType);
         return -1;
     }
     return 0;

@@ -26,6 +26,8 @@ from playground.models.pingpong import measure_alpha_beta
 from playground.report import Report
 from playground.sizes import Size
 
+THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
+
 ITEMSIZE = 4  # float32 gradients
 Strategy = Literal["per_tensor", "bucketed", "single"]
 

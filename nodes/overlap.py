@@ -26,6 +26,8 @@ from playground.errors import ParamError
 from playground.report import Report
 from playground.sizes import Size
 
+THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
+
 ITEMSIZE = 4
 
 

@@ -32,6 +32,8 @@ from playground.transformer import (
     save_model,
 )
 
+THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
+
 MIB = 1 << 20
 Mode = Literal[NAMES]
 Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]

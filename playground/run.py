@@ -8,7 +8,7 @@ import yaml
 from rich.console import Console
 
 from playground.hosts import netns
-from playground.launch import Launcher, LaunchOutcome
+from playground.launch import Launcher, LaunchOutcome, rank_cpus
 from playground.report import (
     Report,
     Table,
@@ -100,6 +100,7 @@ def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_
         "ranks": scenario.ranks,
         "transport": scenario.transport,
         "node": scenario.node,
+        "rank_cpus": rank_cpus(scenario),  # the CPU each rank was pinned to (null: not pinned)
         **hosts_dict(scenario),
         "elapsed_s": round(outcome.elapsed_s, 3),
         "rows": report.tables[0].rows if report.tables else [],
@@ -178,6 +179,9 @@ def execute(
     run_dir = make_run_dir(out_base, scenario.name)
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_dict(), sort_keys=False))
     over = f"on {describe_hosts(scenario)}" if scenario.hosts else f"over {scenario.transport}"
+    cpus = rank_cpus(scenario)
+    if cpus is not None:
+        over += f", pinned to CPU{'s' if len(set(cpus)) > 1 else ''} {','.join(map(str, cpus))}"
     console.print(
         f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks {over}, node {scenario.node} -> {run_dir}",
         highlight=False,

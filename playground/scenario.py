@@ -119,6 +119,10 @@ class Scenario:
     # seconds a blocking wait (a receive, room to send) may take before the run fails naming what it
     # waited for
     timeout_s: float = 30.0
+    # pin each rank to one CPU, as MPI launchers' --bind-to core: core (rank r on the r-th CPU the
+    # launcher may use, round-robin), none (the scheduler places and moves ranks), auto (core over shm
+    # on one host when every rank has a CPU of its own, else none)
+    bind: Literal["auto", "core", "none"] = "auto"
     description: str = ""  # one line, shown by `python -m playground list`
     params: Any = None  # the node's parameters: keys of its `Params` (per node below); left out: defaults
     fault: Fault | None = None  # a failure drill (below); null: none
@@ -144,6 +148,7 @@ class Scenario:
             "ranks": self.ranks,
             "transport": self.transport,
             "timeout_s": self.timeout_s,
+            "bind": self.bind,
             "params": params_to_dict(self.params),
         }
         if self.fault:
@@ -154,6 +159,7 @@ class Scenario:
         return d
 
 
+BINDS = ("auto", "core", "none")
 TOP_KEYS = {f.name for f in dataclasses.fields(Scenario)} - {"source", "function"}
 
 
@@ -273,6 +279,8 @@ def _check_top(raw: dict, at: _Origins) -> None:
     t = raw.get("timeout_s", 30.0)
     if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
         raise ScenarioError(f"{at('timeout_s')}: expected a positive number of seconds, got {t!r}")
+    if raw.get("bind", "auto") not in BINDS:
+        raise ScenarioError(f"{at('bind')}: expected one of {', '.join(BINDS)}, got {raw.get('bind')!r}")
     for k in ("name", "description"):
         if k in raw and not isinstance(raw[k], str):
             raise ScenarioError(f"{at(k)}: expected a string, got {raw[k]!r}")
@@ -372,6 +380,7 @@ def load_scenario(
         ranks=raw["ranks"],
         transport=raw.get("transport", "ipc"),
         timeout_s=float(raw.get("timeout_s", 30.0)),
+        bind=raw.get("bind", "auto"),
         description=raw.get("description", ""),
         params=params,
         fault=fault,
@@ -388,6 +397,7 @@ def function_scenario(
     transport: str = "ipc",
     timeout_s: float = 30.0,
     name: str | None = None,
+    bind: str = "auto",
 ) -> Scenario:
     """A scenario whose ranks run `function(comm, params)` (`playground.api.launch`), checked as a
     file's would be. `params` is a plain mapping, saved in scenario.yaml as it is: data a rank needs
@@ -414,6 +424,7 @@ def function_scenario(
         "ranks": ranks,
         "transport": transport,
         "timeout_s": timeout_s,
+        "bind": bind,
     }
     _check_top(raw, _Origins(src, raw))
     if not name or "/" in name or name.startswith("."):
@@ -424,6 +435,7 @@ def function_scenario(
         ranks=ranks,
         transport=transport,
         timeout_s=float(timeout_s),
+        bind=bind,
         params=dict(params or {}),
         source=src,
         function=function,

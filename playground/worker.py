@@ -149,13 +149,16 @@ def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[s
     return DelayedTransport(transport, rank, ctx, endpoints, hosts, link_delay_s, extra)
 
 
-def child_main(scenario: Scenario, run_dir: Path, environ: dict, launcher_pid: int) -> None:
+def child_main(scenario: Scenario, run_dir: Path, environ: dict, launcher_pid: int, cpu: int | None) -> None:
     """Entry point of a rank the launcher forked or spawned: set up the process, run, and exit
     without the parent's atexit.
 
     On an emulated host it first enters the host's network namespace, before any ZeroMQ context
-    exists, so that ZeroMQ's I/O threads are born inside it."""
+    exists, so that ZeroMQ's I/O threads are born inside it; pinned to `cpu` (launch.rank_cpus)
+    before any thread starts, so that they are all pinned with it."""
     _die_with_parent(launcher_pid)  # first: a launcher killed while this rank starts must not leave it behind
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     if environ.get("PLAYGROUND_NETNS"):
         try:
             netns.enter(environ["PLAYGROUND_NETNS"])

@@ -101,6 +101,7 @@ def launch(
     transport: str = "ipc",
     timeout_s: float = 30.0,
     name: str | None = None,
+    bind: str = "auto",
     out: str | os.PathLike = "runs",
     echo: bool = False,
     start_method: str = DEFAULT_START_METHOD,
@@ -108,13 +109,14 @@ def launch(
     """Run `function(comm, params)` on `ranks` rank processes, as a node's `main` runs: a run
     directory, rank logs, result.json; `params` is a plain dict (scenario.yaml saves it). Returns
     what each rank returned as `Result.returned`. The function may come from a notebook cell, be a
-    lambda or a closure: it is sent to the spawned ranks by value."""
+    lambda or a closure: it is sent to the spawned ranks by value. `bind` pins ranks to CPUs as the
+    scenario key of that name does (auto: over shm, when each rank has a CPU of its own)."""
     from playground.run import execute
     from playground.scenario import function_scenario
     from playground.worker import FunctionByValue
 
     _check_start_method(start_method)
-    scenario = function_scenario(function, ranks, params, transport, timeout_s, name)
+    scenario = function_scenario(function, ranks, params, transport, timeout_s, name, bind)
     if start_method != "fork":  # a forked rank has the function already
         try:
             by_value = FunctionByValue(function)

@@ -18,6 +18,7 @@ from playground.errors import UsageError
 
 # The names each collective offers (with "auto" where it picks by size), from the registry.
 ALGORITHMS: dict[str, tuple[str, ...]] = {c: registry.names(c) for c in registry.COLLECTIVES}
+_ALLREDUCE = {a.name: a for a in registry.REGISTRY if a.collective == "allreduce"}  # one lookup a call
 
 __all__ = [
     "ReduceOp",
@@ -47,19 +48,23 @@ def allreduce(
     `ranks_per_node` groups ranks into nodes for an algorithm that needs nodes (`hier`; default:
     by host, `comm.ranks_per_node`)."""
     segment_bytes = segment_bytes or comm.segment_bytes  # the transport's (chunks.segment_bytes_for)
-    if algorithm == registry.AUTO:
-        algorithm = choose_allreduce(np.asarray(x).nbytes, comm.size)
-    algo = registry.BY_KEY.get(("allreduce", algorithm))
+    algo = _ALLREDUCE.get(algorithm)
     if algo is None:
-        raise UsageError(
-            f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
-        )
-    op = op if type(op) is ReduceOp else ReduceOp.parse(op)
-    with comm.collective("allreduce", algorithm):
+        if algorithm != registry.AUTO:
+            raise UsageError(
+                f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS['allreduce'])}"
+            )
+        algo = _ALLREDUCE[choose_allreduce(np.asarray(x).nbytes, comm.size)]
+    if type(op) is not ReduceOp:
+        op = ReduceOp.parse(op)
+    comm.begin_collective("allreduce", algo.name)  # not a `with`: this is an 8-byte all-reduce's path
+    try:
         if algo.on_nodes:
             result = algo.run(comm, x, op, segment_bytes, inplace, ranks_per_node)
         else:
             result = algo.run(comm, x, op, segment_bytes, inplace)
+    finally:
+        comm.end_collective()
     return x if inplace else result
 
 

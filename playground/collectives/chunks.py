@@ -43,9 +43,11 @@ def is_phantom(x: np.ndarray) -> bool:
 
 def flat_copy(x: np.ndarray) -> np.ndarray:
     """A new C-contiguous 1-d copy of `x`: the result buffer every algorithm reduces into."""
-    if is_phantom(x):
-        return phantom(x.size, x.dtype)
-    return np.array(x, copy=True, order="C").reshape(-1)
+    if type(x) is not np.ndarray:
+        return np.array(x, copy=True, order="C").reshape(-1)
+    if x.ndim != 1:
+        return x.copy().reshape(-1)  # a C-ordered copy, flattened as a view
+    return phantom(x.size, x.dtype) if x.strides[0] == 0 and x.size > 1 else x.copy()
 
 
 def flat(x: np.ndarray) -> np.ndarray:

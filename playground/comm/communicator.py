@@ -261,16 +261,20 @@ class Communicator(OpRecord, ObjectMessages):
         """Send `buf` to `dst`, then receive from `src` (same tag) into `buf`: buf = ufunc(buf, message),
         or a copy (MPI_Sendrecv_replace, reducing); the send has left first. Returns the count
         received, as recv_reduce. Over shared memory, untraced, both halves are one C call."""
-        exchange, size = self._exchange, self.size
-        if exchange and not self.tracer.messages and 0 <= dst < size and 0 <= src < size:
-            got = None if self._pending.get((src, tag)) else exchange(dst, src, tag, buf, ufunc, SLICE_MS)
+        exchange, pending, size = self._exchange, self._pending, self.size
+        if exchange is not None and not self.tracer.messages and 0 <= dst < size and 0 <= src < size:
+            # (a message from src parked earlier is the one to take first)
+            got = (
+                None if pending and pending.get((src, tag)) else exchange(dst, src, tag, buf, ufunc, SLICE_MS)
+            )
             if got is not None:  # posted (otherwise: no room, or too large, so the usual way below)
-                self.bytes_sent += buf.nbytes
+                nbytes = buf.nbytes
+                self.bytes_sent += nbytes
                 if got is True:
-                    self.bytes_received += buf.nbytes
+                    self.bytes_received += nbytes
                     return buf.size
                 if got is not False:
-                    self._pending[(got.src, got.tag)].append(got)
+                    pending[(got.src, got.tag)].append(got)
                 return self.recv_reduce(src, tag, buf, ufunc)
         req = self.isend(buf, dst, tag)
         if req is not DONE:

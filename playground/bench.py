@@ -56,8 +56,20 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--transport", choices=LAUNCHED, default="ipc")
     b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
     b.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
-    b.add_argument("--iters", "-i", type=int, default=None, help="timed iterations per size (20; table: 10)")
-    b.add_argument("--warmup", "-w", type=int, default=None, help="untimed iterations per size (5; table: 3)")
+    b.add_argument(
+        "--iters",
+        "-i",
+        type=int,
+        default=None,
+        help="timed iterations per size (20; table: 100 below 1 MiB, 10 from it)",
+    )
+    b.add_argument(
+        "--warmup",
+        "-w",
+        type=int,
+        default=None,
+        help="untimed iterations per size (5; table: 20 below 1 MiB, 3 from it)",
+    )
     b.add_argument("--segment", default=None, help="segment size, e.g. 1MiB (the pipelining unit)")
     b.add_argument("--no-check", action="store_true", help="skip the correctness check (#wrong = -1)")
     b.add_argument(

@@ -5,8 +5,9 @@ For each rank count and round it runs the same all-reduce (float32 sum, in place
 default path), ours over shared memory (shm), torch.distributed's Gloo and MPICH through mpi4py.
 The order of the four alternates from round to round, so a machine that gets busier or quieter
 during the run does not favour one of them. Each run gives, per size, the slowest rank's median
-over `--iters` timed iterations (what `bench` prints); the table shows, per row, the median over
-the rounds with the min-max beside it, and speed ratios of the medians.
+over its timed iterations (what `bench` prints: 100 after 20 warm-up for the sizes shown as times,
+10 after 3 for the others, or `--iters`/`--warmup` for all); the table shows, per row, the median
+over the rounds with the min-max beside it, and speed ratios of the medians.
 
 Small sizes (below 1 MiB) are shown as times, larger ones as busbw, as the README does. The table
 goes to stdout and `table.md` (with `table.json`: every round's numbers) in a run directory.
@@ -41,6 +42,11 @@ LABELS = {
 DEFAULT_SIZES = "8,4KiB,1MiB,16MiB,64MiB"
 DEFAULT_RANKS = "2,4,8"
 TIME_BELOW_BYTES = 1 << 20  # smaller sizes are shown as times (latency), larger ones as busbw
+# (timed iterations, warm-up) of the sizes shown as times and of the others. A microsecond call
+# timed 10 times right after start measures its warm-up (memos filled, pages touched: an 8-byte
+# shm all-reduce 11-13 us at 10 after 3, 4.3-4.9 at 100 after 20); OSU's latency tests time 1000
+# after 200 for the same reason. 100 keeps MPICH's 48 ms calls at 8 oversubscribed ranks bearable.
+COUNTS = {"time": (100, 20), "busbw": (10, 3)}
 RATIOS = (("ipc", "gloo"), ("ipc-sockets", "gloo"), ("shm", "gloo"), ("shm", "mpi"))  # speed ratios shown
 
 
@@ -56,7 +62,18 @@ def run_table(args) -> int:
         if s not in SYSTEMS:
             raise ScenarioError(f"--systems {s!r}: allowed: {', '.join(SYSTEMS)}")
     algos = args.algo or "ring,tree,hd,rd"
-    iters, warmup = args.iters or 10, args.warmup if args.warmup is not None else 3
+    counts = {  # --iters / --warmup given: for every size
+        kind: (args.iters or iters, warmup if args.warmup is None else args.warmup)
+        for kind, (iters, warmup) in COUNTS.items()
+    }
+    groups = [
+        (group, counts[kind])
+        for kind, group in (
+            ("time", [s for s in sizes if s < TIME_BELOW_BYTES]),
+            ("busbw", [s for s in sizes if s >= TIME_BELOW_BYTES]),
+        )
+        if group
+    ]
     err = Console(stderr=True, highlight=False)
     systems = _available(systems, err)
     run_dir = make_run_dir(Path(args.out), "table")
@@ -69,7 +86,9 @@ def run_table(args) -> int:
             for system in order:
                 loads.append(os.getloadavg()[0])
                 t0 = time.monotonic()
-                best = _measure(system, n, sizes, algos, iters, warmup, args.timeout, run_dir)
+                best = {}
+                for group, (iters, warmup) in groups:
+                    best |= _measure(system, n, group, algos, iters, warmup, args.timeout, run_dir)
                 runs.append({"round": rnd, "ranks": n, "system": system, "load": loads[-1], "best": best})
                 err.print(
                     f"round {rnd + 1}/{args.rounds}, {n} ranks, {LABELS[system]}: "
@@ -77,12 +96,18 @@ def run_table(args) -> int:
                 )
     loads.append(os.getloadavg()[0])
     command = "python -m playground bench table " + " ".join(sys.argv[3:])
-    text = render(runs, sizes, rank_counts, systems, args.rounds, command, loads, iters, warmup)
+    text = render(runs, sizes, rank_counts, systems, args.rounds, command, loads, counts)
     print(text)
     (run_dir / "table.md").write_text(text)
     (run_dir / "table.json").write_text(
         json.dumps(
-            {"command": command, "loads": loads, "runs": runs, "elapsed_s": time.monotonic() - t_start}
+            {
+                "command": command,
+                "loads": loads,
+                "counts": counts,
+                "runs": runs,
+                "elapsed_s": time.monotonic() - t_start,
+            }
         )
     )
     print(f"\nwritten: {run_dir / 'table.md'}")
@@ -165,12 +190,19 @@ def _measure(
     return best
 
 
-def render(runs, sizes, rank_counts, systems, rounds, command, loads, iters, warmup) -> str:
-    """The markdown: a header (command, machine, load), a time table and a busbw table."""
+def render(runs, sizes, rank_counts, systems, rounds, command, loads, counts: dict) -> str:
+    """The markdown: a header (command, machine, load), a time table and a busbw table; `counts`
+    the (iterations, warm-up) of each ("time", "busbw")."""
+    (t_iters, t_warmup), (b_iters, b_warmup) = counts["time"], counts["busbw"]
+    each = (
+        f"{t_iters} iterations after {t_warmup} warm-up"
+        if counts["time"] == counts["busbw"]
+        else f"{t_iters} iterations after {t_warmup} warm-up for the times, {b_iters} after {b_warmup} for busbw"
+    )
     header = [
         f"All-reduce, float32 sum, in place, best of the algorithms per size; each figure the median of "
         f"{rounds} alternating round{'s' if rounds != 1 else ''} (min-max over rounds), each round the "
-        f"slowest rank's median of {iters} iterations after {warmup} warm-up.",
+        f"slowest rank's median of {each}.",
         "",
         f"- command: `{command.strip()}`",
         f"- machine: {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}",

@@ -29,7 +29,12 @@ def _runs():
 
 
 def test_medians_ranges_and_speed_ratios():
-    text = render(_runs(), [8, 16 << 20], [2], ["ipc", "shm", "gloo"], 3, "cmd", [0.1, 0.5, 0.2], 10, 3)
+    counts = {"time": (100, 20), "busbw": (10, 3)}
+    text = render(_runs(), [8, 16 << 20], [2], ["ipc", "shm", "gloo"], 3, "cmd", [0.1, 0.5, 0.2], counts)
+    assert (
+        "each round the slowest rank's median of 100 iterations after 20 warm-up for the times, 10 after 3 for busbw."
+        in text
+    )
     assert "- load average (1 min): 0.10 before, 0.50 at most during, 0.20 after (it counts" in text
     time_row = next(line for line in text.splitlines() if line.startswith("| 2 | 8 B |"))
     # medians 100 / 10 / 400 us; ranges over the rounds; Gloo's median over ours
@@ -81,6 +86,9 @@ def test_the_command_runs_ours_alternately_and_writes_the_table(tmp_path):
     ]
     table_dir = next(tmp_path.glob("*-table"))
     assert (table_dir / "table.md").read_text() in proc.stdout
-    runs = json.loads((table_dir / "table.json").read_text())["runs"]
+    saved = json.loads((table_dir / "table.json").read_text())
+    runs = saved["runs"]
+    assert saved["counts"] == {"time": [2, 1], "busbw": [2, 1]}  # --iters and --warmup: every size
+    assert "median of 2 iterations after 1 warm-up." in proc.stdout
     assert len(runs) == 4 and all(r["best"] for r in runs)
     assert all(b["wrong"] == 0 for r in runs for b in r["best"].values())

@@ -31,6 +31,8 @@ from playground.queueing.loadgen import (
 )
 from playground.report import Report
 
+THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
+
 RANKS = Ranks(2, "batching runs one server and one client")
 
 

@@ -22,6 +22,8 @@ from playground.errors import ParamError
 from playground.machine import load_note, usable_cores
 from playground.report import Report
 
+THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
+
 _shared = {"x": 0}
 
 

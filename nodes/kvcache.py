@@ -20,6 +20,8 @@ from playground.kvcache.host import TAG_RESULT, collect, new_server, start_serve
 from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
 from playground.report import Report
 
+THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
+
 
 @dataclass(frozen=True)
 class Params:

@@ -34,6 +34,8 @@ from playground.queueing.loadgen import (
 from playground.queueing.queue_stats import load_stats
 from playground.report import Report
 
+THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
+
 RANKS = Ranks(2, "queue runs one server and one client")
 
 

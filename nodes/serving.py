@@ -21,6 +21,8 @@ from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
 from playground.report import Report
 from playground.transformer.blas import pin_blas_threads
 
+THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
+
 Kernel = Literal[KERNELS]
 
 

@@ -92,7 +92,11 @@ def unfired_fault(scenario: Scenario, results: list[dict]) -> list[str]:
     ]
 
 
-def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path) -> dict:
+def result_dict(
+    scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path, cpus: list[int] | None = None
+) -> dict:
+    """result.json; `cpus`: the CPU each rank was pinned to (launch.rank_cpus), None when not pinned
+    here (or placed by another launcher)."""
     ok = outcome.ok and report.ok
     return {
         "ok": ok,
@@ -100,7 +104,7 @@ def result_dict(scenario: Scenario, outcome: LaunchOutcome, report: Report, run_
         "ranks": scenario.ranks,
         "transport": scenario.transport,
         "node": scenario.node,
-        "rank_cpus": rank_cpus(scenario),  # the CPU each rank was pinned to (null: not pinned)
+        "rank_cpus": cpus,
         **hosts_dict(scenario),
         "elapsed_s": round(outcome.elapsed_s, 3),
         "rows": report.tables[0].rows if report.tables else [],
@@ -205,7 +209,7 @@ def execute(
         report = dataclasses.replace(report, notes=[*report.notes, f"hosts: {describe_hosts(scenario)}"])
     if scenario.fault is not None and outcome.ok:
         report = dataclasses.replace(report, notes=[*report.notes, *unfired_fault(scenario, outcome.results)])
-    result = result_dict(scenario, outcome, report, run_dir)
+    result = result_dict(scenario, outcome, report, run_dir, cpus)
     write_result(run_dir, result)
     print_outcome(outcome, report, run_dir, console, err)
     if outcome.interrupted:

@@ -158,7 +158,10 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict, launcher_pid: i
     before any thread starts, so that they are all pinned with it."""
     _die_with_parent(launcher_pid)  # first: a launcher killed while this rank starts must not leave it behind
     if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:  # the CPU went away (hotplug, a cpuset changed): run unpinned
+            pass
     if environ.get("PLAYGROUND_NETNS"):
         try:
             netns.enter(environ["PLAYGROUND_NETNS"])

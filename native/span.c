@@ -12,7 +12,6 @@
  * same record as trace.py's Python form: (t0_ns, t1_ns, name, cat, thread ident, args, SPAN_MARK),
  * where SPAN_MARK is the object trace.py passes to `set_span_mark` (flush tells spans by it).
  * null_span(*args, **kwargs) returns one shared span that does nothing.
-
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

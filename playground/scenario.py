@@ -121,7 +121,7 @@ class Scenario:
     timeout_s: float = 30.0
     # pin each rank to one CPU, as MPI launchers' --bind-to core: core (rank r on the r-th CPU the
     # launcher may use, round-robin), none (the scheduler places and moves ranks), auto (core over shm
-    # on one host when every rank has a CPU of its own, else none)
+    # on one host when every rank has a CPU of its own and the node starts no threads, else none)
     bind: Literal["auto", "core", "none"] = "auto"
     description: str = ""  # one line, shown by `python -m playground list`
     params: Any = None  # the node's parameters: keys of its `Params` (per node below); left out: defaults

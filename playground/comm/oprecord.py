@@ -2,8 +2,9 @@
 
 NCCL's watchdog names the operation and its sequence number when a collective hangs; so does every
 CommTimeout and PeerLost here. The collectives' dispatcher marks each call with
-`begin_collective(name, algorithm)` ... `end_collective()`, and `op_context(peer)` turns the record into the text an
-error quotes: "in allreduce ring #17; rank 3 is on host h1". The Communicator is an OpRecord.
+`begin_collective(name, algorithm)` ... `end_collective()`, and `op_context(peer)` turns the record
+into the text an error quotes: "in allreduce ring #17; rank 3 is on host h1". The Communicator is
+an OpRecord.
 """
 
 import contextlib

@@ -18,6 +18,16 @@ def launch(args, env_extra=None) -> subprocess.Popen:
     return start_cli(args, {"PYTHONPATH": str(TESTS), **(env_extra or {})})
 
 
+TRANSPORTS = ["ipc", "tcp", "shm", "shm-pinned"]  # shm-pinned: every rank pinned to one CPU (bind: core)
+
+
+def over(transport: str) -> list[str]:
+    """The flags of a transport of TRANSPORTS."""
+    if transport == "shm-pinned":
+        return ["--transport", "shm", "--set", "bind=core"]
+    return ["--transport", transport]
+
+
 def finish(proc, timeout_s=30):
     try:
         out, err = proc.communicate(timeout=timeout_s)
@@ -32,7 +42,7 @@ SMALL = ["--set", "params.sizes=[4KiB]", "--set", "params.iters=200", "--set", "
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", ["ipc", "tcp", "shm"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(
     "action,expect",
     [("kill", "killed by SIGKILL"), ("raise", "FaultInjected"), ("exit", "exited with status 3")],
@@ -45,8 +55,7 @@ def test_dead_rank_fails_fast_on_every_rank(runs_dir, action, expect, transport)
             "ring",
             "--ranks",
             "4",
-            "--transport",
-            transport,
+            *over(transport),
             "--out",
             str(runs_dir),
             "--set",
@@ -120,7 +129,7 @@ def write_user_scenario(tmp: Path) -> Path:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", ["ipc", "tcp", "shm"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_hung_rank_is_named_with_its_stack(runs_dir, transport):
     t0 = time.monotonic()
     proc = launch(
@@ -129,8 +138,7 @@ def test_hung_rank_is_named_with_its_stack(runs_dir, transport):
             "ring",
             "--ranks",
             "3",
-            "--transport",
-            transport,
+            *over(transport),
             "--out",
             str(runs_dir),
             "--set",
@@ -157,7 +165,7 @@ def shm_dirs() -> set[str]:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", ["ipc", "tcp", "shm"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_ctrl_c_leaves_no_process_behind(runs_dir, transport):
     before = shm_dirs()
     proc = launch(
@@ -166,8 +174,7 @@ def test_ctrl_c_leaves_no_process_behind(runs_dir, transport):
             "ring",
             "--ranks",
             "4",
-            "--transport",
-            transport,
+            *over(transport),
             "--out",
             str(runs_dir),
             "--set",

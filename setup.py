@@ -47,6 +47,7 @@ setup(
                 "native/sim_network.c",
                 "native/sim_engine.c",
                 "native/sim_transport.c",
+                "native/comm_core.c",
             ],
             extra_compile_args=["-O2", "-std=gnu11"],
         )

@@ -9,7 +9,7 @@
 
 static PyTypeObject SimMessageType;
 
-static PyObject *str_nbytes, *str_dtype, *str_shape, *str_copy, *str_array, *kind_array, *kind_obj;
+static PyObject *str_size, *str_nbytes, *str_dtype, *str_shape, *str_copy, *str_array, *kind_array, *kind_obj;
 static PyObject *json_loads;
 
 static void SimMessage_dealloc(SimMessage *self) {
@@ -49,6 +49,22 @@ static PyObject *SimMessage_copy_into(SimMessage *self, PyObject *out) {
     Py_RETURN_NONE;
 }
 
+/* Taken at its arrival, then `target.nbytes / gamma` of the receiver's CPU: 0, or -1 with an exception. */
+static int reduced(SimMessage *self, PyObject *target) {
+    landed(self);
+    SimEngine *e = self->engine;
+    if (e->reduce_s_per_byte) {
+        PyObject *nb = PyObject_GetAttr(target, str_nbytes);
+        if (!nb) return -1;
+        long long nbytes = PyLong_AsLongLong(nb);
+        Py_DECREF(nb);
+        if (nbytes == -1 && PyErr_Occurred()) return -1;
+        double seconds = (double)nbytes * e->reduce_s_per_byte;
+        if (seconds && sim_compute(e, self->receiver, seconds) < 0) return -1;
+    }
+    return 0;
+}
+
 /* reduce_into(target, ufunc, base=None): data-free, the reduction only costs its time. */
 static PyObject *SimMessage_reduce_into(SimMessage *self, PyObject *const *args, Py_ssize_t nargs,
                                         PyObject *kwnames) {
@@ -56,17 +72,7 @@ static PyObject *SimMessage_reduce_into(SimMessage *self, PyObject *const *args,
         PyErr_SetString(PyExc_TypeError, "reduce_into(target, ufunc, base=None)");
         return NULL;
     }
-    landed(self);
-    SimEngine *e = self->engine;
-    if (e->reduce_s_per_byte) {
-        PyObject *nb = PyObject_GetAttr(args[0], str_nbytes);
-        if (!nb) return NULL;
-        long long nbytes = PyLong_AsLongLong(nb);
-        Py_DECREF(nb);
-        if (nbytes == -1 && PyErr_Occurred()) return NULL;
-        double seconds = (double)nbytes * e->reduce_s_per_byte;
-        if (seconds && sim_compute(e, self->receiver, seconds) < 0) return NULL;
-    }
+    if (reduced(self, args[0]) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -433,6 +439,41 @@ static PyObject *SimTransport_receive(SimTransport *self, PyObject *arg) {
     return (PyObject *)m;
 }
 
+PyDoc_STRVAR(land_doc,
+"land(src, tag, target, ufunc, base, timeout_ms) -> True | a SimMessage | None\n\n"
+"The next delivered message, as receive(timeout_ms); when it is an array from (src, tag) of\n"
+"target.size elements and the world is data-free, it is taken here as recv_reduce would take it\n"
+"(at its arrival, then its reduction's time when ufunc is not None) and True comes back: the\n"
+"communicator's one C call per received message (comm_core.c). With data, the message itself.");
+
+static PyObject *SimTransport_land(SimTransport *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "land(src, tag, target, ufunc, base, timeout_ms)");
+        return NULL;
+    }
+    PyObject *got = SimTransport_receive(self, args[5]);
+    if (!got || got == Py_None || self->data) return got;
+    SimMessage *m = (SimMessage *)got;
+    if (m->kind != kind_array) return got;
+    PyObject *size = PyObject_GetAttr(args[2], str_size);
+    if (!size) goto fail;
+    int match = PyObject_RichCompareBool(m->src, args[0], Py_EQ);
+    if (match == 1) match = PyObject_RichCompareBool(m->tag, args[1], Py_EQ);
+    if (match == 1) match = PyObject_RichCompareBool(m->count_obj, size, Py_EQ);
+    Py_DECREF(size);
+    if (match < 0) goto fail;
+    if (!match) return got;
+    if (args[3] == Py_None)
+        landed(m);
+    else if (reduced(m, args[2]) < 0)
+        goto fail;
+    Py_DECREF(got);
+    Py_RETURN_TRUE;
+fail:
+    Py_DECREF(got);
+    return NULL;
+}
+
 static PyObject *SimTransport_close(SimTransport *self, PyObject *unused) { Py_RETURN_NONE; }
 
 static PyMethodDef SimTransport_methods[] = {
@@ -446,6 +487,7 @@ static PyMethodDef SimTransport_methods[] = {
      "send_obj(dst, tag, body) -> a SimMessage."},
     {"receive", (PyCFunction)SimTransport_receive, METH_O,
      "receive(timeout_ms) -> the next delivered message; waits (in virtual time) unless timeout_ms <= 0."},
+    {"land", (PyCFunction)(void (*)(void))SimTransport_land, METH_FASTCALL, land_doc},
     {"close", (PyCFunction)SimTransport_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -482,7 +524,7 @@ static int add_type(PyObject *module, PyTypeObject *type, const char *name) {
 }
 
 int add_sim_types(PyObject *module) {
-    if (!(str_nbytes = PyUnicode_InternFromString("nbytes")) || !(str_dtype = PyUnicode_InternFromString("dtype")) ||
+    if (!(str_size = PyUnicode_InternFromString("size")) || !(str_nbytes = PyUnicode_InternFromString("nbytes")) || !(str_dtype = PyUnicode_InternFromString("dtype")) ||
         !(str_shape = PyUnicode_InternFromString("shape")) || !(str_copy = PyUnicode_InternFromString("copy")) ||
         !(str_array = PyUnicode_InternFromString("array")) || !(kind_array = PyUnicode_InternFromString("array")) ||
         !(kind_obj = PyUnicode_InternFromString("obj")) || !(empty_shape = PyTuple_New(0)))

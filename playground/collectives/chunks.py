@@ -1,6 +1,6 @@
 """Pure helpers that cut a buffer into chunks (one per rank) and segments (pipelining units)."""
 
-from collections.abc import Sequence
+import functools
 
 import numpy as np
 
@@ -77,25 +77,20 @@ def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
     raise UsageError("in-place all-reduce needs a writable C-contiguous numpy array")
 
 
-class ChunkBounds(Sequence):
-    """[start, stop) of `num_chunks` near-equal chunks covering `count` elements, some maybe empty;
-    each computed when asked, so that N ranks do not hold N bounds each (N^2 at 1024 simulated ranks)."""
+class ChunkBounds(tuple):
+    """[start, stop) of `num_chunks` near-equal chunks covering `count` elements, some maybe empty:
+    a tuple of pairs, one per (count, num_chunks) shared by every rank that asks (the N ranks of a
+    simulated world would otherwise hold N bounds each, N^2 at 1024), indexed without a Python call."""
 
-    __slots__ = ("count", "num_chunks")
+    __slots__ = ()
 
-    def __init__(self, count: int, num_chunks: int):
-        self.count, self.num_chunks = count, num_chunks
+    def __new__(cls, count: int, num_chunks: int):
+        return _chunk_bounds(cls, count, num_chunks)
 
-    def __len__(self) -> int:
-        return self.num_chunks
 
-    def __getitem__(self, i: int) -> tuple[int, int]:
-        n, count = self.num_chunks, self.count
-        if not 0 <= i < n:
-            if not -n <= i < 0:
-                raise IndexError(f"chunk {i} of {n}")
-            i += n
-        return i * count // n, (i + 1) * count // n
+@functools.lru_cache(maxsize=64)
+def _chunk_bounds(cls, count: int, n: int) -> ChunkBounds:
+    return tuple.__new__(cls, ((i * count // n, (i + 1) * count // n) for i in range(n)))
 
 
 def segment_bounds(start: int, stop: int, segment_elems: int) -> list[tuple[int, int]]:

@@ -64,9 +64,18 @@ def allgather_pass(comm, buf: np.ndarray, bounds, segment_elems: int, tag: int) 
     with comm.tracer.span("ring.all_gather", CAT_PHASE, steps=comm.size - 1):
         for step in range(comm.size - 1):
             send_chunk, recv_chunk = allgather_step(comm.rank, comm.size, step)
-            what = f"ring.all_gather step {step}"
             exchange(
-                comm, buf, bounds[send_chunk], right, bounds[recv_chunk], left, segment_elems, None, tag, what
+                comm,
+                buf,
+                bounds[send_chunk],
+                right,
+                bounds[recv_chunk],
+                left,
+                segment_elems,
+                None,
+                tag,
+                "ring.all_gather",
+                step,
             )
 
 
@@ -82,18 +91,23 @@ def reduce_scatter_into(
     last = comm.size - 2
     ufunc = op.ufunc
 
-    def received(got: int, want: int, step: int) -> None:
-        if got != want:
-            raise MessageMismatch(
-                f"rank {comm.rank}: ring.reduce_scatter step {step}: expected {want} elements from rank "
-                f"{left}, got {got} (do all ranks pass the same count and dtype?)",
-                rank=comm.rank,
-                peer=left,
-                direction="from",
-                tag=tag,
-                op="ring.reduce_scatter",
-            )
+    def mismatch(got: int, want: int, step: int) -> MessageMismatch:
+        return MessageMismatch(
+            f"rank {comm.rank}: ring.reduce_scatter step {step}: expected {want} elements from rank "
+            f"{left}, got {got} (do all ranks pass the same count and dtype?)",
+            rank=comm.rank,
+            peer=left,
+            direction="from",
+            tag=tag,
+            op="ring.reduce_scatter",
+        )
 
+    def fill(out):  # called by isend_computed before it returns: a, b and step are this segment's
+        got = comm.recv_reduce(left, tag, out, ufunc, base=source[a:b])
+        if got != b - a:
+            raise mismatch(got, b - a, step)
+
+    dtype = buf.dtype
     with comm.tracer.span("ring.reduce_scatter", CAT_PHASE, steps=last + 1):
         first = bounds[reduce_scatter_step(comm.rank, comm.size, 0)[0]]
         sends = deque(comm.isend(source[a:b], right, tag) for a, b in segment_bounds(*first, segment_elems))
@@ -103,13 +117,11 @@ def reduce_scatter_into(
             recv_chunk = reduce_scatter_step(comm.rank, comm.size, step)[1]
             for a, b in segment_bounds(*bounds[recv_chunk], segment_elems):
                 if step < last:  # this chunk is what we send at the next step: reduce into the message
-
-                    def fill(out, a=a, b=b, step=step):
-                        received(comm.recv_reduce(left, tag, out, ufunc, base=source[a:b]), b - a, step)
-
-                    sends.append(comm.isend_computed(right, tag, b - a, buf.dtype, fill))
+                    sends.append(comm.isend_computed(right, tag, b - a, dtype, fill))
                 else:
-                    received(comm.recv_reduce(left, tag, buf[a:b], ufunc, base=source[a:b]), b - a, step)
+                    got = comm.recv_reduce(left, tag, buf[a:b], ufunc, base=source[a:b])
+                    if got != b - a:
+                        raise mismatch(got, b - a, step)
         for req in sends:
             req.wait()
 

@@ -24,8 +24,10 @@ def exchange(
     op: ReduceOp | None,
     tag: int,
     what: str,
+    step: int | None = None,
 ) -> None:
-    """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or copy."""
+    """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or
+    copy. `what` (and `step`, when the caller has steps) names the exchange in errors."""
     sends = ()
     if send is not None:
         a, b = send
@@ -40,6 +42,8 @@ def exchange(
         for a, b in bounds:
             got = comm.recv_reduce(recv_from, tag, buf[a:b], ufunc)
             if got != b - a:
+                if step is not None:  # (formatted here: a ring has 2(N-1) steps per call)
+                    what = f"{what} step {step}"
                 raise MessageMismatch(
                     f"rank {comm.rank}: {what}: expected {b - a} elements from rank {recv_from}, "
                     f"got {got} (do all ranks pass the same count and dtype?)",

@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from pathlib import Path
 
 import numpy as np
+from _playground_native import CommCore, configure_comm
 
 from playground.comm.objects import TAG_BARRIER, TAG_OBJ, ObjectMessages
 from playground.comm.oprecord import OpRecord
@@ -41,7 +42,7 @@ ROOM_POLL_MS = 1  # while waiting for room: the peer makes room by receiving, un
 __all__ = ["Communicator", "Request", "SLICE_MS", "TAG_BARRIER", "TAG_OBJ"]
 
 
-class Communicator(OpRecord, ObjectMessages):
+class Communicator(CommCore, OpRecord, ObjectMessages):
     """One rank's view of the world: `rank`, `size`, send/recv/isend/irecv/sendrecv, barrier.
 
     `control` is the launcher's side channel (comm/control.py: `abort_reason()`, `progress()`),
@@ -89,7 +90,10 @@ class Communicator(OpRecord, ObjectMessages):
     transport = property(operator.attrgetter("_transport"), _set_transport)
 
     # -- sending ---------------------------------------------------------------------------
-    def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
+    # isend and recv_reduce are CommCore's (native/comm_core.c), as are isend_computed's two halves:
+    # one C call for the common case (untraced, the peer in range, room at once, nothing parked from
+    # the source); everything else goes to _isend, _recv_reduce and _post, the whole definition.
+    def _isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
         return self._post(dst, tag, x.nbytes, True, self.transport.send, dst, tag, x)
 
@@ -100,10 +104,11 @@ class Communicator(OpRecord, ObjectMessages):
         peer (a reduction the ring forwards) is written once, where the peer reads it, instead of
         into a buffer and then copied into the ring. Otherwise `out` is a new array, sent as usual.
         """
-        dtype = np.dtype(dtype)
-        out = self._with_room(dst, tag, self.transport.reserve, (dst, count, dtype))
+        out = self._try_reserve(dst, count, dtype)
+        if out is None:
+            out = self._with_room(dst, tag, self.transport.reserve, (dst, count, np.dtype(dtype)))
         fill(out.array)
-        return self._post(dst, tag, out.array.nbytes, True, self.transport.send_reserved, out, tag)
+        return self._post_reserved(out, dst, tag)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
         req = self.isend(x, dst, tag)
@@ -234,7 +239,7 @@ class Communicator(OpRecord, ObjectMessages):
         msg.copy_into(out)
         return out
 
-    def recv_reduce(
+    def _recv_reduce(
         self, src: int, tag: int, target: np.ndarray, ufunc=None, base: np.ndarray | None = None
     ) -> int:
         """Receive from (src, tag) straight into `target`: target = ufunc(base, message) (base
@@ -301,3 +306,6 @@ class Communicator(OpRecord, ObjectMessages):
     def close(self) -> None:
         self._pending.clear()
         self.transport.close()
+
+
+configure_comm(DONE, COMPLETE, NoRoom, SendRequest, np.dtype, SLICE_MS)

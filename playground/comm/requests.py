@@ -7,6 +7,7 @@ whether the run was aborted, so a peer that died turns a wait into PeerLost with
 import time
 
 import numpy as np
+from _playground_native import SendRequestCore
 
 from playground.errors import CommTimeout
 
@@ -38,20 +39,15 @@ class _Done(Request):
 DONE = _Done()
 
 
-class SendRequest(Request):
-    """A send whose array may not be modified until the transport's completion is done (zero-copy)."""
+class SendRequest(SendRequestCore, Request):
+    """A send whose array may not be modified until the transport's completion is done (zero-copy).
 
-    __slots__ = ("comm", "completion", "peer", "tag")
+    SendRequestCore (native/comm_core.c) holds (comm, completion, peer, tag) and answers `test()`
+    and a `wait()` that finds the send done in one C call each; a wait that must sleep is `_wait`."""
 
-    def __init__(self, comm, completion, peer: int, tag: int):
-        self.comm, self.completion, self.peer, self.tag = comm, completion, peer, tag
+    __slots__ = ()
 
-    def test(self):
-        return self.completion.done
-
-    def wait(self, timeout_s=None):
-        if self.completion.done:
-            return None
+    def _wait(self, timeout_s=None):
         timeout_s = self.comm.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         while not self.completion.wait(min(SLICE_S, max(0.0, deadline - time.monotonic()))):

@@ -22,12 +22,14 @@
 
 #include <string.h>
 
+/* Every field Python reads is an object member (T_OBJECT_EX): Python 3.11 specialises those into a
+ * load at an offset (LOAD_ATTR_SLOT), not int members, which a collective's `comm.rank` and
+ * `comm.size` would then pay for on every read. */
 typedef struct {
     PyObject_HEAD
-    int rank, size;
-    char fast; /* 0: every call takes the Python path (a test compares both) */
-    long long bytes_sent, bytes_received;
+    PyObject *rank, *size, *bytes_sent, *bytes_received; /* ints */
     PyObject *tracer, *transport, *land, *exchange, *pending;
+    char fast; /* 0: every call takes the Python path (a test compares both) */
 } CommCore;
 
 /* What the Python side hands over once (configure_comm): the Request and Completion singletons, the
@@ -36,17 +38,19 @@ static PyObject *done_req, *complete, *no_room_type, *send_request_type, *dtype_
 static PyObject *zero, *str_messages, *str_send, *str_reserve, *str_send_reserved, *str_array, *str_nbytes, *str_size,
     *str_isend, *str_recv_reduce, *str_post, *str_append;
 
+static int CommCore_clear(CommCore *self);
+
 static void CommCore_dealloc(CommCore *self) {
     PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->tracer);
-    Py_CLEAR(self->transport);
-    Py_CLEAR(self->land);
-    Py_CLEAR(self->exchange);
-    Py_CLEAR(self->pending);
+    CommCore_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int CommCore_traverse(CommCore *self, visitproc visit, void *arg) {
+    Py_VISIT(self->rank);
+    Py_VISIT(self->size);
+    Py_VISIT(self->bytes_sent);
+    Py_VISIT(self->bytes_received);
     Py_VISIT(self->tracer);
     Py_VISIT(self->transport);
     Py_VISIT(self->land);
@@ -56,6 +60,10 @@ static int CommCore_traverse(CommCore *self, visitproc visit, void *arg) {
 }
 
 static int CommCore_clear(CommCore *self) {
+    Py_CLEAR(self->rank);
+    Py_CLEAR(self->size);
+    Py_CLEAR(self->bytes_sent);
+    Py_CLEAR(self->bytes_received);
     Py_CLEAR(self->tracer);
     Py_CLEAR(self->transport);
     Py_CLEAR(self->land);
@@ -76,19 +84,24 @@ static int untraced(CommCore *self) {
 
 /* The peer as a C int when it is one of the ranks, else -1 (the Python path raises InvalidPeer). */
 static int peer_in_range(CommCore *self, PyObject *peer) {
-    if (!PyLong_CheckExact(peer)) return -1;
+    if (!PyLong_CheckExact(peer) || !self->size || !PyLong_CheckExact(self->size)) return -1;
     int overflow;
-    long p = PyLong_AsLongAndOverflow(peer, &overflow);
-    return (overflow || p < 0 || p >= self->size) ? -1 : (int)p;
+    long p = PyLong_AsLongAndOverflow(peer, &overflow), size = PyLong_AsLong(self->size);
+    if (size == -1 && PyErr_Occurred()) PyErr_Clear();
+    return (overflow || p < 0 || p >= size) ? -1 : (int)p;
 }
 
-static int add_nbytes(long long *counter, PyObject *array) {
+/* *counter += array.nbytes */
+static int add_nbytes(PyObject **counter, PyObject *array) {
     PyObject *nb = PyObject_GetAttr(array, str_nbytes);
     if (!nb) return -1;
-    long long n = PyLong_AsLongLong(nb);
+    PyObject *sum = *counter ? PyNumber_Add(*counter, nb) : NULL;
     Py_DECREF(nb);
-    if (n == -1 && PyErr_Occurred()) return -1;
-    *counter += n;
+    if (!sum) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "Communicator: byte counter not set");
+        return -1;
+    }
+    Py_SETREF(*counter, sum);
     return 0;
 }
 
@@ -236,7 +249,7 @@ static PyObject *CommCore_recv_reduce(CommCore *self, PyObject *const *args, Py_
     }
     int fast = untraced(self);
     if (fast < 0) return NULL;
-    if (!fast || !self->land || self->land == Py_None || peer_in_range(self, src) < 0)
+    if (!fast || !self->land || self->land == Py_None || !self->pending || peer_in_range(self, src) < 0)
         return slow(self, str_recv_reduce, args, nargs, kwnames);
     int p = parked(self, src, tag);
     if (p < 0) return NULL;
@@ -282,21 +295,26 @@ static PyMethodDef CommCore_methods[] = {
 };
 
 static PyMemberDef CommCore_members[] = {
-    {"rank", T_INT, offsetof(CommCore, rank), 0, NULL},
-    {"size", T_INT, offsetof(CommCore, size), 0, NULL},
+    {"rank", T_OBJECT_EX, offsetof(CommCore, rank), 0, NULL},
+    {"size", T_OBJECT_EX, offsetof(CommCore, size), 0, NULL},
+    {"bytes_sent", T_OBJECT_EX, offsetof(CommCore, bytes_sent), 0, "of arrays"},
+    {"bytes_received", T_OBJECT_EX, offsetof(CommCore, bytes_received), 0, "of arrays"},
+    {"tracer", T_OBJECT_EX, offsetof(CommCore, tracer), 0, NULL},
+    {"_transport", T_OBJECT_EX, offsetof(CommCore, transport), 0, NULL},
+    {"_land", T_OBJECT_EX, offsetof(CommCore, land), 0, NULL},
+    {"_exchange", T_OBJECT_EX, offsetof(CommCore, exchange), 0, NULL},
+    {"_pending", T_OBJECT_EX, offsetof(CommCore, pending), 0, NULL},
     {"fast", T_BOOL, offsetof(CommCore, fast), 0, "take the C path for the common case (default True)"},
-    {"bytes_sent", T_LONGLONG, offsetof(CommCore, bytes_sent), 0, "of arrays"},
-    {"bytes_received", T_LONGLONG, offsetof(CommCore, bytes_received), 0, "of arrays"},
-    {"tracer", T_OBJECT, offsetof(CommCore, tracer), 0, NULL},
-    {"_transport", T_OBJECT, offsetof(CommCore, transport), 0, NULL},
-    {"_land", T_OBJECT, offsetof(CommCore, land), 0, NULL},
-    {"_exchange", T_OBJECT, offsetof(CommCore, exchange), 0, NULL},
-    {"_pending", T_OBJECT, offsetof(CommCore, pending), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
+/* Made by object's own tp_new, which also lays out a Python subclass's attributes inline (Python
+ * 3.11's managed dict): then the Communicator's own attributes (the op record's, set on every
+ * collective) are stored and loaded at specialised speed, as on a plain class, not through a dict. */
 static PyObject *CommCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    CommCore *self = (CommCore *)type->tp_alloc(type, 0);
+    static PyObject *no_args;
+    if (!no_args && !(no_args = PyTuple_New(0))) return NULL;
+    CommCore *self = (CommCore *)PyBaseObject_Type.tp_new(type, no_args, NULL);
     if (self) self->fast = 1;
     return (PyObject *)self;
 }

@@ -78,28 +78,44 @@ def test_ring_state_per_rank_does_not_grow_with_n():
     assert large < 2.6 * small, (small, large)  # linear: ~2.1x; N^2 state measured 3.6-3.9x
 
 
-def test_the_simulator_runs_no_python_per_message():
-    """Its cost pinned by structure, not seconds: the event core is native (native/sim_*.c), so no
-    Python function of playground/sim/ runs per message, only per rank, and a ring message costs
-    the engine two events (its transmission, its receiver's wake-up) and one greenlet switch. The
-    Python a message still costs is the algorithm's and the communicator's (docs/simulator.md)."""
+def _python_calls_in(directory: str, n: int) -> tuple[Counter, SimWorld]:
+    """Calls of Python functions under playground/<directory>/ while a data-free n-rank ring runs."""
     calls = Counter()
 
     def count(frame, event, arg):
-        if event == "call" and "/playground/sim/" in frame.f_code.co_filename:
+        if event == "call" and f"/playground/{directory}/" in frame.f_code.co_filename:
             calls[frame.f_code.co_name] += 1
 
-    n = 64
     sys.setprofile(count)
     try:
         _, world = simulate(flat(n), "allreduce", "ring", 1 << 20, data=False)
     finally:
         sys.setprofile(None)
+    return calls, world
+
+
+def test_the_simulator_runs_no_python_per_message():
+    """Its cost pinned by structure, not seconds: the event core is native (native/sim_*.c), so no
+    Python function of playground/sim/ runs per message, only per rank, and a ring message costs
+    the engine two events (its transmission, its receiver's wake-up) and one greenlet switch. The
+    Python a message still costs is the algorithm's and the communicator's (docs/simulator.md)."""
+    n = 64
+    calls, world = _python_calls_in("sim", n)
     engine = world.engine
     assert engine.num_messages == 2 * n * (n - 1)
     assert sum(calls.values()) <= 10 * n, calls.most_common(5)  # 8064 messages, 64 ranks
     assert engine.num_events <= 2 * engine.num_messages
     assert engine.num_switches <= engine.num_messages
+
+
+def test_a_simulated_ring_message_runs_no_python_of_the_communicator():
+    """Pinned by structure too: per message, only isend_computed (whose fill is the algorithm's) is
+    Python in playground/comm/; posting, matching, landing, counting and the send's request are C
+    (native/comm_core.c). Before it, a ring message cost 8 Python calls there."""
+    n = 32
+    calls, world = _python_calls_in("comm", n)
+    assert calls.pop("isend_computed") == n * (n - 2)  # one per forwarded reduce-scatter chunk
+    assert sum(calls.values()) <= 10 * n < world.num_messages, calls.most_common(5)
 
 
 @pytest.mark.parametrize(

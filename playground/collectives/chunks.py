@@ -88,7 +88,7 @@ class ChunkBounds(tuple):
         return _chunk_bounds(cls, count, num_chunks)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4)  # a sweep uses one at a time; one for 65536 ranks is 17 MB
 def _chunk_bounds(cls, count: int, n: int) -> ChunkBounds:
     return tuple.__new__(cls, ((i * count // n, (i + 1) * count // n) for i in range(n)))
 

@@ -23,6 +23,8 @@
 
 #include <string.h>
 
+#include "getset_cache.h"
+
 /* Every field Python reads is an object member (T_OBJECT_EX): Python 3.11 specialises those into a
  * load at an offset (LOAD_ATTR_SLOT), not int members, which a collective's `comm.rank` and
  * `comm.size` would then pay for on every read. */
@@ -74,9 +76,11 @@ static int CommCore_clear(CommCore *self) {
 }
 
 /* 1 when the common case applies: configured, on, the tracer not recording messages; -1 on error. */
+static getset_cache messages_of, nbytes_of, size_of, array_of, done_of;
+
 static int untraced(CommCore *self) {
     if (!self->fast || !send_request_type || !self->transport || !self->tracer) return 0;
-    PyObject *m = PyObject_GetAttr(self->tracer, str_messages);
+    PyObject *m = getset_read(&messages_of, self->tracer, str_messages);
     if (!m) return -1;
     int on = PyObject_IsTrue(m);
     Py_DECREF(m);
@@ -94,7 +98,7 @@ static int peer_in_range(CommCore *self, PyObject *peer) {
 
 /* *counter += array.nbytes */
 static int add_nbytes(PyObject **counter, PyObject *array) {
-    PyObject *nb = PyObject_GetAttr(array, str_nbytes);
+    PyObject *nb = getset_read(&nbytes_of, array, str_nbytes);
     if (!nb) return -1;
     PyObject *sum = *counter ? PyNumber_Add(*counter, nb) : NULL;
     Py_DECREF(nb);
@@ -194,7 +198,7 @@ static PyObject *CommCore_post_reserved(CommCore *self, PyObject *const *args, P
         return NULL;
     }
     PyObject *out = args[0], *dst = args[1], *tag = args[2], *got = NULL, *res = NULL;
-    PyObject *array = PyObject_GetAttr(out, str_array);
+    PyObject *array = getset_read(&array_of, out, str_array);
     if (!array) return NULL;
     int fast = untraced(self);
     if (fast < 0) goto done;
@@ -261,7 +265,7 @@ static PyObject *CommCore_recv_reduce(CommCore *self, PyObject *const *args, Py_
     if (got == Py_True) {
         Py_DECREF(got);
         if (add_nbytes(&self->bytes_received, target) < 0) return NULL;
-        return PyObject_GetAttr(target, str_size);
+        return getset_read(&size_of, target, str_size);
     }
     if (got != Py_None) { /* a message: parked (it is the next from its pair), the Python path takes it from there */
         PyObject *msg_src = PyObject_GetAttrString(got, "src"), *msg_tag = NULL, *key = NULL, *q = NULL, *r = NULL;
@@ -378,7 +382,7 @@ static PyObject *SendRequestCore_test(SendRequestCore *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "SendRequest: no completion");
         return NULL;
     }
-    return PyObject_GetAttr(self->completion, str_done);
+    return getset_read(&done_of, self->completion, str_done);
 }
 
 /* wait(timeout_s=None) -> None */

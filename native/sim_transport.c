@@ -5,7 +5,10 @@
  * Completion. A post transmits at once when no event is due before the sender's time, else it is an
  * event; folded (fold.py), what comes back is the message the sender's image sends it.
  */
+#include "getset_cache.h"
 #include "sim.h"
+
+static getset_cache nbytes_of, dtype_of, shape_of, size_of;
 
 static PyTypeObject SimMessageType;
 
@@ -54,7 +57,7 @@ static int reduced(SimMessage *self, PyObject *target) {
     landed(self);
     SimEngine *e = self->engine;
     if (e->reduce_s_per_byte) {
-        PyObject *nb = PyObject_GetAttr(target, str_nbytes);
+        PyObject *nb = getset_read(&nbytes_of, target, str_nbytes);
         if (!nb) return -1;
         long long nbytes = PyLong_AsLongLong(nb);
         Py_DECREF(nb);
@@ -315,8 +318,9 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
 }
 
 static PyObject *post_array(SimTransport *self, PyObject *dst, PyObject *tag, PyObject *x, PyObject *payload) {
-    PyObject *dtype = PyObject_GetAttr(x, str_dtype), *shape = NULL, *nb = NULL, *res = NULL;
-    if (!dtype || !(shape = PyObject_GetAttr(x, str_shape)) || !(nb = PyObject_GetAttr(x, str_nbytes))) goto done;
+    PyObject *dtype = getset_read(&dtype_of, x, str_dtype), *shape = NULL, *nb = NULL, *res = NULL;
+    if (!dtype || !(shape = getset_read(&shape_of, x, str_shape)) || !(nb = getset_read(&nbytes_of, x, str_nbytes)))
+        goto done;
     long long nbytes = PyLong_AsLongLong(nb);
     if (nbytes == -1 && PyErr_Occurred()) goto done;
     res = post(self, dst, tag, kind_array, dtype, shape, nbytes, payload);
@@ -455,7 +459,7 @@ static PyObject *SimTransport_land(SimTransport *self, PyObject *const *args, Py
     if (!got || got == Py_None || self->data) return got;
     SimMessage *m = (SimMessage *)got;
     if (m->kind != kind_array) return got;
-    PyObject *size = PyObject_GetAttr(args[2], str_size);
+    PyObject *size = getset_read(&size_of, args[2], str_size);
     if (!size) goto fail;
     int match = PyObject_RichCompareBool(m->src, args[0], Py_EQ);
     if (match == 1) match = PyObject_RichCompareBool(m->tag, args[1], Py_EQ);

@@ -42,7 +42,12 @@ class Tracer:
 
     `span(name, cat=CAT_COMPUTE, **args)`: `with tracer.span(...)` records the time the body takes
     as one event (nothing when disabled). It is native/span.c's Span bound to this tracer (or its
-    shared do-nothing span): a phase of a small all-reduce costs no Python frame."""
+    shared do-nothing span): a phase of a small all-reduce costs no Python frame.
+
+    `messages` is a slot: the communicator's C path reads it at an offset on every message
+    (native/getset_cache.h); a node may still switch it off after the tracer is made."""
+
+    __slots__ = ("messages", "__dict__", "__weakref__")
 
     def __init__(
         self,

@@ -132,3 +132,71 @@ def test_the_c_path_steps_aside_while_messages_are_traced(tmp_path):
     a.recv_reduce(1, 1, np.zeros(3), np.add)
     assert [e[2] for e in tracers[1]._events] == ["send"]
     assert "recv_wait" in [e[2] for e in tracers[0]._events]
+
+
+def _one_message(a, b, x) -> tuple[list[str], list[str]]:
+    """b sends x to a, a reduces it; the names of the events each tracer recorded."""
+    b.send(x, 0, 1)
+    a.recv_reduce(1, 1, np.zeros(x.shape, x.dtype), np.add)
+    return [e[2] for e in a.tracer._events], [e[2] for e in b.tracer._events]
+
+
+def test_a_tracer_switched_on_after_the_communicator_is_made_is_honoured(tmp_path):
+    """Nodes set `tracer.messages` after the tracer is made; the C path reads the slot per call."""
+    from playground.trace import Tracer
+
+    transports = open_world("local", 2, str(tmp_path))
+    a, b = (Communicator(r, 2, t, tracer=Tracer(r, None, messages=False)) for r, t in enumerate(transports))
+    try:
+        assert _one_message(a, b, np.ones(3)) == ([], [])
+        a.tracer.messages = b.tracer.messages = True
+        got_a, got_b = _one_message(a, b, np.ones(3))
+        assert got_b == ["send"] and "recv_wait" in got_a
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_tracer_class_changed_at_run_time_is_read_afresh(tmp_path):
+    """The C path caches where `messages` lives in a Tracer; a class whose attribute changes (here
+    a property that always says True) must be read through the new descriptor at once."""
+    from playground.trace import Tracer
+
+    transports = open_world("local", 2, str(tmp_path))
+    a, b = (Communicator(r, 2, t, tracer=Tracer(r, None, messages=False)) for r, t in enumerate(transports))
+    slot = Tracer.__dict__["messages"]
+    try:
+        assert _one_message(a, b, np.ones(3)) == ([], [])  # the cache now knows the slot
+        Tracer.messages = property(lambda self: True)
+        got_a, got_b = _one_message(a, b, np.ones(3))
+        assert got_b == ["send"] and "recv_wait" in got_a
+    finally:
+        Tracer.messages = slot
+        a.close()
+        b.close()
+    assert Tracer(0, None, messages=False).messages is False
+
+
+class _Counted(np.ndarray):
+    """An array that reports a size of its own: a subclass must not be read as a plain ndarray."""
+
+    @property
+    def nbytes(self) -> int:
+        return 1000
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_ndarray_subclass_is_counted_as_it_says(fast, tmp_path):
+    transports = open_world("local", 2, str(tmp_path))
+    a, b = (Communicator(r, 2, t) for r, t in enumerate(transports))
+    a.fast = b.fast = fast
+    try:
+        plain = np.ones(3, np.float32)
+        b.send(plain, 0, 1)
+        b.send(plain.view(_Counted), 0, 1)
+        for _ in range(2):
+            a.recv_reduce(1, 1, np.zeros(3, np.float32), np.add)
+        assert b.bytes_sent == 12 + 1000
+    finally:
+        a.close()
+        b.close()

@@ -11,6 +11,11 @@ over the rounds with the min-max beside it, and speed ratios of the medians.
 
 Small sizes (below 1 MiB) are shown as times, larger ones as busbw, as the README does. The table
 goes to stdout and `table.md` (with `table.json`: every round's numbers) in a run directory.
+
+With shm among the systems, each round also measures the machine's copy rate at every busbw size
+(`bench copy`'s, 10 passes) and the busbw table gives the ring's copy bound at that rate
+(copybw.bound_ms) and ours over shm as a share of it, round by round: the host's speed moves both
+together, so the share holds where either alone swings by tens of percent between runs.
 A machine that is busy while it runs gives other numbers: the header says the CPU, the core count
 and the load average before, during (max) and after.
 """
@@ -26,6 +31,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from playground.copybw import bound_ms, copy_rates
 from playground.errors import ScenarioError
 from playground.machine import cpu_model
 from playground.sizes import format_size, parse_size_range
@@ -47,6 +53,7 @@ TIME_BELOW_BYTES = 1 << 20  # smaller sizes are shown as times (latency), larger
 # shm all-reduce 11-13 us at 10 after 3, 4.3-4.9 at 100 after 20); OSU's latency tests time 1000
 # after 200 for the same reason. 100 keeps MPICH's 48 ms calls at 8 oversubscribed ranks bearable.
 COUNTS = {"time": (100, 20), "busbw": (10, 3)}
+COPY_PASSES = 10  # best of 10 copies per size and round: about a second at 16 and 64 MiB
 RATIOS = (("ipc", "gloo"), ("ipc-sockets", "gloo"), ("shm", "gloo"), ("shm", "mpi"))  # speed ratios shown
 
 
@@ -78,10 +85,15 @@ def run_table(args) -> int:
     systems = _available(systems, err)
     run_dir = make_run_dir(Path(args.out), "table")
     runs: list[dict] = []  # one record per (round, ranks, system): its best row per size
+    copies: list[dict] = []  # one record per (round, busbw size): the copy rates
+    bw_sizes = [s for s in sizes if s >= TIME_BELOW_BYTES] if "shm" in systems else []
     loads = [os.getloadavg()[0]]
     t_start = time.monotonic()
     for rnd in range(args.rounds):
         order = systems if rnd % 2 == 0 else systems[::-1]
+        for size in bw_sizes:
+            one, all_ = copy_rates(size, COPY_PASSES)
+            copies.append({"round": rnd, "size": size, "one_core": one, "all_cores": all_, "cores": _cores()})
         for n in rank_counts:
             for system in order:
                 loads.append(os.getloadavg()[0])
@@ -96,7 +108,7 @@ def run_table(args) -> int:
                 )
     loads.append(os.getloadavg()[0])
     command = "python -m playground bench table " + " ".join(sys.argv[3:])
-    text = render(runs, sizes, rank_counts, systems, args.rounds, command, loads, counts)
+    text = render(runs, sizes, rank_counts, systems, args.rounds, command, loads, counts, copies)
     print(text)
     (run_dir / "table.md").write_text(text)
     (run_dir / "table.json").write_text(
@@ -106,6 +118,7 @@ def run_table(args) -> int:
                 "loads": loads,
                 "counts": counts,
                 "runs": runs,
+                "copies": copies,
                 "elapsed_s": time.monotonic() - t_start,
             }
         )
@@ -190,9 +203,10 @@ def _measure(
     return best
 
 
-def render(runs, sizes, rank_counts, systems, rounds, command, loads, counts: dict) -> str:
+def render(runs, sizes, rank_counts, systems, rounds, command, loads, counts: dict, copies=()) -> str:
     """The markdown: a header (command, machine, load), a time table and a busbw table; `counts`
-    the (iterations, warm-up) of each ("time", "busbw")."""
+    the (iterations, warm-up) of each ("time", "busbw"); `copies` the rounds' copy rates, which add
+    the bound and ours over shm as a share of it to the busbw table."""
     (t_iters, t_warmup), (b_iters, b_warmup) = counts["time"], counts["busbw"]
     each = (
         f"{t_iters} iterations after {t_warmup} warm-up"
@@ -216,17 +230,26 @@ def render(runs, sizes, rank_counts, systems, rounds, command, loads, counts: di
     if time_sizes:
         parts.append(_table("Time (us), small messages", runs, time_sizes, rank_counts, systems, "time"))
     if bw_sizes:
-        parts.append(_table("busbw (GB/s), large messages", runs, bw_sizes, rank_counts, systems, "busbw"))
+        parts.append(
+            _table("busbw (GB/s), large messages", runs, bw_sizes, rank_counts, systems, "busbw", copies)
+        )
+        if copies:
+            parts.append(
+                "The bound: the ring over shm's memory passes, (7N-5)/N x S per rank, at the copy rate "
+                "measured in the same round (`bench copy`, best of numpy's and C's, min(N, cores) cores); "
+                "the share is the bound over ours over shm (best algorithm), round by round, median [min-max]."
+            )
     return "\n\n".join(parts) + "\n"
 
 
-def _table(title, runs, sizes, rank_counts, systems, kind) -> str:
+def _table(title, runs, sizes, rank_counts, systems, kind, copies=()) -> str:
     ratios = [(a, b) for a, b in RATIOS if a in systems and b in systems]
     head = [
         "ranks",
         "size",
         *(LABELS[s] for s in systems),
         *(f"{LABELS[a]} vs {LABELS[b]}" for a, b in ratios),
+        *(("bound (ms)", f"{LABELS['shm']}, share of the bound") if copies else ()),
     ]
     lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for n in rank_counts:
@@ -248,8 +271,30 @@ def _table(title, runs, sizes, rank_counts, systems, kind) -> str:
             for a, b in ratios:
                 ok = a in medians and b in medians and medians[a] > 0
                 cells.append(f"{medians[b] / medians[a]:.2f}x" if ok else "-")
+            if copies:
+                cells += _bound_cells(runs, copies, n, size)
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _bound_cells(runs, copies, n: int, size: int) -> list[str]:
+    """[the bound's median ms, ours over shm's share of it: median [min-max]], round by round."""
+    bounds, shares = [], []
+    for c in copies:
+        if c["size"] != size:
+            continue
+        ms = bound_ms(n, size, c["one_core"], c["all_cores"], c["cores"])
+        bounds.append(ms)
+        ours = [
+            r["best"][size]["time_us"]
+            for r in runs
+            if r["round"] == c["round"] and r["ranks"] == n and r["system"] == "shm" and size in r["best"]
+        ]
+        shares += [ms * 1e3 / t for t in ours if t > 0]
+    if not bounds or not shares:
+        return ["-", "-"]
+    mid, lo, hi = statistics.median(shares), min(shares), max(shares)
+    return [f"{statistics.median(bounds):.2f}", f"{mid:.0%} [{lo:.0%}-{hi:.0%}]"]
 
 
 def _cell(times: list[float], size: int, n: int, kind: str, algo: str) -> str:
@@ -268,3 +313,7 @@ def _num(us: float) -> str:
 
 def _most_common(values: list[str]) -> str:
     return max(set(values), key=values.count) if values else ""
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))

@@ -83,6 +83,21 @@ def measure(kind: str, size_bytes: int, procs: int, iters: int) -> list[float]:
     return rates
 
 
+def copy_rates(size_bytes: int, iters: int) -> tuple[float, float]:
+    """(one core, all cores together) GB/s copied at `size_bytes`, the best of numpy's and C's copy."""
+    cores = len(os.sched_getaffinity(0))
+    kinds = [k for k in KINDS if k != "numpy add"]
+    one = max(measure(kind, size_bytes, 1, iters)[0] for kind in kinds)
+    return one, max(sum(measure(kind, size_bytes, cores, iters)) for kind in kinds)
+
+
+def bound_ms(n: int, size_bytes: int, one_core_gbps: float, all_cores_gbps: float, cores: int) -> float:
+    """The ring all-reduce's copy bound at N ranks: N x passes x S / (2 x the copy rate of
+    min(N, cores) cores; a copy is two passes)."""
+    rate = one_core_gbps * n if n < cores else all_cores_gbps
+    return n * ring_passes(n) * size_bytes / (2 * rate * 1e9) * 1e3
+
+
 def run_copy(args) -> int:
     from playground.machine import cpu_model
     from playground.rundir import make_run_dir
@@ -124,9 +139,10 @@ def run_copy(args) -> int:
     bounds = []
     for size in sizes:
         copies = [r for r in rows if r["size"] == size and r["kind"] != "numpy add"]
+        one, all_ = max(r["one_core"] for r in copies), max(r["all_cores"] for r in copies)
         for n in rank_counts:
-            rate = max(r["one_core"] * n if n < cores else r["all_cores"] for r in copies)
-            ms = n * ring_passes(n) * size / (2 * rate * 1e9) * 1e3
+            rate = one * n if n < cores else all_
+            ms = bound_ms(n, size, one, all_, cores)
             bounds.append(
                 {"size": size, "ranks": n, "passes": ring_passes(n), "rate_gbps": rate, "bound_ms": ms}
             )

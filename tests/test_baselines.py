@@ -150,6 +150,42 @@ def test_the_baselines_check_every_iteration_warm_up_included(tmp_path):
     }
 
 
+def test_the_baselines_meet_after_a_timed_call_before_they_check(tmp_path):
+    """As ours (tests/test_measure_check.py): no rank reads its result while another may still be in
+    its timed call, so a barrier stands between every timed run and its check."""
+    from playground.baselines.measure import Call, measure
+
+    order = []
+
+    class OneRank:
+        rank, nranks = 0, 1
+
+        def barrier(self):
+            order.append("barrier")
+
+        def prepare(self, lay, op, inp):
+            buf = inp.copy()
+
+            def result():
+                order.append("check")
+                return buf
+
+            return Call(reset=lambda: np.copyto(buf, inp), run=lambda: order.append("run"), result=result)
+
+    spec = {
+        "collective": "allreduce",
+        "sizes": [64],
+        "dtype": "float32",
+        "op": "sum",
+        "iters": 2,
+        "warmup": 1,
+    }
+    measure(OneRank(), spec, tmp_path)
+    warm = ["barrier", "run", "check"]
+    timed = ["barrier", "run", "barrier", "check"]
+    assert order == warm + timed + timed
+
+
 def test_combine_takes_max_of_rank_medians_and_sums_wrong():
     lays = layouts("allreduce", [8, 64], 2, "float32")
     per_rank = [

@@ -50,6 +50,23 @@ def test_medians_ranges_and_speed_ratios():
     assert bw_row.endswith("| 4.00x | 40.00x |")
 
 
+def test_the_bound_and_the_share_of_it_are_taken_round_by_round():
+    """Each round's copy rate gives that round's bound; ours over shm is set against it in the
+    same round (16 MiB at 2 ranks: 10, 12 and 8 ms against a bound of 8 ms)."""
+    counts = {"time": (100, 20), "busbw": (10, 3)}
+    rate = 2 * 4.5 * (16 << 20) / (2 * 8e-3 * 1e9)  # GB/s at which the bound is 8 ms
+    copies = [
+        {"round": r, "size": 16 << 20, "one_core": rate / 2, "all_cores": rate, "cores": 2} for r in range(3)
+    ]
+    text = render(_runs(), [16 << 20], [2], ["ipc", "shm", "gloo"], 3, "cmd", [0.1], counts, copies)
+    assert "| bound (ms) | ours, shm, share of the bound |" in text
+    bw_row = next(line for line in text.splitlines() if line.startswith("| 2 | 16 MiB |"))
+    assert bw_row.endswith("| 4.00x | 40.00x | 8.00 | 80% [67%-100%] |")
+    assert "the share is the bound over ours over shm" in text
+    plain = render(_runs(), [16 << 20], [2], ["ipc", "shm", "gloo"], 3, "cmd", [0.1], counts)
+    assert "share of the bound" not in plain
+
+
 @pytest.mark.timeout(120)
 def test_the_command_runs_ours_alternately_and_writes_the_table(tmp_path):
     proc = run_cli(
@@ -92,3 +109,6 @@ def test_the_command_runs_ours_alternately_and_writes_the_table(tmp_path):
     assert "median of 2 iterations after 1 warm-up." in proc.stdout
     assert len(runs) == 4 and all(r["best"] for r in runs)
     assert all(b["wrong"] == 0 for r in runs for b in r["best"].values())
+    assert [(c["round"], c["size"]) for c in saved["copies"]] == [(0, 1 << 20), (1, 1 << 20)]
+    assert all(c["one_core"] > 0 and c["all_cores"] > 0 for c in saved["copies"])
+    assert "ours, shm, share of the bound" in proc.stdout

@@ -5,7 +5,8 @@ Per size: warm-up iterations, then timed iterations, each timed on its own with 
 than in the next iteration's. Each rank keeps the median of its times; the parent takes the max
 over ranks. The input is restored before each iteration (also untimed) because some collectives
 work in place. Every iteration's output, warm-up included, is checked against the closed form
-after its timing, as our own bench checks (`check.Tally`), so ours and theirs count alike.
+after its timing and once every rank's timed call is over, as our own bench checks (`check.Tally`),
+so ours and theirs count alike.
 
 Results go to `rank-<r>.jsonl` in the run's directory, one JSON line per size (`playground.procs`).
 """
@@ -75,6 +76,7 @@ def measure(backend: Backend, spec: dict, out_dir: Path) -> None:
                 dt = time.perf_counter_ns() - t0
                 if it >= spec["warmup"]:
                     times_ns.append(dt)
+                    backend.barrier()  # as ours (collectives/measure.py): no check beside a timed call
                 tally.check(call.result(), want, it)
             write_record(
                 f,

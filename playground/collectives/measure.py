@@ -3,8 +3,11 @@
 Per (algorithm, size): warm-up calls, then timed calls each after a barrier, each recorded as one
 trace event. Every call's result, warm-up included, is checked against the closed form (nccl-tests'
 #wrong), after the call's timing has been taken: a corrupted message fails the run whichever call
-it lands in, and the check adds wall time but not measured time. `p` is the collective node's
-Params (or anything with its fields).
+it lands in. After a timed call the ranks meet again before they check, so the check adds wall time
+but not measured time: without it, a rank done first compares its result (two passes over the
+buffer) while a slower one is still in its timed call, and with more ranks than cores or a
+memory-bound size that slowed the slowest rank's median by 11-16% (16 MiB, 2-8 ranks, shm). `p`
+is the collective node's Params (or anything with its fields).
 """
 
 import numpy as np
@@ -56,6 +59,8 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
                 },
             )
         if p.check:
+            if timed:
+                comm.barrier()  # every rank's timed call is over before any rank reads its result
             tally.check(out, want, it)
         del out  # before the next call allocates its result: the peak stays one result
     comm.tracer.flush()

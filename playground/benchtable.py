@@ -236,8 +236,11 @@ def render(runs, sizes, rank_counts, systems, rounds, command, loads, counts: di
         if copies:
             parts.append(
                 "The bound: the ring over shm's memory passes, (7N-5)/N x S per rank, at the copy rate "
-                "measured in the same round (`bench copy`, best of numpy's and C's, min(N, cores) cores); "
-                "the share is the bound over ours over shm (best algorithm), round by round, median [min-max]."
+                "measured in the same round (`bench copy`, best of numpy's and C's, min(N, cores) cores): "
+                "cached, the rate at this size (a core copying its own buffers keeps some in its caches, "
+                "which an all-reduce moving bytes between cores cannot); memory, the rate at the largest "
+                "size, beyond every cache. The share is the bound over ours over shm (best algorithm), round "
+                "by round, median [min-max]."
             )
     return "\n\n".join(parts) + "\n"
 
@@ -249,7 +252,11 @@ def _table(title, runs, sizes, rank_counts, systems, kind, copies=()) -> str:
         "size",
         *(LABELS[s] for s in systems),
         *(f"{LABELS[a]} vs {LABELS[b]}" for a, b in ratios),
-        *(("bound (ms)", f"{LABELS['shm']}, share of the bound") if copies else ()),
+        *(
+            ("bound (ms), cached / memory", f"{LABELS['shm']}, share of the bound, cached / memory")
+            if copies
+            else ()
+        ),
     ]
     lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for n in rank_counts:
@@ -278,23 +285,30 @@ def _table(title, runs, sizes, rank_counts, systems, kind, copies=()) -> str:
 
 
 def _bound_cells(runs, copies, n: int, size: int) -> list[str]:
-    """[the bound's median ms, ours over shm's share of it: median [min-max]], round by round."""
-    bounds, shares = [], []
-    for c in copies:
-        if c["size"] != size:
-            continue
-        ms = bound_ms(n, size, c["one_core"], c["all_cores"], c["cores"])
-        bounds.append(ms)
-        ours = [
-            r["best"][size]["time_us"]
-            for r in runs
-            if r["round"] == c["round"] and r["ranks"] == n and r["system"] == "shm" and size in r["best"]
-        ]
-        shares += [ms * 1e3 / t for t in ours if t > 0]
-    if not bounds or not shares:
-        return ["-", "-"]
-    mid, lo, hi = statistics.median(shares), min(shares), max(shares)
-    return [f"{statistics.median(bounds):.2f}", f"{mid:.0%} [{lo:.0%}-{hi:.0%}]"]
+    """[the bound's median ms, ours over shm's share of it: median [min-max]], round by round, each
+    at two copy rates: this size's ("cached": a core copying its own buffers of the size keeps
+    some of them in its caches, which an all-reduce moving the bytes between cores cannot) and the
+    largest size's ("memory": beyond every cache)."""
+    largest = max(c["size"] for c in copies)
+    cells = [[], []]  # [bounds, shares], one entry per rate
+    for rate_size in (size, largest):
+        bounds, shares = [], []
+        for c in copies:
+            if c["size"] != rate_size:
+                continue
+            ms = bound_ms(n, size, c["one_core"], c["all_cores"], c["cores"])
+            bounds.append(ms)
+            ours = [
+                r["best"][size]["time_us"]
+                for r in runs
+                if r["round"] == c["round"] and r["ranks"] == n and r["system"] == "shm" and size in r["best"]
+            ]
+            shares += [ms * 1e3 / t for t in ours if t > 0]
+        if not bounds or not shares:
+            return ["-", "-"]
+        cells[0].append(f"{statistics.median(bounds):.2f}")
+        cells[1].append(f"{statistics.median(shares):.0%} [{min(shares):.0%}-{max(shares):.0%}]")
+    return [" / ".join(c) for c in cells]
 
 
 def _cell(times: list[float], size: int, n: int, kind: str, algo: str) -> str:
@@ -312,7 +326,7 @@ def _num(us: float) -> str:
 
 
 def _most_common(values: list[str]) -> str:
-    return max(set(values), key=values.count) if values else ""
+    return max(values, key=values.count) if values else ""  # ties: the first round's
 
 
 def _cores() -> int:

@@ -59,10 +59,15 @@ def test_the_bound_and_the_share_of_it_are_taken_round_by_round():
         {"round": r, "size": 16 << 20, "one_core": rate / 2, "all_cores": rate, "cores": 2} for r in range(3)
     ]
     text = render(_runs(), [16 << 20], [2], ["ipc", "shm", "gloo"], 3, "cmd", [0.1], counts, copies)
-    assert "| bound (ms) | ours, shm, share of the bound |" in text
+    assert "| bound (ms), cached / memory | ours, shm, share of the bound, cached / memory |" in text
     bw_row = next(line for line in text.splitlines() if line.startswith("| 2 | 16 MiB |"))
-    assert bw_row.endswith("| 4.00x | 40.00x | 8.00 | 80% [67%-100%] |")
-    assert "the share is the bound over ours over shm" in text
+    assert bw_row.endswith("| 4.00x | 40.00x | 8.00 / 8.00 | 80% [67%-100%] / 80% [67%-100%] |")
+    assert "The share is the bound over ours over shm" in text
+    # a larger size copied at half the rate: the memory bound is twice the cached one
+    slow = [{**c, "size": 64 << 20, "one_core": rate / 4, "all_cores": rate / 2} for c in copies]
+    text = render(_runs(), [16 << 20], [2], ["ipc", "shm", "gloo"], 3, "cmd", [0.1], counts, copies + slow)
+    bw_row = next(line for line in text.splitlines() if line.startswith("| 2 | 16 MiB |"))
+    assert bw_row.endswith("| 8.00 / 16.00 | 80% [67%-100%] / 160% [133%-200%] |")
     plain = render(_runs(), [16 << 20], [2], ["ipc", "shm", "gloo"], 3, "cmd", [0.1], counts)
     assert "share of the bound" not in plain
 

@@ -6,8 +6,8 @@
  *
  * Why C: a message of a ring cost each rank ~8 Python calls in the communicator alone (isend_computed,
  * _with_room twice, _post, recv_reduce, _take, a SendRequest, its test), most of a simulated
- * message's time: 35.8 thousand instructions a message with them, 20.1 thousand with this file
- * (docs/simulator.md). Here the common case is one C call per message: the peer is in range,
+ * message's time: 35.8 thousand instructions a message with them, 20.1 thousand with this file,
+ * 18.6 once its attribute reads went through getset_cache.h (docs/simulator.md). Here the common case is one C call per message: the peer is in range,
  * nothing from (src, tag) is parked, the transport has room at once, and the tracer does not
  * record messages.
  *

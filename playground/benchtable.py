@@ -167,7 +167,7 @@ def _measure(
             timeout_s=max(300.0, timeout_s * 5),
         )
     else:
-        from playground.run import execute
+        from playground.run import EXIT_INTERRUPTED, execute
         from playground.scenario import load_scenario
 
         sets = [
@@ -190,6 +190,8 @@ def _measure(
                 os.environ.pop("PLAYGROUND_IPC_RING_MIN_BYTES")
                 if saved is not None:
                     os.environ["PLAYGROUND_IPC_RING_MIN_BYTES"] = saved
+        if finished.code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt  # Ctrl-C stopped the ranks: the command says "interrupted", exits 130
         if finished.code != 0:
             failures = "; ".join(finished.result["failures"])
             raise ScenarioError(f"ours over {system} with {n} ranks failed: {failures}")

@@ -21,6 +21,7 @@ numpy's copyto (what the transport uses), the C module's memcpy and numpy's add 
 import json
 import os
 import platform
+import signal
 import time
 from pathlib import Path
 
@@ -74,7 +75,18 @@ def measure(kind: str, size_bytes: int, procs: int, iters: int) -> list[float]:
             finally:
                 os._exit(code)
         pids.append(pid)
-    failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
+    try:
+        failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
+    except BaseException:  # Ctrl-C: a child in C's copy loop would finish its passes first
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass  # reaped already
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
     os.close(write_fd)
     with os.fdopen(read_fd) as f:
         rates = [float(v) for v in f.read().split()]

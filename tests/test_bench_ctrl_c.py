@@ -1,0 +1,58 @@
+"""Ctrl-C during `bench copy` and `bench table`: one line ("interrupted"), exit 130, and nothing left
+running, while children copy or ranks are measured."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from playground.testing import session_processes, start_cli
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _interrupt_once(args: list[str], processes: int) -> tuple[int, str]:
+    """Start the command, wait until its session holds `processes` processes, send SIGINT to the
+    group as a terminal does; (exit code, stderr). Fails if anything of the session is left."""
+    proc = start_cli(args)
+    try:
+        deadline = time.monotonic() + 60
+        while len(session_processes(proc.pid)) < processes:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the command never started its children"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert session_processes(proc.pid) == []
+        return proc.returncode, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_ctrl_c_while_children_copy(tmp_path):
+    # the parent and its copying children (one per core)
+    args = [
+        "bench",
+        "copy",
+        "--sizes",
+        "256MiB",
+        "--iters",
+        "50",
+        "--rank-counts",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
+    code, err = _interrupt_once(args, 1 + min(2, len(os.sched_getaffinity(0))))
+    assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err
+
+
+def test_ctrl_c_while_bench_table_measures_ranks(tmp_path):
+    # no busbw size, so no copy phase: the launcher and its 2 ranks
+    args = ["bench", "table", "--rounds", "1", "--rank-counts", "2", "--systems", "shm", "--sizes", "8",
+            "--iters", "100000", "--warmup", "0", "--out", str(tmp_path)]  # fmt: skip
+    code, err = _interrupt_once(args, 3)
+    assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err

@@ -38,8 +38,7 @@ from playground.collectives.chunks import (
     work_buffer,
 )
 from playground.collectives.ops import ReduceOp
-from playground.collectives.transfer import exchange
-from playground.errors import MessageMismatch
+from playground.collectives.transfer import count_mismatch, exchange
 from playground.trace import CAT_PHASE
 
 TAG_HD = -30
@@ -99,15 +98,7 @@ def reduce_forwarding(comm, buf, keep, peer, seg, op, tag, ahead, next_peer) -> 
 
     def check(got: int) -> None:
         if got != b - a:
-            raise MessageMismatch(
-                f"rank {comm.rank}: hd.reduce_scatter: expected {b - a} elements from rank {peer}, "
-                f"got {got} (do all ranks pass the same count and dtype?)",
-                rank=comm.rank,
-                peer=peer,
-                direction="from",
-                tag=tag,
-                op="hd.reduce_scatter",
-            )
+            raise count_mismatch(comm, peer, tag, "hd.reduce_scatter", got, b - a)
 
     def fill(out):  # called by isend_computed before it returns: a and b are this segment's
         check(comm.recv_reduce(peer, tag, out, ufunc, base=buf[a:b]))

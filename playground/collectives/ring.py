@@ -39,7 +39,7 @@ from playground.collectives.chunks import (
     work_buffer,
 )
 from playground.collectives.ops import ReduceOp
-from playground.collectives.transfer import exchange
+from playground.collectives.transfer import count_mismatch, exchange
 from playground.errors import MessageMismatch
 from playground.trace import CAT_PHASE
 
@@ -92,14 +92,8 @@ def reduce_scatter_into(
     ufunc = op.ufunc
 
     def mismatch(got: int, want: int, step: int) -> MessageMismatch:
-        return MessageMismatch(
-            f"rank {comm.rank}: ring.reduce_scatter step {step}: expected {want} elements from rank "
-            f"{left}, got {got} (do all ranks pass the same count and dtype?)",
-            rank=comm.rank,
-            peer=left,
-            direction="from",
-            tag=tag,
-            op="ring.reduce_scatter",
+        return count_mismatch(
+            comm, left, tag, f"ring.reduce_scatter step {step}", got, want, "ring.reduce_scatter"
         )
 
     def fill(out):  # called by isend_computed before it returns: a, b and step are this segment's

@@ -13,6 +13,20 @@ from playground.collectives.ops import ReduceOp
 from playground.errors import MessageMismatch
 
 
+def count_mismatch(comm, peer: int, tag: int, what: str, got: int, want: int, op: str | None = None):
+    """The error for a message of `got` elements where `want` were expected: what each algorithm
+    raises when ranks disagree on count or dtype (`what` names the exchange, `op` its operation)."""
+    return MessageMismatch(
+        f"rank {comm.rank}: {what}: expected {want} elements from rank {peer}, "
+        f"got {got} (do all ranks pass the same count and dtype?)",
+        rank=comm.rank,
+        peer=peer,
+        direction="from",
+        tag=tag,
+        op=op or what,
+    )
+
+
 def exchange(
     comm,
     buf: np.ndarray,
@@ -44,14 +58,6 @@ def exchange(
             if got != b - a:
                 if step is not None:  # (formatted here: a ring has 2(N-1) steps per call)
                     what = f"{what} step {step}"
-                raise MessageMismatch(
-                    f"rank {comm.rank}: {what}: expected {b - a} elements from rank {recv_from}, "
-                    f"got {got} (do all ranks pass the same count and dtype?)",
-                    rank=comm.rank,
-                    peer=recv_from,
-                    direction="from",
-                    tag=tag,
-                    op=what,
-                )
+                raise count_mismatch(comm, recv_from, tag, what, got, b - a)
     for req in sends:
         req.wait()

@@ -64,6 +64,8 @@ def run_table(args) -> int:
         args.sizes if args.sizes != "8..64MiB" else DEFAULT_SIZES, parse_size_range, "--sizes"
     )
     rank_counts = _parse_list(args.rank_counts, lambda t: [int(v) for v in t.split(",")], "--rank-counts")
+    if args.rounds < 1:
+        raise ScenarioError(f"--rounds: at least 1, got {args.rounds}")
     systems = [s for s in (args.systems or DEFAULT_SYSTEMS).split(",") if s]
     for s in systems:
         if s not in SYSTEMS:

@@ -117,3 +117,14 @@ def test_the_command_runs_ours_alternately_and_writes_the_table(tmp_path):
     assert [(c["round"], c["size"]) for c in saved["copies"]] == [(0, 1 << 20), (1, 1 << 20)]
     assert all(c["one_core"] > 0 and c["all_cores"] > 0 for c in saved["copies"])
     assert "ours, shm, share of the bound" in proc.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--rounds", "0"], "--rounds: at least 1, got 0"), (["--systems", "foo"], "--systems 'foo': allowed:")],
+)
+def test_bad_arguments_get_one_line_and_exit_2(args, message, tmp_path):
+    proc = run_cli(["bench", "table", *args, "--out", str(tmp_path)], timeout_s=50)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing measured, nothing written

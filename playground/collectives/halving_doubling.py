@@ -15,9 +15,9 @@ Words: p is the largest power of two <= N and `extra` = N - p. The buffer is cut
 Forwarding: the half a rank keeps at the first reduce-scatter step is split at the second into a
 half it keeps and a half it sends. Where that sent half's segments are some of the first step's
 (the cut falls on a segment boundary: a large buffer), each of them is reduced straight into the
-message for the second partner (`isend_computed`: on shared memory, into the ring slot the partner reads), as the
-ring forwards its chunks, instead of into the buffer and then copied out at the next step: two
-memory passes fewer per forwarded byte (S/4 of each rank's 7.9 S at 8 ranks). Both sides of the
+message for the second partner (`isend_computed`: on shared memory, into the ring slot the partner
+reads), as the ring forwards its chunks, instead of into the buffer and then copied out at the next
+step: two memory passes fewer per forwarded byte (S/4 of each rank's 7.9 S at 8 ranks). Both sides of the
 first step take its segments in one order, the forwarded ones first (`forwarding_order`), so every
 rank's timeline stays the same whichever half it forwards. Only the first step forwards: at later
 ones the order a segment must arrive in would depend on three steps' cuts.

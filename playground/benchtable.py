@@ -13,9 +13,10 @@ Small sizes (below 1 MiB) are shown as times, larger ones as busbw, as the READM
 goes to stdout and `table.md` (with `table.json`: every round's numbers) in a run directory.
 
 With shm among the systems, each round also measures the machine's copy rate at every busbw size
-(`bench copy`'s, 10 passes) and the busbw table gives the ring's copy bound at that rate
-(copybw.bound_ms) and ours over shm as a share of it, round by round: the host's speed moves both
-together, so the share holds where either alone swings by tens of percent between runs.
+(`bench copy`'s, best of 10) and the busbw table gives the ring's copy bound (copybw.bound_ms) and
+ours over shm as a share of it, round by round, at two rates: the size's own ("cached") and the
+largest size's ("memory"). The host's speed moves the bound and ours together, so the share holds
+where either alone swings by tens of percent between runs.
 A machine that is busy while it runs gives other numbers: the header says the CPU, the core count
 and the load average before, during (max) and after.
 """
@@ -33,7 +34,7 @@ from rich.console import Console
 
 from playground.copybw import bound_ms, copy_rates
 from playground.errors import ScenarioError
-from playground.machine import cpu_model
+from playground.machine import cpu_model, usable_cores
 from playground.sizes import format_size, parse_size_range
 
 SYSTEMS = ("ipc", "shm", "gloo", "mpi", "ipc-sockets")
@@ -95,7 +96,9 @@ def run_table(args) -> int:
         order = systems if rnd % 2 == 0 else systems[::-1]
         for size in bw_sizes:
             one, all_ = copy_rates(size, COPY_PASSES)
-            copies.append({"round": rnd, "size": size, "one_core": one, "all_cores": all_, "cores": _cores()})
+            copies.append(
+                {"round": rnd, "size": size, "one_core": one, "all_cores": all_, "cores": usable_cores()}
+            )
         for n in rank_counts:
             for system in order:
                 loads.append(os.getloadavg()[0])
@@ -331,7 +334,3 @@ def _num(us: float) -> str:
 
 def _most_common(values: list[str]) -> str:
     return max(values, key=values.count) if values else ""  # ties: the first round's
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))

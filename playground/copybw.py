@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from playground.errors import ScenarioError
+from playground.machine import usable_cores
 from playground.sizes import format_size, parse_size_range
 
 KINDS = ("numpy copy", "C memcpy", "numpy add")
@@ -97,16 +98,21 @@ def measure(kind: str, size_bytes: int, procs: int, iters: int) -> list[float]:
 
 def copy_rates(size_bytes: int, iters: int) -> tuple[float, float]:
     """(one core, all cores together) GB/s copied at `size_bytes`, the best of numpy's and C's copy."""
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     kinds = [k for k in KINDS if k != "numpy add"]
     one = max(measure(kind, size_bytes, 1, iters)[0] for kind in kinds)
     return one, max(sum(measure(kind, size_bytes, cores, iters)) for kind in kinds)
 
 
+def rate_for(n: int, one_core_gbps: float, all_cores_gbps: float, cores: int) -> float:
+    """The copy rate N ranks have: min(N, cores) cores copying."""
+    return one_core_gbps * n if n < cores else all_cores_gbps
+
+
 def bound_ms(n: int, size_bytes: int, one_core_gbps: float, all_cores_gbps: float, cores: int) -> float:
-    """The ring all-reduce's copy bound at N ranks: N x passes x S / (2 x the copy rate of
-    min(N, cores) cores; a copy is two passes)."""
-    rate = one_core_gbps * n if n < cores else all_cores_gbps
+    """The ring all-reduce's copy bound at N ranks: N x passes x S / (2 x `rate_for` N; a copy is
+    two passes)."""
+    rate = rate_for(n, one_core_gbps, all_cores_gbps, cores)
     return n * ring_passes(n) * size_bytes / (2 * rate * 1e9) * 1e3
 
 
@@ -120,7 +126,7 @@ def run_copy(args) -> int:
         rank_counts = [int(v) for v in args.rank_counts.split(",")]
     except ValueError as e:
         raise ScenarioError(f"--sizes {text!r} / --rank-counts {args.rank_counts!r}: {e}") from None
-    iters, cores = args.iters or 20, len(os.sched_getaffinity(0))
+    iters, cores = args.iters or 20, usable_cores()
     rows = []
     for size in sizes:
         for kind in KINDS:
@@ -153,7 +159,7 @@ def run_copy(args) -> int:
         copies = [r for r in rows if r["size"] == size and r["kind"] != "numpy add"]
         one, all_ = max(r["one_core"] for r in copies), max(r["all_cores"] for r in copies)
         for n in rank_counts:
-            rate = one * n if n < cores else all_
+            rate = rate_for(n, one, all_, cores)
             ms = bound_ms(n, size, one, all_, cores)
             bounds.append(
                 {"size": size, "ranks": n, "passes": ring_passes(n), "rate_gbps": rate, "bound_ms": ms}

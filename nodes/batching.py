@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from playground.errors import ParamError
+from playground.config.params import Ranks
+from playground.core.errors import ParamError
+from playground.display.report import Report
 from playground.models import queueing as qm
-from playground.params import Ranks
 from playground.queueing import batching_report
 from playground.queueing.batching_stats import rate_stats
 from playground.queueing.batchserver import serve_client
@@ -29,7 +30,6 @@ from playground.queueing.loadgen import (
     OpenLoopClient,
     run_server_and_client,
 )
-from playground.report import Report
 
 THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
 

@@ -21,10 +21,10 @@ from playground.buckets.gradients import expected_sum, make_base, rank_gradient
 from playground.collectives import allreduce
 from playground.collectives.bucketing import Bucket
 from playground.collectives.check import Tally
-from playground.errors import ParamError
+from playground.core.errors import ParamError
+from playground.core.sizes import Size
+from playground.display.report import Report
 from playground.models.pingpong import measure_alpha_beta
-from playground.report import Report
-from playground.sizes import Size
 
 THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
 

@@ -11,11 +11,11 @@ method and the differences.
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import LabError, ParamError, ToolMissing
+from playground.config.params import Ranks
+from playground.core.errors import LabError, ParamError, ToolMissing
+from playground.core.sizes import Size, format_size
+from playground.display.report import Report
 from playground.memlab import cache_report, chase, lmbench
-from playground.params import Ranks
-from playground.report import Report
-from playground.sizes import Size, format_size
 
 RANKS = Ranks(1, "the cache lab measures one core")
 

@@ -18,10 +18,10 @@ from typing import Literal
 from playground.collectives import ALGORITHMS, registry
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
-from playground.errors import ParamError
+from playground.core.errors import ParamError
+from playground.core.sizes import Size, format_size
+from playground.display.report import Report
 from playground.models.calibration import ModelSpec, load_model, run_network
-from playground.report import Report
-from playground.sizes import Size, format_size
 
 Collective = Literal[registry.COLLECTIVES]
 Algorithm = Literal[registry.all_names()]

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from playground.concurrency import concurrency_report
 from playground.concurrency.runners import run_processes, run_serial, run_threads
 from playground.concurrency.timing import calibrate_iterations, cpu_work
-from playground.errors import ParamError
-from playground.machine import load_note, usable_cores
-from playground.report import Report
+from playground.core.errors import ParamError
+from playground.core.machine import load_note, usable_cores
+from playground.display.report import Report
 
 THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
 

@@ -7,11 +7,11 @@ enough); paging fails only when pages run out and wastes the tail of each block'
 
 from dataclasses import dataclass
 
-from playground.errors import ParamError
+from playground.config.params import Ranks
+from playground.core.errors import ParamError
+from playground.display.report import Report
 from playground.memlab import fragmentation_report
 from playground.models.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
-from playground.params import Ranks
-from playground.report import Report
 
 RANKS = Ranks(1, "fragmentation is a single-process model")
 

@@ -11,12 +11,12 @@ from typing import Literal
 
 import numpy as np
 
-from playground.errors import ParamError
+from playground.config.params import Ranks
+from playground.core.errors import ParamError
+from playground.core.native import load_native
+from playground.core.sizes import Size
+from playground.display.report import Report
 from playground.memlab import gather_report
-from playground.native import load_native
-from playground.params import Ranks
-from playground.report import Report
-from playground.sizes import Size
 
 RANKS = Ranks(1, "the gather lab measures one core")
 

@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import ParamError
+from playground.core.errors import ParamError
+from playground.display.report import Report
 from playground.kvcache import kvcache_report, kvcache_stats, replay
 from playground.kvcache.client import KVClient
 from playground.kvcache.host import TAG_RESULT, collect, new_server, start_server_thread
 from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
-from playground.report import Report
 
 THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
 

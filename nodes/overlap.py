@@ -22,9 +22,9 @@ from playground.buckets.gradients import make_base
 from playground.collectives.bucketing import MIB, Bucket, assign_buckets, per_tensor
 from playground.collectives.check import Tally
 from playground.collectives.comm_thread import CommThread
-from playground.errors import ParamError
-from playground.report import Report
-from playground.sizes import Size
+from playground.core.errors import ParamError
+from playground.core.sizes import Size
+from playground.display.report import Report
 
 THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
 

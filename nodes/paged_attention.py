@@ -10,12 +10,12 @@ the C kernel does not make).
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import ParamError
+from playground.config.params import Ranks
+from playground.core.errors import ParamError
+from playground.core.sizes import Size
+from playground.display.report import Report
 from playground.kvcache import attention_bench, attention_report
 from playground.kvcache.attention import KERNELS
-from playground.params import Ranks
-from playground.report import Report
-from playground.sizes import Size
 from playground.transformer.blas import pin_blas_threads
 
 RANKS = Ranks(1, "the attention kernel is timed on one core")

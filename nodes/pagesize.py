@@ -7,11 +7,11 @@ A second table checks exercise 9 (700 tokens at 16 and 256 tokens a page).
 
 from dataclasses import asdict, dataclass
 
-from playground.errors import ParamError
+from playground.config.params import Ranks
+from playground.core.errors import ParamError
+from playground.display.report import Report
 from playground.memlab import pagesize_report
 from playground.memlab.pagesize import pages_and_waste, random_blocks, tradeoff
-from playground.params import Ranks
-from playground.report import Report
 
 EXERCISE_9 = [(700, 16, 44, 4), (700, 256, 3, 68)]  # (size, page, pages, waste) from the seed
 

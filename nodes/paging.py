@@ -11,11 +11,11 @@ import mmap
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import ParamError
+from playground.config.params import Ranks
+from playground.core.errors import ParamError
+from playground.core.sizes import Size
+from playground.display.report import Report
 from playground.memlab import paging, paging_report
-from playground.params import Ranks
-from playground.report import Report
-from playground.sizes import Size
 
 MIB = 1024 * 1024
 

@@ -25,12 +25,12 @@ from typing import Literal
 
 import numpy as np
 
-from playground.errors import ParamError
+from playground.core.errors import ParamError
+from playground.core.sizes import Size, format_size
+from playground.display.report import Report
 from playground.models.calibration import measure_gamma
 from playground.network import pingpong_report
 from playground.network.raw_pair import RawPair
-from playground.report import Report
-from playground.sizes import Size, format_size
 
 TAG = 9
 TAG_COUNTS = 10

@@ -19,10 +19,10 @@ from typing import Literal
 
 import numpy as np
 
-from playground.errors import ParamError
-from playground.machine import set_timer_slack_ns, sleep_until
+from playground.core.errors import ParamError
+from playground.core.machine import set_timer_slack_ns, sleep_until
+from playground.display.report import Report
 from playground.queueing import pipeline_report
-from playground.report import Report
 
 TAG_ITEM = 7
 

@@ -20,8 +20,9 @@ from typing import Literal
 import numpy as np
 import zmq
 
-from playground.errors import ParamError
-from playground.params import Ranks
+from playground.config.params import Ranks
+from playground.core.errors import ParamError
+from playground.display.report import Report
 from playground.queueing import queue_report
 from playground.queueing.batchserver import serve_client
 from playground.queueing.loadgen import (
@@ -32,7 +33,6 @@ from playground.queueing.loadgen import (
     service_times_s,
 )
 from playground.queueing.queue_stats import load_stats
-from playground.report import Report
 
 THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
 

@@ -25,9 +25,9 @@ from typing import Literal
 
 from playground.concurrency import race_report
 from playground.concurrency.interleavings import describe, lecture_rows
-from playground.errors import LabError, ParamError
-from playground.machine import load_note
-from playground.report import Report
+from playground.core.errors import LabError, ParamError
+from playground.core.machine import load_note
+from playground.display.report import Report
 
 VARIANTS = ("no lock", "lock", "atomic (kernel O_APPEND)", "sharded")
 

@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import ParamError
+from playground.core.errors import ParamError
+from playground.display.report import Report
 from playground.kvcache import kvcache_stats, serving_clients, serving_host, serving_report
 from playground.kvcache.attention import KERNELS
 from playground.kvcache.client import KVClient
 from playground.kvcache.host import TAG_RESULT, collect, start_server_thread
 from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
-from playground.report import Report
 from playground.transformer.blas import pin_blas_threads
 
 THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned

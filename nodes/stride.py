@@ -11,14 +11,14 @@ from typing import Literal
 
 import numpy as np
 
-from playground import machine
-from playground.errors import ParamError
+from playground.config.params import Ranks
+from playground.core import machine
+from playground.core.errors import ParamError
+from playground.core.native import load_native
+from playground.core.sizes import Size
+from playground.display.report import Report
 from playground.memlab import stride_report
 from playground.memlab.strides import EXACT_FLOAT_SUM, lines_touched
-from playground.native import load_native
-from playground.params import Ranks
-from playground.report import Report
-from playground.sizes import Size
 
 RANKS = Ranks(1, "the stride lab measures one core")
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from playground.collectives import registry
-from playground.errors import ParamError
+from playground.core.errors import ParamError
+from playground.display.report import Report
 from playground.models.calibration import ModelSpec
-from playground.report import Report
 from playground.training import ddp_baseline, training_report
 from playground.training.loop import train_mode
 from playground.training.modes import NAMES

@@ -9,12 +9,12 @@ far apart, and two processes using the same virtual address for different physic
 
 from dataclasses import dataclass, field
 
-from playground.errors import ParamError
+from playground.config.params import Ranks
+from playground.core.errors import ParamError
+from playground.core.sizes import Size
+from playground.display.report import Report
 from playground.memlab import translation_report
 from playground.memlab.translation import PageTable, parse_address, translate_all
-from playground.params import Ranks
-from playground.report import Report
-from playground.sizes import Size
 
 
 def _default_tables() -> dict:

@@ -14,10 +14,10 @@ import playground as pg
 from playground.api.arguments import command_args, override_values
 from playground.api.result import Result
 from playground.cli import parse_args
-from playground.errors import ParamError, ScenarioError
-from playground.notebook import NotebookProgress
-from playground.scenario import load_scenario
-from playground.testing import run_cli, subprocess_env
+from playground.cli.testing import run_cli, subprocess_env
+from playground.config.scenario import load_scenario
+from playground.core.errors import ParamError, ScenarioError
+from playground.display.notebook import NotebookProgress
 
 
 def cli_result(args: list[str], out: Path) -> dict:
@@ -159,13 +159,13 @@ def test_bench_keywords_are_its_flags():
 
 
 # -- importing it -----------------------------------------------------------------------------
-def test_import_stays_cheap_and_the_functions_win_over_modules_of_their_names():
+def test_import_stays_cheap_and_the_api_functions_are_the_packages_names():
     code = (
         "import sys, playground as pg\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'numpy', 'zmq', 'matplotlib', 'rich', 'yaml', 'dill', 'multiprocess'})\n"
-        "import playground.run, playground.launch, playground.bench\n"
-        "from playground.run import execute\n"
+        "import playground.launcher.run, playground.launcher.launch, playground.commands.bench\n"
+        "from playground.launcher.run import execute\n"
         "print(heavy, [callable(f) and f.__module__ for f in (pg.run, pg.launch, pg.bench, pg.simulate)],"
         " pg.allreduce.__module__, 'run' in dir(pg))\n"
     )
@@ -179,7 +179,7 @@ def test_import_stays_cheap_and_the_functions_win_over_modules_of_their_names():
 
 # -- how a result shows itself ----------------------------------------------------------------
 def test_result_draws_its_tables_notes_failures_and_plots(tmp_path):
-    from playground.plot import figure
+    from playground.display.plot import figure
 
     with figure(tmp_path / "busbw.png", (2, 2)) as (_, ax):
         ax.plot([0, 1], [0, 1])

@@ -18,8 +18,8 @@ import pytest
 import usernode_raise
 
 import playground as pg
-from playground.errors import RunFailed
-from playground.testing import run_cli, session_processes, subprocess_env
+from playground.cli.testing import run_cli, session_processes, subprocess_env
+from playground.core.errors import RunFailed
 
 TESTS = Path(__file__).resolve().parent
 

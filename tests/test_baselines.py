@@ -13,8 +13,8 @@ from tools import NO_MPI4PY, NO_MPICH, NO_TORCH, have, importable, need
 
 from playground.baselines import available, common, run_baseline
 from playground.baselines.common import bus_factor, expected, layout, layouts, pattern
-from playground.errors import ScenarioError
-from playground.procs import BaselineError, run_workers, worker_env
+from playground.core.errors import ScenarioError
+from playground.launcher.procs import BaselineError, run_workers, worker_env
 
 # -- busbw factors and sizes, as nccl-tests defines them -------------------------------------------
 
@@ -261,7 +261,7 @@ def test_package_imports_without_torch_or_mpi4py():
         sys.modules["mpi4py"] = None
         import playground.baselines as b
         from playground.baselines import common, gloo, mpi, measure
-        from playground import procs
+        from playground.launcher import procs
         print(b.available("gloo")); print(b.available("mpi"))
     """)
     out = subprocess.run(

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from playground.testing import run_cli
+from playground.cli.testing import run_cli
 
 
 def _result(out_dir) -> dict:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from playground.testing import session_processes, start_cli
+from playground.cli.testing import session_processes, start_cli
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from playground.benchtable import render
-from playground.testing import run_cli
+from playground.cli.testing import run_cli
+from playground.commands.benchtable import render
 
 
 def _runs():

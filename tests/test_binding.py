@@ -8,10 +8,10 @@ import os
 import pytest
 
 import playground as pg
-from playground.errors import ScenarioError
-from playground.launch import rank_cpus
-from playground.scenario import load_scenario
-from playground.testing import run_cli
+from playground.cli.testing import run_cli
+from playground.config.scenario import load_scenario
+from playground.core.errors import ScenarioError
+from playground.launcher.launch import rank_cpus
 
 CPUS = sorted(os.sched_getaffinity(0))
 

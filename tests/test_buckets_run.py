@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from playground.cli.testing import run_scenario, scenario_file_with
 from playground.collectives.bucketing import assign_buckets
-from playground.errors import ScenarioError
-from playground.scenario import load_scenario
-from playground.testing import run_scenario, scenario_file_with
+from playground.config.scenario import load_scenario
+from playground.core.errors import ScenarioError
 
 KIB = 1024
 # a small custom model: a tensor larger than the 64 KiB cap, a first bucket of 16 KiB
@@ -100,7 +100,7 @@ def test_bad_params_get_one_line_and_exit_2(runs_dir, tmp_path, override, key, w
 
 @pytest.mark.parametrize("preset", ["buckets-resnet50", "buckets-gpt2", "buckets-sweep"])
 def test_presets_validate(preset):
-    from playground.scenario import load_scenario
+    from playground.config.scenario import load_scenario
 
     sc = load_scenario(preset)
     assert sc.params.iters >= 1 and sc.ranks == 4

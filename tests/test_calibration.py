@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from playground.cli.testing import run_cli, run_scenario
 from playground.models.calibration import (
     CALIBRATION_FILE,
     DEFAULT_LINKS,
@@ -23,7 +24,6 @@ from playground.models.calibration import (
     write_calibration,
 )
 from playground.models.costs import PRESETS, Link
-from playground.testing import run_cli, run_scenario
 
 FIT = SimpleNamespace(alpha_s=60e-6, beta_bytes_per_s=2e9)
 GAMMA = {"gamma_bytes_per_s": 5e9, "dtype": "float32", "points": [{"bytes": 1 << 20, "seconds": 2e-4}]}

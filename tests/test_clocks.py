@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from playground.clocks import (
+from playground.core.errors import ScenarioError
+from playground.tracing.clocks import (
     NUM_PROBES,
     ClockEstimate,
     ClockSample,
@@ -15,7 +16,6 @@ from playground.clocks import (
     rank_clock_ns,
     skew_us,
 )
-from playground.errors import ScenarioError
 
 
 def synthetic_samples(rng: random.Random, offset_us: float, n: int) -> list[ClockSample]:

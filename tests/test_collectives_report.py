@@ -8,7 +8,6 @@ import pytest
 
 from playground.baselines import common
 from playground.baselines.common import layout, layouts
-from playground.bench import baseline_table, compare
 from playground.collectives.bench_report import (
     COLUMNS,
     IN_PLACE_COLUMNS,
@@ -19,9 +18,10 @@ from playground.collectives.bench_report import (
 )
 from playground.collectives.check import count_wrong
 from playground.collectives.registry import collective_time_s
+from playground.commands.bench import baseline_table, compare
+from playground.display.report import format_cell
 from playground.models.calibration import ModelSource
 from playground.models.costs import PRESETS
-from playground.report import format_cell
 
 
 def _records(medians_us, wrongs=None, **extra):

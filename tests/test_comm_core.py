@@ -11,7 +11,7 @@ from playground.collectives.check import expected_result, pattern
 from playground.comm.communicator import Communicator
 from playground.comm.requests import DONE, SendRequest
 from playground.comm.world import open_world, run_local
-from playground.errors import InvalidPeer
+from playground.core.errors import InvalidPeer
 from playground.models.costs import PRESETS
 from playground.sim.driver import simulate
 from playground.sim.network import Machine
@@ -123,7 +123,7 @@ def test_bad_peers_and_requests_through_the_c_path(kind, tmp_path):
 
 def test_the_c_path_steps_aside_while_messages_are_traced(tmp_path):
     """A traced run records every send and receive: the same calls then take the Python path."""
-    from playground.trace import Tracer
+    from playground.tracing.trace import Tracer
 
     transports = open_world("local", 2, str(tmp_path))
     tracers = [Tracer(r, None) for r in range(2)]
@@ -143,7 +143,7 @@ def _one_message(a, b, x) -> tuple[list[str], list[str]]:
 
 def test_a_tracer_switched_on_after_the_communicator_is_made_is_honoured(tmp_path):
     """Nodes set `tracer.messages` after the tracer is made; the C path reads the slot per call."""
-    from playground.trace import Tracer
+    from playground.tracing.trace import Tracer
 
     transports = open_world("local", 2, str(tmp_path))
     a, b = (Communicator(r, 2, t, tracer=Tracer(r, None, messages=False)) for r, t in enumerate(transports))
@@ -160,7 +160,7 @@ def test_a_tracer_switched_on_after_the_communicator_is_made_is_honoured(tmp_pat
 def test_a_tracer_class_changed_at_run_time_is_read_afresh(tmp_path):
     """The C path caches where `messages` lives in a Tracer; a class whose attribute changes (here
     a property that always says True) must be read through the new descriptor at once."""
-    from playground.trace import Tracer
+    from playground.tracing.trace import Tracer
 
     transports = open_world("local", 2, str(tmp_path))
     a, b = (Communicator(r, 2, t, tracer=Tracer(r, None, messages=False)) for r, t in enumerate(transports))

@@ -11,7 +11,7 @@ from playground.collectives.check import expected_result, pattern
 from playground.comm.communicator import Communicator
 from playground.comm.faults import FaultyTransport
 from playground.comm.world import open_world, run_local
-from playground.errors import CommTimeout, FaultInjected, InvalidPeer, MessageMismatch, PeerLost
+from playground.core.errors import CommTimeout, FaultInjected, InvalidPeer, MessageMismatch, PeerLost
 
 TRANSPORTS = ["local", "ipc", "tcp", "shm"]
 pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("kind", TRANSPORTS)]

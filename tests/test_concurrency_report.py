@@ -11,7 +11,7 @@ from nodes.race import Params as RaceParams
 from playground.concurrency import concurrency_report, race_report
 from playground.concurrency.interleavings import lecture_rows
 from playground.concurrency.runners import run_processes, run_serial, run_threads
-from playground.machine import usable_cores
+from playground.core.machine import usable_cores
 
 
 def memory(ok_process=True):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from playground.control_messages import MalformedControl, parse_control
+from playground.rendezvous.messages import MalformedControl, parse_control
 
 RANK1 = b"rank-1"
 

@@ -12,13 +12,13 @@ import fuzzing
 import pytest
 import zmq
 
-from playground import rendezvous
 from playground.comm.addresses import free_tcp_port
 from playground.comm.control import control_identity
-from playground.coordinator import Coordinator
-from playground.errors import PeerLost, ScenarioMismatch
-from playground.rendezvous import RankEnv
-from playground.worker import _error_message
+from playground.core.errors import PeerLost, ScenarioMismatch
+from playground.launcher.worker import _error_message
+from playground.rendezvous import join as rendezvous
+from playground.rendezvous.coordinator import Coordinator
+from playground.rendezvous.join import RankEnv
 
 SCENARIO = {"name": "ring", "ranks": 3, "params": {"iters": 3, "sizes": [1024]}}
 

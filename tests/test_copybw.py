@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from playground.copybw import KINDS, ring_passes
-from playground.testing import run_cli
+from playground.cli.testing import run_cli
+from playground.commands.copybw import KINDS, ring_passes
 
 
 def test_ring_passes_count_the_copies_and_reductions_of_each_step():

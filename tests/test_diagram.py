@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from playground.cli.testing import run_cli
+from playground.commands.inspect import load_run
+from playground.core.errors import ScenarioError
 from playground.diagram import MAX_RANKS, draw_diagram, layout
 from playground.diagram.layout import calls, lamport_ticks
 from playground.diagram.svg import render_svg
 from playground.diagram.tags import message_label, tag_name
-from playground.errors import ScenarioError
-from playground.inspect import load_run
 from playground.models.costs import Link
 from playground.sim.driver import simulate
 from playground.sim.network import Machine
-from playground.testing import run_cli
-from playground.timeline import message_flows
-from playground.trace import CAT_OP, CAT_PHASE
+from playground.tracing.timeline import message_flows
+from playground.tracing.trace import CAT_OP, CAT_PHASE
 
 LINK = Link(5e-6, 50e9, 100e9)
 NS = {"s": "http://www.w3.org/2000/svg"}

@@ -7,11 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from playground.cli.testing import run_cli, run_scenario
+from playground.commands.inspect import load_run
 from playground.diagram import layout
-from playground.inspect import load_run
 from playground.lecture import plots
 from playground.lecture.figures import Run
-from playground.testing import run_cli, run_scenario
 
 N = 4
 NS = {"s": "http://www.w3.org/2000/svg"}

@@ -12,9 +12,9 @@ import pytest
 from tools import have, need
 
 from playground.cli import _attach_signed_values, build_parser
-from playground.reference import PAGES, builtin_scenarios, undocumented_fields
-from playground.scenario import Fault, Scenario, builtin_names
-from playground.topology import Link
+from playground.cli.reference import PAGES, builtin_scenarios, undocumented_fields
+from playground.config.scenario import Fault, Scenario, builtin_names
+from playground.core.topology import Link
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

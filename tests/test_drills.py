@@ -19,9 +19,9 @@ import subprocess
 import psutil
 import pytest
 
-from playground.coordinator import HEARTBEAT_LOST_S
+from playground.cli.testing import PLAYGROUND, subprocess_env
 from playground.hosts import netns
-from playground.testing import PLAYGROUND, subprocess_env
+from playground.rendezvous.coordinator import HEARTBEAT_LOST_S
 
 pytestmark = pytest.mark.timeout(60)
 CUT_BOUND_S = 3.0

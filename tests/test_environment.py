@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from playground.environment import NAMES, VARIABLES
+from playground.core.environment import NAMES, VARIABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +16,7 @@ def test_every_variable_in_the_code_is_in_the_table():
                 for name in re.findall(r"PLAYGROUND_[A-Z_]+[A-Z]", path.read_text(errors="replace")):
                     used.setdefault(name, path.relative_to(ROOT))
     missing = {name: str(where) for name, where in used.items() if name not in NAMES}
-    assert not missing, f"add these to playground/environment.py: {missing}"
+    assert not missing, f"add these to playground/core/environment.py: {missing}"
     unused = NAMES - set(used)
     assert not unused, f"no code reads these any more: {sorted(unused)}"
 

@@ -1,4 +1,4 @@
-"""The error hierarchy (playground/errors.py): every class is a PlaygroundError, is built with its
+"""The error hierarchy (playground/core/errors.py): every class is a PlaygroundError, is built with its
 fields and says them, stays catchable as the builtin it replaced, and a real raise site of each
 raises it."""
 
@@ -8,9 +8,9 @@ import sys
 import pytest
 import zmq
 
-from playground import errors
 from playground.collectives.bucketing import assign_buckets
-from playground.errors import (
+from playground.core import errors
+from playground.core.errors import (
     CommError,
     CommTimeout,
     FaultInjected,
@@ -28,20 +28,20 @@ from playground.errors import (
     WaitTimeout,
     WireError,
 )
+from playground.core.native import load_native
+from playground.core.sizes import parse_size
 from playground.kvcache import protocol as P
 from playground.kvcache.block_manager import BlockManager
 from playground.kvcache.client import KVClient, KVServerError, LocalClient
 from playground.kvcache.contiguous import ContiguousAllocator as KVContiguous
 from playground.kvcache.server import Server
+from playground.launcher.procs import BaselineError
 from playground.lecture.figures import NotMeasured
 from playground.memlab import lmbench
 from playground.memlab.translation import PageFault, PageTable
 from playground.models.allocation import ContiguousAllocator, PagedAllocator
 from playground.models.costs import Link
-from playground.native import load_native
-from playground.procs import BaselineError
 from playground.sim.engine import SimDeadlock
-from playground.sizes import parse_size
 
 ERRORS_PY = [c for _, c in inspect.getmembers(errors, inspect.isclass) if c.__module__ == errors.__name__]
 ELSEWHERE = [P.ProtocolError, KVServerError, BaselineError, PageFault, NotMeasured, SimDeadlock]

@@ -12,10 +12,10 @@ import psutil
 import pytest
 
 import playground
+from playground.cli.testing import PLAYGROUND, session_processes
 from playground.comm.addresses import free_tcp_port
-from playground.errors import ScenarioError
-from playground.external import coordinator_port, run_dir_for
-from playground.testing import PLAYGROUND, session_processes
+from playground.core.errors import ScenarioError
+from playground.launcher.external import coordinator_port, run_dir_for
 
 ROOT = Path(playground.__file__).resolve().parent.parent  # the same playground the tests imported
 SMALL = ["--set", "params.sizes=[1KiB]", "--set", "params.iters=3", "--set", "params.warmup=1"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.testing import run_scenario, session_processes, start_cli
+from playground.cli.testing import run_scenario, session_processes, start_cli
 
 TESTS = Path(__file__).resolve().parent
 

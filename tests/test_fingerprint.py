@@ -1,7 +1,7 @@
 """The scenario fingerprint every rank sends at registration, and the one line a mismatch makes."""
 
-from playground.fingerprint import differing_keys, fingerprint, flatten, mismatch_message
-from playground.scenario import load_scenario
+from playground.config.fingerprint import differing_keys, fingerprint, flatten, mismatch_message
+from playground.config.scenario import load_scenario
 
 
 def test_same_resolved_scenario_same_fingerprint_whatever_the_key_order():

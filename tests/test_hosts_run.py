@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from playground import cli
+from playground.cli.testing import run_cli, session_processes, start_cli
 from playground.hosts import netns
-from playground.testing import run_cli, session_processes, start_cli
 
 pytestmark = pytest.mark.timeout(60)
 SMALL = ["--set", "params.sizes=[8,1000,70KiB]", "--set", "params.iters=3", "--set", "params.warmup=1"]

@@ -1,4 +1,4 @@
-"""`python -m playground.hotpath`: every rank of a world as a greenlet in one thread, over the real
+"""`python -m playground.commands.hotpath`: every rank of a world as a greenlet in one thread, over the real
 transport, so a collective's own work is measured without waiting. Checked: it runs the real
 collective correctly and counts its Python calls; no time is asserted."""
 
@@ -7,7 +7,7 @@ import pstats
 
 import pytest
 
-from playground import hotpath
+from playground.commands import hotpath
 
 
 @pytest.mark.timeout(60)

@@ -1,6 +1,6 @@
 """inspect's per-host view: which bytes crossed a host link and which stayed inside a host."""
 
-from playground.inspect import host_traffic
+from playground.commands.inspect import host_traffic
 
 
 def send(peer: int, nbytes: int) -> dict:

@@ -6,14 +6,14 @@ import textwrap
 
 import pytest
 
-from playground.testing import subprocess_env
+from playground.cli.testing import subprocess_env
 
 # In a process group of its own: one process sends SIGINT to the whole group every 0.5 ms (a storm of
 # Ctrl-Cs) while the other runs short commands through netns.run, as the launcher builds hosts.
 STORM = textwrap.dedent(
     """
     import os, signal, sys, time
-    from playground.errors import EmulationError
+    from playground.core.errors import EmulationError
     from playground.hosts import netns
 
     os.setpgrp()

@@ -4,12 +4,12 @@ server's `attend` for every policy, forks included, with its error replies."""
 import numpy as np
 import pytest
 
+from playground.core.native import load_native
 from playground.kvcache import protocol as P
 from playground.kvcache.attention import RunTable, decode_attention, prefill_attention, run_table
 from playground.kvcache.block_manager import Copy
 from playground.kvcache.kv_pool import KVLayout, KVPool
 from playground.kvcache.server import Server
-from playground.native import load_native
 from playground.transformer.generate import cached_attention
 
 LAYOUT = KVLayout(layers=2, heads=3, head_dim=8)

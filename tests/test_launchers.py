@@ -21,10 +21,10 @@ from clusters import SLURM_TOOLS, HostPair, SlurmCluster, SlurmNode, can_emulate
 from test_external import SMALL, Ranks, assert_good_run, clean_env, ranks  # noqa: F401 - ranks is a fixture
 from tools import NO_TORCH, have, importable, need
 
+from playground.cli.testing import PLAYGROUND
 from playground.comm.addresses import free_tcp_port
-from playground.external import EPHEMERAL_PORTS
-from playground.testing import PLAYGROUND
-from playground.trace import read_events
+from playground.launcher.external import EPHEMERAL_PORTS
+from playground.tracing.trace import read_events
 
 
 def _mpich_mpiexec() -> str | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from tools import need
 
-from playground.testing import run_cli
+from playground.cli.testing import run_cli
 
 SECTIONS = "4,5"  # a real-run image of each kind: the scenarios' own plots and the lecture's added ones
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from playground.cli.testing import PLAYGROUND, run_cli, subprocess_env
 from playground.lecture.command import run_lecture
-from playground.testing import PLAYGROUND, run_cli, subprocess_env
 
 
 @pytest.mark.parametrize("value", ["9", "x", "0", "1,,2", "1;2"])

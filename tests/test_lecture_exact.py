@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from playground.cli.testing import run_scenario
 from playground.lecture.figures import Context, NotMeasured, Run, evaluate
 from playground.lecture.plan import load_plan
 from playground.lecture.readers import READERS
-from playground.testing import run_scenario
 
 PLAN = load_plan(readers=READERS)
 EXACT = [(s, f) for s in PLAN.sections for f in s.figures if f.kind == "exact"]

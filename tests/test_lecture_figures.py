@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from playground.errors import ScenarioError
+from playground.config.scenario import builtin_names
+from playground.core.errors import ScenarioError
 from playground.lecture.figures import (
     Context,
     NotMeasured,
@@ -19,7 +20,6 @@ from playground.lecture.figures import (
 )
 from playground.lecture.plan import Figure, Section, load_plan
 from playground.lecture.readers import READERS
-from playground.scenario import builtin_names
 
 SEED = Path(  # the lecture this project comes from, shipped in the package (docs/ links to it)
     os.environ.get(

@@ -1,6 +1,6 @@
 """sysfs cache sizes and lat_mem_rd output parsing on fixed inputs."""
 
-from playground import machine
+from playground.core import machine
 from playground.memlab import lmbench
 
 

@@ -8,12 +8,12 @@ import time
 import numpy as np
 import pytest
 
+from playground.cli.testing import run_scenario
 from playground.comm import mailbox
 from playground.comm.communicator import Communicator
 from playground.comm.shm import ShmChannels
 from playground.comm.shm_transport import ShmTransport
-from playground.errors import CommTimeout
-from playground.testing import run_scenario
+from playground.core.errors import CommTimeout
 
 
 def test_records_arrive_whole_and_in_order(two):

@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
+from playground.core.native import load_native
 from playground.memlab import chase
-from playground.native import load_native
 
 native = load_native()
 

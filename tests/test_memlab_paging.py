@@ -3,7 +3,7 @@
 import pytest
 from tools import need
 
-from playground import machine
+from playground.core import machine
 from playground.memlab import paging
 
 MIB = 1024 * 1024

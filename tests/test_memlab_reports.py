@@ -4,7 +4,7 @@ model labs' own `main` needs no communicator, the measured ones get hand-made ro
 import pytest
 
 from nodes import cache, fragmentation, gather, pagesize, paging, stride, translation
-from playground.machine import CacheLevel
+from playground.core.machine import CacheLevel
 from playground.memlab import (
     cache_report,
     fragmentation_report,

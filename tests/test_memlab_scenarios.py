@@ -2,9 +2,9 @@
 
 import pytest
 
-from playground.errors import ScenarioError
-from playground.scenario import load_scenario
-from playground.testing import run_scenario, scenario_file_with
+from playground.cli.testing import run_scenario, scenario_file_with
+from playground.config.scenario import load_scenario
+from playground.core.errors import ScenarioError
 
 CACHE = ["params.max_bytes=256KiB", "params.min_loads=2000", "params.repeats=2"]
 

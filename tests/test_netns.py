@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from playground.errors import EmulationError
+from playground.core.errors import EmulationError
+from playground.core.machine import current_netns
+from playground.core.topology import BRIDGE_ADDR, Link, host_addr
 from playground.hosts import netns
-from playground.machine import current_netns
-from playground.topology import BRIDGE_ADDR, Link, host_addr
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -101,7 +101,7 @@ def test_sweep_removes_only_namespaces_of_dead_launchers(as_root):
 
 
 def test_a_host_is_its_namespace_or_playground_host_never_the_host_name_alone(as_root, monkeypatch):
-    from playground.rendezvous import host_identity
+    from playground.rendezvous.join import host_identity
 
     monkeypatch.delenv("PLAYGROUND_HOST", raising=False)
     assert host_identity() == socket.gethostname()

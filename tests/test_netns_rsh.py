@@ -3,7 +3,7 @@
 
 from tools import have, need
 
-from playground.netns_rsh import main
+from playground.hosts.netns_rsh import main
 
 
 def test_usage_and_unknown_host(capsys):

@@ -1,6 +1,6 @@
 """Where a rank sends to each peer: ipc to a peer on its own host, tcp to the others."""
 
-from playground.rendezvous import Peers, pick_endpoints
+from playground.rendezvous.join import Peers, pick_endpoints
 
 
 def test_same_host_peers_get_their_ipc_endpoint_the_others_tcp():

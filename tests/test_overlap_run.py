@@ -9,11 +9,11 @@ import json
 import pytest
 
 from playground.buckets.overlap_stats import StepTimes, pipeline_step_s, serial_step_s
-from playground.errors import ScenarioError
-from playground.scenario import load_scenario
-from playground.testing import run_cli, run_scenario, scenario_file_with
-from playground.timeline import intersection_s
-from playground.trace import read_events
+from playground.cli.testing import run_cli, run_scenario, scenario_file_with
+from playground.config.scenario import load_scenario
+from playground.core.errors import ScenarioError
+from playground.tracing.timeline import intersection_s
+from playground.tracing.trace import read_events
 
 
 # -- the two-stage pipeline model -----------------------------------------------------------------
@@ -146,7 +146,7 @@ def test_bad_params_get_one_line_and_exit_2(runs_dir, tmp_path, override, key, w
 
 @pytest.mark.parametrize("preset", ["overlap", "overlap-compute-bound", "overlap-comm-bound"])
 def test_presets_validate(preset):
-    from playground.scenario import load_scenario
+    from playground.config.scenario import load_scenario
 
     sc = load_scenario(preset)
     assert sc.params.settings and all(s.layers == 16 for s in sc.params.settings)  # the lecture's 16 chunks

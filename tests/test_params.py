@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from playground.errors import ParamError, ScenarioError
-from playground.params import build_params
-from playground.scenario import load_scenario
-from playground.testing import scenario_file_with
+from playground.cli.testing import scenario_file_with
+from playground.config.params import build_params
+from playground.config.scenario import load_scenario
+from playground.core.errors import ParamError, ScenarioError
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from nodes.pingpong import Counts, Params, counts_within
-from playground.testing import run_cli
+from playground.cli.testing import run_cli
 
 DEFAULT = Params()
 

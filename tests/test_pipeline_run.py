@@ -8,7 +8,7 @@ checked exactly on synthetic stamps in test_pipeline_stats.py.
 
 import pytest
 
-from playground.testing import run_scenario
+from playground.cli.testing import run_scenario
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from playground.plot import figure, plot_busbw, plot_timeline
-from playground.testing import subprocess_env
+from playground.cli.testing import subprocess_env
+from playground.display.plot import figure, plot_busbw, plot_timeline
 
 
 def open_figures() -> list[int]:

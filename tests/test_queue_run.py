@@ -11,8 +11,8 @@ themselves are checked exactly on synthetic stamps in test_queue_stats.py / test
 import numpy as np
 import pytest
 
+from playground.cli.testing import run_scenario
 from playground.queueing.queue_stats import load_stats
-from playground.testing import run_scenario
 
 QUEUE = [
     "params.loads=[0.5]",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from playground.testing import run_scenario
+from playground.cli.testing import run_scenario
 
 
 @pytest.mark.timeout(60)

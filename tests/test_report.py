@@ -5,9 +5,9 @@ import types
 
 import pytest
 
-from playground.report import Report, Table, default_report, failed_ranks, with_rank_checks
-from playground.run import summarize
-from playground.scenario import Scenario
+from playground.config.scenario import Scenario
+from playground.display.report import Report, Table, default_report, failed_ranks, with_rank_checks
+from playground.launcher.run import summarize
 
 
 @pytest.fixture
@@ -95,7 +95,7 @@ def test_an_unchecked_wrong_count_shows_as_n_a_as_in_nccl_tests():
 
     from rich.console import Console
 
-    from playground.report import render_table
+    from playground.display.report import render_table
 
     out = StringIO()
     rows = [{"size": 8, "wrong": -1, "ip_wrong": -1}, {"size": 16, "wrong": 0, "ip_wrong": 3}]

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from playground import results
-from playground.errors import ScenarioError
-from playground.testing import run_cli
+from playground.cli.testing import run_cli
+from playground.commands import results
+from playground.core.errors import ScenarioError
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):

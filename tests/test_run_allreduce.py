@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.testing import run_cli, run_scenario
+from playground.cli.testing import run_cli, run_scenario
 
 TESTS = Path(__file__).resolve().parent
 

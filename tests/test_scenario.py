@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from playground.errors import ScenarioError
-from playground.scenario import builtin_names, load_scenario
-from playground.testing import run_cli, scenario_file_with
+from playground.cli.testing import run_cli, scenario_file_with
+from playground.config.scenario import builtin_names, load_scenario
+from playground.core.errors import ScenarioError
 
 
 def write(tmp_path, text, name="s.yaml"):

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from playground import scratch
-from playground.testing import PLAYGROUND, run_cli, subprocess_env
+from playground.cli.testing import PLAYGROUND, run_cli, subprocess_env
+from playground.core import scratch
 
 
 def _dead_pid() -> int:

@@ -4,7 +4,7 @@ rank serving a model and client ranks, at small sizes; bad input is one line, ex
 import numpy as np
 import pytest
 
-from playground.testing import run_scenario
+from playground.cli.testing import run_scenario
 from playground.transformer import ModelConfig, Transformer, save_model
 
 SMALL_MODEL = ["params.layers=2", "params.d_model=32", "params.heads=4", "params.context=128"]

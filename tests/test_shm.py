@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from playground.cli.testing import run_scenario
 from playground.comm.shm import ShmChannels
-from playground.testing import run_scenario
 
 TESTS = Path(__file__).resolve().parent
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from playground.cli.testing import run_scenario
 from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.check import input_count, pattern
 from playground.collectives.chunks import phantom
@@ -23,7 +24,6 @@ from playground.sim.engine import SimDeadlock
 from playground.sim.fold import ROTATION, XOR, symmetry
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
-from playground.testing import run_scenario
 
 LINK = Link(5e-6, 50e9, 100e9)  # the example: alpha 5 us, 50 GB/s, gamma 100 GB/s
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.testing import run_cli
+from playground.cli.testing import run_cli
 
 pytestmark = pytest.mark.timeout(120)
 BENCH_KEYS = {"size", "count", "dtype", "op", "algorithm", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}

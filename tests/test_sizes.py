@@ -1,6 +1,6 @@
 import pytest
 
-from playground.sizes import (
+from playground.core.sizes import (
     format_duration,
     format_rate,
     format_size,

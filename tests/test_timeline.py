@@ -1,4 +1,4 @@
-"""Merging the ranks' logs: clock alignment and send -> receive flow arrows (playground.timeline),
+"""Merging the ranks' logs: clock alignment and send -> receive flow arrows (playground.tracing.timeline),
 the communicator's message numbering they rest on, and real runs with a rank's clock skewed on
 purpose, where only the offset measured at rendezvous puts every receive after its send."""
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from test_external import SMALL, Ranks, clean_env, ranks  # noqa: F401 - ranks is a fixture
 
+from playground.cli.testing import run_cli, run_scenario
 from playground.comm.communicator import Communicator
 from playground.comm.world import open_world
-from playground.testing import run_cli, run_scenario
-from playground.timeline import align, message_flows, receives_before_send
-from playground.trace import CAT_META, Tracer, read_events, to_chrome_trace
+from playground.tracing.timeline import align, message_flows, receives_before_send
+from playground.tracing.trace import CAT_META, Tracer, read_events, to_chrome_trace
 
 
 def ev(name, ts, dur=1.0, cat="send", **args):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from playground.errors import ParamError
-from playground.topology import (
+from playground.core.errors import ParamError
+from playground.core.topology import (
     Link,
     describe_placement,
     host_addr,

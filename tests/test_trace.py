@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from playground.comm.world import run_local
-from playground.trace import CAT_COMPUTE, CAT_PHASE, Tracer, read_events
+from playground.tracing.trace import CAT_COMPUTE, CAT_PHASE, Tracer, read_events
 
 
 class _Clock:

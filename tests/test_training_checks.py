@@ -8,7 +8,7 @@ import pytest
 
 from playground.comm.faults import FaultyTransport
 from playground.comm.world import run_local
-from playground.errors import ResultMismatch
+from playground.core.errors import ResultMismatch
 from playground.training.checks import (
     BLOCK_ELEMENTS,
     Reduction,

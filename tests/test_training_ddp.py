@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from tools import NO_TORCH, importable, need
 
-from playground.testing import run_scenario
+from playground.cli.testing import run_scenario
 from playground.transformer import BatchSampler, ModelConfig, ParamLayout, Transformer, lecture_bytes
 from playground.transformer.init import init_params
 

@@ -9,8 +9,8 @@ from test_launchers import MPIEXEC, NO_MPICH
 from tools import need
 
 from playground import cli
+from playground.cli.testing import PLAYGROUND, run_cli, run_scenario
 from playground.comm.addresses import free_tcp_port
-from playground.testing import PLAYGROUND, run_cli, run_scenario
 from playground.transformer import ModelConfig, load_model
 
 TINY = [

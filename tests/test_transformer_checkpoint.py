@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from playground.errors import ParamError
+from playground.core.errors import ParamError
 from playground.transformer import ModelConfig, Transformer, load_model, save_model
 
 

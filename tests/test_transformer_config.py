@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from playground.errors import ParamError, UsageError
+from playground.core.errors import ParamError, UsageError
 from playground.transformer import ModelConfig, ParamLayout, Transformer
 
 

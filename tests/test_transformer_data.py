@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from playground.errors import ParamError
+from playground.core.errors import ParamError
 from playground.transformer import BatchSampler, lecture_bytes
 
 DOCS_LINK = Path(__file__).resolve().parents[1] / "docs" / "lecture-p4-computer-systems.txt"

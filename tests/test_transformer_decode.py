@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.transformer import (
     DenseKVCache,
     ModelConfig,

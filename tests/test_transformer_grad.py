@@ -147,7 +147,7 @@ def test_each_gradient_is_handed_over_once_in_reverse_layout_order_already_final
 
 
 def test_backward_needs_a_forward_each_time():
-    from playground.errors import UsageError
+    from playground.core.errors import UsageError
 
     model = Transformer(ModelConfig(vocab_size=16, layers=1, d_model=8, heads=2, context=4))
     with pytest.raises(UsageError):

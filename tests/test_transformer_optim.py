@@ -4,7 +4,7 @@ summed gradients train like one process on the global batch."""
 import numpy as np
 import pytest
 
-from playground.errors import ParamError, UsageError
+from playground.core.errors import ParamError, UsageError
 from playground.transformer import Adam, AdamConfig, BatchSampler, ModelConfig, Transformer, lecture_bytes
 from playground.transformer.train import train_one_process
 

@@ -67,7 +67,7 @@ def test_a_forked_child_pins_its_blas_to_one_thread():
 FAULTS_AFTER_FREEING = """
 import resource, sys
 import numpy as np
-from playground.machine import keep_freed_memory
+from playground.core.machine import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else True
 for _ in range(3):  # the first round faults the heap in; the next ones must reuse it
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

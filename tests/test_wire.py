@@ -9,7 +9,7 @@ import zmq
 
 from playground.comm import wire
 from playground.comm.world import open_world
-from playground.errors import WireError
+from playground.core.errors import WireError
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint8", "bool"])

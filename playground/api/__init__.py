@@ -2,7 +2,7 @@
 and `pg.launch` (docs/python-api.md).
 
 Each goes through the command line's own code: `run` loads the scenario as `run --set` does and
-calls `playground.run.execute`; `bench` and `simulate` parse their keywords with the command's
+calls `playground.launcher.run.execute`; `bench` and `simulate` parse their keywords with the command's
 parser (`arguments.py`) and call `bench.benchmark` and `sim.command.simulate_sweep`; `launch` runs
 a function of the caller's through the same launcher, as a scenario whose node is that function.
 They return a `Result` (result.py) of the run's result.json. What the command would exit with
@@ -29,9 +29,9 @@ from rich.console import Console
 
 from playground.api.arguments import command_args, override_values
 from playground.api.result import OutputFile, Result
-from playground.errors import ParamError, RunFailed, ScenarioError
-from playground.launch import START_METHODS
-from playground.rundir import EXIT_INTERRUPTED, EXIT_OK, Finished
+from playground.core.errors import ParamError, RunFailed, ScenarioError
+from playground.core.rundir import EXIT_INTERRUPTED, EXIT_OK, Finished
+from playground.launcher.launch import START_METHODS
 
 __all__ = ["OutputFile", "Result", "bench", "launch", "run", "simulate"]
 
@@ -54,8 +54,8 @@ def run(
     """`python -m playground run SCENARIO`: a built-in name or a YAML path; `ranks`, `transport`,
     `hosts`, `link` and `out` as the command's flags, any other keyword a `--set` (arguments.py:
     `sizes=["8", "1MiB"]` is params.sizes). `echo`: also print what the command prints."""
-    from playground.run import execute
-    from playground.scenario import load_scenario
+    from playground.config.scenario import load_scenario
+    from playground.launcher.run import execute
 
     _check_start_method(start_method)
     loaded = load_scenario(
@@ -74,7 +74,7 @@ def bench(
 ) -> Result:
     """`python -m playground bench COLLECTIVE --flag value ...` (allreduce, ..., p2p); a keyword is
     a flag: `pg.bench("allreduce", ranks=4, algo="ring,tree", sizes="8..16MiB")`."""
-    from playground.bench import benchmark
+    from playground.commands.bench import benchmark
 
     _check_start_method(start_method)
     if collective == "table":
@@ -111,9 +111,9 @@ def launch(
     what each rank returned as `Result.returned`. The function may come from a notebook cell, be a
     lambda or a closure: it is sent to the spawned ranks by value. `bind` pins ranks to CPUs as the
     scenario key of that name does (auto: over shm, when each rank has a CPU of its own)."""
-    from playground.run import execute
-    from playground.scenario import function_scenario
-    from playground.worker import FunctionByValue
+    from playground.config.scenario import function_scenario
+    from playground.launcher.run import execute
+    from playground.launcher.worker import FunctionByValue
 
     _check_start_method(start_method)
     scenario = function_scenario(function, ranks, params, transport, timeout_s, name, bind)

@@ -17,8 +17,8 @@ import argparse
 import json
 from typing import Any
 
-from playground.errors import ScenarioError
-from playground.scenario import TOP_KEYS
+from playground.config.scenario import TOP_KEYS
+from playground.core.errors import ScenarioError
 
 REPEATABLE = ("set", "measured")
 _INTERNAL = ("func", "command")  # set by the parser, not flags

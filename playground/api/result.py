@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from playground.report import Table, data_uri, html_table, render_table
+from playground.display.report import Table, data_uri, html_table, render_table
 
 
 class OutputFile(os.PathLike):
@@ -93,8 +93,8 @@ class Result(Mapping):
     # -- the files inspect writes ------------------------------------------------------------
     def plot(self, path: str | os.PathLike | None = None) -> OutputFile:
         """The per-rank timeline (`inspect --plot`), by default timeline.png in the run directory."""
-        from playground.plot import plot_timeline
-        from playground.timeline import load_timeline
+        from playground.display.plot import plot_timeline
+        from playground.tracing.timeline import load_timeline
 
         out = Path(path) if path is not None else self.run_dir / "timeline.png"
         plot_timeline(load_timeline(self.run_dir)[0], out)
@@ -103,8 +103,8 @@ class Result(Mapping):
     def trace(self, path: str | os.PathLike | None = None) -> OutputFile:
         """The Chrome trace (`inspect --trace`; open it in https://ui.perfetto.dev), by default
         trace.json in the run directory."""
-        from playground.inspect import write_trace
-        from playground.timeline import load_timeline
+        from playground.commands.inspect import write_trace
+        from playground.tracing.timeline import load_timeline
 
         out = Path(path) if path is not None else self.run_dir / "trace.json"
         events, clocks = load_timeline(self.run_dir)

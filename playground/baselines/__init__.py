@@ -12,8 +12,8 @@ from pathlib import Path
 
 from playground.baselines import common
 from playground.baselines.common import COLLECTIVES, DTYPES, OPS, bus_factor
-from playground.errors import ScenarioError
-from playground.procs import BaselineError
+from playground.core.errors import ScenarioError
+from playground.launcher.procs import BaselineError
 
 BASELINES = ("gloo", "mpi")
 

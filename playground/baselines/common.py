@@ -24,7 +24,7 @@ import numpy as np
 from playground.collectives.bench_report import build_row
 from playground.collectives.check import COLLECTIVES, ROOT, busbw_factor, expected_output, pattern
 from playground.collectives.ops import ReduceOp
-from playground.errors import ScenarioError, UsageError
+from playground.core.errors import ScenarioError, UsageError
 
 OPS = ("sum", "max", "min")
 DTYPES = ("float32", "float64", "int32", "int64")

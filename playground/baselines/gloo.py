@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from playground.comm.addresses import free_tcp_port
-from playground.procs import run_workers, worker_env
+from playground.launcher.procs import run_workers, worker_env
 
 INSTALL_HINT = "torch is not installed: pip install torch==2.13.0"
 

@@ -8,7 +8,7 @@ work in place. Every iteration's output, warm-up included, is checked against th
 after its timing and once every rank's timed call is over, as our own bench checks (`check.Tally`),
 so ours and theirs count alike.
 
-Results go to `rank-<r>.jsonl` in the run's directory, one JSON line per size (`playground.procs`).
+Results go to `rank-<r>.jsonl` in the run's directory, one JSON line per size (`playground.launcher.procs`).
 """
 
 import argparse
@@ -23,7 +23,7 @@ import numpy as np
 
 from playground.baselines import common
 from playground.collectives.check import Tally
-from playground.procs import rank_file, write_record
+from playground.launcher.procs import rank_file, write_record
 
 
 @dataclass

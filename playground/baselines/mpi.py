@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from playground.procs import run_workers, worker_env
+from playground.launcher.procs import run_workers, worker_env
 
 INSTALL_HINT = "mpi4py or mpiexec not found: apt-get install mpich && pip install --no-binary mpi4py mpi4py"
 

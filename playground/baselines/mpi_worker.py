@@ -12,8 +12,8 @@ import numpy as np
 
 from playground.baselines import common
 from playground.baselines.measure import Call, measure, parse_worker_args
-from playground.errors import UsageError
-from playground.procs import record_error
+from playground.core.errors import UsageError
+from playground.launcher.procs import record_error
 
 
 class MPIBackend:

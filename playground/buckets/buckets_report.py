@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from playground.collectives.check import describe_first_wrong, earliest_first_wrong
-from playground.machine import load_note
+from playground.core.machine import load_note
+from playground.core.sizes import format_size
+from playground.display.plot import figure
+from playground.display.report import Report, Table
 from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
-from playground.plot import figure
-from playground.report import Report, Table
-from playground.sizes import format_size
 
 COLUMNS = {
     "strategy": "strategy",

@@ -9,11 +9,11 @@ from playground.buckets.backward import MODES
 from playground.buckets.overlap_stats import StepTimes, pipeline_step_s, serial_step_s
 from playground.collectives.bucketing import Bucket
 from playground.collectives.check import describe_first_wrong, earliest_first_wrong
-from playground.machine import load_note
-from playground.report import Report, Table
-from playground.sizes import format_size
-from playground.timeline import intersection_s
-from playground.trace import read_events
+from playground.core.machine import load_note
+from playground.core.sizes import format_size
+from playground.display.report import Report, Table
+from playground.tracing.timeline import intersection_s
+from playground.tracing.trace import read_events
 
 COLUMNS = {
     "setting": "setting",

@@ -17,7 +17,7 @@ Measures of one step (all in seconds):
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 
 def pipeline_step_s(compute_s: Sequence[float], comm_s: Sequence[float]) -> float:

@@ -14,7 +14,7 @@ from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, fl
 from playground.collectives.ops import ReduceOp
 from playground.collectives.ring import allgather_ring, reduce_scatter_ring
 from playground.collectives.tree import broadcast_tree_into, reduce_tree_into
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 # The names each collective offers (with "auto" where it picks by size), from the registry.
 ALGORITHMS: dict[str, tuple[str, ...]] = {c: registry.names(c) for c in registry.COLLECTIVES}

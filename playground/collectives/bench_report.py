@@ -18,9 +18,9 @@ model would pick (`model_pick`); the table's title says where the model's link c
 
 from playground.collectives.check import busbw_factor, describe_first_wrong, earliest_first_wrong
 from playground.collectives.registry import BY_KEY, best_algorithm, collective_time_s, names
+from playground.display.report import Report, Table
 from playground.models.calibration import ModelSource
 from playground.models.costs import Link
-from playground.report import Report, Table
 
 REDUCING = frozenset({"allreduce", "reduce_scatter", "reduce"})
 COLUMNS = {

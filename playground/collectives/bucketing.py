@@ -27,7 +27,7 @@ Rules here (`assign_buckets`):
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 MIB = 1024 * 1024
 DDP_BUCKET_CAP_BYTES = 25 * MIB

@@ -12,7 +12,7 @@ import numpy as np
 from playground.collectives.chunks import ChunkBounds
 from playground.collectives.ops import ReduceOp
 from playground.collectives.registry import COLLECTIVES
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 ROOT = 0
 

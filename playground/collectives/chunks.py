@@ -4,7 +4,7 @@ import functools
 
 import numpy as np
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 DEFAULT_SEGMENT_BYTES = 1 << 20
 

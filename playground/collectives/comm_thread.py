@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from playground.collectives import allreduce
-from playground.errors import WaitTimeout
+from playground.core.errors import WaitTimeout
 
 
 class CommThread:

@@ -39,7 +39,7 @@ from playground.collectives.chunks import (
 )
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import count_mismatch, exchange
-from playground.trace import CAT_PHASE
+from playground.tracing.trace import CAT_PHASE
 
 TAG_HD = -30
 

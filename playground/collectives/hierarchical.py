@@ -18,8 +18,8 @@ from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, se
 from playground.collectives.ops import ReduceOp
 from playground.collectives.ring import allgather_pass, allreduce_ring, reduce_scatter_into
 from playground.comm.group import Group
-from playground.errors import UsageError
-from playground.trace import CAT_PHASE
+from playground.core.errors import UsageError
+from playground.tracing.trace import CAT_PHASE
 
 TAG_HIER = -50
 TAG_INTRA, TAG_INTER = -100, -200  # group tag offsets: the two groups of a rank never mix messages

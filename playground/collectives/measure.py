@@ -16,7 +16,7 @@ import numpy.ma  # noqa: F401 - np.median imports it on first use: once here, be
 from playground.collectives import ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce
 from playground.collectives.check import Tally, expected_output, input_count, pattern
-from playground.trace import CAT_OP
+from playground.tracing.trace import CAT_OP
 
 
 def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> dict:

@@ -4,7 +4,7 @@ import enum
 
 import numpy as np
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 

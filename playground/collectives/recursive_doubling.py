@@ -19,8 +19,8 @@ from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_elems_f
 from playground.collectives.halving_doubling import old_rank, run_folded
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
-from playground.errors import MessageMismatch
-from playground.trace import CAT_PHASE
+from playground.core.errors import MessageMismatch
+from playground.tracing.trace import CAT_PHASE
 
 TAG_RD = -40
 

@@ -18,7 +18,7 @@ from playground.collectives.hierarchical import allreduce_hierarchical
 from playground.collectives.recursive_doubling import allreduce_recursive_doubling
 from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
 from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.models import costs
 from playground.models.costs import Link
 

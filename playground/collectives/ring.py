@@ -40,8 +40,8 @@ from playground.collectives.chunks import (
 )
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import count_mismatch, exchange
-from playground.errors import MessageMismatch
-from playground.trace import CAT_PHASE
+from playground.core.errors import MessageMismatch
+from playground.tracing.trace import CAT_PHASE
 
 TAG_RING = -10
 

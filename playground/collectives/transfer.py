@@ -10,7 +10,7 @@ import numpy as np
 
 from playground.collectives.chunks import segment_bounds
 from playground.collectives.ops import ReduceOp
-from playground.errors import MessageMismatch
+from playground.core.errors import MessageMismatch
 
 
 def count_mismatch(comm, peer: int, tag: int, what: str, got: int, want: int, op: str | None = None):

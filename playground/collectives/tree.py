@@ -22,7 +22,7 @@ from playground.collectives.chunks import (
 )
 from playground.collectives.ops import ReduceOp
 from playground.collectives.transfer import exchange
-from playground.trace import CAT_PHASE
+from playground.tracing.trace import CAT_PHASE
 
 TAG_TREE_REDUCE = -20
 TAG_TREE_BCAST = -21

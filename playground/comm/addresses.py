@@ -2,7 +2,7 @@
 
 Small pure helpers shared by the transports (which bind and connect), the rendezvous and the
 baselines' launchers. Every directory a run makes is named by its coordinator's port, so two runs
-on one host never share one, and a run that died can be swept by it (playground/scratch.py).
+on one host never share one, and a run that died can be swept by it (playground/core/scratch.py).
 """
 
 import os

@@ -32,8 +32,8 @@ from playground.comm.objects import TAG_BARRIER, TAG_OBJ, ObjectMessages
 from playground.comm.oprecord import OpRecord
 from playground.comm.requests import DONE, RecvRequest, Request, SendRequest
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_NAMES, Message, NoRoom, Transport
-from playground.errors import CommTimeout, InvalidPeer, MessageMismatch, PeerLost
-from playground.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
+from playground.core.errors import CommTimeout, InvalidPeer, MessageMismatch, PeerLost
+from playground.tracing.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 SLICE_MS = 100  # longest single blocking receive; abort and deadline are checked between slices
 ROOM_POLL_MS = 1  # while waiting for room: the peer makes room by receiving, unannounced

@@ -1,6 +1,6 @@
 """A rank's side of the launcher's control plane, as the communicator sees it: aborts and progress.
 
-The coordinator (playground.coordinator) tells every rank to abort when one fails; a rank notices
+The coordinator (playground.rendezvous.coordinator) tells every rank to abort when one fails; a rank notices
 between the slices of its waits (`abort_reason`), so a dead peer becomes PeerLost within a slice.
 Rank 0's `progress` reports drive the launcher's progress bar. Control messages are small JSON
 objects on the rank's DEALER socket, kept apart from the data plane (rendezvous.py lists them);

@@ -41,7 +41,7 @@ import zmq
 from playground.comm import wire
 from playground.comm.transport import COMPLETE, Outgoing
 from playground.comm.zmq_transport import SOCKET_BUFFER_BYTES, ZERO_COPY_MIN_BYTES
-from playground.errors import LabError
+from playground.core.errors import LabError
 
 _U1 = np.dtype("u1")
 _PR_SET_TIMERSLACK = 29

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from playground.comm.transport import NoRoom, Outgoing
-from playground.errors import FaultInjected
+from playground.core.errors import FaultInjected
 
 
 class FaultyTransport:

@@ -29,7 +29,7 @@ import os
 
 from _playground_native import Mailboxes, copy_payload
 
-from playground.machine import usable_cores
+from playground.core.machine import usable_cores
 
 SLOTS = 16  # messages in flight per (sender, receiver)
 SLOT_BYTES = 8192  # a 4 KiB array and its header fit; pages are touched only as far as written

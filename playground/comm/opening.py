@@ -4,7 +4,7 @@ First the rank opens its local end (a bound ZeroMQ socket, or its shared-memory 
 address goes into the coordinator's table; every end exists before any rank leaves the rendezvous,
 so no first message can miss it. Once the table with every peer's address is back, `connect`
 returns the finished transport. Which end each transport kind opens is in registry.py; a launched
-rank opens its own in playground/rendezvous.py, an in-process world in world.py.
+rank opens its own in playground/rendezvous/join.py, an in-process world in world.py.
 """
 
 import os

@@ -9,7 +9,7 @@ import time
 import numpy as np
 from _playground_native import SendRequestCore
 
-from playground.errors import CommTimeout
+from playground.core.errors import CommTimeout
 
 SLICE_S = 0.1  # longest single sleep of a wait; abort and deadline are checked between slices
 

@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from playground.errors import WireError
+from playground.core.errors import WireError
 
 KIND_ARRAY_FRAME = 0
 KIND_JSON = 1

@@ -14,7 +14,7 @@ import zmq
 from playground.comm import registry
 from playground.comm.communicator import Communicator
 from playground.comm.local import LocalTransport
-from playground.errors import PeerLost, UsageError, WaitTimeout
+from playground.core.errors import PeerLost, UsageError, WaitTimeout
 
 
 def open_world(kind: str, size: int, directory: str, ctx: zmq.Context | None = None) -> list:

@@ -32,7 +32,7 @@ from playground.comm import wire
 from playground.comm.shm import DESCRIPTOR_BYTES, ShmChannels
 from playground.comm.shm_transport import RingMessage
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, Outgoing, PlainReserve
-from playground.errors import WireError
+from playground.core.errors import WireError
 
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this, copying is cheaper than tracking a zero-copy frame
 SOCKET_BUFFER_BYTES = (

@@ -1,7 +1,7 @@
 """The concurrency lab's report (lecture 3.1-3.3): rank 0's memory, GIL and waiting rows ->
 three tables beside the models, and notes that say why threads give ~1x on CPU-bound Python."""
 
-from playground.report import Report, Table
+from playground.display.report import Report, Table
 
 MEMORY_COLUMNS = {
     "writer": "writer",

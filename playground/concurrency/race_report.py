@@ -1,7 +1,7 @@
 """The race lab's report (lecture 3.4): what each variant's counter reached, the exhaustive
 interleavings beside the lecture, and the checks: only "no lock" may lose updates."""
 
-from playground.report import Report, Table
+from playground.display.report import Report, Table
 
 COLUMNS = {
     "variant": "variant",

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from playground.errors import LabError
+from playground.core.errors import LabError
 
 
 def cpu_s() -> float:

@@ -3,7 +3,7 @@
 `time.sleep` overshoots: Linux adds up to the thread's timer slack (50 us by default) and the
 scheduler adds more when cores are busy (measured here: ~0.1 ms mean, a few ms at p99 with the
 machine loaded). A queue at 95% load turns a 3% longer service into a much longer queue, so the
-servers (1) drop the timer slack to 1 us (playground.machine.set_timer_slack_ns), (2) sleep until a little before the deadline and spin
+servers (1) drop the timer slack to 1 us (playground.core.machine.set_timer_slack_ns), (2) sleep until a little before the deadline and spin
 the rest, and (3) record the service time they actually delivered, which the reports use to
 compute the model at the *effective* load beside the nominal one.
 """

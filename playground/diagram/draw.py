@@ -4,10 +4,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from playground.core.errors import ParamError, ScenarioError
 from playground.diagram.layout import ALL_OPS, MAX_MESSAGES, TIME_AXES, TimeAxis, calls, inside_calls, layout
 from playground.diagram.svg import render_svg
-from playground.errors import ParamError, ScenarioError
-from playground.timeline import load_timeline, message_flows
+from playground.tracing.timeline import load_timeline, message_flows
 
 MAX_RANKS = 8  # lanes that stay readable side by side
 

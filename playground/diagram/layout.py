@@ -1,7 +1,7 @@
 """The message diagram's layout: a run's events -> lanes, arrows, bands and bars, without drawing.
 
 One vertical lane per rank, time running down; every message an arrow from its send to its
-receive (playground.timeline.message_flows pairs them), labelled with its tag and size; each
+receive (playground.tracing.timeline.message_flows pairs them), labelled with its tag and size; each
 collective call (an `op` event, the same call on every rank) a band across the lanes, and its
 phases (`phase` events) bars along each rank's lane. `layout` turns a run's aligned events into
 lanes, arrows, bands and bars in y units of the chosen time axis; diagram/svg.py draws them.
@@ -31,10 +31,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
+from playground.core.sizes import format_size
 from playground.diagram.tags import message_label
-from playground.sizes import format_size
-from playground.timeline import Flow, message_flows
-from playground.trace import CAT_OP, CAT_PHASE
+from playground.tracing.timeline import Flow, message_flows
+from playground.tracing.trace import CAT_OP, CAT_PHASE
 
 TimeAxis = Literal["logical", "real"]
 TIME_AXES = ("logical", "real")

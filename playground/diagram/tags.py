@@ -7,7 +7,7 @@ from playground.collectives.recursive_doubling import TAG_RD
 from playground.collectives.ring import TAG_RING
 from playground.collectives.tree import TAG_TREE_BCAST, TAG_TREE_REDUCE
 from playground.comm.communicator import TAG_BARRIER, TAG_OBJ
-from playground.sizes import format_size
+from playground.core.sizes import format_size
 
 TAG_NAMES = {
     TAG_BARRIER: "barrier",

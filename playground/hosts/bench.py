@@ -33,11 +33,11 @@ import zmq
 
 from playground.comm.delay import DelayedTransport
 from playground.comm.zmq_transport import ZmqTransport
-from playground.errors import LabError
+from playground.core.errors import LabError
+from playground.core.sizes import format_duration, format_rate, format_size, parse_duration, parse_rate
+from playground.core.topology import host_addr, tbf_burst_bytes
 from playground.hosts import netns
 from playground.models.alphabeta import fit_alpha_beta
-from playground.sizes import format_duration, format_rate, format_size, parse_duration, parse_rate
-from playground.topology import host_addr, tbf_burst_bytes
 
 SMALL_SIZES = (64, 4096, 32768, 60000)
 ALPHA_RATE = "1gbit"

@@ -11,12 +11,12 @@ cause says what was done, not only what followed.
 import os
 import signal
 
-from playground.coordinator import Coordinator, RankFailure
-from playground.errors import EmulationError
+from playground.config.scenario import Fault
+from playground.core.errors import EmulationError
+from playground.core.sizes import format_duration
+from playground.core.topology import host_name, ranks_on
 from playground.hosts.netns import Cluster
-from playground.scenario import Fault
-from playground.sizes import format_duration
-from playground.topology import host_name, ranks_on
+from playground.rendezvous.coordinator import Coordinator, RankFailure
 
 
 class HostDrill:

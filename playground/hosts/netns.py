@@ -26,11 +26,11 @@ import shutil
 import subprocess
 from contextlib import contextmanager
 
-from playground import interrupts
-from playground.errors import EmulationError
-from playground.machine import NETNS_DIR, current_netns
-from playground.scratch import pid_alive
-from playground.topology import BRIDGE_ADDR, SUBNET, Link, host_addr, tbf_args
+from playground.core import interrupts
+from playground.core.errors import EmulationError
+from playground.core.machine import NETNS_DIR, current_netns
+from playground.core.scratch import pid_alive
+from playground.core.topology import BRIDGE_ADDR, SUBNET, Link, host_addr, tbf_args
 
 COMMAND_TIMEOUT_S = 10.0
 _CLONE_NEWNET = 0x40000000

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.errors import UsageError
-from playground.native import load_native
+from playground.core.errors import UsageError
+from playground.core.native import load_native
 from playground.transformer.generate import cached_attention
 from playground.transformer.layers import softmax
 

@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
+from playground.display.report import Table, make_console, render_table
 from playground.kvcache.attention import KERNELS, RunTable, decode_attention
-from playground.report import Table, make_console, render_table
 from playground.transformer.blas import pin_blas_threads
 
 

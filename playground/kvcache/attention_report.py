@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from playground.display.plot import figure
+from playground.display.report import Report, Table
 from playground.kvcache.attention_bench import ratios
-from playground.plot import figure
-from playground.report import Report, Table
 
 COLUMNS = {
     "context": "context",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.errors import InvariantViolation, OutOfSpace, UsageError
+from playground.core.errors import InvariantViolation, OutOfSpace, UsageError
 
 
 @dataclass(frozen=True)

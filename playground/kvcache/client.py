@@ -12,7 +12,7 @@ from collections import defaultdict
 import numpy as np
 import zmq
 
-from playground.errors import MessageMismatch, PlaygroundError, WaitTimeout
+from playground.core.errors import MessageMismatch, PlaygroundError, WaitTimeout
 from playground.kvcache import protocol as P
 
 

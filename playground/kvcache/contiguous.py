@@ -21,7 +21,7 @@ import copy
 
 import numpy as np
 
-from playground.errors import InvariantViolation, OutOfSpace, UsageError
+from playground.core.errors import InvariantViolation, OutOfSpace, UsageError
 from playground.kvcache.block_manager import Copy
 from playground.models.allocation import ContiguousAllocator as FirstFit
 

@@ -11,7 +11,7 @@ import time
 
 import zmq
 
-from playground.errors import CommTimeout, LabError
+from playground.core.errors import CommTimeout, LabError
 from playground.kvcache.server import Server, serve
 
 TAG_RESULT = 41

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.kvcache.block_manager import Copy
 from playground.kvcache.protocol import KV_DTYPE
 

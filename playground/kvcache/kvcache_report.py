@@ -8,11 +8,11 @@ the server reports equal the lecture's (28 vs 10, 600 vs 166 at block size 16).
 
 from pathlib import Path
 
+from playground.display.report import Report, Table
 from playground.kvcache import kvcache_stats
 from playground.kvcache import protocol as P
 from playground.kvcache.plots import plot_memory
 from playground.kvcache.workloads import EXERCISE10, SECTION45
-from playground.report import Report, Table
 
 
 def leak_failures(pol: dict) -> list[str]:

@@ -10,7 +10,7 @@ freed.
 
 import time
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.kvcache import protocol as P
 from playground.kvcache.kv_pool import KVLayout
 from playground.kvcache.kv_server import Server

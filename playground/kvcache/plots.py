@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from playground.plot import figure
+from playground.display.plot import figure
 
 
 def plot_memory(per_policy: list[dict], path: Path, title: str) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.errors import ParamError, UsageError
+from playground.core.errors import ParamError, UsageError
 from playground.kvcache.block_manager import BlockManager
 from playground.kvcache.contiguous import ContiguousAllocator
 

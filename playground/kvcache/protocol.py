@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.errors import PlaygroundError
+from playground.core.errors import PlaygroundError
 
 KV_DTYPE = np.dtype("<f4")
 OPS = ("ping", "create", "append", "fork", "read", "free", "stats", "attend", "generate")

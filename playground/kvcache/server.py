@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import zmq
 
-from playground.errors import PlaygroundError, UsageError
+from playground.core.errors import PlaygroundError, UsageError
 from playground.kvcache import protocol as P
 from playground.kvcache.attention import KERNELS
 from playground.kvcache.kv_pool import KVLayout

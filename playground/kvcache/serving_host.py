@@ -9,7 +9,7 @@ says.
 
 from dataclasses import replace
 
-from playground.errors import ParamError
+from playground.core.errors import ParamError
 from playground.kvcache.model_server import ModelServer
 from playground.kvcache.scheduler import DEFAULT_ENGINE
 from playground.transformer.checkpoint import load_model

@@ -10,11 +10,11 @@ samples equal the copies token for token.
 
 from pathlib import Path
 
+from playground.display.report import Report, Table
 from playground.kvcache import serving_stats
 from playground.kvcache.kvcache_report import leak_failures
 from playground.kvcache.plots import plot_memory
 from playground.kvcache.workloads import ForkSpec
-from playground.report import Report, Table
 
 
 def _name(setup: dict) -> str:

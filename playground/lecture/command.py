@@ -12,18 +12,18 @@ from pathlib import Path
 
 import yaml
 
-from playground.errors import ParamError
+from playground.config.scenario import find_scenario_file
+from playground.core.errors import ParamError
+from playground.core.machine import describe_machine, machine_facts
+from playground.core.rundir import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, make_run_dir
+from playground.display.report import make_console
 from playground.lecture import plots
 from playground.lecture.figures import Context, Run, evaluate
 from playground.lecture.page import Page, ScenarioBlock, SectionBlock, build_html, build_markdown
 from playground.lecture.plan import PLAN_FILE, Plan, load_plan
 from playground.lecture.readers import READERS
 from playground.lecture.runner import LectureRunner
-from playground.machine import describe_machine, machine_facts
 from playground.models.alphabeta import AlphaBeta
-from playground.report import make_console
-from playground.rundir import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, make_run_dir
-from playground.scenario import find_scenario_file
 
 
 def parse_sections(text: str | None, plan: Plan) -> tuple[int, ...] | None:

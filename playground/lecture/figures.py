@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from playground.errors import PlaygroundError
+from playground.core.errors import PlaygroundError
+from playground.core.sizes import format_size
+from playground.display.report import format_cell
 from playground.lecture.plan import Figure, Section
-from playground.report import format_cell
-from playground.sizes import format_size
 
 
 class NotMeasured(PlaygroundError):

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playground.display.report import data_uri, format_cell, html_table, table_columns
 from playground.lecture.figures import FigureRow
 from playground.lecture.plan import Section
 from playground.lecture.runner import Outcome
-from playground.report import data_uri, format_cell, html_table, table_columns
 
 TITLE = "P4 · A crash course on computer systems, measured"
 FIGURE_COLUMNS = ("figure", "lecture", "this machine", "model")

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import yaml
 
-from playground.errors import ParamError, ScenarioError
-from playground.params import build_params
+from playground.config.params import build_params
+from playground.core.errors import ParamError, ScenarioError
 
 PLAN_FILE = Path(__file__).with_name("lecture.yaml")
 

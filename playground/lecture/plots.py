@@ -10,14 +10,14 @@ Each returns the files it wrote; a plot that cannot be drawn is left out, never 
 
 from pathlib import Path
 
+from playground.core.sizes import format_size
+from playground.display.plot import plot_busbw, plot_timeline, plot_xy
 from playground.lecture.figures import Run
 from playground.models.alphabeta import AlphaBeta, fit_alpha_beta
-from playground.plot import plot_busbw, plot_timeline, plot_xy
-from playground.sizes import format_size
 
 
 def overlap_timeline(run: Run, out_dir: Path) -> list[Path]:
-    from playground.inspect import load_run
+    from playground.commands.inspect import load_run
 
     path = out_dir / "overlap-timeline.png"
     plot_timeline(load_run(run.run_dir), path)

@@ -9,10 +9,10 @@ scenario.yaml of each run; the lecture's figures themselves are only in lecture.
 import math
 
 from playground.buckets.architectures import backward_order
+from playground.core.sizes import format_size, parse_size
 from playground.kvcache.workloads import EXERCISE10, SECTION45
 from playground.lecture.figures import Context, NotMeasured, Reading
 from playground.models.alphabeta import AlphaBeta, fit_alpha_beta, ring_tree_crossover_bytes
-from playground.sizes import format_size, parse_size
 from playground.transformer.config import ModelConfig
 
 READERS = {}

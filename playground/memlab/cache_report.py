@@ -5,13 +5,13 @@ lat_mem_rd is reported, not fatal: both measure a shared machine."""
 
 from pathlib import Path
 
-from playground import machine
-from playground.machine import CacheLevel
+from playground.core import machine
+from playground.core.machine import CacheLevel
+from playground.core.sizes import format_size
+from playground.display.report import Report, Table
 from playground.memlab import levels
 from playground.memlab.levels import Level
 from playground.memlab.plots import plot_staircase
-from playground.report import Report, Table
-from playground.sizes import format_size
 
 PLOT = "cache.png"
 TOLERANCE_PCT = 15  # how far from lat_mem_rd a plateau may be before the notes say so

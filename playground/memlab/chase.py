@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from playground.errors import UsageError
-from playground.native import load_native
+from playground.core.errors import UsageError
+from playground.core.native import load_native
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
 LAYOUTS = ("random", "page_grouped", "thrash")

@@ -3,7 +3,7 @@ first failures, and the check that paging never fails for want of a hole."""
 
 from pathlib import Path
 
-from playground.report import Report, Table
+from playground.display.report import Report, Table
 
 
 def report(res: dict, params, run_dir: Path) -> Report:

@@ -21,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 
 @dataclass(frozen=True)

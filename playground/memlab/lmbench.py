@@ -11,7 +11,7 @@ import glob
 import shutil
 import subprocess
 
-from playground.errors import LabError, ToolMissing
+from playground.core.errors import LabError, ToolMissing
 
 MIB = 1024 * 1024
 

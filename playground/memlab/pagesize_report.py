@@ -3,8 +3,8 @@ exercise 9 check (700 tokens at 16 and 256 tokens a page)."""
 
 from pathlib import Path
 
-from playground.plot import plot_xy
-from playground.report import Report, Table
+from playground.display.plot import plot_xy
+from playground.display.report import Report, Table
 
 
 def report(res: dict, params, run_dir: Path) -> Report:

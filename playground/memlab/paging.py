@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import psutil
 
-from playground.errors import LabError, WaitTimeout
+from playground.core.errors import LabError, WaitTimeout
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
 

@@ -4,9 +4,9 @@ must not see the child's writes."""
 
 from pathlib import Path
 
-from playground.plot import plot_xy
-from playground.report import Report, Table
-from playground.sizes import format_size
+from playground.core.sizes import format_size
+from playground.display.plot import plot_xy
+from playground.display.report import Report, Table
 
 MIB = 1024 * 1024
 SLACK_BYTES = 4 * MIB  # allocator and interpreter noise allowed around each RSS delta

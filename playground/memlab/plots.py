@@ -1,9 +1,9 @@
-"""The memory lab's plots (matplotlib set up by `playground.plot.figure`)."""
+"""The memory lab's plots (matplotlib set up by `playground.display.plot.figure`)."""
 
 from pathlib import Path
 
-from playground.plot import figure
-from playground.sizes import format_size
+from playground.core.sizes import format_size
+from playground.display.plot import figure
 
 
 def _byte_tick(x: float, _pos) -> str:

@@ -3,9 +3,9 @@
 
 from pathlib import Path
 
-from playground.plot import plot_xy
-from playground.report import Report, Table
-from playground.sizes import format_size
+from playground.core.sizes import format_size
+from playground.display.plot import plot_xy
+from playground.display.report import Report, Table
 
 
 def report(res: dict, params, run_dir: Path) -> Report:

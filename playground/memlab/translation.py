@@ -8,7 +8,7 @@ the offset passes through unchanged. Exercise 8: 16 KiB pages, VPN 3 -> frame 77
 
 from dataclasses import dataclass
 
-from playground.errors import PlaygroundError, UsageError
+from playground.core.errors import PlaygroundError, UsageError
 
 
 class PageFault(PlaygroundError, LookupError):

@@ -3,7 +3,7 @@ check of every translation the scenario expects."""
 
 from pathlib import Path
 
-from playground.report import Report, Table
+from playground.display.report import Report, Table
 
 
 def report(res: dict, params, run_dir: Path) -> Report:

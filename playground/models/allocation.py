@@ -19,7 +19,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from playground.errors import InvariantViolation, OutOfSpace, UsageError
+from playground.core.errors import InvariantViolation, OutOfSpace, UsageError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.models.costs import Link, allreduce_ring_time_s, allreduce_tree_time_s
 
 # What the bucket experiments run (their own choice, not the list of algorithms: that is

@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from playground.errors import UsageError
-from playground.machine import cpu_model, data_caches
+from playground.core.errors import UsageError
+from playground.core.machine import cpu_model, data_caches
+from playground.core.sizes import parse_duration, parse_rate
+from playground.core.topology import parse_link_spec
 from playground.models.costs import PRESETS, Link
-from playground.sizes import parse_duration, parse_rate
-from playground.topology import parse_link_spec
 
 CALIBRATION_FILE = "calibration.json"
 REQUIRED_KEYS = ("alpha_s", "beta_bytes_per_s", "gamma_bytes_per_s", "transport")

@@ -55,7 +55,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from playground.errors import ResultMismatch
+from playground.core.errors import ResultMismatch
 from playground.models.alphabeta import AlphaBeta, fit_alpha_beta
 
 TAG_PINGPONG = 7100

@@ -11,7 +11,7 @@ m = 1, 4, 16, 256 on 4 stages.
 
 import numpy as np
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 
 def pipeline_makespan_s(stage_s: tuple[float, ...] | list[float], num_items: int) -> float:

@@ -25,7 +25,7 @@ from decimal import Decimal, localcontext
 
 import numpy as np
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 
 
 def _check_load(rho: float) -> None:

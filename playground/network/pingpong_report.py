@@ -4,10 +4,10 @@ alpha + n / beta fitted to our one-way times."""
 
 from pathlib import Path
 
+from playground.core.sizes import format_size
+from playground.display.report import Report, Table
 from playground.models.alphabeta import fit_alpha_beta
 from playground.models.calibration import write_calibration
-from playground.report import Report, Table
-from playground.sizes import format_size
 
 
 def _gbps(bytes_per_s: float) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 import zmq
 
 from playground.comm.addresses import local_ip_towards
-from playground.errors import CommTimeout
+from playground.core.errors import CommTimeout
 
 
 class RawPair:

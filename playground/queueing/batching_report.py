@@ -5,11 +5,11 @@ from pathlib import Path
 
 import numpy as np
 
-from playground.machine import load_note
+from playground.core.machine import load_note
+from playground.display.plot import figure
+from playground.display.report import Report, Table
 from playground.models import queueing as qm
-from playground.plot import figure
 from playground.queueing.batching_stats import capacity_rows, with_deviation
-from playground.report import Report, Table
 
 PLOT = "batching.png"
 COLUMNS = {

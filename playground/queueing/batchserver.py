@@ -17,8 +17,8 @@ from typing import Any
 
 import zmq
 
-from playground.errors import WaitTimeout
-from playground.machine import sleep_until
+from playground.core.errors import WaitTimeout
+from playground.core.machine import sleep_until
 from playground.queueing.loadgen import ABORT, STOP, bind_random, decode_request, encode_reply
 
 # one queued request: (req_id, load_id, value)

@@ -21,8 +21,8 @@ import time
 import numpy as np
 import zmq
 
-from playground.errors import LabError, UsageError
-from playground.machine import set_timer_slack_ns, sleep_until
+from playground.core.errors import LabError, UsageError
+from playground.core.machine import set_timer_slack_ns, sleep_until
 
 REQUEST = struct.Struct("<iid")
 REPLY = struct.Struct("<iiddi")

@@ -3,10 +3,10 @@ notes (what the formula leaves out) and the bubble plot."""
 
 from pathlib import Path
 
-from playground.machine import load_note
-from playground.plot import figure
+from playground.core.machine import load_note
+from playground.display.plot import figure
+from playground.display.report import Report, Table
 from playground.queueing.pipeline_stats import bubble_row, chain_row, chain_stats, utilisation_rows
-from playground.report import Report, Table
 
 PLOT = "bubbles.png"
 CHAIN_COLUMNS = {

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from playground.machine import load_note
+from playground.core.machine import load_note
+from playground.display.plot import figure
+from playground.display.report import Report, Table
 from playground.models import queueing as qm
-from playground.plot import figure
 from playground.queueing.queue_stats import deviation_pct
-from playground.report import Report, Table
 
 PLOT = "latency_vs_load.png"
 WHERE_KEYS = {

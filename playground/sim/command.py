@@ -20,13 +20,13 @@ from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
 from playground.collectives.bench_report import COLUMNS, with_model_columns, wrong_row_failures
-from playground.errors import ScenarioError
-from playground.report import Report, Table, make_console, progress_bar, render_report
-from playground.rundir import EXIT_FAILED, EXIT_OK, Finished, make_run_dir, write_result
+from playground.core.errors import ScenarioError
+from playground.core.rundir import EXIT_FAILED, EXIT_OK, Finished, make_run_dir, write_result
+from playground.core.sizes import format_size
+from playground.display.report import Report, Table, make_console, progress_bar, render_report
 from playground.sim import model
 from playground.sim.driver import DATA_MAX_RANKS, simulate, wants_data
 from playground.sim.options import SimSpec, resolve
-from playground.sizes import format_size
 
 TRACE_MESSAGES_MAX_RANKS = 64
 

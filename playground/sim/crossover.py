@@ -11,9 +11,9 @@ ring stays ahead, beside the model's exact S*.
 from pathlib import Path
 
 from playground.collectives.registry import flat_allreduce
-from playground.report import Table
+from playground.core.sizes import format_size
+from playground.display.report import Table
 from playground.sim import model
-from playground.sizes import format_size
 
 OTHERS = tuple(a for a in flat_allreduce() if a != "ring")  # what the ring is compared with
 
@@ -67,7 +67,7 @@ def crossover_table(spec, crossovers: dict) -> Table:
 
 
 def plot_crossover(spec, rows: list[dict], path: Path) -> str:
-    from playground.plot import figure
+    from playground.display.plot import figure
 
     with figure(path, (7.5, 4.5)) as (_, ax):
         for k, other in enumerate(a for a in OTHERS if f"model_{a}_bytes" in (rows[0] if rows else {})):

@@ -21,7 +21,7 @@ from playground.collectives.chunks import phantom
 from playground.sim.fold import symmetry
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
-from playground.trace import CAT_OP
+from playground.tracing.trace import CAT_OP
 
 DATA_MAX_RANKS = 64
 DATA_MAX_BYTES = 1 << 20  # with data (and checked) by default up to here; data-free beyond

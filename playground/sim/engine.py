@@ -28,7 +28,7 @@ from _playground_native import SimEngine
 from greenlet import GreenletExit, getcurrent, greenlet
 
 from playground.collectives.chunks import phantom
-from playground.errors import CommError
+from playground.core.errors import CommError
 from playground.sim.network import Network
 
 

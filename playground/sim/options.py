@@ -11,11 +11,8 @@ import re
 from dataclasses import dataclass, replace
 
 from playground.collectives import registry
-from playground.errors import ScenarioError
-from playground.models.calibration import model_from_spec
-from playground.models.costs import PRESETS, Link
-from playground.sim.network import Machine
-from playground.sizes import (
+from playground.core.errors import ScenarioError
+from playground.core.sizes import (
     ALLOWED_BANDWIDTH,
     ALLOWED_DURATION,
     parse_bandwidth,
@@ -23,6 +20,9 @@ from playground.sizes import (
     parse_size,
     parse_size_range,
 )
+from playground.models.calibration import model_from_spec
+from playground.models.costs import PRESETS, Link
+from playground.sim.network import Machine
 
 MAX_RANKS = 1 << 16
 DEFAULT_LINK = "ib"

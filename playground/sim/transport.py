@@ -33,7 +33,7 @@ from playground.comm.communicator import Communicator
 from playground.comm.transport import KIND_ARRAY, Message
 from playground.sim.engine import Engine
 from playground.sim.network import Machine, Network
-from playground.trace import Tracer
+from playground.tracing.trace import Tracer
 
 NO_SEGMENTS = 1 << 62  # the simulator's default segment: whole messages (Thakur's closed forms)
 

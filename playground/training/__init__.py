@@ -16,6 +16,6 @@ The node is `nodes.train`; what it runs, one concept per module:
   same training with torch.nn.parallel.DistributedDataParallel over Gloo.
 
 Shared with the buckets lab, in lower layers: bucket packing and the communication thread
-(`playground.collectives.bucketing`, `.comm_thread`), span intersections (`playground.timeline`),
-the baseline worker runner (`playground.procs`).
+(`playground.collectives.bucketing`, `.comm_thread`), span intersections (`playground.tracing.timeline`),
+the baseline worker runner (`playground.launcher.procs`).
 """

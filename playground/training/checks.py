@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.errors import ResultMismatch
+from playground.core.errors import ResultMismatch
 
 BLOCK_ELEMENTS = 1 << 16  # checksums: float32 pairwise sums of blocks this long, added in float64
 CHECK_ROUNDING = 32  # units of roundoff the checksums themselves may add (see the module doc)

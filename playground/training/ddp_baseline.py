@@ -1,7 +1,7 @@
 """PyTorch DDP beside our training: the parent side, run by the launcher after our ranks finished.
 
 Starts one `ddp_worker` process per rank with the env:// variables torchrun would set, on a free
-loopback port, through the machinery the collectives' baselines use (`playground.procs`: every
+loopback port, through the machinery the collectives' baselines use (`playground.launcher.procs`: every
 worker in its own session, the first failure reported, everything reaped, a deadline), and returns
 each rank's per-step records. torch is imported only by the workers, so this module imports
 without it; `available()` says in one line how to install it.
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from playground.comm.addresses import free_tcp_port
-from playground.procs import run_workers, worker_env
+from playground.launcher.procs import run_workers, worker_env
 
 INSTALL_HINT = "torch is not installed: pip install torch==2.13.0"
 

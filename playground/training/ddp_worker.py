@@ -31,8 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from playground.procs import rank_file, record_error, write_record
-from playground.timeline import covered
+from playground.launcher.procs import rank_file, record_error, write_record
+from playground.tracing.timeline import covered
 from playground.transformer import BatchSampler, ModelConfig, lecture_bytes
 from playground.transformer.init import init_params
 

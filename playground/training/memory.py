@@ -4,7 +4,7 @@ Parameters and gradients are one flat buffer each (every mode keeps both whole: 
 only the optimizer's states; stage 2 would shard the gradients too). Adam's m and v are two more
 buffers of the parameters' size, or of the rank's 1/N shard under ZeRO-1. RSS is what the process
 really has resident (psutil), activations and the interpreter included; ranks keep freed memory
-(`playground.machine.keep_freed_memory`), so RSS never falls within a run and a mode's RSS includes
+(`playground.core.machine.keep_freed_memory`), so RSS never falls within a run and a mode's RSS includes
 what the modes before it left: run one mode alone (`--set params.mode=zero1`) to see its own.
 """
 

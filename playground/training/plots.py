@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from playground.plot import figure
+from playground.display.plot import figure
 
 
 def plot_losses(curves: dict[str, list[float]], path: Path, title: str) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 from playground.collectives import allreduce
 from playground.collectives.bucketing import assign_buckets, per_tensor, single_bucket
 from playground.collectives.comm_thread import CommThread
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.training.checks import Reduction, checksum, element_sum
 from playground.transformer.layout import ParamLayout
 

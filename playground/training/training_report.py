@@ -8,10 +8,10 @@ per-rank step records, or None.
 import statistics
 from pathlib import Path
 
-from playground.machine import load_note
+from playground.core.machine import load_note
+from playground.core.sizes import format_size
+from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
-from playground.report import Report, Table
-from playground.sizes import format_size
 from playground.training import training_stats
 from playground.training.modes import BY_NAME
 from playground.training.plots import plot_losses

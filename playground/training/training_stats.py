@@ -16,8 +16,8 @@ the communication hidden under backward. The same definition is applied to DDP's
 import statistics
 from pathlib import Path
 
-from playground.timeline import covered, intersection_s
-from playground.trace import read_events
+from playground.tracing.timeline import covered, intersection_s
+from playground.tracing.trace import read_events
 
 PHASES = ("step_s", "forward_s", "backward_s", "comm_s", "optimizer_s", "check_s", "allreduce_s")
 WARMUP_STEPS = 1

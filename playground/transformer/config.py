@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from playground.errors import ParamError
+from playground.core.errors import ParamError
 
 DTYPES = ("float32", "float64")
 

@@ -14,7 +14,7 @@ from importlib.resources import files
 
 import numpy as np
 
-from playground.errors import ParamError
+from playground.core.errors import ParamError
 
 LECTURE_TEXT = "lecture-p4-computer-systems.txt"
 

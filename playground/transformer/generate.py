@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.transformer.config import ModelConfig
 from playground.transformer.layers import softmax
 from playground.transformer.model import Transformer

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.transformer.config import ModelConfig
 
 BLOCK_PARAMS = (  # suffix, shape as a function of d: forward order inside a block

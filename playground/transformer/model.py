@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from playground.errors import UsageError
+from playground.core.errors import UsageError
 from playground.transformer.config import ModelConfig
 from playground.transformer.init import init_params
 from playground.transformer.layers import (

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.errors import ParamError, UsageError
+from playground.core.errors import ParamError, UsageError
 
 
 @dataclass(frozen=True)

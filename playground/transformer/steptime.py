@@ -15,7 +15,7 @@ import resource
 import statistics
 import time
 
-from playground.machine import keep_freed_memory
+from playground.core.machine import keep_freed_memory
 from playground.transformer.blas import blas_threads, pin_blas_threads
 from playground.transformer.config import ModelConfig
 from playground.transformer.data import BatchSampler, lecture_bytes

@@ -1,0 +1,292 @@
+"""The docs' reference pages, made from the code so they cannot drift from it.
+
+- the command line, from the argparse parsers (`cli.build_parser`);
+- the scenarios: every key of a scenario file and of every built-in scenario's `Params`, with its
+  type, default, allowed values and the one-line comment written beside the field in the code;
+- the registries (algorithms, transports, link presets, KV policies) and the environment variables.
+
+`docs/gen_reference.py` writes them into the site at build time (mkdocs-gen-files); nothing generated
+is committed. A field's doc is the comment on its line (`block_size: int = 16  # tokens per block`)
+or the comment lines right above it.
+"""
+
+import argparse
+import dataclasses
+import inspect
+import io
+import textwrap
+import tokenize
+import typing
+from typing import get_args, get_origin
+
+import yaml
+
+from playground.config.params import describe_type
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# -- the command line -------------------------------------------------------------------------------
+def _usage(parser: argparse.ArgumentParser) -> str:
+    return " ".join(parser.format_usage().split())[len("usage: ") :]
+
+
+def _flag_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
+    rows = []
+    for action in parser._actions:  # argparse keeps no public list of a parser's arguments
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        name = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.dest}`"
+        if action.choices is not None and not isinstance(action.choices, dict):
+            allowed = ", ".join(map(str, action.choices))
+        elif action.metavar:
+            allowed = str(action.metavar)
+        else:
+            allowed = ""
+        default = action.default if action.default not in (None, argparse.SUPPRESS, False) else ""
+        rows.append([name, allowed, default, action.help or ""])
+    return rows
+
+
+def cli_reference() -> str:
+    """Every subcommand: its usage, what it does, and each argument."""
+    from playground.cli import build_parser
+
+    parser = build_parser()
+    (subactions,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {a.dest: a.help for a in subactions._choices_actions}
+    out = [
+        "# Command line\n",
+        "Made from the argparse parsers (`playground/cli.py` and the modules it calls) each time the "
+        "docs are built. `python -m playground COMMAND --help` prints the same.\n",
+    ]
+    for name, sub in subactions.choices.items():
+        out.append(f"## `{name}`\n")
+        out.append(f"{helps.get(name) or ''}\n")
+        if sub.description and sub.description != helps.get(name):
+            out.append(f"{sub.description}\n")
+        out.append(f"```text\n{_usage(sub)}\n```\n")
+        out.append(_table(["argument", "values", "default", "what"], _flag_rows(sub)))
+    return "\n".join(out)
+
+
+# -- scenarios ----------------------------------------------------------------------------------------
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name -> the comment written beside it (or right above it) in the class's source."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    lines = source.splitlines()
+    comments = {}  # line number -> comment text
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    import ast
+
+    docs = {}
+    (node,) = ast.parse(source).body
+    for stmt in node.body:
+        if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
+            continue
+        text = " ".join(comments[n] for n in range(stmt.lineno, stmt.end_lineno + 1) if n in comments)
+        if not text:  # the comment lines right above the field
+            above, n = [], stmt.lineno - 1
+            while n >= 1 and lines[n - 1].strip().startswith("#"):
+                above.insert(0, comments.get(n, ""))
+                n -= 1
+            text = " ".join(above)
+        docs[stmt.target.id] = text
+    return docs
+
+
+def _nested(tp) -> type | None:
+    """The dataclass a field holds (directly, in a tuple, or optionally), if any."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    for arg in get_args(tp):
+        found = _nested(arg)
+        if found:
+            return found
+    return None
+
+
+def _default(field: dataclasses.Field):
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return "(required)"
+    if dataclasses.is_dataclass(value):
+        return "(see below)"
+    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+        return f"{len(value)} entries (see below)"
+    return (
+        yaml.safe_dump(_plain(value), default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+    )
+
+
+def _plain(value):
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def param_rows(cls: type, prefix: str = "", nested_too: bool = True) -> list[list[str]]:
+    """One row per key of dataclass `cls` (nested dataclasses' keys after their parent's, unless
+    not `nested_too`): key, type and allowed values, default, doc."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    rows, nested = [], []
+    for field in dataclasses.fields(cls):
+        if not field.init or field.name in ("source", "function"):  # Scenario's, not keys of a file
+            continue
+        tp = hints[field.name]
+        inner = _nested(tp)
+        kind = "a list of mappings" if inner and get_origin(tp) in (tuple, list) else describe_type(tp)
+        rows.append([f"`{prefix}{field.name}`", kind, _default(field), docs.get(field.name, "")])
+        if inner and nested_too:
+            sub = f"{prefix}{field.name}[]." if get_origin(tp) in (tuple, list) else f"{prefix}{field.name}."
+            nested += param_rows(inner, sub)
+    return rows + nested
+
+
+def undocumented_fields(cls: type, prefix: str = "") -> list[str]:
+    """Keys of `cls` (and its nested dataclasses) with no comment: the reference would show none."""
+    return [row[0].strip("`") for row in param_rows(cls, prefix) if not row[3]]
+
+
+def builtin_scenarios() -> list[tuple[str, dict, type | None, object]]:
+    """(name, raw YAML, Params class or None, node module) of every built-in scenario."""
+    from playground.config.scenario import builtin_dir, builtin_names, load_node
+
+    out = []
+    for name in builtin_names():
+        raw = yaml.safe_load((builtin_dir() / f"{name}.yaml").read_text()) or {}
+        module, _ = load_node(raw["node"])
+        out.append((name, raw, getattr(module, "Params", None), module))
+    return out
+
+
+def scenario_reference() -> str:
+    from playground.config.scenario import Fault, Scenario
+    from playground.core.topology import Link
+
+    out = [
+        "# Scenarios\n",
+        "Made from the code each time the docs are built: every key a scenario file takes, then, per "
+        "node, every key of its `params:` (its `Params` dataclass) with the value each built-in "
+        "scenario gives it. Unknown keys and bad values are one line and exit status 2, before any "
+        "process starts. `--set KEY=VALUE` sets any of them from the command line (`--set "
+        "params.sizes=[8,1MiB]`, `--set fault.rank=1`).\n",
+        "## A scenario file\n",
+        _table(["key", "type", "default", "what"], param_rows(Scenario, nested_too=False)),
+        "### `fault:` (drills)\n",
+        f"```text\n{inspect.getdoc(Fault) or ''}\n```\n",
+        _table(["key", "type", "default", "what"], param_rows(Fault, "fault.")),
+        "### `link:` (with `hosts:`)\n",
+        _table(["key", "type", "default", "what"], param_rows(Link, "link.")),
+    ]
+    by_node: dict[str, list] = {}
+    for name, raw, params_cls, module in builtin_scenarios():
+        by_node.setdefault(raw["node"], []).append((name, raw, params_cls, module))
+    for node, scenarios in sorted(by_node.items()):
+        names = ", ".join(f"`{s[0]}`" for s in scenarios)
+        _, _, params_cls, module = scenarios[0]
+        out.append(f"## `{node}`: {names}\n")
+        doc = (inspect.getdoc(module) or "").split("\n\n")[0]
+        out.append(f"{' '.join(doc.split())}\n")
+        ranks = getattr(module, "RANKS", None)
+        out.append(
+            _table(
+                ["scenario", "ranks", "what", "params it sets"],
+                [
+                    [
+                        f"`{name}`",
+                        raw.get("ranks", 2) if ranks is None else ranks.exactly,
+                        raw.get("description", ""),
+                        ", ".join(f"`{k}: {_flow(v)}`" for k, v in (raw.get("params") or {}).items()),
+                    ]
+                    for name, raw, _, _ in scenarios
+                ],
+            )
+        )
+        if params_cls is not None:
+            out.append(_table(["key", "type", "default", "what"], param_rows(params_cls, "params.")))
+    return "\n".join(out)
+
+
+def _flow(value) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+
+
+# -- registries and the environment ----------------------------------------------------------------------
+def registries_reference() -> str:
+    from playground.collectives.registry import REGISTRY
+    from playground.comm.registry import KINDS
+    from playground.kvcache.policies import POLICIES
+    from playground.models.costs import PRESETS
+
+    return "\n".join(
+        [
+            "# Registries\n",
+            "One table per concept; every list of names in the code derives from these "
+            "([Architecture](../architecture.md#one-registry-per-concept) says how to add one).\n",
+            "## Collective algorithms (`playground/collectives/registry.py`)\n",
+            _table(
+                ["collective", "algorithm", "module", "cost formula", "what"],
+                [
+                    [a.collective, f"`{a.name}`", a.run.__module__, f"`{_name(a.cost)}`", a.summary]
+                    for a in REGISTRY
+                ],
+            ),
+            "## Transports (`playground/comm/registry.py`)\n",
+            _table(
+                ["name", "`run --transport`", "what"],
+                [[f"`{k.name}`", "yes" if k.launched else "no", k.summary] for k in KINDS],
+            ),
+            "## Link presets (`playground/models/costs.py`)\n",
+            _table(["name", "link"], [[f"`{n}`", link.describe()] for n, link in PRESETS.items()]),
+            "## KV-cache policies (`playground/kvcache/policies.py`)\n",
+            _table(["name", "what"], [[f"`{p.name}`", p.summary] for p in POLICIES.values()]),
+        ]
+    )
+
+
+def _name(fn) -> str:
+    name = getattr(fn, "__name__", "")
+    return "allreduce_hier_time_s on one node" if name == "<lambda>" else name
+
+
+def environment_reference() -> str:
+    from playground.core.environment import VARIABLES
+
+    return "\n".join(
+        [
+            "# Environment variables\n",
+            "Every `PLAYGROUND_*` variable the playground reads (`playground/core/environment.py`). A run is "
+            "configured by its scenario and flags; these exist where a value must reach a process before "
+            "it has read its scenario, or where a test or a benchmark needs a lever the interface does "
+            "not offer.\n",
+            _table(
+                ["variable", "set by", "what"], [[f"`{v.name}`", v.who_sets_it, v.meaning] for v in VARIABLES]
+            ),
+        ]
+    )
+
+
+PAGES = {
+    "reference/cli.md": cli_reference,
+    "reference/scenarios.md": scenario_reference,
+    "reference/registries.md": registries_reference,
+    "reference/environment.md": environment_reference,
+}

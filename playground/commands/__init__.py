@@ -1,0 +1,1 @@
+"""What the subcommands do: bench, bench table, bench copy, inspect, results, hotpath."""

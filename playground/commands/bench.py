@@ -1,0 +1,298 @@
+"""`python -m playground bench COLLECTIVE ...`: nccl-tests-style tables, plots, optional baselines.
+
+`bench allreduce --ranks 8 --algo ring,tree,hd --sizes 8..64MiB` runs our collective (a normal
+run of nodes/collective.py, so it gets a run directory, logs and result.json), then, with
+`--baseline gloo,mpi`, the same sizes and rank count through torch.distributed's Gloo and through
+MPI, one after the other (never at the same time: they would share the two cores), and prints the
+ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport (and, like `run
+pingpong`, saves a calibration.json). `--model SPEC` names the link of the model columns (a preset,
+a calibration file or its run directory); without it, the newest calibration of the transport.
+`bench table` regenerates the README's table: ours over ipc and shm, Gloo and MPICH, alternately,
+over rounds (benchtable.py).
+"""
+
+import dataclasses
+import functools
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+
+from playground.collectives import ALGORITHMS
+from playground.collectives.bench_report import (
+    COLUMNS,
+    add_model_columns,
+    with_model_columns,
+    wrong_row_failures,
+)
+from playground.comm.registry import LAUNCHED
+from playground.config.scenario import load_scenario
+from playground.core.errors import ScenarioError
+from playground.core.rundir import Finished
+from playground.core.sizes import format_size, parse_size_range
+from playground.display.report import Table, make_console, render_table
+from playground.models.calibration import model_from_spec
+from playground.models.costs import PRESETS, Link
+
+
+def add_bench_parser(sub, func) -> None:
+    b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
+    b.add_argument(
+        "collective",
+        choices=[*ALGORITHMS, "p2p", "table", "copy"],
+        help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH; "
+        "`copy`: the machine's copy bandwidth, one core and all, and the shm all-reduce's bound",
+    )
+    b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
+    b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
+    b.add_argument(
+        "--sizes",
+        "-s",
+        default="8..64MiB",
+        help="'8..64MiB' doubles like nccl-tests -b/-e/-f 2, or a comma list '8,1KiB,16MiB'",
+    )
+    b.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
+    b.add_argument("--transport", choices=LAUNCHED, default="ipc")
+    b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
+    b.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
+    b.add_argument(
+        "--iters",
+        "-i",
+        type=int,
+        default=None,
+        help="timed iterations per size (20; table: 100 below 1 MiB, 10 from it)",
+    )
+    b.add_argument(
+        "--warmup",
+        "-w",
+        type=int,
+        default=None,
+        help="untimed iterations per size (5; table: 20 below 1 MiB, 3 from it)",
+    )
+    b.add_argument("--segment", default=None, help="segment size, e.g. 1MiB (the pipelining unit)")
+    b.add_argument("--no-check", action="store_true", help="skip the correctness check (#wrong = -1)")
+    b.add_argument(
+        "--inplace",
+        action="store_true",
+        help="allreduce: also measure in place (nccl-tests' "
+        "in-place columns: the result overwrites the input)",
+    )
+    b.add_argument(
+        "--model",
+        default=None,
+        metavar="SPEC",
+        help=f"link of the model columns: a preset ({', '.join(PRESETS)}), a calibration.json or the run "
+        "directory holding one (default: the newest calibration of --transport under --out)",
+    )
+    b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
+    b.add_argument(
+        "--trace-messages",
+        action="store_true",
+        help="also log one event per message (what `inspect` splits time by); off: they cost ~2.5 us "
+        "of an 8-byte all-reduce here, and the baselines (and p2p's raw pyzmq) log nothing",
+    )
+    b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
+    b.add_argument("--out", default="runs", help="directory for run directories")
+    t = b.add_argument_group("table")
+    t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
+    t.add_argument("--rank-counts", default="2,4,8", help="table, copy: rank counts (default 2,4,8)")
+    t.add_argument(
+        "--systems",
+        default=None,
+        help="table: comma list of ipc, shm, gloo, mpi (the default) and ipc-sockets (ZeroMQ without rings)",
+    )
+    b.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other scenario key, as for `run` (e.g. fault.rank=1 fault.action=corrupt)",
+    )
+    b.set_defaults(func=func)
+
+
+def _sizes(text: str, step: int) -> list[int]:
+    try:
+        return parse_size_range(text, step)
+    except ValueError as e:
+        raise ScenarioError(f"--sizes {text!r}: {e}") from None
+
+
+def run_bench(args) -> int:
+    if args.collective == "table":
+        from playground.commands.benchtable import run_table
+
+        return run_table(args)
+    if args.collective == "copy":
+        from playground.commands.copybw import run_copy
+
+        return run_copy(args)
+    return benchmark(args).code
+
+
+def benchmark(args, console: Console | None = None, start_method: str = "fork") -> Finished:
+    """`bench COLLECTIVE|p2p` from its parsed command line: our run, then any baselines beside it;
+    the result is our run's, with the baselines' rows and the comparison added. What the command
+    prints goes to `console`; ranks are started by `start_method` (`run.execute`)."""
+    from playground.launcher.run import execute
+
+    console = console or make_console()
+    args.iters = 20 if args.iters is None else args.iters
+    args.warmup = 5 if args.warmup is None else args.warmup
+    if args.collective == "p2p":
+        return _run_p2p(args, functools.partial(execute, console=console, start_method=start_method))
+    sizes = _sizes(args.sizes, args.step)
+    algos = (args.algo or ",".join(a for a in ALGORITHMS[args.collective] if a != "auto")).split(",")
+    baselines = [b for b in args.baseline.split(",") if b]
+    sets = {  # each override -> the flag it came from, which a bad value's error names
+        f"params.collective={args.collective}": "COLLECTIVE",
+        f"params.algorithm=[{','.join(algos)}]": "--algo",
+        f"params.sizes=[{','.join(map(str, sizes))}]": "--sizes",
+        f"params.dtype={args.dtype}": "--dtype",
+        f"params.op={args.op}": "--op",
+        f"params.iters={args.iters}": "--iters",
+        f"params.warmup={args.warmup}": "--warmup",
+        f"params.check={not args.no_check}": "--no-check",
+        f"params.trace_messages={args.trace_messages}": "--trace-messages",
+        f"timeout_s={args.timeout}": "--timeout",
+    }
+    if args.segment:
+        sets[f"params.segment_bytes={args.segment}"] = "--segment"
+    if args.inplace:
+        sets["params.inplace=true"] = "--inplace"
+    if args.model:
+        try:
+            model_from_spec(args.model)
+        except ValueError as e:
+            raise ScenarioError(f"--model {args.model}: {e}") from None
+        sets[f"params.model={json.dumps(args.model)}"] = "--model"
+    sets.update({text: f"--set {text}" for text in args.set})
+    scenario = load_scenario(
+        "bench", ranks=args.ranks or 8, transport=args.transport, overrides=list(sets), said=sets
+    )
+    if baselines:
+        from playground.baselines import BASELINES
+
+        for name in baselines:
+            if name not in BASELINES:
+                raise ScenarioError(f"--baseline {name!r}: allowed: {', '.join(BASELINES)}")
+    finished = execute(scenario, Path(args.out), console=console, start_method=start_method)
+    if finished.code != 0 or not baselines:
+        _plot(finished.result, [], console)
+        return finished
+    code = _run_baselines(args, scenario, sizes, baselines, finished.result, console)
+    return dataclasses.replace(finished, code=code)
+
+
+def _run_baselines(args, scenario, sizes, baselines, result, console: Console) -> int:
+    from playground.baselines import BaselineError, available, run_baseline
+
+    err = make_console(stderr=True)
+    extra_rows, failed = [], False
+    for name in baselines:
+        missing = available(name)
+        if missing:
+            err.print(f"baseline {name} skipped: {missing}", highlight=False)
+            continue
+        console.print(f"baseline {name}: {scenario.ranks} ranks, {len(sizes)} sizes ...", highlight=False)
+        try:
+            rows = run_baseline(
+                name,
+                args.collective,
+                sizes,
+                scenario.ranks,
+                args.dtype,
+                args.op,
+                args.iters,
+                args.warmup,
+                timeout_s=max(300.0, args.timeout * 5),
+            )
+        except BaselineError as e:
+            err.print(f"[bold red]baseline {name} failed[/bold red]: {e}", highlight=False)
+            failed = True
+            continue
+        extra_rows += rows
+        for line in wrong_row_failures(rows, args.collective):
+            err.print(f"[bold red]FAILED[/bold red] baseline {name}: {line}", highlight=False)
+            failed = True
+    if extra_rows:
+        table = baseline_table(args.collective, scenario.ranks, extra_rows, result.get("model"))
+        render_table(table, console)
+        extra_rows = table.rows
+        comparison = compare(result["rows"], extra_rows)
+        render_table(
+            Table("ours (best algorithm per size) against each baseline: busbw ratio", comparison), console
+        )
+        result["baseline_rows"] = extra_rows
+        result["comparison"] = comparison
+        if failed:
+            result["ok"] = False
+        Path(result["run_dir"], "result.json").write_text(json.dumps(result, indent=1))
+    _plot(result, extra_rows, console)
+    return 1 if failed or not result["ok"] else 0
+
+
+def baseline_table(collective: str, ranks: int, rows: list[dict], model: dict | None) -> Table:
+    """The baselines' nccl-tests table; with our run's model (result.json's "model"), its columns
+    too, each row modelled with the model's pick (a baseline's algorithm is its own to choose)."""
+    title = f"{collective} baselines, {ranks} ranks"
+    if not model:
+        return Table(title, rows, COLUMNS)
+    link = Link(model["alpha_s"], model["beta_bytes_per_s"], model["gamma_bytes_per_s"] or math.inf)
+    return Table(
+        f"{title}\n{model['caption']}; a baseline's row is modelled with the model's pick",
+        add_model_columns(rows, collective, ranks, link),
+        with_model_columns(COLUMNS, collective),
+    )
+
+
+def compare(ours: list[dict], theirs: list[dict]) -> list[dict]:
+    """Per size: our best busbw (and which algorithm) and, per baseline, its busbw and our ratio."""
+    best: dict[int, dict] = {}
+    for r in ours:
+        if r["size"] not in best or r["time_us"] < best[r["size"]]["time_us"]:
+            best[r["size"]] = r
+    out = []
+    for size, r in sorted(best.items()):
+        row = {
+            "size": format_size(size),
+            "ours": r["algorithm"],
+            "ours_us": r["time_us"],
+            "ours_busbw": r["busbw_gbps"],
+        }
+        for b in theirs:
+            if b["size"] == size:
+                row[f"{b['algorithm']}_us"] = b["time_us"]
+                row[f"{b['algorithm']}_busbw"] = b["busbw_gbps"]
+                row[f"x_{b['algorithm']}"] = round(b["time_us"] / r["time_us"], 2) if r["time_us"] else None
+        out.append(row)
+    return out
+
+
+def _plot(result: dict, baseline_rows: list[dict], console: Console) -> None:
+    if not result.get("rows"):
+        return
+    from playground.display.plot import plot_busbw
+
+    path = Path(result["run_dir"]) / "busbw.png"
+    plot_busbw(
+        result["rows"] + baseline_rows, path, f"{result.get('collective', '')}, {result['ranks']} ranks"
+    )
+    console.print(f"plot: {path}", highlight=False)
+
+
+def _run_p2p(args, execute) -> Finished:
+    sizes = _sizes(args.sizes if args.sizes != "8..64MiB" else "64,4KiB,64KiB,1MiB,4MiB,16MiB", args.step)
+    sets = {
+        f"params.sizes=[{','.join(map(str, sizes))}]": "--sizes",
+        f"params.iters={args.iters}": "--iters",
+        f"params.warmup={args.warmup}": "--warmup",
+        f"timeout_s={args.timeout}": "--timeout",
+        f"params.trace_messages={args.trace_messages}": "--trace-messages",
+        **{text: f"--set {text}" for text in args.set},
+    }
+    scenario = load_scenario(
+        "pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=list(sets), said=sets
+    )
+    return execute(scenario, Path(args.out))

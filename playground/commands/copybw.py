@@ -1,0 +1,174 @@
+"""`python -m playground bench copy`: this machine's copy bandwidth, on one core and on all of them,
+and the bound it sets on a large all-reduce over shared memory at 2, 4 and 8 ranks.
+
+A large all-reduce on one host is memory passes: every byte is read or written a few times, and the
+cores share the memory's bandwidth. Counted per rank, in units of the buffer S (a pass = S/N bytes,
+one chunk, read or written once), the ring over shm (collectives/ring.py, comm/shm_transport.py):
+- reduce-scatter: the first chunk is copied into the ring to the right neighbour (read + write: 2);
+  each of the N-1 steps reduces the chunk that arrived, read in the left neighbour's ring, with this
+  rank's own chunk into the ring slot to the right (or, at the last step, into the result):
+  read, read, write (3 a step);
+- all-gather: each of N-1 steps copies a chunk into the ring (2) and one out of it (2).
+So (2 + 3(N-1) + 4(N-1)) chunks = (7N-5)/N x S per rank: 4.5 S at N = 2, 5.75 S at 4, 6.4 S at 8.
+
+All N ranks do this at once on C cores, so the time is at least N x passes x S over the machine's
+bandwidth with all cores copying (each core's share: over one core's bandwidth when N <= C). The
+bandwidth is that of `copy`: bytes copied per second count two passes (one read, one write).
+numpy's copyto (what the transport uses), the C module's memcpy and numpy's add are each timed in
+`procs` processes at once, one per core, each on its own buffers of the size, best of `iters`.
+"""
+
+import json
+import os
+import platform
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from playground.core.errors import ScenarioError
+from playground.core.machine import usable_cores
+from playground.core.sizes import format_size, parse_size_range
+
+KINDS = ("numpy copy", "C memcpy", "numpy add")
+DEFAULT_SIZES = "1MiB,16MiB,64MiB,256MiB"
+
+
+def ring_passes(n: int) -> float:
+    """Memory passes per rank of the ring all-reduce over shm, in units of the buffer (see above)."""
+    return (7 * n - 5) / n
+
+
+def _one(kind: str, size_bytes: int, iters: int) -> float:
+    """GB/s of bytes copied (or, for add, of output written) on this process, best of `iters`."""
+    a = np.ones(size_bytes // 4, np.float32)
+    b, c = np.ones_like(a), np.empty_like(a)
+    best = float("inf")
+    if kind == "C memcpy":
+        from playground.core.native import load_native
+
+        best = min(load_native().copy_pass(c, a, iters + 1)[1:]) / 1e9
+    else:
+        for _ in range(iters + 1):  # the first pass faults the pages in
+            t0 = time.perf_counter()
+            if kind == "numpy copy":
+                np.copyto(c, a)
+            else:
+                np.add(a, b, out=c)
+            best = min(best, time.perf_counter() - t0)
+    return size_bytes / best / 1e9
+
+
+def measure(kind: str, size_bytes: int, procs: int, iters: int) -> list[float]:
+    """Each process's GB/s when `procs` of them (forked, each moved to a core of its own) copy at once."""
+    cores = sorted(os.sched_getaffinity(0))
+    read_fd, write_fd = os.pipe()
+    pids = []
+    for p in range(procs):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                os.sched_setaffinity(0, {cores[p % len(cores)]})
+                os.write(write_fd, f"{_one(kind, size_bytes, iters)}\n".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    try:
+        failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
+    except BaseException:  # Ctrl-C: a child in C's copy loop would finish its passes first
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass  # reaped already
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    os.close(write_fd)
+    with os.fdopen(read_fd) as f:
+        rates = [float(v) for v in f.read().split()]
+    if failed or len(rates) != procs:
+        raise RuntimeError(f"{len(failed)} of {procs} copying processes failed")
+    return rates
+
+
+def copy_rates(size_bytes: int, iters: int) -> tuple[float, float]:
+    """(one core, all cores together) GB/s copied at `size_bytes`, the best of numpy's and C's copy."""
+    cores = usable_cores()
+    kinds = [k for k in KINDS if k != "numpy add"]
+    one = max(measure(kind, size_bytes, 1, iters)[0] for kind in kinds)
+    return one, max(sum(measure(kind, size_bytes, cores, iters)) for kind in kinds)
+
+
+def rate_for(n: int, one_core_gbps: float, all_cores_gbps: float, cores: int) -> float:
+    """The copy rate N ranks have: min(N, cores) cores copying."""
+    return one_core_gbps * n if n < cores else all_cores_gbps
+
+
+def bound_ms(n: int, size_bytes: int, one_core_gbps: float, all_cores_gbps: float, cores: int) -> float:
+    """The ring all-reduce's copy bound at N ranks: N x passes x S / (2 x `rate_for` N; a copy is
+    two passes)."""
+    rate = rate_for(n, one_core_gbps, all_cores_gbps, cores)
+    return n * ring_passes(n) * size_bytes / (2 * rate * 1e9) * 1e3
+
+
+def run_copy(args) -> int:
+    from playground.core.machine import cpu_model
+    from playground.core.rundir import make_run_dir
+
+    text = args.sizes if args.sizes != "8..64MiB" else DEFAULT_SIZES
+    try:
+        sizes = parse_size_range(text, args.step)
+        rank_counts = [int(v) for v in args.rank_counts.split(",")]
+    except ValueError as e:
+        raise ScenarioError(f"--sizes {text!r} / --rank-counts {args.rank_counts!r}: {e}") from None
+    iters, cores = args.iters or 20, usable_cores()
+    rows = []
+    for size in sizes:
+        for kind in KINDS:
+            one = measure(kind, size, 1, iters)[0]
+            all_ = measure(kind, size, cores, iters)
+            rows.append({"size": size, "kind": kind, "one_core": one, "all_cores": sum(all_), "each": all_})
+    lines = [
+        f"Copy bandwidth (GB/s of bytes copied; for add, of the sum written), best of {iters}; "
+        f"machine: {cpu_model()}, {cores} cores, Linux {platform.release()}, "
+        f"load {os.getloadavg()[0]:.2f}",
+        "",
+        "| size | kind | one core | all cores together | each core |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        each = ", ".join(f"{v:.1f}" for v in r["each"])
+        lines.append(
+            f"| {format_size(r['size'])} | {r['kind']} | {r['one_core']:.1f} | {r['all_cores']:.1f} | {each} |"
+        )
+    lines += [
+        "",
+        "Bound of the ring all-reduce over shm: N x passes x S / (2 x the best copy rate, numpy's or C's, "
+        "with min(N, cores) cores copying); passes per rank (7N-5)/N x S:",
+        "",
+        "| size | ranks | passes per rank (x S) | copy rate used (GB/s) | bound (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    bounds = []
+    for size in sizes:
+        copies = [r for r in rows if r["size"] == size and r["kind"] != "numpy add"]
+        one, all_ = max(r["one_core"] for r in copies), max(r["all_cores"] for r in copies)
+        for n in rank_counts:
+            rate = rate_for(n, one, all_, cores)
+            ms = bound_ms(n, size, one, all_, cores)
+            bounds.append(
+                {"size": size, "ranks": n, "passes": ring_passes(n), "rate_gbps": rate, "bound_ms": ms}
+            )
+            lines.append(f"| {format_size(size)} | {n} | {ring_passes(n):.2f} | {rate:.1f} | {ms:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    run_dir = make_run_dir(Path(args.out), "copy")
+    (run_dir / "copy.md").write_text(text)
+    (run_dir / "copy.json").write_text(json.dumps({"rows": rows, "bounds": bounds}))
+    print(f"written: {run_dir / 'copy.md'}")
+    return 0

@@ -1,0 +1,425 @@
+"""`python -m playground results`: the docs' results pages, measured by one command on this machine.
+
+Each page is what the playground's own commands print, run one after the other (never two at once:
+they measure the machine), headed by the machine they ran on, the commands, the date and how busy
+the machine was. Nothing on those pages is typed by hand; rerun the command to refresh them.
+
+- collectives.md: `bench table`: ours over ZeroMQ and over shared memory against Gloo and MPICH,
+  alternating rounds, medians and min-max, speed ratios.
+- simulator.md: `--rounds` rounds of one ping-pong calibration and one `bench allreduce` per rank
+  count, then `simulate --model <the calibration of median alpha> --cores <this machine's>
+  --measured <every bench run>`: simulated against measured with each point the median of the
+  rounds and its spread, and the simulator's own cost at 1024 ranks.
+- labs.md: `lecture`: every lab's tables beside the lecture's figures and the models.
+- training.md: `run train --baseline ddp` (and train-large) at 2 and 4 ranks, alternating round by
+  round: our bucketed step against PyTorch DDP's; then tokens/s at 1, 2, 4 ranks and across two
+  emulated hosts (as root).
+- serving.md: the KV-cache server serving a model (issue 20): the attention kernel paged vs
+  contiguous at two row sizes, decode throughput vs batch, the lecture's 4.6 requests under one KV
+  budget per policy, n samples forked vs copied, a shared system prompt with prefix caching.
+- extra pages for the labs that register one (`PAGES` below).
+
+The subcommands run as children (`python -P -m playground ...`, as a user would type them), so a
+crash in one is one failed section, named on the page, not a lost run.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from playground.core.errors import ScenarioError
+from playground.core.machine import describe_machine
+from playground.core.rundir import EXIT_FAILED, EXIT_OK, make_run_dir
+
+CHILD = [sys.executable, "-P", "-m", "playground"]
+SIM_SIZES = "4KiB,1MiB,16MiB"
+SIM_RANKS = (2, 4, 8)
+SIM_ALGOS = "ring,tree,hd"
+
+
+@dataclass
+class Section:
+    name: str
+    page: str
+    title: str
+    make: Callable  # (ctx) -> markdown body; raises on failure
+    quick_minutes: float
+    full_minutes: float
+
+
+class Context:
+    """What a section needs: where to put its runs, whether quick, how to run a child command."""
+
+    def __init__(self, work: Path, quick: bool, rounds: int, console: Console):
+        self.work, self.quick, self.rounds, self.console = work, quick, rounds, console
+        self.commands: list[str] = []
+
+    def run(self, *args: str, timeout_s: float = 3600) -> subprocess.CompletedProcess:
+        """`python -m playground ARGS` as a child, its output shown as it goes; recorded for the page."""
+        line = "python -m playground " + " ".join(args)
+        self.commands.append(line)
+        self.console.print(f"[bold]$ {escape(line)}[/bold]", highlight=False)
+        proc = subprocess.run([*CHILD, *args], text=True, stdout=subprocess.PIPE, timeout=timeout_s)
+        self.console.print(proc.stdout[-3000:], highlight=False, markup=False)
+        if proc.returncode != EXIT_OK:
+            raise ScenarioError(f"`{line}` exited with {proc.returncode}")
+        return proc
+
+    def latest(self, runs: Path) -> Path:
+        return (runs / "latest").resolve()
+
+
+def _collectives(ctx: Context) -> str:
+    runs = ctx.work / "table"
+    args = ["bench", "table", "--out", str(runs)]
+    if ctx.quick:
+        args += ["--rounds", "1", "--rank-counts", "2,4", "--sizes", "8,1MiB"]
+    else:
+        args += ["--rounds", str(ctx.rounds)]
+    ctx.run(*args, timeout_s=7200)
+    return (ctx.latest(runs) / "table.md").read_text()
+
+
+def _simulator(ctx: Context) -> str:
+    runs = ctx.work / "sim"
+    sizes = "4KiB,1MiB" if ctx.quick else SIM_SIZES
+    ranks = SIM_RANKS[:2] if ctx.quick else SIM_RANKS
+    rounds = 1 if ctx.quick else ctx.rounds
+    calibrations, benches = [], []
+    for _ in range(rounds):  # a calibration and every rank count, alternating from round to round
+        ctx.run("run", "pingpong", "--out", str(runs), "--set", f"params.sizes=[64,4KiB,64KiB,{sizes}]")
+        calibrations.append(ctx.latest(runs))
+        for n in ranks:
+            ctx.run(
+                "bench",
+                "allreduce",
+                "--ranks",
+                str(n),
+                "--algo",
+                SIM_ALGOS,
+                "--sizes",
+                sizes,
+                "--out",
+                str(runs),
+            )
+            benches.append(ctx.latest(runs))
+    alphas = {c: json.loads((c / "calibration.json").read_text())["alpha_s"] for c in calibrations}
+    median_alpha = sorted(alphas, key=alphas.get)[len(alphas) // 2]
+    measured = [a for b in benches for a in ("--measured", str(b))]
+    ctx.run(
+        "simulate", "allreduce", "--model", str(median_alpha), "--cores", str(os.cpu_count() or 1),
+        "--ranks", ",".join(map(str, ranks)), "--algo", SIM_ALGOS, "--sizes", sizes, "--out", str(runs), *measured,
+    )  # fmt: skip
+    result = json.loads((ctx.latest(runs) / "result.json").read_text())
+    spread = _spread(benches)
+    lines = [
+        "Each measured figure is the median over the rounds (min-max beside it); the simulation uses "
+        f"the calibration of median alpha among the rounds' ({', '.join(f'{a * 1e6:.0f}' for a in sorted(alphas.values()))} us).\n",
+        "| ranks | size | algo | measured (us) | spread | simulated (us) | sim/measured | model (us) | model/measured |",
+        "|---:|---:|---|---:|---|---:|---:|---:|---:|",
+    ]
+    within = []
+    for r in result["rows"]:
+        m = r.get("measured_us")
+        if not m:
+            continue
+        lo, hi = spread.get((r["ranks"], r["algorithm"], r["size"]), (m, m))
+        ratio = r["time_us"] / m
+        within.append(0.7 <= ratio <= 1.3)
+        model = r.get("model_us")
+        lines.append(
+            f"| {r['ranks']} | {_size(r['size'])} | {r['algorithm']} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} | "
+            f"{r['time_us']:,.0f} | {ratio:.2f} | {model:,.0f} | {model / m:.2f} |"
+            if model
+            else f"| {r['ranks']} | {_size(r['size'])} | {r['algorithm']} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} | "
+            f"{r['time_us']:,.0f} | {ratio:.2f} | | |"
+        )
+    lines.append(f"\n{sum(within)} of {len(within)} simulated times are within 30% of the measured ones.\n")
+    if not ctx.quick:
+        lines.append(_simulator_cost(ctx))
+    return "\n".join(lines)
+
+
+def _simulator_cost(ctx: Context) -> str:
+    t0 = time.monotonic()
+    ctx.run(
+        "simulate", "allreduce", "--algo", "ring", "--ranks", "1024", "--sizes", "1GiB", "--link", "ib",
+        "--out", str(ctx.work / "sim"),
+    )  # fmt: skip
+    wall_s = time.monotonic() - t0
+    notes = json.loads((ctx.latest(ctx.work / "sim") / "result.json").read_text())["notes"]
+    said = next((m for n in notes if (m := re.search(r"simulated ([\d,]+) messages", n))), None)
+    rate = f", {int(said.group(1).replace(',', '')) / wall_s:,.0f} messages/s" if said else ""
+    return (
+        "## The simulator's own cost\n\n"
+        f"`simulate allreduce --algo ring --ranks 1024 --sizes 1GiB`: {wall_s:.1f} s of wall time "
+        f"(the whole command){rate}.\n"
+    )
+
+
+def _spread(benches: list[Path]) -> dict:
+    points: dict[tuple, list[float]] = {}
+    for b in benches:
+        result = json.loads((b / "result.json").read_text())
+        for r in result["rows"]:
+            points.setdefault((result["ranks"], r["algorithm"], r["size"]), []).append(r["time_us"])
+    return {k: (min(v), max(v)) for k, v in points.items()}
+
+
+def _labs(ctx: Context) -> str:
+    runs = ctx.work / "lecture"
+    ctx.run("lecture", "--out", str(runs), *(["--quick"] if ctx.quick else []), timeout_s=3600)
+    return _without_local_images((ctx.latest(runs) / "summary.md").read_text())
+
+
+def _without_local_images(summary: str) -> str:
+    """The lecture's summary without its plots: they live beside its own page in the run directory,
+    which the docs do not hold (the site's strict build would fail on the links)."""
+    lines = [
+        line for line in summary.splitlines() if not re.fullmatch(r"!\[[^]]*\]\((?!https?:)[^)]*\)", line)
+    ]
+    if len(lines) < len(summary.splitlines()):
+        lines += ["", "(The plots are on the lecture's own page, `index.html` in the run directory above.)"]
+    return "\n".join(lines) + "\n"
+
+
+def _serving(ctx: Context) -> str:
+    runs, parts = ctx.work / "serving", []
+    quick = {
+        "paged-attention": ["params.contexts=[512,4096]", "params.block_sizes=[16,64]", "params.rounds=2"],
+        "serving-batch": ["params.batch_sizes=[1,8,64]", "params.new_tokens=16"],
+        "serving": ["params.num_requests=100", "params.capacity_tokens=20000"],
+        "serving-samples": ["params.policies=[paged,reserve_max]"],
+        "serving-prefix": ["params.num_requests=32"],
+    }
+    full = {"paged-attention": [f"params.rounds={max(5, ctx.rounds)}"]}
+    steps = [
+        ("The attention kernel, rows of 8 heads x 64 (a layer of train-large)", "paged-attention", []),
+        (
+            "The attention kernel, rows of 4 heads x 16 (the served model)",
+            "paged-attention",
+            ["params.heads=4", "params.head_dim=16"],
+        ),
+        ("Decode throughput vs batch (25M parameters)", "serving-batch", []),
+        ("The lecture's 4.6 requests served under one KV budget", "serving", []),
+        ("n samples of one prompt: forked vs copies", "serving-samples", []),
+        ("A shared system prompt, prefix caching off and on", "serving-prefix", []),
+    ]
+    for title, scenario, extra in steps:
+        sets = [*(quick if ctx.quick else full).get(scenario, []), *extra]
+        ctx.run("run", scenario, "--out", str(runs), *(a for s in sets for a in ("--set", s)), timeout_s=3600)
+        parts.append(f"## {title}\n\n" + result_markdown(ctx.latest(runs)))
+    return "\n".join(parts)
+
+
+def result_markdown(run_dir: Path) -> str:
+    """A run's tables and notes as markdown (what its summary printed)."""
+    from playground.display.report import format_cell
+
+    result = json.loads((run_dir / "result.json").read_text())
+    out = []
+    for t in result.get("tables") or []:
+        if not t["rows"]:
+            continue
+        columns = t.get("columns") or {k: k for k in t["rows"][0]}
+        out += [
+            f"**{t['title']}**\n",
+            "| " + " | ".join(columns.values()) + " |",
+            "|" + "---|" * len(columns),
+        ]
+        out += ["| " + " | ".join(format_cell(r.get(k)) for k in columns) + " |" for r in t["rows"]]
+        out.append("")
+    out += [f"- {n}" for n in result.get("notes") or []]
+    return "\n".join(out) + "\n"
+
+
+TRAIN_RANKS = (2, 4)
+TRAIN_SCALING = ((1, None), (2, None), (4, None), (4, "1gbit"))  # (ranks, --hosts 2 --link RATE)
+
+
+def _train_figures(run: Path) -> dict:
+    """Ours (bucketed) and DDP's medians from one `run train --baseline ddp` run."""
+    data = json.loads((run / "result.json").read_text())
+    ours = next(m for m in data["modes"] if m["mode"] == "bucketed")
+    out = {
+        "ours_step": ours["step_s"],
+        "ours_exposed": ours["comm_s"],
+        "ours_compute": ours["forward_s"] + ours["backward_s"],
+        "ours_overlap": data["overlap"].get("bucketed", {}).get("overlap_pct", 0.0),
+        "tokens_per_s": ours["tokens_per_s"],
+    }
+    if "ddp" in data:
+        ddp = data["ddp"]
+        out |= {
+            "ddp_step": ddp["step_s"],
+            "ddp_exposed": ddp["comm_s"],
+            "ddp_compute": ddp["forward_s"] + ddp["backward_s"],
+            "ddp_overlap": ddp["overlap_pct"],
+            "loss_gap": max(ddp["loss_gaps"]),
+        }
+    return out
+
+
+def median_spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    """'12.3 (11.0-14.2)': the median and the range of a few rounds."""
+    v = sorted(x * scale for x in values)
+    mid = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    return f"{mid:,.{digits}f} ({v[0]:,.{digits}f}-{v[-1]:,.{digits}f})"
+
+
+def _training(ctx: Context) -> str:
+    """PyTorch DDP beside ours on the default and the large model, alternating round by round, then
+    tokens/s at 1, 2, 4 ranks and across two emulated hosts on a 1 Gbit/s link."""
+    runs = ctx.work / "train"
+    rounds = 1 if ctx.quick else ctx.rounds
+    models = [("train", "50")] if ctx.quick else [("train", "50"), ("train-large", "4")]
+    figures: dict[tuple, list[dict]] = {}
+    for _ in range(rounds):
+        for scenario, steps in models:
+            for n in TRAIN_RANKS:
+                ctx.run(
+                    "run", scenario, "--ranks", str(n), "--baseline", "ddp", "--set", "params.mode=[bucketed]",
+                    "--set", f"params.steps={steps}", "--set", "params.sample_bytes=0", "--out", str(runs),
+                    timeout_s=900,
+                )  # fmt: skip
+                figures.setdefault((scenario, n), []).append(_train_figures(ctx.latest(runs)))
+    lines = [
+        "Ours: the `bucketed` mode (DDP's buckets, all-reduced in place on a communication thread as "
+        "backward hands the gradients over); DDP: `torch.nn.parallel.DistributedDataParallel` over "
+        "Gloo with the same bucket caps, weights and batches, `torch.set_num_threads(1)` as our ranks "
+        "pin their BLAS. Per step, slowest rank, median of the timed steps; each cell the median over "
+        f"{rounds} round(s), the range beside it. Times in ms.\n",
+        "| scenario | ranks | step ours | step DDP | exposed comm ours | exposed comm DDP | fwd+bwd ours "
+        "| fwd+bwd DDP | overlap ours (%) | overlap DDP (%) | largest loss gap |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (scenario, n), fs in figures.items():
+
+        def col(key: str, scale: float = 1e3, fs=fs) -> str:
+            return median_spread([f[key] for f in fs], scale)
+
+        lines.append(
+            f"| {scenario} | {n} | {col('ours_step')} | {col('ddp_step')} | {col('ours_exposed')} | "
+            f"{col('ddp_exposed')} | {col('ours_compute')} | {col('ddp_compute')} | {col('ours_overlap', 1)} | "
+            f"{col('ddp_overlap', 1)} | {max(f['loss_gap'] for f in fs):.1e} |"
+        )
+    scaling: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for n, link in TRAIN_SCALING:
+            if link and (ctx.quick or os.geteuid() != 0):
+                continue
+            hosts = ["--hosts", "2", "--link", link] if link else []
+            ctx.run(
+                "run", "train", "--ranks", str(n), *hosts, "--set", "params.mode=[bucketed]",
+                "--set", "params.sample_bytes=0", "--out", str(runs),
+            )  # fmt: skip
+            label = f"{n} rank{'s' if n > 1 else ''}" + (f", 2 hosts on {link}" if link else "")
+            scaling.setdefault(label, []).append(_train_figures(ctx.latest(runs))["tokens_per_s"])
+    lines += [
+        "\n## Scaling\n",
+        "`run train`, bucketed, the global batch fixed (32 x 64 bytes): tokens per second of the whole "
+        "run, median (range) over the rounds.\n",
+        "| ranks | tokens/s |",
+        "|---|---:|",
+        *(f"| {label} | {median_spread(v, digits=0)} |" for label, v in scaling.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _size(n: int) -> str:
+    from playground.core.sizes import format_size
+
+    return format_size(n)
+
+
+SECTIONS = [
+    Section("collectives", "collectives.md", "Collectives against Gloo and MPICH", _collectives, 2, 12),
+    Section("simulator", "simulator.md", "The simulator against measurements", _simulator, 2, 8),
+    Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3),
+    Section("training", "training.md", "Data-parallel training against PyTorch DDP", _training, 1.5, 20),
+    Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
+]
+
+
+def machine_header(commands: list[str], started: float, loads: tuple[float, float]) -> str:
+    rows = "\n".join(f"| {k} | {v} |" for k, v in describe_machine().items())
+    cmds = "\n".join(commands)
+    return (
+        f"Measured on {time.strftime('%Y-%m-%d %H:%M', time.localtime(started))} in "
+        f"{(time.time() - started) / 60:.1f} min; load average {loads[0]:.1f} before, {loads[1]:.1f} after.\n\n"
+        f"| machine | |\n|---|---|\n{rows}\n\n"
+        f"```bash\n{cmds}\n```\n"
+    )
+
+
+def run_results(sections: str | None, quick: bool, rounds: int, out: Path, work: Path) -> int:
+    chosen = [s for s in SECTIONS if not sections or s.name in sections.split(",")]
+    unknown = set((sections or "").split(",")) - {s.name for s in SECTIONS} - {""}
+    if unknown:
+        raise ScenarioError(
+            f"--sections {','.join(sorted(unknown))}: allowed: {', '.join(s.name for s in SECTIONS)}"
+        )
+    if rounds < 1:
+        raise ScenarioError(f"--rounds {rounds}: expected at least 1")
+    console = Console(stderr=True, highlight=False)
+    minutes = sum(s.quick_minutes if quick else s.full_minutes for s in chosen)
+    console.print(
+        f"results: {', '.join(s.name for s in chosen)}: about {minutes:.0f} min here; keep the machine quiet"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    work_dir = make_run_dir(work, "results")
+    failed = []
+    for k, s in enumerate(chosen):
+        console.print(f"[bold]({k + 1}/{len(chosen)}) {s.title}[/bold]")
+        ctx = Context(work_dir / s.name, quick, rounds, console)
+        started, load0 = time.time(), os.getloadavg()[0]
+        try:
+            body = s.make(ctx)
+        except (ScenarioError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
+            failed.append(s.name)
+            body = f"This section failed: {e}. Rerun `python -m playground results --sections {s.name}`.\n"
+        header = machine_header(ctx.commands, started, (load0, os.getloadavg()[0]))
+        (out / s.page).write_text(f"# {s.title}\n\n{header}\n{body}")
+        console.print(f"written: {out / s.page}")
+    _write_index(out)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _write_index(out: Path) -> None:
+    pages = [(s, out / s.page) for s in SECTIONS]
+    lines = [
+        "# Results on one machine\n",
+        "Written by `python -m playground results` (this machine's figures, nothing typed by hand); each "
+        "page says the machine, the commands and how busy the machine was. Run it on a quiet machine: "
+        "it measures the machine it is on.\n",
+    ]
+    for s, path in pages:
+        lines.append(f"- [{s.title}]({s.page})" if path.exists() else f"- {s.title}: not measured yet")
+    (out / "index.md").write_text("\n".join(lines) + "\n")
+
+
+def add_results_parser(sub, func) -> None:
+    r = sub.add_parser(
+        "results",
+        help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
+        description="Runs bench table, the simulator against measurements, the lecture, training against "
+        "PyTorch DDP and the serving lab, one after the other, and writes docs/results/*.md headed by this "
+        "machine; about 55 min (--quick: 10).",
+    )
+    r.add_argument(
+        "--sections", metavar="collectives,simulator,labs,training,serving", help="only these pages"
+    )
+    r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")
+    r.add_argument("--rounds", type=int, default=3, help="rounds of each measurement (default 3)")
+    r.add_argument("--out", default="docs/results", help="where the pages go (default docs/results)")
+    r.add_argument("--work", default="runs", help="where the runs behind them go (default runs)")
+    r.set_defaults(func=func)

@@ -1,0 +1,1 @@
+"""A scenario's YAML turned into validated frozen dataclasses, a node's Params, and their fingerprint."""

@@ -1,0 +1,1 @@
+"""Tables and plots for the terminal, files and notebooks."""

@@ -1,0 +1,185 @@
+"""Start another program's worker processes (a baseline's: Gloo, MPI, PyTorch DDP), watch them,
+and reap every one whatever happens.
+
+Shared by the labs that run a baseline beside their own code (`baselines` for the collectives,
+`training` for PyTorch DDP). Each worker appends JSON records, one a line, to `rank-<r>.jsonl` in
+the run's directory (`write_record`), flushed at once so a worker that dies still says how far it
+got; a worker that fails leaves one `error` record (`record_error`). Pickle never carries them.
+
+Each command runs in its own session (process group), so killing the group also kills what it
+started: mpiexec's proxies and ranks, or a worker's helpers. The parent polls instead of blocking in
+`wait`, which lets it stop the whole run on the first failure (the other ranks would otherwise sit
+in a collective until their own timeout), on the run's deadline, or on Ctrl-C. Output goes to files
+in the run directory, never to pipes, so a chatty worker cannot fill a pipe and stall.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+import traceback
+from pathlib import Path
+from typing import IO
+
+from playground.core.errors import PlaygroundError
+
+POLL_S = 0.05
+TERM_GRACE_S = 1.0  # after SIGTERM, how long a group gets before SIGKILL (mpiexec cleans up its ranks)
+
+
+def worker_env(extra: dict) -> dict:
+    """The parent's environment, plus our package on the path and one thread per rank (N ranks already
+    share the cores; BLAS/OpenMP pools per rank would only oversubscribe them)."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **extra}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def rank_file(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank}.jsonl"
+
+
+def write_record(f: IO[str], record: dict) -> None:
+    """One JSON line, flushed at once."""
+    f.write(json.dumps(record) + "\n")
+    f.flush()
+
+
+def record_error(out_dir: Path, rank: int, exc: BaseException) -> None:
+    """Leave the parent one line saying why this rank failed (the traceback goes to stderr)."""
+    traceback.print_exc()
+    with open(rank_file(out_dir, rank), "a") as f:
+        write_record(
+            f, {"rank": rank, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "t": time.time()}
+        )
+
+
+class BaselineError(PlaygroundError):
+    """A baseline run failed: a worker crashed, timed out, or reported nothing. The message is one line."""
+
+
+def run_workers(
+    name: str, cmds: list[list[str]], envs: list[dict], out_dir: Path, nranks: int, timeout_s: float
+) -> list[list[dict]]:
+    """Run the commands to completion and return each rank's records; BaselineError on any failure."""
+    procs: list[subprocess.Popen] = []
+    logs = []
+    t0 = time.monotonic()
+    try:
+        for i, (cmd, env) in enumerate(zip(cmds, envs, strict=True)):
+            log = open(out_dir / f"proc-{i}.log", "wb")  # noqa: SIM115 - closed in finally
+            logs.append(log)
+            try:
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            except OSError as e:
+                raise BaselineError(f"{name}: cannot start {cmd[0]}: {e}") from None
+        failed = _watch(procs, t0 + timeout_s)
+    except KeyboardInterrupt:
+        _kill_all(procs)
+        raise
+    finally:
+        _kill_all(procs)
+        for log in logs:
+            log.close()
+    per_rank = [_read_records(rank_file(out_dir, r)) for r in range(nranks)]
+    if failed == "timeout":
+        raise BaselineError(
+            f"{name}: timed out after {timeout_s:.0f}s{_progress(per_rank)}; logs in {out_dir}"
+        )
+    if failed is not None:
+        raise BaselineError(
+            f"{name}: {_first_error(per_rank, procs[failed], out_dir / f'proc-{failed}.log')}"
+        )
+    errors = _errors(per_rank)
+    if errors:
+        raise BaselineError(f"{name}: {errors[0]}")
+    return per_rank
+
+
+def _watch(procs: list[subprocess.Popen], deadline: float) -> int | str | None:
+    """None when all exited 0; the index of the first that failed; "timeout" when the deadline passed."""
+    while True:
+        running = False
+        for i, p in enumerate(procs):
+            code = p.poll()
+            if code is None:
+                running = True
+            elif code != 0:
+                return i
+        if not running:
+            return None
+        if time.monotonic() > deadline:
+            return "timeout"
+        time.sleep(POLL_S)
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every group still alive, SIGKILL what is left after a grace period, then reap all."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if p.poll() is None]
+        time.sleep(POLL_S)
+    for p in procs:
+        _signal_group(p, signal.SIGKILL)  # also catches leftovers of groups whose leader already exited
+        p.wait()
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a line cut short by a kill
+    return out
+
+
+def _errors(per_rank: list[list[dict]]) -> list[str]:
+    """Each rank's reported error, earliest first: the first is usually the root cause."""
+    errs = [rec for recs in per_rank for rec in recs if "error" in rec]
+    return [f"rank {e['rank']} failed: {e['error']}" for e in sorted(errs, key=lambda e: e.get("t", 0))]
+
+
+def _first_error(per_rank: list[list[dict]], proc: subprocess.Popen, log: Path) -> str:
+    errors = _errors(per_rank)
+    if errors:
+        return errors[0]
+    code = proc.returncode
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+    return f"{Path(proc.args[0]).name} {how}: {_last_line(log)}"
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no output)"
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def _progress(per_rank: list[list[dict]]) -> str:
+    started = [rec["size"] for recs in per_rank for rec in recs if rec.get("phase") == "start"]
+    return f" (reached size {max(started)} B)" if started else " (before the first size started)"

@@ -1,0 +1,224 @@
+"""One run end to end: run directory, launch, summary table, result.json, exit status."""
+
+import dataclasses
+import traceback
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from playground.config.scenario import Scenario, load_node
+from playground.core.rundir import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Finished,
+    make_run_dir,
+    write_result,
+)
+from playground.core.topology import Link, describe_placement
+from playground.display.report import (
+    Report,
+    Table,
+    default_report,
+    failed_ranks,
+    make_console,
+    progress_bar,
+    render_report,
+    with_rank_checks,
+)
+from playground.hosts import netns
+from playground.launcher.launch import Launcher, LaunchOutcome, rank_cpus
+
+
+def print_outcome(
+    outcome: LaunchOutcome, report: Report, run_dir: Path, console: Console, err: Console
+) -> None:
+    """The table on success, else the root cause first; then the report's own failures and the logs."""
+    if outcome.ok:
+        render_report(report, console)
+    elif outcome.interrupted:
+        pass  # the ranks were stopped on purpose: "interrupted" was said, no failures to blame
+    elif outcome.failures:
+        print_failures(outcome, err)
+    else:
+        err.print("[bold red]FAILED[/bold red] not every rank finished", highlight=False)
+    for line in report.failures:
+        err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)
+    console.print(f"logs: {run_dir}  (python -m playground inspect {run_dir})", highlight=False)
+
+
+def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
+    """The node's report, made only from ranks that succeeded (see `playground.display.report`)."""
+    module = load_node(scenario.node)[0] if scenario.function is None else None
+    if not outcome.ok:
+        return Report(ok=False, tables=[])
+    failed = failed_ranks(outcome.results)
+    if failed:
+        return Report(ok=False, tables=[], failures=failed)
+    if scenario.function is not None:
+        return function_report(outcome.results, scenario.name)
+    hook = getattr(module, "summarize", None)
+    if hook is None:
+        return default_report(outcome.results, scenario.name)
+    try:
+        return with_rank_checks(hook(outcome.results, scenario.params, run_dir), outcome.results)
+    except Exception as e:  # noqa: BLE001 - a broken summary fails the run, it does not crash the CLI
+        tb = traceback.format_exc().rstrip().splitlines()
+        where = next((ln.strip() for ln in reversed(tb) if ln.strip().startswith("File ")), "")
+        return Report(
+            ok=False,
+            tables=[],
+            failures=[
+                f"{scenario.node.partition(':')[0]}.summarize raised {type(e).__name__}: {e} ({where})"
+            ],
+        )
+
+
+def function_report(results: list[dict], name: str) -> Report:
+    """A rank function's report (`playground.api.launch`): rank 0's `rows` when it returned some, as
+    for a node without `summarize`, else a row per rank of what it returned; result.json keeps every
+    rank's returned dict under "returned"."""
+    report = default_report(results, name)
+    if not report.tables[0].rows:
+        rows = [{"rank": r, **res} for r, res in enumerate(results)]
+        report = dataclasses.replace(report, tables=[Table(f"{name}: what each rank returned", rows)])
+    return dataclasses.replace(report, data={"returned": results})
+
+
+def unfired_fault(scenario: Scenario, results: list[dict]) -> list[str]:
+    """A note when the scenario's rank fault never fired (its rank posted too few messages, or, for
+    `corrupt`, no array after `after_ops`), so a drill that tested nothing does not look passed."""
+    fault = scenario.fault
+    unfired = [(r, res["fault_unfired"]) for r, res in enumerate(results) if res and "fault_unfired" in res]
+    what = "posted no array from then on" if fault.action == "corrupt" else "posted no more"
+    return [
+        f"fault: {fault.action} on rank {rank} never fired: after post {fault.after_ops} it {what} "
+        f"({info['num_posts']} posts in all); choose another fault.rank or a smaller fault.after_ops"
+        for rank, info in unfired
+    ]
+
+
+def result_dict(
+    scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path, cpus: list[int] | None = None
+) -> dict:
+    """result.json; `cpus`: the CPU each rank was pinned to (launch.rank_cpus), None when not pinned
+    here (or placed by another launcher)."""
+    ok = outcome.ok and report.ok
+    return {
+        "ok": ok,
+        "scenario": scenario.name,
+        "ranks": scenario.ranks,
+        "transport": scenario.transport,
+        "node": scenario.node,
+        "rank_cpus": cpus,
+        **hosts_dict(scenario),
+        "elapsed_s": round(outcome.elapsed_s, 3),
+        "rows": report.tables[0].rows if report.tables else [],
+        "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
+        "notes": report.notes,
+        "failures": [f.headline() for f in outcome.failures] + list(report.failures),
+        **({"events": outcome.events} if outcome.events else {}),
+        "files": report.files,
+        "run_dir": str(run_dir),
+        "rank_results": [
+            {
+                "rank": r,
+                "bytes_sent": (res or {}).get("bytes_sent"),
+                "bytes_received": (res or {}).get("bytes_received"),
+            }
+            for r, res in enumerate(outcome.results)
+        ],
+        **report.data,
+    }
+
+
+def hosts_dict(scenario: Scenario) -> dict:
+    """What result.json says about the emulated cluster: hosts, link and each rank's host."""
+    if not scenario.hosts:
+        return {}
+    return {
+        "hosts": scenario.hosts,
+        "link": (scenario.link or Link()).to_dict(),
+        "placement": list(scenario.placement),
+    }
+
+
+def describe_hosts(scenario: Scenario) -> str:
+    """ "4 hosts (h0: ranks 0-1, ...), links 1gbit each way, delay 200us; ipc inside a host, tcp across"."""
+    inside = "tcp" if scenario.transport == "tcp" else "ipc"
+    return (
+        f"{scenario.hosts} host{'s' if scenario.hosts > 1 else ''} ({describe_placement(scenario.placement)}), "
+        f"links {(scenario.link or Link()).describe()}; {inside} inside a host, tcp across"
+    )
+
+
+def print_failures(outcome: LaunchOutcome, console: Console) -> None:
+    root = outcome.root_cause
+    if root is None:
+        return
+    console.print(f"[bold red]FAILED[/bold red] root cause: {root.headline()}", highlight=False)
+    if root.traceback:
+        lines = root.traceback.rstrip().splitlines()
+        console.print("\n".join("    " + ln for ln in lines[-12:]), highlight=False, markup=False)
+    if root.stack:
+        console.print(f"    where rank {root.rank} was stuck:", highlight=False)
+        console.print(
+            "\n".join("    " + ln for ln in root.stack.strip().splitlines()[:12]),
+            highlight=False,
+            markup=False,
+        )
+    for event in outcome.events:  # what a drill did to the cluster: the cause behind the root cause
+        console.print(f"  cluster at {event['at_s']:.2f}s: {event['event']}", highlight=False, markup=False)
+    others = [f for f in outcome.failures if f is not root]
+    for f in others:
+        console.print(f"  then {f.headline()}", highlight=False, markup=False)
+        if f.stack and f.kind == "hang" and not root.stack:
+            console.print("\n".join("    " + ln for ln in f.stack.strip().splitlines()[:12]), markup=False)
+
+
+def execute(
+    scenario: Scenario, out_base: Path, console: Console | None = None, start_method: str = "fork"
+) -> Finished:
+    """Run `scenario` into a new run directory under `out_base`, print what the command line prints
+    on `console` (the table, or the root cause first) and write result.json. `start_method`: how
+    ranks are started (`launch.START_METHODS`): fork for the command line, spawn for the Python API."""
+    console = console or make_console()
+    err = make_console(stderr=True)
+    if scenario.hosts:
+        netns.check_can_emulate()  # before anything is made: one line, exit 2
+    run_dir = make_run_dir(out_base, scenario.name)
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_dict(), sort_keys=False))
+    over = f"on {describe_hosts(scenario)}" if scenario.hosts else f"over {scenario.transport}"
+    cpus = rank_cpus(scenario)
+    if cpus is not None:
+        over += f", pinned to CPU{'s' if len(set(cpus)) > 1 else ''} {','.join(map(str, cpus))}"
+    console.print(
+        f"[bold]{scenario.name}[/bold]: {scenario.ranks} ranks {over}, node {scenario.node} -> {run_dir}",
+        highlight=False,
+    )
+    with progress_bar(err) as progress:
+        task = progress.add_task(scenario.name, total=None)
+
+        def on_progress(msg: dict) -> None:
+            progress.update(
+                task,
+                completed=msg.get("done", 0),
+                total=msg.get("total") or None,
+                description=f"{scenario.name} {msg.get('label', '')}".strip(),
+            )
+
+        outcome = Launcher(scenario, run_dir, on_progress, start_method).run()
+    if outcome.interrupted:
+        err.print("interrupted: every rank was stopped", highlight=False)
+    report = summarize(scenario, outcome, run_dir) if not outcome.interrupted else Report(False, [])
+    if scenario.hosts and report.tables:
+        report = dataclasses.replace(report, notes=[*report.notes, f"hosts: {describe_hosts(scenario)}"])
+    if scenario.fault is not None and outcome.ok:
+        report = dataclasses.replace(report, notes=[*report.notes, *unfired_fault(scenario, outcome.results)])
+    result = result_dict(scenario, outcome, report, run_dir, cpus)
+    write_result(run_dir, result)
+    print_outcome(outcome, report, run_dir, console, err)
+    if outcome.interrupted:
+        return Finished(EXIT_INTERRUPTED, result, outcome)
+    return Finished(EXIT_OK if result["ok"] else EXIT_FAILED, result, outcome)

@@ -1,0 +1,237 @@
+"""What every rank process runs: join, build the communicator, call the node, report back.
+
+The same code runs under our launcher (forked, environment set) and under any other launcher that
+sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (`python -m playground node SCENARIO`).
+"""
+
+import faulthandler
+import importlib
+import os
+import signal
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+import zmq
+
+from playground.comm.communicator import Communicator
+from playground.comm.control import Heartbeat, LauncherLink, control_identity
+from playground.comm.delay import DelayedTransport
+from playground.comm.faults import FaultyTransport
+from playground.config.scenario import Scenario, node_function
+from playground.core import interrupts
+from playground.core.errors import CommTimeout, PeerLost, ScenarioMismatch
+from playground.core.machine import keep_freed_memory
+from playground.core.topology import host_name
+from playground.hosts import netns
+from playground.rendezvous import join as rendezvous
+from playground.tracing import clocks
+from playground.tracing.trace import CAT_META, Tracer
+
+RELEASE_TIMEOUT_S = 60.0  # waiting for the slowest rank to finish, after this rank is done
+_CTRL_LINGER_MS = 2000  # let a final error/done message reach the coordinator after close
+
+
+def _error_message(rank: int, exc: BaseException) -> dict:
+    msg = {
+        "type": "error",
+        "rank": rank,
+        "error_type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+    if isinstance(exc, (CommTimeout, PeerLost)) and exc.peer is not None:
+        msg["waiting_for"] = exc.peer
+    if isinstance(exc, (PeerLost, ScenarioMismatch)):  # the coordinator already has the root cause
+        msg["secondary"] = True
+    return msg
+
+
+def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
+    """Run this rank to the end; returns the process exit status (0 ok, 1 failed)."""
+    keep_freed_memory()
+    stack_file = open(run_dir / f"rank-{env.rank}.stack", "w")  # noqa: SIM115 - lives as long as the process
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    ctx = zmq.Context()
+    ctrl = ctx.socket(zmq.DEALER)
+    ctrl.setsockopt(zmq.IDENTITY, control_identity(env.rank))
+    ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
+    ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
+    ctrl.connect(env.coordinator)
+    heartbeat = Heartbeat(ctx, env.coordinator, env.rank) if scenario.hosts else None
+    end = None
+    tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
+    comm = None
+    try:
+        tracer.clock_ns = clock_ns = clocks.rank_clock_ns(env.rank)  # skewed on purpose in drills
+        end = rendezvous.open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
+        peers, clock = rendezvous.join(
+            ctrl,
+            env,
+            end.endpoint,
+            max(30.0, scenario.timeout_s),
+            scenario.to_dict(),
+            clock_ns,
+            end.local_endpoint,
+        )
+        # Raw times stay in the log, the offset beside them: `inspect` shifts them onto rank 0's clock.
+        if clock is not None:
+            tracer.add("clock", CAT_META, tracer.now_us(), 0.0, {**clock.to_args(), "endpoint": end.endpoint})
+        endpoints = rendezvous.pick_endpoints(peers, env.rank)
+        transport = end.connect(endpoints)
+        end = None  # the transport owns it now
+        transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
+        fault, faulty = scenario.fault, None
+        if fault is not None and fault.counting_rank(scenario.placement) == env.rank:
+
+            def request(action: str) -> None:
+                rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
+
+            transport = faulty = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request)
+        comm = Communicator(
+            env.rank,
+            env.world_size,
+            transport,
+            tracer=tracer,
+            timeout_s=scenario.timeout_s,
+            control=LauncherLink(ctrl, env.rank),
+            run_dir=run_dir,
+            hosts=peers.hosts,
+        )
+        comm.barrier()
+        result = node_function(scenario)(comm, scenario.params)
+        tracer.flush()
+        if result is None:
+            result = {}
+        if not isinstance(result, dict):
+            result = {"value": result}
+        result.setdefault("bytes_sent", comm.bytes_sent)
+        result.setdefault("bytes_received", comm.bytes_received)
+        if faulty is not None and faulty.armed:  # the drill never fired: the report says so
+            result["fault_unfired"] = {"num_posts": faulty.num_ops}
+        rendezvous.send_ctrl(ctrl, {"type": "done", "rank": env.rank, "result": result})
+        rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
+        try:  # first: the launcher's report must not wait for a long log to be written
+            rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc))
+        except zmq.ZMQError:
+            pass
+        tracer.add(
+            "error", "error", tracer.now_us(), 0.0, {"type": type(exc).__name__, "message": str(exc)[:500]}
+        )
+        tracer.flush()
+        return 1
+    finally:
+        if comm is not None:
+            comm.close()
+        if end is not None:
+            end.close()
+        if heartbeat is not None:
+            heartbeat.stop()
+        ctrl.close()
+        ctx.term()
+        faulthandler.unregister(signal.SIGUSR1)
+        stack_file.close()
+        stack_path = run_dir / f"rank-{env.rank}.stack"
+        if stack_path.exists() and stack_path.stat().st_size == 0:
+            stack_path.unlink()
+
+
+def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[str], hosts: list[str]):
+    """`transport` behind a DelayedTransport when messages between hosts are delayed (the link's
+    delay, or a delay_link drill); else itself."""
+    link_delay_s = scenario.link.delay if scenario.link else 0.0
+    fault, extra = scenario.fault, None
+    if fault is not None and fault.action == "delay_link":
+        host = host_name(fault.target_host(scenario.placement))
+        extra = (host, fault.delay, time.monotonic() + (fault.after_s or 0.0))
+    if not scenario.hosts or (not link_delay_s and extra is None):
+        return transport
+    return DelayedTransport(transport, rank, ctx, endpoints, hosts, link_delay_s, extra)
+
+
+def child_main(scenario: Scenario, run_dir: Path, environ: dict, launcher_pid: int, cpu: int | None) -> None:
+    """Entry point of a rank the launcher forked or spawned: set up the process, run, and exit
+    without the parent's atexit.
+
+    On an emulated host it first enters the host's network namespace, before any ZeroMQ context
+    exists, so that ZeroMQ's I/O threads are born inside it; pinned to `cpu` (launch.rank_cpus)
+    before any thread starts, so that they are all pinned with it."""
+    _die_with_parent(launcher_pid)  # first: a launcher killed while this rank starts must not leave it behind
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:  # the CPU went away (hotplug, a cpuset changed): run unpinned
+            pass
+    if environ.get("PLAYGROUND_NETNS"):
+        try:
+            netns.enter(environ["PLAYGROUND_NETNS"])
+        except OSError as e:
+            print(
+                f"rank {environ.get('RANK')}: cannot enter {environ['PLAYGROUND_NETNS']}: {e}",
+                file=sys.stderr,
+            )
+            os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.INTERRUPTS)  # held by the launcher
+    os.environ.update(environ)
+    code = 1
+    try:
+        code = run_rank(scenario, run_dir, rendezvous.RankEnv.from_environ())
+    finally:
+        os._exit(code)
+
+
+def _die_with_parent(launcher_pid: int) -> None:
+    """Ask Linux to SIGKILL this process if the launcher dies, so no rank outlives it; and exit now
+    if it already died between the fork and this call (the request would then never fire)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != launcher_pid:
+        os._exit(1)
+
+
+class FunctionByValue:
+    """A rank function sent to spawned ranks by value (`playground.api.launch`).
+
+    A spawned rank imports nothing of the caller's `__main__` (a notebook's cells, a script), so a
+    function defined there, a lambda or a closure cannot be found by name. dill pickles it here with
+    the globals it uses (modules by name, the rest by value); the rank unpickles it when it is
+    called, inside `run_rank`, so a failure to rebuild it (a module the rank cannot import) is that
+    rank's error, reported like any other. Pickled once, in the caller, so that what cannot be
+    pickled (an open socket in the closure) is one line before any process starts."""
+
+    def __init__(self, function):
+        import io
+
+        import dill
+
+        class ModulesByName(dill.Pickler):
+            """dill pickles a module outside site-packages (an editable install, a checkout on
+            PYTHONPATH) with its whole namespace; ours and the nodes' go by name, as the rank has them."""
+
+            def reducer_override(self, obj):
+                if isinstance(obj, types.ModuleType) and obj.__name__.partition(".")[0] in (
+                    "playground",
+                    "nodes",
+                ):
+                    return importlib.import_module, (obj.__name__,)
+                return NotImplemented
+
+        buffer = io.BytesIO()
+        ModulesByName(buffer, recurse=True).dump(function)
+        self.payload = buffer.getvalue()
+
+    def __call__(self, comm, params):
+        import dill
+
+        return dill.loads(self.payload)(comm, params)

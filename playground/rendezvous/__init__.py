@@ -1,0 +1,1 @@
+"""How ranks find each other: the coordinator, the control messages, a rank's side of joining."""

@@ -16,11 +16,12 @@ import numpy as np
 
 from playground.buckets import buckets_report
 from playground.buckets.architectures import gradient_elements
-from playground.buckets.bucketing import schedules
 from playground.buckets.gradients import expected_sum, make_base, rank_gradient
-from playground.collectives import allreduce
+from playground.buckets.schedules import schedules
+from playground.collectives import registry
 from playground.collectives.bucketing import Bucket
 from playground.collectives.check import Tally
+from playground.collectives.comm_thread import allreduce_bucket
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
@@ -30,22 +31,23 @@ THREADED = True  # a communication thread beside the compute: `bind: auto` leave
 
 ITEMSIZE = 4  # float32 gradients
 Strategy = Literal["per_tensor", "bucketed", "single"]
+Algorithm = Literal[registry.flat_allreduce()]
 
 
 @dataclass(frozen=True)
 class Params:
-    # the model whose gradients are all-reduced (float32, in backward order): lecture (1000 tensors
-    # of 100 KB), resnet50 (torchvision's: 161 tensors, 97.5 MiB), gpt2 (Hugging Face's GPT-2 small:
-    # 148 tensors, 475 MiB)
-    model: Literal["lecture", "resnet50", "gpt2"] = "lecture"
-    tensor_bytes: tuple[Size, ...] | None = None  # a custom list (backward order); replaces `model`
+    # the architecture whose gradients are all-reduced (float32, in backward order): lecture (1000
+    # tensors of 100 KB), resnet50 (torchvision's: 161 tensors, 97.5 MiB), gpt2 (Hugging Face's
+    # GPT-2 small: 148 tensors, 475 MiB)
+    architecture: Literal["lecture", "resnet50", "gpt2"] = "lecture"
+    tensor_bytes: tuple[Size, ...] | None = None  # a custom list (backward order); replaces `architecture`
     scale: float = 1.0  # every tensor (and cap) x scale, to keep runs short; 1.0 = real sizes
     bucket_mb: tuple[float, ...] = (25.0,)  # caps in MiB (DDP's bucket_cap_mb); several = a sweep
     first_bucket_mb: float | None = 1.0  # DDP's smaller first bucket; null = same as the cap
     # per_tensor: one all-reduce per gradient; bucketed: DDP's buckets, once per cap of bucket_mb;
     # single: one all-reduce of everything
     strategies: tuple[Strategy, ...] = ("per_tensor", "bucketed", "single")
-    algorithm: Literal["ring", "tree"] = "ring"  # the all-reduce algorithm of every bucket
+    algorithm: Algorithm = "ring"  # the all-reduce algorithm of every bucket
     iters: int = 3  # timed passes over all gradients per strategy (and cap)
     warmup: int = 1  # untimed passes before them (their results are checked too)
     seed: int = 0  # seed of the gradient values (exactly checkable integers); timings do not depend on it
@@ -55,7 +57,7 @@ class Params:
             if not self.tensor_bytes:
                 raise ParamError(
                     "tensor_bytes",
-                    "empty list; give the gradient sizes in backward order, or remove the key to use `model`",
+                    "empty list; give the gradient sizes in backward order, or remove the key to use `architecture`",
                 )
             for i, n in enumerate(self.tensor_bytes):
                 if n < ITEMSIZE or n % ITEMSIZE:
@@ -85,23 +87,23 @@ class Params:
 
     @property
     def source(self) -> str:
-        return f"custom list of {len(self.tensor_bytes)} tensors" if self.tensor_bytes else self.model
+        return f"custom list of {len(self.tensor_bytes)} tensors" if self.tensor_bytes else self.architecture
 
 
-def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Bucket], p: Params, tick) -> dict:
+def run_schedule(comm, grads: np.ndarray, buckets: list[Bucket], p: Params, tick) -> dict:
     """Warm-up, then `iters` timed passes; every pass's results, warm-up included, are checked
     after its timing."""
     times_s, sent_bytes, tally = [], 0, Tally(warmup=p.warmup)
-    views = [grads[offsets[b.first] : offsets[b.first + b.num_tensors]] for b in buckets]
+    views = [b.view(grads) for b in buckets]
     for it in range(p.warmup + p.iters):
         comm.barrier()
         sent0 = comm.bytes_sent
         t0 = time.perf_counter()
-        with comm.tracer.span("schedule", cat="phase", buckets=len(buckets), iter=it):
-            outs = []
-            for b, view in zip(buckets, views, strict=True):
-                with comm.tracer.span("bucket.allreduce", cat="op", bucket=b.index, bytes=b.num_bytes):
-                    outs.append(allreduce(comm, view, algorithm=p.algorithm))
+        with comm.tracer.span("schedule", cat="phase", buckets=len(buckets), step=it):
+            outs = [
+                allreduce_bucket(comm, view, b.index, it, p.algorithm)
+                for b, view in zip(buckets, views, strict=True)
+            ]
         dt = time.perf_counter() - t0
         if it >= p.warmup:
             times_s.append(dt)
@@ -117,9 +119,8 @@ def run_schedule(comm, grads: np.ndarray, offsets: list[int], buckets: list[Buck
 def main(comm, params: Params) -> dict:
     fit, points = measure_alpha_beta(comm)
     loaded, _ = measure_alpha_beta(comm, loaded=True) if comm.size > 2 else (fit, points)
-    elems = gradient_elements(params.model, params.tensor_bytes, params.scale, ITEMSIZE)
-    offsets = np.concatenate([[0], np.cumsum(elems)]).tolist()
-    grads = rank_gradient(make_base(offsets[-1], params.seed), comm.rank)
+    elems = gradient_elements(params.architecture, params.tensor_bytes, params.scale, ITEMSIZE)
+    grads = rank_gradient(make_base(sum(elems), params.seed), comm.rank)
     tensor_bytes = [n * ITEMSIZE for n in elems]
     plan = schedules(params.strategies, tensor_bytes, params.bucket_mb, params.first_bucket_mb, params.scale)
     total = len(plan) * (params.warmup + params.iters)
@@ -133,7 +134,7 @@ def main(comm, params: Params) -> dict:
             comm.progress(done, total, label)
 
         comm.progress(done, total, label)
-        res = run_schedule(comm, grads, offsets, buckets, params, tick)
+        res = run_schedule(comm, grads, buckets, params, tick)
         rows.append(
             {
                 "strategy": label,
@@ -147,7 +148,7 @@ def main(comm, params: Params) -> dict:
         "ok": all(r["wrong"] == 0 for r in rows),
         "rows": rows,
         "num_tensors": len(elems),
-        "total_bytes": offsets[-1] * ITEMSIZE,
+        "total_bytes": grads.nbytes,
         "alpha_beta": None
         if fit is None
         else {"alpha_s": fit.alpha_s, "beta_bytes_per_s": fit.beta_bytes_per_s, "points": points},

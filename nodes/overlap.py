@@ -19,7 +19,8 @@ from playground.buckets import overlap_report
 from playground.buckets.backward import MODES, calibrate, run_step
 from playground.buckets.compute import Burner
 from playground.buckets.gradients import make_base
-from playground.collectives.bucketing import MIB, Bucket, assign_buckets, per_tensor
+from playground.collectives import registry
+from playground.collectives.bucketing import MIB, Bucket, plan_buckets
 from playground.collectives.check import Tally
 from playground.collectives.comm_thread import CommThread
 from playground.core.errors import ParamError
@@ -29,6 +30,7 @@ from playground.display.report import Report
 THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
 
 ITEMSIZE = 4
+Algorithm = Literal[registry.flat_allreduce()]
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,8 @@ class Setting:
             raise ParamError("bucket_mb", f"must be > 0 MiB or null, got {self.bucket_mb}")
 
     def buckets(self) -> list[Bucket]:
-        sizes = [int(self.layer_bytes)] * self.layers
-        return (
-            per_tensor(sizes)
-            if self.bucket_mb is None
-            else assign_buckets(sizes, round(self.bucket_mb * MIB))
-        )
+        cap = 0 if self.bucket_mb is None else round(self.bucket_mb * MIB)  # 0: one bucket per layer
+        return plan_buckets([int(self.layer_bytes)] * self.layers, cap)
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,7 @@ class Params:
         Setting("compute-bound", 16, 1 * MIB, 12.0),
         Setting("comm-bound", 16, 4 * MIB, 3.0),
     )
-    algorithm: Literal["ring", "tree"] = "ring"  # the all-reduce algorithm of every bucket
+    algorithm: Algorithm = "ring"  # the all-reduce algorithm of every bucket
     iters: int = 3  # timed steps per setting and mode
     warmup: int = 1  # untimed steps before them (their results are checked too)
     seed: int = 0  # seed of the gradient values (exactly checkable integers); timings do not depend on it
@@ -94,7 +92,7 @@ def main(comm, params: Params) -> dict:
         base = make_base(layer_elems * s.layers, params.seed + si)
         grads = np.zeros_like(base)
         buckets = s.buckets()
-        views = [grads[b.first * layer_elems : (b.last + 1) * layer_elems] for b in buckets]
+        views = [b.view(grads) for b in buckets]
         ctx = {
             "burner": burner,
             "units": round(s.compute_ms * units_per_ms),

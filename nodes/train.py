@@ -20,7 +20,7 @@ from playground.display.report import Report
 from playground.models.calibration import ModelSpec
 from playground.training import ddp_baseline, training_report
 from playground.training.loop import train_mode
-from playground.training.modes import NAMES
+from playground.training.modes import MODES, NAMES, Mode
 from playground.training.step import TrainSetup
 from playground.transformer import (
     AdamConfig,
@@ -35,7 +35,6 @@ from playground.transformer import (
 THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
 
 MIB = 1 << 20
-Mode = Literal[NAMES]
 Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
 
 
@@ -50,9 +49,8 @@ class Params:
     lr: float = 5e-3  # Adam's learning rate
     seed: int = 0  # initial weights and batch order: the same on every rank and in every mode
     dtype: Literal["float32", "float64"] = "float32"  # parameters, gradients, activations, Adam's states
-    mode: tuple[Mode, ...] = (
-        NAMES  # the data-parallel schemes to run, one after another, each from the same start
-    )
+    # the data-parallel schemes to run, one after another, each from the same start
+    mode: tuple[Mode, ...] = MODES
     bucket_cap_mb: float = 25.0  # bucketed: DDP's bucket_cap_mb, in MiB
     first_bucket_mb: float | None = 1.0  # bucketed: the first bucket's cap (DDP's 1 MiB); null: bucket_cap_mb
     algorithm: Algorithm = (
@@ -73,7 +71,8 @@ class Params:
             raise ParamError("steps", f"must be >= 1, got {self.steps}")
         if not self.mode or len(set(self.mode)) != len(self.mode):
             raise ParamError(
-                "mode", f"a non-empty list of {', '.join(NAMES)} without repeats, got {list(self.mode)}"
+                "mode",
+                f"a non-empty list of {', '.join(NAMES)} without repeats, got {[m.name for m in self.mode]}",
             )
         if not self.bucket_cap_mb > 0:
             raise ParamError("bucket_cap_mb", f"must be > 0 MiB, got {self.bucket_cap_mb}")
@@ -127,7 +126,7 @@ def main(comm, params: Params) -> dict:
         dp = None  # the previous mode's buffers go before this mode's are made
 
         def tick(step: int, k=k, mode=mode) -> None:
-            comm.progress(k * steps + step + 1, total, f"{mode} step {step + 1}/{steps}")
+            comm.progress(k * steps + step + 1, total, f"{mode.name} step {step + 1}/{steps}")
 
         record, dp = train_mode(comm, mode, setup, sampler, steps, tick)
         modes.append(record)

@@ -11,9 +11,10 @@ from nodes.overlap import Params as OverlapParams
 from nodes.overlap import Setting
 from playground.buckets import buckets_report, overlap_report
 from playground.buckets.architectures import backward_order, gradient_elements
-from playground.buckets.bucketing import schedules
-from playground.collectives.bucketing import MIB, assign_buckets, per_tensor, single_bucket
+from playground.buckets.schedules import schedules
+from playground.collectives.bucketing import MIB, plan_buckets
 from playground.models.alphabeta import AlphaBeta
+from playground.models.costs import Link
 from playground.network import pingpong_report
 
 KIB = 1024
@@ -37,10 +38,11 @@ def test_schedules_in_strategy_order_with_scaled_caps():
         ("bucketed 1 MiB", 1.0),
         ("per-tensor", None),
     ]
-    assert plan[0][2] == single_bucket(sizes) and plan[3][2] == per_tensor(sizes)
-    assert plan[1][2] == assign_buckets(sizes, 64 * KIB, 16 * KIB)
+    assert plan[0][2] == plan_buckets(sizes, None) and plan[3][2] == plan_buckets(sizes, 0)
+    assert [len(b) for _, _, b in plan] == [1, 3, 2, 4]
+    assert plan[1][2] == plan_buckets(sizes, 64 * KIB, 16 * KIB)
     scaled = schedules(("bucketed",), sizes, (1.0,), None, scale=0.5)
-    assert scaled[0][2] == assign_buckets(sizes, MIB // 2, None)
+    assert scaled[0][2] == plan_buckets(sizes, MIB // 2, None)
 
 
 # -- buckets ----------------------------------------------------------------------------------------
@@ -91,7 +93,7 @@ def test_combine_takes_the_slowest_rank_per_pass_then_the_median():
     per_tensor_row, bucketed, single = buckets_report.combine(buckets_results(), p)
     assert per_tensor_row["measured_ms"] == pytest.approx(12.0)  # passes: max 12, 20, 12 -> median 12
     assert bucketed["measured_ms"] == pytest.approx(7.0)  # passes: 6, 7, 7
-    model = AlphaBeta(50e-6, 1e9)
+    model = AlphaBeta(50e-6, 1e9)  # the same formula as the registry's ring
     assert per_tensor_row["model_ms"] == pytest.approx(1e3 * model.schedule_time_s([4 * KIB] * 4, 3, "ring"))
     assert per_tensor_row["diff_ms"] == pytest.approx(
         per_tensor_row["measured_ms"] - per_tensor_row["model_ms"]
@@ -104,6 +106,24 @@ def test_combine_takes_the_slowest_rank_per_pass_then_the_median():
     assert per_tensor_row["model_ms"] > single["model_ms"]  # alpha is paid per all-reduce
     loaded = AlphaBeta(80e-6, 0.5e9).schedule_time_s([16 * KIB], 3, "ring")
     assert single["loaded_model_ms"] == pytest.approx(1e3 * loaded)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "messages"), [("ring", 2 * 4), ("tree", 2 * 3), ("hd", 2 * 2 + 2), ("rd", 2 + 2)]
+)
+def test_every_flat_algorithm_has_its_model_and_message_count(algorithm, messages):
+    """5 ranks: the ring's 2(N-1) steps, the tree's 2 ceil(log2 N), halving-doubling's 2 log2 p and
+    recursive doubling's log2 p on p = 4, the last two plus the fold's two messages (5 is not a
+    power of 2)."""
+    assert buckets_report.messages_per_rank(5, algorithm) == messages
+    assert buckets_report.messages_per_rank(1, algorithm) == 0
+    link = Link(50e-6, 1e9)
+    per_tensor = buckets_report.schedule_time_s(link, [4 * KIB] * 4, 5, algorithm)
+    one = buckets_report.schedule_time_s(link, [16 * KIB], 5, algorithm)
+    assert per_tensor - one == pytest.approx(3 * messages * link.alpha_s)  # alpha paid per all-reduce
+    p = BucketsParams(tensor_bytes=(4 * KIB,) * 4, algorithm=algorithm, iters=3)
+    rows = buckets_report.combine(buckets_results(num_ranks=5), p)
+    assert rows[0]["messages"] == 4 * messages and rows[0]["model_ms"] == pytest.approx(1e3 * per_tensor)
 
 
 def test_buckets_report(tmp_path):
@@ -120,9 +140,10 @@ def test_buckets_report(tmp_path):
         rep.notes[0]
         == "alpha-beta from ping-pong rank 0 <-> 1: alpha = 50.0 us, beta = 1.000 GB/s (n_1/2 = 48.8 KiB)"
     )
-    assert (
-        rep.notes[2]
-        == "model: ring all-reduce of S bytes = 2(N-1)(alpha + S/(N beta)), summed over the schedule's all-reduces"
+    assert rep.notes[2] == (
+        "model: ring all-reduce (reduce-scatter then all-gather around a ring: fewest bytes, 2(N-1) steps) "
+        "with this fit's alpha and beta, reductions free, summed over the schedule's all-reduces "
+        "(formulas: playground/models/costs.py)"
     )
     assert rep.files == ["buckets.png"] and (tmp_path / "buckets.png").stat().st_size > 0
     assert rep.notes[-1] == f"plot: {tmp_path / 'buckets.png'}"
@@ -183,7 +204,7 @@ def write_trace(run_dir, rank, warmup=1):
             "tid": tid,
             "ts": ts,
             "dur": dur,
-            "args": {"setting": "x", "mode": "overlap", "iter": it},
+            "args": {"setting": "x", "mode": "overlap", "step": it},
         }
 
     events = []
@@ -232,7 +253,7 @@ def test_overlap_report(tmp_path):
 
 
 def test_compute_per_bucket():
-    buckets = assign_buckets([4, 4, 4], 8)
+    buckets = plan_buckets([4, 4, 4], 8)
     assert overlap_report.compute_per_bucket([1.0, 2.0, 4.0], buckets) == [3.0, 4.0]
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from playground.cli.testing import run_scenario, scenario_file_with
-from playground.collectives.bucketing import assign_buckets
+from playground.collectives.bucketing import plan_buckets
 from playground.config.scenario import load_scenario
 from playground.core.errors import ScenarioError
 
@@ -27,7 +27,7 @@ def test_custom_list_every_strategy_is_correct_and_modelled(runs_dir):
     assert code == 0, out + err
     rows = {r["strategy"]: r for r in result["rows"]}
     assert list(rows) == ["per-tensor", "bucketed 0.0625 MiB", "bucketed 1 MiB", "single bucket"]
-    expected_64k = assign_buckets(TENSORS, 64 * KIB, 16 * KIB)
+    expected_64k = plan_buckets(TENSORS, 64 * KIB, 16 * KIB)
     assert rows["bucketed 0.0625 MiB"]["num_allreduces"] == len(expected_64k) == 5
     assert rows["per-tensor"]["num_allreduces"] == len(TENSORS)
     assert rows["single bucket"]["num_allreduces"] == 1
@@ -54,14 +54,21 @@ def test_real_architecture_scaled_down(runs_dir):
         runs_dir,
         ranks=2,
         timeout_s=50,
-        sets=["params.model=resnet50", "params.scale=0.02", "params.iters=1", "params.warmup=0"],
+        sets=[
+            "params.architecture=resnet50",
+            "params.scale=0.02",
+            "params.iters=1",
+            "params.warmup=0",
+            "params.algorithm=hd",  # any flat all-reduce of the registry
+        ],
     )
     assert code == 0, out + err
     rows = {r["strategy"]: r for r in result["rows"]}
     assert rows["per-tensor"]["num_allreduces"] == 161
     assert all(r["wrong"] == 0 for r in rows.values())
+    assert rows["per-tensor"]["messages"] == 161 * 2  # halving-doubling on 2 ranks: 2 log2 2
     assert "resnet50: 161 tensors" in result["tables"][0]["title"]
-    assert "x0.02" in result["tables"][0]["title"]
+    assert "x0.02" in result["tables"][0]["title"] and "2 ranks, hd;" in result["tables"][0]["title"]
 
 
 @pytest.mark.timeout(30)
@@ -80,7 +87,9 @@ def test_one_rank_has_no_model_but_still_checks(runs_dir):
     [
         ("params.bucket_mb=[25,-1]", "params.bucket_mb", "must be > 0"),
         ("params.tensor_bytes=[]", "params.tensor_bytes", "empty list"),
-        ("params.model=vgg16", "params.model", "'lecture', 'resnet50', 'gpt2'"),
+        ("params.architecture=vgg16", "params.architecture", "'lecture', 'resnet50', 'gpt2'"),
+        ("params.model=resnet50", "params.model", "unknown key; allowed: algorithm, architecture, bucket_mb"),
+        ("params.algorithm=hier", "params.algorithm", "one of 'ring', 'tree', 'hd', 'rd', got 'hier'"),
         ("params.tensor_bytes=[4KiB,10]", "params.tensor_bytes", "multiple of 4"),
         ("params.scale=0", "params.scale", "(0, 4]"),
     ],

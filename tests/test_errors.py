@@ -8,7 +8,7 @@ import sys
 import pytest
 import zmq
 
-from playground.collectives.bucketing import assign_buckets
+from playground.collectives.bucketing import plan_buckets
 from playground.core import errors
 from playground.core.errors import (
     CommError,
@@ -188,7 +188,7 @@ def test_usage_error_from_the_libraries():
         parse_size("12 parsecs")
     assert e.value.field == ""
     with pytest.raises(UsageError, match="^cap_bytes: must be >= 0, got -1$") as e:
-        assign_buckets([8, 8], cap_bytes=-1)
+        plan_buckets([8, 8], cap_bytes=-1)
     assert e.value.field == "cap_bytes"
     with pytest.raises(UsageError) as e:
         Link(alpha_s=-1.0, beta_bytes_per_s=1e9)

@@ -98,6 +98,12 @@ def test_overlap_runs_both_modes_and_the_trace_shows_two_threads(overlap_run, tm
         e["tid"] for e in events if e["name"] == "bucket.allreduce" and e["args"].get("mode") == "serial"
     }
     assert serial_comm_tids == {0}
+    # one span for a bucket's all-reduce on either thread: the same arguments, the step numbered
+    allreduces = [e for e in events if e["name"] == "bucket.allreduce"]
+    assert {frozenset(e["args"]) for e in allreduces} == {
+        frozenset({"bucket", "step", "bytes", "setting", "mode"})
+    }
+    assert {e["args"]["step"] for e in allreduces} == {0, 1, 2, 3}  # warm-up 1 + 3 timed
 
     trace_file = tmp_path / "t.json"
     proc = run_cli(["inspect", str(run_dir), "--trace", str(trace_file)], timeout_s=30)
@@ -130,6 +136,7 @@ def test_overlap_really_overlaps(overlap_run):
         ("params.settings=[{name: x, compute_ms: -2}]", "params.settings[0].compute_ms", "must be >= 0"),
         ("params.settings=[]", "params.settings", "at least one"),
         ("params.settings=[{name: x, colour: red}]", "params.settings[0].colour", "unknown key"),
+        ("params.algorithm=butterfly", "params.algorithm", "one of 'ring', 'tree', 'hd', 'rd'"),
     ],
 )
 def test_bad_params_get_one_line_and_exit_2(runs_dir, tmp_path, override, key, words):

@@ -20,7 +20,7 @@ from playground.training.checks import (
     verify_reductions,
 )
 from playground.training.loop import train_mode
-from playground.training.modes import NAMES
+from playground.training.modes import BY_NAME, NAMES
 from playground.training.step import TrainSetup
 from playground.transformer import AdamConfig, BatchSampler, ModelConfig, lecture_bytes, pin_blas_threads
 
@@ -129,7 +129,7 @@ def corrupted_run(n: int, mode: str, after_ops: int) -> tuple[bool, BaseExceptio
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)  # a corrupted gradient is never applied
-            run_local(n, lambda comm: train_mode(comm, mode, SETUP, SAMPLER, 2)[0], wrap=wrap)
+            run_local(n, lambda comm: train_mode(comm, BY_NAME[mode], SETUP, SAMPLER, 2)[0], wrap=wrap)
     except ResultMismatch as e:
         return not faulty["t"].armed, e
     return not faulty["t"].armed, None

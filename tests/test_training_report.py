@@ -12,6 +12,7 @@ from playground.models.costs import (
     reduce_scatter_ring_time_s,
 )
 from playground.training import training_report, training_stats
+from playground.training.modes import BY_NAME
 from playground.training.steptime_model import comm_time_s, departure, predicted_step_s
 from playground.transformer import ModelConfig
 
@@ -160,14 +161,14 @@ def test_ddp_records_read_like_ours():
 
 def test_the_model_of_each_modes_communication():
     link = Link(10e-6, 1e9, 4e9)
-    assert comm_time_s("bucketed", [1000, 3000], 4000, 4, link, "ring") == pytest.approx(
+    assert comm_time_s(BY_NAME["bucketed"], [1000, 3000], 4000, 4, link, "ring") == pytest.approx(
         allreduce_ring_time_s(1000, 4, link) + allreduce_ring_time_s(3000, 4, link)
     )
-    assert comm_time_s("zero1", [4000], 4000, 4, link, "ring") == pytest.approx(
+    assert comm_time_s(BY_NAME["zero1"], [4000], 4000, 4, link, "ring") == pytest.approx(
         reduce_scatter_ring_time_s(4000, 4, link) + allgather_ring_time_s(4000, 4, link)
     )
-    assert comm_time_s("after_backward", [4000], 4000, 1, link, "ring") == 0.0
-    assert comm_time_s("per_tensor", [8, 1 << 20], 0, 4, link, "auto") > 0
+    assert comm_time_s(BY_NAME["after_backward"], [4000], 4000, 1, link, "ring") == 0.0
+    assert comm_time_s(BY_NAME["per_tensor"], [8, 1 << 20], 0, 4, link, "auto") > 0
     assert predicted_step_s(0.01, 0.03, 0.002, 0.02) == pytest.approx(
         {"serial_s": 0.062, "overlapped_s": 0.042}
     )
@@ -183,7 +184,7 @@ def params_of(modes, ddp=None):
         batch=8,
         context=8,
         steps=3,
-        mode=tuple(modes),
+        mode=tuple(BY_NAME[m] for m in modes),
         dtype="float32",
         algorithm="ring",
         model=None,

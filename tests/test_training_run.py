@@ -4,6 +4,7 @@ root cause; bad input in one line; the same node under mpiexec and across emulat
 import json
 
 import pytest
+import yaml
 from test_external import clean_env, ranks  # noqa: F401 - ranks is a fixture
 from test_launchers import MPIEXEC, NO_MPICH
 from tools import need
@@ -51,6 +52,8 @@ def test_every_mode_trains_and_reports(tiny_run):
     memory = {r["mode"]: r for r in result["tables"][2]["rows"]}
     assert memory["zero1"]["states_ratio"] == 0.5 and memory["bucketed"]["states_ratio"] == 1.0
     assert f"data-parallel training, 2 ranks, {TINY_CONFIG.num_params:,} parameters" in " ".join(out.split())
+    saved = yaml.safe_load((run_dir / "scenario.yaml").read_text())["params"]["mode"]
+    assert saved == modes  # each Mode written back as its name
 
 
 @pytest.mark.timeout(60)
@@ -86,6 +89,8 @@ def test_the_trace_shows_backward_on_the_main_thread_and_buckets_on_the_communic
     assert after and {e["tid"] for e in after} == {0}
     for mode in ("zero1.reduce_scatter", "zero1.allgather"):
         assert any(e["name"] == mode for e in events)
+    allreduces = [e for e in events if e["name"] == "bucket.allreduce"]  # one span, the same arguments
+    assert {frozenset(e["args"]) for e in allreduces} == {frozenset({"bucket", "step", "bytes", "mode"})}
 
 
 @pytest.mark.timing
@@ -139,6 +144,7 @@ def test_a_corrupted_message_fails_the_run_naming_the_step(runs_dir, mode, after
         (["params.context=40000"], 2, "params.context", "must be < the text's length 34006 bytes"),
         (["params.mode=[bucketed,ddp]"], 2, "params.mode[1]", "expected one of 'per_tensor', 'bucketed'"),
         (["params.mode=[]"], 2, "params.mode", "a non-empty list"),
+        (["params.mode=[zero1,zero1]"], 2, "params.mode", "without repeats, got ['zero1', 'zero1']"),
         (["params.baseline=mpi"], 2, "params.baseline", "expected one of 'ddp' or null"),
     ],
 )

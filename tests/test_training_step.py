@@ -9,9 +9,10 @@ import pytest
 from playground.collectives.chunks import ChunkBounds
 from playground.comm.world import run_local
 from playground.training.loop import train_mode
-from playground.training.modes import NAMES
-from playground.training.reducer import GradReducer, plan_buckets
+from playground.training.modes import BY_NAME, MODES, NAMES, Mode
+from playground.training.reducer import AllReduceBuckets, bucket_of_param
 from playground.training.step import TrainSetup
+from playground.training.zero import ZeroOne
 from playground.transformer import (
     AdamConfig,
     BatchSampler,
@@ -38,7 +39,7 @@ def one_process():
 
 def train_on(n: int, mode: str, setup: TrainSetup = SETUP) -> list[tuple[dict, np.ndarray]]:
     def body(comm):
-        record, dp = train_mode(comm, mode, setup, SAMPLER, STEPS)
+        record, dp = train_mode(comm, BY_NAME[mode], setup, SAMPLER, STEPS)
         return record, dp.model.params.copy()
 
     with pin_blas_threads(1):
@@ -73,60 +74,92 @@ def test_modes_agree_with_each_other_in_float32():
         assert np.max(np.abs(params - base)) <= 1e-5 * np.max(np.abs(base))
 
 
+def plan(layout: ParamLayout, itemsize: int, mode: str, cap: int = 0, first: int | None = None):
+    """`mode`'s buckets over `layout`'s gradients in backward order, as `Mode.gradients` plans them."""
+    return BY_NAME[mode].plan([s.size * itemsize for s in reversed(layout.specs)], cap, first)
+
+
+def element_range(layout: ParamLayout, bucket, itemsize: int) -> tuple[int, int]:
+    """[start, stop) of the bucket's slice of a gradient buffer in layout order."""
+    view = bucket.view(np.arange(layout.num_elements, dtype=f"f{itemsize}"), forward=True)
+    return int(view[0]), int(view[0]) + view.size
+
+
 def test_buckets_follow_ddp_order_and_caps():
     layout = ParamLayout.for_config(ModelConfig(dtype="float64"))
-    buckets = plan_buckets(layout, 8, "bucketed", 128 << 10, 32 << 10)
+    buckets = plan(layout, 8, "bucketed", 128 << 10, 32 << 10)
     # what torch 2.13's DDP built for this model, float64, bucket_cap 128 KiB, first 32 KiB (its
     # rebuilt buckets, from the comm hook's bucket.buffer() sizes)
-    assert [b.num_elements * 8 / 1024 for b in buckets] == [129.5, 130, 131, 129.5, 130, 131, 161]
-    covered = sorted((b.start, b.stop) for b in buckets)
+    assert [b.num_bytes / 1024 for b in buckets] == [129.5, 130, 131, 129.5, 130, 131, 161]
+    covered = sorted(element_range(layout, b, 8) for b in buckets)
     assert covered[0][0] == 0 and covered[-1][1] == layout.num_elements
     assert all(a[1] == b[0] for a, b in zip(covered, covered[1:], strict=False))  # contiguous, once each
-    order = [p for b in buckets for p in b.params]
+    for b in buckets:  # each bucket's slice is exactly its parameters' slices
+        specs = [layout.specs[len(layout) - 1 - t] for t in b.tensor_indices]
+        assert element_range(layout, b, 8) == (min(s.offset for s in specs), max(s.stop for s in specs))
+    of = bucket_of_param(layout, buckets)
+    order = sorted(of, key=lambda p: (of[p], -p))
     assert order == list(reversed(range(len(layout))))  # backward order: ln_f.bias first, wte last
-    assert buckets[-1].params[-1] == layout["wte"].index
+    assert of[layout["wte"].index] == buckets[-1].index and of[len(layout) - 1] == 0
 
 
 def test_per_tensor_and_single_buckets():
     layout = ParamLayout.for_config(ModelConfig())
-    assert len(plan_buckets(layout, 4, "per_tensor")) == len(layout) == 28
-    (one,) = plan_buckets(layout, 4, "after_backward")
-    assert (one.start, one.stop) == (0, layout.num_elements)
+    assert len(plan(layout, 4, "per_tensor")) == len(layout) == 28
+    (one,) = plan(layout, 4, "after_backward")
+    assert element_range(layout, one, 4) == (0, layout.num_elements)
+    assert plan(layout, 4, "zero1") == [one]
     large = ParamLayout.for_config(ModelConfig(layers=8, d_model=512, heads=8, context=128))
-    sizes = [
-        round(b.num_elements * 4 / 2**20, 2) for b in plan_buckets(large, 4, "bucketed", 25 << 20, 1 << 20)
-    ]
+    sizes = [round(b.num_bytes / 2**20, 2) for b in plan(large, 4, "bucketed", 25 << 20, 1 << 20)]
     assert sizes == [4.01, 28.06, 25.06, 27.06, 12.78]  # DDP's defaults on train-large
 
 
 def test_a_bucket_goes_to_the_thread_when_its_last_gradient_is_ready():
-    """The reducer counts each bucket's gradients down in the order backward announces them."""
+    """The strategy counts each bucket's gradients down in the order backward announces them."""
     model = Transformer(CONFIG, seed=0)
-    buckets = plan_buckets(model.layout, 8, "bucketed", 2048, 512)
-    submitted = []
+    announced, submitted = [], []
 
     class Recorder:
         def submit(self, b, step):
-            submitted.append((b, announced[-1]))
+            submitted.append((b, announced[-1], step))
 
-    reducer = GradReducer.__new__(GradReducer)
-    reducer.buckets, reducer.bucket_of, reducer.thread = (
-        buckets,
-        {p: b.index for b in buckets for p in b.params},
-        Recorder(),
-    )
-    reducer.begin(0)
-    announced = []
+    def body(comm):
+        gradients = BY_NAME["bucketed"].gradients(comm, model, SETUP)
+        gradients.thread.close()
+        gradients.thread = Recorder()
+        gradients.begin(5)
 
-    def ready(index):
-        announced.append(index)
-        reducer._ready(index)
+        def ready(index):
+            announced.append(index)
+            gradients.on_grad_ready(index)
 
-    inputs, targets = SAMPLER.rank_batch(0)
-    model.forward(inputs, targets)
-    model.backward(ready)
-    assert [b for b, _ in submitted] == [b.index for b in buckets]
-    assert [last for _, last in submitted] == [b.params[-1] for b in buckets]
+        inputs, targets = SAMPLER.rank_batch(0)
+        model.forward(inputs, targets)
+        model.backward(ready)
+        return gradients.buckets
+
+    (buckets,) = run_local(1, body)
+    assert len(buckets) > 2
+    assert [b for b, _, _ in submitted] == [b.index for b in buckets]
+    backward = list(reversed(model.layout.specs))
+    assert [last for _, last, _ in submitted] == [backward[b.last].index for b in buckets]
+    assert {step for _, _, step in submitted} == {5}
+
+
+def test_every_mode_carries_its_strategy():
+    assert [m.name for m in MODES] == list(NAMES) == ["per_tensor", "bucketed", "after_backward", "zero1"]
+    assert [m.strategy for m in MODES] == [AllReduceBuckets] * 3 + [ZeroOne]
+    assert [(m.overlaps, m.sharded) for m in MODES] == [
+        (True, False),
+        (True, False),
+        (False, False),
+        (False, True),
+    ]
+    assert Mode.parse_param("zero1") is BY_NAME["zero1"] and BY_NAME["zero1"].to_param() == "zero1"
+    with pytest.raises(
+        ValueError, match="expected one of 'per_tensor', 'bucketed', 'after_backward', 'zero1'"
+    ):
+        Mode.parse_param("ddp")
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])

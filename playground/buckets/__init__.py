@@ -1,10 +1,10 @@
-"""Gradient buckets (PyTorch DDP style), compute/communication overlap and ping-pong: the network
-labs of lecture section 5 (nodes `buckets`, `overlap`, `pingpong`).
+"""Gradient buckets (PyTorch DDP style) and compute/communication overlap: the labs of lecture
+sections 5.3 and 3.5 (nodes `buckets`, `overlap`).
 
-`architectures` gives real models' gradient tensors in backward order, `bucketing` packs them
-into buckets under a byte cap and lists each strategy's schedule, `overlap` models and measures a
-step whose all-reduces run on a communication thread (`comm_thread`) while backward (`backward`,
-`compute`) goes on; `pingpong` fits this run's alpha and beta, `raw_pair` is the bare-pyzmq
-yardstick. The `*_report` modules turn the ranks' results into each lab's tables, notes and
-plots. The alpha-beta model lives in `playground.models.alphabeta`.
+`architectures` gives real models' gradient tensors in backward order, `schedules` lists each
+strategy's buckets (packed by `playground.collectives.bucketing` under a byte cap), `gradients`
+makes values whose all-reduced sum is exact, `backward` times a step whose all-reduces run after
+backward or on a communication thread (`playground.collectives.comm_thread`) while backward
+(`compute`) goes on. The `*_report` modules turn the ranks' results into each lab's tables, notes
+and plots; the start-of-run ping-pong and the alpha-beta model live in `playground.models`.
 """

@@ -2,17 +2,20 @@
 slowest rank's median step beside the alpha-beta model of its schedule), notes on the fitted
 link, and the step time against bucket cap when caps were swept."""
 
+import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
+from playground.collectives import registry
 from playground.collectives.check import describe_first_wrong, earliest_first_wrong
 from playground.core.machine import load_note
 from playground.core.sizes import format_size
 from playground.display.plot import figure
 from playground.display.report import Report, Table
-from playground.models.alphabeta import AlphaBeta, allreduce_messages_per_rank
+from playground.models.costs import Link
 
 COLUMNS = {
     "strategy": "strategy",
@@ -29,25 +32,37 @@ COLUMNS = {
 }
 
 
+def schedule_time_s(link: Link, bucket_bytes: Iterable[int], num_ranks: int, algorithm: str) -> float:
+    """The model of a schedule: its all-reduces back to back, each `algorithm`'s formula (the
+    registry's, from playground/models/costs.py) on `link`."""
+    return sum(registry.collective_time_s("allreduce", algorithm, n, num_ranks, link) for n in bucket_bytes)
+
+
+def messages_per_rank(num_ranks: int, algorithm: str) -> int:
+    """The messages one all-reduce sends one after another, by the model: the alphas of its
+    formula (one second each, bytes free)."""
+    return round(registry.collective_time_s("allreduce", algorithm, 1, num_ranks, Link(1.0, math.inf)))
+
+
 def combine(results: list[dict], params) -> list[dict]:
     """One row per strategy: per pass the slowest rank's time (a step ends when the last rank
     does), then the median over passes."""
     n = len(results)
     ab, abl = results[0]["alpha_beta"], results[0]["alpha_beta_loaded"]
-    model = AlphaBeta(ab["alpha_s"], ab["beta_bytes_per_s"]) if ab else None
-    loaded = AlphaBeta(abl["alpha_s"], abl["beta_bytes_per_s"]) if abl else None
+    model = Link(ab["alpha_s"], ab["beta_bytes_per_s"]) if ab else None
+    loaded = Link(abl["alpha_s"], abl["beta_bytes_per_s"]) if abl else None
     rows = []
     for k, base in enumerate(results[0]["rows"]):
         per_rank = [res["rows"][k] for res in results]
         slowest = [max(r["times_s"][i] for r in per_rank) for i in range(len(base["times_s"]))]
         measured = float(np.median(slowest))
-        model_s = model.schedule_time_s(base["bucket_bytes"], n, params.algorithm) if model else float("nan")
+        model_s = schedule_time_s(model, base["bucket_bytes"], n, params.algorithm) if model else float("nan")
         rows.append(
             {
                 "strategy": base["strategy"],
                 "cap_mb": base["cap_mb"],
                 "num_allreduces": base["num_allreduces"],
-                "messages": base["num_allreduces"] * allreduce_messages_per_rank(n, params.algorithm),
+                "messages": base["num_allreduces"] * messages_per_rank(n, params.algorithm),
                 "payload": format_size(sum(base["bucket_bytes"])),
                 "sent": format_size(base["sent_bytes"]),
                 "measured_ms": measured * 1e3,
@@ -55,7 +70,7 @@ def combine(results: list[dict], params) -> list[dict]:
                 "diff_ms": (measured - model_s) * 1e3,
                 "ratio": measured / model_s if model and model_s > 0 else float("nan"),
                 "loaded_model_ms": (
-                    loaded.schedule_time_s(base["bucket_bytes"], n, params.algorithm) * 1e3
+                    schedule_time_s(loaded, base["bucket_bytes"], n, params.algorithm) * 1e3
                     if loaded
                     else float("nan")
                 ),
@@ -125,13 +140,9 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
             "(column 'model, loaded link')"
         )
         notes.append(
-            f"model: {params.algorithm} all-reduce of S bytes = "
-            + (
-                "2(N-1)(alpha + S/(N beta))"
-                if params.algorithm == "ring"
-                else "2 ceil(log2 N)(alpha + S/beta)"
-            )
-            + ", summed over the schedule's all-reduces"
+            f"model: {params.algorithm} all-reduce ({registry.get('allreduce', params.algorithm).summary}) "
+            "with this fit's alpha and beta, reductions free, summed over the schedule's all-reduces "
+            "(formulas: playground/models/costs.py)"
         )
     else:
         notes.append("one rank: nothing is sent, so there is no alpha-beta fit and the model predicts 0")

@@ -46,14 +46,14 @@ def traced_overlap_s(run_dir: Path, setting: str, num_ranks: int, warmup: int) -
         compute, comm = [], []
         for e in read_events(path):
             a = e.get("args") or {}
-            if a.get("setting") != setting or a.get("mode") != "overlap" or a.get("iter", 0) < warmup:
+            if a.get("setting") != setting or a.get("mode") != "overlap" or a.get("step", 0) < warmup:
                 continue
             span = (e["ts"], e["ts"] + e["dur"])
             if e["name"] == "backward.layer" and e.get("tid", 0) == 0:
                 compute.append(span)
             elif e["name"] == "bucket.allreduce" and e.get("tid", 0) != 0:
                 comm.append(span)
-                steps.add((r, a["iter"]))
+                steps.add((r, a["step"]))
         total += intersection_s(compute, comm) / 1e6
     return total / len(steps) if steps else 0.0
 

@@ -21,7 +21,7 @@ from typing import get_args, get_origin
 
 import yaml
 
-from playground.config.params import describe_type
+from playground.config.params import describe_type, parses_itself, plain_value
 
 
 def _cell(text) -> str:
@@ -109,8 +109,9 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _nested(tp) -> type | None:
-    """The dataclass a field holds (directly, in a tuple, or optionally), if any."""
-    if dataclasses.is_dataclass(tp):
+    """The dataclass a field holds (directly, in a tuple, or optionally), if any; not one that
+    parses itself from one value (a training `Mode`)."""
+    if dataclasses.is_dataclass(tp) and not parses_itself(tp):
         return tp
     for arg in get_args(tp):
         found = _nested(arg)
@@ -126,19 +127,17 @@ def _default(field: dataclasses.Field):
         value = field.default_factory()
     else:
         return "(required)"
-    if dataclasses.is_dataclass(value):
+    first = value[0] if isinstance(value, tuple) and value else None
+    if dataclasses.is_dataclass(value) and not parses_itself(type(value)):
         return "(see below)"
-    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+    if dataclasses.is_dataclass(first) and not parses_itself(type(first)):
         return f"{len(value)} entries (see below)"
     return (
-        yaml.safe_dump(_plain(value), default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+        yaml.safe_dump(plain_value(value), default_flow_style=True, width=1000)
+        .strip()
+        .removesuffix("...")
+        .strip()
     )
-
-
-def _plain(value):
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def param_rows(cls: type, prefix: str = "", nested_too: bool = True) -> list[list[str]]:

@@ -1,13 +1,19 @@
-"""A communication thread that all-reduces buckets as soon as backward marks them ready.
+"""A communication thread that all-reduces buckets as soon as backward marks them ready, and the
+one call every lab all-reduces a bucket with (`allreduce_bucket`).
 
 This is DDP's reducer in miniature: the compute (main) thread puts a bucket's index on the
 `ready` queue when its last gradient is written and goes on computing; this thread takes it,
 reduces it and puts (index, result, seconds) on `done`. What "reduce" means is the caller's:
-by default an all-reduce of the bucket's view into a new array (the overlap lab); the training
-lab passes its own (in place, with a checksum before and after). The communicator is not
-thread-safe, so while a step runs only this thread touches it; the main thread uses it again
-(barrier, progress) only after `wait_step` has collected every bucket of the step.
+by default `allreduce_bucket` of the bucket's view into a new array (the overlap lab); the
+training lab passes its own (the same call in place, with a checksum before and after). The
+communicator is not thread-safe, so while a step runs only this thread touches it; the main thread
+uses it again (barrier, progress) only after `wait_step` has collected every bucket of the step.
 A failure inside the thread is handed to the main thread by `wait_step`, never swallowed.
+
+`allreduce_bucket` is also what runs a bucket on the main thread (the labs' serial schedules, the
+training's all-reduce after backward), so every bucket's all-reduce is one `bucket.allreduce` span
+with the same arguments (`bucket`, `step`, `bytes`, and the caller's, such as `mode`), wherever it
+ran: the reports find them in the trace by that name.
 """
 
 import queue
@@ -19,6 +25,23 @@ import numpy as np
 
 from playground.collectives import allreduce
 from playground.core.errors import WaitTimeout
+
+
+def allreduce_bucket(
+    comm,
+    view: np.ndarray,
+    bucket: int,
+    step: int,
+    algorithm: str = "ring",
+    inplace: bool = False,
+    **span_args,
+) -> np.ndarray:
+    """The all-reduce of bucket `bucket`'s `view` at step `step`, traced as `bucket.allreduce`
+    (`span_args` add to the span's arguments); `inplace`: written into `view`."""
+    with comm.tracer.span(
+        "bucket.allreduce", cat="op", bucket=bucket, step=step, bytes=int(view.nbytes), **span_args
+    ):
+        return allreduce(comm, view, algorithm=algorithm, inplace=inplace)
 
 
 class CommThread:
@@ -57,11 +80,7 @@ class CommThread:
                 return
 
     def _allreduce(self, bucket: int, step: int) -> np.ndarray:
-        view = self.views[bucket]
-        with self.comm.tracer.span(
-            "bucket.allreduce", cat="op", bucket=bucket, iter=step, bytes=int(view.nbytes), **self.span_args
-        ):
-            return allreduce(self.comm, view, algorithm=self.algorithm)
+        return allreduce_bucket(self.comm, self.views[bucket], bucket, step, self.algorithm, **self.span_args)
 
     def submit(self, bucket: int, step: int) -> None:
         self.ready.put((bucket, step))

@@ -72,11 +72,11 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
-    if tp in _PARSERS or hasattr(tp, "parse_param"):  # a type that parses itself: ModelSpec
+    if tp in _PARSERS or parses_itself(tp):  # a type that parses itself: ModelSpec, a training Mode
         try:
             return _PARSERS[tp](value) if tp in _PARSERS else tp.parse_param(value)
         except ValueError as e:
-            raise ParamError(key, f"{value}: {e}" if hasattr(tp, "parse_param") else str(e)) from None
+            raise ParamError(key, f"{value}: {e}" if parses_itself(tp) else str(e)) from None
     if origin is Literal:
         if value in get_args(tp):
             return value
@@ -85,7 +85,7 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
         if value is None and type(None) in get_args(tp):
             return None
         choices = [a for a in get_args(tp) if a is not type(None)]
-        if len(choices) == 1 and hasattr(choices[0], "parse_param"):  # its own error says more
+        if len(choices) == 1 and parses_itself(choices[0]):  # its own error says more
             return coerce(choices[0], value, key)
         for arg in get_args(tp):
             if arg is type(None):
@@ -153,18 +153,28 @@ def build_params(cls: type, raw: dict | None, prefix: str = "") -> Any:
         raise ParamError(prefix.rstrip(".") or "params", str(e)) from None
 
 
+def parses_itself(tp: Any) -> bool:
+    """A type that turns a scenario's value into itself (`parse_param`) and back (`to_param`): one
+    value, never a mapping of keys, even when it is a dataclass (a training `Mode`)."""
+    return hasattr(tp, "parse_param")
+
+
+def plain_value(v: Any) -> Any:
+    """The JSON/YAML-friendly form of a parameter's value: tuples become lists, dataclasses
+    mappings, a value that parses itself what a scenario says (`to_param`)."""
+    if hasattr(v, "to_param"):
+        return v.to_param()
+    if isinstance(v, tuple):
+        return [plain_value(x) for x in v]
+    if dataclasses.is_dataclass(v):
+        return {f.name: plain_value(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    return int(v) if isinstance(v, Size) else v
+
+
 def params_to_dict(params: Any) -> dict:
     """The JSON/YAML-friendly form of a params dataclass (tuples become lists)."""
     if params is None:
         return {}
     if isinstance(params, dict):
         return params
-
-    def plain(v: Any) -> Any:
-        if isinstance(v, tuple):
-            return [plain(x) for x in v]
-        if dataclasses.is_dataclass(v):
-            return {k: plain(x) for k, x in dataclasses.asdict(v).items()}
-        return int(v) if isinstance(v, Size) else v
-
-    return {f.name: plain(getattr(params, f.name)) for f in dataclasses.fields(params)}
+    return {f.name: plain_value(getattr(params, f.name)) for f in dataclasses.fields(params)}

@@ -136,10 +136,11 @@ def check_params(comm, step: int, params: np.ndarray) -> str:
 
 class StepChecks:
     """One step's two checks, traced and timed: `gradients` (hand it to `DataParallel.train_step`,
-    which calls it between the reduction and the update), then `params` after the update."""
+    which calls it between the reduction and the update), then `params` after the update; traced
+    with the name of `mode` (a `modes.Mode`)."""
 
-    def __init__(self, comm, step: int, mode: str, dtype):
-        self.comm, self.step, self.mode, self.dtype = comm, step, mode, dtype
+    def __init__(self, comm, step: int, mode, dtype):
+        self.comm, self.step, self.mode, self.dtype = comm, step, mode.name, dtype
         self.loss = float("nan")  # the global batch's loss, once `gradients` ran
         self.seconds = 0.0
 

@@ -11,12 +11,13 @@ import socket
 
 from playground.training.checks import StepChecks
 from playground.training.memory import memory_record
+from playground.training.modes import Mode
 from playground.training.step import DataParallel, TrainSetup
 from playground.transformer import BatchSampler
 
 
 def train_mode(
-    comm, mode: str, setup: TrainSetup, sampler: BatchSampler, steps: int, on_step=None
+    comm, mode: Mode, setup: TrainSetup, sampler: BatchSampler, steps: int, on_step=None
 ) -> tuple[dict, DataParallel]:
     """(this rank's record of `steps` steps of `mode`, the trained DataParallel); `on_step(step)`
     runs after each step's check, on this thread (progress)."""
@@ -49,11 +50,11 @@ def train_mode(
         dp.close()
     model = dp.model
     record = {
-        "mode": mode,
+        "mode": mode.name,
         "host": socket.gethostname(),
         "steps": records,
         "hash": digest,
-        "buckets": [b.num_elements * model.params.itemsize for b in dp.buckets],
-        "memory": memory_record(model.params.nbytes, model.grads.nbytes, dp.optimizer_state_bytes),
+        "buckets": [b.num_bytes for b in dp.gradients.buckets],
+        "memory": memory_record(model.params.nbytes, model.grads.nbytes, dp.gradients.state_bytes),
     }
     return record, dp

@@ -1,11 +1,14 @@
 """One data-parallel training step on one rank, in any mode, timed phase by phase.
 
     forward (this rank's rows of the global batch; loss averaged by the global token count)
-    backward (gradients handed to the reducer as they are final: per_tensor, bucketed)
+    backward (each gradient handed to the mode's strategy as it is final: per_tensor, bucketed)
     communication the step waits for: the rest of the all-reduces (exposed), or after_backward's
         all-reduce, or ZeRO-1's reduce-scatter
     optimizer: Adam over the whole buffer, or ZeRO-1's shard
     ZeRO-1 only: the all-gather of the updated parameters (communication again)
+
+The mode's `GradientStrategy` (`modes`) does the communication and the update, so the step is one
+path in every mode: begin, backward with its hook, reduce, check, update, gather.
 
 Each rank computes its share of the global mean loss (`loss_denominator` = the global batch's
 token count), so the SUM over ranks of its gradients is the gradient of the global batch, and
@@ -13,18 +16,15 @@ every mode applies the same update as one process would on the whole batch.
 
 The phases are traced on the rank's log: the model's forward and backward pieces (`forward.h.3`,
 `backward.h.3`, ...) and the optimizer as `compute` spans on the main thread, every all-reduce as
-an `op` span on the thread that ran it, each with its `mode` and `step`, which is how the report
-reads from the trace how much of the all-reduces ran during backward.
+a `bucket.allreduce` span on the thread that ran it, each with its `mode` and `step`, which is how
+the report reads from the trace how much of the all-reduces ran during backward.
 """
 
 import time
 from dataclasses import dataclass
 
-from playground.training.checks import Reduction
-from playground.training.modes import BY_NAME
-from playground.training.reducer import GradBucket, GradReducer, plan_buckets
-from playground.training.zero import ZeroOne
-from playground.transformer import Adam, AdamConfig, ModelConfig, Transformer
+from playground.training.modes import Mode
+from playground.transformer import AdamConfig, ModelConfig, Transformer
 
 
 @dataclass(frozen=True)
@@ -60,27 +60,15 @@ class DataParallel:
     """`mode`'s model, communication and optimizer on this rank, from the same start as every other
     mode (`Transformer(config, seed)`)."""
 
-    def __init__(self, comm, mode: str, setup: TrainSetup):
-        self.comm, self.mode, self.setup = comm, BY_NAME[mode], setup
+    def __init__(self, comm, mode: Mode, setup: TrainSetup):
+        self.comm, self.mode, self.setup = comm, mode, setup
         self.model = Transformer(setup.config, seed=setup.seed)
-        span_args = {"mode": mode}
-        itemsize = setup.config.np_dtype.itemsize
-        self.buckets: list[GradBucket] = plan_buckets(
-            self.model.layout, itemsize, mode, setup.bucket_cap_bytes, setup.first_bucket_bytes
-        )
-        self.reducer, self.zero, self.optimizer = None, None, None
-        if self.mode.sharded:
-            self.zero = ZeroOne(comm, self.model.params, self.model.grads, setup.adam, span_args)
-        else:
-            self.reducer = GradReducer(
-                comm, self.model.grads, self.buckets, self.mode.overlaps, setup.algorithm, span_args
-            )
-            self.optimizer = Adam(self.model.params.size, setup.config.np_dtype, setup.adam)
+        self.gradients = mode.gradients(comm, self.model, setup)
 
     def train_step(self, step: int, inputs, targets, check=None) -> StepTimes:
         """One step; `check(loss, reductions)` runs between the gradients' reduction and the update
         (untimed: the checks are not part of the step)."""
-        tracer, name = self.comm.tracer, self.mode.name
+        tracer, name, gradients = self.comm.tracer, self.mode.name, self.gradients
 
         def span(piece: str):
             return tracer.span(piece, cat="compute", mode=name, step=step)
@@ -88,41 +76,24 @@ class DataParallel:
         t0 = time.perf_counter()
         loss = self.model.forward(inputs, targets, loss_denominator=self.setup.global_tokens, span=span)
         t1 = time.perf_counter()
-        if self.reducer is not None:
-            self.reducer.begin(step)
-            self.model.backward(self.reducer.on_grad_ready, span=span)
-        else:
-            self.model.backward(span=span)
+        gradients.begin(step)
+        self.model.backward(gradients.on_grad_ready, span=span)
         t2, backward_end = time.perf_counter(), time.monotonic()
-        if self.reducer is not None:
-            self.reducer.wait()
-        else:
-            self.zero.reduce_gradients(step)
+        gradients.reduce()
         reduced = time.perf_counter()
         if check is not None:
-            check(loss, self.reductions())
+            check(loss, gradients.reductions())
         t3 = time.perf_counter()
         with span("optimizer"):
-            if self.zero is not None:
-                self.zero.step()
-            else:
-                self.optimizer.step(self.model.params, self.model.grads)
+            gradients.update()
         t4 = time.perf_counter()
-        if self.zero is not None:
-            self.zero.gather_params(step)
+        gradients.gather()
         t5 = time.perf_counter()
         comm_s = (reduced - t2) + (t5 - t4)
-        allreduce_s = self.reducer.allreduce_s if self.reducer is not None else comm_s
         step_s = (t5 - t0) - (t3 - reduced)
-        return StepTimes(loss, backward_end, t1 - t0, t2 - t1, comm_s, t4 - t3, step_s, allreduce_s)
-
-    def reductions(self) -> list[Reduction]:
-        return self.zero.reductions() if self.zero is not None else self.reducer.reductions()
-
-    @property
-    def optimizer_state_bytes(self) -> int:
-        return self.zero.state_bytes if self.zero is not None else self.optimizer.state_bytes
+        return StepTimes(
+            loss, backward_end, t1 - t0, t2 - t1, comm_s, t4 - t3, step_s, gradients.collective_s
+        )
 
     def close(self) -> None:
-        if self.reducer is not None:
-            self.reducer.close()
+        self.gradients.close()

@@ -18,15 +18,17 @@ says which of these the measurement shows.
 from playground.collectives import registry
 from playground.collectives.auto import choose_allreduce
 from playground.models.costs import Link, allgather_ring_time_s, reduce_scatter_ring_time_s
+from playground.training.modes import Mode
 
 
 def comm_time_s(
-    mode: str, bucket_bytes: list[int], total_bytes: int, num_ranks: int, link: Link, algorithm: str
+    mode: Mode, bucket_bytes: list[int], total_bytes: int, num_ranks: int, link: Link, algorithm: str
 ) -> float:
-    """The model's time of one step's collectives in `mode` (0 on one rank)."""
+    """The model's time of one step's collectives in `mode` (0 on one rank): ZeRO-1's (a sharded
+    mode) reduce-scatter and all-gather of everything, else one all-reduce per bucket."""
     if num_ranks < 2:
         return 0.0
-    if mode == "zero1":
+    if mode.sharded:
         return reduce_scatter_ring_time_s(total_bytes, num_ranks, link) + allgather_ring_time_s(
             total_bytes, num_ranks, link
         )

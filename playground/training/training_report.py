@@ -1,8 +1,9 @@
 """The training lab's report: per mode the step's phases, memory and the step-time model; the loss
 curve; PyTorch DDP beside ours when it ran.
 
-`params` is the node's Params (sizes, modes, steps, the model's link); `ddp` the baseline's
-per-rank step records, or None.
+`params` is the node's Params (sizes, its `Mode`s, steps, the model's link); `ddp` the baseline's
+per-rank step records, or None. The ranks' records name each mode (`Mode.name`), in the order of
+`params.mode`.
 """
 
 import statistics
@@ -13,7 +14,7 @@ from playground.core.sizes import format_size
 from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
 from playground.training import training_stats
-from playground.training.modes import BY_NAME
+from playground.training.modes import DDP_LIKE
 from playground.training.plots import plot_losses
 from playground.training.steptime_model import comm_time_s, departure, predicted_step_s
 
@@ -146,24 +147,25 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     config = params.model_config
     tokens = params.batch * params.context
     itemsize = config.np_dtype.itemsize
-    stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(params.mode))]
+    modes = params.mode
+    stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(modes))]
     for k, s in enumerate(stats):
         s["slowest"] = training_stats.slowest_steps([res["modes"][k]["steps"] for res in results])
     overlap = training_stats.traced_overlap(run_dir, n, params.steps)
     source = load_model(params.model, run_network(run_dir), run_dir.parent)
     replicated = next(
-        (s["memory"][0]["optimizer_bytes"] for s in stats if not BY_NAME[s["mode"]].sharded), None
+        (s["memory"][0]["optimizer_bytes"] for mode, s in zip(modes, stats, strict=True) if not mode.sharded),
+        None,
     )
     if replicated is None:
         replicated = 2 * config.num_params * itemsize  # Adam's m and v of every parameter
-    alone = next((s["backward_s"] for s in stats if not BY_NAME[s["mode"]].overlaps), None)
+    alone = next((s["backward_s"] for mode, s in zip(modes, stats, strict=True) if not mode.overlaps), None)
     step_rows, memory_rows, model_rows, notes = [], [], [], []
-    for s in stats:
-        mode = BY_NAME[s["mode"]]
+    for mode, s in zip(modes, stats, strict=True):
         step_rows.append(step_row(s, overlap.get(mode.name)))
         memory_rows.append(memory_row(s, replicated))
         comm_model = comm_time_s(
-            mode.name, s["buckets"], config.num_params * itemsize, n, source.link, params.algorithm
+            mode, s["buckets"], config.num_params * itemsize, n, source.link, params.algorithm
         )
         pred = predicted_step_s(s["forward_s"], s["backward_s"], s["optimizer_s"], comm_model)
         model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
@@ -198,7 +200,7 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     files = []
     if ddp_records is not None:
         ddp = training_stats.ddp_stats(ddp_records, tokens)
-        ours = next((s for s in stats if s["mode"] == "bucketed"), stats[0])
+        ours = next((s for mode, s in zip(modes, stats, strict=True) if mode == DDP_LIKE), stats[0])
         rows = ddp_rows(ours, overlap.get(ours["mode"]), ddp, ddp_records)
         tables.append(
             Table(
@@ -221,15 +223,15 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     if stats:
         plot_losses(curves, run_dir / "loss.png", f"training on the lecture's text, {n} ranks")
         files.append("loss.png")
-    for s in stats:
-        if s["mode"] in ("bucketed", "per_tensor"):
+    for mode, s in zip(modes, stats, strict=True):
+        if mode.overlaps:  # the modes with many all-reduces: which ones
             sizes = s["buckets"]
             notes.append(
                 f"{s['mode']}: {len(sizes)} all-reduces per step, in backward order: "
                 + ", ".join(format_size(b) for b in sizes[:6])
                 + (" ..." if len(sizes) > 6 else "")
             )
-    checked = params.steps * len(params.mode)
+    checked = params.steps * len(modes)
     notes.append(
         f"checks: after each of the {checked} steps every rank's parameters hashed and compared, every "
         "reduction's result checked against the ranks' own checksums (docs/training.md#the-checks)"

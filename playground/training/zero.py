@@ -17,29 +17,41 @@ The reduce-scatter is checked as the all-reduces are (`checks`): every rank sums
 every shard, and each shard's owner sums the result it holds.
 """
 
-import numpy as np
+import time
 
 from playground.collectives import allgather, reduce_scatter
+from playground.collectives.bucketing import Bucket
 from playground.collectives.chunks import ChunkBounds
 from playground.training.checks import Reduction, checksum, element_sum
-from playground.transformer.optim import Adam, AdamConfig
+from playground.transformer.optim import Adam
 
 
 class ZeroOne:
-    """This rank's shard of the flat buffers and Adam over it; `reduce_gradients()` after backward,
-    `step()` to update the shard, `gather_params()` to share it."""
+    """This rank's shard of the flat buffers and Adam over it (a `modes.GradientStrategy`):
+    `reduce()` reduce-scatters after backward, `update()` steps the shard, `gather()` shares it.
+    `buckets` is the mode's plan, one of everything: what one step communicates, for the record."""
 
-    def __init__(self, comm, params: np.ndarray, grads: np.ndarray, adam: AdamConfig, span_args: dict):
-        self.comm, self.params, self.grads, self.span_args = comm, params, grads, span_args
-        self.bounds = ChunkBounds(params.size, comm.size)
+    on_grad_ready = None  # nothing to hand over during backward: the reduce-scatter runs after it
+
+    def __init__(self, comm, model, buckets: list[Bucket], setup, mode):
+        self.comm, self.params, self.grads, self.buckets = comm, model.params, model.grads, buckets
+        self.span_args = {"mode": mode.name}
+        self.bounds = ChunkBounds(self.params.size, comm.size)
         self.start, self.stop = self.bounds[comm.rank]
-        self.optimizer = Adam(self.stop - self.start, params.dtype, adam)
+        self.optimizer = Adam(self.stop - self.start, self.params.dtype, setup.adam)
         self.sums: list[Reduction] = []
+        self.step = 0
+        self.collective_s = 0.0  # this step's reduce-scatter and all-gather, checksums included
 
-    def reduce_gradients(self, step: int) -> None:
+    def begin(self, step: int) -> None:
+        self.step = step
+        self.collective_s = 0.0
+
+    def reduce(self) -> None:
+        t0 = time.perf_counter()
         sums = [checksum(self.grads[a:b]) for a, b in self.bounds]
         with self.comm.tracer.span(
-            "zero1.reduce_scatter", cat="op", step=step, bytes=int(self.grads.nbytes), **self.span_args
+            "zero1.reduce_scatter", cat="op", step=self.step, bytes=int(self.grads.nbytes), **self.span_args
         ):
             reduce_scatter(self.comm, self.grads, inplace=True)
         mine = element_sum(self.grads[self.start : self.stop])
@@ -47,15 +59,18 @@ class ZeroOne:
             Reduction(f"shard {r}", s, a, mine if r == self.comm.rank else None)
             for r, (s, a) in enumerate(sums)
         ]
+        self.collective_s += time.perf_counter() - t0
 
-    def step(self) -> None:
+    def update(self) -> None:
         self.optimizer.step(self.params[self.start : self.stop], self.grads[self.start : self.stop])
 
-    def gather_params(self, step: int) -> None:
+    def gather(self) -> None:
+        t0 = time.perf_counter()
         with self.comm.tracer.span(
-            "zero1.allgather", cat="op", step=step, bytes=int(self.params.nbytes), **self.span_args
+            "zero1.allgather", cat="op", step=self.step, bytes=int(self.params.nbytes), **self.span_args
         ):
             allgather(self.comm, self.params, inplace=True)
+        self.collective_s += time.perf_counter() - t0
 
     def reductions(self) -> list[Reduction]:
         return self.sums
@@ -63,3 +78,6 @@ class ZeroOne:
     @property
     def state_bytes(self) -> int:
         return self.optimizer.state_bytes
+
+    def close(self) -> None:
+        """Nothing to stop: no thread of its own."""

@@ -54,31 +54,25 @@ def test_the_thread_and_the_main_thread_give_numpys_sum_in_one_span(tmp_path, n)
         ]
 
 
-@pytest.mark.timeout(30)
-def test_a_failure_on_the_thread_is_raised_on_the_main_thread():
-    def body(comm):
-        def reduce(bucket, step):
-            raise RuntimeError(f"bucket {bucket} of step {step} went wrong")
+def fail(bucket, step):
+    raise RuntimeError(f"bucket {bucket} of step {step} went wrong")
 
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("reduce", "waited_for", "error", "words"),
+    [
+        (fail, 1, RuntimeError, "bucket 3 of step 1 went wrong"),  # raised on the main thread
+        (lambda bucket, step: bucket, 2, WaitTimeout, "finished 1 of 2 buckets"),  # one never submitted
+    ],
+)
+def test_what_goes_wrong_on_the_thread_is_raised_by_wait_step(reduce, waited_for, error, words):
+    def body(comm):
         thread = CommThread(comm, reduce=reduce)
         try:
             thread.submit(3, 1)
-            with pytest.raises(RuntimeError, match="bucket 3 of step 1 went wrong"):
-                thread.wait_step(1, 10.0)
-        finally:
-            thread.close()
-
-    run_local(1, body)
-
-
-@pytest.mark.timeout(30)
-def test_a_bucket_never_submitted_is_a_timeout_that_says_how_many_came_back():
-    def body(comm):
-        thread = CommThread(comm, reduce=lambda bucket, step: bucket)
-        try:
-            thread.submit(0, 0)
-            with pytest.raises(WaitTimeout, match="finished 1 of 2 buckets"):
-                thread.wait_step(2, 0.2)
+            with pytest.raises(error, match=words):
+                thread.wait_step(waited_for, 0.5)
         finally:
             thread.close()
 

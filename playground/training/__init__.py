@@ -1,13 +1,14 @@
-"""Data-parallel training of the numpy transformer (issue 19): DDP's buckets and overlap on real
-gradients, ZeRO-1, the invariants checked every step, PyTorch DDP beside it (docs/training.md).
+"""Data-parallel training of the numpy transformer: DDP's buckets and overlap on real gradients,
+ZeRO-1, the invariants checked every step, PyTorch DDP beside it (docs/training.md).
 
 The node is `nodes.train`; what it runs, one concept per module:
 
-- `modes`: the table of modes (per_tensor, bucketed, after_backward, zero1);
-- `step`: one data-parallel step of any mode, timed phase by phase (`DataParallel`);
-- `reducer`: DDP's buckets (reverse order, caps, first 1 MiB) all-reduced in place on the
-  communication thread as backward hands the gradients over (`GradReducer`, `plan_buckets`);
-- `zero`: ZeRO-1: reduce-scatter, Adam on this rank's shard, all-gather (`ZeroOne`);
+- `modes`: the table of modes (per_tensor, bucketed, after_backward, zero1), each a `Mode` that
+  carries its bucket plan and its `GradientStrategy`;
+- `step`: one data-parallel step of any mode, one path, timed phase by phase (`DataParallel`);
+- `reducer`: the replicated modes' strategy: buckets all-reduced in place, on the communication
+  thread as backward hands the gradients over when the mode overlaps, then Adam (`AllReduceBuckets`);
+- `zero`: zero1's strategy: reduce-scatter, Adam on this rank's shard, all-gather (`ZeroOne`);
 - `checks`: every result checked against the ranks' checksums, every rank's parameters hashed;
 - `loop`: one mode's steps on one rank, checked and recorded; `memory`: what a rank holds;
 - `training_stats`, `steptime_model`, `training_report`, `plots`: the ranks' records and logs ->
@@ -15,7 +16,8 @@ The node is `nodes.train`; what it runs, one concept per module:
 - `ddp_baseline` (parent), `ddp_worker`, `ddp_model` (torch, imported by the workers only): the
   same training with torch.nn.parallel.DistributedDataParallel over Gloo.
 
-Shared with the buckets lab, in lower layers: bucket packing and the communication thread
-(`playground.collectives.bucketing`, `.comm_thread`), span intersections (`playground.tracing.timeline`),
-the baseline worker runner (`playground.launcher.procs`).
+Shared with the buckets lab, in lower layers: the one `Bucket`, its planner and the communication
+thread with the one traced all-reduce of a bucket (`playground.collectives.bucketing`,
+`.comm_thread`), span intersections (`playground.tracing.timeline`), the baseline worker runner
+(`playground.launcher.procs`).
 """

@@ -53,17 +53,22 @@ class GradientStrategy(Protocol):
     def state_bytes(self) -> int: ...
 
 
-def one_per_tensor(
-    backward_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None
-) -> list[Bucket]:
+# How a mode buckets the gradients: (sizes in backward order, bucket_cap_bytes, first_bucket_bytes)
+Plan = Callable[[Sequence[int], int, int | None], list[Bucket]]
+
+
+def per_parameter(backward_bytes: Sequence[int], cap: int, first_cap: int | None) -> list[Bucket]:
+    """One bucket per parameter."""
     return plan_buckets(backward_bytes, 0)
 
 
-def ddp_buckets(backward_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None) -> list[Bucket]:
-    return plan_buckets(backward_bytes, cap_bytes, first_cap_bytes, close_at_cap=True)
+def ddp_buckets(backward_bytes: Sequence[int], cap: int, first_cap: int | None) -> list[Bucket]:
+    """DDP's: capped, the first bucket smaller, each closed once it reaches its cap."""
+    return plan_buckets(backward_bytes, cap, first_cap, close_at_cap=True)
 
 
-def one_bucket(backward_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None) -> list[Bucket]:
+def one_bucket(backward_bytes: Sequence[int], cap: int, first_cap: int | None) -> list[Bucket]:
+    """Everything in one."""
     return plan_buckets(backward_bytes, None)
 
 
@@ -78,7 +83,7 @@ class Mode:
 
     name: str
     summary: str
-    plan: Callable[[Sequence[int], int, int | None], list[Bucket]]
+    plan: Plan
     strategy: type
     overlaps: bool
     sharded: bool
@@ -105,7 +110,7 @@ MODES: tuple[Mode, ...] = (
     Mode(
         "per_tensor",
         "one all-reduce per parameter, on the communication thread as each gradient is ready",
-        one_per_tensor,
+        per_parameter,
         AllReduceBuckets,
         overlaps=True,
         sharded=False,

@@ -21,7 +21,7 @@ import pytest
 
 from playground.cli.testing import PLAYGROUND, subprocess_env
 from playground.hosts import netns
-from playground.rendezvous.coordinator import HEARTBEAT_LOST_S
+from playground.rendezvous.failures import HEARTBEAT_LOST_S
 
 pytestmark = pytest.mark.timeout(60)
 CUT_BOUND_S = 3.0

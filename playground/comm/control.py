@@ -3,7 +3,7 @@
 The coordinator (playground.rendezvous.coordinator) tells every rank to abort when one fails; a rank notices
 between the slices of its waits (`abort_reason`), so a dead peer becomes PeerLost within a slice.
 Rank 0's `progress` reports drive the launcher's progress bar. Control messages are small JSON
-objects on the rank's DEALER socket, kept apart from the data plane (rendezvous.py lists them);
+objects on the rank's DEALER socket, kept apart from the data plane (rendezvous/join.py lists them);
 the coordinator knows each rank's sockets by the identities below.
 With emulated hosts a rank also sends heartbeats (`Heartbeat`), so that a rank the coordinator can
 no longer hear from, behind a cut link, is declared lost within seconds.

@@ -16,7 +16,8 @@ from playground.core.errors import EmulationError
 from playground.core.sizes import format_duration
 from playground.core.topology import host_name, ranks_on
 from playground.hosts.netns import Cluster
-from playground.rendezvous.coordinator import Coordinator, RankFailure
+from playground.rendezvous.coordinator import Coordinator
+from playground.rendezvous.failures import RankFailure
 
 
 class HostDrill:

@@ -34,7 +34,8 @@ from playground.display.report import make_console
 from playground.launcher.run import print_outcome, result_dict, summarize
 from playground.launcher.worker import run_rank
 from playground.rendezvous import join as rendezvous
-from playground.rendezvous.coordinator import ABORT_GRACE_S, STACK_WAIT_S, Coordinator, RankFailure
+from playground.rendezvous.coordinator import Coordinator
+from playground.rendezvous.failures import ABORT_GRACE_S, STACK_WAIT_S, RankFailure
 
 BIND_WAIT_S = 10.0  # how long rank 0 waits for its coordinator thread to bind
 FLUSH_LINGER_MS = 2000  # the coordinator's last messages (release, abort) still go out after it closes

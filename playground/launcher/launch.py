@@ -41,7 +41,8 @@ from playground.core.topology import BRIDGE_ADDR
 from playground.hosts import netns
 from playground.hosts.drills import HostDrill
 from playground.launcher.worker import child_main
-from playground.rendezvous.coordinator import HEARTBEAT_LOST_S, Coordinator, LaunchOutcome, RankFailure
+from playground.rendezvous.coordinator import Coordinator
+from playground.rendezvous.failures import HEARTBEAT_LOST_S, LaunchOutcome, RankFailure
 
 __all__ = ["Launcher", "LaunchOutcome", "RankFailure"]
 

@@ -1,0 +1,303 @@
+"""Failure detection and blame: which ranks failed, how, and which failure is the root cause.
+
+The first failure is the root cause; failures that are consequences of it (PeerLost) are marked
+secondary. The first failure also aborts the run: every other rank is told why, and has
+ABORT_GRACE_S to report and exit. A rank that does neither is silent, and is blamed once the abort
+has settled, with its stack when this host can ask it for one (SIGUSR1, `dump_stack`).
+
+A silent rank is the root cause only when every primary failure is a rank that timed out waiting
+(CommTimeout), perhaps for it. A rank that raised, died, was lost or could not register explains the
+run by itself: a rank still silent after that is merely slow to answer the abort (a busy host), so
+it gets the whole grace and is then recorded after the root cause, never before it. Among silent
+ranks, one whose process is gone (it died without a word) comes first, then one its peers waited for.
+
+`Launcher` forks the ranks and watches their exit sentinels (`watch_exits=True`): a rank is gone
+when its process is, and it may be signalled. Under another launcher (`playground.launcher.external`)
+a rank counts as gone once it has said its last word, and only a playground process on this host
+may be signalled (dumped, or killed once blamed: nobody else would stop it, as under a shell loop).
+
+With emulated hosts a rank that has not beaten for `heartbeat_lost_s` is declared lost
+(`check_heartbeats`), so a cut host link (which kills nothing) is noticed within HEARTBEAT_LOST_S
+and a poll of the coordinator's loop, not after the 30 s receive timeout.
+"""
+
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playground.core.errors import CommTimeout, ScenarioMismatch
+
+ABORT_GRACE_S = 2.0  # after an abort, how long ranks get to report and exit before SIGKILL
+STACK_WAIT_S = 0.5  # how long a hung rank gets to dump its stack on SIGUSR1
+STACK_POLL_S = 0.02
+SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
+HEARTBEAT_LOST_S = 2.0  # a rank not heard from for this long is lost (it beats every 0.5 s)
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    at_s: float
+    kind: str  # "error", "signal", "exit", "hang", "register", "lost"
+    message: str
+    traceback: str = ""
+    pid: int | None = None
+    host: str = ""
+    secondary: bool = False  # a consequence of another rank's failure (PeerLost)
+    stack: str = ""
+    waiting_for: int | None = None  # the peer a timed-out rank was waiting for
+    error_type: str = ""  # the exception's class name, for kind "error"
+
+    def headline(self) -> str:
+        where = f" (pid {self.pid}{' on ' + self.host if self.host else ''})" if self.pid else ""
+        return f"rank {self.rank}{where} at {self.at_s:.2f}s: {self.message}"
+
+    @property
+    def is_waiting(self) -> bool:
+        """A rank that timed out waiting: a peer that never answered may be the cause."""
+        return self.error_type == CommTimeout.__name__ or self.waiting_for is not None
+
+
+@dataclass
+class LaunchOutcome:
+    results: list[dict | None]
+    failures: list[RankFailure] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+    events: list[dict] = field(default_factory=list)  # what was done to the emulated cluster, when
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.interrupted and all(r is not None for r in self.results)
+
+    @property
+    def root_cause(self) -> RankFailure | None:
+        primary = [f for f in self.failures if not f.secondary]
+        return (primary or self.failures or [None])[0]
+
+
+def is_explained(failures: list[RankFailure]) -> bool:
+    """Whether a recorded primary failure explains the run by itself (not a wait for a peer), so that
+    no silent rank can be its root cause."""
+    return any(not f.secondary and not f.is_waiting for f in failures)
+
+
+def blame_order(silent: set[int], failures: list[RankFailure], gone: set[int]) -> list[int]:
+    """The silent ranks, most likely cause first: the dead, then those their peers waited for."""
+    waited_on = {f.waiting_for for f in failures if f.waiting_for is not None}
+    return sorted(silent, key=lambda r: (r not in gone, r not in waited_on, r))
+
+
+class FailureDetection:
+    """The coordinator's failure side (mixed into `Coordinator`, whose state it shares): errors the
+    ranks report, ranks lost or silent, and the order that puts the root cause first."""
+
+    # The Coordinator's registration state, read here.
+    n: int
+    pids: dict[int, int]
+    hosts: dict[int, str]
+    identities: dict[int, bytes]
+    reported: set[int]  # ranks that sent done or error
+    exited: set[int]  # ranks that are gone (process exit, or last word said)
+    last_beat: dict[int, float]
+    started_at: float | None
+
+    def __init__(self, run_dir: Path, watch_exits: bool, heartbeat_lost_s: float | None):
+        self.run_dir = run_dir  # where ranks write their stack dumps
+        self.watch_exits = watch_exits
+        self.heartbeat_lost_s = heartbeat_lost_s
+        self.t0 = time.monotonic()
+        self.failures: list[RankFailure] = []
+        self.abort_deadline: float | None = None
+        self.abort_message: dict | None = None  # what every rank was told, once the run was aborted
+        self.last_told = 0.0  # when the abort last went out (to a rank that registered late)
+        self.lost: set[int] = set()  # declared lost: silent for heartbeat_lost_s
+        self.host_notes: dict[str, str] = {}  # host -> what was done to it, quoted in failures
+        self.events: list[dict] = []  # what was done to the emulated cluster, for result.json
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.t0
+
+    def record(self, what: str, host: str = "") -> None:
+        """Something done to the cluster (a drill): kept for result.json and quoted in the host's failures."""
+        at_s = self.elapsed_s()
+        self.events.append({"at_s": round(at_s, 3), "host": host, "event": what})
+        if host:
+            self.host_notes[host] = f"{what} at {at_s:.2f}s"
+
+    def fail(self, failure: RankFailure, abort: dict | None = None) -> None:
+        """Record a failure; the first one also tells every other live rank to abort (every rank,
+        the failed one included, when `abort` gives the message's fields)."""
+        self.failures.append(failure)
+        if self.abort_deadline is None:
+            self.abort_deadline = time.monotonic() + ABORT_GRACE_S
+            several = len(set(self.hosts.values())) > 1
+            who = f"rank {failure.rank}" + (f" on host {failure.host}" if failure.host and several else "")
+            reason = f"{who} failed: {failure.message.splitlines()[0] if failure.message else failure.kind}"
+            message = self.abort_message = {"type": "abort", "reason": reason, **(abort or {})}
+            for r, ident in self.identities.items():
+                if (r != failure.rank or abort is not None) and r not in self.exited:
+                    self._send(ident, message)
+
+    def _send(self, ident: bytes, msg: dict) -> None:
+        """One control message to one rank (the Coordinator's router)."""
+        raise NotImplementedError
+
+    def abort_settled(self, now: float) -> bool:
+        """After the abort: whether to stop waiting for ranks to report, blaming the silent ones.
+
+        At the abort deadline in any case; sooner (SETTLE_S after the abort went out) once every rank
+        that reported has also gone, if a silent rank may be the root cause: a hung rank would never
+        answer, so waiting longer only delays the verdict. A failure that explains the run without
+        them leaves the silent ranks the whole grace, to answer the abort as the others did."""
+        everyone = set(range(self.n))
+        silent = everyone - self.exited - self.reported - self.lost
+        # Under another launcher a rank that never registered may just be late: it was never told
+        # of the abort, so it is not blamed as hung, and the grace is kept for it to register
+        # and hear of the abort (a rank that never comes times out on its own).
+        unregistered = set() if self.watch_exits else silent - set(self.identities)
+        settled = now > self.abort_deadline or (
+            not unregistered
+            and self.exited | self.lost | silent == everyone
+            and not (silent and is_explained(self.failures))
+            and now > max(self.abort_deadline - ABORT_GRACE_S, self.last_told) + SETTLE_S
+        )
+        if settled:
+            self.blame_silent(silent - unregistered)
+        return settled
+
+    def on_error(self, rank: int, msg: dict) -> None:
+        """A rank reported the exception that ended it."""
+        if msg.get("error_type") == ScenarioMismatch.__name__ and self.failures:
+            return  # the rank repeats what the coordinator told it: the root cause is already recorded
+        text = f"{msg.get('error_type', 'Error')}: {msg.get('message', '')}"
+        failure = RankFailure(
+            rank,
+            self.elapsed_s(),
+            "error",
+            text,
+            msg.get("traceback", ""),
+            pid=self.pids.get(rank),
+            host=self.hosts.get(rank, ""),
+            secondary=bool(msg.get("secondary")),
+            error_type=msg.get("error_type", ""),
+        )
+        if msg.get("waiting_for") is not None:
+            failure.waiting_for = msg["waiting_for"]
+        self.fail(failure)
+
+    def check_heartbeats(self, now: float) -> None:
+        """Declare lost every rank still at work that has been silent for heartbeat_lost_s."""
+        for rank in range(self.n):
+            if rank in self.exited or rank in self.reported or rank in self.lost:
+                continue
+            silence = now - max(self.last_beat.get(rank, 0.0), self.started_at)
+            if silence <= self.heartbeat_lost_s:
+                continue
+            self.lost.add(rank)
+            host = self.hosts.get(rank, "")
+            why = self.host_notes.get(host) or "its host is unreachable, or the process is stopped"
+            self.fail(
+                RankFailure(
+                    rank,
+                    now - self.t0,
+                    "lost",
+                    f"lost: no heartbeat for {silence:.1f}s ({why})",
+                    pid=self.pids.get(rank),
+                    host=host,
+                )
+            )
+
+    def blame_silent(self, silent: set[int]) -> None:
+        """Ranks that neither reported nor exited after the abort are hung. They become the root cause
+        unless a recorded failure explains the run without them; then they follow it, as consequences."""
+        explained = is_explained(self.failures)
+        gone = {r for r in silent if not self.watch_exits and self._is_gone(r)}
+        hung = []
+        for rank in blame_order(silent, self.failures, gone):
+            waiters = sorted(f.rank for f in self.failures if f.waiting_for == rank)
+            why = (
+                f"rank {', '.join(map(str, waiters))} timed out waiting for it"
+                if waiters
+                else "did not finish"
+            )
+            if rank in gone:
+                what = f"its process is gone: it exited or was killed without reporting ({why})"
+            else:
+                what = f"unresponsive ({why}; it did not answer the abort)"
+            stack = self.dump_stack(rank)
+            if not self.watch_exits and self._can_signal(rank) and self._kill(rank):
+                what = what[:-1] + ", so the coordinator killed it)"
+            hung.append(
+                RankFailure(
+                    rank,
+                    self.elapsed_s(),
+                    "hang",
+                    what,
+                    pid=self.pids.get(rank),
+                    host=self.hosts.get(rank, ""),
+                    stack=stack,
+                    secondary=explained,
+                )
+            )
+        if hung and explained:
+            self.failures.extend(hung)
+        elif hung:
+            for f in self.failures:
+                f.secondary = True
+            self.failures[:0] = hung
+
+    def dump_stack(self, rank: int) -> str:
+        """Where a silent rank is stuck: ask it for a faulthandler dump (SIGUSR1), if it is ours to signal."""
+        if not self._can_signal(rank):
+            return ""
+        path = self.run_dir / f"rank-{rank}.stack"
+        try:
+            os.kill(self.pids[rank], signal.SIGUSR1)
+        except (ProcessLookupError, KeyError):
+            return ""
+        # The rank writes its dump line by line while we read: it is whole once two reads a poll
+        # apart agree (a long dump on a busy host can be read after its first line).
+        deadline = time.monotonic() + STACK_WAIT_S
+        text = ""
+        while time.monotonic() < deadline:
+            time.sleep(STACK_POLL_S)
+            before, text = text, path.read_text() if path.exists() else ""
+            if text.strip() and text == before:
+                return text
+        return text
+
+    def _can_signal(self, rank: int) -> bool:
+        """Our own children always; under another launcher only a playground process on this host
+        (a pid from elsewhere, or one reused since the rank died, must not get SIGUSR1)."""
+        if self.watch_exits:
+            return True
+        if rank not in self.pids or self.hosts.get(rank) != socket.gethostname():
+            return False
+        try:
+            with open(f"/proc/{self.pids[rank]}/cmdline", "rb") as f:
+                return b"playground" in f.read()
+        except OSError:
+            return False
+
+    def _kill(self, rank: int) -> bool:
+        """Stop a hung rank on this host, as our own launcher would: nobody else may (a shell loop)."""
+        try:
+            os.kill(self.pids[rank], signal.SIGKILL)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def _is_gone(self, rank: int) -> bool:
+        """On this host: the process no longer runs (absent, or a zombie its launcher has not reaped yet)."""
+        if rank not in self.pids or self.hosts.get(rank) != socket.gethostname():
+            return False
+        try:
+            with open(f"/proc/{self.pids[rank]}/stat") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state in ("Z", "X")

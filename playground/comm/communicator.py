@@ -28,11 +28,12 @@ from pathlib import Path
 import numpy as np
 from _playground_native import CommCore, configure_comm
 
+from playground.comm.control import LauncherServices
 from playground.comm.objects import TAG_BARRIER, TAG_OBJ, ObjectMessages
 from playground.comm.oprecord import OpRecord
 from playground.comm.requests import DONE, RecvRequest, Request, SendRequest
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_NAMES, Message, NoRoom, Transport
-from playground.core.errors import CommTimeout, InvalidPeer, MessageMismatch, PeerLost
+from playground.core.errors import CommTimeout, InvalidPeer, MessageMismatch
 from playground.tracing.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 SLICE_MS = 100  # longest single blocking receive; abort and deadline are checked between slices
@@ -42,11 +43,12 @@ ROOM_POLL_MS = 1  # while waiting for room: the peer makes room by receiving, un
 __all__ = ["Communicator", "Request", "SLICE_MS", "TAG_BARRIER", "TAG_OBJ"]
 
 
-class Communicator(CommCore, OpRecord, ObjectMessages):
+class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
     """One rank's view of the world: `rank`, `size`, send/recv/isend/irecv/sendrecv, barrier.
 
     `control` is the launcher's side channel (comm/control.py: `abort_reason()`, `progress()`),
-    None when nothing can abort the run from outside; `run_dir` is where the node may write files;
+    None when nothing can abort the run from outside, and `check_abort()` / `progress()` use it
+    (control.py's LauncherServices); `run_dir` is where the node may write files;
     `hosts[r]` names the host rank r runs on (ranks are placed on hosts in blocks); `collective()`
     and `op_context()` (oprecord.py) say in errors which collective ran; small JSON objects and
     the barrier are objects.py's.
@@ -158,18 +160,6 @@ class Communicator(CommCore, OpRecord, ObjectMessages):
                 self._pending[(msg.src, msg.tag)].append(msg)
 
     # -- receiving -------------------------------------------------------------------------
-    def check_abort(
-        self, src: int | None = None, tag: int | None = None, op: str = "", direction: str = "from"
-    ) -> None:
-        """Raise PeerLost if the launcher has aborted the run; name what this rank was waiting for.
-
-        A node that waits on its own sockets (a server loop) calls this between polls."""
-        reason = self.control.abort_reason() if self.control is not None else None
-        if reason:
-            raise PeerLost(
-                self.rank, reason, peer=src, tag=tag, op=op, direction=direction, context=self.op_context(src)
-            )
-
     def _drain(self) -> None:
         """Park every message that has already arrived (non-blocking)."""
         receive, pending = self.transport.receive, self._pending
@@ -296,12 +286,6 @@ class Communicator(CommCore, OpRecord, ObjectMessages):
         y = self.recv(src, tag, out=out)
         req.wait()
         return y
-
-    # -- launcher services -----------------------------------------------------------------
-    def progress(self, done: int, total: int, label: str = "") -> None:
-        """Advance the launcher's progress bar (only rank 0's reports are shown)."""
-        if self.control is not None:
-            self.control.progress(done, total, label)
 
     def close(self) -> None:
         self._pending.clear()

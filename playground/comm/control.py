@@ -1,7 +1,8 @@
 """A rank's side of the launcher's control plane, as the communicator sees it: aborts and progress.
 
 The coordinator (playground.rendezvous.coordinator) tells every rank to abort when one fails; a rank notices
-between the slices of its waits (`abort_reason`), so a dead peer becomes PeerLost within a slice.
+between the slices of its waits (`abort_reason`, asked by the Communicator's `check_abort`), so a
+dead peer becomes PeerLost within a slice.
 Rank 0's `progress` reports drive the launcher's progress bar. Control messages are small JSON
 objects on the rank's DEALER socket, kept apart from the data plane (rendezvous/join.py lists them);
 the coordinator knows each rank's sockets by the identities below.
@@ -13,6 +14,8 @@ import json
 import threading
 
 import zmq
+
+from playground.core.errors import PeerLost
 
 
 def control_identity(rank: int) -> bytes:
@@ -46,6 +49,29 @@ class LauncherLink:
             self.sock.send(
                 json.dumps({"type": "progress", "done": done, "total": total, "label": label}).encode()
             )
+
+
+class LauncherServices:
+    """What a Communicator offers over its `control` link (a LauncherLink, or None when nothing
+    outside can abort the run): aborts turned into PeerLost, and progress. The Communicator is a
+    LauncherServices (it has `rank`, `control` and OpRecord's `op_context`)."""
+
+    def check_abort(
+        self, src: int | None = None, tag: int | None = None, op: str = "", direction: str = "from"
+    ) -> None:
+        """Raise PeerLost if the launcher has aborted the run; name what this rank was waiting for.
+
+        A node that waits on its own sockets (a server loop) calls this between polls."""
+        reason = self.control.abort_reason() if self.control is not None else None
+        if reason:
+            raise PeerLost(
+                self.rank, reason, peer=src, tag=tag, op=op, direction=direction, context=self.op_context(src)
+            )
+
+    def progress(self, done: int, total: int, label: str = "") -> None:
+        """Advance the launcher's progress bar (only rank 0's reports are shown)."""
+        if self.control is not None:
+            self.control.progress(done, total, label)
 
 
 HEARTBEAT_INTERVAL_S = 0.5

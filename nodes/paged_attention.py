@@ -1,4 +1,4 @@
-"""The attention kernel, paged vs contiguous (issue 20 part 3, docs/serving.md): time per decode
+"""The attention kernel, paged vs contiguous (docs/serving.md): time per decode
 token at contexts 128..8192 and block sizes 8..256 over a pool larger than the caches.
 
 One rank times `playground.kvcache.attention_bench.sweep`: contiguous runs, paged blocks in

@@ -1,4 +1,4 @@
-"""A model served from the paged KV-cache pool, with continuous batching (issue 20, docs/serving.md).
+"""A model served from the paged KV-cache pool, with continuous batching (docs/serving.md).
 
 Rank 0 runs the KV-cache server with a model (the training lab's model.npz or fixed random
 weights) on its own thread; its engine schedules every step (llm_engine.py). Ranks 1..N-1 are

@@ -155,7 +155,7 @@ time.sleep(60)
 
 @pytest.mark.timeout(30)
 def test_a_stack_dump_is_read_whole_not_from_its_first_line(tmp_path):
-    """CI once showed a hung rank's stack without its frames: read while the rank was writing it."""
+    """A hung rank writes its stack dump line by line: read while it writes, the dump must come whole."""
     proc = subprocess.Popen(
         [sys.executable, "-c", SLOW_DUMPER, str(tmp_path / "rank-1.stack")], stdout=subprocess.PIPE, text=True
     )

@@ -14,7 +14,7 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - training.md: `run train --baseline ddp` (and train-large) at 2 and 4 ranks, alternating round by
   round: our bucketed step against PyTorch DDP's; then tokens/s at 1, 2, 4 ranks and across two
   emulated hosts (as root).
-- serving.md: the KV-cache server serving a model (issue 20): the attention kernel paged vs
+- serving.md: the KV-cache server serving a model: the attention kernel paged vs
   contiguous at two row sizes, decode throughput vs batch, the lecture's 4.6 requests under one KV
   budget per policy, n samples forked vs copied, a shared system prompt with prefix caching.
 - extra pages for the labs that register one (`PAGES` below).

@@ -15,11 +15,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from tools import need
+from tools import chromium, run_chromium
 
 from playground.cli.testing import run_cli
 
@@ -44,36 +43,9 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    need(False, "chromium is not installed (apt-get install chromium)")
-
-
-def _run_chromium(exe: str, profile: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
-    cmd = [
-        exe,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-        "--enable-logging=stderr",
-        "--v=0",
-        f"--user-data-dir={profile}",
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-
-
 @pytest.mark.timeout(150)
 def test_lecture_page_renders_every_section_and_image_in_chromium(tmp_path):
-    exe = _chromium()
+    exe = chromium()
     proc = run_cli(
         ["lecture", "--quick", "--sections", SECTIONS, "--out", str(tmp_path / "runs")], timeout_s=110
     )
@@ -85,7 +57,7 @@ def test_lecture_page_renders_every_section_and_image_in_chromium(tmp_path):
 
     probed = tmp_path / "probed.html"
     probed.write_text(text.replace("</body>", PROBE + "</body>"))
-    dom = _run_chromium(
+    dom = run_chromium(
         exe, tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -105,7 +77,7 @@ def test_lecture_page_renders_every_section_and_image_in_chromium(tmp_path):
     assert console == [], f"console messages: {console}"
 
     shot = lecture_dir / "screenshot.png"
-    snap = _run_chromium(
+    snap = run_chromium(
         exe, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()
     )
     assert snap.returncode == 0, snap.stderr[-2000:]

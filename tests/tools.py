@@ -7,6 +7,8 @@ it, and installs every tool) it fails instead, so CI cannot pass by skipping.
 import importlib.util
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +33,33 @@ def importable(module: str) -> bool:
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: a CPU build with Gloo and torchrun)"
 NO_MPI4PY = "mpi4py is not installed (apt-get install mpich && pip install --no-binary mpi4py mpi4py)"
 NO_MPICH = "mpiexec is not on PATH (apt-get install mpich)"
+
+
+def chromium() -> str:
+    """Headless Chromium's executable (needed: skip or, on CI, fail without it)."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    need(False, "chromium is not installed (apt-get install chromium)")
+
+
+def run_chromium(exe: str, profile: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    """Chromium headless with `args`, quiet (no network, no first run), its own profile; console
+    messages go to stderr."""
+    cmd = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

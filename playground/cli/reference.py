@@ -12,8 +12,10 @@ or the comment lines right above it.
 
 import argparse
 import dataclasses
+import html
 import inspect
 import io
+import re
 import textwrap
 import tokenize
 import typing
@@ -23,9 +25,30 @@ import yaml
 
 from playground.config.params import describe_type, parses_itself, plain_value
 
+_CODE_SPAN = re.compile(r"(`[^`]*`)")
+_MARKDOWN = str.maketrans({"\\": "\\\\", "*": "\\*", "_": "\\_", "<": "&lt;", ">": "&gt;"})
+
+
+def _text(text) -> str:
+    """Prose from the code (a help string, a field's comment) as Markdown that shows it literally:
+    `PMI_*` is no emphasis, `runs/<timestamp>` no HTML tag. Code spans (`...`) are kept as written."""
+    parts = _CODE_SPAN.split(str(text))
+    return "".join(part if i % 2 else part.translate(_MARKDOWN) for i, part in enumerate(parts))
+
+
+class _Html(str):
+    """A cell that is already HTML (`_cell` leaves it as it is)."""
+
+
+def _code(text: str) -> _Html:
+    """A code cell that wraps where a name has seams (after `_ . / ,`), never inside a word: raw
+    HTML, since a Markdown code span cannot hold the break points (<wbr>)."""
+    escaped = html.escape(text).replace("_", "&#95;")
+    return _Html("<code>" + re.sub(r"(&#95;|[./,])(?=.)", r"\1<wbr>", escaped) + "</code>")
+
 
 def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return text if isinstance(text, _Html) else _text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -35,8 +58,14 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 
 # -- the command line -------------------------------------------------------------------------------
+USAGE_WIDTH = 76  # what a code block on the site shows without scrolling
+
+
 def _usage(parser: argparse.ArgumentParser) -> str:
-    return " ".join(parser.format_usage().split())[len("usage: ") :]
+    """The usage, wrapped as argparse wraps it in a terminal (between arguments, never inside one)."""
+    formatter = parser.formatter_class(parser.prog, width=USAGE_WIDTH)
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, prefix="")
+    return formatter.format_help().strip("\n")
 
 
 def _flag_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
@@ -70,11 +99,12 @@ def cli_reference() -> str:
     ]
     for name, sub in subactions.choices.items():
         out.append(f"## `{name}`\n")
-        out.append(f"{helps.get(name) or ''}\n")
+        out.append(f"{_text(helps.get(name) or '')}\n")
         if sub.description and sub.description != helps.get(name):
-            out.append(f"{sub.description}\n")
+            out.append(f"{_text(sub.description)}\n")
         out.append(f"```text\n{_usage(sub)}\n```\n")
-        out.append(_table(["argument", "values", "default", "what"], _flag_rows(sub)))
+        rows = _flag_rows(sub)
+        out.append(_table(["argument", "values", "default", "what"], rows) if rows else "No arguments.\n")
     return "\n".join(out)
 
 
@@ -203,7 +233,7 @@ def scenario_reference() -> str:
         _, _, params_cls, module = scenarios[0]
         out.append(f"## `{node}`: {names}\n")
         doc = (inspect.getdoc(module) or "").split("\n\n")[0]
-        out.append(f"{' '.join(doc.split())}\n")
+        out.append(f"{_text(' '.join(doc.split()))}\n")
         ranks = getattr(module, "RANKS", None)
         out.append(
             _table(
@@ -244,7 +274,7 @@ def registries_reference() -> str:
             _table(
                 ["collective", "algorithm", "module", "cost formula", "what"],
                 [
-                    [a.collective, f"`{a.name}`", a.run.__module__, f"`{_name(a.cost)}`", a.summary]
+                    [a.collective, f"`{a.name}`", _module(a.run), _code(_name(a.cost)), a.summary]
                     for a in REGISTRY
                 ],
             ),
@@ -259,6 +289,11 @@ def registries_reference() -> str:
             _table(["name", "what"], [[f"`{p.name}`", p.summary] for p in POLICIES.values()]),
         ]
     )
+
+
+def _module(fn) -> str:
+    """`collectives/ring.py`: the algorithm's file, below playground/."""
+    return _code(f"{fn.__module__.removeprefix('playground.').replace('.', '/')}.py")
 
 
 def _name(fn) -> str:

@@ -25,6 +25,19 @@ from playground.queueing.loadgen import ABORT, STOP, bind_random, decode_request
 Item = tuple[int, int, float]
 
 
+def take_delivered(pull: zmq.Socket, inbox: deque[tuple[float, bytes]]) -> None:
+    """Move every message already delivered to `pull` into `inbox`, each stamped with a time taken
+    after it was read: a request stamped t was sent before t."""
+    bufs = []
+    while True:
+        try:
+            bufs.append(pull.recv(zmq.NOBLOCK))
+        except zmq.Again:
+            break
+    seen_s = time.monotonic()
+    inbox.extend((seen_s, buf) for buf in bufs)
+
+
 def run_batch_server(
     pull: zmq.Socket,
     push: zmq.Socket,
@@ -40,12 +53,16 @@ def run_batch_server(
 
     `cost_s(batch)` is the service time a batch should take, `max_batch_of(first item)` caps the
     batch. Service time is measured from the previous service's end while requests are waiting,
-    so the time spent sending replies and reading requests counts as service. With `compensate`, time lost to late wake-ups (the process descheduled on a busy
+    so the time spent sending replies and reading requests counts as service. Such a service starts
+    at that end, and so takes only the requests queued by then (what had been read when it ended):
+    one that arrived while the replies went out waits for the next service, never starts before it
+    was sent. With `compensate`, time lost to late wake-ups (the process descheduled on a busy
     machine) is paid back by shortening the next services, so the server's *mean* busy time --
     and so the load rho -- stays what was asked; each single service may be off by the debt.
     Raises WaitTimeout when nothing arrives for `idle_timeout_s`.
     """
-    queue: deque[Item] = deque()
+    inbox: deque[tuple[float, bytes]] = deque()  # read off the socket, not yet looked at
+    queue: deque[tuple[float, Item]] = deque()  # (when it was seen, the request), in arrival order
     poller = zmq.Poller()
     poller.register(pull, zmq.POLLIN)
     served = dropped = batches = 0
@@ -55,7 +72,7 @@ def run_batch_server(
     busy_from = None  # end of the previous service when the next request was already waiting
     idle_since = time.monotonic()
     while True:
-        if not queue:
+        if not queue and not inbox:
             if not poller.poll(200):
                 if check_alive is not None:
                     check_alive()
@@ -66,11 +83,9 @@ def run_batch_server(
                         waited_s=idle_timeout_s,
                     )
                 continue
-        while True:  # take everything already delivered
-            try:
-                buf = pull.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
+        take_delivered(pull, inbox)
+        while inbox:  # in the order they came: a control message applies to what came before it
+            seen_s, buf = inbox.popleft()
             req_id, load_id, value = decode_request(buf)
             if req_id == STOP:
                 return {
@@ -81,26 +96,31 @@ def run_batch_server(
                     "mean_overshoot_s": overshoot_s / max(batches, 1),
                 }
             if req_id == ABORT:
-                kept = deque(item for item in queue if item[1] != load_id)
+                kept = deque(entry for entry in queue if entry[1][1] != load_id)
                 dropped += len(queue) - len(kept)
                 queue = kept
                 push.send(encode_reply(ABORT, load_id, 0.0, 0.0, 0))
                 continue
-            queue.append((req_id, load_id, value))
+            queue.append((seen_s, (req_id, load_id, value)))
+        if busy_from is not None and (not queue or queue[0][0] > busy_from):
+            busy_from = None  # what was waiting when the last service ended was dropped (ABORT)
         if not queue:
-            busy_from = None
             continue
-        size = max(1, min(len(queue), max_batch_of(queue[0])))
-        batch = [queue.popleft() for _ in range(size)]
         # In a busy period the next service starts when the previous one ended: the server's own
         # messaging (replies, draining the socket) is part of its service time, not free time.
         t_start = busy_from if busy_from is not None else time.monotonic()
+        size = max(1, min(len(queue), max_batch_of(queue[0][1])))
+        batch = []
+        while queue and len(batch) < size and queue[0][0] <= t_start:  # queued when it started
+            batch.append(queue.popleft()[1])
+        size = len(batch)
         want_s = cost_s(batch)
         pay_s = min(debt_s, want_s) if compensate else 0.0
         sleep_until(t_start + want_s - pay_s, spin_tail_s)
+        take_delivered(pull, inbox)  # what arrived during the service: queued before it ended
         t_end = time.monotonic()
         debt_s += t_end - t_start - want_s
-        busy_from = t_end if (queue or pull.poll(0, zmq.POLLIN)) else None
+        busy_from = t_end if (queue or inbox) else None
         for req_id, load_id, _ in batch:
             push.send(encode_reply(req_id, load_id, t_start, t_end, size))
         served += size

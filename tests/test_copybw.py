@@ -3,10 +3,12 @@ the pass count's closed form, and that the command writes both tables with one r
 and per size/rank count; no rate is asserted."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from playground.cli.testing import run_cli
+from playground.cli.testing import run_cli, subprocess_env
 from playground.commands.copybw import KINDS, ring_passes
 
 
@@ -45,3 +47,53 @@ def test_bench_copy_writes_rates_and_bounds(tmp_path):
     b8 = next(b for b in got["bounds"] if b["ranks"] == 8 and b["size"] == 1 << 20)
     assert b8["bound_ms"] == pytest.approx(8 * ring_passes(8) * (1 << 20) / (2 * b8["rate_gbps"] * 1e9) * 1e3)
     assert "| 2 MiB | 8 |" in proc.stdout
+
+
+CTRL_C_WHILE_FORKING = """
+import json, os, signal
+from playground.commands import copybw
+
+forked, real_fork = [], os.fork
+
+
+def fork():  # Ctrl-C right after the last child is forked, before the parent has noted its pid
+    pid = real_fork()
+    if pid:
+        forked.append(pid)
+        if len(forked) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+    return pid
+
+
+os.fork = fork
+try:
+    copybw.measure("C memcpy", 64 << 20, 2, 1000)  # minutes of copying, unless stopped
+    outcome = "finished"
+except KeyboardInterrupt:
+    outcome = "interrupted"
+left = []
+for pid in forked:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+        left.append(pid)  # still ours: neither killed nor reaped
+    except ChildProcessError:
+        pass
+for pid in left:
+    os.kill(pid, signal.SIGKILL)
+print(json.dumps({"outcome": outcome, "forked": len(forked), "left": left}))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_children_are_forked_stops_and_reaps_every_one(tmp_path):
+    """The worst moment for Ctrl-C: just after a fork, before the parent knows the child. It is held
+    until then, so every child is killed and reaped, none is left copying."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CTRL_C_WHILE_FORKING],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=subprocess_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"outcome": "interrupted", "forked": 2, "left": []}

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from playground.core import interrupts
 from playground.core.errors import ScenarioError
 from playground.core.machine import usable_cores
 from playground.core.sizes import format_size, parse_size_range
@@ -61,39 +62,56 @@ def _one(kind: str, size_bytes: int, iters: int) -> float:
 
 
 def measure(kind: str, size_bytes: int, procs: int, iters: int) -> list[float]:
-    """Each process's GB/s when `procs` of them (forked, each moved to a core of its own) copy at once."""
+    """Each process's GB/s when `procs` of them (forked, each moved to a core of its own) copy at once.
+
+    Ctrl-C stops them at once: it is held while they are forked, so that every child is known
+    before it can arrive, and each child takes it with the default action (it dies even inside C's
+    copy loop); the parent kills and reaps whatever is left before it passes the interrupt on."""
     cores = sorted(os.sched_getaffinity(0))
     read_fd, write_fd = os.pipe()
-    pids = []
-    for p in range(procs):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            code = 1
-            try:
-                os.sched_setaffinity(0, {cores[p % len(cores)]})
-                os.write(write_fd, f"{_one(kind, size_bytes, iters)}\n".encode())
-                code = 0
-            finally:
-                os._exit(code)
-        pids.append(pid)
+    pids, status = [], {}
     try:
-        failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
-    except BaseException:  # Ctrl-C: a child in C's copy loop would finish its passes first
+        with interrupts.held():
+            for p in range(procs):
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the child
+                    _copy_in_child(kind, size_bytes, iters, cores[p % len(cores)], write_fd)
+                pids.append(pid)
         for pid in pids:
+            status[pid] = os.waitpid(pid, 0)[1]
+    except BaseException:
+        for pid in pids:
+            if pid in status:
+                continue  # reaped
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass  # reaped already
+            except (ProcessLookupError, ChildProcessError):
+                pass  # reaped just as the interrupt came
         os.close(read_fd)
         os.close(write_fd)
         raise
     os.close(write_fd)
     with os.fdopen(read_fd) as f:
         rates = [float(v) for v in f.read().split()]
+    failed = [pid for pid in pids if status[pid] != 0]
     if failed or len(rates) != procs:
         raise RuntimeError(f"{len(failed)} of {procs} copying processes failed")
     return rates
+
+
+def _copy_in_child(kind: str, size_bytes: int, iters: int, core: int, write_fd: int) -> None:
+    """A forked child's whole life: its rate on `core` written to `write_fd`, then exit (0 if written)."""
+    code = 1
+    try:
+        for sig in interrupts.INTERRUPTS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.INTERRUPTS)
+        os.sched_setaffinity(0, {core})
+        os.write(write_fd, f"{_one(kind, size_bytes, iters)}\n".encode())
+        code = 0
+    finally:
+        os._exit(code)
 
 
 def copy_rates(size_bytes: int, iters: int) -> tuple[float, float]:

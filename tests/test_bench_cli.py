@@ -89,6 +89,7 @@ def test_a_wrong_result_fails_the_bench(tmp_path, transport):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", ["ipc", "shm"])
 def test_bench_p2p_measures_ours_and_raw_pyzmq(tmp_path, transport):
@@ -120,6 +121,7 @@ def test_bench_p2p_measures_ours_and_raw_pyzmq(tmp_path, transport):
         assert json.loads(calibration.read_text())["transport"] == transport
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_bench_model_columns_from_a_preset_and_from_a_p2p_calibration(tmp_path):
     base = ["bench", "allreduce", "--ranks", "2", "--algo", "ring,auto", "--sizes", "8,64KiB"]

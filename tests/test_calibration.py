@@ -181,6 +181,7 @@ def test_a_calibration_across_emulated_hosts_is_the_model_of_runs_on_that_link_o
 # -- end to end: calibrate, then the model columns ------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("transport", ["ipc", "tcp", "shm"])
 def test_pingpong_writes_the_calibration_the_next_ring_uses(tmp_path, transport):

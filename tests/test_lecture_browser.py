@@ -43,6 +43,7 @@ window.addEventListener("load", () => {
 </script>"""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_lecture_page_renders_every_section_and_image_in_chromium(tmp_path):
     exe = chromium()

@@ -57,6 +57,7 @@ def test_every_exact_figure_comes_from_a_scenario():
         assert _scenarios_of(section, figure), f"{figure.id} reads no scenario's result"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("section, figure", EXACT, ids=[f.id for _, f in EXACT])
 def test_exact_figure_matches_the_lecture(runs, section, figure):
@@ -68,6 +69,7 @@ def test_exact_figure_matches_the_lecture(runs, section, figure):
     assert row.status == "matched", f"{figure.id}: lecture {row.lecture}, this run {checked}"
 
 
+@pytest.mark.slow
 def test_the_rows_hold_what_the_results_hold(runs):
     by_id = {f.id: (s, f) for s, f in EXACT}
     section, figure = by_id["interleavings"]

@@ -71,6 +71,7 @@ def test_notebook_is_stored_without_outputs(path):
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, kernel_name, tmp_path):

@@ -52,6 +52,7 @@ def test_counts_fit_the_budget_and_never_exceed_the_params(budget_s):
                 assert c == Counts(5, 50, 8, 10)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_on_a_100mbit_link_beta_is_its_rate_and_slow_sizes_run_fewer_round_trips(as_root, runs_dir):
     proc = run_cli(

@@ -88,13 +88,13 @@ def plan_buckets(
     for i, n in enumerate(tensor_bytes):
         if n < 0:
             raise UsageError(f"must be >= 0, got {n}", field=f"tensor_bytes[{i}]")
-    if cap_bytes is None:
-        cap_bytes, first_cap_bytes = math.inf, None
+    later_cap: float = math.inf if cap_bytes is None else cap_bytes  # None: one bucket of all
+    first_cap = None if cap_bytes is None else first_cap_bytes
     buckets: list[Bucket] = []
     first, size, offset = 0, 0, 0
 
     def current_cap() -> float:
-        return first_cap_bytes if (not buckets and first_cap_bytes is not None) else cap_bytes
+        return first_cap if (not buckets and first_cap is not None) else later_cap
 
     def close(end: int) -> None:
         nonlocal first, size, offset

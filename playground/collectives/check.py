@@ -114,7 +114,7 @@ class Tally:
 
     def record(self, prefix: str = "") -> dict:
         """The tally as a rank's record fields: `wrong`, and `first_wrong` when there is one."""
-        out = {prefix + "wrong": self.wrong}
+        out: dict[str, int | dict] = {prefix + "wrong": self.wrong}
         if self.first is not None:
             out[prefix + "first_wrong"] = self.first
         return out

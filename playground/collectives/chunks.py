@@ -77,7 +77,7 @@ def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
     raise UsageError("in-place all-reduce needs a writable C-contiguous numpy array")
 
 
-class ChunkBounds(tuple):
+class ChunkBounds(tuple[tuple[int, int], ...]):
     """[start, stop) of `num_chunks` near-equal chunks covering `count` elements, some maybe empty:
     a tuple of pairs, one per (count, num_chunks) shared by every rank that asks (the N ranks of a
     simulated world would otherwise hold N bounds each, N^2 at 1024), indexed without a Python call."""

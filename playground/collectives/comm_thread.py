@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from playground.collectives import allreduce
-from playground.core.errors import WaitTimeout
+from playground.core.errors import UsageError, WaitTimeout
 
 
 def allreduce_bucket(
@@ -80,6 +80,8 @@ class CommThread:
                 return
 
     def _allreduce(self, bucket: int, step: int) -> np.ndarray:
+        if self.views is None:
+            raise UsageError("CommThread: the default reduce (an all-reduce of views[bucket]) needs `views`")
         return allreduce_bucket(self.comm, self.views[bucket], bucket, step, self.algorithm, **self.span_args)
 
     def submit(self, bucket: int, step: int) -> None:
@@ -87,7 +89,7 @@ class CommThread:
 
     def wait_step(self, num_buckets: int, timeout_s: float) -> dict[int, tuple[object, float]]:
         """{bucket: (result, seconds)} for the step's buckets; raises what the thread raised."""
-        results = {}
+        results: dict[int, tuple[object, float]] = {}
         deadline = time.monotonic() + timeout_s
         while len(results) < num_buckets:
             left = deadline - time.monotonic()

@@ -74,14 +74,16 @@ def halving_steps(new_rank: int, p: int) -> list[tuple[int, tuple[int, int], tup
     return steps
 
 
-def forwardable(keep: tuple[int, int], ahead: tuple[int, int], seg: int) -> frozenset:
+def forwardable(keep: tuple[int, int], ahead: tuple[int, int], seg: int) -> frozenset[tuple[int, int]]:
     """The segments of `keep` that are also the segments the next step sends (`ahead`): all of
     them, or none when the next step cuts its range elsewhere (then it sends from the buffer)."""
     mine, theirs = segment_bounds(*keep, seg), segment_bounds(*ahead, seg)
     return frozenset(theirs) if ahead[1] > ahead[0] and set(theirs) <= set(mine) else frozenset()
 
 
-def forwarding_order(span: tuple[int, int], ahead: frozenset, seg: int) -> list[tuple[int, int]]:
+def forwarding_order(
+    span: tuple[int, int], ahead: frozenset[tuple[int, int]], seg: int
+) -> list[tuple[int, int]]:
     """The segments of `span` in the order both sides take them: the forwarded ones (`ahead`) first,
     so the next partner gets them soonest and every rank's timeline is the same whichever half it
     forwards (the simulator's folded mode relies on it), then the rest, each part ascending."""
@@ -156,7 +158,9 @@ def allreduce_halving_doubling(
             for k, (peer_new, send_blocks, keep_blocks) in enumerate(steps):
                 peer = old_rank(peer_new, comm.size)
                 send, keep = span(send_blocks), span(keep_blocks)
-                ahead = theirs = frozenset()  # what this rank, and what its peer, forwards
+                # what this rank, and what its peer, forwards
+                ahead: frozenset[tuple[int, int]] = frozenset()
+                theirs: frozenset[tuple[int, int]] = frozenset()
                 if k == 0 and len(steps) > 1:  # (later steps would need the orders of three steps to agree)
                     next_peer, ahead_range = old_rank(steps[1][0], comm.size), span(steps[1][1])
                     ahead = forwardable(keep, ahead_range, seg)

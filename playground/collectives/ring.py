@@ -24,6 +24,7 @@ Results are bit-identical on all ranks: each chunk is reduced in one fixed order
 """
 
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -57,7 +58,9 @@ def allgather_step(rank: int, size: int, step: int) -> tuple[int, int]:
     return (rank - step) % size, (rank - step - 1) % size
 
 
-def allgather_pass(comm, buf: np.ndarray, bounds, segment_elems: int, tag: int) -> None:
+def allgather_pass(
+    comm, buf: np.ndarray, bounds: Sequence[tuple[int, int]], segment_elems: int, tag: int
+) -> None:
     """The ring all-gather on flat `buf`, starting from owning chunk `rank`: N-1 steps of passing
     the chunk received last to the right neighbour."""
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
@@ -80,7 +83,13 @@ def allgather_pass(comm, buf: np.ndarray, bounds, segment_elems: int, tag: int) 
 
 
 def reduce_scatter_into(
-    comm, buf: np.ndarray, source: np.ndarray, bounds, segment_elems: int, op: ReduceOp, tag: int
+    comm,
+    buf: np.ndarray,
+    source: np.ndarray,
+    bounds: Sequence[tuple[int, int]],
+    segment_elems: int,
+    op: ReduceOp,
+    tag: int,
 ) -> None:
     """Ring reduce-scatter of flat `source` over all ranks; rank r's reduced chunk r lands in `buf`.
 
@@ -173,7 +182,7 @@ def allgather_ring(
     returned (ZeRO's updated parameter shards, gathered where they belong)."""
     if inplace:
         buf = work_buffer(x, True)
-        bounds = ChunkBounds(buf.size, comm.size)
+        bounds: Sequence[tuple[int, int]] = ChunkBounds(buf.size, comm.size)
     else:
         part = flat(x)
         n = part.size

@@ -6,14 +6,17 @@ messages to expect without any extra header. All sends are posted first; while a
 reduced, ZeroMQ's I/O thread keeps receiving the next ones, so sending, receiving and reducing overlap.
 """
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from playground.collectives.chunks import segment_bounds
 from playground.collectives.ops import ReduceOp
+from playground.comm.requests import Request
 from playground.core.errors import MessageMismatch
 
 
-def count_mismatch(comm, peer: int, tag: int, what: str, got: int, want: int, op: str | None = None):
+def count_mismatch(comm, peer: int | None, tag: int, what: str, got: int, want: int, op: str | None = None):
     """The error for a message of `got` elements where `want` were expected: what each algorithm
     raises when ranks disagree on count or dtype (`what` names the exchange, `op` its operation)."""
     return MessageMismatch(
@@ -42,7 +45,7 @@ def exchange(
 ) -> None:
     """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or
     copy. `what` (and `step`, when the caller has steps) names the exchange in errors."""
-    sends = ()
+    sends: Sequence[Request] = ()
     if send is not None:
         a, b = send
         if b - a <= segment_elems:  # one message: the common case for small buffers, kept lean

@@ -30,7 +30,8 @@ TAG_TREE_BCAST = -21
 
 def reduce_schedule(vrank: int, size: int) -> tuple[list[int], int | None]:
     """(children to receive from in order, parent to send to or None), in relative ranks."""
-    children, mask = [], 1
+    children: list[int] = []
+    mask = 1
     while mask < size:
         if vrank & mask:
             return children, vrank - mask

@@ -24,6 +24,7 @@ import operator
 import time
 from collections import defaultdict, deque
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from _playground_native import CommCore, configure_comm
@@ -173,7 +174,7 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
 
     def _take(
         self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = KIND_ARRAY, into: tuple = ()
-    ) -> Message | bool:
+    ) -> Message | Literal[True]:
         """The next message from (src, tag), of `kind` (MessageMismatch otherwise), waiting up to
         the timeout and parking the others; traced as one `recv_wait` (zero-length if it was parked).
         With `into` = (target, ufunc, base) and a transport that can, an array that fits is landed
@@ -219,14 +220,16 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
     ) -> np.ndarray:
         """The next array from `src` with `tag`: into `out` if given, else a read-only array
         (zero-copy over ZeroMQ)."""
-        msg = self._take(src, tag, "recv", timeout_s, KIND_ARRAY, () if out is None else (out, None, None))
-        if msg is True:  # landed in `out`
-            self.bytes_received += out.nbytes
-            return out
-        self.bytes_received += msg.count * msg.dtype.itemsize
         if out is None:
+            msg = self._take_message(src, tag, "recv", timeout_s, KIND_ARRAY)
+            self.bytes_received += msg.count * msg.dtype.itemsize
             return msg.owned_array()
-        msg.copy_into(out)
+        got = self._take(src, tag, "recv", timeout_s, KIND_ARRAY, (out, None, None))
+        if got is True:  # landed in `out`
+            self.bytes_received += out.nbytes
+        else:
+            self.bytes_received += got.count * got.dtype.itemsize
+            got.copy_into(out)
         return out
 
     def _recv_reduce(

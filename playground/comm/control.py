@@ -12,6 +12,7 @@ no longer hear from, behind a cut link, is declared lost within seconds.
 
 import json
 import threading
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -54,7 +55,13 @@ class LauncherLink:
 class LauncherServices:
     """What a Communicator offers over its `control` link (a LauncherLink, or None when nothing
     outside can abort the run): aborts turned into PeerLost, and progress. The Communicator is a
-    LauncherServices (it has `rank`, `control` and OpRecord's `op_context`)."""
+    LauncherServices."""
+
+    if TYPE_CHECKING:  # what the Communicator this is mixed into provides (for the type checker)
+        rank: int
+        control: LauncherLink | None
+
+        def op_context(self, peer: int | None = None) -> str: ...
 
     def check_abort(
         self, src: int | None = None, tag: int | None = None, op: str = "", direction: str = "from"

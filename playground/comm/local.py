@@ -23,7 +23,7 @@ class LocalTransport(PlainReserve):
     name = "local"
     segment_bytes = SEGMENT_BYTES
 
-    def __init__(self, rank: int, inboxes: list[queue.SimpleQueue]):
+    def __init__(self, rank: int, inboxes: list[queue.SimpleQueue[Message]]):
         self.rank, self.inboxes = rank, inboxes
 
     def send(self, dst: int, tag: int, x: np.ndarray):

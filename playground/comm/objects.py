@@ -6,10 +6,13 @@ on negative tags of their own. The Communicator is an ObjectMessages.
 """
 
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 
-from playground.comm.transport import KIND_OBJ
+from playground.comm.requests import Request
+from playground.comm.transport import KIND_ARRAY, KIND_OBJ, Message, Transport
 
 TAG_BARRIER = -1  # internal tags are negative; user tags are >= 0
 TAG_OBJ = -2
@@ -19,13 +22,35 @@ class ObjectMessages:
     """send_obj / recv_obj / bcast_obj / allgather_obj, and barrier, over the communicator's `_post`
     (the one send path) and `_take` (the one receive)."""
 
+    if TYPE_CHECKING:  # what the class this is mixed into provides (Communicator, Group); declared
+        # for the type checker only, so that nothing here shadows it (isend is CommCore's C fast path)
+        rank: int
+        size: int
+
+        @property
+        def transport(self) -> Transport: ...
+
+        def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request: ...
+
+        def _post(
+            self, dst: int, tag: int, nbytes: int, is_array: bool, post: Callable, *args
+        ) -> Request: ...
+
+        def _take(  # True only when asked to land an array (`into`)
+            self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = ..., into: tuple = ...
+        ) -> Message | Literal[True]: ...
+
+    def _take_message(self, src: int, tag: int, op: str, timeout_s: float | None, kind: str) -> Message:
+        """`_take` without `into`: always a Message, never landed."""
+        return cast(Message, self._take(src, tag, op, timeout_s, kind))
+
     def send_obj(self, obj, dst: int, tag: int = 0) -> None:
         """Send a small JSON-able object (control data, never bulk arrays)."""
         body = json.dumps(obj).encode()
         self._post(dst, tag, len(body), False, self.transport.send_obj, dst, tag, body)
 
     def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):
-        return self._take(src, tag, "recv_obj", timeout_s, KIND_OBJ).obj()
+        return self._take_message(src, tag, "recv_obj", timeout_s, KIND_OBJ).obj()
 
     def bcast_obj(self, obj=None, root: int = 0):
         if self.rank == root:
@@ -47,5 +72,7 @@ class ObjectMessages:
         dist = 1
         while dist < self.size:
             self.isend(empty, (self.rank + dist) % self.size, TAG_BARRIER)
-            self._take((self.rank - dist) % self.size, TAG_BARRIER, "barrier", timeout_s).release()
+            self._take_message(
+                (self.rank - dist) % self.size, TAG_BARRIER, "barrier", timeout_s, KIND_ARRAY
+            ).release()
             dist *= 2

@@ -8,6 +8,7 @@ rank opens its own in playground/rendezvous/join.py, an in-process world in worl
 """
 
 import os
+from typing import Protocol
 
 import zmq
 
@@ -15,7 +16,19 @@ from playground.comm.addresses import local_ip_towards
 from playground.comm.mailbox import mailbox_path, open_mailboxes, spin_policy
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels
 from playground.comm.shm_transport import ShmTransport
+from playground.comm.transport import Transport
 from playground.comm.zmq_transport import RING_MIN_BYTES, SOCKET_BUFFER_BYTES, ZmqTransport
+
+
+class End(Protocol):
+    """What every kind's local end offers: its addresses for the table, then the transport."""
+
+    endpoint: str  # where peers reach it
+    local_endpoint: str  # where peers on the same host reach it ("": at `endpoint` too)
+
+    def connect(self, endpoints: list[str]) -> Transport: ...
+
+    def close(self) -> None: ...
 
 
 class ZmqEnd:

@@ -13,6 +13,8 @@ import contextlib
 class OpRecord:
     """The collective running (or the last one) and each rank's host, for error messages."""
 
+    rank: int  # the Communicator's, which this is mixed into (an annotation: no class attribute)
+
     def _init_op_record(self, size: int, hosts: list[str] | None) -> None:
         self.hosts = list(hosts) if hosts is not None else ["localhost"] * size  # each rank's host
         self.num_collectives = 0

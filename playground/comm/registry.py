@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import zmq
 
-from playground.comm.opening import ShmEnd, ZmqEnd
+from playground.comm.opening import End, ShmEnd, ZmqEnd
+from playground.core.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,14 @@ class TransportKind:
     launched: bool  # a run can use it: `run --transport NAME`
     uses_zmq: bool = False  # its ends need a ZeroMQ context
     uses_shm: bool = False  # it keeps files in the run's /dev/shm directory
-    open_end: Callable[[int, int, Places], object] | None = None
+    open_end: Callable[[int, int, Places], End] | None = None
+
+
+def _context(at: Places) -> zmq.Context:
+    """The ZeroMQ context a ZeroMQ kind's end is made in (`Places.ctx`, which it needs)."""
+    if at.ctx is None:
+        raise UsageError("a ZeroMQ transport's end needs a ZeroMQ context: Places(ctx=...)")
+    return at.ctx
 
 
 KINDS: tuple[TransportKind, ...] = (
@@ -45,14 +53,16 @@ KINDS: tuple[TransportKind, ...] = (
         launched=True,
         uses_zmq=True,
         uses_shm=True,
-        open_end=lambda rank, size, at: ZmqEnd(at.ctx, rank, "ipc", at.ipc_dir, at.master_addr, at.shm_dir),
+        open_end=lambda rank, size, at: ZmqEnd(
+            _context(at), rank, "ipc", at.ipc_dir, at.master_addr, at.shm_dir
+        ),
     ),
     TransportKind(
         "tcp",
         "ZeroMQ over TCP: any hosts (external launchers always use it)",
         launched=True,
         uses_zmq=True,
-        open_end=lambda rank, size, at: ZmqEnd(at.ctx, rank, "tcp", at.ipc_dir, at.master_addr),
+        open_end=lambda rank, size, at: ZmqEnd(_context(at), rank, "tcp", at.ipc_dir, at.master_addr),
     ),
     TransportKind(
         "shm",

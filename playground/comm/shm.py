@@ -137,7 +137,7 @@ class ShmChannels:
         """Return the space of the last `try_alloc` for `dst` (its descriptor could not be sent)."""
         self._out[dst].undo()
 
-    def arrived(self, src: int, descriptor: bytes) -> tuple[np.ndarray, int]:
+    def arrived(self, src: int, descriptor: bytes | memoryview) -> tuple[np.ndarray, int]:
         """(read-only byte view, end) of a message as it arrives; `release(src, end)` when done."""
         ring = self._in.get(src)
         if ring is None:
@@ -153,7 +153,7 @@ class ShmChannels:
 
     def close(self) -> None:
         for ring in list(self._out.values()) + list(self._in.values()):
-            ring.consumed = ring.data = None
+            del ring.consumed, ring.data  # our views of the mapping: without them it can close
             try:
                 ring.map.close()
             except BufferError:

@@ -18,6 +18,8 @@ NoRoom when the mailbox or the ring is full; then nothing was sent (a ring slot 
 did not fit the mailbox is taken back), and the communicator waits while taking in what arrives.
 """
 
+from typing import Literal
+
 import numpy as np
 
 from playground.comm import wire
@@ -76,6 +78,7 @@ class RingMessage(Message):
     """An array (or JSON body) that is still in the sender's ring; `release` hands the space back."""
 
     __slots__ = ("channels", "end")
+    channels: ShmChannels | None  # None once released
 
     def __init__(self, src, tag, kind, dtype, shape, view: np.ndarray, channels: ShmChannels, end: int):
         super().__init__(src, tag, kind, dtype, shape, view)
@@ -208,7 +211,7 @@ class ShmTransport:
         put it there in C, straight from its mailbox slot: target = ufunc(base or target, message),
         or a copy when ufunc is None; then True. Any other message is returned as `receive` does."""
         key = (src, tag, ufunc, target.dtype, target.shape)
-        landing = self._landings.get(key, False)
+        landing: tuple[bytes, int] | None | Literal[False] = self._landings.get(key, False)  # False: not seen
         if landing is False:
             landing = self._landing(*key)
         if landing is not None:
@@ -228,7 +231,7 @@ class ShmTransport:
         inline): post it the usual way. Otherwise False (nothing came within the wait), True
         (landed) or the Message that came first."""
         key = (dst, src, tag, ufunc, buf.dtype, buf.shape)
-        plan = self._exchanges.get(key, False)
+        plan: tuple[bytes, bytes, int] | None | Literal[False] = self._exchanges.get(key, False)
         if plan is False:
             landing = self._landing(src, tag, ufunc, buf.dtype, buf.shape)
             plan = landing and (
@@ -278,8 +281,8 @@ class ShmTransport:
             return Message(src, tag, KIND_OBJ, dtype, shape, payload)
         # Registered on arrival: ring space is handed back in arrival order, whatever the tag.
         view, end = self.channels.arrived(src, payload)
-        kind = KIND_ARRAY if kind == wire.KIND_SHM else KIND_OBJ
-        return RingMessage(src, tag, kind, dtype, shape, view, self.channels, end)
+        message_kind = KIND_ARRAY if kind == wire.KIND_SHM else KIND_OBJ
+        return RingMessage(src, tag, message_kind, dtype, shape, view, self.channels, end)
 
     def close(self) -> None:
         self.channels.close()

@@ -31,7 +31,7 @@ local.py (threads in one process, for fast tests), faults.py (a wrapper for fail
 """
 
 import json
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -188,6 +188,10 @@ class Transport(Protocol):
 
 class PlainReserve:
     """`reserve` / `send_reserved` for transports that send a computed array like any other."""
+
+    if TYPE_CHECKING:  # the transport's own, for the type checker
+
+        def send(self, dst: int, tag: int, x: np.ndarray) -> Completion | NoRoom: ...
 
     def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing:
         return Outgoing(dst, np.empty(count, dtype))

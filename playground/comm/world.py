@@ -14,6 +14,7 @@ import zmq
 from playground.comm import registry
 from playground.comm.communicator import Communicator
 from playground.comm.local import LocalTransport
+from playground.comm.transport import Message
 from playground.core.errors import PeerLost, UsageError, WaitTimeout
 
 
@@ -22,7 +23,7 @@ def open_world(kind: str, size: int, directory: str, ctx: zmq.Context | None = N
     runs on its own thread). ipc sockets and shared-memory files go into `directory`; ZeroMQ kinds
     need `ctx`."""
     if kind == "local":
-        inboxes = [queue.SimpleQueue() for _ in range(size)]
+        inboxes: list[queue.SimpleQueue[Message]] = [queue.SimpleQueue() for _ in range(size)]
         return [LocalTransport(rank, inboxes) for rank in range(size)]
     found = registry.BY_NAME.get(kind)
     if found is None or found.open_end is None:

@@ -25,6 +25,8 @@ message is the header frame and a descriptor frame. When the ring to a peer is f
 goes as a frame after all, so a post still never waits.
 """
 
+from typing import cast
+
 import numpy as np
 import zmq
 
@@ -68,6 +70,7 @@ class _FrameMessage(Message):
     """An array whose bytes are still the next frame on the socket (read at most once)."""
 
     __slots__ = ("sock", "transport")
+    sock: zmq.Socket | None  # None once the frame was read
 
     def __init__(self, transport: "ZmqTransport", src: int, tag: int, dtype: np.dtype, shape: tuple):
         super().__init__(src, tag, KIND_ARRAY, dtype, shape, None)
@@ -83,7 +86,7 @@ class _FrameMessage(Message):
     def _check(self, nbytes: int, sock: zmq.Socket) -> None:
         expected = self.count * self.dtype.itemsize
         if nbytes != expected or sock.get(zmq.RCVMORE):
-            extra = self.transport.discard_rest(sock.get(zmq.RCVMORE))
+            extra = self.transport.discard_rest(bool(sock.get(zmq.RCVMORE)))
             raise self.transport.wire_error(
                 f"from rank {self.src} tag {self.tag}: a payload of {nbytes} bytes for a {self.dtype} array of "
                 f"shape {self.shape} ({expected} bytes)" + (f", then {extra} more frames" if extra else "")
@@ -101,7 +104,9 @@ class _FrameMessage(Message):
             and out.flags.c_contiguous
         ):
             sock, self.sock = self.sock, None
-            self._check(sock.recv_into(out), sock)  # lands in the caller's buffer: no extra copy
+            # Lands in the caller's buffer: no extra copy. (An ndarray is a buffer; numpy's stubs say
+            # so only from Python 3.12, where the buffer protocol got its Python-level type.)
+            self._check(sock.recv_into(out), sock)  # type: ignore[arg-type]
             return
         super().copy_into(out)
 
@@ -124,7 +129,7 @@ class ZmqTransport(PlainReserve):
         self.segment_bytes = SEGMENT_BYTES if channels is None else RING_SEGMENT_BYTES
         self._ctx, self._data, self._endpoints = ctx, data, endpoints
         self._push: dict[int, zmq.Socket] = {}
-        self._timeout_ms = None  # the data socket's RCVTIMEO, set only when it changes
+        self._timeout_ms: int | None = None  # the data socket's RCVTIMEO, set only when it changes
         self._num_ranks = len(endpoints)
         self._unread: _FrameMessage | None = None
         self.channels, self.ring_min_bytes = channels, ring_min_bytes
@@ -154,7 +159,8 @@ class ZmqTransport(PlainReserve):
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY_FRAME, x.dtype, x.shape), zmq.SNDMORE)
-        return _Tracked(sock.send(x, copy=False, track=True))
+        tracker = sock.send(x, copy=False, track=True)  # type: ignore[call-overload]  # as recv_into: a buffer
+        return _Tracked(tracker)
 
     def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing:
         nbytes = count * dtype.itemsize
@@ -191,7 +197,7 @@ class ZmqTransport(PlainReserve):
             first = self._data.recv()
         except zmq.Again:
             return None
-        more = self._data.get(zmq.RCVMORE)
+        more = bool(self._data.get(zmq.RCVMORE))
         try:
             src, tag, kind, dtype, shape = wire.decode_header(first, self._num_ranks)
         except WireError as e:
@@ -207,8 +213,8 @@ class ZmqTransport(PlainReserve):
             return Message(
                 src, tag, KIND_ARRAY, dtype, shape, memoryview(first)[wire.header_size(len(shape)) :]
             )
-        ringed = kind == wire.KIND_SHM and self.channels is not None  # a descriptor of ring bytes
-        if kind not in (wire.KIND_ARRAY_FRAME, wire.KIND_JSON) and not ringed:
+        channels = self.channels if kind == wire.KIND_SHM else None  # for a descriptor of ring bytes
+        if kind not in (wire.KIND_ARRAY_FRAME, wire.KIND_JSON) and channels is None:
             self.discard_rest(more)
             raise self.wire_error(
                 f"from rank {src} tag {tag}: kind {kind} is a shared-memory message, not sent over ZeroMQ"
@@ -225,12 +231,12 @@ class ZmqTransport(PlainReserve):
             raise self.wire_error(
                 f"from rank {src} tag {tag}: {self.discard_rest(True)} frames after an object's body"
             )
-        if ringed:
+        if channels is not None:
             if len(body) != DESCRIPTOR_BYTES:
                 raise self.wire_error(f"from rank {src} tag {tag}: a ring descriptor of {len(body)} bytes")
             # Registered on arrival: ring space goes back in arrival order, whatever the tag.
-            view, end = self.channels.arrived(src, body)
-            return RingMessage(src, tag, KIND_ARRAY, dtype, shape, view, self.channels, end)
+            view, end = channels.arrived(src, body)
+            return RingMessage(src, tag, KIND_ARRAY, dtype, shape, view, channels, end)
         return Message(src, tag, KIND_OBJ, dtype, shape, body)
 
     def discard_rest(self, more: bool) -> int:
@@ -239,11 +245,11 @@ class ZmqTransport(PlainReserve):
         while more:
             self._data.recv(copy=False)
             n += 1
-            more = self._data.get(zmq.RCVMORE)
+            more = bool(self._data.get(zmq.RCVMORE))
         return n
 
     def wire_error(self, what: str) -> WireError:
-        endpoint = self._data.get(zmq.LAST_ENDPOINT).decode(errors="replace")
+        endpoint = cast(bytes, self._data.get(zmq.LAST_ENDPOINT)).decode(errors="replace")
         return WireError(
             f"rank {self.rank}: malformed message on its data socket {endpoint}: {what}", rank=self.rank
         )

@@ -97,6 +97,7 @@ window.addEventListener("load", () => setTimeout(() => {
 </script>"""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_code_in_the_reference_tables_wraps_at_its_seams_and_no_table_is_cut_off(tmp_path):
     """At 1280 px, both sidebars shown (the narrowest desktop content), every code in a table cell

@@ -1,7 +1,7 @@
 /*
  * attention.c: decode attention over the KV-cache server's pool, reading each sequence's keys and
- * values where its allocation policy put them (playground/kvcache/attention.py is the contract and
- * the numpy twin; docs/serving.md has the measurements).
+ * values where its allocation policy put them (playground/kvcache/engine/attention.py is the contract
+ * and the numpy twin; docs/results/serving.md has the measurements).
  *
  *   out[i, h] = softmax(q[i, h] . K_i[t, h] / sqrt(hd), over t < n_i) V_i[:, h]
  *

@@ -35,7 +35,7 @@ typedef struct {
     char fast; /* 0: every call takes the Python path (a test compares both) */
 } CommCore;
 
-/* What the Python side hands over once (configure_comm): the Request and Completion singletons, the
+/* What the Python side hands over once (configure_comm): the DONE and COMPLETE singletons, the
  * request type, NoRoom, numpy's dtype type, the receive slice. */
 static PyObject *done_req, *complete, *no_room_type, *send_request_type, *dtype_type, *slice_ms;
 static PyObject *zero, *str_messages, *str_send, *str_reserve, *str_send_reserved, *str_array, *str_nbytes, *str_size,
@@ -190,7 +190,7 @@ static PyObject *CommCore_try_reserve(CommCore *self, PyObject *const *args, Py_
     return out;
 }
 
-/* _post_reserved(out, dst, tag) -> Request: isend_computed's second half, `_post` of a filled Outgoing
+/* _post_reserved(out, dst, tag) -> PendingOp: isend_computed's second half, `_post` of a filled Outgoing
  * (which that calls itself when tracing, or when the transport has no room at once). */
 static PyObject *CommCore_post_reserved(CommCore *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
@@ -287,12 +287,12 @@ static PyObject *CommCore_recv_reduce(CommCore *self, PyObject *const *args, Py_
 
 static PyMethodDef CommCore_methods[] = {
     {"isend", (PyCFunction)(void (*)(void))CommCore_isend, METH_FASTCALL | METH_KEYWORDS,
-     "isend(x, dst, tag=0) -> Request: start sending `x`; do not modify it until the request completes "
+     "isend(x, dst, tag=0) -> PendingOp: start sending `x`; do not modify it until the request completes "
      "(it may go zero-copy)."},
     {"_try_reserve", (PyCFunction)(void (*)(void))CommCore_try_reserve, METH_FASTCALL,
      "_try_reserve(dst, count, dtype) -> Outgoing | None: the transport's space at once, untraced."},
     {"_post_reserved", (PyCFunction)(void (*)(void))CommCore_post_reserved, METH_FASTCALL,
-     "_post_reserved(out, dst, tag) -> Request: post a filled Outgoing (the C path of _post)."},
+     "_post_reserved(out, dst, tag) -> PendingOp: post a filled Outgoing (the C path of _post)."},
     {"recv_reduce", (PyCFunction)(void (*)(void))CommCore_recv_reduce, METH_FASTCALL | METH_KEYWORDS,
      "recv_reduce(src, tag, target, ufunc=None, base=None) -> count: receive into `target`, reducing "
      "(see Communicator._recv_reduce)."},

@@ -1,7 +1,7 @@
 """Paged KV-cache server and its clients (lecture 4.3-4.6, exercises 9 and 10).
 
 Rank 0 runs the server on its own ZeroMQ ROUTER socket (a thread, so the main thread stays
-free for the communicator and the progress bar) speaking the protocol of README.md#wire-protocol;
+free for the communicator and the progress bar) speaking the protocol of docs/protocols.md;
 ranks 1..N-1 are clients on DEALER sockets. For each policy in `policies` the server starts
 empty, the clients replay the workload, and report their timings to rank 0 over the
 communicator. Workloads: `section46` (1000 requests, capacity 200,000 tokens), `prefix`
@@ -15,10 +15,12 @@ from typing import Literal
 
 from playground.core.errors import ParamError
 from playground.display.report import Report
-from playground.kvcache import kvcache_report, kvcache_stats, replay
-from playground.kvcache.client import KVClient
-from playground.kvcache.host import TAG_RESULT, collect, new_server, start_server_thread
-from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
+from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
+from playground.kvcache.server.client import KVClient
+from playground.kvcache.server.kv_ops import KVServer
+from playground.kvcache.server.thread import TAG_RESULT, collect_results, start_server_thread
+from playground.kvcache.stats import downsample
+from playground.kvlab import kvcache_report, replay
 
 THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
 
@@ -106,14 +108,14 @@ def _serve(comm, p: Params) -> dict:
             thread.server = srv = new_server(p, policy)
             comm.barrier()
             t0 = time.monotonic()
-            clients = collect(comm, srv, p, policy, thread)
+            clients = collect_results(comm, srv, p, policy, thread)
             elapsed_s = time.monotonic() - t0
             per_policy.append(
                 {
                     "policy": policy,
                     "elapsed_s": elapsed_s,
                     "stats": srv.stats(),
-                    "samples": kvcache_stats.downsample(srv.samples),
+                    "samples": downsample(srv.samples),
                     "clients": clients,
                 }
             )
@@ -121,6 +123,21 @@ def _serve(comm, p: Params) -> dict:
         thread.stopping.set()
         thread.join(5)
     return {"ok": True, "address": thread.address, "policies": per_policy}
+
+
+def new_server(p: Params, policy: str) -> KVServer:
+    """An empty server for `policy`, sized and configured by the scenario's params."""
+    return KVServer(
+        policy,
+        p.capacity_tokens,
+        p.block_size,
+        p.width,
+        p.lease_s,
+        p.prefix_caching,
+        p.max_new_tokens,
+        p.growth,
+        check_invariants=p.check_invariants,
+    )
 
 
 def _client(comm, p: Params) -> dict:

@@ -1,7 +1,7 @@
-"""The attention kernel, paged vs contiguous (docs/serving.md): time per decode
-token at contexts 128..8192 and block sizes 8..256 over a pool larger than the caches.
+"""The attention kernel, paged vs contiguous (docs/serving.md): time per decode token at contexts
+128..8192 and block sizes 8..256 over a pool larger than the caches.
 
-One rank times `playground.kvcache.attention_bench.sweep`: contiguous runs, paged blocks in
+One rank times `playground.serving.attention_bench.sweep`: contiguous runs, paged blocks in
 memory order, paged blocks scattered as after a server has run a while, each round every layout
 once in turn; the native kernel throughout, numpy at block 16 beside it (its gather is the copy
 the C kernel does not make).
@@ -14,8 +14,8 @@ from playground.config.params import Ranks
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
-from playground.kvcache import attention_bench, attention_report
-from playground.kvcache.attention import KERNELS
+from playground.kvcache.engine.attention import KERNELS
+from playground.serving import attention_bench, attention_report
 from playground.transformer.blas import pin_blas_threads
 
 RANKS = Ranks(1, "the attention kernel is timed on one core")

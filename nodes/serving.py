@@ -1,7 +1,7 @@
 """A model served from the paged KV-cache pool, with continuous batching (docs/serving.md).
 
 Rank 0 runs the KV-cache server with a model (the training lab's model.npz or fixed random
-weights) on its own thread; its engine schedules every step (llm_engine.py). Ranks 1..N-1 are
+weights) on its own thread; its engine schedules every step (playground/kvcache/engine/). Ranks 1..N-1 are
 clients sending `generate` requests over the documented protocol. For each setup (a policy, and
 for the prefix workload prefix caching off and on) the server starts empty and the clients run
 the workload: `section46` (the lecture's 4.6 requests under one KV budget), `samples` (exercise
@@ -14,11 +14,12 @@ from typing import Literal
 
 from playground.core.errors import ParamError
 from playground.display.report import Report
-from playground.kvcache import kvcache_stats, serving_clients, serving_host, serving_report
-from playground.kvcache.attention import KERNELS
-from playground.kvcache.client import KVClient
-from playground.kvcache.host import TAG_RESULT, collect, start_server_thread
-from playground.kvcache.policies import POLICIES, PolicyName, check_pool_params
+from playground.kvcache.engine.attention import KERNELS
+from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
+from playground.kvcache.server.client import KVClient
+from playground.kvcache.server.thread import TAG_RESULT, collect_results, start_server_thread
+from playground.kvcache.stats import downsample
+from playground.serving import served, serving_clients, serving_report
 from playground.transformer.blas import pin_blas_threads
 
 THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
@@ -91,7 +92,7 @@ def check_scenario(params: Params, ranks: int) -> None:
     if ranks < 2:
         raise ParamError("ranks", f"serving needs one server and at least one client (>= 2), got {ranks}")
     try:
-        serving_host.check_model(params)
+        served.check_model(params)
     except ParamError as e:  # a random model's own keys are under params
         raise e if e.field.startswith("params.") else ParamError(f"params.{e.field}", e.message) from None
 
@@ -104,18 +105,16 @@ def main(comm, params: Params) -> dict:
 
 
 def _serve(comm, p: Params) -> dict:
-    model = serving_host.served_model(p)
-    setups = serving_host.setups(p)
-    thread = start_server_thread(
-        comm, p.endpoint, serving_host.new_serving_server(p, *setups[0], model), "serving"
-    )
+    model = served.served_model(p)
+    setups = served.setups(p)
+    thread = start_server_thread(comm, p.endpoint, served.new_serving_server(p, *setups[0], model), "serving")
     per_setup = []
     try:
         for policy, caching in setups:
-            thread.server = srv = serving_host.new_serving_server(p, policy, caching, model)
+            thread.server = srv = served.new_serving_server(p, policy, caching, model)
             comm.barrier()
             t0 = time.monotonic()
-            clients = collect(
+            clients = collect_results(
                 comm,
                 srv,
                 p,
@@ -130,8 +129,8 @@ def _serve(comm, p: Params) -> dict:
                     "prefix_caching": caching,
                     "elapsed_s": time.monotonic() - t0,
                     "stats": srv.stats(),
-                    "samples": kvcache_stats.downsample(srv.samples),
-                    "step_log": kvcache_stats.downsample(srv.engine.step_log),
+                    "samples": downsample(srv.samples),
+                    "step_log": downsample(srv.engine.step_log),
                     "clients": clients,
                 }
             )
@@ -149,11 +148,11 @@ def _total(p: Params) -> int:
 
 def _client(comm, p: Params) -> dict:
     address = comm.bcast_obj(None)
-    model = serving_host.served_model(p) if p.verify_every else None
+    model = served.served_model(p) if p.verify_every else None
     client = KVClient(address, timeout_s=comm.timeout_s)
     try:
         client.ping()
-        for _setup in serving_host.setups(p):  # the server is swapped between barriers
+        for _setup in served.setups(p):  # the server is swapped between barriers
             comm.barrier()
             result = serving_clients.run_workload(comm, client, p, model)
             comm.send_obj(result, 0, TAG_RESULT)

@@ -30,11 +30,11 @@ from playground.core.errors import (
 )
 from playground.core.native import load_native
 from playground.core.sizes import parse_size
-from playground.kvcache import protocol as P
-from playground.kvcache.block_manager import BlockManager
-from playground.kvcache.client import KVClient, KVServerError, LocalClient
-from playground.kvcache.contiguous import ContiguousAllocator as KVContiguous
-from playground.kvcache.server import Server
+from playground.kvcache.engine.block_manager import BlockManager
+from playground.kvcache.engine.contiguous import ContiguousAllocator as KVContiguous
+from playground.kvcache.server import protocol as P
+from playground.kvcache.server.client import KVClient, KVServerError, LocalClient
+from playground.kvcache.server.kv_ops import KVServer
 from playground.launcher.procs import BaselineError
 from playground.lecture.figures import NotMeasured
 from playground.memlab import lmbench
@@ -249,7 +249,7 @@ def test_lab_error_from_a_failing_tool(monkeypatch):
 
 
 def test_kv_server_error_from_the_client():
-    client = LocalClient(Server("paged", capacity_tokens=64, block_size=16, width=2))
+    client = LocalClient(KVServer("paged", capacity_tokens=64, block_size=16, width=2))
     with pytest.raises(KVServerError, match="^unknown_sequence: read: no sequence 5") as e:
         client.check("read", seq_id=5)
     assert e.value.code == P.UNKNOWN_SEQUENCE

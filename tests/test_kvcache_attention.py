@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from playground.core.native import load_native
-from playground.kvcache import protocol as P
-from playground.kvcache.attention import RunTable, decode_attention, prefill_attention, run_table
-from playground.kvcache.block_manager import Copy
-from playground.kvcache.kv_pool import KVLayout, KVPool
-from playground.kvcache.server import Server
+from playground.kvcache.engine.allocation import Copy
+from playground.kvcache.engine.attention import RunTable, decode_attention, prefill_attention, run_table
+from playground.kvcache.engine.kv_pool import KVLayout, KVPool
+from playground.kvcache.server import protocol as P
+from playground.kvcache.server.kv_ops import KVServer
 from playground.transformer.generate import cached_attention
 
 LAYOUT = KVLayout(layers=2, heads=3, head_dim=8)
@@ -144,7 +144,7 @@ def reference(server, seq_id, layer, q):
 @pytest.mark.parametrize("policy", ["paged", "contiguous", "reserve_max"])
 def test_attend_equals_dense_attention_on_what_was_written_forks_included(policy):
     rng = np.random.default_rng(0)
-    server = Server(
+    server = KVServer(
         policy,
         capacity_tokens=4096,
         block_size=4,
@@ -175,7 +175,7 @@ def test_attend_equals_dense_attention_on_what_was_written_forks_included(policy
 
 
 def test_attend_error_replies_and_the_server_goes_on():
-    server = Server("paged", capacity_tokens=64, block_size=4, width=None, layout=LAYOUT)
+    server = KVServer("paged", capacity_tokens=64, block_size=4, width=None, layout=LAYOUT)
     s = ok(server, b"A", "create", np.ones((2, LAYOUT.width), np.float32), num_tokens=2)[0]["seq_id"]
     q = np.ones((1, 3, 8), np.float32)
     h, _ = call(server, b"A", "attend", q, seq_ids=[s + 40], layer=0)
@@ -188,19 +188,19 @@ def test_attend_error_replies_and_the_server_goes_on():
     assert h["error"] == P.BAD_REQUEST and "'layer' must be in [0, 2), got 2" in h["message"]
     h, _ = call(server, b"A", "attend", q, seq_ids=[], layer=0)
     assert h["error"] == P.BAD_REQUEST
-    opaque = Server("paged", capacity_tokens=64, block_size=4, width=3)
+    opaque = KVServer("paged", capacity_tokens=64, block_size=4, width=3)
     h, _ = call(opaque, b"A", "attend", q, seq_ids=[0], layer=0)
     assert h["error"] == P.BAD_REQUEST and "opaque KV of width 3" in h["message"]
     assert attend(server, [s], 0, q).shape == (1, 3, 8)  # still serving
 
 
 def test_run_table_reads_each_policy_as_the_kernel_needs(tmp_path):
-    server = Server("paged", capacity_tokens=64, block_size=4, width=None, layout=LAYOUT)
+    server = KVServer("paged", capacity_tokens=64, block_size=4, width=None, layout=LAYOUT)
     s = ok(server, b"A", "create", np.ones((6, LAYOUT.width), np.float32), num_tokens=6)[0]["seq_id"]
     runs = run_table(server.policy, [s])
     assert runs.block_size == 4 and runs.seq_lens.tolist() == [6] and len(runs.table(0)) == 2
     assert runs.slots(0).tolist() == server.policy.slots(s).tolist()
-    contiguous = Server("contiguous", capacity_tokens=64, block_size=4, width=None, layout=LAYOUT)
+    contiguous = KVServer("contiguous", capacity_tokens=64, block_size=4, width=None, layout=LAYOUT)
     s = ok(contiguous, b"A", "create", np.ones((6, LAYOUT.width), np.float32), num_tokens=6)[0]["seq_id"]
     runs = run_table(contiguous.policy, [s])
     assert runs.block_size == 0 and runs.slots(0).tolist() == contiguous.policy.slots(s).tolist()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from playground.kvcache.block_manager import BlockManager, Copy
+from playground.kvcache.engine.allocation import Copy
+from playground.kvcache.engine.block_manager import BlockManager
 
 
 def test_allocate_rounds_up_to_blocks_and_free_returns_everything():

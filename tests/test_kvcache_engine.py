@@ -1,4 +1,4 @@
-"""The served model, in one process (Server.handle + step, no sockets): what it generates equals
+"""The served model, in one process (ModelServer.handle + step, no sockets): what it generates equals
 dense generation token for token under every policy, with forks, preemptions, prefix caching and
 context windows; nothing is held afterwards; generate's error replies; a vanished client's
 requests are dropped by its lease."""
@@ -8,10 +8,11 @@ import functools
 import numpy as np
 import pytest
 
-from playground.kvcache import protocol as P
-from playground.kvcache.client import LocalClient
-from playground.kvcache.scheduler import EngineConfig
-from playground.kvcache.server import ModelServer, Server
+from playground.kvcache.engine.config import EngineConfig
+from playground.kvcache.server import protocol as P
+from playground.kvcache.server.client import LocalClient
+from playground.kvcache.server.generate import ModelServer
+from playground.kvcache.server.kv_ops import KVServer
 from playground.transformer import ModelConfig, Transformer, generate
 
 CONFIG = ModelConfig(layers=2, d_model=32, heads=4, context=48)
@@ -161,7 +162,7 @@ def test_generate_error_replies_and_the_server_goes_on():
         b"A", P.encode_request("generate", np.ones(2, np.float32), prompt="a", max_new_tokens=2)
     )
     assert P.decode_reply(frames)[0]["error"] == P.BAD_FRAME
-    opaque = Server("paged", capacity_tokens=64, block_size=4, width=8)
+    opaque = KVServer("paged", capacity_tokens=64, block_size=4, width=8)
     frames = opaque.handle(b"A", P.encode_request("generate", prompt="a", max_new_tokens=2))
     assert P.decode_reply(frames)[0]["error"] == P.NO_MODEL
     assert run(server, ["ok"], 3)[0]["ok"]  # still serving

@@ -2,9 +2,10 @@
 
 import pytest
 
-from playground.kvcache.block_manager import BlockManager, Copy
-from playground.kvcache.contiguous import ContiguousAllocator
-from playground.kvcache.policies import make_policy
+from playground.kvcache.engine.allocation import Copy
+from playground.kvcache.engine.block_manager import BlockManager
+from playground.kvcache.engine.contiguous import ContiguousAllocator
+from playground.kvcache.engine.policies import make_policy
 
 
 def test_first_fit_takes_the_first_hole_that_fits():

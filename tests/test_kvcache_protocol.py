@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from playground.kvcache import protocol as P
+from playground.kvcache.server import protocol as P
 
 
 def test_request_round_trip_keeps_kv_bytes_exact():

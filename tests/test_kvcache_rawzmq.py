@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zmq
 
-from playground.kvcache.client import KVClient
+from playground.kvcache.server.client import KVClient
 from playground.transformer import ModelConfig, Transformer, generate
 
 ROOT = Path(__file__).resolve().parent.parent

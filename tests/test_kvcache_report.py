@@ -1,7 +1,7 @@
 """The kvcache lab's report and its checks on synthetic per-policy results (no processes)."""
 
 from nodes.kvcache import Params
-from playground.kvcache.kvcache_report import report
+from playground.kvlab.kvcache_report import report
 
 STATS = {
     "capacity_slots": 200_000,

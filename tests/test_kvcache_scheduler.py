@@ -1,15 +1,16 @@
 """The scheduler without a model: admission, decode reservations, preemption of the newest,
 the step's token budget, the watermark, window restarts; every decision against the policy."""
 
-from playground.kvcache.block_manager import BlockManager
-from playground.kvcache.scheduler import EngineConfig, Scheduler
-from playground.kvcache.sequence import Request, SamplingParams, Sequence, SequenceStatus
+from playground.kvcache.engine.block_manager import BlockManager
+from playground.kvcache.engine.config import EngineConfig
+from playground.kvcache.engine.scheduler import Scheduler
+from playground.kvcache.engine.sequence import GenerateRequest, SamplingParams, Sequence, SequenceStatus
 
 
 def seqs(lengths, max_new=100):
     out = []
     for i, n in enumerate(lengths):
-        request = Request(i, b"c", i, list(range(n)), SamplingParams(max_new), 0.0)
+        request = GenerateRequest(i, b"c", i, list(range(n)), SamplingParams(max_new), 0.0)
         out.append(Sequence(i, request, 0, request.prompt))
     return out
 

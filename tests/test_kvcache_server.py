@@ -1,4 +1,4 @@
-"""Server.handle without sockets: reads exact under random interleavings of several clients
+"""KVServer.handle without sockets: reads exact under random interleavings of several clients
 (checked against a plain-Python model of each sequence), invariants after every op, error
 replies, leases."""
 
@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from playground.kvcache import protocol as P
-from playground.kvcache.server import Server
+from playground.kvcache.server import protocol as P
+from playground.kvcache.server.kv_ops import KVServer
 
 WIDTH = 3
 
@@ -47,7 +47,7 @@ def prefix_kv(tokens: list[int]) -> np.ndarray:
 @pytest.mark.parametrize("seed", range(4))
 def test_random_interleavings_read_exactly_what_was_written(policy, caching, seed):
     rng = random.Random(seed)
-    server = Server(
+    server = KVServer(
         policy,
         capacity_tokens=160,
         block_size=4,
@@ -120,7 +120,7 @@ def test_random_interleavings_read_exactly_what_was_written(policy, caching, see
 def _forked_pair(caching: bool):
     """A paged server, a parent of 6 tokens (a full block of 4 and a partial one of 2) and its
     forked child, sharing both blocks."""
-    server = Server(
+    server = KVServer(
         "paged",
         capacity_tokens=64,
         block_size=4,
@@ -180,7 +180,7 @@ def test_parent_and_child_appending_in_one_batch_copy_the_shared_block_once(cach
 
 
 def test_errors_name_the_problem_and_the_server_goes_on():
-    server = Server("paged", capacity_tokens=64, block_size=16, width=WIDTH)
+    server = KVServer("paged", capacity_tokens=64, block_size=16, width=WIDTH)
     h = call(server, b"A", "read", seq_id=42)[0]
     assert h == {"ok": False, "id": None, "error": P.UNKNOWN_SEQUENCE, "message": h["message"]}
     assert "no sequence 42" in h["message"]
@@ -203,7 +203,7 @@ def test_errors_name_the_problem_and_the_server_goes_on():
 
 
 def test_out_of_memory_then_admitted_after_a_free():
-    server = Server("paged", capacity_tokens=32, block_size=16, width=WIDTH)
+    server = KVServer("paged", capacity_tokens=32, block_size=16, width=WIDTH)
     a = ok(server, b"A", "create", np.zeros((32, WIDTH), np.float32), num_tokens=32)[0]["seq_id"]
     h = call(server, b"B", "create", np.ones((3, WIDTH), np.float32), num_tokens=3)[0]
     assert h["error"] == P.OUT_OF_MEMORY and h["fits_when_empty"] is True
@@ -213,7 +213,7 @@ def test_out_of_memory_then_admitted_after_a_free():
 
 
 def test_reserve_max_refuses_past_the_reservation():
-    server = Server("reserve_max", capacity_tokens=100, block_size=4, width=WIDTH, max_new_tokens=4)
+    server = KVServer("reserve_max", capacity_tokens=100, block_size=4, width=WIDTH, max_new_tokens=4)
     s = ok(server, b"A", "create", np.zeros((2, WIDTH), np.float32), num_tokens=2, max_new_tokens=1)[0][
         "seq_id"
     ]
@@ -224,7 +224,7 @@ def test_reserve_max_refuses_past_the_reservation():
 
 def test_lease_expiry_frees_a_vanished_clients_sequences_only():
     clock = Clock()
-    server = Server(
+    server = KVServer(
         "paged",
         capacity_tokens=64,
         block_size=4,
@@ -249,7 +249,7 @@ def test_lease_expiry_frees_a_vanished_clients_sequences_only():
 
 
 def test_overlapping_move_copies_exactly():
-    server = Server("contiguous", capacity_tokens=30, block_size=4, width=WIDTH, growth=1.0)
+    server = KVServer("contiguous", capacity_tokens=30, block_size=4, width=WIDTH, growth=1.0)
     kv0, kv1 = np.full((10, WIDTH), 7, np.float32), np.arange(10 * WIDTH, dtype=np.float32).reshape(10, WIDTH)
     s0 = ok(server, b"A", "create", kv0, num_tokens=10)[0]["seq_id"]
     s1 = ok(server, b"A", "create", kv1, num_tokens=10)[0]["seq_id"]

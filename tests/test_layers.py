@@ -27,7 +27,8 @@ LAYERS = [
     ("rendezvous", "rendezvous/"),
     ("hosts", "hosts/"),
     ("launcher", "launcher/"),
-    ("labs", "buckets/ concurrency/ kvcache/ memlab/ network/ queueing/ baselines/ training/ nodes/"),
+    ("kvcache", "kvcache/"),
+    ("labs", "buckets/ concurrency/ kvlab/ memlab/ network/ queueing/ serving/ baselines/ training/ nodes/"),
     ("top", "cli/ commands/ diagram/ lecture/ api/ __init__ __main__"),
 ]
 LAB_LAYER = "labs"
@@ -226,7 +227,7 @@ def test_the_checks_catch_what_they_should():
     """An upward import, one lab importing another, the framework importing a node, and a circle."""
     graph = {
         "playground.comm.local": {"playground.rendezvous.join"},  # comm imports from a layer above
-        "playground.kvcache.contiguous": {"playground.memlab.allocation"},  # a lab imports a lab
+        "playground.kvlab.replay": {"playground.memlab.allocation"},  # a lab imports a lab
         "playground.training.loop": {"nodes.train"},  # the framework imports a node
         "nodes.train": {"playground.training.loop", "playground.core.errors"},  # legal: a lab's node
         "playground.sim.engine": {"playground.sim.transport"},  # a circle inside one layer
@@ -234,7 +235,7 @@ def test_the_checks_catch_what_they_should():
     }
     assert _violations(graph, _layer_of()) == [
         "playground.comm.local (comm) imports playground.rendezvous.join (rendezvous), a layer above it",
-        "playground.kvcache.contiguous imports playground.memlab.allocation: one lab from another "
+        "playground.kvlab.replay imports playground.memlab.allocation: one lab from another "
         "(move the shared part down)",
         "playground.training.loop imports nodes.train: the framework never imports a node",
     ]

@@ -4,7 +4,7 @@ computed as documented and every check fails the report when it should."""
 import math
 from types import SimpleNamespace
 
-from playground.kvcache import serving_report, serving_stats
+from playground.serving import serving_report, serving_stats
 
 PARAMS = SimpleNamespace(
     workload="section46",

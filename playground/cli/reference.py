@@ -262,7 +262,7 @@ def _flow(value) -> str:
 def registries_reference() -> str:
     from playground.collectives.registry import REGISTRY
     from playground.comm.registry import KINDS
-    from playground.kvcache.policies import POLICIES
+    from playground.kvcache.engine.policies import POLICIES
     from playground.models.costs import PRESETS
 
     return "\n".join(
@@ -285,7 +285,7 @@ def registries_reference() -> str:
             ),
             "## Link presets (`playground/models/costs.py`)\n",
             _table(["name", "link"], [[f"`{n}`", link.describe()] for n, link in PRESETS.items()]),
-            "## KV-cache policies (`playground/kvcache/policies.py`)\n",
+            "## KV-cache policies (`playground/kvcache/engine/policies.py`)\n",
             _table(["name", "what"], [[f"`{p.name}`", p.summary] for p in POLICIES.values()]),
         ]
     )

@@ -1,5 +1,5 @@
 """Transport and communicator: how ranks move arrays between each other."""
 
-from playground.comm.communicator import Communicator, Request
+from playground.comm.communicator import Communicator, PendingOp
 
-__all__ = ["Communicator", "Request"]
+__all__ = ["Communicator", "PendingOp"]

@@ -32,7 +32,7 @@ from _playground_native import CommCore, configure_comm
 from playground.comm.control import LauncherServices
 from playground.comm.objects import TAG_BARRIER, TAG_OBJ, ObjectMessages
 from playground.comm.oprecord import OpRecord
-from playground.comm.requests import DONE, RecvRequest, Request, SendRequest
+from playground.comm.requests import DONE, PendingOp, RecvRequest, SendRequest
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_NAMES, Message, NoRoom, Transport
 from playground.core.errors import CommTimeout, InvalidPeer, MessageMismatch
 from playground.tracing.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
@@ -41,7 +41,7 @@ SLICE_MS = 100  # longest single blocking receive; abort and deadline are checke
 ROOM_POLL_MS = 1  # while waiting for room: the peer makes room by receiving, unannounced
 
 
-__all__ = ["Communicator", "Request", "SLICE_MS", "TAG_BARRIER", "TAG_OBJ"]
+__all__ = ["Communicator", "PendingOp", "SLICE_MS", "TAG_BARRIER", "TAG_OBJ"]
 
 
 class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
@@ -96,11 +96,11 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
     # isend and recv_reduce are CommCore's (native/comm_core.c), as are isend_computed's two halves:
     # one C call for the common case (untraced, the peer in range, room at once, nothing parked from
     # the source); everything else goes to _isend, _recv_reduce and _post, the whole definition.
-    def _isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
+    def _isend(self, x: np.ndarray, dst: int, tag: int = 0) -> PendingOp:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
         return self._post(dst, tag, x.nbytes, True, self.transport.send, dst, tag, x)
 
-    def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> Request:
+    def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> PendingOp:
         """Send `count` elements of `dtype` that `fill(out)` writes straight into the outgoing buffer.
 
         On the shared-memory path `out` is the slot in the ring to `dst`, so a result computed for a
@@ -118,7 +118,7 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
         if req is not DONE:  # most sends are complete when posted: no call to wait
             req.wait()
 
-    def _post(self, dst: int, tag: int, nbytes: int, is_array: bool, post, *args) -> Request:
+    def _post(self, dst: int, tag: int, nbytes: int, is_array: bool, post, *args) -> PendingOp:
         """The one way out: `post(*args)` (a transport's send) once `dst` is checked, retried until
         it finds room, then counted (arrays only: `bytes_sent`) and traced; a request for its
         completion."""
@@ -279,7 +279,7 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
             req.wait()
         return self.recv_reduce(src, tag, buf, ufunc)
 
-    def irecv(self, src: int, tag: int = 0, out: np.ndarray | None = None) -> Request:
+    def irecv(self, src: int, tag: int = 0, out: np.ndarray | None = None) -> PendingOp:
         return RecvRequest(self, src, tag, out)
 
     def sendrecv(

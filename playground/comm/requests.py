@@ -1,5 +1,8 @@
 """Handles of non-blocking operations, like MPI.Request: `wait(timeout_s)` or `test()`.
 
+`PendingOp` is what every handle is (the base of `SendRequest`, `RecvRequest` and `DONE`, what
+`isend` and `irecv` return); a name of its own, so that it is not mistaken for a request message.
+
 A request never waits blindly: `wait` sleeps in slices and between them asks its communicator
 whether the run was aborted, so a peer that died turns a wait into PeerLost within a slice.
 """
@@ -14,7 +17,7 @@ from playground.core.errors import CommTimeout
 SLICE_S = 0.1  # longest single sleep of a wait; abort and deadline are checked between slices
 
 
-class Request:
+class PendingOp:
     """Base: `wait(timeout_s=None)` returns the operation's result (None for sends); `test()`."""
 
     __slots__ = ()
@@ -26,7 +29,7 @@ class Request:
         raise NotImplementedError
 
 
-class _Done(Request):
+class _Done(PendingOp):
     __slots__ = ()
 
     def wait(self, timeout_s=None):
@@ -39,7 +42,7 @@ class _Done(Request):
 DONE = _Done()
 
 
-class SendRequest(SendRequestCore, Request):
+class SendRequest(SendRequestCore, PendingOp):
     """A send whose array may not be modified until the transport's completion is done (zero-copy).
 
     SendRequestCore (native/comm_core.c) holds (comm, completion, peer, tag) and answers `test()`
@@ -66,7 +69,7 @@ class SendRequest(SendRequestCore, Request):
         return None
 
 
-class RecvRequest(Request):
+class RecvRequest(PendingOp):
     """A receive started with `irecv`: `test()` says whether it has arrived, `wait()` returns it."""
 
     __slots__ = ("comm", "src", "tag", "out")

@@ -1,14 +1,13 @@
-"""A paged KV-cache server (vLLM's block manager over ZeroMQ), the policies it is compared with,
-and a model served from its pool with continuous batching (docs/kvcache.md, docs/serving.md).
+"""The paged KV cache that both KV-cache labs run on, in nano-vllm's split: an engine and, in front
+of it, a server (docs/kvcache.md, docs/serving.md; the map: docs/architecture.md).
 
-Pure parts, testable without processes: `block_manager` (paged), `contiguous` (first-fit and
-reserve-max), `policies` (choose one by name), `protocol` (wire encode/decode), `kv_pool` (the
-memory, one plane per layer and K or V), `attention` (decode attention through block tables, numpy
-or native/attention.c), `server` (`Server.handle` and `step` plus a thin ROUTER loop),
-`workloads`, `client`, `replay` (client-side replay of the lecture's workloads),
-`kvcache_stats` / `kvcache_report` / `plots` (the lab's figures, tables and plot). The engine, in
-nano-vllm's shape: `sequence`, `scheduler`, `model_runner`, `llm_engine`. `host` is rank 0's side
-of the lab (the server on its own thread); `serving_host`, `serving_clients`, `serving_stats`,
-`serving_report` are the serving node's; `attention_bench` / `attention_report` the kernel's.
-The wire protocol is documented in docs/protocols.md.
+- `engine/`: where each sequence's tokens live and what runs next, no sockets: the allocation
+  policies behind one typed interface, the pool, attention, the scheduler and the LLM engine.
+- `server/`: the wire protocol, the server (its KV ops, the model it may serve, the ROUTER loop,
+  `python -m playground.kvcache.server`), the client, and rank 0's server thread.
+- What the two labs share besides: `workloads` (the lecture's requests, KV data, prompts),
+  `stats` (the server's memory samples averaged, leaks), `plots` (memory over time).
+
+The labs themselves are `playground/kvlab/` (the server replayed against, fork workloads) and
+`playground/serving/` (a model served from the pool, the attention kernel's benchmark).
 """

@@ -1,4 +1,4 @@
-"""The KV-cache lab's plot: memory in use and admitted sequences over time, per policy."""
+"""Both KV-cache labs' plot: memory in use and admitted sequences over time, per policy."""
 
 from pathlib import Path
 

@@ -39,7 +39,7 @@ class ContiguousAllocator:
     """First fit: each block is one run [start, start + length) of adjacent units; the holes are
     the gaps between runs in address order, so a free merges with its neighbours by construction.
 
-    The KV cache's contiguous policies (playground/kvcache/contiguous.py) are this allocator with
+    The KV cache's contiguous policies (playground/kvcache/engine/contiguous.py) are this allocator with
     growth, moves and forks on top: `first_fit(size, ignore=...)` finds where a block could move
     counting its own run as free, `room_after` says how far it could grow in place, and
     `place`/`remove` move it.

@@ -1,7 +1,7 @@
 """The server's KV memory: one float32 array of token slots, laid out so attention reads each
 layer's keys and values as runs of memory.
 
-On the wire a token's KV is one row of `width` floats (protocol.py). With an attention layout
+On the wire a token's KV is one row of `width` floats (server/protocol.py). With an attention layout
 (`KVLayout`: layers, heads, head_dim) the row is K and V of every layer, `layers x 2 x heads x
 head_dim` in C order: [layer 0 K, layer 0 V, layer 1 K, ...], each `heads x head_dim`. In memory
 the pool is split into *planes*, one per (layer, K or V), as vLLM's and nano-vllm's caches are:
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from playground.core.errors import UsageError
-from playground.kvcache.block_manager import Copy
-from playground.kvcache.protocol import KV_DTYPE
+from playground.kvcache.engine.allocation import Copy
+
+KV_DTYPE = np.dtype("<f4")  # the pool's and the wire's: float32, little-endian
 
 
 @dataclass(frozen=True)

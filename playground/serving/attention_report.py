@@ -12,7 +12,7 @@ import numpy as np
 
 from playground.display.plot import figure
 from playground.display.report import Report, Table
-from playground.kvcache.attention_bench import ratios
+from playground.serving.attention_bench import ratios
 
 COLUMNS = {
     "context": "context",

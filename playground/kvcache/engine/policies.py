@@ -1,7 +1,6 @@
-"""Pick a KV-cache allocation policy by name; all three speak one check-then-act interface.
-
-`can_allocate / allocate`, `can_append_batch / append`, `can_fork / fork`, `free`, `slots`,
-`stats`, `check_invariants` (see BlockManager for the contract). Capacity is given in token
+"""Pick a KV-cache allocation policy by name; all three speak one check-then-act interface,
+`allocation.AllocationPolicy` (`can_allocate / allocate`, `can_append_batch / append_batch`,
+`can_fork / fork`, `free`, `slots`, `stats`, `check_invariants`). Capacity is given in token
 slots so the three policies get exactly the same memory.
 """
 
@@ -10,8 +9,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from playground.core.errors import ParamError, UsageError
-from playground.kvcache.block_manager import BlockManager
-from playground.kvcache.contiguous import ContiguousAllocator
+from playground.kvcache.engine.allocation import AllocationPolicy
+from playground.kvcache.engine.block_manager import BlockManager
+from playground.kvcache.engine.contiguous import ContiguousAllocator
 
 
 @dataclass(frozen=True)
@@ -21,11 +21,11 @@ class Policy:
 
     name: str
     summary: str
-    make: Callable
+    make: Callable[[int, int, bool, int, float], AllocationPolicy]
 
 
 # The policies, one line each: the node's `policies` values, the server's --policy choices and the
-# docs derive from this table. Adding one is its module (the check-then-act interface) and a line.
+# docs derive from this table. Adding one is its module (an AllocationPolicy) and a line.
 POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
@@ -60,12 +60,12 @@ def make_policy(
     enable_prefix_caching: bool = False,
     max_new_tokens: int = 2048,
     growth: float = 1.5,
-):
+) -> AllocationPolicy:
     """A fresh allocator; paged capacity rounds down to whole blocks."""
-    policy = POLICIES.get(name)
-    if policy is None:
+    entry = POLICIES.get(name)
+    if entry is None:
         raise UsageError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")
-    return policy.make(capacity_tokens, block_size, enable_prefix_caching, max_new_tokens, growth)
+    return entry.make(capacity_tokens, block_size, enable_prefix_caching, max_new_tokens, growth)
 
 
 def check_pool_params(p) -> None:

@@ -13,17 +13,20 @@ cannot be forked (no room for its copy) waits and is recomputed later, as a pree
 With `share_prompt` false the n samples are n sequences from the start, each prefilled with its
 own copy of the prompt (exercise 10's "unshared"; with prefix caching they still share its full
 blocks, as vLLM v1 runs n > 1).
-The engine lives in the server (server.py); `step` is called between two polls of its socket.
+The engine lives in the server (server/generate.py); `step` is called between two polls of its
+socket.
 """
 
 import time
 
 import numpy as np
 
-from playground.kvcache.kv_pool import KVPool
-from playground.kvcache.model_runner import ModelRunner
-from playground.kvcache.scheduler import DEFAULT_ENGINE, EngineConfig, Scheduled, Scheduler
-from playground.kvcache.sequence import Request, SamplingParams, Sequence, SequenceStatus
+from playground.kvcache.engine.allocation import AllocationPolicy
+from playground.kvcache.engine.config import DEFAULT_ENGINE, EngineConfig
+from playground.kvcache.engine.kv_pool import KVPool
+from playground.kvcache.engine.model_runner import ModelRunner
+from playground.kvcache.engine.scheduler import Scheduled, Scheduler
+from playground.kvcache.engine.sequence import GenerateRequest, SamplingParams, Sequence, SequenceStatus
 from playground.transformer.generate import sample_token
 from playground.transformer.model import Transformer
 
@@ -32,7 +35,7 @@ class LLMEngine:
     def __init__(
         self,
         model: Transformer,
-        policy,
+        policy: AllocationPolicy,
         pool: KVPool,
         config: EngineConfig = DEFAULT_ENGINE,
         *,
@@ -46,7 +49,7 @@ class LLMEngine:
         self.scheduler = Scheduler(policy, model.config.context, config, prefix_caching)
         self.runner = ModelRunner(model, pool, config.kernel)
         self.new_seq_ids, self.clock = new_seq_ids, clock
-        self.requests: dict[int, Request] = {}
+        self.requests: dict[int, GenerateRequest] = {}
         self.next_request_id = 0
         self.num_steps = 0
         self.num_generated_tokens = 0
@@ -62,8 +65,10 @@ class LLMEngine:
     def __repr__(self):
         return f"LLMEngine({len(self.requests)} requests, {self.scheduler!r})"
 
-    def add_request(self, client: bytes, reply_id, prompt: list[int], params: SamplingParams) -> Request:
-        request = Request(self.next_request_id, client, reply_id, list(prompt), params, self.clock())
+    def add_request(
+        self, client: bytes, reply_id, prompt: list[int], params: SamplingParams
+    ) -> GenerateRequest:
+        request = GenerateRequest(self.next_request_id, client, reply_id, list(prompt), params, self.clock())
         self.next_request_id += 1
         shared = params.share_prompt or params.n == 1
         for sample, seq_id in enumerate(self.new_seq_ids(1 if shared else params.n)):
@@ -79,7 +84,7 @@ class LLMEngine:
         """Sequences holding memory in the pool (the admitted ones)."""
         return len(self.scheduler.running)
 
-    def step(self) -> tuple[list[Request], int]:
+    def step(self) -> tuple[list[GenerateRequest], int]:
         """One step; returns (the requests it finished, the tokens it ran: 0 if nothing fitted)."""
         t0 = self.clock()
         step = self.scheduler.schedule()
@@ -118,7 +123,7 @@ class LLMEngine:
         self.peak_allocated_slots = max(self.peak_allocated_slots, allocated)
         self.peak_used_slots = max(self.peak_used_slots, used)
 
-    def _postprocess(self, s: Scheduled, logits: np.ndarray, now: float) -> list[Request]:
+    def _postprocess(self, s: Scheduled, logits: np.ndarray, now: float) -> list[GenerateRequest]:
         seq, request = s.seq, s.seq.request
         seq.num_cached_tokens = s.first_position + s.num_new
         params = request.params
@@ -163,7 +168,7 @@ class LLMEngine:
                 sched.waiting.appendleft(child)
         return children
 
-    def abort(self, client: bytes | None = None) -> tuple[list[Request], int]:
+    def abort(self, client: bytes | None = None) -> tuple[list[GenerateRequest], int]:
         """Drop every request of `client` (of every client if None) and free its sequences'
         memory; returns the requests and how many of their sequences were live."""
         gone = [r for r in self.requests.values() if client is None or r.client == client]

@@ -2,8 +2,8 @@
 
 Every op but `generate` is a round trip (`call`, `check`). `generate` requests are answered when
 they finish, so `submit` sends them (any number in flight) and `collect` waits for their replies,
-sending `ping` while it waits so that the server keeps its lease (server.py: a silent client's
-requests are dropped).
+sending `ping` while it waits so that the server keeps its lease (kv_ops.py: a silent client's
+requests are dropped). `LocalClient` makes the same calls straight into a server object.
 """
 
 import time
@@ -13,7 +13,8 @@ import numpy as np
 import zmq
 
 from playground.core.errors import MessageMismatch, PlaygroundError, WaitTimeout
-from playground.kvcache import protocol as P
+from playground.kvcache.server import protocol as P
+from playground.kvcache.server.kv_ops import KVServer
 
 
 class KVServerError(PlaygroundError):
@@ -150,9 +151,10 @@ class KVClient:
 
 
 class LocalClient(KVClient):
-    """The same calls straight into a Server object, no socket: for tests and profiling."""
+    """The same calls straight into a KVServer (or ModelServer) object, no socket: for tests and
+    profiling."""
 
-    def __init__(self, server, identity: bytes = b"local"):
+    def __init__(self, server: KVServer, identity: bytes = b"local"):
         self.server, self.identity, self.address = server, identity, "local"
         self.next_id = 0
         self.latencies_us = defaultdict(list)

@@ -1,4 +1,4 @@
-"""The kvcache lab's report: rank 0's result (server stats, samples, every client's result per
+"""The KV-cache lab's report: rank 0's result (server stats, samples, every client's result per
 policy) -> tables, the memory plot, and the checks that decide `ok`.
 
 Checks: every read returned exactly what was written; nothing leaked once the workload freed
@@ -9,22 +9,10 @@ the server reports equal the lecture's (28 vs 10, 600 vs 166 at block size 16).
 from pathlib import Path
 
 from playground.display.report import Report, Table
-from playground.kvcache import kvcache_stats
-from playground.kvcache import protocol as P
 from playground.kvcache.plots import plot_memory
+from playground.kvcache.stats import leak_failures, summarize_samples
 from playground.kvcache.workloads import EXERCISE10, SECTION45
-
-
-def leak_failures(pol: dict) -> list[str]:
-    st, out = pol["stats"], []
-    if st["live_seqs"] or st["allocated_slots"]:
-        out.append(
-            f"{pol['policy']}: {st['live_seqs']} sequences / {st['allocated_slots']} slots still held "
-            f"after every client freed its sequences"
-        )
-    if st["errors"].get(P.INTERNAL_ERROR):
-        out.append(f"{pol['policy']}: {st['errors'][P.INTERNAL_ERROR]} internal errors in the server")
-    return out
+from playground.kvlab import kvcache_stats
 
 
 def _replay_tables(
@@ -33,7 +21,7 @@ def _replay_tables(
     rows, lat_rows, failures, notes = [], [], [], []
     for pol in per_policy:
         st, clients = pol["stats"], list(pol["clients"].values())
-        frag = kvcache_stats.summarize_samples(pol["samples"], st["capacity_slots"])
+        frag = summarize_samples(pol["samples"], st["capacity_slots"])
 
         def total(key: str, clients=clients) -> int:
             return sum(c.get(key, 0) for c in clients)

@@ -16,7 +16,8 @@ Rules that keep every read exact:
   so a hit means the same tokens after the same prefix; the cache forgets a block when it is freed.
 
 The manager moves no data: `append` returns the `Copy`s the owner of the KV pool must do
-before writing. Check-then-act: every `can_*` is pure, so a refused request changes nothing.
+before writing. Check-then-act: every `can_*` is pure, so a refused request changes nothing. It
+conforms to `allocation.AllocationPolicy`, as contiguous.py does.
 """
 
 from collections import deque
@@ -25,15 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from playground.core.errors import InvariantViolation, OutOfSpace, UsageError
-
-
-@dataclass(frozen=True)
-class Copy:
-    """Copy `num_slots` slots of the pool from `src_slot` to `dst_slot` (may overlap)."""
-
-    src_slot: int
-    dst_slot: int
-    num_slots: int
+from playground.kvcache.engine.allocation import Copy
 
 
 @dataclass
@@ -101,7 +94,7 @@ class BlockManager:
         table, bs = self.block_tables[seq_id], self.block_size
         return [table[p // bs] * bs + p % bs for p in range(start, stop)]
 
-    def _cache_keys(self, tokens) -> list[tuple]:
+    def _cache_keys(self, tokens: list[int] | None) -> list[tuple]:
         """Keys of the prompt's full blocks that are already cached, in order (a prefix)."""
         keys, prev = [], None
         if not self.enable_prefix_caching or tokens is None:
@@ -115,13 +108,17 @@ class BlockManager:
             prev = block_id
         return keys
 
-    def blocks_needed(self, num_tokens: int, tokens=None) -> int:
+    def blocks_needed(self, num_tokens: int, tokens: list[int] | None = None) -> int:
         return cdiv(num_tokens, self.block_size) - len(self._cache_keys(tokens))
 
-    def can_allocate(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> bool:
+    def can_allocate(
+        self, num_tokens: int, tokens: list[int] | None = None, max_new_tokens: int | None = None
+    ) -> bool:
         return self.blocks_needed(num_tokens, tokens) <= self.num_free_blocks
 
-    def slots_needed(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> int:
+    def slots_needed(
+        self, num_tokens: int, tokens: list[int] | None = None, max_new_tokens: int | None = None
+    ) -> int:
         """Free slots `allocate` would take (a scheduler's watermark compares it with what is free)."""
         return self.blocks_needed(num_tokens, tokens) * self.block_size
 
@@ -149,6 +146,9 @@ class BlockManager:
                 writers[last] = writers.get(last, 0) + 1
         need += sum(min(k, self.blocks[b].ref_count - 1) for b, k in writers.items())
         return need <= self.num_free_blocks
+
+    def within_reservation(self, seq_id: int, num_tokens: int) -> bool:
+        return True  # nothing is reserved ahead: blocks come as the tokens do
 
     def can_fork(self, seq_id: int, num_children: int) -> bool:
         return True  # children share every block; nothing is allocated until they write
@@ -179,7 +179,9 @@ class BlockManager:
             block.num_tokens = 0
             self.free_block_ids.append(block_id)
 
-    def allocate(self, seq_id: int, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> int:
+    def allocate(
+        self, seq_id: int, num_tokens: int, tokens: list[int] | None = None, max_new_tokens: int | None = None
+    ) -> int:
         """Give `seq_id` the blocks for a prompt of `num_tokens`; returns how many leading tokens
         were found in the prefix cache (their KV is already in the pool and must not be rewritten)."""
         if seq_id in self.block_tables:

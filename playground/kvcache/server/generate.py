@@ -1,5 +1,5 @@
-"""A KV-cache server that also serves a model: `generate` requests run on an engine (llm_engine.py)
-over the server's own pool and policy, beside the clients' own sequences.
+"""A KV-cache server that also serves a model: `generate` requests run on an engine
+(engine/llm_engine.py) over the server's own pool and policy, beside the clients' own sequences.
 
 `handle` returns None for a generate request: it is answered when it finishes, by `step()`, which
 runs one engine step and returns the (client, reply frames) of the requests that step finished.
@@ -11,16 +11,16 @@ freed.
 import time
 
 from playground.core.errors import UsageError
-from playground.kvcache import protocol as P
-from playground.kvcache.kv_pool import KVLayout
-from playground.kvcache.kv_server import Server
-from playground.kvcache.llm_engine import LLMEngine
-from playground.kvcache.scheduler import DEFAULT_ENGINE, EngineConfig
-from playground.kvcache.sequence import Request, SamplingParams
+from playground.kvcache.engine.config import DEFAULT_ENGINE, EngineConfig
+from playground.kvcache.engine.kv_pool import KVLayout
+from playground.kvcache.engine.llm_engine import LLMEngine
+from playground.kvcache.engine.sequence import GenerateRequest, SamplingParams
+from playground.kvcache.server import protocol as P
+from playground.kvcache.server.kv_ops import KVServer
 from playground.transformer.model import Transformer
 
 
-class ModelServer(Server):
+class ModelServer(KVServer):
     def __init__(
         self,
         policy: str,
@@ -158,7 +158,7 @@ class ModelServer(Server):
                 self.policy.check_invariants()
         return out + [(r.client, P.encode_reply(generate_reply(r))) for r in finished]
 
-    def _fail(self, requests: list[Request], code: str, message: str) -> None:
+    def _fail(self, requests: list[GenerateRequest], code: str, message: str) -> None:
         """Error replies for these requests, sent by the next `step` (their client may be gone:
         a ROUTER drops a message to an identity it does not know)."""
         self._failed += [(r.client, P.error_reply(r.reply_id, code, message)) for r in requests]
@@ -180,7 +180,7 @@ class ModelServer(Server):
         return {**super().stats(), "engine": self.engine.stats()}
 
 
-def generate_reply(r: Request) -> dict:
+def generate_reply(r: GenerateRequest) -> dict:
     """A finished request's reply: each sample's tokens (and their bytes as text), and the times
     a client of a serving system looks at, in seconds from the request's arrival at the server."""
     since = lambda t: round(t - r.arrival_s, 6)  # noqa: E731

@@ -4,7 +4,7 @@ Continuous batching as vLLM does it, one step at a time, every decision check-th
 the allocation policy (a refused `can_*` changes nothing):
 
 1. Windows: a running sequence whose next token would not fit the model's context starts again
-   from its last `context` tokens (it gives its memory back and waits at the front, sequence.py).
+   from its last `context` tokens: it is preempted, without counting as one (sequence.py).
 2. Decode: every running sequence gets one more slot, as one batch (`can_append_batch`). If the
    batch does not fit, the newest running sequence is preempted by recompute (its memory freed, it
    waits at the front of the queue and is prefilled again later from its tokens), and the check is
@@ -12,9 +12,8 @@ the allocation policy (a refused `can_*` changes nothing):
    contiguous runs; `Step.copies` lists them for the pool.
 3. Admit: waiting sequences in order while the policy can allocate their window, at most
    `max_num_seqs` running and `max_num_batched_tokens` prefilled in one step, and only while
-   `watermark` of the pool stays free once something runs (vLLM's watermark: room for the running
-   sequences to grow). After a preemption nothing is admitted until a sequence finishes, or the
-   memory just freed would be refilled at once and the same step refused again.
+   `watermark` of the pool stays free once something runs, and nothing after a preemption until a
+   sequence finishes: the admission rule (admission.py), which the KV-cache lab's replayer shares.
 
 With prefix caching a new window shares the cached blocks of its leading full blocks; their KV is
 already in the pool and is not computed again. If the whole window is cached, its last token is
@@ -24,19 +23,10 @@ computed once more for its logits, without writing its KV (the block is shared).
 from collections import deque
 from dataclasses import dataclass
 
-from playground.kvcache.block_manager import Copy
-from playground.kvcache.sequence import Sequence, SequenceStatus
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    max_num_seqs: int = 1024  # running sequences at most (vLLM's max_num_seqs)
-    max_num_batched_tokens: int = 8192  # prefill tokens in one step (a longer window runs alone)
-    watermark: float = 0.01  # admit only while this share of the pool stays free
-    kernel: str = "native"  # decode attention: native (C) or numpy (attention.py)
-
-
-DEFAULT_ENGINE = EngineConfig()
+from playground.kvcache.engine.admission import AdmissionRule
+from playground.kvcache.engine.allocation import AllocationPolicy, Copy
+from playground.kvcache.engine.config import EngineConfig
+from playground.kvcache.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass(frozen=True)
@@ -69,9 +59,14 @@ class Step:
 
 
 class Scheduler:
-    def __init__(self, policy, context: int, config: EngineConfig, prefix_caching: bool = False):
+    def __init__(
+        self, policy: AllocationPolicy, context: int, config: EngineConfig, prefix_caching: bool = False
+    ):
         self.policy, self.context, self.config = policy, context, config
         self.prefix_caching = prefix_caching
+        self.admission = AdmissionRule.with_watermark(
+            config.max_num_seqs, config.watermark, policy.capacity_slots
+        )
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the newest is preempted first
         self.pressure = False  # preempted since the last finish: admit nothing
@@ -91,14 +86,19 @@ class Scheduler:
         if self.policy.has(seq.seq_id):
             self.policy.free(seq.seq_id)
 
-    def preempt(self, seq: Sequence) -> None:
-        """Free the sequence's memory; it waits at the front and is recomputed later."""
+    def preempt(self, seq: Sequence, window_full: bool = False) -> None:
+        """Free the sequence's memory; it waits at the front and is recomputed later from its last
+        `context` tokens. A preemption for memory counts and stops admissions until a sequence
+        finishes; a full window (`window_full`) is the same move, counted as a window restart."""
         self.running.remove(seq)
         self._free(seq)
         seq.status = SequenceStatus.WAITING
         seq.restart_window(self.context)
-        seq.request.num_preemptions += 1
         self.waiting.appendleft(seq)
+        if window_full:
+            self.num_window_restarts += 1
+            return
+        seq.request.num_preemptions += 1
         self.num_preempted += 1
         self.pressure = True
 
@@ -121,19 +121,14 @@ class Scheduler:
         restarts = self._restart_full_windows()
         preempted_before = self.num_preempted
         scheduled, copies = self._schedule_decodes()
-        if not (self.pressure and self.running):
+        if self.admission.is_open(len(self.running), self.pressure):
             scheduled += self._admit()
         return Step(scheduled, copies, self.num_preempted - preempted_before, restarts)
 
     def _restart_full_windows(self) -> int:
         full = [s for s in self.running if not s.fits_context(self.context)]
         for seq in reversed(full):  # keeps their order at the front of the queue
-            self.running.remove(seq)
-            self._free(seq)
-            seq.status = SequenceStatus.WAITING
-            seq.restart_window(self.context)
-            self.waiting.appendleft(seq)
-        self.num_window_restarts += len(full)
+            self.preempt(seq, window_full=True)
         return len(full)
 
     def _schedule_decodes(self) -> tuple[list[Scheduled], list[Copy]]:
@@ -146,23 +141,22 @@ class Scheduler:
         return scheduled, copies
 
     def _admit(self) -> list[Scheduled]:
-        c, scheduled, prefilled = self.config, [], 0
-        reserve = int(c.watermark * self.policy.capacity_slots)
-        while self.waiting and len(self.running) < c.max_num_seqs:
+        policy, scheduled, prefilled = self.policy, [], 0
+        while self.waiting:
             seq = self.waiting[0]
             seq.restart_window(self.context)
             window = seq.window
             n = len(window)
-            if scheduled and prefilled + n > c.max_num_batched_tokens:
+            if scheduled and prefilled + n > self.config.max_num_batched_tokens:
                 break
             keys = window if self.prefix_caching else None
-            if not self.policy.can_allocate(n, keys):
+            free = policy.capacity_slots - policy.allocated_slots()
+            if not self.admission.admits(len(self.running), free, policy.slots_needed(n, keys)):
                 break
-            free = self.policy.capacity_slots - self.policy.allocated_slots()
-            if self.running and free - self.policy.slots_needed(n, keys) < reserve:
+            if not policy.can_allocate(n, keys):
                 break
             self.waiting.popleft()
-            cached = self.policy.allocate(seq.seq_id, n, keys)
+            cached = policy.allocate(seq.seq_id, n, keys)
             first = min(cached, n - 1)  # a window found whole in the cache recomputes its last token
             scheduled.append(Scheduled(seq, first, n - first, cached))
             prefilled += n - first

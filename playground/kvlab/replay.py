@@ -1,14 +1,18 @@
-"""What a client rank runs: a small inference-engine scheduler replaying a workload against the
-KV-cache server, plus the fork workloads of the lecture and a throughput benchmark.
+"""What a client rank of the KV-cache lab runs: the lecture's requests replayed against the
+KV-cache server as an inference engine would send them, the fork workloads of the lecture, and a
+throughput benchmark.
 
-The replay loop is vLLM's in miniature: admit waiting requests while the server accepts them
-(an out_of_memory refusal means the request waits; one that can never fit, or waits longer than
-`max_wait_s`, fails), then one decode step appends a token to every running sequence in one
-batched request; if the server refuses the step, the newest sequences are preempted (freed, to be
-recreated later from its prompt and what it had generated: vLLM's recompute), and nothing is
-admitted until a running sequence finishes, or the freed room would be refilled at once and
-the same step refused again (a livelock we hit with first-fit). A finished
-sequence is read back, checked against the KV it was given, and freed.
+The replay takes its decisions where the engine takes them. Admission is the engine's rule
+(`AdmissionRule`, playground/kvcache/engine/admission.py: in order, at most `max_running`, the
+watermark, nothing after a preemption until a finish), and the check-then-act is the server's:
+its `create` is the policy's `can_allocate` then `allocate`, its batched `append` the policy's
+all-or-nothing `append_batch`, and a refusal (out_of_memory) changes nothing. A refused create
+waits (one that can never fit, or waits longer than `max_wait_s`, fails). Each step appends
+`decode_tokens_per_step` tokens to every running sequence in one request; if the server refuses
+it, the newest sequences are preempted (freed, recreated later from prompt and generated tokens:
+vLLM's recompute). The engine asks its policy again after each preemption; a client cannot ask
+without acting, so it preempts, newest first, until what they free covers the step's tokens. A
+finished sequence is read back, checked against the KV it was given, and freed.
 """
 
 import time
@@ -17,8 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from playground.kvcache import protocol as P
-from playground.kvcache.client import KVClient, KVServerError
+from playground.kvcache.engine.admission import AdmissionRule
+from playground.kvcache.server import protocol as P
+from playground.kvcache.server.client import KVClient, KVServerError
 from playground.kvcache.workloads import (
     EXERCISE10,
     SECTION45,
@@ -68,15 +73,17 @@ def replay(
     verify_every: int = 1,
     on_done=lambda n: None,
 ) -> ReplayStats:
-    stats = ReplayStats()
+    stats, rule = ReplayStats(), AdmissionRule(max_running, admit_watermark_slots)
     waiting = deque(_Job(r) for r in requests)
     running: dict[int, _Job] = {}  # seq_id -> job, in admission order
-    free_slots, pressure = None, False  # pressure: preempted since the last finish; admit nothing
+    free_slots = 0  # what the server's last reply said (read only once something runs)
+    pressure = False  # preempted since the last finish
     while waiting or running:
-        while waiting and len(running) < max_running and not (pressure and running):
+        admitting = rule.is_open(len(running), pressure)
+        while waiting and admitting:
             job = waiting[0]
-            if running and free_slots is not None and free_slots - job.length < admit_watermark_slots:
-                break  # keep headroom for the running sequences to grow (vLLM's watermark)
+            if not rule.admits(len(running), free_slots, job.length):  # a client counts tokens, not blocks
+                break
             header, _ = client.call(
                 "create", kv_for(job.spec.req_id, 0, job.length, width), num_tokens=job.length
             )

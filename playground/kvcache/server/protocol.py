@@ -2,8 +2,8 @@
 
 A message is ZeroMQ multipart: frame 0 is a UTF-8 JSON object (the header, control data),
 frame 1, when present, is raw float32 data, little-endian, C order: KV rows (num_tokens, width),
-or for `attend` queries and outputs (num_seqs, heads, head_dim). Control and bulk data are kept apart and pickle never touches the wire,
-so any ZeroMQ client in any language can speak it. A ROUTER server sees the client's identity
+or for `attend` queries and outputs (num_seqs, heads, head_dim). Control and bulk data are kept
+apart and pickle never touches the wire, so any ZeroMQ client in any language can speak it. A ROUTER server sees the client's identity
 frame first; a REQ client's empty delimiter frame is accepted and echoed.
 
 Request header: {"op": ..., "id": <anything, echoed>, ...op fields}.
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from playground.core.errors import PlaygroundError
+from playground.kvcache.engine.kv_pool import KV_DTYPE
 
-KV_DTYPE = np.dtype("<f4")
 OPS = ("ping", "create", "append", "fork", "read", "free", "stats", "attend", "generate")
 
 # error codes: the names a client can switch on
@@ -55,7 +55,9 @@ class ProtocolError(PlaygroundError):
 
 
 @dataclass
-class Request:
+class WireRequest:
+    """A decoded request message: its JSON header and its data frame, if any."""
+
     header: dict
     kv_bytes: bytes | memoryview | None
 
@@ -71,7 +73,7 @@ def encode_request(op: str, kv: np.ndarray | None = None, **fields) -> list[byte
     return frames
 
 
-def decode_request(frames: list) -> Request:
+def decode_request(frames: list) -> WireRequest:
     if not 1 <= len(frames) <= 2:
         raise ProtocolError(BAD_FRAME, f"expected 1 or 2 frames (header, optional KV), got {len(frames)}")
     try:
@@ -84,7 +86,7 @@ def decode_request(frames: list) -> Request:
         raise ProtocolError(BAD_FRAME, 'header has no "op" string')
     if header["op"] not in OPS:
         raise ProtocolError(UNKNOWN_OP, f"unknown op {header['op']!r}; allowed: {', '.join(OPS)}")
-    return Request(header, frames[1] if len(frames) == 2 else None)
+    return WireRequest(header, frames[1] if len(frames) == 2 else None)
 
 
 def encode_reply(header: dict, kv: np.ndarray | None = None) -> list[bytes]:
@@ -173,19 +175,19 @@ def get_int_list(header: dict, name: str, minimum: int = 0) -> list[int]:
     return value
 
 
-def kv_array(req: Request, num_tokens: int, width: int) -> np.ndarray:
+def kv_array(req: WireRequest, num_tokens: int, width: int) -> np.ndarray:
     """The request's KV frame as a (num_tokens, width) float32 view; BAD_KV_SHAPE otherwise."""
     return _float_frame(req, (num_tokens, width), BAD_KV_SHAPE, "KV", f"tokens at width {width}")
 
 
-def query_array(req: Request, num_seqs: int, heads: int, head_dim: int) -> np.ndarray:
+def query_array(req: WireRequest, num_seqs: int, heads: int, head_dim: int) -> np.ndarray:
     """attend's query frame as a (num_seqs, heads, head_dim) float32 view; BAD_QUERY_SHAPE otherwise."""
     return _float_frame(
         req, (num_seqs, heads, head_dim), BAD_QUERY_SHAPE, "query", f"queries of {heads} x {head_dim}"
     )
 
 
-def _float_frame(req: Request, shape: tuple[int, ...], code: str, what: str, unit: str) -> np.ndarray:
+def _float_frame(req: WireRequest, shape: tuple[int, ...], code: str, what: str, unit: str) -> np.ndarray:
     count = int(np.prod(shape))
     expect = count * KV_DTYPE.itemsize
     dims = " x ".join(map(str, shape))

@@ -12,16 +12,17 @@ one's cached prefix blocks in the same step reads them after they were written.
 
 import numpy as np
 
-from playground.kvcache.attention import decode_attention, prefill_attention, run_table
-from playground.kvcache.kv_pool import KVPool
-from playground.kvcache.scheduler import Scheduled
+from playground.kvcache.engine.allocation import AllocationPolicy
+from playground.kvcache.engine.attention import decode_attention, prefill_attention, run_table
+from playground.kvcache.engine.kv_pool import KVPool
+from playground.kvcache.engine.scheduler import Scheduled
 from playground.transformer.model import Transformer
 
 
 class PoolAttention:
     """`Transformer.step`'s attend for one step (see the module doc)."""
 
-    def __init__(self, pool: KVPool, policy, scheduled: list[Scheduled], kernel: str):
+    def __init__(self, pool: KVPool, policy: AllocationPolicy, scheduled: list[Scheduled], kernel: str):
         self.pool, self.kernel = pool, kernel
         rows, write_rows, write_slots = 0, [], []
         decode_rows, decode_ids, prefills, prefill_ids = [], [], [], []
@@ -61,7 +62,7 @@ class ModelRunner:
     def __init__(self, model: Transformer, pool: KVPool, kernel: str = "native"):
         self.model, self.pool, self.kernel = model, pool, kernel
 
-    def run(self, scheduled: list[Scheduled], policy) -> np.ndarray:
+    def run(self, scheduled: list[Scheduled], policy: AllocationPolicy) -> np.ndarray:
         """The logits (len(scheduled), vocab) of each scheduled sequence's last new token."""
         tokens, positions = [], []
         for s in scheduled:

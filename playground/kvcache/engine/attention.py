@@ -27,6 +27,7 @@ import numpy as np
 
 from playground.core.errors import UsageError
 from playground.core.native import load_native
+from playground.kvcache.engine.allocation import AllocationPolicy
 from playground.transformer.generate import cached_attention
 from playground.transformer.layers import softmax
 
@@ -60,7 +61,7 @@ class RunTable:
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
 
-def run_table(policy, seq_ids) -> RunTable:
+def run_table(policy: AllocationPolicy, seq_ids: list[int]) -> RunTable:
     """The RunTable of `seq_ids` (in that order) at their current lengths under `policy`."""
     tables = [policy.table(s) for s in seq_ids]
     starts = np.zeros(len(tables) + 1, dtype=np.int64)

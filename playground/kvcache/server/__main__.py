@@ -1,9 +1,6 @@
-"""The KV-cache server's ZeroMQ ROUTER loop, and the standalone server command.
+"""The standalone KV-cache server, for any ZeroMQ client.
 
-The server itself touches no socket (kv_server.Server, model_server.ModelServer); `serve()` is the
-loop in front of it: poll (without waiting while a model's engine has work), handle, reply, run
-an engine step, expire leases. A `generate` reply is sent when its request finishes, to the client
-that asked, with a REQ client's delimiter frame. Standalone:
+A KVServer (a ModelServer with --model or --random-model) behind the ROUTER loop (loop.py):
     python -m playground.kvcache.server --bind tcp://127.0.0.1:5555 --policy paged
     python -m playground.kvcache.server --width 8 --layers 1 --heads 1      # KV that attend can read
     python -m playground.kvcache.server --random-model --context 512        # serve generate
@@ -16,47 +13,14 @@ from dataclasses import replace
 import zmq
 
 from playground.core.errors import PlaygroundError, UsageError
-from playground.kvcache import protocol as P
-from playground.kvcache.attention import KERNELS
-from playground.kvcache.kv_pool import KVLayout
-from playground.kvcache.kv_server import Server
-from playground.kvcache.model_server import ModelServer
-from playground.kvcache.policies import POLICIES
-from playground.kvcache.scheduler import DEFAULT_ENGINE
+from playground.kvcache.engine.attention import KERNELS
+from playground.kvcache.engine.config import DEFAULT_ENGINE
+from playground.kvcache.engine.kv_pool import KVLayout
+from playground.kvcache.engine.policies import POLICIES
+from playground.kvcache.server.generate import ModelServer
+from playground.kvcache.server.kv_ops import KVServer
+from playground.kvcache.server.loop import serve
 from playground.transformer.model import Transformer
-
-__all__ = ["ModelServer", "Server", "main", "serve"]
-
-
-def serve(server: Server, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 50) -> None:
-    """Answer requests on a ROUTER socket until stop() is true, running an engine step between
-    two polls while the engine has work; never blocks longer than poll_ms."""
-    envelopes: dict[bytes, list[bytes]] = {}  # a REQ client's delimiter frame, echoed in its replies
-    while not stop():
-        busy = server.has_work()
-        if sock.poll(0 if busy else poll_ms):
-            while True:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                identity, body = frames[0].bytes, frames[1:]
-                envelope = []
-                if body and len(body[0]) == 0:  # a REQ client's delimiter: keep it for the reply
-                    envelope, body = [b""], body[1:]
-                envelopes[identity] = envelope
-                try:
-                    reply = server.handle(identity, [f.buffer for f in body])
-                except Exception as e:  # a bug must not take the server down for every other client
-                    server.errors[P.INTERNAL_ERROR] = server.errors.get(P.INTERNAL_ERROR, 0) + 1
-                    reply = P.error_reply(None, P.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
-                if reply is not None:
-                    sock.send_multipart([identity, *envelope, *reply], copy=False)
-        if busy:
-            for identity, reply in server.step():
-                sock.send_multipart([identity, *envelopes.get(identity, []), *reply], copy=False)
-        if server.expire_leases() or len(envelopes) > 2 * len(server.last_seen) + 64:
-            envelopes = {i: e for i, e in envelopes.items() if i in server.last_seen}
 
 
 def build_model(args) -> Transformer | None:
@@ -124,7 +88,7 @@ def main(argv=None) -> int:
                 engine_config=replace(DEFAULT_ENGINE, kernel=args.kernel),
             )
         else:
-            server = Server(
+            server = KVServer(
                 args.policy,
                 args.capacity_tokens,
                 args.block_size,

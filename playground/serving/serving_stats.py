@@ -1,12 +1,12 @@
 """From what the serving lab's ranks returned to its figures (serving_report.py turns them into tables).
 
 Pure functions over plain data: the clients' per-request rows (serving_clients.request_row), the
-server's stats, memory samples and engine step log (llm_engine.LLMEngine.step_log).
+server's stats, memory samples and engine step log (engine/llm_engine.LLMEngine.step_log).
 """
 
 import numpy as np
 
-from playground.kvcache import kvcache_stats
+from playground.kvcache.stats import summarize_samples
 
 
 def quantiles(values, qs=(50, 99)) -> dict[str, float]:
@@ -24,7 +24,7 @@ def replay_figures(setup: dict) -> dict:
     rows = requests_of(setup["clients"])
     done = [r for r in rows if r["ok"]]
     stats, engine = setup["stats"], setup["stats"]["engine"]
-    busy = kvcache_stats.summarize_samples(setup["samples"], stats["capacity_slots"])
+    busy = summarize_samples(setup["samples"], stats["capacity_slots"])
     log = np.asarray(setup["step_log"], dtype=float).reshape(-1, 7)
     decodes = log[:, 1][log[:, 1] > 0]
     elapsed_s = max((c.get("elapsed_s", 0.0) for c in setup["clients"].values()), default=0.0)

@@ -12,7 +12,8 @@ Two variants share this code:
 
 Free space is the holes between runs; a request can fail although the holes add up to enough
 (external fragmentation = 1 - largest hole / free slots). Fork copies the parent's tokens:
-there is no sharing without pages. Same check-then-act interface as BlockManager. Where runs
+there is no sharing without pages. Same check-then-act interface as BlockManager
+(`allocation.AllocationPolicy`). Where runs
 and holes are is the memory lab's first-fit allocator (models.allocation.ContiguousAllocator),
 one block per sequence; this class adds lengths, growth, moves and forks.
 """
@@ -22,7 +23,7 @@ import copy
 import numpy as np
 
 from playground.core.errors import InvariantViolation, OutOfSpace, UsageError
-from playground.kvcache.block_manager import Copy
+from playground.kvcache.engine.allocation import Copy
 from playground.models.allocation import ContiguousAllocator as FirstFit
 
 
@@ -80,13 +81,17 @@ class ContiguousAllocator:
         extra = self.default_max_new_tokens if max_new_tokens is None else max_new_tokens
         return num_tokens + extra
 
-    def can_allocate(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> bool:
+    def can_allocate(
+        self, num_tokens: int, tokens: list[int] | None = None, max_new_tokens: int | None = None
+    ) -> bool:
         return self.space.can_allocate(self._reservation(num_tokens, max_new_tokens))
 
     def fits_when_empty(self, num_tokens: int, max_new_tokens: int | None = None) -> bool:
         return self._reservation(num_tokens, max_new_tokens) <= self.capacity_slots
 
-    def slots_needed(self, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> int:
+    def slots_needed(
+        self, num_tokens: int, tokens: list[int] | None = None, max_new_tokens: int | None = None
+    ) -> int:
         return self._reservation(num_tokens, max_new_tokens)
 
     def _plan_append(self, seq_id: int, num_tokens: int) -> tuple[str, int, int] | None:
@@ -135,6 +140,10 @@ class ContiguousAllocator:
             copies += self._apply(seq_id, num_tokens, plan)
         return copies
 
+    def within_reservation(self, seq_id: int, num_tokens: int) -> bool:
+        """Reserve-max never grows a run: past its reservation an append will never fit."""
+        return not self.reserve_max or self.seq_lens[seq_id] + num_tokens <= self.runs[seq_id][1]
+
     def can_fork(self, seq_id: int, num_children: int) -> bool:
         start, reserved = self.runs[seq_id]
         holes = sorted((size for _, size in self.space.holes), reverse=True)
@@ -144,7 +153,9 @@ class ContiguousAllocator:
         return fit >= num_children
 
     # -- actions ---------------------------------------------------------------------------
-    def allocate(self, seq_id: int, num_tokens: int, tokens=None, max_new_tokens: int | None = None) -> int:
+    def allocate(
+        self, seq_id: int, num_tokens: int, tokens: list[int] | None = None, max_new_tokens: int | None = None
+    ) -> int:
         if seq_id in self.runs:
             raise UsageError(f"sequence {seq_id} already exists")
         reserved = self._reservation(num_tokens, max_new_tokens)

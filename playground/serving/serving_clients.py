@@ -22,7 +22,7 @@ import zlib
 
 import numpy as np
 
-from playground.kvcache.client import KVClient, KVServerError
+from playground.kvcache.server.client import KVClient, KVServerError
 from playground.kvcache.workloads import section46_requests, text_prompt
 from playground.transformer.generate import generate
 

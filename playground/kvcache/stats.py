@@ -1,4 +1,6 @@
-"""From the server's samples and the clients' timings to the figures of the report (plots.py draws them).
+"""What both KV-cache labs compute from a server's own record (kv_ops.KVServer.stats and
+.samples): busy-period averages of its memory, the samples thinned for result.json, and the
+failures of a server that still holds something after its workload.
 
 Samples are (t_s, live_seqs, used_slots, allocated_slots, largest_free_run_slots), taken after
 mutating ops at most every `sample_every_s`. Averages are time-weighted over the *busy period*
@@ -8,21 +10,7 @@ stragglers of a replay do not dilute the steady state the lecture talks about.
 
 import numpy as np
 
-
-def percentiles_us(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50_us": float("nan"), "p99_us": float("nan"), "n": 0}
-    a = np.asarray(values)
-    return {"p50_us": float(np.percentile(a, 50)), "p99_us": float(np.percentile(a, 99)), "n": int(a.size)}
-
-
-def merge_latencies(per_client: list[dict[str, list[float]]]) -> dict[str, list[float]]:
-    merged: dict[str, list[float]] = {}
-    for lat in per_client:
-        for op, values in lat.items():
-            merged.setdefault(op, []).extend(values)
-    merged["all"] = [v for op, vs in merged.items() if op not in ("stats", "ping") for v in vs]
-    return merged
+from playground.kvcache.server import protocol as P
 
 
 def summarize_samples(samples: list, capacity_slots: int) -> dict:
@@ -60,3 +48,17 @@ def downsample(samples: list, max_points: int = 1500) -> list:
         return samples
     idx = np.linspace(0, len(samples) - 1, max_points).astype(int)
     return [samples[i] for i in idx]
+
+
+def leak_failures(pol: dict) -> list[str]:
+    """A setup's (`policy`, server `stats`) failures: sequences or slots still held once every
+    client freed its own, internal errors."""
+    st, out = pol["stats"], []
+    if st["live_seqs"] or st["allocated_slots"]:
+        out.append(
+            f"{pol['policy']}: {st['live_seqs']} sequences / {st['allocated_slots']} slots still held "
+            f"after every client freed its sequences"
+        )
+    if st["errors"].get(P.INTERNAL_ERROR):
+        out.append(f"{pol['policy']}: {st['errors'][P.INTERNAL_ERROR]} internal errors in the server")
+    return out

@@ -1,8 +1,8 @@
-"""Rank 0's side of the kvcache lab: the server on a thread of its own, one `Server` per policy,
-and the wait for every client's result of that policy.
+"""Rank 0's side of both KV-cache labs (nodes/kvcache.py, nodes/serving.py): the server on a
+thread of its own, one fresh server per policy, and the wait for every client's result of it.
 
 The ROUTER socket belongs to the server thread (created there, never touched by another), so
-the main thread stays free for the communicator and the progress bar; the `Server` object is
+the main thread stays free for the communicator and the progress bar; the server object is
 swapped between policies only while every client waits at a barrier.
 """
 
@@ -12,7 +12,8 @@ import time
 import zmq
 
 from playground.core.errors import CommTimeout, LabError
-from playground.kvcache.server import Server, serve
+from playground.kvcache.server.kv_ops import KVServer
+from playground.kvcache.server.loop import serve
 
 TAG_RESULT = 41
 
@@ -23,7 +24,8 @@ class ServerThread(threading.Thread):
 
     def __init__(self, bind: str):
         super().__init__(name="kvcache-server", daemon=True)
-        self.bind, self.server, self.address, self.error = bind, None, None, None
+        self.bind, self.address, self.error = bind, None, None
+        self.server: KVServer | None = None
         self.ready, self.stopping = threading.Event(), threading.Event()
 
     def handle(self, client, frames):
@@ -63,7 +65,7 @@ class ServerThread(threading.Thread):
             ctx.term()
 
 
-def start_server_thread(comm, endpoint: str, server, name: str) -> ServerThread:
+def start_server_thread(comm, endpoint: str, server: KVServer, name: str) -> ServerThread:
     """Rank 0: `server` on a thread of its own bound to tcp or to an ipc path in the run directory;
     its address is broadcast to the clients (they call `comm.bcast_obj(None)`)."""
     bind = "tcp://127.0.0.1:*" if endpoint == "tcp" else f"ipc://{comm.run_dir}/{name}.sock"
@@ -78,23 +80,8 @@ def start_server_thread(comm, endpoint: str, server, name: str) -> ServerThread:
     return thread
 
 
-def new_server(p, policy: str) -> Server:
-    """An empty server for `policy`, sized and configured by the node's Params `p`."""
-    return Server(
-        policy,
-        p.capacity_tokens,
-        p.block_size,
-        p.width,
-        p.lease_s,
-        p.prefix_caching,
-        p.max_new_tokens,
-        p.growth,
-        check_invariants=p.check_invariants,
-    )
-
-
-def collect(
-    comm, srv: Server, p, policy: str, thread: ServerThread, progress=None, label: str = "kvcache"
+def collect_results(
+    comm, srv: KVServer, p, policy: str, thread: ServerThread, progress=None, label: str = "kvcache"
 ) -> dict:
     """Wait for every client's result, driving the progress bar (`progress()` -> (done, total),
     by default the section 4.6 requests freed); fail if no request reaches the server for longer

@@ -11,10 +11,10 @@ samples equal the copies token for token.
 from pathlib import Path
 
 from playground.display.report import Report, Table
-from playground.kvcache import serving_stats
-from playground.kvcache.kvcache_report import leak_failures
 from playground.kvcache.plots import plot_memory
+from playground.kvcache.stats import leak_failures
 from playground.kvcache.workloads import ForkSpec
+from playground.serving import serving_stats
 
 
 def _name(setup: dict) -> str:

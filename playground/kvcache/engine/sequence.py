@@ -1,6 +1,6 @@
 """A `generate` request and its sequences, in vLLM's words.
 
-A `Request` (vLLM's sequence group) is one `generate` call: a prompt, its `SamplingParams`, and
+A `GenerateRequest` (vLLM's sequence group) is one `generate` call: a prompt, its `SamplingParams`, and
 the `n` sequences that sample from it. A `Sequence` is one sample: its token ids (the prompt,
 then what it generated), how many of them have KV in the pool (`num_cached_tokens`), its status
 and its own random generator. Sample i draws from `np.random.default_rng(seed + i)`, so sample i
@@ -36,8 +36,8 @@ class SamplingParams:
 
 
 @dataclass(eq=False)
-class Request:
-    """One generate call; `seqs[i]` is sample i once the prompt has been prefilled (before that
+class GenerateRequest:
+    """One generate call (vLLM's sequence group); `seqs[i]` is sample i once the prompt has been prefilled (before that
     only sample 0, the prompt's sequence, exists). Times are the engine's clock."""
 
     request_id: int
@@ -58,11 +58,11 @@ class Request:
         return len(self.seqs) == self.params.n and all(s.status is SequenceStatus.FINISHED for s in self.seqs)
 
     def __repr__(self):
-        return f"Request({self.request_id}, {len(self.prompt)} prompt tokens, {self.params})"
+        return f"GenerateRequest({self.request_id}, {len(self.prompt)} prompt tokens, {self.params})"
 
 
 class Sequence:
-    def __init__(self, seq_id: int, request: Request, sample: int, token_ids: list[int]):
+    def __init__(self, seq_id: int, request: GenerateRequest, sample: int, token_ids: list[int]):
         self.seq_id, self.request, self.sample = seq_id, request, sample
         self.token_ids = list(token_ids)
         self.status = SequenceStatus.WAITING

@@ -1,4 +1,4 @@
-"""Rank 0's side of the serving lab: the model it serves and one fresh server per setup.
+"""What rank 0 of the serving lab serves: the model, and one fresh ModelServer per setup.
 
 The model is the training lab's `model.npz` (`params.model`) or fixed random weights of the same
 GPT-2 shape (`layers`, `d_model`, `heads`, `context`, drawn from `model_seed`): a client rank
@@ -10,8 +10,8 @@ says.
 from dataclasses import replace
 
 from playground.core.errors import ParamError
-from playground.kvcache.model_server import ModelServer
-from playground.kvcache.scheduler import DEFAULT_ENGINE
+from playground.kvcache.engine.config import DEFAULT_ENGINE
+from playground.kvcache.server.generate import ModelServer
 from playground.transformer.checkpoint import load_model
 from playground.transformer.config import ModelConfig
 from playground.transformer.model import Transformer

@@ -1,6 +1,6 @@
 """The attention kernel, paged vs contiguous: time per decode token, over a pool larger than the caches.
 
-    python -m playground.kvcache.attention_bench --contexts 128,512,2048,8192 --block-sizes 8,16,32,64,128,256
+    python -m playground.serving.attention_bench --contexts 128,512,2048,8192 --block-sizes 8,16,32,64,128,256
 
 For each context c the pool (one layer's key and value planes, `heads x head_dim` floats a slot,
 `pool_bytes` in all: larger than the last-level cache, as a server's is) holds sequences of c
@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from playground.display.report import Table, make_console, render_table
-from playground.kvcache.attention import KERNELS, RunTable, decode_attention
+from playground.kvcache.engine.attention import KERNELS, RunTable, decode_attention
 from playground.transformer.blas import pin_blas_threads
 
 
@@ -142,7 +142,7 @@ def _int_list(text: str) -> list[int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m playground.kvcache.attention_bench", description=__doc__.split("\n")[0]
+        prog="python -m playground.serving.attention_bench", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--contexts", default="128,512,2048,8192", help="tokens per sequence (comma list)")
     ap.add_argument("--block-sizes", default="8,16,32,64,128,256", help="paged block sizes (comma list)")

@@ -1,8 +1,8 @@
-"""The KV-cache server: a pool of token slots that really holds KV data and an allocation policy
-deciding where each sequence's tokens live; server.py puts a ZeroMQ ROUTER loop in front of it and
-model_server.py a model behind it.
+"""The KV-cache server's KV ops: a pool of token slots that really holds KV data and an allocation
+policy deciding where each sequence's tokens live; loop.py puts a ZeroMQ ROUTER loop in front of
+it and generate.py a model behind it (`ModelServer`).
 
-`Server.handle(client, frames) -> reply frames` does all the work and touches no socket, so
+`KVServer.handle(client, frames) -> reply frames` does all the work and touches no socket, so
 tests drive it directly with several client identities.
 
 Lease rule (a client that vanishes must not leak blocks): every request from a client identity
@@ -13,15 +13,15 @@ dropped). A live client that is idle, or waits for a long generate, sends `ping`
 
 import time
 
-from playground.kvcache import protocol as P
-from playground.kvcache.attention import decode_attention, run_table
-from playground.kvcache.kv_pool import KVLayout, KVPool
-from playground.kvcache.policies import make_policy
+from playground.kvcache.engine.attention import decode_attention, run_table
+from playground.kvcache.engine.kv_pool import KVLayout, KVPool
+from playground.kvcache.engine.policies import make_policy
+from playground.kvcache.server import protocol as P
 
 _MUTATING = ("create", "append", "fork", "free")
 
 
-class Server:
+class KVServer:
     def __init__(
         self,
         policy: str = "paged",
@@ -168,10 +168,7 @@ class Server:
         old_lengths = [self.policy.length(s) for s in seq_ids]
         copies = self.policy.append_batch(dict(zip(seq_ids, counts, strict=True)))  # all or nothing
         if copies is None:
-            fits = not getattr(self.policy, "reserve_max", False) or all(
-                self.policy.length(s) + n <= self.policy.runs[s][1]
-                for s, n in zip(seq_ids, counts, strict=True)
-            )
+            fits = all(self.policy.within_reservation(s, n) for s, n in zip(seq_ids, counts, strict=True))
             raise self._oom(
                 "append",
                 f"{sum(counts)} tokens in {len(seq_ids)} sequences"
@@ -257,7 +254,7 @@ class Server:
             P.NO_MODEL, "generate: this server serves no model (start it with --model FILE or --random-model)"
         )
 
-    # -- a served model's hooks (model_server.ModelServer) -----------------------------------
+    # -- a served model's hooks (generate.ModelServer) ---------------------------------------
     def has_work(self) -> bool:
         """Whether `step` would do something."""
         return False

@@ -1,0 +1,43 @@
+"""The KV-cache server's ZeroMQ ROUTER loop.
+
+The server itself touches no socket (kv_ops.KVServer, generate.ModelServer); `serve()` is the
+loop in front of it: poll (without waiting while a model's engine has work), handle, reply, run
+an engine step, expire leases. A `generate` reply is sent when its request finishes, to the client
+that asked, with a REQ client's delimiter frame.
+"""
+
+import zmq
+
+from playground.kvcache.server import protocol as P
+from playground.kvcache.server.kv_ops import KVServer
+
+
+def serve(server: KVServer, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 50) -> None:
+    """Answer requests on a ROUTER socket until stop() is true, running an engine step between
+    two polls while the engine has work; never blocks longer than poll_ms."""
+    envelopes: dict[bytes, list[bytes]] = {}  # a REQ client's delimiter frame, echoed in its replies
+    while not stop():
+        busy = server.has_work()
+        if sock.poll(0 if busy else poll_ms):
+            while True:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                identity, body = frames[0].bytes, frames[1:]
+                envelope = []
+                if body and len(body[0]) == 0:  # a REQ client's delimiter: keep it for the reply
+                    envelope, body = [b""], body[1:]
+                envelopes[identity] = envelope
+                try:
+                    reply = server.handle(identity, [f.buffer for f in body])
+                except Exception as e:  # a bug must not take the server down for every other client
+                    server.errors[P.INTERNAL_ERROR] = server.errors.get(P.INTERNAL_ERROR, 0) + 1
+                    reply = P.error_reply(None, P.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+                if reply is not None:
+                    sock.send_multipart([identity, *envelope, *reply], copy=False)
+        if busy:
+            for identity, reply in server.step():
+                sock.send_multipart([identity, *envelopes.get(identity, []), *reply], copy=False)
+        if server.expire_leases() or len(envelopes) > 2 * len(server.last_seen) + 64:
+            envelopes = {i: e for i, e in envelopes.items() if i in server.last_seen}

@@ -64,4 +64,6 @@ def test_the_engine_and_the_server_call_only_the_protocol():
         *used.values()
     )  # the scan sees the calls
     beyond = {name: sorted(u - set(METHODS) - set(ATTRIBUTES)) for name, u in used.items()}
-    assert not any(beyond.values()), f"calls beyond AllocationPolicy: { {k: v for k, v in beyond.items() if v} }"
+    assert not any(beyond.values()), (
+        f"calls beyond AllocationPolicy: { {k: v for k, v in beyond.items() if v} }"
+    )

@@ -92,6 +92,8 @@ def test_a_full_window_restarts_from_the_last_context_tokens():
     assert step.num_window_restarts == 1
     assert [(s.first_position, s.num_new) for s in step.scheduled] == [(0, 8)] and a.window_start == 1
     assert sched.policy.length(a.seq_id) == 8
+    # the same move as a preemption, but not one: counted apart, and admissions go on
+    assert step.num_preempted == 0 and a.request.num_preemptions == 0 and not sched.pressure
 
 
 def test_abort_frees_waiting_and_running_alike():

@@ -14,7 +14,8 @@ from playground.kvcache.server.kv_ops import KVServer
 
 def serve(server: KVServer, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 50) -> None:
     """Answer requests on a ROUTER socket until stop() is true, running an engine step between
-    two polls while the engine has work; never blocks longer than poll_ms."""
+    two polls while the engine has work; never blocks longer than poll_ms. `server` is a KVServer
+    or a stand-in for one (thread.ServerThread, whose server is swapped between policies)."""
     envelopes: dict[bytes, list[bytes]] = {}  # a REQ client's delimiter frame, echoed in its replies
     while not stop():
         busy = server.has_work()

@@ -12,7 +12,7 @@ import numpy as np
 
 from playground.collectives.chunks import segment_bounds
 from playground.collectives.ops import ReduceOp
-from playground.comm.requests import Request
+from playground.comm.requests import PendingOp
 from playground.core.errors import MessageMismatch
 
 
@@ -45,7 +45,7 @@ def exchange(
 ) -> None:
     """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or
     copy. `what` (and `step`, when the caller has steps) names the exchange in errors."""
-    sends: Sequence[Request] = ()
+    sends: Sequence[PendingOp] = ()
     if send is not None:
         a, b = send
         if b - a <= segment_elems:  # one message: the common case for small buffers, kept lean

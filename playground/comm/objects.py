@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 
-from playground.comm.requests import Request
+from playground.comm.requests import PendingOp
 from playground.comm.transport import KIND_ARRAY, KIND_OBJ, Message, Transport
 
 TAG_BARRIER = -1  # internal tags are negative; user tags are >= 0
@@ -30,11 +30,11 @@ class ObjectMessages:
         @property
         def transport(self) -> Transport: ...
 
-        def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request: ...
+        def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> PendingOp: ...
 
         def _post(
             self, dst: int, tag: int, nbytes: int, is_array: bool, post: Callable, *args
-        ) -> Request: ...
+        ) -> PendingOp: ...
 
         def _take(  # True only when asked to land an array (`into`)
             self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = ..., into: tuple = ...

@@ -4,8 +4,9 @@ A policy decides where each sequence's tokens live in a pool of `capacity_slots`
 moves no data. The engine (scheduler.py, llm_engine.py, model_runner.py, attention.py) and the
 server (server/kv_ops.py, server/generate.py) call it only through `AllocationPolicy`, and both
 allocators conform: `BlockManager` (paged, block_manager.py) and `ContiguousAllocator` (first fit
-or reserve-max, contiguous.py); tests/test_kvcache_policies.py checks their methods and signatures
-against this class.
+or reserve-max, contiguous.py): mypy checks it where policies.py registers them (the engine is in
+pyproject's [tool.mypy] files), and tests/test_kvcache_allocation.py compares their methods and
+signatures with this class.
 
 Check-then-act: every `can_*` is pure, so a refused request changes nothing; the act after a true
 check succeeds. An act that moves data (`append`, `append_batch`, `fork`) returns the `Copy`s the

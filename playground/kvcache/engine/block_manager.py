@@ -96,7 +96,8 @@ class BlockManager:
 
     def _cache_keys(self, tokens: list[int] | None) -> list[tuple]:
         """Keys of the prompt's full blocks that are already cached, in order (a prefix)."""
-        keys, prev = [], None
+        keys: list[tuple] = []
+        prev: int | None = None
         if not self.enable_prefix_caching or tokens is None:
             return keys
         for i in range(len(tokens) // self.block_size):
@@ -138,7 +139,8 @@ class BlockManager:
     def can_append_batch(self, num_tokens_by_seq: dict[int, int]) -> bool:
         """Exact: a shared partly filled block written by k sequences of the batch is copied
         min(k, ref_count - 1) times (the last holder to write keeps the original)."""
-        need, writers = 0, {}
+        need = 0
+        writers: dict[int, int] = {}  # a shared last block -> how many of the batch write into it
         for seq_id, n in num_tokens_by_seq.items():
             need += self._append_blocks_needed(seq_id, n)
             if n > 0 and self.seq_lens[seq_id] % self.block_size:

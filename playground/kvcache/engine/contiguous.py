@@ -206,6 +206,8 @@ class ContiguousAllocator:
             if child in self.runs:
                 raise UsageError(f"sequence {child} already exists")
             new_start = self.space.first_fit(reserved)
+            if new_start is None:  # can_fork counted a hole for every child
+                raise InvariantViolation(f"no hole of {reserved} slots for sequence {child} after can_fork")
             self.space.place(child, new_start, reserved)
             self.seq_lens[child] = self.seq_lens[seq_id]
             copies.append(Copy(start, new_start, self.seq_lens[seq_id]))

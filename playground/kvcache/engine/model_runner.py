@@ -24,8 +24,13 @@ class PoolAttention:
 
     def __init__(self, pool: KVPool, policy: AllocationPolicy, scheduled: list[Scheduled], kernel: str):
         self.pool, self.kernel = pool, kernel
-        rows, write_rows, write_slots = 0, [], []
-        decode_rows, decode_ids, prefills, prefill_ids = [], [], [], []
+        rows = 0
+        write_rows: list[int] = []
+        write_slots: list[int] = []
+        decode_rows: list[int] = []
+        decode_ids: list[int] = []
+        prefills: list[tuple[slice, int]] = []  # (rows, first position) of each prefill
+        prefill_ids: list[int] = []
         for s in scheduled:
             stop = s.first_position + s.num_new
             if s.write_from < stop:
@@ -64,7 +69,8 @@ class ModelRunner:
 
     def run(self, scheduled: list[Scheduled], policy: AllocationPolicy) -> np.ndarray:
         """The logits (len(scheduled), vocab) of each scheduled sequence's last new token."""
-        tokens, positions = [], []
+        tokens: list[int] = []
+        positions: list[int] = []
         for s in scheduled:
             start = s.seq.window_start + s.first_position
             tokens += s.seq.token_ids[start : start + s.num_new]

@@ -23,6 +23,7 @@ computed once more for its logits, without writing its KV (the block is shared).
 from collections import deque
 from dataclasses import dataclass
 
+from playground.core.errors import InvariantViolation
 from playground.kvcache.engine.admission import AdmissionRule
 from playground.kvcache.engine.allocation import AllocationPolicy, Copy
 from playground.kvcache.engine.config import EngineConfig
@@ -137,11 +138,16 @@ class Scheduler:
         if not self.running:
             return [], []
         copies = self.policy.append_batch({s.seq_id: 1 for s in self.running})
+        if copies is None:
+            raise InvariantViolation(
+                f"{self.policy.name}: append_batch refused what can_append_batch allowed"
+            )
         scheduled = [Scheduled(s, s.num_cached_tokens, 1, s.num_cached_tokens) for s in self.running]
         return scheduled, copies
 
     def _admit(self) -> list[Scheduled]:
-        policy, scheduled, prefilled = self.policy, [], 0
+        policy, prefilled = self.policy, 0
+        scheduled: list[Scheduled] = []
         while self.waiting:
             seq = self.waiting[0]
             seq.restart_window(self.context)

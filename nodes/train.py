@@ -5,13 +5,18 @@ playground.transformer) from the same seed, takes its rows of each global batch 
 text, and trains it for `steps` steps in each `mode` (playground.training.modes), starting each
 mode from the same weights. After every step the ranks compare their parameters' hashes and check
 every reduction against their own checksums: a mismatch fails the run naming the step and the
-ranks. At the end rank 0 saves the weights (model.npz, which the serving lab loads) and samples
-`sample_bytes` greedily. With `baseline: ddp` (`run train --baseline ddp`), the launcher then trains
-the same model on the same batches with torch DDP over Gloo, in its own worker processes, and the
-report puts the two side by side.
+ranks. At the end rank 0 saves the weights (model.npz, which the serving lab loads) and writes
+`sample_bytes` bytes after `prompt` (greedily at temperature 0), shown as text
+(`playground.transformer.text`: whole characters) with how much of it is the lecture's. With
+`baseline: ddp` (`run train --baseline ddp`), the launcher then trains the same model on the same
+batches with torch DDP over Gloo, in its own worker processes, and the report puts the two side
+by side.
+
+`run train` trains one mode (bucketed, DDP's) long enough to learn the lecture's text;
+`run train-modes` trains the four modes briefly from the same start, to compare them.
 """
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from playground.collectives import registry
@@ -20,14 +25,17 @@ from playground.display.report import Report
 from playground.models.calibration import ModelSpec
 from playground.training import ddp_baseline, training_report
 from playground.training.loop import train_mode
-from playground.training.modes import MODES, NAMES, Mode
+from playground.training.modes import DDP_LIKE, NAMES, Mode
 from playground.training.step import TrainSetup
 from playground.transformer import (
     AdamConfig,
     BatchSampler,
+    LRSchedule,
     ModelConfig,
+    decode_sample,
     generate,
     lecture_bytes,
+    lecture_likeness,
     pin_blas_threads,
     save_model,
 )
@@ -45,19 +53,22 @@ class Params:
     heads: int = 4  # attention heads; must divide d_model
     context: int = 64  # bytes (tokens) per sequence; shorter than the lecture's text
     batch: int = 32  # the global batch in sequences, split evenly over the ranks
-    steps: int = 50  # optimizer steps of every mode
-    lr: float = 5e-3  # Adam's learning rate
+    steps: int = 1500  # optimizer steps of every mode
+    lr: float = 8e-3  # Adam's learning rate (the peak, with a schedule)
+    warmup_steps: int = 50  # the rate rises linearly to lr over these first steps
+    min_lr: float | None = 8e-4  # cosine decay from lr to this at the last step; null: constant lr
     seed: int = 0  # initial weights and batch order: the same on every rank and in every mode
     dtype: Literal["float32", "float64"] = "float32"  # parameters, gradients, activations, Adam's states
     # the data-parallel schemes to run, one after another, each from the same start
-    mode: tuple[Mode, ...] = MODES
+    mode: tuple[Mode, ...] = (DDP_LIKE,)
     bucket_cap_mb: float = 25.0  # bucketed: DDP's bucket_cap_mb, in MiB
     first_bucket_mb: float | None = 1.0  # bucketed: the first bucket's cap (DDP's 1 MiB); null: bucket_cap_mb
     algorithm: Algorithm = (
         "ring"  # the gradients' all-reduce (zero1 uses the ring reduce-scatter and all-gather)
     )
-    sample_bytes: int = 200  # bytes rank 0 samples greedily from the trained model at the end
-    prompt: str = "\n"  # what the sample continues
+    sample_bytes: int = 200  # bytes rank 0 writes with the trained model at the end
+    prompt: str = "分页"  # what the sample continues: words of the lecture ("paging")
+    temperature: float = 0.0  # 0: greedy (the most likely byte each time); > 0: sampled with `seed`
     # the step-time model's link: a preset, a calibration.json or the run dir holding one; null: the
     # newest calibration of this run's network (`run pingpong` makes one), else a labelled default
     model: ModelSpec | None = None
@@ -67,6 +78,7 @@ class Params:
         self.model_config  # noqa: B018 - raises ParamError naming layers, heads, ...
         self.sampler  # noqa: B018 - context longer than the text, batch < 1
         AdamConfig(lr=self.lr)
+        self.schedule  # noqa: B018 - warmup_steps < 0, min_lr above lr
         if self.steps < 1:
             raise ParamError("steps", f"must be >= 1, got {self.steps}")
         if not self.mode or len(set(self.mode)) != len(self.mode):
@@ -82,12 +94,24 @@ class Params:
             raise ParamError("sample_bytes", f"must be >= 0, got {self.sample_bytes}")
         if not self.prompt:
             raise ParamError("prompt", "must be at least one character")
+        try:
+            self.prompt.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ParamError(
+                "prompt", f"must be text that UTF-8 can encode, got {e.object[e.start : e.end]!r}"
+            ) from None
+        if not self.temperature >= 0:
+            raise ParamError("temperature", f"must be >= 0 (0: greedy), got {self.temperature}")
 
     @property
     def model_config(self) -> ModelConfig:
         return ModelConfig(
             layers=self.layers, d_model=self.d_model, heads=self.heads, context=self.context, dtype=self.dtype
         )
+
+    @property
+    def schedule(self) -> LRSchedule:
+        return LRSchedule(self.lr, self.steps, self.warmup_steps, self.min_lr)
 
     @property
     def sampler(self) -> BatchSampler:
@@ -103,6 +127,7 @@ class Params:
             round(self.bucket_cap_mb * MIB),
             first,
             self.algorithm,
+            self.schedule,
         )
 
 
@@ -134,8 +159,12 @@ def main(comm, params: Params) -> dict:
     if comm.rank == 0:
         if comm.run_dir is not None:
             save_model(comm.run_dir / "model.npz", setup.config, dp.model.params)
-        tokens = generate(dp.model, params.prompt, params.sample_bytes)
-        out["sample"] = bytes(tokens.astype("uint8")).decode(errors="replace")
+        tokens = generate(
+            dp.model, params.prompt, params.sample_bytes, temperature=params.temperature, seed=params.seed
+        )
+        sample = bytes(tokens.astype("uint8"))
+        out["sample"] = decode_sample(sample)
+        out["sample_likeness"] = asdict(lecture_likeness(sample, bytes(lecture_bytes())))
     return out
 
 

@@ -276,3 +276,20 @@ def test_bad_model_specs_are_one_line_and_exit_2(tmp_path, content, says):
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
         assert prefix in proc.stderr and says in proc.stderr
         assert not (tmp_path / "runs").exists()  # refused before any run started
+
+
+def test_gamma_sizes_are_bounded_by_memory_and_time_not_by_what_sysfs_claims(monkeypatch):
+    """A VM can report a last-level cache of 480 MiB: 1, 2, 4 times it would be 5.6 GiB of operands."""
+    from playground.models import calibration
+
+    def caches(size):
+        return lambda: [SimpleNamespace(size_bytes=size)]
+
+    monkeypatch.setattr(calibration, "data_caches", caches(480 << 20))
+    big = calibration.gamma_sizes_bytes(available_bytes=64 << 30)
+    assert big == (32 << 20, 64 << 20, 128 << 20) and big[-1] == calibration.GAMMA_MAX_OPERAND_BYTES
+    small = calibration.gamma_sizes_bytes(available_bytes=768 << 20)  # 3 x 16 MiB = 1/16 of it
+    assert small == (4 << 20, 8 << 20, 16 << 20)
+    monkeypatch.setattr(calibration, "data_caches", caches(8 << 20))  # a real cache: 1, 2, 4 times it
+    assert calibration.gamma_sizes_bytes(available_bytes=64 << 30) == (8 << 20, 16 << 20, 32 << 20)
+    assert len(calibration.gamma_sizes_bytes()) == 3  # psutil's available memory by default

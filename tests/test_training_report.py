@@ -13,6 +13,7 @@ from playground.models.costs import (
 )
 from playground.training import training_report, training_stats
 from playground.training.modes import BY_NAME
+from playground.training.plots import largest_difference
 from playground.training.steptime_model import comm_time_s, departure, predicted_step_s
 from playground.transformer import ModelConfig
 
@@ -33,7 +34,7 @@ def step(i: int, step_s: float, **extra) -> dict:
     }
 
 
-def rank_result(rank: int, modes: list[str], slow: float = 0.0) -> dict:
+def rank_result(rank: int, modes: list[str], slow: float = 0.0, steps: int = 3) -> dict:
     n = 4
     return {
         "ok": True,
@@ -42,7 +43,7 @@ def rank_result(rank: int, modes: list[str], slow: float = 0.0) -> dict:
                 "mode": mode,
                 "host": "h",
                 "hash": "0000abcd",
-                "steps": [step(i, 0.04 + slow * (i == 2), late=slow) for i in range(3)],
+                "steps": [step(i, 0.04 + slow * (i == 2), late=slow) for i in range(steps)],
                 "buckets": [1024, 2048],
                 "memory": {
                     "params_bytes": 400,
@@ -54,7 +55,11 @@ def rank_result(rank: int, modes: list[str], slow: float = 0.0) -> dict:
             }
             for mode in modes
         ],
-        **({"sample": "\n的"} if rank == 0 else {}),
+        **(
+            {"sample": "\n的", "sample_likeness": {"valid_utf8": 1.0, "ngrams_found": 0.5, "num_bytes": 4}}
+            if rank == 0
+            else {}
+        ),
     }
 
 
@@ -130,7 +135,9 @@ def test_overlap_is_read_from_the_trace(tmp_path):
         },
     ]
     (tmp_path / "rank-0.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
-    got = training_stats.traced_overlap(tmp_path, 1, num_steps=2)
+    per_mode = training_stats.traced_step_overlaps(tmp_path, 1, num_steps=2)
+    assert per_mode["bucketed"] == {1: [pytest.approx(50e-6), pytest.approx(100e-6), 1]}  # step 1 only
+    got = {mode: training_stats.overlap_over(per_step) for mode, per_step in per_mode.items()}
     assert got["bucketed"] == {
         "hidden_s": pytest.approx(50e-6),
         "comm_s": pytest.approx(100e-6),
@@ -189,7 +196,9 @@ def params_of(modes, ddp=None):
         algorithm="ring",
         model=None,
         sample_bytes=2,
-        prompt="\n",
+        prompt="分页",
+        temperature=0.0,
+        seed=0,
         baseline=ddp,
     )
 
@@ -210,7 +219,29 @@ def test_the_report_has_every_table_and_the_plot(tmp_path):
     assert memory["zero1"]["states_ratio"] == 0.25 and memory["bucketed"]["states_ratio"] == 1.0
     assert [row["mode"] for row in rep.tables[0].rows] == modes
     assert "loss.png" in rep.files and (tmp_path / "loss.png").stat().st_size > 0
-    assert any(n.startswith("sampled greedily by rank 0") and "'\\n的'" in n for n in rep.notes)
+    plot_note = next(n for n in rep.notes if n.startswith("loss plot: "))
+    assert str(tmp_path / "loss.png") in plot_note and "the 4 curves agree to rounding" in plot_note
+    sample = next(n for n in rep.notes if n.startswith("sample: 2 bytes written by rank 0"))
+    assert "greedily" in sample and "'分页'" in sample and sample.endswith("'\\n的'")
+    assert any(
+        n.startswith("the sample: 100% of its bytes valid UTF-8, 50% of its 4-byte") for n in rep.notes
+    )
+    assert rep.data["sample"] == "\n的" and rep.data["sample_likeness"]["ngrams_found"] == 0.5
+
+
+def test_one_mode_has_one_curve_and_no_claim_of_agreement(tmp_path):
+    rep = training_report.report(
+        [rank_result(r, ["bucketed"]) for r in range(2)], params_of(["bucketed"]), tmp_path
+    )
+    plot_note = next(n for n in rep.notes if n.startswith("loss plot: "))
+    assert plot_note == f"loss plot: {tmp_path / 'loss.png'} (the loss of every step)"
+    assert (tmp_path / "loss.png").stat().st_size > 0
+
+
+def test_the_plot_says_how_far_the_curves_are_apart():
+    curves = {"a": [3.0, 2.0, 1.0], "b": [3.0, 2.0 + 1e-7, 1.0], "c": [3.0, 2.0, 1.0 - 3e-7]}
+    assert largest_difference(curves) == pytest.approx(3e-7)
+    assert largest_difference({"a": [1.0, 2.0]}) == 0.0
 
 
 def test_the_report_puts_ddp_beside_ours(tmp_path):
@@ -234,3 +265,47 @@ def test_the_report_puts_ddp_beside_ours(tmp_path):
     assert [r["steps"] for r in table.rows] == ["0-0", "1-1", "2-2"]
     assert all(r["loss_gap"] == 0.0 for r in table.rows)
     assert rep.data["ddp"]["loss_gaps"] == [0.0, 0.0, 0.0]
+
+
+def _span(name: str, ts: float, dur: float, tid: int, s: int) -> dict:
+    return {
+        "ts": ts,
+        "dur": dur,
+        "name": name,
+        "cat": "op",
+        "tid": tid,
+        "args": {"mode": "bucketed", "step": s},
+    }
+
+
+def test_each_window_of_the_ddp_table_has_its_own_overlap(tmp_path):
+    """Five steps, one per window. Ours: backward 0-100 us and a 100 us all-reduce that starts
+    25 x s us before backward ends, so step s hides 25 x s %; DDP's step s hides 20 x s %. Step 0
+    is the warm-up, left out: its window has no overlap to show."""
+    steps = 5
+    for r in range(2):
+        events = []
+        for s in range(steps):
+            events += [
+                _span("backward.head", 0, 100, 0, s),
+                _span("bucket.allreduce", 100 - 25 * s, 100, 1, s),
+            ]
+        (tmp_path / f"rank-{r}.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    results = [rank_result(r, ["bucketed"], steps=steps) for r in range(2)]
+    ddp = [
+        [
+            {
+                **step(i, 0.05),
+                "backward_span": [0.0, 1.0],
+                "allreduce_spans": [[1.0 - 0.2 * i, 2.0 - 0.2 * i]],
+                "bucket_bytes": [64],
+            }
+            for i in range(steps)
+        ]
+        for _ in range(2)
+    ]
+    params = SimpleNamespace(**{**vars(params_of(["bucketed"], "ddp")), "steps": steps})
+    rows = training_report.report(results, params, tmp_path, ddp).tables[-1].rows
+    assert [r["steps"] for r in rows] == ["0-0", "1-1", "2-2", "3-3", "4-4"]
+    assert [r["overlap_ours_pct"] for r in rows] == pytest.approx([0, 25, 50, 75, 100])
+    assert [r["overlap_ddp_pct"] for r in rows] == pytest.approx([0, 20, 40, 60, 80])

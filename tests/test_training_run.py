@@ -1,7 +1,11 @@
-"""Real multi-process runs of `run train`: the tables, the saved model, the trace; failures with their
-root cause; bad input in one line; the same node under mpiexec and across emulated hosts."""
+"""Real multi-process runs of `run train` and `run train-modes`: the tables, the saved model, the
+sample, the plot, the trace; failures with their root cause; Ctrl-C; bad input in one line; the
+same node under mpiexec and across emulated hosts."""
 
 import json
+import os
+import signal
+import time
 
 import pytest
 import yaml
@@ -9,10 +13,13 @@ from test_external import clean_env, ranks  # noqa: F401 - ranks is a fixture
 from test_launchers import MPIEXEC, NO_MPICH
 from tools import need
 
+from nodes.train import Params
 from playground import cli
-from playground.cli.testing import PLAYGROUND, run_cli, run_scenario
+from playground.cli.testing import PLAYGROUND, run_cli, run_scenario, session_processes, start_cli
 from playground.comm.addresses import free_tcp_port
-from playground.transformer import ModelConfig, load_model
+from playground.config.scenario import find_scenario_file
+from playground.training.modes import BY_NAME
+from playground.transformer import ModelConfig, lecture_bytes, load_model
 
 TINY = [
     "params.layers=1",
@@ -31,8 +38,85 @@ TINY_CONFIG = ModelConfig(layers=1, d_model=16, heads=2, context=16)
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
-    code, result, out, err = run_scenario("train", runs, ranks=2, sets=TINY, timeout_s=60)
+    code, result, out, err = run_scenario("train-modes", runs, ranks=2, sets=TINY, timeout_s=60)
     return code, result, out, err, runs / "latest"
+
+
+def test_the_default_run_trains_ddps_mode_long_enough_to_write_lecture_text():
+    """The settings `run train` uses validate, and are the ones chosen (docs/training.md): one
+    mode, DDP's; a schedule; a prompt from the lecture; greedy."""
+    raw = yaml.safe_load(find_scenario_file("train").read_text())
+    params = Params(**{**raw["params"], "mode": tuple(BY_NAME[m] for m in raw["params"]["mode"])})
+    assert raw["ranks"] == 2 and params.mode == (BY_NAME["bucketed"],)
+    assert params.steps >= 1000 and params.warmup_steps > 0 and 0 < params.min_lr < params.lr
+    assert params.schedule.lr_at(params.steps - 1) == pytest.approx(params.min_lr)
+    assert params.prompt.encode() in bytes(lecture_bytes())
+    assert params.temperature == 0 and params.sample_bytes > 0
+    modes = yaml.safe_load(find_scenario_file("train-modes").read_text())["params"]["mode"]
+    assert modes == ["per_tensor", "bucketed", "after_backward", "zero1"]
+
+
+@pytest.mark.timeout(60)
+def test_the_default_run_names_its_plot_and_prints_its_sample_as_text(runs_dir):
+    """`run train` as a user types it, a few steps: the output names the plot and shows the sample
+    decoded (whole characters), with how lecture-like it is."""
+    args = [
+        "run",
+        "train",
+        "--out",
+        str(runs_dir),
+        "--set",
+        "params.steps=4",
+        "--set",
+        "params.sample_bytes=31",
+    ]
+    proc = run_cli(args, timeout_s=55)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = " ".join(proc.stdout.split())  # rich wraps long lines
+    run_dir = (runs_dir / "latest").resolve()
+    assert f"loss plot: {run_dir / 'loss.png'} (the loss of every step)" in out
+    assert (run_dir / "loss.png").stat().st_size > 0
+    result = json.loads((run_dir / "result.json").read_text())
+    assert [m["mode"] for m in result["modes"]] == ["bucketed"] and result["ranks"] == 2
+    sample, likeness = result["sample"], result["sample_likeness"]
+    assert (
+        "sample: 31 bytes written by rank 0 after training, greedily" in out
+        and "after the prompt '分页'" in out
+    )
+    assert "".join(repr(sample).split()) in "".join(out.split())  # as printed, wherever rich wrapped it
+    assert likeness["num_bytes"] <= 31  # cut at the last whole character
+    assert not any("\udc80" <= ch <= "\udcff" for ch in sample)  # invalid bytes are shown as U+FFFD
+    assert 0 <= likeness["valid_utf8"] <= 1
+    assert "of its bytes valid UTF-8" in out and "not yet lecture-like" in out  # 4 steps learn no text
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_during_training_exits_130_and_leaves_nothing(runs_dir, tmp_path):
+    """No process, and no socket: the run's ipc directory is one of ours, so that other runs on
+    the machine cannot make the check fail."""
+    ipc = tmp_path / "ipc"
+    args = ["run", "train", "--out", str(runs_dir), "--set", "params.steps=100000"]
+    proc = start_cli(args, {"PLAYGROUND_IPC_DIR": str(ipc)})
+    deadline = time.monotonic() + 40
+    trace = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        logs = list(runs_dir.glob("*-train/rank-1.jsonl"))
+        if logs and "backward.h.0" in logs[0].read_text():  # rank 1 is training
+            trace = logs[0]
+            break
+        time.sleep(0.1)  # polling for the ranks to start training, not papering over a race
+    assert trace is not None, "the ranks never started training"
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        leftovers = session_processes(proc.pid)
+        for p in leftovers:
+            p.kill()
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err and "root cause" not in err
+    assert not leftovers
+    assert not ipc.exists()
 
 
 @pytest.mark.timeout(60)
@@ -62,7 +146,9 @@ def test_the_model_is_saved_and_a_sample_printed(tiny_run):
     assert code == 0, out + err
     config, params = load_model(run_dir / "model.npz", expect=TINY_CONFIG)
     assert config == TINY_CONFIG and params.size == TINY_CONFIG.num_params
-    assert any(n.startswith("sampled greedily by rank 0 after training, 20 bytes") for n in result["notes"])
+    assert any(
+        n.startswith("sample: 20 bytes written by rank 0 after training, greedily") for n in result["notes"]
+    )
     assert "loss.png" in result["files"] and (run_dir / "loss.png").stat().st_size > 0
 
 
@@ -145,6 +231,15 @@ def test_a_corrupted_message_fails_the_run_naming_the_step(runs_dir, mode, after
         (["params.mode=[bucketed,ddp]"], 2, "params.mode[1]", "expected one of 'per_tensor', 'bucketed'"),
         (["params.mode=[]"], 2, "params.mode", "a non-empty list"),
         (["params.mode=[zero1,zero1]"], 2, "params.mode", "without repeats, got ['zero1', 'zero1']"),
+        (
+            ['params.prompt="\\udc80"'],
+            2,
+            "params.prompt",
+            "must be text that UTF-8 can encode, got '\\udc80'",
+        ),
+        (["params.temperature=-0.5"], 2, "params.temperature", "must be >= 0 (0: greedy), got -0.5"),
+        (["params.min_lr=0.5"], 2, "params.min_lr", "must be in [0, lr=0.008] or null, got 0.5"),
+        (["params.warmup_steps=-1"], 2, "params.warmup_steps", "must be >= 0, got -1"),
         (["params.baseline=mpi"], 2, "params.baseline", "expected one of 'ddp' or null"),
     ],
 )

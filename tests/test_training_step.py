@@ -16,6 +16,7 @@ from playground.training.zero import ZeroOne
 from playground.transformer import (
     AdamConfig,
     BatchSampler,
+    LRSchedule,
     ModelConfig,
     ParamLayout,
     Transformer,
@@ -62,6 +63,22 @@ def test_n_ranks_equal_one_process_on_the_global_batch(one_process, mode, n):
         assert losses == pytest.approx(ref_losses, rel=1e-12)
     assert all(p.tobytes() == out[0][1].tobytes() for _, p in out)  # every rank bit-identical
     assert len({record["hash"] for record, _ in out}) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["bucketed", "zero1"])
+def test_a_learning_rate_schedule_is_applied_alike_by_the_ranks_and_one_process(one_process, mode):
+    """Warm-up then cosine decay: every rank steps at the rate one process steps at, in both kinds
+    of strategy (ZeRO-1's shards too), so they still end equal; and it is not the constant rate."""
+    schedule = LRSchedule(ADAM.lr, STEPS, warmup_steps=2, min_lr=1e-3)
+    with pin_blas_threads(1):
+        ref, _ = train_one_process(CONFIG, SAMPLER, STEPS, adam=ADAM, seed=1, schedule=schedule)
+    out = train_on(2, mode, dataclasses.replace(SETUP, schedule=schedule))
+    scale = np.max(np.abs(ref.params))
+    for _, params in out:
+        assert np.max(np.abs(params - ref.params)) <= 1e-10 * scale
+    assert out[0][1].tobytes() == out[1][1].tobytes()
+    assert np.max(np.abs(ref.params - one_process[0].params)) > 1e-6 * scale  # the schedule changed it
 
 
 @pytest.mark.timeout(60)

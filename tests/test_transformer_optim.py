@@ -5,7 +5,15 @@ import numpy as np
 import pytest
 
 from playground.core.errors import ParamError, UsageError
-from playground.transformer import Adam, AdamConfig, BatchSampler, ModelConfig, Transformer, lecture_bytes
+from playground.transformer import (
+    Adam,
+    AdamConfig,
+    BatchSampler,
+    LRSchedule,
+    ModelConfig,
+    Transformer,
+    lecture_bytes,
+)
 from playground.transformer.train import train_one_process
 
 
@@ -88,3 +96,31 @@ def test_n_ranks_summing_their_gradients_train_like_one_process(ranks):
         assert model.params.tobytes() == replicas[0].params.tobytes()
     err = np.abs(replicas[0].params - reference.params).max() / np.abs(reference.params).max()
     assert err <= 1e-10
+
+
+def test_the_schedule_warms_up_then_decays_to_min_lr():
+    s = LRSchedule(lr=1e-2, steps=101, warmup_steps=10, min_lr=1e-3)
+    assert [s.lr_at(i) for i in (0, 4, 9)] == pytest.approx([1e-3, 5e-3, 1e-2])  # linear to lr
+    assert s.lr_at(10) == pytest.approx(1e-2)  # the decay starts at the peak
+    assert s.lr_at(55) == pytest.approx((1e-2 + 1e-3) / 2)  # half way: the cosine's middle
+    assert s.lr_at(100) == pytest.approx(1e-3) and s.lr_at(500) == pytest.approx(1e-3)  # min_lr at the end
+    rates = [s.lr_at(i) for i in range(10, 101)]
+    assert all(a >= b for a, b in zip(rates, rates[1:], strict=False))  # never rises again
+    constant = LRSchedule(lr=2e-3, steps=50)
+    assert {constant.lr_at(i) for i in range(50)} == {2e-3}
+    assert LRSchedule(lr=1e-2, steps=5, warmup_steps=5, min_lr=0.0).lr_at(4) == pytest.approx(1e-2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"lr": 0}, "lr"),
+        ({"warmup_steps": -1}, "warmup_steps"),
+        ({"min_lr": 1.0}, "min_lr"),
+        ({"min_lr": -1e-3}, "min_lr"),
+    ],
+)
+def test_a_bad_schedule_names_its_field(kwargs, field):
+    with pytest.raises(ParamError) as e:
+        LRSchedule(**{"lr": 1e-2, "steps": 10, **kwargs})
+    assert e.value.field == field

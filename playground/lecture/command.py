@@ -111,7 +111,7 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
     plot_dir.mkdir(exist_ok=True)
     blocks = []
     for section in selected:
-        # a scenario that two sections run (train: overlap in 3, buckets in 5) is read from the
+        # a scenario that two sections run (train-modes: overlap in 3, buckets in 5) is read from the
         # section's own run; any other from wherever it ran
         runs = {o.run.key: run for o, run in ran} | {
             o.run.key: run for o, run in ran if o.section == section.number

@@ -6,6 +6,8 @@ value: the lecture's comes from lecture.yaml, this machine's from the run's resu
 """
 
 import json
+import operator
+import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,12 +155,22 @@ def decimals_of(x: float | int) -> int:
     return 0 if "e" in text or text.endswith(".0") else len(text.partition(".")[2])
 
 
+BOUND = re.compile(r"(>=|<=|>|<)\s*(-?[0-9.]+)")
+COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
 def matches(lecture: Any, value: Any) -> bool:
-    """Whether the run's value is the lecture's, to the precision the lecture gave it."""
+    """Whether the run's value is the lecture's, to the precision the lecture gave it; a lecture
+    value such as "> 0" (the lecture says only that some update is lost) is a bound the value must
+    meet."""
     if isinstance(lecture, (list, tuple)):
         if not isinstance(value, (list, tuple)) or len(value) != len(lecture):
             return False
         return all(matches(a, b) for a, b in zip(lecture, value, strict=True))
+    bound = BOUND.fullmatch(lecture.strip()) if isinstance(lecture, str) else None
+    if bound:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return number and COMPARE[bound[1]](value, float(bound[2]))
     if isinstance(lecture, str):
         return isinstance(value, str) and value.strip().lower() == lecture.strip().lower()
     if isinstance(lecture, bool) or not isinstance(value, (int, float)) or isinstance(value, bool):

@@ -200,6 +200,21 @@ def _interleavings(ctx: Context) -> Reading:
     return Reading([case["orders"], *(int(finals[f"x={x}"]) for x in (2, 3, 4))], math.comb(2 * steps, steps))
 
 
+@reader("lost-update")
+def _lost_update(ctx: Context) -> Reading:
+    no_lock = _row(ctx.table("race", 0), "race variant", variant="no lock")
+    params = ctx.run("race").params
+    return Reading(
+        no_lock["lost"],
+        values={
+            "expected": no_lock["expected"],
+            "lost_pct": no_lock["lost_pct"],
+            "num_procs": params.get("num_procs", "?"),
+            "increments": params.get("increments", "?"),
+        },
+    )
+
+
 @reader("lock-atomic")
 def _lock_atomic(ctx: Context) -> Reading:
     rows = ctx.table("race", 0)
@@ -221,19 +236,22 @@ def _overlap_hidden(ctx: Context) -> Reading:
     )
 
 
+TRAIN = "train-modes"  # the scenario that compares the modes (`train` trains one, for long)
+
+
 def _train_rows(ctx: Context) -> tuple[dict, dict]:
-    """The train run's step and model tables, by mode."""
-    steps = {r["mode"]: r for r in ctx.table("train", 0)}
-    model = {r["mode"]: r for r in ctx.table("train", 3)}
+    """The train-modes run's step and model tables, by mode."""
+    steps = {r["mode"]: r for r in ctx.table(TRAIN, 0)}
+    model = {r["mode"]: r for r in ctx.table(TRAIN, 3)}
     return steps, model
 
 
 @reader("train-overlap")
 def _train_overlap(ctx: Context) -> Reading:
-    result = ctx.result("train")
+    result = ctx.result(TRAIN)
     steps, model = _train_rows(ctx)
     if "bucketed" not in steps or "bucketed" not in result.get("overlap", {}):
-        raise NotMeasured("train ran no bucketed mode")
+        raise NotMeasured(f"{TRAIN} ran no bucketed mode")
     bucketed, comm_ms = steps["bucketed"], model["bucketed"]["comm_model_ms"]
     hidden_model = 100 * min(bucketed["backward_ms"], comm_ms) / comm_ms if comm_ms > 0 else 0.0
     serial = steps.get("after_backward")
@@ -252,10 +270,10 @@ def _train_overlap(ctx: Context) -> Reading:
 
 @reader("train-buckets")
 def _train_buckets(ctx: Context) -> Reading:
-    result = ctx.result("train")
+    result = ctx.result(TRAIN)
     steps, model = _train_rows(ctx)
     if not {"per_tensor", "bucketed"} <= set(steps):
-        raise NotMeasured("train ran per_tensor and bucketed, not both")
+        raise NotMeasured(f"{TRAIN} ran per_tensor and bucketed, not both")
     buckets = {m["mode"]: len(m["buckets"]) for m in result["modes"]}
     n = result["ranks"]
     return Reading(

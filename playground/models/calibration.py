@@ -93,10 +93,22 @@ def _short(path: str) -> str:
         return path
 
 
-def gamma_sizes_bytes() -> tuple[int, ...]:
-    """Operand sizes for `measure_gamma`: 1, 2 and 4 times the last-level cache (32 MiB if unknown)."""
+GAMMA_MAX_OPERAND_BYTES = 128 << 20  # the time budget: 7 adds of 3 such operands take well under 1 s
+GAMMA_MEMORY_SHARE = 16  # the largest size's 3 operands take at most 1/16 of the available memory
+
+
+def gamma_sizes_bytes(available_bytes: int | None = None) -> tuple[int, ...]:
+    """Operand sizes for `measure_gamma`: 1, 2 and 4 times the last-level cache (32 MiB if unknown),
+    all scaled down so that the largest fits the memory and time budgets above. A VM can report
+    its host's whole last-level cache (hundreds of MiB), which unbounded would take GBs of memory
+    and tens of seconds; `available_bytes` defaults to what psutil says is available."""
+    if available_bytes is None:
+        import psutil
+
+        available_bytes = psutil.virtual_memory().available
     llc = max((c.size_bytes for c in data_caches()), default=32 << 20)
-    return (llc, 2 * llc, 4 * llc)
+    largest = max(1, min(4 * llc, GAMMA_MAX_OPERAND_BYTES, available_bytes // (3 * GAMMA_MEMORY_SHARE)))
+    return (max(1, largest // 4), max(1, largest // 2), largest)
 
 
 def measure_gamma(dtype: str = "float32", sizes_bytes: tuple[int, ...] | None = None, reps: int = 5) -> dict:

@@ -29,6 +29,7 @@ def spec_of(params) -> dict:
         "config": params.model_config.to_dict(),
         "seed": params.seed,
         "lr": params.lr,
+        "schedule": params.schedule.to_dict(),
         "batch": params.batch,
         "steps": params.steps,
         "bucket_cap_mb": params.bucket_cap_mb,

@@ -9,7 +9,9 @@ and the phases, timed as ours are:
   post-accumulate-grad hook on every parameter stamps the time);
 - exposed communication: from there until `loss.backward()` returns, which DDP makes wait for every
   bucket's all-reduce (its `finalize_backward`);
-- optimizer: `Adam.step()` and `zero_grad()`.
+- optimizer: `Adam.step()` and `zero_grad()`, at the step's learning rate from our schedule
+  (`LRSchedule`, written into the optimizer's param group before the step, as a torch
+  LR scheduler does).
 The all-reduces are timed by a communication hook that is torch's own default
 (`ddp_comm_hooks.default_hooks.allreduce_hook`: divide by the world size, all-reduce, take the
 result) with a time stamp at launch and one when its future completes.
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from playground.launcher.procs import rank_file, record_error, write_record
 from playground.tracing.timeline import covered
-from playground.transformer import BatchSampler, ModelConfig, lecture_bytes
+from playground.transformer import BatchSampler, LRSchedule, ModelConfig, lecture_bytes
 from playground.transformer.init import init_params
 
 MIB = 1 << 20
@@ -86,6 +88,7 @@ def train(spec: dict, out_dir: Path) -> None:
         p.register_post_accumulate_grad_hook(stamp)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=spec["lr"], betas=(0.9, 0.95), eps=1e-8)
     sampler = BatchSampler(lecture_bytes(), config.context, spec["batch"], spec["seed"])
+    schedule = LRSchedule(**spec["schedule"])
     with open(rank_file(out_dir, rank), "a") as f:
         for step in range(spec["steps"]):
             inputs, targets = (torch.from_numpy(a) for a in sampler.rank_batch(step, rank, world))
@@ -97,6 +100,8 @@ def train(spec: dict, out_dir: Path) -> None:
             t1 = time.perf_counter()
             loss.backward()
             t2 = time.perf_counter()
+            for group in optimizer.param_groups:
+                group["lr"] = schedule.lr_at(step)
             optimizer.step()
             optimizer.zero_grad()
             t3 = time.perf_counter()
@@ -125,7 +130,7 @@ def train(spec: dict, out_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--spec", required=True, help="JSON: config, seed, lr, batch, steps, bucket caps, timeout_s"
+        "--spec", required=True, help="JSON: config, seed, lr, schedule, batch, steps, bucket caps, timeout_s"
     )
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)

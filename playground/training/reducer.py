@@ -47,6 +47,7 @@ class AllReduceBuckets:
         self.views = [b.view(model.grads, forward=True) for b in buckets]
         self.bucket_of = bucket_of_param(model.layout, buckets)
         self.optimizer = Adam(model.params.size, setup.config.np_dtype, setup.adam)
+        self.lr_at = setup.lr_at
         self.pending: list[int] = []
         self.step = 0
         self.sums: dict[int, Reduction] = {}
@@ -92,7 +93,7 @@ class AllReduceBuckets:
         return [self.sums[b.index] for b in self.buckets]
 
     def update(self) -> None:
-        self.optimizer.step(self.params, self.grads)
+        self.optimizer.step(self.params, self.grads, self.lr_at(self.step))
 
     def gather(self) -> None:
         """Nothing: every rank updated every parameter itself."""

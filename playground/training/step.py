@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from playground.training.modes import Mode
-from playground.transformer import AdamConfig, ModelConfig, Transformer
+from playground.transformer import AdamConfig, LRSchedule, ModelConfig, Transformer
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,11 @@ class TrainSetup:
     bucket_cap_bytes: int
     first_bucket_bytes: int | None
     algorithm: str = "ring"
+    schedule: LRSchedule | None = None  # the learning rate of each step; None: adam.lr throughout
+
+    def lr_at(self, step: int) -> float | None:
+        """Step `step`'s learning rate for `Adam.step` (None: the configured one)."""
+        return self.schedule.lr_at(step) if self.schedule is not None else None
 
 
 @dataclass(frozen=True)

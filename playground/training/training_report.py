@@ -15,8 +15,9 @@ from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
 from playground.training import training_stats
 from playground.training.modes import DDP_LIKE
-from playground.training.plots import plot_losses
+from playground.training.plots import largest_difference, plot_losses
 from playground.training.steptime_model import comm_time_s, departure, predicted_step_s
+from playground.transformer.text import LIKE_NGRAMS_FOUND, LIKE_VALID_UTF8, Likeness
 
 STEP_COLUMNS = {
     "mode": "mode",
@@ -109,13 +110,17 @@ def loss_rows(curves: dict[str, list[float]]) -> tuple[list[dict], dict[str, str
     return rows, {"step": "step", **{label: label for label in curves}}
 
 
-def ddp_rows(ours: dict, ours_overlap: dict | None, ddp: dict, ddp_records: list[list[dict]]) -> list[dict]:
+def ddp_rows(
+    ours: dict, ours_overlaps: training_stats.StepOverlaps, ddp: dict, ddp_records: list[list[dict]]
+) -> list[dict]:
     """One row per range of steps: losses at the range's last step, the largest relative gap of the
-    losses within it, and the median phases over the range (slowest rank)."""
+    losses within it, the median phases over the range (slowest rank), and the range's own overlap
+    (`ours_overlaps`: our mode's per step, from the trace; DDP's from its records)."""
     steps = min(len(ours["losses"]), len(ddp["losses"]))
     gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
     per_ours = ours["slowest"]
     per_ddp = training_stats.slowest_steps(ddp_records)
+    ddp_overlaps = training_stats.ddp_step_overlaps(ddp_records)
     bounds = sorted({round(i * steps / min(steps, 5)) for i in range(min(steps, 5) + 1)})
     rows = []
 
@@ -134,11 +139,36 @@ def ddp_rows(ours: dict, ours_overlap: dict | None, ddp: dict, ddp_records: list
                 "step_ddp_ms": _ms(med(per_ddp, "step_s", timed)),
                 "exposed_ours_ms": _ms(med(per_ours, "comm_s", timed)),
                 "exposed_ddp_ms": _ms(med(per_ddp, "comm_s", timed)),
-                "overlap_ours_pct": ours_overlap["overlap_pct"] if ours_overlap else 0.0,
-                "overlap_ddp_pct": ddp["overlap_pct"],
+                "overlap_ours_pct": training_stats.overlap_over(ours_overlaps, timed)["overlap_pct"],
+                "overlap_ddp_pct": training_stats.overlap_over(ddp_overlaps, timed)["overlap_pct"],
             }
         )
     return rows
+
+
+def sample_notes(rank0: dict, params) -> list[str]:
+    """What rank 0 wrote after training, how, and how much of it is the lecture's."""
+    if params.sample_bytes == 0 or "sample" not in rank0:
+        return []
+    how = (
+        "greedily (the most likely byte each time)"
+        if params.temperature == 0
+        else f"at temperature {params.temperature:g} (seed {params.seed})"
+    )
+    notes = [
+        f"sample: {params.sample_bytes} bytes written by rank 0 after training, {how}, after the prompt "
+        f"{params.prompt!r}, shown as UTF-8 text (up to the last whole character; a byte that forms "
+        f"no character as \ufffd): {rank0['sample']!r}"
+    ]
+    likeness = rank0.get("sample_likeness")
+    if likeness:
+        like = Likeness(**likeness)
+        verdict = "lecture-like" if like.is_lecture_like else "not yet lecture-like"
+        notes.append(
+            f"the sample: {like.describe()}: {verdict} (at least {LIKE_VALID_UTF8:.0%} and {LIKE_NGRAMS_FOUND:.0%}; "
+            "playground/transformer/text.py)"
+        )
+    return notes
 
 
 def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[dict]] | None = None) -> Report:
@@ -151,7 +181,8 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(modes))]
     for k, s in enumerate(stats):
         s["slowest"] = training_stats.slowest_steps([res["modes"][k]["steps"] for res in results])
-    overlap = training_stats.traced_overlap(run_dir, n, params.steps)
+    step_overlaps = training_stats.traced_step_overlaps(run_dir, n, params.steps)
+    overlap = {mode: training_stats.overlap_over(per_step) for mode, per_step in step_overlaps.items()}
     source = load_model(params.model, run_network(run_dir), run_dir.parent)
     replicated = next(
         (s["memory"][0]["optimizer_bytes"] for mode, s in zip(modes, stats, strict=True) if not mode.sharded),
@@ -201,7 +232,7 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     if ddp_records is not None:
         ddp = training_stats.ddp_stats(ddp_records, tokens)
         ours = next((s for mode, s in zip(modes, stats, strict=True) if mode == DDP_LIKE), stats[0])
-        rows = ddp_rows(ours, overlap.get(ours["mode"]), ddp, ddp_records)
+        rows = ddp_rows(ours, step_overlaps.get(ours["mode"], {}), ddp, ddp_records)
         tables.append(
             Table(
                 f"ours ({ours['mode']}) against PyTorch DDP over Gloo, same weights and batches",
@@ -223,6 +254,13 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     if stats:
         plot_losses(curves, run_dir / "loss.png", f"training on the lecture's text, {n} ranks")
         files.append("loss.png")
+        agree = (
+            f"; the {len(curves)} curves agree to rounding (largest difference "
+            f"{largest_difference(curves):.1e}), the lower panel shows how"
+            if len(curves) > 1
+            else ""
+        )
+        notes.append(f"loss plot: {run_dir / 'loss.png'} (the loss of every step{agree})")
     for mode, s in zip(modes, stats, strict=True):
         if mode.overlaps:  # the modes with many all-reduces: which ones
             sizes = s["buckets"]
@@ -244,12 +282,10 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         "the trace; checks: the per-step exchange of hashes and checksums"
     )
     notes.append(load_note())
-    sample = results[0].get("sample")
-    if sample is not None:
-        notes.append(
-            f"sampled greedily by rank 0 after training, {params.sample_bytes} bytes after "
-            f"{params.prompt!r}: {sample!r}"
-        )
+    notes += sample_notes(results[0], params)
+    if "sample" in results[0]:
+        data["sample"] = results[0]["sample"]
+        data["sample_likeness"] = results[0].get("sample_likeness")
     if (run_dir / "model.npz").exists():
         notes.append(f"weights: {run_dir / 'model.npz'}")
         files.append("model.npz")

@@ -10,10 +10,13 @@ Overlap from the trace: for every rank and timed step, the time during which som
 the step was running (`bucket.allreduce`, on whichever thread) and backward was computing
 (`backward.*` spans on the main thread), over the time some all-reduce was running: the share of
 the communication hidden under backward. The same definition is applied to DDP's records
-(`ddp_stats`), where the all-reduces are timed by a communication hook.
+(`ddp_stats`), where the all-reduces are timed by a communication hook. Both are kept step by step
+(`traced_step_overlaps`, `ddp_step_overlaps`), so a range of steps has its own overlap
+(`overlap_over`): the report's windows of steps each show theirs.
 """
 
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
 
 from playground.tracing.timeline import covered, intersection_s
@@ -74,9 +77,31 @@ def overlap_pct(hidden_s: float, comm_s: float) -> float:
     return 100.0 * hidden_s / comm_s if comm_s > 0 else 0.0
 
 
-def traced_overlap(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, dict]:
-    """mode -> {"hidden_s", "comm_s" (per step and rank, over the timed steps), "overlap_pct"}, read
-    from the ranks' logs."""
+# step -> [hidden_s, comm_s, ranks]: summed over the ranks that traced the step
+StepOverlaps = dict[int, list]
+
+
+def overlap_over(per_step: StepOverlaps, steps: Iterable[int] | None = None) -> dict:
+    """{"hidden_s", "comm_s" (per step and rank), "overlap_pct"} over `steps` (None: all of them)."""
+    picked = [per_step[s] for s in (per_step if steps is None else steps) if s in per_step]
+    hidden, comm, n = (sum(x[i] for x in picked) for i in range(3))
+    return {
+        "hidden_s": hidden / n if n else 0.0,
+        "comm_s": comm / n if n else 0.0,
+        "overlap_pct": overlap_pct(hidden, comm),
+    }
+
+
+def _add(per_step: StepOverlaps, step: int, hidden_s: float, comm_s: float) -> None:
+    total = per_step.setdefault(step, [0.0, 0.0, 0])
+    total[0] += hidden_s
+    total[1] += comm_s
+    total[2] += 1
+
+
+def traced_step_overlaps(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, StepOverlaps]:
+    """mode -> each timed step's hidden and communicating seconds, summed over the ranks, read from
+    the ranks' logs."""
     timed = set(timed_steps(num_steps))
     spans: dict[tuple, dict[str, list]] = {}
     for r in range(num_ranks):
@@ -96,17 +121,24 @@ def traced_overlap(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, d
                 kind = "comm"
             if kind:
                 spans.setdefault((mode, r, step), {"backward": [], "comm": []})[kind].append(span)
-    totals: dict[str, list[float]] = {}
-    for (mode, _, _), s in spans.items():
+    per_mode: dict[str, StepOverlaps] = {}
+    for (mode, _, step), s in sorted(spans.items()):
         hidden, comm = step_overlap(s["backward"], s["comm"])
-        t = totals.setdefault(mode, [0.0, 0.0, 0])
-        t[0] += hidden / 1e6
-        t[1] += comm / 1e6
-        t[2] += 1
-    return {
-        mode: {"hidden_s": h / n, "comm_s": c / n, "overlap_pct": overlap_pct(h, c)}
-        for mode, (h, c, n) in totals.items()
-    }
+        _add(per_mode.setdefault(mode, {}), step, hidden / 1e6, comm / 1e6)
+    return per_mode
+
+
+def ddp_step_overlaps(per_rank: list[list[dict]]) -> StepOverlaps:
+    """DDP's records -> each timed step's hidden and communicating seconds, summed over the ranks:
+    the hook's all-reduce spans against backward's compute span."""
+    per_step: StepOverlaps = {}
+    for records in per_rank:
+        for i in timed_steps(len(records)):
+            h, c = step_overlap(
+                [tuple(records[i]["backward_span"])], [tuple(s) for s in records[i]["allreduce_spans"]]
+            )
+            _add(per_step, i, h, c)
+    return per_step
 
 
 def ddp_stats(per_rank: list[list[dict]], global_tokens: int) -> dict:
@@ -114,23 +146,16 @@ def ddp_stats(per_rank: list[list[dict]], global_tokens: int) -> dict:
     from the hook's all-reduce spans and backward's compute span."""
     slowest = slowest_steps(per_rank)
     med = phase_medians(slowest)
-    hidden = comm = 0.0
-    for records in per_rank:
-        for i in timed_steps(len(records)):
-            h, c = step_overlap(
-                [tuple(records[i]["backward_span"])], [tuple(s) for s in records[i]["allreduce_spans"]]
-            )
-            hidden, comm = hidden + h, comm + c
-    n = len(per_rank) * len(timed_steps(len(slowest)))
+    overlap = overlap_over(ddp_step_overlaps(per_rank))
     losses = [statistics.fmean(records[i]["loss"] for records in per_rank) for i in range(len(slowest))]
     return {
         "mode": "torch DDP",
         **med,
         "tokens_per_s": global_tokens / med["step_s"] if med["step_s"] > 0 else float("nan"),
         "losses": losses,
-        "hidden_s": hidden / n,
-        "comm_traced_s": comm / n,
-        "overlap_pct": overlap_pct(hidden, comm),
+        "hidden_s": overlap["hidden_s"],
+        "comm_traced_s": overlap["comm_s"],
+        "overlap_pct": overlap["overlap_pct"],
         "buckets": per_rank[0][-1].get("bucket_bytes", []),
     }
 

@@ -39,6 +39,7 @@ class ZeroOne:
         self.bounds = ChunkBounds(self.params.size, comm.size)
         self.start, self.stop = self.bounds[comm.rank]
         self.optimizer = Adam(self.stop - self.start, self.params.dtype, setup.adam)
+        self.lr_at = setup.lr_at
         self.sums: list[Reduction] = []
         self.step = 0
         self.collective_s = 0.0  # this step's reduce-scatter and all-gather, checksums included
@@ -62,7 +63,8 @@ class ZeroOne:
         self.collective_s += time.perf_counter() - t0
 
     def update(self) -> None:
-        self.optimizer.step(self.params[self.start : self.stop], self.grads[self.start : self.stop])
+        lr = self.lr_at(self.step)
+        self.optimizer.step(self.params[self.start : self.stop], self.grads[self.start : self.stop], lr)
 
     def gather(self) -> None:
         t0 = time.perf_counter()

@@ -4,10 +4,11 @@ the data-parallel training lab trains and the KV-cache server serves (docs/trans
 config.py (ModelConfig) -> layout.py (where each parameter lives in the flat buffer) -> init.py
 (GPT-2's initialisation) -> layers.py (each piece forward and backward) -> model.py (Transformer:
 forward, backward with gradients handed over as they are final, step with pluggable attention)
--> generate.py (DenseKVCache, sampling) ; optim.py (Adam on any slice) ; data.py (the lecture's
-bytes, the batch sampler) ; checkpoint.py (model.npz) ; blas.py (what a training rank sets at
-start: one BLAS thread) ; train.py (the one-process loop every data-parallel mode
-must equal) ; steptime.py (a step's phases timed, a command).
+-> generate.py (DenseKVCache, sampling) ; optim.py (Adam on any slice, the learning-rate
+schedule) ; data.py (the lecture's bytes, the batch sampler) ; text.py (a sample as text, and how
+much it looks like the lecture) ; checkpoint.py (model.npz) ; blas.py (what a training rank sets
+at start: one BLAS thread) ; train.py (the one-process loop every data-parallel mode must equal) ;
+steptime.py (a step's phases timed, a command).
 """
 
 from playground.transformer.blas import blas_threads, pin_blas_threads
@@ -17,7 +18,8 @@ from playground.transformer.data import BatchSampler, lecture_bytes
 from playground.transformer.generate import DenseKVCache, cached_attention, generate, sample_token
 from playground.transformer.layout import ParamLayout, ParamSpec
 from playground.transformer.model import Transformer
-from playground.transformer.optim import Adam, AdamConfig
+from playground.transformer.optim import Adam, AdamConfig, LRSchedule
+from playground.transformer.text import Likeness, decode_sample, lecture_likeness
 from playground.transformer.train import train_one_process
 
 __all__ = [
@@ -25,14 +27,18 @@ __all__ = [
     "AdamConfig",
     "BatchSampler",
     "DenseKVCache",
+    "LRSchedule",
+    "Likeness",
     "ModelConfig",
     "ParamLayout",
     "ParamSpec",
     "Transformer",
     "blas_threads",
     "cached_attention",
+    "decode_sample",
     "generate",
     "lecture_bytes",
+    "lecture_likeness",
     "load_model",
     "pin_blas_threads",
     "sample_token",

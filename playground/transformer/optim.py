@@ -11,6 +11,11 @@ trained for a few hundred steps gains nothing from it.
 Every operation is elementwise, so an element's update depends only on its own p, g, m, v and the
 step count: updating the whole buffer at once and updating it shard by shard (ZeRO-1: each rank
 steps its 1/N slice and keeps m, v of that slice only) give bit-identical parameters.
+
+`LRSchedule` is nanoGPT's: a linear warm-up from lr / warmup_steps to lr, then a cosine decay to
+`min_lr` at the last step (or a constant lr without `min_lr`). In the same number of steps, a
+small model reaches a clearly lower loss with it than at a constant rate: the warm-up lets a high
+rate start without a first jump, the decay settles what that rate found.
 """
 
 import math
@@ -36,6 +41,36 @@ class AdamConfig:
                 raise ParamError(name, f"must be in [0, 1), got {getattr(self, name)}")
         if not self.eps > 0:
             raise ParamError("eps", f"must be > 0, got {self.eps}")
+
+
+@dataclass(frozen=True)
+class LRSchedule:
+    """The learning rate of step `step` (0-based) of a run of `steps` steps (see the module doc)."""
+
+    lr: float
+    steps: int
+    warmup_steps: int = 0
+    min_lr: float | None = None  # None: constant after the warm-up
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise ParamError("lr", f"must be > 0, got {self.lr}")
+        if self.warmup_steps < 0:
+            raise ParamError("warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
+            raise ParamError("min_lr", f"must be in [0, lr={self.lr}] or null, got {self.min_lr}")
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if self.min_lr is None:
+            return self.lr
+        decay_steps = self.steps - 1 - self.warmup_steps
+        progress = (step - self.warmup_steps) / decay_steps if decay_steps > 0 else 1.0
+        return self.min_lr + 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))) * (self.lr - self.min_lr)
+
+    def to_dict(self) -> dict:
+        return {"lr": self.lr, "steps": self.steps, "warmup_steps": self.warmup_steps, "min_lr": self.min_lr}
 
 
 class Adam:

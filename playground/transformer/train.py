@@ -1,6 +1,7 @@
 """The one-process training loop: what every data-parallel mode must equal.
 
-Step s: the global batch of step s, forward, backward, Adam over the whole flat buffer. A
+Step s: the global batch of step s, forward, backward, Adam over the whole flat buffer at the
+schedule's rate of step s (the configured rate without one). A
 data-parallel rank does the same on its rows with `loss_denominator` = the global batch's token
 count, and its gradients summed over ranks are this loop's gradients (to rounding).
 """
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from playground.transformer.config import ModelConfig
 from playground.transformer.data import BatchSampler
 from playground.transformer.model import Transformer
-from playground.transformer.optim import Adam, AdamConfig
+from playground.transformer.optim import Adam, AdamConfig, LRSchedule
 
 
 def train_one_process(
@@ -20,6 +21,7 @@ def train_one_process(
     *,
     adam: AdamConfig | None = None,
     seed: int = 0,
+    schedule: LRSchedule | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> tuple[Transformer, list[float]]:
     """A model initialised from `seed`, trained for `steps` steps; returns it and the loss of
@@ -31,7 +33,7 @@ def train_one_process(
         inputs, targets = sampler.rank_batch(step)
         losses.append(model.forward(inputs, targets))
         model.backward()
-        optimizer.step(model.params, model.grads)
+        optimizer.step(model.params, model.grads, schedule.lr_at(step) if schedule else None)
         if on_step:
             on_step(step, losses[-1])
     return model, losses

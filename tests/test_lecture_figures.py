@@ -105,6 +105,13 @@ def test_a_bad_plan_is_one_line_naming_the_key(tmp_path):
         ("0x134123", "0x134124", False),
         (0, 0, True),
         (0, None, False),
+        ("> 0", 245393, True),  # a bound: the lecture says only that some update is lost
+        ("> 0", 0, False),
+        ("> 0", None, False),
+        ("> 0", True, False),
+        (">= 2", 2, True),
+        ("< 1.5", 1.49, True),
+        ("< 1.5", 1.5, False),
     ],
 )
 def test_matches_to_the_precision_the_lecture_gave(lecture, value, ok):
@@ -208,3 +215,31 @@ def test_a_scenario_run_twice_needs_an_id(tmp_path):
         load_plan(plan)
     plan.write_text(plan.read_text().replace("name: pingpong,", "name: pingpong, id: again,", 1))
     assert [r.key for r in load_plan(plan).sections[0].scenarios] == ["again", "pingpong"]
+
+
+def _race(rows: list[dict]) -> Context:
+    result = {"ok": True, "tables": [{"title": "race", "rows": rows}]}
+    return Context({"race": Run("race", result, {"num_procs": 4, "increments": 100_000}, None, True)}, {}, {})
+
+
+def test_the_race_figure_needs_lost_updates_without_a_lock(plan):
+    figure = next(f for s in plan.sections for f in s.figures if f.id == "lost-update")
+    section = _section(figure)
+    lost = [{"variant": "no lock", "expected": 400_000, "lost": 245_393, "lost_pct": 61.3}]
+    row = evaluate(section, figure, READERS["lost-update"], _race(lost))
+    assert (row.status, row.measured) == ("matched", 245_393)
+    assert row.model_note == "4 processes x 100,000 increments: 400,000 expected"
+    none_lost = [{**lost[0], "lost": 0, "lost_pct": 0.0}]
+    row = evaluate(section, figure, READERS["lost-update"], _race(none_lost))
+    assert row.status == "not matched" and row.failed  # a quick page that shows no race fails
+
+
+def test_the_bucket_count_is_read_from_the_buckets_run(plan):
+    section = next(s for s in plan.sections if s.id == "networking")
+    figure = next(f for f in section.figures if f.id == "bucket-count")
+    result = {"ok": True, "rows": [{"strategy": "bucketed", "cap_mb": 25, "num_allreduces": 5}]}
+    params = {"architecture": "lecture", "first_bucket_mb": 1, "scale": 0.25}
+    ctx = Context({"buckets": Run("buckets", result, params, None, True)}, section.constants, {})
+    row = evaluate(section, figure, READERS["bucket-count"], ctx)
+    assert (row.status, row.lecture, row.measured, row.model) == ("measured", 4, 5, 4)  # 100 MB / 25 MiB
+    assert "first bucket of 1 MiB" in row.why

@@ -517,7 +517,7 @@ def _bucket_count(ctx: Context) -> Reading:
     if p.get("tensor_bytes"):
         total = sum(parse_size(n) for n in p["tensor_bytes"])
     else:
-        total = sum(t.num_bytes() for t in backward_order(p["model"]))
+        total = sum(t.num_bytes() for t in backward_order(p["architecture"]))
     cap = bucketed["cap_mb"] * 2**20
     return Reading(
         bucketed["num_allreduces"],

@@ -25,7 +25,7 @@ from playground.display.report import Report
 from playground.models.calibration import ModelSpec
 from playground.training import ddp_baseline, training_report
 from playground.training.loop import train_mode
-from playground.training.modes import DDP_LIKE, NAMES, Mode
+from playground.training.modes import MODES, NAMES, Mode
 from playground.training.step import TrainSetup
 from playground.transformer import (
     AdamConfig,
@@ -53,14 +53,14 @@ class Params:
     heads: int = 4  # attention heads; must divide d_model
     context: int = 64  # bytes (tokens) per sequence; shorter than the lecture's text
     batch: int = 32  # the global batch in sequences, split evenly over the ranks
-    steps: int = 1500  # optimizer steps of every mode
-    lr: float = 8e-3  # Adam's learning rate (the peak, with a schedule)
-    warmup_steps: int = 50  # the rate rises linearly to lr over these first steps
-    min_lr: float | None = 8e-4  # cosine decay from lr to this at the last step; null: constant lr
+    steps: int = 50  # optimizer steps of every mode
+    lr: float = 5e-3  # Adam's learning rate (the peak, with a schedule)
+    warmup_steps: int = 0  # the rate rises linearly to lr over these first steps
+    min_lr: float | None = None  # cosine decay from lr to this at the last step; null: constant lr
     seed: int = 0  # initial weights and batch order: the same on every rank and in every mode
     dtype: Literal["float32", "float64"] = "float32"  # parameters, gradients, activations, Adam's states
     # the data-parallel schemes to run, one after another, each from the same start
-    mode: tuple[Mode, ...] = (DDP_LIKE,)
+    mode: tuple[Mode, ...] = MODES
     bucket_cap_mb: float = 25.0  # bucketed: DDP's bucket_cap_mb, in MiB
     first_bucket_mb: float | None = 1.0  # bucketed: the first bucket's cap (DDP's 1 MiB); null: bucket_cap_mb
     algorithm: Algorithm = (

@@ -11,9 +11,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   --measured <every bench run>`: simulated against measured with each point the median of the
   rounds and its spread, and the simulator's own cost at 1024 ranks.
 - labs.md: `lecture`: every lab's tables beside the lecture's figures and the models.
-- training.md: `run train --baseline ddp` (and train-large) at 2 and 4 ranks, alternating round by
-  round: our bucketed step against PyTorch DDP's; then tokens/s at 1, 2, 4 ranks and across two
-  emulated hosts (as root).
+- training.md: `run train` as a user types it (its wall time, loss and how lecture-like its sample
+  is, beside the same run at a constant learning rate); `run train-modes --baseline ddp` (and
+  train-large) at 2 and 4 ranks, alternating round by round: our bucketed step against PyTorch
+  DDP's; then tokens/s at 1, 2, 4 ranks and across two emulated hosts (as root).
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
   contiguous at two row sizes, decode throughput vs batch, the lecture's 4.6 requests under one KV
   budget per policy, n samples forked vs copied, a shared system prompt with prefix caching.
@@ -36,6 +37,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from playground.commands.training_results import training_section
 from playground.core.errors import ScenarioError
 from playground.core.machine import describe_machine
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, make_run_dir
@@ -242,99 +244,6 @@ def result_markdown(run_dir: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-TRAIN_RANKS = (2, 4)
-TRAIN_SCALING = ((1, None), (2, None), (4, None), (4, "1gbit"))  # (ranks, --hosts 2 --link RATE)
-
-
-def _train_figures(run: Path) -> dict:
-    """Ours (bucketed) and DDP's medians from one `run train --baseline ddp` run."""
-    data = json.loads((run / "result.json").read_text())
-    ours = next(m for m in data["modes"] if m["mode"] == "bucketed")
-    out = {
-        "ours_step": ours["step_s"],
-        "ours_exposed": ours["comm_s"],
-        "ours_compute": ours["forward_s"] + ours["backward_s"],
-        "ours_overlap": data["overlap"].get("bucketed", {}).get("overlap_pct", 0.0),
-        "tokens_per_s": ours["tokens_per_s"],
-    }
-    if "ddp" in data:
-        ddp = data["ddp"]
-        out |= {
-            "ddp_step": ddp["step_s"],
-            "ddp_exposed": ddp["comm_s"],
-            "ddp_compute": ddp["forward_s"] + ddp["backward_s"],
-            "ddp_overlap": ddp["overlap_pct"],
-            "loss_gap": max(ddp["loss_gaps"]),
-        }
-    return out
-
-
-def median_spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
-    """'12.3 (11.0-14.2)': the median and the range of a few rounds."""
-    v = sorted(x * scale for x in values)
-    mid = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-    return f"{mid:,.{digits}f} ({v[0]:,.{digits}f}-{v[-1]:,.{digits}f})"
-
-
-def _training(ctx: Context) -> str:
-    """PyTorch DDP beside ours on the default and the large model, alternating round by round, then
-    tokens/s at 1, 2, 4 ranks and across two emulated hosts on a 1 Gbit/s link."""
-    runs = ctx.work / "train"
-    rounds = 1 if ctx.quick else ctx.rounds
-    models = [("train", "50")] if ctx.quick else [("train", "50"), ("train-large", "4")]
-    figures: dict[tuple, list[dict]] = {}
-    for _ in range(rounds):
-        for scenario, steps in models:
-            for n in TRAIN_RANKS:
-                ctx.run(
-                    "run", scenario, "--ranks", str(n), "--baseline", "ddp", "--set", "params.mode=[bucketed]",
-                    "--set", f"params.steps={steps}", "--set", "params.sample_bytes=0", "--out", str(runs),
-                    timeout_s=900,
-                )  # fmt: skip
-                figures.setdefault((scenario, n), []).append(_train_figures(ctx.latest(runs)))
-    lines = [
-        "Ours: the `bucketed` mode (DDP's buckets, all-reduced in place on a communication thread as "
-        "backward hands the gradients over); DDP: `torch.nn.parallel.DistributedDataParallel` over "
-        "Gloo with the same bucket caps, weights and batches, `torch.set_num_threads(1)` as our ranks "
-        "pin their BLAS. Per step, slowest rank, median of the timed steps; each cell the median over "
-        f"{rounds} round(s), the range beside it. Times in ms.\n",
-        "| scenario | ranks | step ours | step DDP | exposed comm ours | exposed comm DDP | fwd+bwd ours "
-        "| fwd+bwd DDP | overlap ours (%) | overlap DDP (%) | largest loss gap |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for (scenario, n), fs in figures.items():
-
-        def col(key: str, scale: float = 1e3, fs=fs) -> str:
-            return median_spread([f[key] for f in fs], scale)
-
-        lines.append(
-            f"| {scenario} | {n} | {col('ours_step')} | {col('ddp_step')} | {col('ours_exposed')} | "
-            f"{col('ddp_exposed')} | {col('ours_compute')} | {col('ddp_compute')} | {col('ours_overlap', 1)} | "
-            f"{col('ddp_overlap', 1)} | {max(f['loss_gap'] for f in fs):.1e} |"
-        )
-    scaling: dict[str, list[float]] = {}
-    for _ in range(rounds):
-        for n, link in TRAIN_SCALING:
-            if link and (ctx.quick or os.geteuid() != 0):
-                continue
-            hosts = ["--hosts", "2", "--link", link] if link else []
-            ctx.run(
-                "run", "train", "--ranks", str(n), *hosts, "--set", "params.mode=[bucketed]",
-                "--set", "params.sample_bytes=0", "--out", str(runs),
-            )  # fmt: skip
-            label = f"{n} rank{'s' if n > 1 else ''}" + (f", 2 hosts on {link}" if link else "")
-            scaling.setdefault(label, []).append(_train_figures(ctx.latest(runs))["tokens_per_s"])
-    lines += [
-        "\n## Scaling\n",
-        "`run train`, bucketed, the global batch fixed (32 x 64 bytes): tokens per second of the whole "
-        "run, median (range) over the rounds.\n",
-        "| ranks | tokens/s |",
-        "|---|---:|",
-        *(f"| {label} | {median_spread(v, digits=0)} |" for label, v in scaling.items()),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def _size(n: int) -> str:
     from playground.core.sizes import format_size
 
@@ -345,7 +254,7 @@ SECTIONS = [
     Section("collectives", "collectives.md", "Collectives against Gloo and MPICH", _collectives, 2, 12),
     Section("simulator", "simulator.md", "The simulator against measurements", _simulator, 2, 8),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3),
-    Section("training", "training.md", "Data-parallel training against PyTorch DDP", _training, 1.5, 20),
+    Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
 ]
 
@@ -413,7 +322,7 @@ def add_results_parser(sub, func) -> None:
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
         description="Runs bench table, the simulator against measurements, the lecture, training against "
         "PyTorch DDP and the serving lab, one after the other, and writes docs/results/*.md headed by this "
-        "machine; about 55 min (--quick: 10).",
+        "machine; about 50 min (--quick: 12).",
     )
     r.add_argument(
         "--sections", metavar="collectives,simulator,labs,training,serving", help="only these pages"

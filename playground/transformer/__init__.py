@@ -3,7 +3,9 @@ the data-parallel training lab trains and the KV-cache server serves (docs/trans
 
 config.py (ModelConfig) -> layout.py (where each parameter lives in the flat buffer) -> init.py
 (GPT-2's initialisation) -> layers.py (each piece forward and backward) -> model.py (Transformer:
-forward, backward with gradients handed over as they are final, step with pluggable attention)
+forward, backward with gradients handed over as they are final, step with pluggable attention;
+forward_stage / backward_stage of the part a plan gives it) ; plan.py (StagePlan: which blocks and
+ends a rank holds, pipeline_plan) ; activations.py (what a forward keeps for its backward)
 -> generate.py (DenseKVCache, sampling) ; optim.py (Adam on any slice, the learning-rate
 schedule) ; data.py (the lecture's bytes, the batch sampler) ; text.py (a sample as text, and how
 much it looks like the lecture) ; checkpoint.py (model.npz) ; blas.py (what a training rank sets
@@ -19,6 +21,7 @@ from playground.transformer.generate import DenseKVCache, cached_attention, gene
 from playground.transformer.layout import ParamLayout, ParamSpec
 from playground.transformer.model import Transformer
 from playground.transformer.optim import Adam, AdamConfig, LRSchedule
+from playground.transformer.plan import StagePlan, pipeline_plan
 from playground.transformer.text import Likeness, decode_sample, lecture_likeness
 from playground.transformer.train import train_one_process
 
@@ -32,6 +35,7 @@ __all__ = [
     "ModelConfig",
     "ParamLayout",
     "ParamSpec",
+    "StagePlan",
     "Transformer",
     "blas_threads",
     "cached_attention",
@@ -40,6 +44,7 @@ __all__ = [
     "lecture_bytes",
     "lecture_likeness",
     "load_model",
+    "pipeline_plan",
     "pin_blas_threads",
     "sample_token",
     "save_model",

@@ -45,6 +45,15 @@ BLOCK_PARAMS = (  # suffix, shape as a function of d: forward order inside a blo
 )
 
 
+def param_shapes(config: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
+    """Every parameter's (name, shape), in forward order."""
+    d = config.d_model
+    named = [("wte", (config.vocab_size, d)), ("wpe", (config.context, d))]
+    for layer in range(config.layers):
+        named += [(f"h.{layer}.{suffix}", shape(d)) for suffix, shape in BLOCK_PARAMS]
+    return [*named, ("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """Parameter `index` (forward order) is `name`, `shape`, at elements [offset, offset + size)."""
@@ -76,11 +85,12 @@ class ParamLayout:
 
     @classmethod
     def for_config(cls, config: ModelConfig) -> "ParamLayout":
-        d = config.d_model
-        named = [("wte", (config.vocab_size, d)), ("wpe", (config.context, d))]
-        for layer in range(config.layers):
-            named += [(f"h.{layer}.{suffix}", shape(d)) for suffix, shape in BLOCK_PARAMS]
-        named += [("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
+        return cls.of_named(param_shapes(config))
+
+    @classmethod
+    def of_named(cls, named: list[tuple[str, tuple[int, ...]]]) -> "ParamLayout":
+        """(name, shape) pairs laid out one after another in the given order (a pipeline stage's
+        parameters are a subset of the model's, in the same order: `plan.StagePlan.layout`)."""
         specs, offset = [], 0
         for index, (name, shape) in enumerate(named):
             specs.append(ParamSpec(index, name, offset, shape))

@@ -13,6 +13,14 @@ the first, then wpe, and wte last of all, because the tied embedding gets its gr
 A callback may read or all-reduce its parameter's slice of `grads` at once, on another thread:
 backward never touches that slice again.
 
+Pipeline stages: a model built with a `plan.StagePlan` holds only that stage's parameters and
+runs its blocks: `forward_stage(inputs, targets)` takes the tokens (first stage) or the previous
+stage's activation, and returns the loss (last stage) or its output activation, with the
+`Activations` its backward needs; `backward_stage(saved, dy)` takes that and the output's gradient
+(none on the last stage) and returns the input's gradient (none on the first). Several micro-batches
+may be in flight: each forward's `Activations` is its own. `forward`/`backward` are the same two
+on the whole model's plan, one forward at a time.
+
 Decoding: `step(tokens, positions, attend)` runs the same blocks over packed tokens (several
 sequences, any number of new tokens each) with attention left to the caller: `attend(layer, q,
 k, v)` gets the queries, keys and values (num_tokens, heads, head_dim) of this step's tokens,
@@ -22,16 +30,14 @@ stores k and v in its cache and returns each token's attention output over its o
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import NamedTuple
 
 import numpy as np
 
 from playground.core.errors import UsageError
+from playground.transformer.activations import Activations, BlockSaved, CausalAttention
 from playground.transformer.config import ModelConfig
 from playground.transformer.init import init_params
 from playground.transformer.layers import (
-    causal_attention_backward,
-    causal_attention_forward,
     cross_entropy_backward,
     cross_entropy_forward,
     flat_rows,
@@ -42,7 +48,8 @@ from playground.transformer.layers import (
     linear_backward,
     linear_forward,
 )
-from playground.transformer.layout import BLOCK_PARAMS, ParamLayout
+from playground.transformer.layout import BLOCK_PARAMS
+from playground.transformer.plan import StagePlan
 
 Attend = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 GradReady = Callable[[int], None]
@@ -53,42 +60,13 @@ def no_span(name: str) -> AbstractContextManager:
     return nullcontext()
 
 
-class BlockSaved(NamedTuple):
-    """What a block's backward needs from its forward."""
-
-    ln_1: tuple
-    ln_1_out: np.ndarray
-    attn_y: np.ndarray
-    ln_2: tuple
-    ln_2_out: np.ndarray
-    fc_out: np.ndarray
-    gelu_tanh: np.ndarray
-    gelu_out: np.ndarray
-
-
-class CausalAttention:
-    """Training's `attend`: full causal attention within each sequence of a (B, T) batch, keeping
-    q, k, v and the probabilities for backward if `keep`."""
-
-    def __init__(self, keep: bool = True):
-        self.keep = keep
-        self.saved: dict[int, tuple] = {}
-
-    def __call__(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-        y, probs = causal_attention_forward(q, k, v)
-        if self.keep:
-            self.saved[layer] = (q, k, v, probs)
-        return y
-
-    def backward(self, layer: int, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return causal_attention_backward(dy, *self.saved.pop(layer))
-
-
 class Transformer:
     """`params` and `grads` are flat buffers (`config.dtype`, `layout.num_elements`); `p` and `g`
     map each parameter's name to its view in them. Pass your own buffers (shared memory, a ZeRO
     all-gather target) to have the model use them in place; otherwise `params` is GPT-2's
-    initialisation from `seed` and `grads` zeros."""
+    initialisation from `seed` and `grads` zeros. `plan` (default: the whole model) says which
+    blocks and ends this model holds and runs (`plan.StagePlan`); its initial parameters are the
+    whole model's from `seed`, picked by name, so the stages of a pipeline start as one process."""
 
     def __init__(
         self,
@@ -97,14 +75,27 @@ class Transformer:
         *,
         seed: int = 0,
         grads: np.ndarray | None = None,
+        plan: StagePlan | None = None,
     ):
         self.config = config
-        self.layout = ParamLayout.for_config(config)
-        self.params = init_params(config, seed) if params is None else self._checked(params, "params")
+        self.plan = plan or StagePlan.whole(config)
+        if self.plan.stop_layer > config.layers:
+            raise UsageError(
+                f"blocks up to {self.plan.stop_layer}, the model has {config.layers}", field="plan"
+            )
+        self.layout = self.plan.layout(config)
+        if params is None:
+            params = init_params(config, seed)
+            if not self.plan.is_whole:
+                whole = StagePlan.whole(config).layout(config).views(params)
+                params = np.concatenate([whole[s.name].ravel() for s in self.layout])
+        else:
+            params = self._checked(params, "params")
+        self.params = params
         self.grads = np.zeros_like(self.params) if grads is None else self._checked(grads, "grads")
         self.p = self.layout.views(self.params)
         self.g = self.layout.views(self.grads)
-        self._saved: tuple | None = None
+        self._saved: Activations | None = None
 
     def _checked(self, buf: np.ndarray, name: str) -> np.ndarray:
         n, dtype = self.layout.num_elements, self.config.np_dtype
@@ -129,15 +120,8 @@ class Transformer:
         tokens and divided by `loss_denominator` (default: this batch's B*T). A rank that computes
         its 1/N of a global batch passes the global batch's token count: its loss and gradients
         are then its share, and their SUM over ranks is exactly the global mean."""
-        tokens, targets = self._check_batch(tokens, targets)
-        denominator = tokens.size if loss_denominator is None else loss_denominator
-        attention = CausalAttention()
-        positions = np.arange(tokens.shape[1])
-        x, blocks = self._trunk(tokens, positions, attention, span, keep=True)
-        with span("forward.head"):
-            xf, ln_f = layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
-            loss, probs = cross_entropy_forward(xf @ self.p["wte"].T, targets, denominator)
-        self._saved = (tokens, targets, denominator, attention, blocks, xf, ln_f, probs)
+        self._whole("forward")
+        loss, self._saved = self.forward_stage(tokens, targets, loss_denominator=loss_denominator, span=span)
         return loss
 
     def backward(self, on_grad_ready: GradReady | None = None, *, span: Span = no_span) -> None:
@@ -145,27 +129,111 @@ class Transformer:
         `grads`, each announced by `on_grad_ready(layout index)` once final (see the module doc)."""
         if self._saved is None:
             raise UsageError("backward() needs a forward() first (one backward per forward)")
-        tokens, targets, denominator, attention, blocks, xf, ln_f, probs = self._saved
-        self._saved = None
-        ready = on_grad_ready or (lambda index: None)
+        saved, self._saved = self._saved, None
+        self.backward_stage(saved, None, on_grad_ready, span=span)
+
+    def forward_stage(
+        self,
+        inputs: np.ndarray,
+        targets: np.ndarray | None = None,
+        *,
+        loss_denominator: int | None = None,
+        span: Span = no_span,
+    ) -> tuple[float | np.ndarray, Activations]:
+        """This stage's forward: `inputs` are the tokens (B, T) on the first stage, else the previous
+        stage's output (B, T, d); returns (the loss, as `forward`'s, on the last stage, else the
+        output activation (B, T, d)) and what `backward_stage` needs of this forward."""
+        plan = self.plan
+        if plan.embedding:
+            tokens, _ = self._check_batch(inputs, inputs)
+            with span("forward.embedding"):
+                x = self.p["wte"][tokens] + self.p["wpe"][np.arange(tokens.shape[1])]
+        else:
+            tokens, x = None, self._check_activation(inputs)
+        if plan.head:
+            targets = None if targets is None else np.asarray(targets)
+            if targets is None or targets.shape != x.shape[:2]:
+                raise UsageError(
+                    f"tokens and targets must both be (batch, T) = {x.shape[:2]}, got "
+                    f"{None if targets is None else targets.shape}",
+                    field="targets",
+                )
+        attention, blocks = CausalAttention(), []
+        for layer in plan.layers:
+            with span(f"forward.h.{layer}"):
+                x, saved = self._block_forward(layer, x, attention)
+            blocks.append(saved)
+        denominator = targets.size if loss_denominator is None and targets is not None else loss_denominator
+        if not plan.head:
+            return x, Activations(tokens, None, denominator or 0, attention, blocks, None)
+        with span("forward.head"):
+            xf, ln_f = layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
+            loss, probs = cross_entropy_forward(xf @ self.p["wte"].T, targets, denominator)
+        return loss, Activations(tokens, targets, denominator, attention, blocks, (xf, ln_f, probs))
+
+    def backward_stage(
+        self,
+        saved: Activations,
+        dy: np.ndarray | None = None,
+        on_grad_ready: GradReady | None = None,
+        *,
+        span: Span = no_span,
+    ) -> np.ndarray | None:
+        """This stage's backward of the forward that returned `saved`: `dy` is the gradient of its
+        output (None on the last stage: the loss's); writes (not adds) every gradient of this
+        stage into `grads`, announcing each once final, in reverse layout order; returns the
+        gradient of its input activation (None on the first stage)."""
+        plan, ready = self.plan, on_grad_ready or (lambda index: None)
         p, g, index = self.p, self.g, self.layout
-        with span("backward.head"):
-            dlogits = cross_entropy_backward(probs, targets, denominator)
-            np.matmul(flat_rows(dlogits).T, flat_rows(xf), out=g["wte"])  # not final: see embedding
-            dxf = dlogits @ p["wte"]
-            dx = layernorm_backward(dxf, ln_f, p["ln_f.weight"], g["ln_f.weight"], g["ln_f.bias"])
-            ready(index["ln_f.bias"].index)
-            ready(index["ln_f.weight"].index)
-        for layer in reversed(range(self.config.layers)):
+        if plan.head:
+            xf, ln_f, probs = saved.head
+            with span("backward.head"):
+                dlogits = cross_entropy_backward(probs, saved.targets, saved.denominator)
+                np.matmul(flat_rows(dlogits).T, flat_rows(xf), out=g["wte"])  # not final: see embedding
+                dxf = dlogits @ p["wte"]
+                dx = layernorm_backward(dxf, ln_f, p["ln_f.weight"], g["ln_f.weight"], g["ln_f.bias"])
+                ready(index["ln_f.bias"].index)
+                ready(index["ln_f.weight"].index)
+        else:
+            dx = self._check_activation(dy)
+        for layer in reversed(plan.layers):
             with span(f"backward.h.{layer}"):
-                dx = self._block_backward(layer, dx, blocks[layer], attention, ready)
+                dx = self._block_backward(
+                    layer, dx, saved.blocks[layer - plan.first_layer], saved.attention, ready
+                )
+        if not plan.embedding:
+            if plan.head:
+                ready(index["wte"].index)  # the head's part only: its partner stage adds the embedding's
+            return dx
         with span("backward.embedding"):
+            tokens = saved.tokens
             T = tokens.shape[1]
             np.sum(dx, axis=0, out=g["wpe"][:T])
             g["wpe"][T:] = 0
             ready(index["wpe"].index)
+            if not plan.head:
+                g["wte"][...] = 0  # the output layer's part is on the last stage
             np.add.at(g["wte"], tokens.ravel(), flat_rows(dx))
             ready(index["wte"].index)
+        return None
+
+    def _whole(self, what: str) -> None:
+        if not self.plan.is_whole:
+            raise UsageError(
+                f"{what}() runs the whole model; this one holds {self.plan.describe()} "
+                "(forward_stage / backward_stage run a stage)"
+            )
+
+    def _check_activation(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        d, dtype = self.config.d_model, self.config.np_dtype
+        if x.ndim != 3 or x.shape[2] != d or x.dtype != dtype or x.shape[1] > self.config.context:
+            raise UsageError(
+                f"a stage's input or output gradient must be {dtype} (batch, T <= {self.config.context}, "
+                f"{d}), got {x.dtype} {x.shape}",
+                field="inputs",
+            )
+        return x
 
     def _check_batch(self, tokens, targets) -> tuple[np.ndarray, np.ndarray]:
         tokens, targets = np.asarray(tokens), np.asarray(targets)
@@ -182,7 +250,7 @@ class Transformer:
     def logits(self, tokens: np.ndarray) -> np.ndarray:
         """(B, T) tokens -> (B, T, vocab_size) logits, the full causal forward (nothing kept)."""
         tokens, _ = self._check_batch(tokens, tokens)
-        x, _ = self._trunk(tokens, np.arange(tokens.shape[1]), CausalAttention(keep=False), no_span)
+        x = self._trunk(tokens, np.arange(tokens.shape[1]), CausalAttention(keep=False))
         return self._head(x)
 
     def step(self, tokens: np.ndarray, positions: np.ndarray, attend: Attend) -> np.ndarray:
@@ -193,7 +261,7 @@ class Transformer:
             raise UsageError(f"tokens and positions must both be (N,), got {tokens.shape}, {positions.shape}")
         if positions.size and (positions.min() < 0 or positions.max() >= self.config.context):
             raise UsageError(f"must be in [0, context={self.config.context})", field="positions")
-        x, _ = self._trunk(tokens, positions, attend, no_span)
+        x = self._trunk(tokens, positions, attend)
         return self._head(x)
 
     def _head(self, x: np.ndarray) -> np.ndarray:
@@ -202,20 +270,14 @@ class Transformer:
 
     # ---- the blocks -----------------------------------------------------------------------------
 
-    def _trunk(
-        self, tokens, positions, attend: Attend, span: Span, keep: bool = False
-    ) -> tuple[np.ndarray, list[BlockSaved]]:
-        """The embedding and every block; each block's activations are kept for backward only if
-        `keep` (inference would hold L layers of (N, 4d) arrays for nothing)."""
-        with span("forward.embedding"):
-            x = self.p["wte"][tokens] + self.p["wpe"][positions]
-        blocks = []
+    def _trunk(self, tokens, positions, attend: Attend) -> np.ndarray:
+        """The embedding and every block, keeping nothing (inference: training's forward_stage
+        keeps each block's activations for backward)."""
+        self._whole("inference")
+        x = self.p["wte"][tokens] + self.p["wpe"][positions]
         for layer in range(self.config.layers):
-            with span(f"forward.h.{layer}"):
-                x, saved = self._block_forward(layer, x, attend)
-            if keep:
-                blocks.append(saved)
-        return x, blocks
+            x, _ = self._block_forward(layer, x, attend)
+        return x
 
     def _block_forward(self, layer: int, x: np.ndarray, attend: Attend) -> tuple[np.ndarray, BlockSaved]:
         p = self._block_views(self.p, layer)

@@ -1,0 +1,141 @@
+"""Which part of the transformer a rank holds and runs: the plan that model parallelism applies to
+the one model definition, as torchtitan applies its parallelisms to an unchanged model.
+
+A `StagePlan` says, for one rank, which contiguous blocks it runs (`first_layer` up to
+`stop_layer`), whether it holds the embeddings (`embedding`: the first pipeline stage, tokens in)
+and the head (`head`: the last stage, the final layernorm, the output layer and the loss). The
+`Transformer` built with a plan holds only those parameters (`layout`), named as in the whole model
+and in its order (block 3 is `h.3.*` on whichever stage holds it), so a stage's buffers map onto
+the whole model's by name, and its `forward_stage` / `backward_stage` run that range: an input
+activation in (or the tokens), an output activation out (or the loss); the output's gradient in,
+the input's gradient out. `StagePlan.whole(config)` is one process's plan: every block, both ends.
+
+The output layer is tied to `wte`: with several stages both the first (embedding) and the last
+(head) hold a copy of it. Each computes its part of wte's gradient; the pipeline sums the two after
+backward (Megatron-LM's embedding group) so that both copies take the same update and stay
+bit-identical.
+
+`pipeline_plan(config, p)` splits the blocks evenly over p stages. The split must be even (p
+divides `layers`): the pipeline's bubble formula assumes equal stages, and an uneven split only
+makes the slowest stage everyone's bottleneck.
+
+Extending the plan (tensor parallelism): what a rank holds is `param_shapes`, the one method a
+tensor-parallel plan overrides (Megatron's split: c_attn and c_fc by columns, the two c_proj by
+rows, each block's output completed by an all-reduce over `grid.tensor` after each c_proj); the
+model reads its parameters through `layout` and never assumes the whole model's shapes.
+
+Activation memory: `activation_bytes` counts what a stage's backward keeps from one micro-batch's
+forward (`model.Activations.nbytes` is the same count, of the arrays themselves), per token:
+    each block: 20 d + 2 + H T elements (layernorms' normalised inputs and 1/std, their outputs,
+                q, k, v, the attention probabilities (H x T per token), its output, the MLP's
+                three 4 d arrays)
+    head:       2 d + 1 + V elements (ln_f's input and output, 1/std, the softmax) + the target
+    embedding:  the token (int64)
+"""
+
+from dataclasses import dataclass
+
+from playground.core.errors import ParamError
+from playground.transformer.config import ModelConfig
+from playground.transformer.layout import ParamLayout, param_shapes
+
+INDEX_BYTES = 8  # tokens and targets are int64
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """Blocks [first_layer, stop_layer) of `stage` of `num_stages`; the first stage holds the
+    embeddings, the last the head."""
+
+    first_layer: int
+    stop_layer: int
+    stage: int = 0
+    num_stages: int = 1
+
+    def __post_init__(self):
+        if not 0 <= self.stage < self.num_stages:
+            raise ParamError("stage", f"must be in 0..{self.num_stages - 1}, got {self.stage}")
+        if not 0 <= self.first_layer <= self.stop_layer:
+            raise ParamError("first_layer", f"blocks [{self.first_layer}, {self.stop_layer}) are not a range")
+
+    @classmethod
+    def whole(cls, config: ModelConfig) -> "StagePlan":
+        return cls(0, config.layers)
+
+    @property
+    def layers(self) -> range:
+        return range(self.first_layer, self.stop_layer)
+
+    @property
+    def embedding(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def head(self) -> bool:
+        return self.stage == self.num_stages - 1
+
+    @property
+    def is_whole(self) -> bool:
+        return self.num_stages == 1
+
+    @property
+    def holds_wte(self) -> bool:
+        return self.embedding or self.head
+
+    @property
+    def tied_partner(self) -> int | None:
+        """The other stage holding a copy of wte (None with one stage)."""
+        if self.num_stages == 1 or not self.holds_wte:
+            return None
+        return self.num_stages - 1 if self.embedding else 0
+
+    def param_shapes(self, config: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
+        """This rank's parameters, (name, shape) in the whole model's order."""
+        blocks = {f"h.{layer}." for layer in self.layers}
+        keep = []
+        for name, shape in param_shapes(config):
+            if name == "wte":
+                held = self.holds_wte
+            elif name == "wpe":
+                held = self.embedding
+            elif name.startswith("ln_f."):
+                held = self.head
+            else:
+                held = name[: name.index(".", 2) + 1] in blocks
+            if held:
+                keep.append((name, shape))
+        return keep
+
+    def layout(self, config: ModelConfig) -> ParamLayout:
+        return ParamLayout.of_named(self.param_shapes(config))
+
+    def activation_bytes(self, config: ModelConfig, rows: int, seq_len: int) -> int:
+        """Bytes the backward of this stage keeps from the forward of `rows` sequences of `seq_len`
+        tokens (the module doc's count)."""
+        d, itemsize = config.d_model, config.np_dtype.itemsize
+        per_token = len(self.layers) * (20 * d + 2 + config.heads * seq_len) * itemsize
+        if self.head:
+            per_token += (2 * d + 1 + config.vocab_size) * itemsize + INDEX_BYTES
+        if self.embedding:
+            per_token += INDEX_BYTES
+        return rows * seq_len * per_token
+
+    def describe(self) -> str:
+        ends = [e for e, held in (("embeddings", self.embedding), ("head", self.head)) if held]
+        blocks = f"blocks {self.first_layer}-{self.stop_layer - 1}" if self.layers else "no blocks"
+        return f"stage {self.stage}: {blocks}" + (f" + {' + '.join(ends)}" if ends else "")
+
+
+def pipeline_plan(config: ModelConfig, num_stages: int, key: str = "pipeline") -> tuple[StagePlan, ...]:
+    """Every stage's plan: `layers / num_stages` consecutive blocks each. ParamError (naming `key`)
+    if num_stages does not divide the layers."""
+    if not isinstance(num_stages, int) or num_stages < 1:
+        raise ParamError(key, f"must be an integer >= 1, got {num_stages!r}")
+    if config.layers % num_stages:
+        raise ParamError(
+            key,
+            f"{num_stages} stages must divide the model's {config.layers} layers (equal stages), "
+            f"e.g. {', '.join(str(p) for p in range(1, config.layers + 1) if config.layers % p == 0)}",
+        )
+    per = config.layers // num_stages
+    return tuple(StagePlan(s * per, (s + 1) * per, s, num_stages) for s in range(num_stages))

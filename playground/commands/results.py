@@ -18,7 +18,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
   contiguous at two row sizes, decode throughput vs batch, the lecture's 4.6 requests under one KV
   budget per policy, n samples forked vs copied, a shared system prompt with prefix caching.
-- extra pages for the labs that register one (`PAGES` below).
+- parallelism.md: `run train-pipeline` at 2 and 4 stages, GPipe and 1F1B over 1-16 micro-batches:
+  the bubble against its formula and model, the activations held against theirs, torch's
+  pipelining schedules beside ours (`parallelism_results`).
 
 The subcommands run as children (`python -P -m playground ...`, as a user would type them), so a
 crash in one is one failed section, named on the page, not a lost run.
@@ -37,6 +39,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from playground.commands.parallelism_results import parallelism
 from playground.commands.training_results import training_section
 from playground.core.errors import ScenarioError
 from playground.core.machine import describe_machine
@@ -256,6 +259,9 @@ SECTIONS = [
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
+    Section(
+        "parallelism", "parallelism.md", "Pipeline parallelism against its formulas", parallelism, 1.5, 4
+    ),
 ]
 
 
@@ -321,11 +327,13 @@ def add_results_parser(sub, func) -> None:
         "results",
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
         description="Runs bench table, the simulator against measurements, the lecture, training against "
-        "PyTorch DDP and the serving lab, one after the other, and writes docs/results/*.md headed by this "
-        "machine; about 50 min (--quick: 12).",
+        "PyTorch DDP, the serving lab and pipeline parallelism, one after the other, and writes "
+        "docs/results/*.md headed by this machine; about 55 min (--quick: 14).",
     )
     r.add_argument(
-        "--sections", metavar="collectives,simulator,labs,training,serving", help="only these pages"
+        "--sections",
+        metavar="collectives,simulator,labs,training,serving,parallelism",
+        help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")
     r.add_argument("--rounds", type=int, default=3, help="rounds of each measurement (default 3)")

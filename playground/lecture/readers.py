@@ -161,6 +161,42 @@ def _batching_capacity(ctx: Context) -> Reading:
     )
 
 
+PP_MICRO_BATCHES = (1, 4, 16)  # the lecture's exercise 4 and section 2.2, on 4 stages
+
+
+def _pp_rows(ctx: Context) -> tuple[dict, list[dict]]:
+    """train-pipeline's result and its 1F1B rows at the lecture's micro-batch counts."""
+    result = ctx.result("train-pipeline")
+    if result["grid"]["pipeline"] != 4:
+        raise NotMeasured(f"train-pipeline ran {result['grid']['pipeline']} stages, the lecture's figures 4")
+    rows = {r["m"]: r for r in result["runs"] if r["schedule"] == "1f1b"}
+    missing = [m for m in PP_MICRO_BATCHES if m not in rows]
+    if missing:
+        raise NotMeasured(f"train-pipeline ran 1F1B without m = {', '.join(map(str, missing))}")
+    return result, [rows[m] for m in PP_MICRO_BATCHES]
+
+
+@reader("pp-bubble")
+def _pp_bubble(ctx: Context) -> Reading:
+    _, rows = _pp_rows(ctx)
+    return Reading([r["bubble_pct"] for r in rows], [r["ideal_pct"] for r in rows])
+
+
+@reader("pp-bubble-measured")
+def _pp_bubble_measured(ctx: Context) -> Reading:
+    result, rows = _pp_rows(ctx)
+    compute = result["stage_compute_ms"][str(PP_MICRO_BATCHES[-1])]
+    return Reading(
+        [r["bubble_pct"] for r in rows],
+        [r["model_pct"] for r in rows],
+        values={
+            "cores": result["cores"],
+            "head_x": compute[-1] / compute[0],
+            "messages": 2 * (result["grid"]["pipeline"] - 1) * PP_MICRO_BATCHES[-1],
+        },
+    )
+
+
 # -- 3. concurrency ------------------------------------------------------------------------------
 
 

@@ -173,8 +173,13 @@ def report(
         "runs": rows,
         "plan": plans,
         "grid": {"data": shape.data, "pipeline": p},
+        "parameters": config.num_params,
         "model": source.to_dict(),
         "cores": cores,
+        "stage_compute_ms": {  # forward + backward of one micro-batch, per stage, as calibrated
+            m: [1e3 * (c["forward_s"] + c["backward_s"]) for c in calibration]
+            for m, calibration in results[0]["calibration"].items()
+        },
     }
     notes = [
         "plan: " + "; ".join(plans),
@@ -185,6 +190,13 @@ def report(
         "(waiting for an activation or a gradient, or handing one over); the formula assumes equal stages, "
         "free messages and a core per stage (the schedules simulated under it give exactly the formula)",
     ]
+    largest = max(params.micro_batches)
+    compute = data["stage_compute_ms"][str(largest)]
+    notes.append(
+        f"compute of one micro-batch at m = {largest}, forward + backward per stage (calibrated): "
+        f"{_slash(compute, lambda x: f'{x:.2f}')} ms; the first stage also embeds, the last also computes "
+        "the output layer and the loss: the stages are not equal"
+    )
     gaps = [r["param_gap"] for r in rows if not math.isnan(r["param_gap"])]
     if gaps:
         loss_gaps = [r["loss_gap"] for r in rows if not math.isnan(r["loss_gap"])]

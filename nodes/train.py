@@ -42,7 +42,6 @@ from playground.transformer import (
 
 THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
 
-MIB = 1 << 20
 Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
 
 
@@ -118,17 +117,7 @@ class Params:
         return BatchSampler(lecture_bytes(), self.context, self.batch, self.seed)
 
     def setup(self) -> TrainSetup:
-        first = None if self.first_bucket_mb is None else round(self.first_bucket_mb * MIB)
-        return TrainSetup(
-            self.model_config,
-            AdamConfig(lr=self.lr),
-            self.seed,
-            self.batch * self.context,
-            round(self.bucket_cap_mb * MIB),
-            first,
-            self.algorithm,
-            self.schedule,
-        )
+        return TrainSetup.of(self, self.schedule)
 
 
 def check_scenario(params: Params, ranks: int) -> None:

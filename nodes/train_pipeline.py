@@ -35,7 +35,6 @@ from playground.transformer.plan import pipeline_plan
 
 THREADED = True  # bucketed's communication thread: `bind: auto` leaves ranks unpinned
 
-MIB = 1 << 20
 Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
 
 
@@ -99,11 +98,7 @@ class Params:
         return self.data if self.data is not None else max(1, ranks // self.pipeline)
 
     def setup(self) -> TrainSetup:
-        first = None if self.first_bucket_mb is None else round(self.first_bucket_mb * MIB)
-        return TrainSetup(
-            self.model_config, AdamConfig(lr=self.lr), self.seed, self.batch * self.context,
-            round(self.bucket_cap_mb * MIB), first, self.algorithm,
-        )  # fmt: skip
+        return TrainSetup.of(self)
 
 
 def check_scenario(params: Params, ranks: int) -> None:

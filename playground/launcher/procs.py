@@ -13,15 +13,18 @@ in a collective until their own timeout), on the run's deadline, or on Ctrl-C. O
 in the run directory, never to pipes, so a chatty worker cannot fill a pipe and stall.
 """
 
+import argparse
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import traceback
 from pathlib import Path
 from typing import IO
 
+from playground.comm.addresses import free_tcp_port
 from playground.core.errors import PlaygroundError
 
 POLL_S = 0.05
@@ -54,6 +57,34 @@ def record_error(out_dir: Path, rank: int, exc: BaseException) -> None:
         write_record(
             f, {"rank": rank, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "t": time.time()}
         )
+
+
+def run_env_workers(
+    name: str, module: str, spec: dict, ranks: int, out_dir: Path, timeout_s: float
+) -> list[list[dict]]:
+    """`python -m MODULE --spec JSON --out OUT_DIR` once per rank with the env:// variables torchrun
+    sets (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, a free loopback port): each
+    rank's records (`run_workers`; the module's `main` is usually `worker_main`)."""
+    cmd = [sys.executable, "-m", module, "--spec", json.dumps(spec), "--out", str(out_dir)]
+    env = {"WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_tcp_port())}
+    envs = [worker_env({**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(ranks)]
+    return run_workers(name, [cmd] * ranks, envs, out_dir, ranks, timeout_s)
+
+
+def worker_main(train, description: str, argv: list[str] | None = None) -> int:
+    """A worker's command line, `--spec JSON --out DIR`: `train(spec, out_dir)`; an exception becomes
+    the rank's error record for the parent (exit status 1)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--spec", required=True, help="JSON: what the worker trains or measures")
+    ap.add_argument("--out", required=True, type=Path)
+    args = ap.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        train(json.loads(args.spec), args.out)
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which names the first failure
+        record_error(args.out, rank, e)
+        return 1
+    return 0
 
 
 class BaselineError(PlaygroundError):

@@ -8,12 +8,10 @@ without it; `available()` says in one line how to install it.
 """
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
-from playground.comm.addresses import free_tcp_port
-from playground.launcher.procs import run_workers, worker_env
+from playground.launcher.procs import run_env_workers
 
 INSTALL_HINT = "torch is not installed: pip install torch==2.13.0"
 
@@ -23,15 +21,23 @@ def available() -> str | None:
     return None if importlib.util.find_spec("torch") is not None else INSTALL_HINT
 
 
-def spec_of(params) -> dict:
-    """What every worker needs to train exactly what our ranks trained."""
+def model_spec(params) -> dict:
+    """The model, its start, the optimizer and the batches: what a torch worker needs to train what our
+    ranks trained (the pipeline's baseline adds its grid and schedules)."""
     return {
         "config": params.model_config.to_dict(),
         "seed": params.seed,
         "lr": params.lr,
-        "schedule": params.schedule.to_dict(),
         "batch": params.batch,
         "steps": params.steps,
+    }
+
+
+def spec_of(params) -> dict:
+    """What every worker needs to train exactly what our ranks trained."""
+    return {
+        **model_spec(params),
+        "schedule": params.schedule.to_dict(),
         "bucket_cap_mb": params.bucket_cap_mb,
         "first_bucket_mb": params.first_bucket_mb,
         "timeout_s": max(60.0, 10.0 * params.steps),
@@ -46,17 +52,6 @@ def run(params, ranks: int, run_dir: Path) -> list[list[dict]]:
     print(
         f"PyTorch DDP baseline: {ranks} worker processes over Gloo -> {out_dir}", file=sys.stderr, flush=True
     )
-    port = free_tcp_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "playground.training.ddp_worker",
-        "--spec",
-        json.dumps(spec),
-        "--out",
-        str(out_dir),
-    ]
-    env = {"WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    envs = [worker_env({**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(ranks)]
-    per_rank = run_workers("ddp", [cmd] * ranks, envs, out_dir, ranks, spec["timeout_s"] * 2 + 60)
+    timeout_s = spec["timeout_s"] * 2 + 60
+    per_rank = run_env_workers("ddp", "playground.training.ddp_worker", spec, ranks, out_dir, timeout_s)
     return [[rec for rec in records if "step" in rec] for records in per_rank]

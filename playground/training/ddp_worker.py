@@ -25,15 +25,13 @@ of one buffer.
     python -m playground.training.ddp_worker --spec JSON --out DIR
 """
 
-import argparse
 import datetime
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from playground.launcher.procs import rank_file, record_error, write_record
+from playground.launcher.procs import rank_file, worker_main, write_record
 from playground.tracing.timeline import covered
 from playground.transformer import BatchSampler, LRSchedule, ModelConfig, lecture_bytes
 from playground.transformer.init import init_params
@@ -128,19 +126,7 @@ def train(spec: dict, out_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--spec", required=True, help="JSON: config, seed, lr, schedule, batch, steps, bucket caps, timeout_s"
-    )
-    ap.add_argument("--out", required=True, type=Path)
-    args = ap.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    try:
-        train(json.loads(args.spec), args.out)
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which names the first failure
-        record_error(args.out, rank, e)
-        return 1
-    return 0
+    return worker_main(train, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ the report reads from the trace how much of the all-reduces ran during backward.
 import time
 from dataclasses import dataclass
 
+from playground.collectives.bucketing import MIB
 from playground.training.modes import Mode
 from playground.transformer import AdamConfig, LRSchedule, ModelConfig, Transformer
 
@@ -43,6 +44,22 @@ class TrainSetup:
     def lr_at(self, step: int) -> float | None:
         """Step `step`'s learning rate for `Adam.step` (None: the configured one)."""
         return self.schedule.lr_at(step) if self.schedule is not None else None
+
+    @classmethod
+    def of(cls, params, schedule: LRSchedule | None = None) -> "TrainSetup":
+        """From a training node's `Params` (its `model_config`, lr, seed, batch, context, bucket caps
+        in MiB, algorithm) and the learning-rate schedule: the train and train-pipeline nodes share it."""
+        first = None if params.first_bucket_mb is None else round(params.first_bucket_mb * MIB)
+        return cls(
+            params.model_config,
+            AdamConfig(lr=params.lr),
+            params.seed,
+            params.batch * params.context,
+            round(params.bucket_cap_mb * MIB),
+            first,
+            params.algorithm,
+            schedule,
+        )
 
 
 @dataclass(frozen=True)

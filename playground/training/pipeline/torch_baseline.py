@@ -7,14 +7,12 @@ the first failure reported, everything reaped, a deadline), and returns each ran
 is imported only by the workers, so this module imports without it.
 """
 
-import json
 import sys
 from pathlib import Path
 
-from playground.comm.addresses import free_tcp_port
 from playground.comm.group import GridShape
-from playground.launcher.procs import run_workers, worker_env
-from playground.training.ddp_baseline import available
+from playground.launcher.procs import run_env_workers
+from playground.training.ddp_baseline import available, model_spec
 from playground.training.training_stats import relative_gaps, timed_steps
 
 __all__ = ["available", "run", "spec_of", "torch_rows"]
@@ -23,11 +21,7 @@ __all__ = ["available", "run", "spec_of", "torch_rows"]
 def spec_of(params, ranks: int) -> dict:
     """What every worker needs to train exactly what our ranks trained."""
     return {
-        "config": params.model_config.to_dict(),
-        "seed": params.seed,
-        "lr": params.lr,
-        "batch": params.batch,
-        "steps": params.steps,
+        **model_spec(params),
         "pipeline": params.pipeline,
         "data": params.replicas(ranks),
         "runs": [[s, m] for s in params.schedule for m in params.micro_batches],
@@ -45,18 +39,8 @@ def run(params, ranks: int, run_dir: Path) -> list[list[dict]]:
         file=sys.stderr,
         flush=True,
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "playground.training.pipeline.torch_worker",
-        "--spec",
-        json.dumps(spec),
-        "--out",
-        str(out_dir),
-    ]
-    env = {"WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_tcp_port())}
-    envs = [worker_env({**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(ranks)]
-    per_rank = run_workers("pipelining", [cmd] * ranks, envs, out_dir, ranks, spec["timeout_s"] * 2 + 60)
+    module = "playground.training.pipeline.torch_worker"
+    per_rank = run_env_workers("pipelining", module, spec, ranks, out_dir, spec["timeout_s"] * 2 + 60)
     return [[rec for rec in records if "step" in rec] for records in per_rank]
 
 

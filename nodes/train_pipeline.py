@@ -28,7 +28,7 @@ from playground.training.modes import DDP_LIKE, Mode
 from playground.training.pipeline import pipeline_report, torch_baseline
 from playground.training.pipeline.loop import calibrate, reference_gaps, train_schedule
 from playground.training.pipeline.schedules import SCHEDULES
-from playground.training.pipeline.step import MAX_MICRO_BATCHES
+from playground.training.pipeline.step import MAX_MICRO_BATCHES, TAG_TIED
 from playground.training.step import TrainSetup
 from playground.transformer import AdamConfig, BatchSampler, ModelConfig, lecture_bytes, pin_blas_threads
 from playground.transformer.plan import pipeline_plan
@@ -161,6 +161,10 @@ def main(comm, params: Params) -> dict:
         "stage": plan.stage,
         "data_index": grid.data_index,
         "plan": plan.describe(),
+        "pipeline_tags": [
+            grid.pipeline.tag_offset,
+            grid.pipeline.tag_offset + TAG_TIED,
+        ],  # its stages' messages
         "calibration": {str(m): c for m, c in calibration.items()},
         "activation_bytes": {
             str(m): plan.activation_bytes(config, rows // m, config.context) for m in params.micro_batches

@@ -83,3 +83,26 @@ def test_the_bubble_of_a_synthetic_step():
     got = pipeline_stats.step_bubble(stages, 2)
     assert got["makespan_s"] == 6.0 and got["busy_s"] == [3.0, 3.0] and got["idle_s"] == [3.0, 3.0]
     assert got["bubble"] == 0.5
+
+
+def test_a_hop_counts_only_messages_the_receiver_waited_for():
+    """Send at 100 us, the receiver waiting since 50 us and done at 130: a 30 us delivery. A message
+    that was parked before its receive (its wait starts after the send) and one on another tag
+    (a data-parallel all-reduce) are left out."""
+
+    def send(ts, tag, seq):
+        return {
+            "name": "send",
+            "ts": ts,
+            "dur": 5.0,
+            "args": {"peer": 1, "tag": tag, "bytes": 64, "seq": seq},
+        }
+
+    def wait(ts, dur, tag, seq):
+        return {"name": "recv_wait", "ts": ts, "dur": dur, "args": {"peer": 0, "tag": tag, "seq": seq}}
+
+    events = {
+        0: [send(100.0, -131072, 0), send(200.0, -131072, 1), send(300.0, -65536, 0)],
+        1: [wait(50.0, 80.0, -131072, 0), wait(250.0, 0.0, -131072, 1), wait(290.0, 20.0, -65536, 0)],
+    }
+    assert pipeline_stats.waiting_hops_s(events, (-131072, -131072 + 8192)) == pytest.approx([30e-6])

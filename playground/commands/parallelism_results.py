@@ -59,6 +59,13 @@ def parallelism(ctx) -> str:
                 f"{_ms([r['model_pct'] for r in each])} | {row['formula_pct']:.1f} | "
                 f"{_ms([r['pipeline_ms'] for r in each])} | {_ms([r['pipeline_model_ms'] for r in each])} |"
             )
+    for p in STAGES:
+        hops = [s["hop_ms"] for s in sweeps[p] if "hop_ms" in s]
+        if hops:
+            lines.append(
+                f"\nAt p = {p} an activation or gradient reached a stage already waiting for it "
+                f"{_ms(hops)} ms after its send began (median of each run's median), wake-up included."
+            )
     lines += [
         "\n## Activations held\n",
         "The most bytes of activations each stage held at once (counted as they are kept and dropped), "

@@ -14,6 +14,7 @@ run's parameters drifted from one process's by more than `TOLERANCE` (relative t
 """
 
 import math
+import statistics
 from pathlib import Path
 
 from playground.comm.group import GridShape
@@ -131,7 +132,9 @@ def report(
     run_dir, p, config = Path(run_dir), params.pipeline, params.model_config
     shape = GridShape(len(results) // p, p)
     results = sorted(results, key=lambda r: (r["stage"], r["data_index"]))
-    traced = stats.traced_actions(run_dir, shape)
+    events = stats.load_events(run_dir)
+    traced = stats.traced_actions(events, shape)
+    hops = stats.waiting_hops_s(events, tuple(results[0]["pipeline_tags"]))
     source = load_model(params.model, run_network(run_dir), run_dir.parent)
     cores = usable_cores()
     after_s = after_pipeline_s(params.setup(), params.mode, p, shape.data, source.link)
@@ -197,6 +200,15 @@ def report(
         f"{_slash(compute, lambda x: f'{x:.2f}')} ms; the first stage also embeds, the last also computes "
         "the output layer and the loss: the stages are not equal"
     )
+    if hops:
+        largest_message = (params.batch // shape.data) // min(params.micro_batches) * row_bytes
+        data["hop_ms"] = 1e3 * statistics.median(hops)
+        notes.append(
+            f"messages: an activation or gradient reached a stage already waiting for it "
+            f"{data['hop_ms']:.2f} ms (median of {len(hops)}) after its send began, wake-up included; the "
+            f"model's alpha + bytes / beta: {1e3 * source.link.message_time_s(row_bytes):.3f} ms for one "
+            f"sequence's, {1e3 * source.link.message_time_s(largest_message):.3f} ms for the largest"
+        )
     gaps = [r["param_gap"] for r in rows if not math.isnan(r["param_gap"])]
     if gaps:
         loss_gaps = [r["loss_gap"] for r in rows if not math.isnan(r["loss_gap"])]

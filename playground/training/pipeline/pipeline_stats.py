@@ -25,7 +25,7 @@ from pathlib import Path
 
 from playground.comm.group import GridShape
 from playground.models.pipeline import bubble_fraction
-from playground.tracing.timeline import load_timeline
+from playground.tracing.timeline import load_timeline, message_flows
 from playground.training.pipeline.schedules import SCHEDULES
 from playground.training.pipeline.stage import SPAN
 from playground.training.pipeline.steptime_model import predict, simulate
@@ -34,10 +34,16 @@ from playground.training.training_stats import timed_steps
 SPAN_NAMES = set(SPAN.values())
 
 
-def traced_actions(run_dir: Path, shape: GridShape) -> dict[tuple[int, int, int], dict[int, list[tuple]]]:
+def load_events(run_dir: Path) -> dict[int, list[dict]]:
+    """Every rank's trace, on rank 0's clock."""
+    return load_timeline(run_dir)[0]
+
+
+def traced_actions(
+    events: dict[int, list[dict]], shape: GridShape
+) -> dict[tuple[int, int, int], dict[int, list[tuple]]]:
     """(run, step, replica) -> stage -> [(kind "F"/"B", micro-batch, start_s, end_s), ...] from the
-    ranks' logs, on rank 0's clock."""
-    events, _ = load_timeline(run_dir)
+    ranks' logs."""
     out: dict = defaultdict(lambda: defaultdict(list))
     for rank, evs in events.items():
         data_index, stage, _ = shape.coords(rank)
@@ -51,6 +57,17 @@ def traced_actions(run_dir: Path, shape: GridShape) -> dict[tuple[int, int, int]
                 (kind, a["mb"], start, start + e["dur"] / 1e6)
             )
     return {k: {s: sorted(v, key=lambda x: x[2]) for s, v in stages.items()} for k, stages in out.items()}
+
+
+def waiting_hops_s(events: dict[int, list[dict]], tags: tuple[int, int]) -> list[float]:
+    """For each activation or gradient (a message on a tag in [tags[0], tags[1])) whose receiver was
+    already waiting when it was sent: the time from the send's start to the end of the wait, the
+    message's delivery with the receiver's wake-up included."""
+    return [
+        (f.recv["ts"] + f.recv["dur"] - f.send["ts"]) / 1e6
+        for f in message_flows(events)
+        if tags[0] <= f.tag < tags[1] and f.recv["ts"] <= f.send["ts"]
+    ]
 
 
 def step_bubble(stages: dict[int, list[tuple]], num_stages: int) -> dict:

@@ -64,7 +64,8 @@ def parallelism(ctx) -> str:
         if hops:
             lines.append(
                 f"\nAt p = {p} an activation or gradient reached a stage already waiting for it "
-                f"{_ms(hops)} ms after its send began (median of each run's median), wake-up included."
+                f"{median_spread(hops, 1.0, 2)} ms after its send began (median of each run's median), wake-up "
+                "included."
             )
     lines += [
         "\n## Activations held\n",

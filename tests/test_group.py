@@ -96,13 +96,13 @@ def test_new_group_nested_groups_and_a_simulated_grid():
             return None
         halves = split(evens, color=evens.rank // 2)  # a group of a group
         y = allreduce(halves, _values(comm.rank), algorithm="rd")
-        return halves.members, [evens.members[m] for m in halves.members], y
+        return halves.members, halves.rank, y  # members: ranks of the root communicator
 
     results = run_local(8, body, timeout_s=20)
     assert results[1] is None and results[7] is None
     for rank in (0, 2, 4, 6):
-        local, world, y = results[rank]
-        assert rank in world and len(world) == 2
+        world, local, y = results[rank]
+        assert world == ([0, 2] if rank < 4 else [4, 6]) and world[local] == rank
         np.testing.assert_array_equal(y, sum(_values(m) for m in world))
 
     def grid_body(comm):
@@ -161,3 +161,32 @@ def test_two_groups_of_the_same_ranks_never_take_each_others_messages():
         return second.recv(0).tolist(), first.recv(0).tolist()
 
     assert run_local(2, body, timeout_s=5)[1] == ([2.0] * 3, [1.0] * 3)
+
+
+@pytest.mark.timeout(30)
+def test_nested_groups_get_offsets_no_member_uses_even_when_only_some_ranks_nest():
+    """Ranks 0 and 1 nest a group inside their pipeline group while 2 and 3 do not; then every rank
+    makes one more group: the offsets still agree, and none repeats among groups sharing ranks."""
+
+    def body(comm):
+        grid = Grid(comm, data=2, pipeline=2)
+        inner = (
+            split(grid.pipeline, 0, name="inner") if comm.rank in grid.shape.members(0, "pipeline") else None
+        )
+        late = new_group(comm, [0, 1, 2, 3], "late")
+        if comm.rank == 0:  # the same two ranks, three groups: sent in one order, taken in another
+            for i, g in enumerate((grid.pipeline, inner, late)):
+                g.send(np.full(2, float(i)), g.members.index(2))
+        if comm.rank == 2:
+            got = [g.recv(g.members.index(0)).tolist() for g in (late, inner, grid.pipeline)]
+        else:
+            got = None
+        groups = [grid.data, grid.pipeline, grid.tensor, late, *([inner] if inner else [])]
+        return [g.tag_offset for g in groups], [g.members for g in groups], got
+
+    results = run_local(4, body, timeout_s=5)
+    assert results[2][2] == [[2.0, 2.0], [1.0, 1.0], [0.0, 0.0]]
+    for offsets, _, _ in results:
+        assert len(set(offsets)) == len(offsets)
+    late = {r[0][3] for r in results}
+    assert len(late) == 1  # every rank agreed on the late group's offset

@@ -130,7 +130,7 @@ def stage_fault(runs_dir, action: str) -> tuple:
         ["run", "train-pipeline", "--ranks", "4", "--out", str(runs_dir)]
         + [a for s in TINY for a in ("--set", s)]
         + ["--set", "params.micro_batches=[4]", "--set", "params.schedule=[1f1b]", "--set", "params.steps=2"]
-        + ["--set", "fault.rank=2", "--set", f"fault.action={action}", "--set", "fault.after_ops=15"]
+        + ["--set", "fault.rank=2", "--set", f"fault.action={action}", "--set", "fault.after_ops=18"]
         + ["--set", "timeout_s=3"]
     )
     return proc, *finish(proc, timeout_s=40)

@@ -3,11 +3,13 @@
 
 A `Group` is a communicator for everything above it: its `rank`, `size` and peers are the group's,
 every collective and algorithm runs on it unchanged, and groups nest (a group of a group). It owns
-no transport: a message goes through the parent's one send path and matching, to the parent rank
-`members[dst]`, on the tag shifted by the group's `tag_offset`. Two groups a rank belongs to never
-confuse their messages because every group made from one communicator gets its own offset, taken
-in creation order: all ranks make their groups in the same order (MPI's and torch's rule too), so
-they agree on the offsets without a message. The groups of one `split` are disjoint and share one.
+no transport: a message goes through the root communicator's one send path and matching, to the
+root rank of each peer, on the tag shifted by the group's `tag_offset` (a multiple of TAG_SPACE).
+Offsets are agreed as MPI agrees on a new communicator's context id: the parent's ranks all-gather
+the offsets each of them already uses and take the smallest one none of them uses. So two groups
+that share two ranks never share an offset, whatever their depth, and ranks outside a parent can
+make other groups meanwhile without the offsets drifting apart. Tags given to a group stay within
++-TAG_SPACE/2 (the collectives use -10..-300, nodes small positive ones).
 
 Errors stay the parent's: a timeout names the parent rank it waited for and the collective, marked
 with the group's name ("allreduce[tensor] ring #3").
@@ -27,16 +29,28 @@ import numpy as np
 from playground.comm.objects import ObjectMessages
 from playground.core.errors import UsageError
 
-TAG_SPACE = 1 << 16  # each group's tags are the parent's shifted by a multiple of this (tags are i32)
+TAG_SPACE = 1 << 16  # a group's tags are the root's shifted by a multiple of this (tags are i32)
+MAX_GROUPS = 1 << 14
 
 
-def _next_offset(parent) -> int:
-    """The parent's next group tag offset: -65536, -131072, ... in creation order."""
-    made = getattr(parent, "_groups_made", 0) + 1
-    parent._groups_made = made
-    if made >= (1 << 15) // 2:
-        raise UsageError(f"{parent!r}: more than {(1 << 15) // 2 - 1} groups made from one communicator")
-    return parent.tag_offset - made * TAG_SPACE if isinstance(parent, Group) else -made * TAG_SPACE
+def _root(comm):
+    return comm.parent if isinstance(comm, Group) else comm
+
+
+def _agree_offsets(comm, count: int) -> list[int]:
+    """`count` new group offsets all of `comm`'s ranks agree on (one all-gather over `comm`), none
+    used by any of them yet; each rank records them as used."""
+    root = _root(comm)
+    used = getattr(root, "_group_offsets", None)
+    if used is None:
+        used = root._group_offsets = {0}
+    taken = set().union(*map(set, comm.allgather_obj(sorted(used))))
+    free = [k for k in range(1, MAX_GROUPS) if -k * TAG_SPACE not in taken][:count]
+    if len(free) < count:
+        raise UsageError(f"{comm!r}: no free group offsets left ({MAX_GROUPS - 1} groups per process)")
+    offsets = [-k * TAG_SPACE for k in free]
+    used.update(offsets)
+    return offsets
 
 
 class Group(ObjectMessages):
@@ -51,9 +65,12 @@ class Group(ObjectMessages):
             )
         if parent.rank not in members:
             raise UsageError(f"group {name}: rank {parent.rank} is not one of its members {members}")
-        self.parent, self.members, self.tag_offset, self.name = parent, members, tag_offset, name
-        self.rank, self.size = members.index(parent.rank), len(members)
+        self.rank, self.size, self.name = members.index(parent.rank), len(members), name
         self.hosts = [parent.hosts[m] for m in members]
+        if isinstance(parent, Group):  # a group of a group is a group of the root: one hop, one offset
+            members, tag_offset = [parent.members[m] for m in members], tag_offset + parent.tag_offset
+            parent = parent.parent
+        self.parent, self.members, self.tag_offset = parent, members, tag_offset
         self.tracer, self.timeout_s, self.segment_bytes = (
             parent.tracer,
             parent.timeout_s,
@@ -144,16 +161,15 @@ class Group(ObjectMessages):
 
 def new_group(comm, ranks: list[int], name: str = "group") -> Group | None:
     """The group of `ranks` (in that order), or None on a rank outside it. Every rank of `comm` must
-    call it, with the same ranks, in the same order as its other groups (torch's `new_group` rule):
-    that is how the offsets agree."""
-    offset = _next_offset(comm)
+    call it with the same ranks (torch's `new_group` rule): its ranks agree on the offset."""
+    (offset,) = _agree_offsets(comm, 1)
     return Group(comm, ranks, offset, name) if comm.rank in ranks else None
 
 
 def split(comm, color: int, key: int = 0, name: str = "split") -> Group:
     """MPI_Comm_split: the ranks that give the same `color` form a group, ordered by (key, rank).
-    Collective over `comm` (one all-gather of (color, key))."""
-    offset = _next_offset(comm)
+    Collective over `comm` (two all-gathers: the offset, then (color, key))."""
+    (offset,) = _agree_offsets(comm, 1)
     pairs = comm.allgather_obj([int(color), int(key)])
     members = sorted((k, r) for r, (c, k) in enumerate(pairs) if c == color)
     return Group(comm, [r for _, r in members], offset, f"{name}{color}")
@@ -196,7 +212,7 @@ class Grid:
     """This rank's three groups of a data x pipeline x tensor arrangement of `comm`'s ranks:
     `data` (same pipeline stage and tensor shard: the gradients' all-reduce), `pipeline` (same data
     replica and shard: activations go stage to stage), `tensor` (one layer's shards: an all-reduce per
-    block). Made the same way on every rank, without a message."""
+    block). Collective over `comm` (one all-gather agrees on the three offsets)."""
 
     AXES = ("data", "pipeline", "tensor")
 
@@ -209,9 +225,8 @@ class Grid:
             )
         self.comm = comm
         self.data_index, self.pipeline_index, self.tensor_index = self.shape.coords(comm.rank)
-        for axis in self.AXES:
-            members = self.shape.members(comm.rank, axis)
-            setattr(self, axis, Group(comm, members, _next_offset(comm), axis))
+        for axis, offset in zip(self.AXES, _agree_offsets(comm, len(self.AXES)), strict=True):
+            setattr(self, axis, Group(comm, self.shape.members(comm.rank, axis), offset, axis))
 
     def __repr__(self):
         s = self.shape

@@ -23,6 +23,7 @@ the group that communicates on every layer.
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,10 @@ def _agree_offsets(comm, count: int) -> list[int]:
 class Group(ObjectMessages):
     """Ranks `members` (parent ranks, in group order) of `parent`; this rank must be one of them.
     Make one with `new_group`, `split` or `Grid`, which give it its own tag offset."""
+
+    parent: Any  # the root communicator (a Communicator, or anything with its methods)
+    members: list[int]  # ranks of the root
+    tag_offset: int
 
     def __init__(self, parent, members: list[int], tag_offset: int, name: str = "group"):
         members = [int(m) for m in members]

@@ -153,8 +153,8 @@ class DelayedTransport:
     # -- the release thread ----------------------------------------------------------------
     def _next_due(self) -> tuple | None:
         """The next message once it is due, or up to `lead_s` before (the caller waits out the rest);
-        None when closed. Woken by its timeout, the thread takes the message even if the lead it just
-        learnt says it could sleep a little longer: another sleep would cost another wake-up."""
+        None when closed. Woken by its timeout, the thread takes the message even if its newly learnt lead
+        says it could sleep a little longer: another sleep would cost another wake-up."""
         woke_for = None
         with self._cond:
             while not self._closed:

@@ -46,6 +46,7 @@ setup(
                 "native/span.c",
                 "native/sim_network.c",
                 "native/sim_engine.c",
+                "native/sim_cpu.c",
                 "native/sim_transport.c",
                 "native/comm_core.c",
             ],

@@ -14,8 +14,10 @@
  * state (the Python docstrings are the reference; this file follows them line by line):
  *   SimNetwork    ports: a message of n bytes holds the sender's out-port and the receiver's
  *                 in-port (one pair per link kind) for n / beta from when both are free, and
- *                 arrives alpha after its last byte left; with shared cores, a message's two
- *                 copies and every reduction wait for CPUs (a heap of when each core frees up).
+ *                 arrives alpha after its last byte left; on a calibrated host (HostCosts) no
+ *                 ports: the sender's and receiver's CPU work by size range, and a latency.
+ *   shared cores  (sim_cpu.c) CPU work queues for C cores, with time slices and max-min shares of
+ *                 the memory bandwidth.
  *   SimEngine     events run by (time, posting order): a transmission, a rank's resumption, a
  *                 rank's turn on a shared CPU. A rank that must wait runs the loop itself
  *                 (`block`) and switches straight to the rank the next event wakes.
@@ -31,8 +33,8 @@
  * message delivered and not yet taken; messages hold their engine. Engine.run calls close() at
  * the end, which drops what is left (after a deadlock or an error) and the greenlets.
  *
- * Files: sim_network.c (SimNetwork), sim_engine.c (SimEngine), sim_transport.c (SimMessage,
- * SimTransport), as playground/sim/network.py, engine.py and transport.py.
+ * Files: sim_network.c (SimNetwork), sim_cpu.c (shared cores), sim_engine.c (SimEngine),
+ * sim_transport.c (SimMessage, SimTransport), as playground/sim/network.py, engine.py and transport.py.
  */
 #ifndef PLAYGROUND_SIM_H
 #define PLAYGROUND_SIM_H
@@ -45,7 +47,9 @@
 
 #define PROGRESS_EVENTS (1 << 16) /* progress(engine) every this many events of a long run */
 
-enum { EV_TRANSMIT, EV_RESUME, EV_CPU };
+enum { EV_TRANSMIT, EV_RESUME, EV_CPU, EV_CORE }; /* EV_CPU: a rank asks for a core; EV_CORE: sim_cpu.c's next change */
+
+#define MAX_RANGES 16 /* size ranges of a host's per-message costs */
 
 /* Folded (fold.py): rank 0 alone runs, and each message it sends to d comes back to it as the one
  * its image sends it: from -d (mod N) under rotations, from d under XOR translations. */
@@ -57,9 +61,9 @@ typedef struct {
     double t;       /* when it runs, virtual seconds */
     uint64_t seq;   /* posting order: ties run first-posted first */
     SimMessage *msg; /* EV_TRANSMIT: the message (a reference) */
-    double seconds; /* EV_CPU: the work */
+    double seconds; /* EV_CORE: the generation it was posted in */
     int32_t kind;
-    int32_t rank;   /* EV_RESUME, EV_CPU: whose */
+    int32_t rank;   /* EV_RESUME, EV_CPU: whose (its request is in SimNetwork.request) */
 } Event;
 
 typedef struct {
@@ -69,13 +73,50 @@ typedef struct {
     int waiting;            /* blocked until a delivery wakes it */
 } Rank;
 
+/* A host's per-message costs (playground/sim/network.py's HostModel), by size range: range k holds
+ * messages of from_bytes[k] bytes up to the next range's. The sender's and the receiver's CPU
+ * (fixed, and per byte for a copy in or out: memory-bound work), then the latency between them. */
+typedef struct {
+    int num; /* ranges; 0: no host costs (messages cross ports) */
+    long long from_bytes[MAX_RANGES];
+    double send_s[MAX_RANGES], send_s_per_byte[MAX_RANGES];
+    double recv_s[MAX_RANGES], recv_s_per_byte[MAX_RANGES];
+    double latency_s[MAX_RANGES], latency_s_per_byte[MAX_RANGES];
+} HostCosts;
+
+/* A piece of CPU work on a shared core: `fixed_s` at full speed, then `mem_s` (seconds alone) of
+ * memory-bound work that moves `demand` bytes/s of memory traffic when alone and slows down when the
+ * running copies together ask for more than the machine's memory bandwidth (max-min shares). */
+typedef struct {
+    int rank; /* whose (-1: a free core) */
+    double fixed_s, mem_s, demand, slice_left, speed;
+} Activity;
+
 typedef struct {
     PyObject_HEAD
     int num_ranks, ranks_per_node, num_cores;
     double alpha_s[2], beta[2]; /* [0] inside a node, [1] between nodes */
     double *out[2], *in[2];     /* per link kind: when each rank's out-/in-port is free */
-    double *cores;              /* min-heap: when each shared core is free (NULL: a CPU per rank) */
     long long bytes_within_nodes, bytes_between_nodes;
+    HostCosts host;
+    /* shared cores (num_cores > 0): sim_cpu.c's processor scheduler */
+    Activity *running;          /* num_cores slots */
+    Activity **flows;           /* num_cores: scratch for the memory shares */
+    Activity *queue;            /* waiting for a core, first come first served: a ring of num_ranks */
+    int queue_head, queue_len;
+    double *request;            /* per rank: the (fixed_s, mem_s, demand) it asked for */
+    double cpu_t;               /* running activities are accounted up to here */
+    double slice_s;             /* a time slice (0: none): beyond it a waiting rank goes first */
+    double memory_bytes_per_s;  /* memory traffic all cores share (0: unlimited) */
+    double copy_demand, reduce_demand; /* bytes/s of memory traffic of one copy, one reduction alone */
+    double wake_s;              /* a rank that slept waiting starts this much later on an idle core */
+    double copy_s_per_byte;     /* a local copy of a buffer (chunks.copy of a phantom), per byte */
+    /* timed Python (SMPI's way: computation runs for real and is timed): with `python_scale` > 0, the
+     * CPU time a rank's own code takes between its calls into the simulator is charged to it */
+    double python_scale;
+    double *py_mark, *py_owed;  /* per rank: thread CPU time at its last return, owed seconds */
+    char *asleep;               /* per rank: it blocked waiting for a message (and sleeps, wake_s > 0) */
+    uint64_t cpu_gen;           /* the pending EV_CORE's generation (older ones are stale) */
 } SimNetwork;
 
 typedef struct {
@@ -86,6 +127,7 @@ typedef struct {
     int starting; /* ranks still to start at time 0: nothing runs before they have */
     int failed;   /* a rank raised: the main loop stops */
     int fold;     /* FOLD_*: one rank stands for all (fold.py) */
+    int current;  /* the rank whose greenlet runs (-1: the main one) */
     Event *heap;
     Py_ssize_t heap_len, heap_cap;
     uint64_t seq;
@@ -103,6 +145,7 @@ struct SimMessage {
     double sent_at, arrival; /* valid once transmitted */
     int sender, receiver, dst; /* dst: where it was sent; receiver: whose inbox (the sender itself when folded) */
     char transmitted, waiter; /* waiter: the sender blocks until this message is transmitted */
+    char charged;             /* the receiver's CPU for it is accounted (host costs) */
     /* the Message fields (payload None: data-free), as objects: T_OBJECT_EX members, which Python 3.11
      * specialises into a load at an offset (LOAD_ATTR_SLOT) */
     PyObject *src, *tag, *kind, *dtype, *shape, *payload, *count_obj;
@@ -117,13 +160,20 @@ int sim_check_rank(int rank, int n, const char *what); /* 0, or -1 with ValueErr
 /* sim_network.c: network.py's model */
 void net_transmit(SimNetwork *net, int src, int dst, int in_rank, long long nbytes, double now, double *done_s,
                   double *arrival_s);
-double net_cpu(SimNetwork *net, double now, double seconds);
+int host_range(const HostCosts *h, long long nbytes); /* the range of an n-byte message */
+
+/* sim_cpu.c: shared cores (each returns 0, or -1 with an exception set) */
+int cpu_request(SimEngine *e, int rank);           /* EV_CPU: `rank` asks for its request */
+int cpu_update(SimEngine *e, double gen);          /* EV_CORE: an activity ends or its slice does */
+int sim_work(SimEngine *e, int rank, double fixed_s, double mem_s, double demand); /* blocks `rank` */
 
 /* sim_engine.c: the event queue; each returns 0, or -1 with an exception set */
 int sim_post_event(SimEngine *e, double t, int kind, int rank, SimMessage *msg, double seconds);
 int sim_transmit(SimEngine *e, SimMessage *msg);
 int sim_block(SimEngine *e, int me);
-int sim_compute(SimEngine *e, int rank, double seconds);
+int sim_compute(SimEngine *e, int rank, double seconds); /* a reduction: memory-bound */
+void py_charge(SimNetwork *net, int rank); /* timed Python: what `rank` ran since its last return */
+void py_mark(SimNetwork *net, int rank);   /* timed Python: `rank` returns to its own code now */
 
 int add_sim_types(PyObject *module); /* sim_transport.c: every type above, into the module */
 

@@ -1,7 +1,7 @@
 /*
  * SimEngine: the event queue (a binary heap of 40-byte Event records, by time then posting order),
  * the ranks' records (clock, inbox, greenlet) and the blocking that switches straight to the rank
- * the next event wakes, as playground/sim/engine.py's docstring states them.
+ * the next event wakes, as playground/sim/engine.py's docstring states them. Shared cores: sim_cpu.c.
  */
 #include "sim.h"
 
@@ -90,8 +90,10 @@ static int run_event(SimEngine *e, Event *ev) {
         Py_DECREF(ev->msg);
         break;
     case EV_CPU:
-        e->ranks[ev->rank].t = net_cpu(e->net, e->now, ev->seconds);
-        nxt = ev->rank;
+        nxt = cpu_request(e, ev->rank) < 0 ? -2 : -1;
+        break;
+    case EV_CORE:
+        nxt = cpu_update(e, ev->seconds) < 0 ? -2 : -1;
         break;
     default:
         nxt = ev->rank;
@@ -125,7 +127,7 @@ static int call_switch(PyObject *glet) {
 
 /* Stop `me` (the running rank) until an event hands it control back: run events in order and switch
  * straight to the first rank one of them wakes (or return if that is `me`). 0, or -1 on error. */
-int sim_block(SimEngine *e, int me) {
+static int block(SimEngine *e, int me) {
     if (e->starting) return call_switch(e->main_greenlet);
     while (e->heap_len) {
         Event ev = pop_event(e);
@@ -134,19 +136,23 @@ int sim_block(SimEngine *e, int me) {
         if (nxt < 0) continue;
         if (nxt == me) return 0;
         e->num_switches++;
+        e->current = nxt;
         return call_switch(e->ranks[nxt].greenlet); /* back here when an event wakes `me` */
     }
+    e->current = -1;
     return call_switch(e->main_greenlet); /* nothing left to run: the main loop reports the deadlock */
 }
 
-/* `rank` (running) works for `seconds` of CPU, on a free core if they are shared. */
+int sim_block(SimEngine *e, int me) {
+    int err = block(e, me);
+    e->current = me;
+    py_mark(e->net, me); /* timed Python: what ran meanwhile was others' */
+    return err;
+}
+
+/* `rank` (running) reduces for `seconds` (alone): memory-bound work, on a free core if they are shared. */
 int sim_compute(SimEngine *e, int rank, double seconds) {
-    if (e->net->cores == NULL) {
-        e->ranks[rank].t += seconds;
-        return 0;
-    }
-    if (sim_post_event(e, e->ranks[rank].t, EV_CPU, rank, NULL, seconds) < 0) return -1;
-    return sim_block(e, rank);
+    return sim_work(e, rank, 0.0, seconds, e->net->reduce_demand);
 }
 
 static void drop_messages(SimEngine *e) {
@@ -199,6 +205,7 @@ static int SimEngine_init(SimEngine *self, PyObject *args, PyObject *kwds) {
     self->reduce_s_per_byte = reduce_s_per_byte;
     self->fold = fold;
     self->starting = 1;
+    self->current = -1;
     return 0;
 }
 
@@ -236,6 +243,16 @@ static PyObject *SimEngine_time_of(SimEngine *self, PyObject *arg) {
     return PyFloat_FromDouble(self->ranks[r].t);
 }
 
+/* A local copy of `nbytes` by the running rank (chunks.copy of a phantom): its copy rate's time. */
+static PyObject *SimEngine_local_copy(SimEngine *self, PyObject *arg) {
+    long long nbytes = PyLong_AsLongLong(arg);
+    if (nbytes == -1 && PyErr_Occurred()) return NULL;
+    SimNetwork *net = self->net;
+    if (self->current < 0 || !net->copy_s_per_byte || nbytes <= 0) Py_RETURN_NONE;
+    if (sim_work(self, self->current, 0.0, (double)nbytes * net->copy_s_per_byte, net->copy_demand) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *SimEngine_set_greenlet(SimEngine *self, PyObject *args) {
     int r;
     PyObject *glet;
@@ -254,7 +271,10 @@ static PyObject *SimEngine_run_events(SimEngine *self, PyObject *unused) {
         Event ev = pop_event(self);
         int nxt = run_event(self, &ev);
         if (nxt == -2) return NULL;
-        if (nxt >= 0 && call_switch(self->ranks[nxt].greenlet) < 0) return NULL;
+        if (nxt >= 0) {
+            self->current = nxt;
+            if (call_switch(self->ranks[nxt].greenlet) < 0) return NULL;
+        }
     }
     Py_RETURN_NONE;
 }
@@ -266,7 +286,25 @@ static PyObject *SimEngine_close(SimEngine *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *SimEngine_compute(SimEngine *self, PyObject *args) {
+    int rank;
+    double fixed_s, mem_s = 0.0, demand = 0.0;
+    if (!PyArg_ParseTuple(args, "id|dd", &rank, &fixed_s, &mem_s, &demand)) return NULL;
+    if (sim_check_rank(rank, self->num_ranks, "compute") < 0) return NULL;
+    if (fixed_s < 0 || mem_s < 0 || demand < 0) {
+        PyErr_SetString(PyExc_ValueError, "compute: fixed_s, mem_s and demand must be >= 0");
+        return NULL;
+    }
+    if (sim_work(self, rank, fixed_s, mem_s, demand) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef SimEngine_methods[] = {
+    {"local_copy", (PyCFunction)SimEngine_local_copy, METH_O,
+     "local_copy(nbytes): the running rank copies nbytes in its own memory (at the host's copy rate)."},
+    {"compute", (PyCFunction)SimEngine_compute, METH_VARARGS,
+     "compute(rank, fixed_s, mem_s=0, demand=0): the running rank `rank` works: fixed_s of CPU, then mem_s "
+     "(alone) of memory-bound work moving `demand` bytes/s; on shared cores it waits for one (sim_cpu.c)."},
     {"time_of", (PyCFunction)SimEngine_time_of, METH_O, "time_of(rank) -> that rank's virtual time, seconds."},
     {"set_greenlet", (PyCFunction)SimEngine_set_greenlet, METH_VARARGS,
      "set_greenlet(rank, greenlet): the greenlet that runs that rank (rank -1: the main one)."},
@@ -283,6 +321,7 @@ static PyMemberDef SimEngine_members[] = {
     {"num_messages", T_LONGLONG, offsetof(SimEngine, num_messages), READONLY, NULL},
     {"num_switches", T_LONGLONG, offsetof(SimEngine, num_switches), READONLY, NULL},
     {"num_ranks", T_INT, offsetof(SimEngine, num_ranks), READONLY, NULL},
+    {"current", T_INT, offsetof(SimEngine, current), 0, "the rank whose greenlet runs (-1: none)"},
     {"fold", T_INT, offsetof(SimEngine, fold), READONLY, "0: every rank runs; 1, 2: rank 0 stands for all"},
     {"network", T_OBJECT, offsetof(SimEngine, net), READONLY, NULL},
     {"starting", T_BOOL, offsetof(SimEngine, starting), 0, "ranks still start: a blocking rank returns to main"},

@@ -1,88 +1,43 @@
 /*
- * SimNetwork: the ports and shared cores of playground/sim/network.py's model (its docstring is the
- * reference): a message holds the sender's out-port and the receiver's in-port for n / beta from when
- * both are free and arrives alpha after its last byte left; shared cores are a min-heap of when each
- * frees up. Every simulated message reserves ports, so this is C (sim.h says why).
+ * SimNetwork: the ports of playground/sim/network.py's model (its docstring is the reference): a
+ * message holds the sender's out-port and the receiver's in-port for n / beta from when both are free
+ * and arrives alpha after its last byte left; or, on a host with per-message costs, it arrives its size
+ * range's latency after the sender's CPU is done with it. Every simulated message goes through here,
+ * so this is C (sim.h says why). The shared cores' scheduler is sim_cpu.c's.
  */
 #include "sim.h"
 
-static void dheap_sift_down(double *h, int n, int i) {
-    double v = h[i];
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && h[c + 1] < h[c]) c++;
-        if (!(h[c] < v)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = v;
-}
-
-static void dheap_push(double *h, int n, double v) { /* h has room for n + 1 */
-    int i = n;
-    while (i > 0) {
-        int p = (i - 1) / 2;
-        if (!(v < h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = v;
-}
-
-static double dheap_pop(double *h, int n) { /* n >= 1 */
-    double top = h[0];
-    if (n > 1) {
-        h[0] = h[n - 1];
-        dheap_sift_down(h, n - 1, 0);
-    }
-    return top;
-}
-
 static inline double max2(double a, double b) { return b > a ? b : a; }
 
+int host_range(const HostCosts *h, long long nbytes) {
+    int k = 0;
+    while (k + 1 < h->num && h->from_bytes[k + 1] <= nbytes) k++;
+    return k;
+}
+
 /* network.py's Network.transmit: (time the last byte left, arrival) of a message from src to dst posted
- * at `now`, through the in-port of `in_rank` (dst; src itself when folded: fold.py). */
+ * at `now`, through the in-port of `in_rank` (dst; src itself when folded: fold.py). With host costs the
+ * message crosses no port: the CPUs moved its bytes (sim_transport.c charges them), and it arrives
+ * its range's latency later. */
 void net_transmit(SimNetwork *net, int src, int dst, int in_rank, long long nbytes, double now,
                          double *done_s, double *arrival_s) {
     int kind = src / net->ranks_per_node != dst / net->ranks_per_node;
-    double *out = net->out[kind], *in = net->in[kind];
-    double alpha = net->alpha_s[kind];
-    double start = max2(max2(now, out[src]), in[in_rank]);
-    double busy = (double)nbytes / net->beta[kind];
-    if (net->cores != NULL) { /* the sender's copy in and the receiver's copy out hold CPUs */
-        double *cores = net->cores;
-        if (net->num_cores == 1) {
-            start = max2(start, cores[0]);
-            cores[0] = start + 2 * (alpha + busy);
-            busy = alpha + 2 * busy;
-        } else { /* the two cores that free up first; the later one sets the start */
-            int n = net->num_cores;
-            dheap_pop(cores, n);
-            start = max2(start, dheap_pop(cores, n - 1));
-            double end = start + alpha + busy;
-            dheap_push(cores, n - 2, end);
-            dheap_push(cores, n - 1, end);
-        }
-    }
-    double done = start + busy;
-    out[src] = in[in_rank] = done;
     if (kind)
         net->bytes_between_nodes += nbytes;
     else
         net->bytes_within_nodes += nbytes;
+    if (net->host.num) {
+        int k = host_range(&net->host, nbytes);
+        *done_s = now;
+        *arrival_s = now + net->host.latency_s[k] + (double)nbytes * net->host.latency_s_per_byte[k];
+        return;
+    }
+    double *out = net->out[kind], *in = net->in[kind];
+    double start = max2(max2(now, out[src]), in[in_rank]);
+    double done = start + (double)nbytes / net->beta[kind];
+    out[src] = in[in_rank] = done;
     *done_s = done;
-    *arrival_s = done + alpha;
-}
-
-/* network.py's Network.cpu: when work of `seconds` started at `now` ends (waiting for a free core). */
-double net_cpu(SimNetwork *net, double now, double seconds) {
-    if (net->cores == NULL) return now + seconds;
-    double start = max2(now, net->cores[0]);
-    double end = start + seconds;
-    dheap_pop(net->cores, net->num_cores);
-    dheap_push(net->cores, net->num_cores - 1, end);
-    return end;
+    *arrival_s = done + net->alpha_s[kind];
 }
 
 static int SimNetwork_init(SimNetwork *self, PyObject *args, PyObject *kwds) {
@@ -113,11 +68,16 @@ static int SimNetwork_init(SimNetwork *self, PyObject *args, PyObject *kwds) {
     }
     self->num_cores = cores;
     if (cores) {
-        self->cores = PyMem_Calloc(cores, sizeof(double));
-        if (!self->cores) {
+        self->running = PyMem_Calloc(cores, sizeof(Activity));
+        self->queue = PyMem_Calloc(n, sizeof(Activity));
+        self->request = PyMem_Calloc(3 * (size_t)n, sizeof(double));
+        self->flows = PyMem_Calloc(cores, sizeof(Activity *));
+        self->asleep = PyMem_Calloc(n, 1);
+        if (!self->running || !self->queue || !self->request || !self->flows || !self->asleep) {
             PyErr_NoMemory();
             return -1;
         }
+        for (int c = 0; c < cores; c++) self->running[c].rank = -1;
     }
     return 0;
 }
@@ -127,7 +87,13 @@ static void SimNetwork_dealloc(SimNetwork *self) {
         PyMem_Free(self->out[k]);
         PyMem_Free(self->in[k]);
     }
-    PyMem_Free(self->cores);
+    PyMem_Free(self->running);
+    PyMem_Free(self->queue);
+    PyMem_Free(self->request);
+    PyMem_Free(self->flows);
+    PyMem_Free(self->asleep);
+    PyMem_Free(self->py_mark);
+    PyMem_Free(self->py_owed);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -150,17 +116,91 @@ static PyObject *SimNetwork_transmit(SimNetwork *self, PyObject *args) {
     return Py_BuildValue("(dd)", done, arrival);
 }
 
-static PyObject *SimNetwork_cpu(SimNetwork *self, PyObject *args) {
-    double now, seconds;
-    if (!PyArg_ParseTuple(args, "dd", &now, &seconds)) return NULL;
-    return PyFloat_FromDouble(net_cpu(self, now, seconds));
+static int read_doubles(PyObject *seq, double *out, int num, const char *what) {
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast) return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != num) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "set_host: %s needs %d values", what, num);
+        return -1;
+    }
+    for (int i = 0; i < num; i++) {
+        out[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        if (out[i] == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+static PyObject *SimNetwork_set_host(SimNetwork *self, PyObject *args) {
+    PyObject *from, *ss, *sb, *rs, *rb, *ls, *lb;
+    double python_scale = 0.0;
+    if (!PyArg_ParseTuple(args, "OOOOOOO|d", &from, &ss, &sb, &rs, &rb, &ls, &lb, &python_scale)) return NULL;
+    Py_ssize_t num = PySequence_Size(from);
+    if (num < 0) return NULL;
+    if (num < 1 || num > MAX_RANGES) {
+        PyErr_Format(PyExc_ValueError, "set_host: 1 to %d size ranges, got %zd", MAX_RANGES, num);
+        return NULL;
+    }
+    HostCosts h = {(int)num};
+    double starts[MAX_RANGES];
+    if (read_doubles(from, starts, h.num, "from_bytes") < 0 || read_doubles(ss, h.send_s, h.num, "send_s") < 0 ||
+        read_doubles(sb, h.send_s_per_byte, h.num, "send_s_per_byte") < 0 ||
+        read_doubles(rs, h.recv_s, h.num, "recv_s") < 0 ||
+        read_doubles(rb, h.recv_s_per_byte, h.num, "recv_s_per_byte") < 0 ||
+        read_doubles(ls, h.latency_s, h.num, "latency_s") < 0 ||
+        read_doubles(lb, h.latency_s_per_byte, h.num, "latency_s_per_byte") < 0)
+        return NULL;
+    for (int k = 0; k < h.num; k++) {
+        h.from_bytes[k] = (long long)starts[k];
+        if ((k == 0 && h.from_bytes[0] != 0) || (k > 0 && h.from_bytes[k] <= h.from_bytes[k - 1])) {
+            PyErr_SetString(PyExc_ValueError, "set_host: from_bytes starts at 0 and increases");
+            return NULL;
+        }
+    }
+    self->host = h;
+    if (python_scale > 0 && !self->py_mark) {
+        self->py_mark = PyMem_Calloc(self->num_ranks, sizeof(double));
+        self->py_owed = PyMem_Calloc(self->num_ranks, sizeof(double));
+        if (!self->py_mark || !self->py_owed) return PyErr_NoMemory();
+    }
+    self->python_scale = python_scale > 0 ? python_scale : 0.0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *SimNetwork_set_cores(SimNetwork *self, PyObject *args) {
+    double slice_s, memory, copy_demand, reduce_demand, wake_s = 0.0, copy_s_per_byte = 0.0;
+    if (!PyArg_ParseTuple(args, "dddd|dd", &slice_s, &memory, &copy_demand, &reduce_demand, &wake_s,
+                          &copy_s_per_byte))
+        return NULL;
+    if (!self->num_cores) {
+        PyErr_SetString(PyExc_ValueError, "set_cores: the network has no shared cores");
+        return NULL;
+    }
+    if (slice_s < 0 || memory < 0 || copy_demand < 0 || reduce_demand < 0 || wake_s < 0 || copy_s_per_byte < 0) {
+        PyErr_SetString(PyExc_ValueError, "set_cores: every value >= 0");
+        return NULL;
+    }
+    self->slice_s = slice_s, self->memory_bytes_per_s = memory;
+    self->copy_demand = copy_demand, self->reduce_demand = reduce_demand, self->wake_s = wake_s;
+    self->copy_s_per_byte = copy_s_per_byte;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef SimNetwork_methods[] = {
     {"transmit", (PyCFunction)SimNetwork_transmit, METH_VARARGS,
      "transmit(src, dst, nbytes, now) -> (time its last byte left, arrival): reserve the ports."},
-    {"cpu", (PyCFunction)SimNetwork_cpu, METH_VARARGS,
-     "cpu(now, seconds) -> when work of `seconds` started at `now` ends (on a free core, if shared)."},
+    {"set_host", (PyCFunction)SimNetwork_set_host, METH_VARARGS,
+     "set_host(from_bytes, send_s, send_s_per_byte, recv_s, recv_s_per_byte, latency_s, latency_s_per_byte, "
+     "python_scale=0): a host's per-message costs by size range (each a sequence of one value per range); with "
+     "python_scale > 0, the CPU time each rank's own code takes between its calls is charged to it, times that."},
+    {"set_cores", (PyCFunction)SimNetwork_set_cores, METH_VARARGS,
+     "set_cores(slice_s, memory_bytes_per_s, copy_demand, reduce_demand, wake_s=0, copy_s_per_byte=0): the "
+     "shared cores' time slice, the memory bandwidth their copies share (0: none, unlimited), how long a rank "
+     "that slept waiting for a message takes to start on an idle core, and a local copy's cost per byte."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -176,7 +216,7 @@ PyTypeObject SimNetworkType = {
     .tp_basicsize = sizeof(SimNetwork),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "SimNetwork(num_ranks, ranks_per_node, intra_alpha_s, intra_beta_bytes_per_s, inter_alpha_s, "
-              "inter_beta_bytes_per_s, cores=0): the ports and shared cores of network.py's model.",
+              "inter_beta_bytes_per_s, cores=0): the ports, host costs and shared cores of network.py's model.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)SimNetwork_init,
     .tp_dealloc = (destructor)SimNetwork_dealloc,

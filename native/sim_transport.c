@@ -32,13 +32,45 @@ static inline void landed(SimMessage *m) {
     if (r->t < m->arrival) r->t = m->arrival;
 }
 
+enum { TAKE_FIXED, TAKE_COPY, TAKE_REDUCE };
+
+/* The receiver takes the message at its arrival, then works on it: with host costs, its size range's
+ * receiving CPU once per message (and a copy out when `how` copies); a reduction of `target_bytes` costs
+ * target_bytes / gamma each time. 0, or -1 with an exception. */
+static int taken(SimMessage *m, int how, long long target_bytes) {
+    landed(m);
+    SimEngine *e = m->engine;
+    SimNetwork *net = e->net;
+    py_charge(net, m->receiver);
+    double fixed = 0.0, mem = 0.0, demand = 0.0;
+    if (net->host.num && !m->charged) {
+        int k = host_range(&net->host, m->nbytes);
+        fixed = net->host.recv_s[k];
+        if (how == TAKE_COPY) {
+            mem = (double)m->nbytes * net->host.recv_s_per_byte[k];
+            demand = net->copy_demand;
+        }
+        m->charged = 1;
+    }
+    if (how == TAKE_REDUCE) {
+        mem += (double)target_bytes * e->reduce_s_per_byte;
+        demand = net->reduce_demand;
+    }
+    return sim_work(e, m->receiver, fixed, mem, demand);
+}
+
 static PyObject *SimMessage_landed(SimMessage *self, PyObject *unused) {
     landed(self);
     Py_RETURN_NONE;
 }
 
+static PyObject *SimMessage_release(SimMessage *self, PyObject *unused) {
+    if (taken(self, TAKE_FIXED, 0) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *SimMessage_array(SimMessage *self, PyObject *unused) {
-    landed(self);
+    if (taken(self, TAKE_COPY, 0) < 0) return NULL;
     if (self->engine->phantom == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "SimMessage.array: the engine has no phantom()");
         return NULL;
@@ -48,24 +80,21 @@ static PyObject *SimMessage_array(SimMessage *self, PyObject *unused) {
 }
 
 static PyObject *SimMessage_copy_into(SimMessage *self, PyObject *out) {
-    landed(self);
+    if (taken(self, TAKE_COPY, 0) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 /* Taken at its arrival, then `target.nbytes / gamma` of the receiver's CPU: 0, or -1 with an exception. */
 static int reduced(SimMessage *self, PyObject *target) {
-    landed(self);
-    SimEngine *e = self->engine;
-    if (e->reduce_s_per_byte) {
+    long long nbytes = 0;
+    if (self->engine->reduce_s_per_byte) {
         PyObject *nb = getset_read(&nbytes_of, target, str_nbytes);
         if (!nb) return -1;
-        long long nbytes = PyLong_AsLongLong(nb);
+        nbytes = PyLong_AsLongLong(nb);
         Py_DECREF(nb);
         if (nbytes == -1 && PyErr_Occurred()) return -1;
-        double seconds = (double)nbytes * e->reduce_s_per_byte;
-        if (seconds && sim_compute(e, self->receiver, seconds) < 0) return -1;
     }
-    return 0;
+    return taken(self, TAKE_REDUCE, nbytes);
 }
 
 /* reduce_into(target, ufunc, base=None): data-free, the reduction only costs its time. */
@@ -80,7 +109,7 @@ static PyObject *SimMessage_reduce_into(SimMessage *self, PyObject *const *args,
 }
 
 static PyObject *SimMessage_obj(SimMessage *self, PyObject *unused) {
-    landed(self);
+    if (taken(self, TAKE_FIXED, 0) < 0) return NULL;
     if (json_loads == NULL) {
         PyObject *json = PyImport_ImportModule("json");
         if (!json) return NULL;
@@ -125,11 +154,13 @@ static PyObject *SimMessage_repr(SimMessage *self) {
 
 static PyMethodDef SimMessage_methods[] = {
     {"landed", (PyCFunction)SimMessage_landed, METH_NOARGS, "Move the receiver's clock to the arrival."},
-    {"release", (PyCFunction)SimMessage_landed, METH_NOARGS, "Taken: the receiver's clock moves to the arrival."},
+    {"release", (PyCFunction)SimMessage_release, METH_NOARGS,
+     "Taken: the receiver's clock moves to the arrival (and its receiving CPU, with host costs)."},
     {"detach", (PyCFunction)SimMessage_detach, METH_NOARGS, "Nothing to detach from."},
     {"array", (PyCFunction)SimMessage_array, METH_NOARGS, "A phantom array of the message's length."},
     {"owned_array", (PyCFunction)SimMessage_array, METH_NOARGS, "A phantom array of the message's length."},
-    {"copy_into", (PyCFunction)SimMessage_copy_into, METH_O, "Data-free: only takes the message at its arrival."},
+    {"copy_into", (PyCFunction)SimMessage_copy_into, METH_O,
+     "Data-free: takes the message at its arrival (and, with host costs, the CPU of receiving and copying it)."},
     {"reduce_into", (PyCFunction)(void (*)(void))SimMessage_reduce_into, METH_FASTCALL | METH_KEYWORDS,
      "reduce_into(target, ufunc, base=None): data-free, costs target.nbytes / gamma of the receiver's CPU."},
     {"obj", (PyCFunction)SimMessage_obj, METH_NOARGS, "The JSON value of an object message."},
@@ -262,12 +293,22 @@ static Py_ssize_t count_of(PyObject *shape) {
 /* Post a message at the sender's time: transmit it right away when nothing can happen before that
  * time any more (no event due earlier), else as an event. Steals `payload`; a new reference. */
 static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyObject *kind, PyObject *dtype,
-                      PyObject *shape, long long nbytes, PyObject *payload) {
+                      PyObject *shape, long long nbytes, PyObject *payload, int copy) {
     SimEngine *e = self->engine;
     int dst = PyLong_AsLong(dst_obj);
     if ((dst == -1 && PyErr_Occurred()) || sim_check_rank(dst, e->num_ranks, "send") < 0) {
         Py_DECREF(payload);
         return NULL;
+    }
+    HostCosts *h = &e->net->host;
+    py_charge(e->net, self->rank);
+    if (h->num) { /* the sender's CPU first (and its copy in, unless the array was computed in place) */
+        int k = host_range(h, nbytes);
+        double mem = copy ? (double)nbytes * h->send_s_per_byte[k] : 0.0;
+        if (sim_work(e, self->rank, h->send_s[k], mem, e->net->copy_demand) < 0) {
+            Py_DECREF(payload);
+            return NULL;
+        }
     }
     Py_ssize_t count = kind == kind_obj ? 0 : count_of(shape);
     if (count < 0) {
@@ -317,13 +358,14 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
     return (PyObject *)m;
 }
 
-static PyObject *post_array(SimTransport *self, PyObject *dst, PyObject *tag, PyObject *x, PyObject *payload) {
+static PyObject *post_array(SimTransport *self, PyObject *dst, PyObject *tag, PyObject *x, PyObject *payload,
+                            int copy) {
     PyObject *dtype = getset_read(&dtype_of, x, str_dtype), *shape = NULL, *nb = NULL, *res = NULL;
     if (!dtype || !(shape = getset_read(&shape_of, x, str_shape)) || !(nb = getset_read(&nbytes_of, x, str_nbytes)))
         goto done;
     long long nbytes = PyLong_AsLongLong(nb);
     if (nbytes == -1 && PyErr_Occurred()) goto done;
-    res = post(self, dst, tag, kind_array, dtype, shape, nbytes, payload);
+    res = post(self, dst, tag, kind_array, dtype, shape, nbytes, payload, copy);
     payload = NULL;
 done:
     Py_XDECREF(payload);
@@ -340,7 +382,7 @@ static PyObject *SimTransport_send(SimTransport *self, PyObject *const *args, Py
     }
     PyObject *payload = self->data ? PyObject_CallMethodNoArgs(args[2], str_copy) : Py_NewRef(Py_None);
     if (!payload) return NULL;
-    return post_array(self, args[0], args[1], args[2], payload);
+    return post_array(self, args[0], args[1], args[2], payload, 1);
 }
 
 static PyObject *SimTransport_reserve(SimTransport *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -397,7 +439,7 @@ static PyObject *SimTransport_send_reserved(SimTransport *self, PyObject *const 
             return NULL;
         }
     }
-    PyObject *res = post_array(self, dst, args[1], x, self->data ? Py_NewRef(x) : Py_NewRef(Py_None));
+    PyObject *res = post_array(self, dst, args[1], x, self->data ? Py_NewRef(x) : Py_NewRef(Py_None), 0);
     Py_DECREF(x);
     Py_DECREF(dst);
     return res;
@@ -418,17 +460,19 @@ static PyObject *SimTransport_send_obj(SimTransport *self, PyObject *const *args
         if (!u1_dtype) return NULL;
     }
     return post(self, args[0], args[1], kind_obj, u1_dtype, empty_shape, PyBytes_GET_SIZE(args[2]),
-                Py_NewRef(args[2]));
+                Py_NewRef(args[2]), 0);
 }
 
 static PyObject *SimTransport_receive(SimTransport *self, PyObject *arg) {
     SimEngine *e = self->engine;
     Rank *me = &e->ranks[self->rank];
+    py_charge(e->net, self->rank);
     if (!me->head) {
         long timeout_ms = PyLong_AsLong(arg);
         if (timeout_ms == -1 && PyErr_Occurred()) return NULL;
         if (timeout_ms <= 0) Py_RETURN_NONE;
         me->waiting = 1;
+        if (e->net->wake_s > 0) e->net->asleep[self->rank] = 1; /* its transport sleeps while it waits */
         if (sim_block(e, self->rank) < 0) return NULL; /* until a delivery wakes it */
         me->waiting = 0;
         if (!me->head) {
@@ -467,10 +511,7 @@ static PyObject *SimTransport_land(SimTransport *self, PyObject *const *args, Py
     Py_DECREF(size);
     if (match < 0) goto fail;
     if (!match) return got;
-    if (args[3] == Py_None)
-        landed(m);
-    else if (reduced(m, args[2]) < 0)
-        goto fail;
+    if (args[3] == Py_None ? taken(m, TAKE_COPY, 0) < 0 : reduced(m, args[2]) < 0) goto fail;
     Py_DECREF(got);
     Py_RETURN_TRUE;
 fail:

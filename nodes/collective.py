@@ -5,14 +5,15 @@ every partial sum is exact in every dtype and each rank checks its own result wi
 communicating; `wrong` counts the elements that differ, nccl-tests' #wrong column. The check runs on
 the last timed iteration of every size (a sampled one: the timed loop itself stays clean).
 
-Beside every row, the alpha-beta-gamma model's time (playground.models.costs) with the link named
-by `model`: a preset (ib, roce, ethernet, nvlink), a calibration.json written by `run pingpong`
-(or its run directory), or by default the newest calibration of the run's transport (across
-emulated hosts: of their link) under the runs directory. It is resolved once, in `summarize`, not on the ranks.
+Beside every row, the model's time with the link named by `link`: a preset (ib, roce, ethernet,
+nvlink) or a calibration.json written by `python -m playground calibrate`; by default this machine's
+calibration (playground.models.calibration). The closed form (playground.models.costs) gives every
+rank a CPU of its own: where ranks outnumber the calibrated cores, the row's model is the simulator
+on the calibrated host instead (`model_by`: sim), which shares the cores as this machine does. It is
+resolved once, in `summarize`, not on the ranks.
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from playground.collectives import ALGORITHMS, registry
@@ -21,7 +22,7 @@ from playground.collectives.measure import measure
 from playground.core.errors import ParamError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
-from playground.models.calibration import ModelSpec, load_model, run_network
+from playground.models.calibration import LinkSpec, load_model, run_network
 
 Collective = Literal[registry.COLLECTIVES]
 Algorithm = Literal[registry.all_names()]
@@ -47,9 +48,9 @@ class Params:
     inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
     inplace_only: bool = False  # measure in place only, in the main columns (as Gloo's all_reduce works)
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
-    # the link the model column prices: a preset, or a calibration.json of `run pingpong` (or its
-    # run directory); null: the newest calibration of the run's network
-    model: ModelSpec | None = None
+    # what the model column prices: a link preset, or a calibration.json of `calibrate`; null: this
+    # machine's calibration (./calibration.json or $PLAYGROUND_CALIBRATION), else a labelled default
+    link: LinkSpec | None = None
     # One trace event per message sent, waited for and reduced: what `inspect` splits a rank's time
     # by. `bench` turns them off: for an 8-byte all-reduce they are a quarter of its cost here
     # (three events a message), and the baselines it is compared with log nothing.
@@ -100,8 +101,36 @@ def main(comm, params: Params) -> dict:
     return {"rows": rows, "ok": all(r["wrong"] <= 0 for r in rows)}
 
 
+def calibrated_model(model, collective: str, num_ranks: int):
+    """With a calibrated model, (algorithm, size) -> (seconds, "closed form" | "sim"): the closed form
+    on the calibrated link (its size ranges; copy and reduction rates for the row's footprint) while
+    ranks do not outnumber the calibrated cores, else the simulator on the calibrated host, which
+    shares them; None for what neither models. Without a calibration, None."""
+    calibration = model.calibration
+    if calibration is None:
+        return None
+    from playground.sim.driver import simulate
+    from playground.sim.network import Machine
+    from playground.sim.transport import NO_SEGMENTS
+
+    def seconds(algorithm: str, size: int) -> tuple[float, str] | None:
+        algo = registry.BY_KEY.get((collective, algorithm))
+        if algo is None or algo.on_nodes:
+            return None
+        if num_ranks <= calibration.cores:
+            link = calibration.link(model.transport, num_ranks, size)
+            return algo.cost(size, num_ranks, link), "closed form"
+        host = calibration.host(model.transport, num_ranks, size)
+        machine = Machine(1, num_ranks, model.link, model.link, host.gamma_bytes_per_s, host.cores, host)
+        segment = calibration.segment_bytes(model.transport) or NO_SEGMENTS
+        row, _ = simulate(machine, collective, algorithm, size, data=False, segment_bytes=segment)
+        return row["time_us"] * 1e-6, "sim"
+
+    return seconds
+
+
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    model = load_model(params.model, run_network(run_dir), Path(run_dir).parent)
+    model = load_model(params.link, run_network(run_dir))
     return bench_report(
         [res["rows"] for res in results],
         params.collective,
@@ -111,4 +140,5 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         params.warmup,
         data={"collective": params.collective, "algorithms": list(params.algorithm)},
         model=model,
+        modelled=calibrated_model(model, params.collective, len(results)),
     )

@@ -5,8 +5,9 @@ Lecture section 5.1: a message of n bytes takes T(n) = alpha + n/beta. For each 
 messages back to back, then one acknowledgement, for bandwidth. Each is done twice, through
 `comm.send/recv` and through bare pyzmq PUSH/PULL sockets with the same zero-copy settings, so
 the ratio is the framework's own overhead (with --transport shm, what bypassing ZeroMQ gains).
-alpha and beta are fitted to our one-way times; rank 0 also times the reduction (gamma) for
-`dtype`, and all three go to the run's calibration.json (playground.models.calibration).
+alpha and beta are fitted to our one-way times. (The models' calibration, one file for every
+model column and the simulator, is `python -m playground calibrate`'s: it runs this same exchange
+on every pair of ranks at once, at 2 ranks and with more ranks than cores.)
 
 How many: as the OSU micro-benchmarks run fewer iterations of large messages, the sizes share a
 time budget, `budget_s` (3 s) per size: each size gets an even part of what is left of
@@ -28,7 +29,6 @@ import numpy as np
 from playground.core.errors import ParamError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
-from playground.models.calibration import measure_gamma
 from playground.network import pingpong_report
 from playground.network.raw_pair import RawPair
 
@@ -48,8 +48,6 @@ class Params:
     # seconds per size for all its exchanges: slow sizes run fewer round trips (at least 3); null:
     # exactly iters, warmup and window at every size
     budget_s: float | None = 3.0
-    # element type of the reduction rank 0 times for gamma (calibration.json)
-    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"
     # The raw pyzmq pair measured beside ours: "auto" is tcp when ours is (or the ranks are on two
     # emulated hosts), else ipc.
     raw_transport: Literal["auto", "ipc", "tcp"] = "auto"
@@ -193,10 +191,9 @@ def main(comm, params: Params) -> dict:
         path = "ZeroMQ + rings"  # ipc: arrays from 64 KiB go through shared-memory rings
     else:
         path = "ZeroMQ"
-    gamma = measure_gamma(params.dtype) if comm.rank == 0 else None
     budget = {"budget_s": params.budget_s, "elapsed_s": elapsed_s}
     budget |= {"iters": params.iters, "min_iters": min(MIN_ITERS, params.iters)}
-    return {"rows": rows, "ours_path": path, "gamma": gamma, **budget}
+    return {"rows": rows, "ours_path": path, **budget}
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:

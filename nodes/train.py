@@ -22,7 +22,7 @@ from typing import Literal
 from playground.collectives import registry
 from playground.core.errors import ParamError
 from playground.display.report import Report
-from playground.models.calibration import ModelSpec
+from playground.models.calibration import LinkSpec
 from playground.training import ddp_baseline, training_report
 from playground.training.loop import train_mode
 from playground.training.modes import MODES, NAMES, Mode
@@ -68,9 +68,9 @@ class Params:
     sample_bytes: int = 200  # bytes rank 0 writes with the trained model at the end
     prompt: str = "分页"  # what the sample continues: words of the lecture ("paging")
     temperature: float = 0.0  # 0: greedy (the most likely byte each time); > 0: sampled with `seed`
-    # the step-time model's link: a preset, a calibration.json or the run dir holding one; null: the
-    # newest calibration of this run's network (`run pingpong` makes one), else a labelled default
-    model: ModelSpec | None = None
+    # the step-time model's link: a preset or a calibration.json of `calibrate`; null: this machine's
+    # calibration (./calibration.json), else a labelled default
+    model: LinkSpec | None = None
     baseline: Literal["ddp"] | None = None  # ddp: the same training with PyTorch DDP over Gloo beside ours
 
     def __post_init__(self):

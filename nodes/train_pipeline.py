@@ -23,7 +23,7 @@ from playground.collectives import registry
 from playground.comm.group import Grid
 from playground.core.errors import ParamError
 from playground.display.report import Report
-from playground.models.calibration import ModelSpec
+from playground.models.calibration import LinkSpec
 from playground.training.modes import DDP_LIKE, Mode
 from playground.training.pipeline import pipeline_report, torch_baseline
 from playground.training.pipeline.loop import calibrate, reference_gaps, train_schedule
@@ -59,9 +59,9 @@ class Params:
     algorithm: Algorithm = "ring"  # the replicas' all-reduce
     calibration_repeats: int = 3  # timings of each stage's forward and backward (median)
     reference: bool = True  # compare every stage with one process trained on the whole batch
-    # the step-time model's link: a preset, a calibration.json or a run dir holding one; null: the
-    # newest calibration of this run's network, else a labelled default
-    model: ModelSpec | None = None
+    # the step-time model's link: a preset or a calibration.json of `calibrate`; null: this machine's
+    # calibration (./calibration.json), else a labelled default
+    model: LinkSpec | None = None
     baseline: Literal["pipelining"] | None = None  # torch.distributed.pipelining over Gloo beside ours
 
     def __post_init__(self):

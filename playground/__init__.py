@@ -5,7 +5,7 @@
 imports this package too, so importing it stays cheap: each name is imported on first use (PEP 562).
 """
 
-__version__ = "0.1.0"
+from playground.core.version import VERSION as __version__  # noqa: F401 - the package's version
 
 _EXPORTS = {
     **dict.fromkeys(("run", "bench", "simulate", "launch", "Result", "OutputFile"), "playground.api"),

@@ -3,6 +3,15 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def no_calibration(tmp_path_factory, monkeypatch):
+    """No test reads the calibration.json of the directory it happens to run in (a developer's own):
+    PLAYGROUND_CALIBRATION names a file that does not exist, here and in every child process."""
+    from playground.models.calibration import ENVIRONMENT
+
+    monkeypatch.setenv(ENVIRONMENT, str(tmp_path_factory.getbasetemp() / "no-calibration.json"))
+
+
 @pytest.fixture
 def runs_dir(tmp_path) -> Path:
     """A fresh directory for run directories; the CLI writes runs/<stamp>-<name>/ and runs/latest here."""

@@ -3,9 +3,11 @@ exit status 1 on a wrong result, and p2p beside raw pyzmq."""
 
 import json
 
+import calibrations
 import pytest
 
 from playground.cli.testing import run_cli
+from playground.models.calibration import read_calibration
 
 
 def _result(out_dir) -> dict:
@@ -115,18 +117,15 @@ def test_bench_p2p_measures_ours_and_raw_pyzmq(tmp_path, transport):
     assert [r["size"] for r in rows] == [64, 65536]
     assert all(r["ours_us"] > 0 and r["raw_us"] > 0 and r["ours_gbps"] > 0 for r in rows)
     assert ("shared memory" in proc.stdout) == (transport == "shm")
-    calibration = tmp_path / "latest" / "calibration.json"  # written whenever alpha and beta could be fitted
-    assert calibration.exists() == ("alpha-beta fit to our one-way times" in proc.stdout)
-    if calibration.exists():
-        assert json.loads(calibration.read_text())["transport"] == transport
+    assert not (tmp_path / "latest" / "calibration.json").exists()  # `calibrate` writes the one calibration
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_bench_model_columns_from_a_preset_and_from_a_p2p_calibration(tmp_path):
+def test_bench_model_columns_from_a_preset_and_from_a_calibration(tmp_path):
     base = ["bench", "allreduce", "--ranks", "2", "--algo", "ring,auto", "--sizes", "8,64KiB"]
     base += ["--iters", "1", "--warmup", "0", "--out", str(tmp_path)]
-    proc = run_cli([*base, "--model", "ib"], timeout_s=80)
+    proc = run_cli([*base, "--link", "ib"], timeout_s=80)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "model: preset ib (alpha 5 us, beta 50 GB/s)" in proc.stdout
     header = next(line for line in proc.stdout.splitlines() if "#wrong" in line)
@@ -136,17 +135,27 @@ def test_bench_model_columns_from_a_preset_and_from_a_p2p_calibration(tmp_path):
     assert [r["algorithm"].split("->")[0] for r in rows] == ["ring", "ring", "auto", "auto"]
     assert all(r["model_pick"] == "rd" and r["model_us"] > 0 and r["vs_model"] > 0 for r in rows)
 
-    # 10 round trips a size: a busy machine's median cannot make 64 B slower than 4 MiB (no fit)
-    p2p = ["bench", "p2p", "--sizes", "64,4MiB", "--iters", "10", "--warmup", "1", "--out", str(tmp_path)]
-    proc = run_cli(p2p, timeout_s=80)
-    assert proc.returncode == 0 and "calibration (float32)" in proc.stdout, proc.stdout + proc.stderr
-    calibration = (tmp_path / "latest" / "calibration.json").resolve()
-    proc = run_cli([*base, "--model", str(tmp_path / "latest")], timeout_s=80)
+    calibration = calibrations.write(tmp_path / "calibration.json")
+    cores = read_calibration(calibration).cores
+    proc = run_cli([*base, "--link", str(calibration)], timeout_s=80)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _result(tmp_path)["model"]["name"] == str(calibration)  # the p2p run's, though latest moved
-    proc = run_cli(base, timeout_s=80)  # no --model: the newest ipc calibration under --out
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _result(tmp_path)["model"]["name"] == str(calibration)
+    model = _result(tmp_path)["model"]
+    assert model["kind"] == "calibration" and model["name"] == str(calibration.resolve())
+    rows = _result(tmp_path)["rows"]
+    for r in rows:  # 2 ranks: each a core (if the machine has 2), the closed form on the calibrated link
+        assert r["model_by"] == ("closed form" if cores >= 2 else "sim")
+        link = read_calibration(calibration).link("ipc", 2, r["size"])
+        if cores >= 2 and r["algorithm"] == "ring":
+            half = r["size"] / 2
+            expected = 2 * link.message_time_s(half) + link.reduce_time_s(half)
+            assert r["model_us"] == pytest.approx(1e6 * expected, rel=1e-6)
+    if cores <= 4:  # more ranks than cores: the simulator on the calibrated host is the model
+        crowded = ["bench", "allreduce", "--ranks", str(cores + 1), "--algo", "ring,tree", "--sizes", "4KiB"]
+        crowded += ["--iters", "1", "--warmup", "0", "--link", str(calibration), "--out", str(tmp_path)]
+        proc = run_cli(crowded, timeout_s=80)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert all(r["model_by"] == "sim" and r["model_us"] > 0 for r in _result(tmp_path)["rows"])
+        assert "model by" in proc.stdout
 
 
 @pytest.mark.timeout(90)

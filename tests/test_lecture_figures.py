@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import calibrations
 import pytest
 
 from playground.config.scenario import builtin_names
@@ -202,6 +203,29 @@ def test_both_alphas_come_from_their_own_ping_pong_run(plan):
     assert runs["pingpong-shm"].command(quick=False) == (
         "python -m playground run pingpong --transport shm --set params.trace_messages=false"
     )
+
+
+def test_the_model_column_uses_this_machines_calibration(plan, tmp_path, monkeypatch):
+    """With a calibration, the small message's model is its calibrated one-way time and the ring/tree
+    crossover comes from the calibrated machine; without one, the run's own ping-pong fit."""
+    section = next(s for s in plan.sections if s.id == "networking")
+    figures = {f.id: f for f in section.figures}
+    rows = [{"algorithm": a, "size": n, "time_us": 100.0 if a == "ring" else 50.0} for a in ("ring", "tree")
+            for n in (8, 65536)]  # fmt: skip
+    bench = Run("bench", {"ok": True, "ranks": 8, "transport": "ipc", "rows": rows}, {}, None, True)
+    pingpong = _pingpong(100.0)
+    pingpong.result["transport"] = "ipc"
+    ctx = Context({"pingpong": pingpong, "bench": bench}, {"link_alpha_us": 5, "link_beta_gbps": 50,
+                  "num_ranks": 8}, {"cores": 2})  # fmt: skip
+    plain = evaluate(section, figures["small-message"], READERS["small-message"], ctx)
+    assert plain.model_note == "alpha + n / beta of this run's fit"
+    monkeypatch.setenv("PLAYGROUND_CALIBRATION", str(calibrations.write(tmp_path / "c.json")))
+    small = evaluate(section, figures["small-message"], READERS["small-message"], ctx)
+    assert small.model == pytest.approx(1e6 * (calibrations.line_s("ipc", 64) + calibrations.copies_s(64)))
+    assert small.model_note == "one way by this machine's calibration (ipc)"
+    crossover = evaluate(section, figures["ring-vs-tree"], READERS["ring-vs-tree"], ctx)
+    assert crossover.model_note.startswith("this machine's calibration (ipc; the simulator where ranks")
+    assert crossover.model > 0
 
 
 def test_a_scenario_run_twice_needs_an_id(tmp_path):

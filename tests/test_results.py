@@ -6,7 +6,7 @@ import json
 import pytest
 
 from playground.cli.testing import run_cli
-from playground.commands import results
+from playground.commands import accuracy, results
 from playground.core.errors import ScenarioError
 
 
@@ -50,25 +50,63 @@ def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_pat
         "(The plots are on the lecture's own page, `index.html` in the run directory above.)"
     )
     sim = (tmp_path / "pages" / "simulator.md").read_text()
-    assert "This section failed: `python -m playground run pingpong" in sim
+    assert "This section failed: `python -m playground calibrate" in sim
     assert "python -m playground results --sections simulator" in sim
     index = (tmp_path / "pages" / "index.md").read_text()
     assert "- [The labs beside the lecture](labs.md)" in index
     assert "- Collectives against Gloo and MPICH: not measured yet" in index
 
 
-def test_the_spread_of_a_point_is_over_every_bench_run(tmp_path):
-    runs = []
-    for k, t in enumerate((100.0, 140.0, 90.0)):
-        run = tmp_path / f"bench{k}"
-        run.mkdir()
-        rows = [
-            {"algorithm": "ring", "size": 4096, "time_us": t},
-            {"algorithm": "tree", "size": 4096, "time_us": 7.0},
-        ]
-        (run / "result.json").write_text(json.dumps({"ranks": 2, "rows": rows}))
-        runs.append(run)
-    assert results._spread(runs) == {(2, "ring", 4096): (90.0, 140.0), (2, "tree", 4096): (7.0, 7.0)}
+def _sim_result(transport: str, rows: list[tuple[int, str, int, float, float | None]]) -> dict:
+    return {
+        "simulation": {"transport": transport},
+        "rows": [
+            {"ranks": n, "algorithm": a, "size": s, "time_us": t, "model_us": m} for n, a, s, t, m in rows
+        ],
+    }
+
+
+def test_the_simulator_page_has_every_row_its_ratio_the_counts_and_the_plot(tmp_path):
+    """Given simulated rows and three rounds of measurements: the median and spread per row, the
+    ratio, held-out marks for what the calibration did not run, the counts within 25% and 2x, the
+    worst rows first, and a plot file."""
+    benches = {
+        ("ipc", 2, "ring", 4096): [100.0, 120.0, 80.0],  # median 100: simulated 110 is within 25%
+        ("ipc", 3, "ring", 4096): [100.0, 100.0, 100.0],  # simulated 150: within 2x, not 25%
+        ("ipc", 2, "tree", 262144): [1000.0, 900.0, 1100.0],  # simulated 2500: beyond 2x
+        ("shm", 2, "ring", 4096): [10.0, 10.0, 10.0],  # simulated 9: within
+    }
+    sims = [
+        _sim_result("ipc", [(2, "ring", 4096, 110.0, 90.0), (3, "ring", 4096, 150.0, None),
+                            (2, "tree", 262144, 2500.0, 800.0), (4, "ring", 4096, 1.0, None)]),
+        _sim_result("shm", [(2, "ring", 4096, 9.0, 8.0)]),
+    ]  # fmt: skip
+    calibrated = {"ranks": [2, 4, 8], "sizes": [64, 4096, 65536]}
+    rows = accuracy.rows_from(sims, benches, calibrated)
+    assert len(rows) == 4  # the 4-rank row was never measured
+    by = {(r["transport"], r["ranks"], r["algorithm"], r["size"]): r for r in rows}
+    first = by["ipc", 2, "ring", 4096]
+    assert (first["measured_us"], first["low_us"], first["high_us"], first["rounds"]) == (
+        100.0,
+        80.0,
+        120.0,
+        3,
+    )
+    assert first["ratio"] == pytest.approx(1.1) and not first["held_out"]
+    assert by["ipc", 3, "ring", 4096]["held_out"] and by["ipc", 2, "tree", 262144]["held_out"]
+    assert accuracy.within(rows, 1.25) == 2 and accuracy.within(rows, 2) == 3
+    lines = accuracy.summary(rows)
+    assert lines[0].startswith(
+        "**2 of 4 simulated times are within 25% of the measured median, 3 within 2x**"
+    )
+    assert "(held-out rows: 0 of 2 within 25%, 1 within 2x)" in lines[0]
+    assert lines[1].startswith("Worst rows: ipc 2 ranks tree 256 KiB 2.50; ipc 3 ranks ring 4 KiB 1.50")
+    table = accuracy.table(rows)
+    assert table[0].startswith("| transport | ranks | size | algo | measured (us) | spread | simulated (us)")
+    assert "| ipc | 2 | 4 KiB | ring | 100 | 80-120 | 110 | 1.10 | 90 |  |" in table
+    assert "| ipc | 3 | 4 KiB | ring | 100 | 100-100 | 150 | 1.50 | sim | yes |" in table
+    path = accuracy.plot(rows, tmp_path / "accuracy.png")
+    assert path.stat().st_size > 10_000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch):

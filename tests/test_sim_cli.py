@@ -4,9 +4,11 @@ directory it writes, inspect on it, and bad input."""
 import json
 from pathlib import Path
 
+import calibrations
 import pytest
 
 from playground.cli.testing import run_cli
+from playground.models.calibration import read_calibration
 
 pytestmark = pytest.mark.timeout(120)
 BENCH_KEYS = {"size", "count", "dtype", "op", "algorithm", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}
@@ -122,19 +124,24 @@ def test_topology_with_the_hierarchical_algorithm(runs_dir):
 
 
 def test_a_calibrated_machine_with_shared_cores(runs_dir, tmp_path):
-    cal = tmp_path / "calibration.json"
-    cal.write_text(
-        json.dumps({"alpha_s": 60e-6, "beta_bytes_per_s": 2e9, "gamma_bytes_per_s": 4e9, "transport": "ipc"})
-    )
+    """`--link calibration.json`: this machine's host, its cores unless --cores says otherwise; the
+    closed form only where ranks do not outnumber cores."""
+    cal = calibrations.write(tmp_path / "calibration.json")
+    cores = read_calibration(cal).cores
     times = {}
-    for cores in ("8", "2"):
+    for given in ("64", None):
         proc, result = simulate(
-            runs_dir, "allreduce", "--model", str(cal), "--cores", cores, "--ranks", "8", "--sizes", "1MiB",
-            "--algo", "ring",
+            runs_dir, "allreduce", "--link", str(cal), "--transport", "ipc", "--ranks", "8", "--sizes", "1MiB",
+            "--algo", "ring", *(["--cores", given] if given else []),
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        times[cores] = result["rows"][0]["time_us"]
-    assert times["2"] > 2 * times["8"]  # 8 ranks' copies and reductions queue for 2 CPUs
+        row = result["rows"][0]
+        times[given] = row["time_us"]
+        assert result["simulation"]["cores"] == (int(given) if given else cores)
+        assert (row["model_us"] is None) == (8 > (int(given) if given else cores))
+    assert cores >= 8 or times[None] > 1.5 * times["64"]  # 8 ranks' work queues for this machine's cores
+    proc, _ = simulate(runs_dir, "allreduce", "--link", str(cal), "--transport", "tcp")
+    assert proc.returncode == 2 and f"--transport tcp: {cal} calibrated ipc, shm" in proc.stderr
 
 
 def test_measured_runs_beside_the_simulation_take_the_median_of_repeats(runs_dir, tmp_path):
@@ -179,7 +186,8 @@ def test_measured_runs_beside_the_simulation_take_the_median_of_repeats(runs_dir
         (["--cores", "0"], "--cores 0: expected at least 1 CPU"),
         (["--sizes", "8..1QB"], "--sizes '8..1QB': expected a byte count"),
         (["--data", "--ranks", "128"], "--data: simulating with real bytes is for at most 64 ranks"),
-        (["--model", "nosuch"], "--model 'nosuch': no such preset or file"),
+        (["--link", "nosuch.json"], "--link nosuch.json: nosuch.json: cannot read it"),
+        (["--transport", "shm"], "--transport shm: only with --link calibration.json"),
         (
             ["--fold", "--cores", "2"],
             "--fold with --cores: folding needs data-free messages on one kind of link",

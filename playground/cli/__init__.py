@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, lecture, results."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results."""
 
 import argparse
 import sys
@@ -94,10 +94,18 @@ def _cmd_simulate(args) -> int:
     return run_simulate(args)
 
 
+def _cmd_calibrate(args) -> int:
+    from playground.commands.calibrate import run_calibrate
+
+    return run_calibrate(args)
+
+
 def _cmd_results(args) -> int:
     from playground.commands.results import run_results
 
-    return run_results(args.sections, args.quick, args.rounds, Path(args.out), Path(args.work))
+    return run_results(
+        args.sections, args.quick, args.rounds, Path(args.out), Path(args.work), args.resume, args.max_minutes
+    )
 
 
 def _cmd_lecture(args) -> int:
@@ -189,11 +197,13 @@ def build_parser(
     nd.set_defaults(func=_cmd_node)
 
     from playground.commands.bench import add_bench_parser
+    from playground.commands.calibrate import add_calibrate_parser
     from playground.commands.results import add_results_parser
     from playground.sim.command import add_simulate_parser
 
     add_bench_parser(sub, _cmd_bench)
     add_simulate_parser(sub, _cmd_simulate)
+    add_calibrate_parser(sub, _cmd_calibrate)
     add_results_parser(sub, _cmd_results)
 
     lec = sub.add_parser(

@@ -13,7 +13,10 @@ has no bandwidth: algbw and busbw are None (JSON null, "-" in the table), never 
 Beside the measurement, `add_model_columns` puts the alpha-beta-gamma model's time for the same
 collective, algorithm (for `auto->rd`, the one auto ran), rank count and size (`model_us`, from
 `playground.models.costs`), measured / model (`vs_model`), and for all-reduce the algorithm the
-model would pick (`model_pick`); the table's title says where the model's link came from.
+model would pick (`model_pick`); the table's title says where the model's link came from. With a
+calibration the caller passes `modelled` instead, which prices each row itself: the closed form on
+the calibrated link for the row's size, or, where ranks outnumber the calibrated cores and the
+closed forms (every rank a CPU of its own) do not hold, the simulator (`model_by` says which).
 """
 
 from playground.collectives.check import busbw_factor, describe_first_wrong, earliest_first_wrong
@@ -42,6 +45,7 @@ IN_PLACE_COLUMNS = {
 }
 MODEL_COLUMNS = {"model_us": "model (us)", "vs_model": "measured/model"}
 PICK_COLUMN = {"model_pick": "model pick"}
+BY_COLUMN = {"model_by": "model by"}
 FACTOR_TEXT = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}
 
 
@@ -92,29 +96,41 @@ def model_algorithm(collective: str, algorithm: str, size: int, num_ranks: int, 
     return names(collective, auto=False)[0]
 
 
-def add_model_columns(rows: list[dict], collective: str, num_ranks: int, link: Link) -> list[dict]:
+def add_model_columns(
+    rows: list[dict], collective: str, num_ranks: int, link: Link, modelled=None
+) -> list[dict]:
     """The rows with `model_us`, `vs_model` (time / model; None when the model says 0) and, for
-    all-reduce, `model_pick` appended; nothing else changes."""
+    all-reduce, `model_pick` appended; with `modelled` ((algorithm, size) -> (seconds, by) or None),
+    its price where it has one and `model_by` saying what gave it. Nothing else changes."""
     out = []
     for row in rows:
         algorithm = model_algorithm(collective, row["algorithm"], row["size"], num_ranks, link)
-        model_us = collective_time_s(collective, algorithm, row["size"], num_ranks, link) * 1e6
+        priced = modelled(algorithm, row["size"]) if modelled is not None else None
+        if priced is None:
+            model_us, by = (
+                collective_time_s(collective, algorithm, row["size"], num_ranks, link) * 1e6,
+                "closed form",
+            )
+        else:
+            model_us, by = priced[0] * 1e6, priced[1]
         extra = {"model_us": model_us, "vs_model": row["time_us"] / model_us if model_us > 0 else None}
+        if modelled is not None:
+            extra["model_by"] = by
         if collective == "allreduce":
             extra["model_pick"] = best_algorithm(row["size"], num_ranks, link)
         out.append({**row, **extra})
     return out
 
 
-def with_model_columns(columns: dict[str, str], collective: str) -> dict[str, str]:
+def with_model_columns(columns: dict[str, str], collective: str, by: bool = False) -> dict[str, str]:
     """`columns` with the model's: its pick right after the algorithm (all-reduce), its time and
-    the ratio at the end."""
+    the ratio at the end (and, with `by`, what gave each row's model)."""
     out = {}
     for key, header in columns.items():
         out[key] = header
         if key == "algorithm" and collective == "allreduce":
             out.update(PICK_COLUMN)
-    return {**out, **MODEL_COLUMNS}
+    return {**out, **MODEL_COLUMNS, **(BY_COLUMN if by else {})}
 
 
 def bench_report(
@@ -126,17 +142,19 @@ def bench_report(
     warmup: int,
     data: dict | None = None,
     model: ModelSource | None = None,
+    modelled=None,
 ) -> Report:
     """The bench's report from every rank's list of records (the same (algorithm, size) order on
     every rank): the nccl-tests table, nccl-tests' closing lines, a failure per wrong row. With
-    `model`, the model columns and its caption (the title's second line)."""
+    `model`, the model columns and its caption (the title's second line); with `modelled`, each
+    row priced by it (see `add_model_columns`)."""
     n = len(per_rank_rows)
     rows = [
         build_row(collective, list(recs), recs[0]["size"], recs[0]["count"], dtype, op, recs[0]["algorithm"])
         for recs in zip(*per_rank_rows, strict=True)
     ]
     if model is not None:
-        rows = add_model_columns(rows, collective, n, model.link)
+        rows = add_model_columns(rows, collective, n, model.link, modelled)
     failures = wrong_row_failures(rows, collective)
     title = (
         f"{collective}, {n} ranks, {dtype}: median of {iters} iterations after {warmup} warm-up; "
@@ -145,7 +163,7 @@ def bench_report(
     columns = {**COLUMNS, **IN_PLACE_COLUMNS} if rows and "ip_time_us" in rows[0] else COLUMNS
     if model is not None:
         title += f"\n{model.caption}"
-        columns = with_model_columns(columns, collective)
+        columns = with_model_columns(columns, collective, by=modelled is not None)
         data = {**(data or {}), "model": model.to_dict()}
     return Report(
         ok=not failures,

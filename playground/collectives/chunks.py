@@ -39,6 +39,15 @@ def is_phantom(x: np.ndarray) -> bool:
 
 # Buffers are made through these helpers, never with np.empty/np.array directly, so that a
 # phantom input gives phantom buffers (a 1 GiB all-reduce on 1024 simulated ranks allocates nothing).
+# A copy of a phantom copies nothing, but on a simulated host it costs what the copy would: the
+# simulator sets `local_copy` (nbytes -> None, charging the running rank) while it runs.
+local_copy = None
+
+
+def _copied(x: np.ndarray) -> np.ndarray:
+    if local_copy is not None:
+        local_copy(x.size * x.itemsize)
+    return phantom(x.size, x.dtype)
 
 
 def flat_copy(x: np.ndarray) -> np.ndarray:
@@ -47,7 +56,7 @@ def flat_copy(x: np.ndarray) -> np.ndarray:
         return np.array(x, copy=True, order="C").reshape(-1)
     if x.ndim != 1:
         return x.copy().reshape(-1)  # a C-ordered copy, flattened as a view
-    return phantom(x.size, x.dtype) if x.strides[0] == 0 and x.size > 1 else x.copy()
+    return _copied(x) if x.strides[0] == 0 and x.size > 1 else x.copy()
 
 
 def flat(x: np.ndarray) -> np.ndarray:
@@ -61,7 +70,7 @@ def empty(count: int, like: np.ndarray) -> np.ndarray:
 
 
 def copy(x: np.ndarray) -> np.ndarray:
-    return phantom(x.size, x.dtype) if is_phantom(x) else x.copy()
+    return _copied(x) if is_phantom(x) else x.copy()
 
 
 def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:

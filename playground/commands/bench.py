@@ -4,9 +4,9 @@
 run of nodes/collective.py, so it gets a run directory, logs and result.json), then, with
 `--baseline gloo,mpi`, the same sizes and rank count through torch.distributed's Gloo and through
 MPI, one after the other (never at the same time: they would share the two cores), and prints the
-ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport (and, like `run
-pingpong`, saves a calibration.json). `--model SPEC` names the link of the model columns (a preset,
-a calibration file or its run directory); without it, the newest calibration of the transport.
+ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport. `--link SPEC` names what the
+model columns price (a preset, or a calibration.json of `calibrate`); without it, this machine's
+calibration (models/calibration.py), else a labelled default.
 `bench table` regenerates the README's table: ours over ipc and shm, Gloo and MPICH, alternately,
 over rounds (benchtable.py).
 """
@@ -79,11 +79,11 @@ def add_bench_parser(sub, func) -> None:
         "in-place columns: the result overwrites the input)",
     )
     b.add_argument(
-        "--model",
+        "--link",
         default=None,
         metavar="SPEC",
-        help=f"link of the model columns: a preset ({', '.join(PRESETS)}), a calibration.json or the run "
-        "directory holding one (default: the newest calibration of --transport under --out)",
+        help=f"what the model columns price: a preset ({', '.join(PRESETS)}) or a calibration.json of "
+        "`calibrate` (default: ./calibration.json or $PLAYGROUND_CALIBRATION, else a labelled default)",
     )
     b.add_argument("--baseline", default="", help="comma list: gloo (torch.distributed), mpi (mpi4py)")
     b.add_argument(
@@ -161,12 +161,12 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
         sets[f"params.segment_bytes={args.segment}"] = "--segment"
     if args.inplace:
         sets["params.inplace=true"] = "--inplace"
-    if args.model:
+    if args.link:
         try:
-            model_from_spec(args.model)
-        except ValueError as e:
-            raise ScenarioError(f"--model {args.model}: {e}") from None
-        sets[f"params.model={json.dumps(args.model)}"] = "--model"
+            model_from_spec(args.link, args.transport)
+        except ScenarioError as e:
+            raise ScenarioError(f"--link {args.link}: {e}") from None
+        sets[f"params.link={json.dumps(args.link)}"] = "--link"
     sets.update({text: f"--set {text}" for text in args.set})
     scenario = load_scenario(
         "bench", ranks=args.ranks or 8, transport=args.transport, overrides=list(sets), said=sets

@@ -6,10 +6,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 
 - collectives.md: `bench table`: ours over ZeroMQ and over shared memory against Gloo and MPICH,
   alternating rounds, medians and min-max, speed ratios.
-- simulator.md: `--rounds` rounds of one ping-pong calibration and one `bench allreduce` per rank
-  count, then `simulate --model <the calibration of median alpha> --cores <this machine's>
-  --measured <every bench run>`: simulated against measured with each point the median of the
-  rounds and its spread, and the simulator's own cost at 1024 ranks.
+- simulator.md: one `calibrate`, `--rounds` rounds of `bench allreduce` at 2-8 ranks over ipc and
+  shm, and `simulate --link calibration.json --measured ...`: every row simulated from the one
+  calibration beside its measured median, the rows within 25% and 2x, a plot; and the simulator's own
+  cost at 1024 ranks (accuracy.py). Long: `--continue` and `--max-minutes` measure it in pieces.
 - labs.md: `lecture`: every lab's tables beside the lecture's figures and the models.
 - training.md: `run train` as a user types it (its wall time, loss and how lecture-like its sample
   is, beside the same run at a constant learning rate); `run train-modes --baseline ddp` (and
@@ -39,6 +39,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from playground.commands import accuracy
 from playground.commands.parallelism_results import parallelism
 from playground.commands.training_results import training_section
 from playground.core.errors import ScenarioError
@@ -46,9 +47,6 @@ from playground.core.machine import describe_machine
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, make_run_dir
 
 CHILD = [sys.executable, "-P", "-m", "playground"]
-SIM_SIZES = "4KiB,1MiB,16MiB"
-SIM_RANKS = (2, 4, 8)
-SIM_ALGOS = "ring,tree,hd"
 
 
 @dataclass
@@ -64,9 +62,22 @@ class Section:
 class Context:
     """What a section needs: where to put its runs, whether quick, how to run a child command."""
 
-    def __init__(self, work: Path, quick: bool, rounds: int, console: Console):
+    def __init__(
+        self,
+        work: Path,
+        quick: bool,
+        rounds: int,
+        console: Console,
+        out: Path,
+        max_minutes: float | None = None,
+    ):
         self.work, self.quick, self.rounds, self.console = work, quick, rounds, console
+        self.out, self.max_minutes = out, max_minutes
         self.commands: list[str] = []
+
+    def out_of_time(self, started: float) -> bool:
+        """Past `--max-minutes` since `started` (time.monotonic()): start no new piece."""
+        return self.max_minutes is not None and time.monotonic() - started > 60 * self.max_minutes
 
     def run(self, *args: str, timeout_s: float = 3600) -> subprocess.CompletedProcess:
         """`python -m playground ARGS` as a child, its output shown as it goes; recorded for the page."""
@@ -92,92 +103,6 @@ def _collectives(ctx: Context) -> str:
         args += ["--rounds", str(ctx.rounds)]
     ctx.run(*args, timeout_s=7200)
     return (ctx.latest(runs) / "table.md").read_text()
-
-
-def _simulator(ctx: Context) -> str:
-    runs = ctx.work / "sim"
-    sizes = "4KiB,1MiB" if ctx.quick else SIM_SIZES
-    ranks = SIM_RANKS[:2] if ctx.quick else SIM_RANKS
-    rounds = 1 if ctx.quick else ctx.rounds
-    calibrations, benches = [], []
-    for _ in range(rounds):  # a calibration and every rank count, alternating from round to round
-        ctx.run("run", "pingpong", "--out", str(runs), "--set", f"params.sizes=[64,4KiB,64KiB,{sizes}]")
-        calibrations.append(ctx.latest(runs))
-        for n in ranks:
-            ctx.run(
-                "bench",
-                "allreduce",
-                "--ranks",
-                str(n),
-                "--algo",
-                SIM_ALGOS,
-                "--sizes",
-                sizes,
-                "--out",
-                str(runs),
-            )
-            benches.append(ctx.latest(runs))
-    alphas = {c: json.loads((c / "calibration.json").read_text())["alpha_s"] for c in calibrations}
-    median_alpha = sorted(alphas, key=alphas.get)[len(alphas) // 2]
-    measured = [a for b in benches for a in ("--measured", str(b))]
-    ctx.run(
-        "simulate", "allreduce", "--model", str(median_alpha), "--cores", str(os.cpu_count() or 1),
-        "--ranks", ",".join(map(str, ranks)), "--algo", SIM_ALGOS, "--sizes", sizes, "--out", str(runs), *measured,
-    )  # fmt: skip
-    result = json.loads((ctx.latest(runs) / "result.json").read_text())
-    spread = _spread(benches)
-    lines = [
-        "Each measured figure is the median over the rounds (min-max beside it); the simulation uses "
-        f"the calibration of median alpha among the rounds' ({', '.join(f'{a * 1e6:.0f}' for a in sorted(alphas.values()))} us).\n",
-        "| ranks | size | algo | measured (us) | spread | simulated (us) | sim/measured | model (us) | model/measured |",
-        "|---:|---:|---|---:|---|---:|---:|---:|---:|",
-    ]
-    within = []
-    for r in result["rows"]:
-        m = r.get("measured_us")
-        if not m:
-            continue
-        lo, hi = spread.get((r["ranks"], r["algorithm"], r["size"]), (m, m))
-        ratio = r["time_us"] / m
-        within.append(0.7 <= ratio <= 1.3)
-        model = r.get("model_us")
-        lines.append(
-            f"| {r['ranks']} | {_size(r['size'])} | {r['algorithm']} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} | "
-            f"{r['time_us']:,.0f} | {ratio:.2f} | {model:,.0f} | {model / m:.2f} |"
-            if model
-            else f"| {r['ranks']} | {_size(r['size'])} | {r['algorithm']} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} | "
-            f"{r['time_us']:,.0f} | {ratio:.2f} | | |"
-        )
-    lines.append(f"\n{sum(within)} of {len(within)} simulated times are within 30% of the measured ones.\n")
-    if not ctx.quick:
-        lines.append(_simulator_cost(ctx))
-    return "\n".join(lines)
-
-
-def _simulator_cost(ctx: Context) -> str:
-    t0 = time.monotonic()
-    ctx.run(
-        "simulate", "allreduce", "--algo", "ring", "--ranks", "1024", "--sizes", "1GiB", "--link", "ib",
-        "--out", str(ctx.work / "sim"),
-    )  # fmt: skip
-    wall_s = time.monotonic() - t0
-    notes = json.loads((ctx.latest(ctx.work / "sim") / "result.json").read_text())["notes"]
-    said = next((m for n in notes if (m := re.search(r"simulated ([\d,]+) messages", n))), None)
-    rate = f", {int(said.group(1).replace(',', '')) / wall_s:,.0f} messages/s" if said else ""
-    return (
-        "## The simulator's own cost\n\n"
-        f"`simulate allreduce --algo ring --ranks 1024 --sizes 1GiB`: {wall_s:.1f} s of wall time "
-        f"(the whole command){rate}.\n"
-    )
-
-
-def _spread(benches: list[Path]) -> dict:
-    points: dict[tuple, list[float]] = {}
-    for b in benches:
-        result = json.loads((b / "result.json").read_text())
-        for r in result["rows"]:
-            points.setdefault((result["ranks"], r["algorithm"], r["size"]), []).append(r["time_us"])
-    return {k: (min(v), max(v)) for k, v in points.items()}
 
 
 def _labs(ctx: Context) -> str:
@@ -247,15 +172,9 @@ def result_markdown(run_dir: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def _size(n: int) -> str:
-    from playground.core.sizes import format_size
-
-    return format_size(n)
-
-
 SECTIONS = [
     Section("collectives", "collectives.md", "Collectives against Gloo and MPICH", _collectives, 2, 12),
-    Section("simulator", "simulator.md", "The simulator against measurements", _simulator, 2, 8),
+    Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
@@ -276,7 +195,15 @@ def machine_header(commands: list[str], started: float, loads: tuple[float, floa
     )
 
 
-def run_results(sections: str | None, quick: bool, rounds: int, out: Path, work: Path) -> int:
+def run_results(
+    sections: str | None,
+    quick: bool,
+    rounds: int,
+    out: Path,
+    work: Path,
+    resume: bool = False,
+    max_minutes: float | None = None,
+) -> int:
     chosen = [s for s in SECTIONS if not sections or s.name in sections.split(",")]
     unknown = set((sections or "").split(",")) - {s.name for s in SECTIONS} - {""}
     if unknown:
@@ -290,12 +217,15 @@ def run_results(sections: str | None, quick: bool, rounds: int, out: Path, work:
     console.print(
         f"results: {', '.join(s.name for s in chosen)}: about {minutes:.0f} min here; keep the machine quiet"
     )
+    if max_minutes is not None and not max_minutes > 0:
+        raise ScenarioError(f"--max-minutes {max_minutes}: expected minutes > 0")
     out.mkdir(parents=True, exist_ok=True)
-    work_dir = make_run_dir(work, "results")
+    earlier = sorted(p for p in work.glob("*-results*") if p.is_dir()) if resume else []
+    work_dir = earlier[-1] if earlier else make_run_dir(work, "results")
     failed = []
     for k, s in enumerate(chosen):
         console.print(f"[bold]({k + 1}/{len(chosen)}) {s.title}[/bold]")
-        ctx = Context(work_dir / s.name, quick, rounds, console)
+        ctx = Context(work_dir / s.name, quick, rounds, console, out, max_minutes)
         started, load0 = time.time(), os.getloadavg()[0]
         try:
             body = s.make(ctx)
@@ -339,4 +269,13 @@ def add_results_parser(sub, func) -> None:
     r.add_argument("--rounds", type=int, default=3, help="rounds of each measurement (default 3)")
     r.add_argument("--out", default="docs/results", help="where the pages go (default docs/results)")
     r.add_argument("--work", default="runs", help="where the runs behind them go (default runs)")
+    r.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="go on in the last results directory under --work: pieces already measured are kept",
+    )
+    r.add_argument(
+        "--max-minutes", type=float, help="start no new piece after this long (the page says what is missing)"
+    )
     r.set_defaults(func=func)

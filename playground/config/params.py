@@ -72,7 +72,7 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
-    if tp in _PARSERS or parses_itself(tp):  # a type that parses itself: ModelSpec, a training Mode
+    if tp in _PARSERS or parses_itself(tp):  # a type that parses itself: LinkSpec, a training Mode
         try:
             return _PARSERS[tp](value) if tp in _PARSERS else tp.parse_param(value)
         except ValueError as e:

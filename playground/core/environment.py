@@ -32,6 +32,12 @@ VARIABLES: tuple[Variable, ...] = (
         "(`bench table --systems ipc-sockets`)",
     ),
     Variable(
+        "PLAYGROUND_CALIBRATION",
+        "user, tests",
+        "the calibration.json the model columns and `simulate` read when no command names one (default: "
+        "./calibration.json, written by `python -m playground calibrate`)",
+    ),
+    Variable(
         "PLAYGROUND_COORD_PORT",
         "user",
         "under an external launcher (mpiexec, srun, torchrun): the coordinator's port, when the default "

@@ -511,11 +511,30 @@ def _beta(ctx: Context) -> Reading:
     return Reading(fit.beta_bytes_per_s / 1e9)
 
 
+def _calibration(ctx: Context, run: str = "pingpong"):
+    """This machine's calibration (models/calibration.py) if there is one for the run's transport;
+    one of another machine or version is left out (the page keeps the run's own fit)."""
+    from playground.models.calibration import CalibrationMismatch, find_calibration
+
+    transport = ctx.result(run).get("transport") or "ipc"
+    try:
+        calibration = find_calibration()
+    except CalibrationMismatch:
+        return None, transport
+    return (calibration if calibration is not None and calibration.has(transport) else None), transport
+
+
 @reader("small-message")
 def _small_message(ctx: Context) -> Reading:
     fit, rows = _pingpong_fit(ctx)
     small = min(rows, key=lambda r: r["size"])
-    return Reading(small["ours_us"], fit.message_time_s(small["size"]) * 1e6, values={"size": small["size"]})
+    calibration, transport = _calibration(ctx)
+    if calibration is not None:
+        model_s = calibration.link(transport).message_time_s(small["size"])
+        source = f"one way by this machine's calibration ({transport})"
+    else:
+        model_s, source = fit.message_time_s(small["size"]), "alpha + n / beta of this run's fit"
+    return Reading(small["ours_us"], model_s * 1e6, values={"size": small["size"], "model_source": source})
 
 
 @reader("bucket-speedup")
@@ -584,10 +603,51 @@ def _ring_vs_tree(ctx: Context) -> Reading:
         measured = f"below {format_size(sizes[0])} (the ring won at every size run)"
     else:
         measured = f"between {format_size(sizes[k - 1])} and {format_size(sizes[k])}"
-    fit, _ = _pingpong_fit(ctx)
+    calibration, transport = _calibration(ctx, "bench")
+    if calibration is not None:
+        model = _calibrated_crossover(calibration, transport, result["ranks"])
+        source = f"this machine's calibration ({transport}; the simulator where ranks outnumber cores)"
+    else:
+        model, source = (
+            ring_tree_crossover_bytes(_pingpong_fit(ctx)[0], result["ranks"]),
+            "alpha-beta of this run's ping-pong",
+        )
     return Reading(
         measured,
-        ring_tree_crossover_bytes(fit, result["ranks"]),
+        model,
         lecture=ring_tree_crossover_bytes(_lecture_link(ctx), n_lecture),
-        values={"ranks": result["ranks"]},
+        values={"ranks": result["ranks"], "model_source": source},
     )
+
+
+def _calibrated_crossover(calibration, transport: str, ranks: int) -> float:
+    """The smallest power of two from which the ring stays faster than the tree on the calibrated
+    machine: by the closed forms while ranks have a core each, else by the simulator on its host."""
+    from playground.collectives import registry
+    from playground.sim.driver import simulate
+    from playground.sim.network import Machine
+
+    def time_s(algorithm: str, size: int) -> float:
+        if ranks <= calibration.cores:
+            return registry.get("allreduce", algorithm).cost(
+                size, ranks, calibration.link(transport, ranks, size)
+            )
+        host = calibration.host(transport, ranks, size)
+        link = calibration.link(transport)
+        machine = Machine(1, ranks, link, link, host.gamma_bytes_per_s, host.cores, host)
+        row, _ = simulate(
+            machine,
+            "allreduce",
+            algorithm,
+            size,
+            data=False,
+            segment_bytes=calibration.segment_bytes(transport),
+        )
+        return row["time_us"]
+
+    sizes = [1 << k for k in range(3, 27)]  # 8 B .. 64 MiB
+    ring_wins = [time_s("ring", n) < time_s("tree", n) for n in sizes]
+    k = len(sizes)
+    while k > 0 and ring_wins[k - 1]:
+        k -= 1
+    return float(sizes[k]) if k < len(sizes) else math.inf

@@ -1,76 +1,187 @@
-"""This machine's alpha, beta and gamma: measured by `run pingpong`, saved, and found again.
+"""This machine's calibration: one file, written by `python -m playground calibrate`, read by every model.
 
-`run pingpong` fits T(n) = alpha + n/beta to its one-way times, and rank 0 times the reduction
-every collective does on receipt, `np.add(a, b, out=c)`, for the run's dtype (`measure_gamma`).
-`write_calibration` saves the three, with what they were measured on, to
-`runs/<run>/calibration.json`. The model columns of every collective table come from
-`load_model(spec, network, runs_dir)`: a file (or a run directory holding one), a preset of
-`playground.models.costs.PRESETS`, or, with no spec, the newest calibration of the run's
-network (its transport, or across emulated hosts their link) under `runs_dir`, else a default
-that says it is one.
+`calibration.json` (in the current directory, or where PLAYGROUND_CALIBRATION points; every
+command also takes the file by name) holds what `calibrate` measured, raw: the machine's copy and
+add rates at a range of sizes, its scheduler's time slice, and per transport every pair of ranks
+ping-ponging at 2 ranks and at more ranks than cores (commands/calibrate.py). models/hostfit.py turns
+that into the costs the models use: the closed forms' link (alpha, beta by size range, gamma) and
+the simulator's host (per-message CPU and latency, shared cores, shared memory bandwidth).
 
-gamma counts bytes the way the model and nccl-tests do: n / t for an n-byte operand (nccl-tests'
-size), although the add reads 2n and writes n bytes of memory. Operands are one to four times the
-last-level cache, so the rate is the memory-bound one of large buffers (a ring's segments that are
-still in cache reduce faster).
+A calibration describes one machine and one version of the code that measured it: a file from
+another machine (host name, CPU, cores) or another version is refused with one line saying which
+(`CalibrationMismatch`, exit status 2), not used to print wrong numbers.
+
+The model columns of a collective table (`load_model`) use a link spec when given (a preset of
+playground.models.costs.PRESETS, or a calibration file), else the default calibration's transport,
+else a labelled default of rough figures (`DEFAULT_LINKS`), and say which in their caption.
 """
 
 import json
 import math
+import os
 import platform
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import yaml
-
-from playground.core.errors import UsageError
-from playground.core.machine import cpu_model, data_caches
+from playground.core.errors import ScenarioError, UsageError
+from playground.core.machine import cpu_model, usable_cores
 from playground.core.sizes import parse_duration, parse_rate
 from playground.core.topology import parse_link_spec
+from playground.core.version import VERSION
+from playground.models import hostfit
+from playground.models.contention import HostModel
 from playground.models.costs import PRESETS, Link
+from playground.models.piecewise import Piece
 
 CALIBRATION_FILE = "calibration.json"
-REQUIRED_KEYS = ("alpha_s", "beta_bytes_per_s", "gamma_bytes_per_s", "transport")
-# Rough figures of the 2-core development VM (one pingpong run per transport, np.add float32), for
-# runs that have no calibration yet; every caption that uses them says so.
+ENVIRONMENT = "PLAYGROUND_CALIBRATION"
+FORMAT = 1  # what calibrate writes; a file of another format is refused
+TOP_KEYS = ("format", "version", "machine", "host", "transports")
+HOW = "`python -m playground calibrate` measures this machine"
+# Rough figures of a 2-core development VM for runs that have no calibration; every caption says so.
 DEFAULT_LINKS = {
     "ipc": Link(50e-6, 1e9, 5e9),
     "tcp": Link(55e-6, 0.8e9, 5e9),
     "shm": Link(35e-6, 10e9, 5e9),
 }
-
 HOSTS_PREFIX = "hosts "  # the network of a run across emulated hosts: "hosts 1gbit,delay=200us"
+
+
+class CalibrationMismatch(ScenarioError):
+    """A calibration file measured on another machine or by another version: one line, exit 2."""
+
+
+def default_path() -> Path:
+    """Where the calibration is when no command names one."""
+    return Path(os.environ.get(ENVIRONMENT) or CALIBRATION_FILE)
+
+
+def this_machine() -> dict:
+    """What a calibration must have been measured on to describe this machine."""
+    return {"hostname": platform.node(), "cpu_model": cpu_model(), "cores": usable_cores()}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A checked calibration file (`read_calibration`); `record` is its JSON."""
+
+    path: str
+    record: dict = field(repr=False, compare=False)
+
+    @property
+    def cores(self) -> int:
+        return int(self.record["machine"]["cores"])
+
+    @property
+    def transports(self) -> tuple[str, ...]:
+        return tuple(self.record["transports"])
+
+    def has(self, transport: str) -> bool:
+        return transport in self.record["transports"]
+
+    def segment_bytes(self, transport: str) -> int | None:
+        """The largest message the transport's collectives send at once (their default segment)."""
+        return self.record["transports"][self._entry_name(transport)].get("segment_bytes")
+
+    def host(self, transport: str, num_ranks: int, size_bytes: float) -> HostModel:
+        """The simulator's host for a collective of `size_bytes` on `num_ranks` ranks."""
+        return hostfit.host_model(self.record, self._entry_name(transport), num_ranks, size_bytes)
+
+    def link(self, transport: str, num_ranks: int = 2, size_bytes: float = 0.0) -> Link:
+        """The closed forms' link: the idle one-way time by size range (alpha, beta of each), gamma
+        at the collective's footprint."""
+        host = self.host(transport, min(num_ranks, self.cores), size_bytes)
+        pieces = tuple(
+            Piece(c.from_bytes, c.send_s + c.recv_s + c.latency_s, c.send_s_per_byte + c.recv_s_per_byte)
+            for c in host.ranges
+        )
+        first = pieces[0]
+        beta = 1.0 / first.s_per_byte if first.s_per_byte > 0 else math.inf
+        return Link(first.alpha_s, beta, host.gamma_bytes_per_s, pieces=pieces)
+
+    def _entry_name(self, transport: str) -> str:
+        if transport not in self.record["transports"]:
+            raise UsageError(
+                f"{self.path} has no {transport}; it calibrated {', '.join(self.transports)}",
+                field="transport",
+            )
+        return transport
+
+
+def _identity_mismatch(record: dict, path: str) -> str | None:
+    """Why `record` does not describe this machine and version (None if it does)."""
+    if record.get("format") != FORMAT or record.get("version") != VERSION:
+        return (
+            f"{path}: written by another version (format {record.get('format')}, playground "
+            f"{record.get('version')}; this is format {FORMAT}, playground {VERSION}); {HOW} again"
+        )
+    theirs, ours = record.get("machine") or {}, this_machine()
+    for key, what in (("hostname", "host"), ("cpu_model", "CPU"), ("cores", "cores")):
+        if theirs.get(key) != ours[key]:
+            return (
+                f"{path}: measured on another machine ({what} {theirs.get(key)!r}, this one {ours[key]!r}); "
+                f"{HOW}"
+            )
+    return None
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    """The calibration in `path`, checked: CalibrationMismatch (another machine or version) or
+    ScenarioError (not a calibration) with one line saying why."""
+    path = str(path)
+    try:
+        record = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read it ({e.strerror}); {HOW}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: not a calibration file (not JSON: {e})") from None
+    missing = [k for k in TOP_KEYS if k not in record] if isinstance(record, dict) else list(TOP_KEYS)
+    if missing:
+        raise ScenarioError(f"{path}: not a calibration file (missing {missing[0]!r}; {HOW} and writes one)")
+    why = _identity_mismatch(record, path)
+    if why:
+        raise CalibrationMismatch(why)
+    return Calibration(str(Path(path).resolve()), record)
+
+
+def find_calibration(path: str | Path | None = None) -> Calibration | None:
+    """The calibration named, else the default one if it exists (None if not); a file that is named
+    or found but does not fit this machine raises, with one line."""
+    if path is not None:
+        return read_calibration(path)
+    default = default_path()
+    return read_calibration(default) if default.is_file() else None
+
+
+# -- the model columns' link -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ModelSource:
-    """The link the model columns use and where it came from: kind is 'calibration', 'preset'
-    or 'default'; `name` is the file, the preset's name, or the transport."""
+    """The link the model columns use and where it came from: kind is 'calibration', 'preset' or
+    'default'; `name` is the file, the preset's name, or the transport; a calibration also gives the
+    simulator's host for rank counts the closed forms do not fit (ranks outnumbering cores)."""
 
     link: Link
     kind: str
     name: str
     transport: str = ""
+    calibration: Calibration | None = field(default=None, compare=False)
 
     @property
     def caption(self) -> str:
         what = self.link.describe()
         if self.kind == "calibration":
-            return f"model: calibration {_short(self.name)} ({self.transport}, {what})"
+            return (
+                f"model: calibration {_short(self.name)} ({self.transport}, {what}); where ranks outnumber "
+                f"its {self.calibration.cores} cores the simulator on it (model by: sim)"
+            )
         if self.kind == "preset":
             return f"model: preset {self.name} ({what})"
         if self.transport.startswith(HOSTS_PREFIX):
             link = self.transport[len(HOSTS_PREFIX) :]
-            return (
-                f"model: default for tcp across hosts linked at {link}, not a calibration ({what}); "
-                f"`python -m playground run pingpong --hosts 2 --link {link}` measures one"
-            )
-        return (
-            f"model: default for {self.transport}, not a calibration ({what}); "
-            f"`python -m playground run pingpong --transport {self.transport}` measures one"
-        )
+            return f"model: default for tcp across hosts linked at {link}, not a calibration ({what})"
+        return f"model: default for {self.transport}, not a calibration ({what}); {HOW}"
 
     def to_dict(self) -> dict:
         gamma = self.link.gamma_bytes_per_s
@@ -86,71 +197,76 @@ class ModelSource:
 
 
 def _short(path: str) -> str:
-    """`path` relative to the current directory when it lies inside it (runs/<run>/...)."""
+    """`path` relative to the current directory when it lies inside it."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return path
 
 
-GAMMA_MAX_OPERAND_BYTES = 128 << 20  # the time budget: 7 adds of 3 such operands take well under 1 s
-GAMMA_MEMORY_SHARE = 16  # the largest size's 3 operands take at most 1/16 of the available memory
+class LinkSpec(str):
+    """A scenario's `link:` value: a preset's name, or a calibration file, resolved when the scenario
+    is read (the file's absolute path), so a frozen `Params` holds the final value."""
+
+    ALLOWED = f"a link preset ({', '.join(PRESETS)}) or a {CALIBRATION_FILE} written by `calibrate`"
+
+    @classmethod
+    def parse_param(cls, value) -> str:
+        """The resolved spec, checked to load; ValueError saying why not."""
+        if not isinstance(value, str):
+            raise ValueError(f"expected {cls.ALLOWED}, got {value!r}")
+        if value in PRESETS:
+            return value
+        if not Path(value).is_file():
+            raise ValueError(
+                f"no such preset or file; allowed: {', '.join(PRESETS)}, or a {CALIBRATION_FILE}"
+            )
+        read_calibration(value)
+        return str(Path(value).resolve())
 
 
-def gamma_sizes_bytes(available_bytes: int | None = None) -> tuple[int, ...]:
-    """Operand sizes for `measure_gamma`: 1, 2 and 4 times the last-level cache (32 MiB if unknown),
-    all scaled down so that the largest fits the memory and time budgets above. A VM can report
-    its host's whole last-level cache (hundreds of MiB), which unbounded would take GBs of memory
-    and tens of seconds; `available_bytes` defaults to what psutil says is available."""
-    if available_bytes is None:
-        import psutil
+def model_from_spec(spec: str, network: str = "ipc") -> ModelSource:
+    """A preset name or a calibration file (its `network` transport); ScenarioError otherwise."""
+    if spec in PRESETS:
+        return ModelSource(PRESETS[spec], "preset", spec)
+    if not Path(spec).is_file():
+        raise ScenarioError(
+            f"no such preset or file; allowed: {', '.join(PRESETS)}, or a {CALIBRATION_FILE} ({HOW})"
+        )
+    return _from_calibration(read_calibration(spec), network) or ModelSource(
+        default_link(network), "default", network, network
+    )
 
-        available_bytes = psutil.virtual_memory().available
-    llc = max((c.size_bytes for c in data_caches()), default=32 << 20)
-    largest = max(1, min(4 * llc, GAMMA_MAX_OPERAND_BYTES, available_bytes // (3 * GAMMA_MEMORY_SHARE)))
-    return (max(1, largest // 4), max(1, largest // 2), largest)
 
-
-def measure_gamma(dtype: str = "float32", sizes_bytes: tuple[int, ...] | None = None, reps: int = 5) -> dict:
-    """{'gamma_bytes_per_s', 'dtype', 'points'}: the median over sizes of n / (median time of
-    `np.add(a, b, out=c)`), n the bytes of one operand, after one untimed call that pages c in."""
-    points = []
-    for n in sizes_bytes or gamma_sizes_bytes():
-        a = np.ones(max(1, n // np.dtype(dtype).itemsize), dtype=dtype)
-        b, c = a.copy(), np.empty_like(a)
-        np.add(a, b, out=c)
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            np.add(a, b, out=c)
-            times.append(time.perf_counter() - t0)
-        points.append({"bytes": int(a.nbytes), "seconds": float(np.median(times))})
-    rates = [p["bytes"] / p["seconds"] for p in points if p["seconds"] > 0]
-    return {"gamma_bytes_per_s": float(np.median(rates)) if rates else None, "dtype": dtype, "points": points}
+def _from_calibration(calibration: Calibration, network: str) -> ModelSource | None:
+    if not calibration.has(network):
+        return None
+    return ModelSource(calibration.link(network), "calibration", calibration.path, network, calibration)
 
 
 def _run_scenario(run_dir: Path) -> dict:
     """The resolved scenario the launcher saved in the run directory ({} if there is none)."""
+    import yaml
+
     try:
         return yaml.safe_load((Path(run_dir) / "scenario.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError):
         return {}
 
 
+def run_network(run_dir: Path) -> str:
+    """`network_of` a run, from its saved scenario."""
+    return network_of(_run_scenario(run_dir))
+
+
 def network_of(scenario: dict) -> str:
-    """What a calibration is matched by: the transport on one host ('ipc'), or across emulated
-    hosts their link ('hosts 1gbit,delay=200us'), so a shaped link's calibration never becomes the
-    model of a run on one host, nor the other way round."""
+    """What a run's model is matched by: the transport on one host ('ipc'), or across emulated hosts
+    their link ('hosts 1gbit,delay=200us'), which no one-host calibration describes."""
     if not scenario.get("hosts"):
         return scenario.get("transport", "ipc")
     link = scenario.get("link") or {}
     parts = [str(link.get("rate", "unshaped"))] + ([f"delay={link['delay']}"] if link.get("delay") else [])
     return HOSTS_PREFIX + ",".join(parts)
-
-
-def run_network(run_dir: Path) -> str:
-    """`network_of` a run, from its saved scenario."""
-    return network_of(_run_scenario(run_dir))
 
 
 def default_link(network: str) -> Link:
@@ -165,131 +281,11 @@ def default_link(network: str) -> Link:
     return Link(tcp.alpha_s + parse_duration(spec.get("delay", 0)), beta, tcp.gamma_bytes_per_s)
 
 
-def write_calibration(run_dir: Path, fit, gamma: dict | None, sizes_bytes: list, one_way_s: list) -> str:
-    """Save `fit` (alpha_s, beta_bytes_per_s) and `gamma` (from `measure_gamma`; None: not
-    measured, saved as null, read as free) to run_dir/calibration.json; return the line to print."""
-    run_dir = Path(run_dir)
-    scenario = _run_scenario(run_dir)
-    gamma = gamma or {}
-    record = {
-        "alpha_s": fit.alpha_s,
-        "beta_bytes_per_s": fit.beta_bytes_per_s,
-        "gamma_bytes_per_s": gamma.get("gamma_bytes_per_s"),
-        "transport": scenario.get("transport", "ipc"),
-        "network": network_of(scenario),
-        "dtype": gamma.get("dtype"),
-        "ranks": scenario.get("ranks"),
-        "hostname": platform.node(),
-        "cpu_model": cpu_model(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "pingpong_sizes_bytes": [int(n) for n in sizes_bytes],
-        "pingpong_one_way_s": [float(t) for t in one_way_s],
-        "gamma_points": gamma.get("points", []),
-        "gamma_counts": "bytes of one operand (nccl-tests' size) per second of np.add(a, b, out=c)",
-    }
-    path = run_dir / CALIBRATION_FILE
-    path.write_text(json.dumps(record, indent=1))
-    return f"calibration ({record['dtype']}): {_link(record).describe()} -> {path}"
-
-
-def _number(record: dict, key: str, allow_none: bool = False) -> float:
-    value = record.get(key)
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"expected a number, got {value!r}", field=key)
-    return float(value)
-
-
-def _link(record: dict) -> Link:
-    return Link(
-        _number(record, "alpha_s"),
-        _number(record, "beta_bytes_per_s"),
-        _number(record, "gamma_bytes_per_s", allow_none=True),
-    )
-
-
-def read_calibration(path: Path) -> ModelSource:
-    """A calibration file as a ModelSource; UsageError (a ValueError) says what is wrong with it."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise UsageError(f"cannot read it ({e.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"not a calibration file (not JSON: {e})") from None
-    missing = [k for k in REQUIRED_KEYS if k not in record] if isinstance(record, dict) else REQUIRED_KEYS
-    if missing:
-        raise UsageError(
-            f"not a calibration file (missing {missing[0]!r}; expected {', '.join(REQUIRED_KEYS)}, "
-            "as `python -m playground run pingpong` writes)"
-        )
-    return ModelSource(
-        _link(record), "calibration", str(path), str(record.get("network") or record["transport"])
-    )
-
-
-class ModelSpec(str):
-    """A scenario's `model:` value: a preset's name, or a calibration file (or the run directory
-    holding one) resolved when the scenario is read, so a frozen `Params` holds the final value."""
-
-    ALLOWED = f"a link preset ({', '.join(PRESETS)}), a calibration.json or the run directory holding one"
-
-    @classmethod
-    def parse_param(cls, value) -> str:
-        """The resolved spec (see `resolve_spec`), checked to load; ValueError saying why not."""
-        if not isinstance(value, str):
-            raise ValueError(f"expected {cls.ALLOWED}, got {value!r}")
-        spec = resolve_spec(value)
-        model_from_spec(spec)
-        return spec
-
-
-def resolve_spec(spec: str) -> str:
-    """A preset's name as it is; a calibration file or a run directory holding one as the file's
-    absolute real path, so `runs/latest` still means the same run once a new run has moved
-    `latest` (and the run's saved scenario says which file). UsageError if it is neither."""
-    if spec in PRESETS:
-        return spec
-    path = Path(spec)
-    if path.is_dir() and (path / CALIBRATION_FILE).is_file():
-        path = path / CALIBRATION_FILE
-    if path.is_file():
-        return str(path.resolve())
-    raise UsageError(
-        f"no such preset or file; allowed: {', '.join(PRESETS)}, or a {CALIBRATION_FILE} (or the run "
-        "directory holding one) written by `python -m playground run pingpong`"
-    )
-
-
-def model_from_spec(spec: str) -> ModelSource:
-    """A preset name, a calibration file, or a run directory holding one; UsageError otherwise."""
-    spec = resolve_spec(spec)
-    return ModelSource(PRESETS[spec], "preset", spec) if spec in PRESETS else read_calibration(Path(spec))
-
-
-def newest_calibration(network: str, runs_dir: Path) -> ModelSource | None:
-    """The newest readable runs_dir/*/calibration.json of `network` (a transport, or emulated
-    hosts' link: `network_of`), by its date, then mtime."""
-    found = []
-    for path in Path(runs_dir).glob(f"*/{CALIBRATION_FILE}"):
-        if path.parent.is_symlink():  # runs/latest: the same run again
-            continue
-        try:
-            source = read_calibration(path)
-            stamp = (json.loads(path.read_text()).get("date") or "", path.stat().st_mtime_ns)
-        except (ValueError, OSError):
-            continue
-        if source.transport == network:
-            found.append((stamp, source))
-    return max(found, key=lambda f: f[0])[1] if found else None
-
-
-def load_model(spec: str | None, network: str, runs_dir: Path) -> ModelSource:
-    """What the model columns use: `spec` if given (see `model_from_spec`), else the newest
-    calibration of `network` (`run_network`) under `runs_dir`, else the labelled default for it."""
+def load_model(spec: str | None, network: str) -> ModelSource:
+    """What the model columns use: `spec` if given (`model_from_spec`), else the default calibration
+    (`find_calibration`) if it calibrated `network`, else the labelled default for it."""
     if spec:
-        return model_from_spec(spec)
-    newest = newest_calibration(network, runs_dir)
-    if newest is not None:
-        return newest
-    return ModelSource(default_link(network), "default", network, network)
+        return model_from_spec(spec, network)
+    calibration = find_calibration()
+    found = _from_calibration(calibration, network) if calibration is not None else None
+    return found or ModelSource(default_link(network), "default", network, network)

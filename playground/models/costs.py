@@ -56,16 +56,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from playground.core.errors import UsageError
+from playground.models.piecewise import Piece, piece_for
 
 
 @dataclass(frozen=True)
 class Link:
-    """A uniform link: `alpha_s` per message, `beta_bytes_per_s` bandwidth, `gamma_bytes_per_s` the
-    reduction rate (bytes of one operand reduced per second; math.inf: reductions are free)."""
+    """A link: `alpha_s` per message, `beta_bytes_per_s` bandwidth, `gamma_bytes_per_s` the
+    reduction rate (bytes of one operand reduced per second; math.inf: reductions are free). With
+    `pieces` (a calibration's size ranges, models/piecewise.py) a message's time is its range's
+    alpha_k + n beta_k instead, as SMPI's piecewise-linear model has it; alpha_s and beta_bytes_per_s
+    are then the first range's, for captions."""
 
     alpha_s: float
     beta_bytes_per_s: float
     gamma_bytes_per_s: float = math.inf
+    pieces: tuple[Piece, ...] = ()
 
     def __post_init__(self):
         if not self.alpha_s >= 0 or math.isinf(self.alpha_s):
@@ -83,7 +88,9 @@ class Link:
         return self.alpha_s * self.beta_bytes_per_s
 
     def message_time_s(self, num_bytes: float) -> float:
-        """One point-to-point message: alpha + n/beta."""
+        """One point-to-point message: alpha + n/beta (its range's, with pieces)."""
+        if self.pieces:
+            return piece_for(self.pieces, num_bytes).time_s(num_bytes)
         return self.alpha_s + num_bytes / self.beta_bytes_per_s
 
     def reduce_time_s(self, num_bytes: float) -> float:
@@ -93,6 +100,8 @@ class Link:
     def describe(self) -> str:
         """'alpha 5 us, beta 50 GB/s' (and ', gamma 5.3 GB/s' when reductions cost something)."""
         text = f"alpha {self.alpha_s * 1e6:.3g} us, beta {self.beta_bytes_per_s / 1e9:.3g} GB/s"
+        if len(self.pieces) > 1:
+            text += f" below {self.pieces[1].from_bytes // 1024} KiB ({len(self.pieces)} size ranges)"
         if math.isfinite(self.gamma_bytes_per_s):
             text += f", gamma {self.gamma_bytes_per_s / 1e9:.3g} GB/s"
         return text
@@ -254,8 +263,8 @@ def allreduce_hd_time_s(size_bytes: float, num_ranks: int, link: Link) -> float:
     p = _pow2_below(num_ranks)
     steps = p.bit_length() - 1
     moved = (p - 1) / p * size_bytes
-    core = 2 * steps * link.alpha_s + 2 * moved / link.beta_bytes_per_s + link.reduce_time_s(moved)
-    return core + fold_time_s(size_bytes, num_ranks, link)
+    core = 2 * sum(link.message_time_s(size_bytes / 2**k) for k in range(1, steps + 1))
+    return core + link.reduce_time_s(moved) + fold_time_s(size_bytes, num_ranks, link)
 
 
 def allreduce_rd_time_s(size_bytes: float, num_ranks: int, link: Link) -> float:

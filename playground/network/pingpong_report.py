@@ -7,7 +7,6 @@ from pathlib import Path
 from playground.core.sizes import format_size
 from playground.display.report import Report, Table
 from playground.models.alphabeta import fit_alpha_beta
-from playground.models.calibration import write_calibration
 
 
 def _gbps(bytes_per_s: float) -> str:
@@ -29,8 +28,7 @@ def _budget_note(result: dict, num_sizes: int) -> str:
 
 
 def report(results: list[dict], run_dir: Path | None = None) -> Report:
-    """The report from rank 0's rows (one per size; rank 1 measured the same exchanges); with
-    `run_dir`, the fit and rank 0's gamma also go to its calibration.json."""
+    """The report from rank 0's rows (one per size; rank 1 measured the same exchanges)."""
     rows = []
     for r in results[0]["rows"]:
         rows.append(
@@ -56,9 +54,6 @@ def report(results: list[dict], run_dir: Path | None = None) -> Report:
             )
             for r in rows:
                 r["model_us"] = (fit.alpha_s + r["size"] / fit.beta_bytes_per_s) * 1e6
-            if run_dir is not None:
-                sizes, times = [r["size"] for r in rows], [r["ours_us"] * 1e-6 for r in rows]
-                notes.append(write_calibration(run_dir, fit, results[0].get("gamma"), sizes, times))
         except ValueError as e:
             notes.append(f"no alpha-beta fit: {e}")
     cols = {

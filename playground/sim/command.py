@@ -11,7 +11,7 @@ virtual microseconds (per message up to 64 ranks), which `inspect` reads.
 import json
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import yaml
@@ -44,8 +44,16 @@ def add_simulate_parser(sub, func) -> None:
     s.add_argument("--ranks", "-n", help="rank count, list (8,64) or doubling range (8..1024); default 8")
     s.add_argument("--sizes", "-s", default="8..64MiB", help="'1KiB..1GiB' doubles, or a list '8,1MiB'")
     s.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
-    s.add_argument("--link", help="link preset for every link: ib, roce, ethernet, nvlink (default ib)")
-    s.add_argument("--model", help="a preset, or a calibration.json from `run pingpong` (this machine)")
+    s.add_argument(
+        "--link",
+        help="link preset for every link: ib, roce, ethernet, nvlink (default ib); or a calibration.json "
+        "of `calibrate`: this machine (its cores, per-message costs, time slice, memory bandwidth)",
+    )
+    s.add_argument(
+        "--transport",
+        choices=["ipc", "shm", "tcp"],
+        help="with --link calibration.json: which transport (default ipc)",
+    )
     s.add_argument("--alpha", help="per-message latency, e.g. 5us (overrides the preset)")
     s.add_argument("--beta", help="bandwidth per port, e.g. 50GB/s or 100Gbit (overrides the preset)")
     s.add_argument("--gamma", help="reduction rate, e.g. 100GB/s (default: free)")
@@ -167,9 +175,14 @@ class _Sweep:
 
 
 def _point(spec: SimSpec, n: int, algorithm: str, size: int, trace_dir, stats: dict, running=None) -> dict:
-    data = (wants_data(n, size) and not spec.fold) if spec.data is None else spec.data
+    # data-free by default on a calibrated host: its timed Python would count real reductions twice
+    data = (
+        (wants_data(n, size) and not spec.fold and spec.calibration is None)
+        if spec.data is None
+        else spec.data
+    )
     row, world = simulate(
-        spec.machine(n),
+        spec.machine(n, size),
         spec.collective,
         algorithm,
         size,
@@ -229,7 +242,8 @@ def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path, crossov
 
 def _describe(spec: SimSpec) -> dict:
     """The resolved simulation, as simulation.yaml and result.json record it."""
-    d = asdict(spec)
+    d = asdict(replace(spec, calibration=None))
+    d["calibration"] = spec.calibration.path if spec.calibration else None
     d["intra"], d["inter"] = spec.intra.describe(), spec.inter.describe()
     d["algorithms"], d["ranks"], d["sizes"] = list(spec.algorithms), list(spec.ranks), list(spec.sizes)
     return d

@@ -3,8 +3,11 @@
 Each rank fills its input (the closed-form pattern of playground.collectives.check with data, a
 phantom array without) and at virtual time 0, all together, runs the collective through
 `run_collective`, exactly the code a launched rank runs, and records its virtual time and its
-wrong-element count. (A real run needs a barrier to line the ranks up, and its skew shows in the
-time; simulated ranks start at the same instant.) The row
+wrong-element count. On a calibrated host (`machine.host`) the ranks run it as `bench` times them
+(collectives/measure.py): a warm-up call (its Python, timed by the simulator, then runs warm, as a
+real run's timed calls do), the communicator's barrier, then the timed call: a rank's time runs from
+when it leaves the barrier, so the barrier's skew (the last rank to arrive leaves first) is in it,
+as in a real run; elsewhere simulated ranks start at the same instant, as the closed forms do. The row
 is built by the same `build_row` as bench's and the baselines', so its keys are theirs.
 """
 
@@ -69,19 +72,19 @@ def simulate(
     )
     world.engine.progress = progress
 
+    def call(comm, x):
+        return run_collective(
+            comm, collective, x, reduce_op, algorithm, segment_bytes, ranks_per_node=machine.ranks_per_node
+        )
+
     def body(comm):
         x = pattern(comm.rank, count, dtype) if data else phantom(count, dtype)
-        t0 = world.time_of(comm.rank)  # 0 on every rank: they all enter together, no barrier (or its skew)
+        if machine.host is not None:  # as bench: a warm-up call (timed Python runs warm), a barrier
+            call(comm, x)
+            comm.barrier()
+        t0 = world.time_of(comm.rank)  # without a host: 0 on every rank, they all enter together
         with comm.tracer.span(collective, CAT_OP, bytes=count * itemsize, algorithm=algorithm):
-            out = run_collective(
-                comm,
-                collective,
-                x,
-                reduce_op,
-                algorithm,
-                segment_bytes,
-                ranks_per_node=machine.ranks_per_node,
-            )
+            out = call(comm, x)
         record = {"median_us": (world.time_of(comm.rank) - t0) * 1e6, "wrong": -1}
         if data:
             tally = Tally()

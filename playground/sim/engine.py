@@ -69,6 +69,7 @@ class Engine(SimEngine):
                 proc.glet = greenlet(self._body(proc, fn), parent=main)
                 self.set_greenlet(proc.rank, proc.glet)
             for proc in self.procs:  # each runs until it first blocks, posting its first events
+                self.current = proc.rank
                 proc.glet.switch()
                 if self.failed:
                     break

@@ -7,6 +7,7 @@ were the slow one between nodes, an upper bound for algorithms that cross nodes 
 
 from playground.collectives import registry
 from playground.collectives.bench_report import add_model_columns
+from playground.models.contention import closed_form_applies
 
 
 def model_time_s(spec, algorithm: str, num_ranks: int, size_bytes: float) -> float | None:
@@ -22,7 +23,10 @@ def model_time_s(spec, algorithm: str, num_ranks: int, size_bytes: float) -> flo
 
 def with_model(spec, row: dict, num_ranks: int) -> dict:
     """`row` with bench's model columns (`model_us`, `vs_model`, `model_pick`): bench's own function
-    on a flat network; on a topology, this module's prices and pick."""
+    on a flat network; on a topology, this module's prices and pick. On a calibrated host whose
+    cores the ranks outnumber there is no closed form (contention.closed_form_applies): empty."""
+    if not closed_form_applies(num_ranks, spec.cores if spec.calibration is not None else None):
+        return {**row, "model_us": None, "vs_model": None}
     if spec.ranks_per_node is None:
         return add_model_columns([row], spec.collective, num_ranks, spec.inter)[0]
     t = model_time_s(spec, row["algorithm"], num_ranks, row["size"])

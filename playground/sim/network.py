@@ -8,13 +8,16 @@ The model, stated once (the README repeats it):
   its last byte left: arrival = start + n / beta + alpha. Congestion and serialisation come out
   of these port queues, not out of a formula.
 - A reduction of n bytes costs n / gamma of the receiving rank's CPU.
-- With `cores`, the ranks share that many CPUs, as on one host, where the "network" is CPUs
-  moving bytes: a reduction waits for a free CPU (first come, first served), and a message waits
-  for two, the sender's copy into shared memory and the receiver's copy out, each held for the
-  whole alpha + n / beta (the software and the copies that alpha and beta were fitted to, on two
-  ranks with a core each, pipelined). So two ranks sending to each other at once take twice a
-  one-way time on two cores, as they do on this machine, and 8 ranks on 2 cores are slow, for
-  small messages as for large.
+- With `cores`, the ranks share that many CPUs, as processes share a machine's: CPU work waits for a
+  free core (first come, first served), past a time slice a rank goes to the back of the queue when
+  another waits, and copies running at once share the memory's bandwidth by max-min fairness
+  (native/sim_cpu.c; playground/models/contention.py).
+- With a calibrated `host` (models/contention.py's HostModel, from `calibrate`), a message crosses no
+  port: the sender's CPU works on it (a fixed part by size range, and a copy in unless the array was
+  computed in place), it arrives its range's latency later, and the receiver's CPU works on it (a
+  fixed part, and a copy out or the reduction). A rank that slept waiting and finds a core idle
+  starts the host's wake-up later, a local copy of a buffer costs its bytes at the copy rate, and,
+  data-free, each rank's own Python between its calls is timed and charged to it.
 - A send completes (its buffer may be reused) when its last byte has left the port.
 """
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 from _playground_native import SimNetwork
 
+from playground.models.contention import HostModel
 from playground.models.costs import Link
 
 
@@ -38,6 +42,7 @@ class Machine:
     inter: Link
     gamma_bytes_per_s: float = math.inf
     cores: int | None = None  # None: a CPU per rank
+    host: HostModel | None = None  # a calibrated host's per-message CPU and latency (no ports then)
 
     @property
     def num_ranks(self) -> int:
@@ -53,7 +58,7 @@ class Network(SimNetwork):
     `cpu(now, seconds)` -> when the work ends, and the bytes that crossed within and between nodes.
     Every message reserves ports, so the arithmetic is native/sim_network.c's (net_transmit, net_cpu)."""
 
-    def __init__(self, machine: Machine):
+    def __init__(self, machine: Machine, time_python: bool = False):
         intra, inter = machine.intra, machine.inter
         super().__init__(
             machine.num_ranks,
@@ -65,3 +70,25 @@ class Network(SimNetwork):
             machine.cores or 0,
         )
         self.machine = machine
+        host = machine.host
+        if host is not None:
+            r = host.ranges
+            self.set_host(
+                [c.from_bytes for c in r],
+                [c.send_s for c in r],
+                [c.send_s_per_byte for c in r],
+                [c.recv_s for c in r],
+                [c.recv_s_per_byte for c in r],
+                [c.latency_s for c in r],
+                [c.latency_s_per_byte for c in r],
+                host.python_scale if time_python else 0.0,
+            )
+        if machine.cores and host is not None:
+            self.set_cores(
+                host.slice_s,
+                host.memory_bytes_per_s,
+                host.copy_demand,
+                host.reduce_demand,
+                host.wake_s,
+                host.copy_s_per_byte,
+            )

@@ -2,9 +2,12 @@
 
 Every flag is checked before anything runs; a bad value is one `ScenarioError` naming the flag
 and what is allowed (exit status 2). Precedence for the links: `--alpha/--beta/--gamma` override
-fields of `--link` or `--model` (a preset name or a calibration.json from `run pingpong`), which
-override the default, the lecture's InfiniBand (`ib`). With `--topology NODESxPER_NODE` the links
-inside and between nodes come from `--intra` and `--inter`.
+fields of `--link` (a preset name), which overrides the default, the lecture's InfiniBand (`ib`).
+`--link calibration.json` (from `python -m playground calibrate`) simulates this machine instead:
+its `--transport`'s calibrated host (per-message CPU and latency by size, the cores ranks share,
+the time slice, the memory bandwidth copies share; models/hostfit.py), its cores unless `--cores`
+says otherwise, and the transport's segment unless `--segment` does. With `--topology
+NODESxPER_NODE` the links inside and between nodes come from `--intra` and `--inter`.
 """
 
 import re
@@ -20,7 +23,7 @@ from playground.core.sizes import (
     parse_size,
     parse_size_range,
 )
-from playground.models.calibration import model_from_spec
+from playground.models.calibration import Calibration, read_calibration
 from playground.models.costs import PRESETS, Link
 from playground.sim.network import Machine
 
@@ -45,13 +48,21 @@ class SimSpec:
     dtype: str
     op: str
     link_source: str  # what the caption says the links are
+    calibration: Calibration | None = None  # --link calibration.json: this machine's host
+    transport: str = "ipc"  # which of the calibration's transports
 
     @property
     def gamma_bytes_per_s(self) -> float:
         return self.inter.gamma_bytes_per_s
 
-    def machine(self, num_ranks: int) -> Machine:
+    def machine(self, num_ranks: int, size_bytes: int = 0) -> Machine:
+        """The simulated machine for a run of `num_ranks` ranks on `size_bytes` (a calibrated host's
+        copy and reduction rates depend on how much memory the collective touches)."""
         per_node = self.ranks_per_node or num_ranks
+        if self.calibration is not None:
+            host = self.calibration.host(self.transport, num_ranks, size_bytes)
+            link = Link(self.inter.alpha_s, self.inter.beta_bytes_per_s, host.gamma_bytes_per_s)
+            return Machine(1, num_ranks, link, link, host.gamma_bytes_per_s, self.cores, host)
         return Machine(
             num_ranks // per_node,
             per_node,
@@ -88,16 +99,32 @@ def _preset(flag: str, name: str) -> Link:
     return PRESETS[name]
 
 
-def _base_link(args) -> tuple[Link, str]:
+def _calibration(args) -> Calibration | None:
+    """The calibration `--link` names (a file, not a preset), checked; None for a preset."""
+    if not args.link or args.link in PRESETS:
+        if args.transport:
+            raise ScenarioError(f"--transport {args.transport}: only with --link calibration.json")
+        return None
+    if "." not in args.link and "/" not in args.link:
+        _preset("--link", args.link)  # neither a preset nor a path: say what is allowed
+    try:
+        calibration = read_calibration(args.link)
+    except ScenarioError as e:
+        raise ScenarioError(f"--link {args.link}: {e}") from None
+    transport = args.transport or "ipc"
+    if not calibration.has(transport):
+        raise ScenarioError(
+            f"--transport {transport}: {args.link} calibrated {', '.join(calibration.transports)}"
+        )
+    return calibration
+
+
+def _base_link(args, calibration: Calibration | None) -> tuple[Link, str]:
     """(link, what the caption calls it)."""
-    if args.model and args.link:
-        raise ScenarioError("--model and --link: give one of them")
-    if args.model:
-        try:
-            source = model_from_spec(args.model)
-        except ValueError as e:
-            raise ScenarioError(f"--model {args.model!r}: {e}") from None
-        return source.link, f"{source.kind} {source.name}"
+    if calibration is not None:
+        transport = args.transport or "ipc"
+        link = calibration.link(transport)
+        return link, f"calibration {calibration.path} ({transport}, {calibration.cores} cores)"
     name = args.link or DEFAULT_LINK
     return _preset("--link", name), f"preset {name}" + ("" if args.link else " (default)")
 
@@ -133,7 +160,13 @@ def _topology(text: str) -> tuple[int, int]:
 def resolve(args) -> SimSpec:
     """The validated simulation from parsed arguments; ScenarioError naming the flag otherwise."""
     collective = args.collective
-    base, source = _base_link(args)
+    calibration = _calibration(args)
+    if calibration is not None and (args.topology or args.alpha or args.beta or args.gamma):
+        raise ScenarioError(
+            "--link calibration.json with --topology/--alpha/--beta/--gamma: a calibration is one host, "
+            "measured; give a preset to change links"
+        )
+    base, source = _base_link(args, calibration)
     link, overridden = _override(base, args)
     source += "".join(f", {o}" for o in overridden) + f": {link.describe()}"
     intra = inter = link
@@ -180,8 +213,21 @@ def resolve(args) -> SimSpec:
         raise ScenarioError(f"--cores {args.cores}: expected at least 1 CPU")
     if args.data and max(ranks) > 64:
         raise ScenarioError(f"--data: simulating with real bytes is for at most 64 ranks, got {max(ranks)}")
-    if args.fold and (args.data or per_node or args.cores):
-        flag = "--data" if args.data else "--topology" if per_node else "--cores"
+    cores = args.cores
+    if calibration is not None:
+        cores = cores or calibration.cores
+        if segment is None:
+            segment = calibration.segment_bytes(args.transport or "ipc")
+    if args.fold and (args.data or per_node or cores):
+        flag = (
+            "--data"
+            if args.data
+            else "--topology"
+            if per_node
+            else "--cores"
+            if args.cores
+            else "--link calibration.json"
+        )
         raise ScenarioError(
             f"--fold with {flag}: folding needs data-free messages on one kind of link and no shared "
             "cores (every rank's timeline the same)"
@@ -194,7 +240,7 @@ def resolve(args) -> SimSpec:
         intra=intra,
         inter=inter,
         ranks_per_node=per_node,
-        cores=args.cores,
+        cores=cores,
         segment_bytes=segment,
         data=args.data,
         crossover=args.crossover,
@@ -202,4 +248,6 @@ def resolve(args) -> SimSpec:
         dtype=args.dtype,
         op=args.op,
         link_source=source,
+        calibration=calibration,
+        transport=args.transport or "ipc",
     )

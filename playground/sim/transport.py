@@ -29,6 +29,7 @@ import numpy as np
 from _playground_native import SimMessage
 from _playground_native import SimTransport as _NativeTransport
 
+from playground.collectives import chunks
 from playground.comm.communicator import Communicator
 from playground.comm.transport import KIND_ARRAY, Message
 from playground.sim.engine import Engine
@@ -57,8 +58,13 @@ class SimDataMessage(SimMessage):
         self.landed()
         return self.payload if self.kind == KIND_ARRAY else Message.array(self)
 
-    owned_array = array
-    copy_into = Message.copy_into  # array(), which lands it; the copy; release()
+    def owned_array(self) -> np.ndarray:
+        SimMessage.copy_into(self, None)  # its time: the receiving CPU and a copy out (with host costs)
+        return self.array()
+
+    def copy_into(self, out: np.ndarray) -> None:
+        Message.copy_into(self, out)  # array(), which lands it; the copy; release()
+        SimMessage.copy_into(self, out)
 
     def reduce_into(self, target: np.ndarray, ufunc, base: np.ndarray | None = None) -> None:
         Message.reduce_into(self, target, ufunc, base)
@@ -71,7 +77,7 @@ class SimWorld:
 
     def __init__(self, machine: Machine, data: bool = True, fold: int = 0):
         self.machine, self.data, self.folded = machine, data, bool(fold)
-        self.net = Network(machine)
+        self.net = Network(machine, time_python=not data)
         gamma = machine.gamma_bytes_per_s
         reduce_s_per_byte = 0.0 if math.isinf(gamma) else 1.0 / gamma  # a reduction's CPU time per byte
         self.engine = Engine(self.net, reduce_s_per_byte, fold)
@@ -104,9 +110,13 @@ class SimWorld:
                 )
             transport = SimTransport(engine, rank, *carry)
             comms.append(Communicator(rank, n, transport, tracer=tracer, timeout_s=timeout_s, hosts=hosts))
+        charge_copies = self.machine.host is not None and not self.data
+        if charge_copies:
+            chunks.local_copy = engine.local_copy
         try:
             results = engine.run(lambda rank: fn(comms[rank]))
             return results * n if self.folded else results
         finally:
+            chunks.local_copy = None
             for comm in comms:
                 comm.tracer.flush()

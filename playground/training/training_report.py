@@ -183,7 +183,7 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         s["slowest"] = training_stats.slowest_steps([res["modes"][k]["steps"] for res in results])
     step_overlaps = training_stats.traced_step_overlaps(run_dir, n, params.steps)
     overlap = {mode: training_stats.overlap_over(per_step) for mode, per_step in step_overlaps.items()}
-    source = load_model(params.model, run_network(run_dir), run_dir.parent)
+    source = load_model(params.model, run_network(run_dir))
     replicated = next(
         (s["memory"][0]["optimizer_bytes"] for mode, s in zip(modes, stats, strict=True) if not mode.sharded),
         None,

@@ -135,7 +135,7 @@ def report(
     events = stats.load_events(run_dir)
     traced = stats.traced_actions(events, shape)
     hops = stats.waiting_hops_s(events, tuple(results[0]["pipeline_tags"]))
-    source = load_model(params.model, run_network(run_dir), run_dir.parent)
+    source = load_model(params.model, run_network(run_dir))
     cores = usable_cores()
     after_s = after_pipeline_s(params.setup(), params.mode, p, shape.data, source.link)
     row_bytes = config.context * config.d_model * config.np_dtype.itemsize

@@ -1,0 +1,237 @@
+"""The simulator against this machine (`results --sections simulator`): calibrate once, predict every row.
+
+One `calibrate`, then `rounds` rounds of `bench allreduce` (ring, tree, hd, rd) at every rank count
+from 2 to 8 and every size of `SIZES`, over ipc and shm, then `simulate --link calibration.json
+--measured ...` per transport: the simulated time of each row beside the measured median of the
+rounds. The rows the calibration never ran (3, 5, 6 or 7 ranks; 64 KiB... the sizes it did not
+ping-pong) are marked held out: the model is judged by those too. The page has every row (measured
+median and spread, simulated, sim/measured, the closed form where it applies), how many are within
+25% and within 2x, the worst rows, and a plot of simulated against measured on log axes with the
+25% band.
+
+The sweep is long (about 35 min here with 3 rounds), so it is kept in pieces: each bench run goes to
+a directory of its own (`<transport>-n<N>-r<round>`) and is not run again when its result is there;
+`--continue` reuses the last results directory and `--max-minutes` stops starting new pieces after
+that long, so the page can be measured a few minutes at a time on a shared machine.
+"""
+
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+from playground.core.sizes import format_size
+
+SIZES = "4KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB"
+RANKS = (2, 3, 4, 5, 6, 7, 8)
+ALGOS = "ring,tree,hd,rd"
+TRANSPORTS = ("ipc", "shm")
+BAND = 0.25  # within 25%
+
+
+def rows_from(sim_results: list[dict], benches: dict[tuple, list[float]], calibrated: dict) -> list[dict]:
+    """One row per simulated point that was measured: measured median and spread over the rounds,
+    simulated, their ratio, the closed form and whether the calibration ran this rank count and size
+    (`calibrated`: {'ranks': [...], 'sizes': [...]})."""
+    out = []
+    for result in sim_results:
+        transport = result["simulation"]["transport"]
+        for r in result["rows"]:
+            times = benches.get((transport, r["ranks"], r["algorithm"], r["size"]))
+            if not times:
+                continue
+            measured = statistics.median(times)
+            out.append(
+                {
+                    "transport": transport,
+                    "ranks": r["ranks"],
+                    "size": r["size"],
+                    "algorithm": r["algorithm"],
+                    "measured_us": measured,
+                    "low_us": min(times),
+                    "high_us": max(times),
+                    "rounds": len(times),
+                    "simulated_us": r["time_us"],
+                    "ratio": r["time_us"] / measured,
+                    "model_us": r.get("model_us"),
+                    "held_out": r["ranks"] not in calibrated["ranks"] or r["size"] not in calibrated["sizes"],
+                }
+            )
+    return out
+
+
+def within(rows: list[dict], factor: float) -> int:
+    """Rows whose simulated time is within `factor` of the measured one (1.25: 25%, both ways)."""
+    return sum(1 / factor <= r["ratio"] <= factor for r in rows)
+
+
+def summary(rows: list[dict]) -> list[str]:
+    held = [r for r in rows if r["held_out"]]
+    lines = [
+        f"**{within(rows, 1 + BAND)} of {len(rows)} simulated times are within 25% of the measured median, "
+        f"{within(rows, 2)} within 2x** (held-out rows: {within(held, 1 + BAND)} of {len(held)} within 25%, "
+        f"{within(held, 2)} within 2x).",
+    ]
+    worst = sorted(rows, key=lambda r: -abs(math.log(r["ratio"])))[:5]
+    if worst:
+        lines.append(
+            "Worst rows: "
+            + "; ".join(
+                f"{r['transport']} {r['ranks']} ranks {r['algorithm']} {format_size(r['size'])} {r['ratio']:.2f}"
+                for r in worst
+            )
+            + "."
+        )
+    return lines
+
+
+def table(rows: list[dict]) -> list[str]:
+    out = [
+        "| transport | ranks | size | algo | measured (us) | spread | simulated (us) | sim/measured | closed form (us) | held out |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["transport"], r["ranks"], r["algorithm"], r["size"])):
+        model = f"{r['model_us']:,.0f}" if r.get("model_us") else "sim"
+        out.append(
+            f"| {r['transport']} | {r['ranks']} | {format_size(r['size'])} | {r['algorithm']} | "
+            f"{r['measured_us']:,.0f} | {r['low_us']:,.0f}-{r['high_us']:,.0f} | {r['simulated_us']:,.0f} | "
+            f"{r['ratio']:.2f} | {model} | {'yes' if r['held_out'] else ''} |"
+        )
+    return out
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Simulated against measured, log axes, the diagonal and the 25% band; one colour a transport."""
+    from playground.display.plot import figure
+
+    with figure(path, (6.5, 6)) as (_, ax):
+        values = [v for r in rows for v in (r["measured_us"], r["simulated_us"])]
+        lo, hi = min(values) / 1.5, max(values) * 1.5
+        ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="simulated = measured")
+        ax.fill_between(
+            [lo, hi], [lo / (1 + BAND), hi / (1 + BAND)], [lo * (1 + BAND), hi * (1 + BAND)],
+            color="tab:green", alpha=0.15, label="within 25%",
+        )  # fmt: skip
+        for transport, marker in (("ipc", "o"), ("shm", "s"), ("tcp", "^")):
+            mine = [r for r in rows if r["transport"] == transport]
+            if not mine:
+                continue
+            for held, face in ((False, None), (True, "none")):
+                pts = [r for r in mine if r["held_out"] == held]
+                if pts:
+                    ax.scatter(
+                        [r["measured_us"] for r in pts], [r["simulated_us"] for r in pts], s=14, marker=marker,
+                        facecolors=face, edgecolors="tab:blue" if transport == "ipc" else "tab:orange",
+                        color=None if face else ("tab:blue" if transport == "ipc" else "tab:orange"),
+                        label=f"{transport}{' (held out)' if held else ''}",
+                    )  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("measured (us, median of the rounds)")
+        ax.set_ylabel("simulated (us)")
+        ax.set_title("all-reduce on this machine: simulated from one calibration")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    return path
+
+
+def _bench_times(pieces: list[Path]) -> dict[tuple, list[float]]:
+    times: dict[tuple, list[float]] = {}
+    for d in pieces:
+        result = json.loads((d / "latest" / "result.json").read_text())
+        for r in result["rows"]:
+            key = (result["transport"], result["ranks"], r["algorithm"], r["size"])
+            times.setdefault(key, []).append(r["time_us"])
+    return times
+
+
+def section(ctx) -> str:
+    """The page's body (results.py calls it with its Context: `run`, `work`, `rounds`, `quick`)."""
+    work = ctx.work
+    calibration = work / "calibration.json"
+    transports = TRANSPORTS[:1] if ctx.quick else TRANSPORTS
+    ranks = (2, 3) if ctx.quick else RANKS
+    sizes = "4KiB,256KiB" if ctx.quick else SIZES
+    calibrate_args = ["--transports", ",".join(transports)] + (
+        ["--sizes", "64,4KiB,64KiB,1MiB"] if ctx.quick else []
+    )
+    started = time.monotonic()
+    if not calibration.is_file():
+        ctx.run("calibrate", "--out", str(calibration), "--work", str(work / "calibrate"), *calibrate_args)
+    rounds = 1 if ctx.quick else ctx.rounds
+    pieces, missing = [], 0
+    for k in range(rounds):  # round by round, so the rounds of one point are minutes apart
+        for transport in transports:
+            for n in ranks:
+                d = work / f"{transport}-n{n}-r{k + 1}"
+                if not (d / "latest" / "result.json").is_file():
+                    if ctx.out_of_time(started):
+                        missing += 1
+                        continue
+                    ctx.run(
+                        "bench", "allreduce", "--ranks", str(n), "--transport", transport, "--algo", ALGOS,
+                        "--sizes", sizes, "--iters", "10", "--warmup", "2", "--link", str(calibration), "--out", str(d),
+                    )  # fmt: skip
+                pieces.append(d)
+    record = json.loads(calibration.read_text())
+    calibrated = {
+        "ranks": sorted({p["ranks"] for e in record["transports"].values() for p in e["patterns"]}),
+        "sizes": sorted({p["size"] for e in record["transports"].values() for p in e["patterns"]}),
+    }
+    benches = _bench_times(pieces)
+    sim_results = []
+    for transport in transports:
+        ctx.run(
+            "simulate", "allreduce", "--link", str(calibration), "--transport", transport,
+            "--ranks", ",".join(map(str, ranks)), "--algo", ALGOS, "--sizes", sizes, "--no-data",
+            "--out", str(work / "simulate"),
+        )  # fmt: skip
+        sim_results.append(json.loads((work / "simulate" / "latest" / "result.json").read_text()))
+    rows = rows_from(sim_results, benches, calibrated)
+    lines = [
+        "One calibration (`calibrate`: ping-pongs at "
+        + ", ".join(map(str, calibrated["ranks"]))
+        + " ranks and sizes "
+        + ", ".join(format_size(s) for s in calibrated["sizes"])
+        + "), then every row simulated from it (`simulate --link calibration.json`) beside the median of "
+        f"{rounds} round(s) of `bench allreduce` (min-max beside it). Rows at rank counts or sizes the "
+        "calibration did not run are held out. The closed form is the alpha-beta-gamma formula on the "
+        "calibrated link where ranks do not outnumber cores; beyond, only the simulator models it (sim).\n",
+    ]
+    if missing:
+        lines.append(
+            f"**Partial**: {missing} bench runs not measured yet; `python -m playground results --sections "
+            "simulator --continue` measures the rest.\n"
+        )
+    if rows:
+        lines += summary(rows) + [""]
+        lines.append(
+            f"![simulated against measured]({plot(rows, ctx.out / 'simulator-accuracy.png').name})\n"
+        )
+        lines += table(rows)
+    if not ctx.quick and not missing:
+        lines.append("\n" + simulator_cost(ctx))
+    return "\n".join(lines) + "\n"
+
+
+def simulator_cost(ctx) -> str:
+    """The simulator's own speed: the 1024-rank 1 GiB ring on the lecture's InfiniBand."""
+    import re
+
+    t0 = time.monotonic()
+    ctx.run(
+        "simulate", "allreduce", "--algo", "ring", "--ranks", "1024", "--sizes", "1GiB", "--link", "ib",
+        "--out", str(ctx.work / "simulate"),
+    )  # fmt: skip
+    wall_s = time.monotonic() - t0
+    notes = json.loads((ctx.work / "simulate" / "latest" / "result.json").read_text())["notes"]
+    said = next((m for n in notes if (m := re.search(r"simulated ([\d,]+) messages", n))), None)
+    rate = f", {int(said.group(1).replace(',', '')) / wall_s:,.0f} messages/s" if said else ""
+    return (
+        "## The simulator's own cost\n\n"
+        f"`simulate allreduce --algo ring --ranks 1024 --sizes 1GiB`: {wall_s:.1f} s of wall time "
+        f"(the whole command){rate}.\n"
+    )

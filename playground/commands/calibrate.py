@@ -1,0 +1,221 @@
+"""`python -m playground calibrate`: measure what the models and the simulator need, once, into one file.
+
+What it measures (about 40 s here, under 1 GiB: buffers of at most 64 MiB, 16 MiB messages):
+1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB, on one core and on all
+   cores at once (the copy rate by footprint, how concurrent copies share the memory, gamma), and the
+   scheduler's time slice (commands/hostbench.py);
+2. per transport (ipc and shm by default; tcp on request): every pair of ranks ping-pongs at once
+   (nodes/calibrate.py) at 2 ranks (the textbook ping-pong: a message's cost on an idle machine) and
+   at 2 and 4 times as many ranks as cores (what a message costs when ranks wait for cores: wake-ups,
+   hand-offs, the CPU every thread spends per message).
+Everything measured goes raw into one JSON file (default ./calibration.json, or PLAYGROUND_CALIBRATION)
+with the machine and the version that measured it; models/hostfit.py derives the costs from it
+when it is read, and `bench`, `run`'s collective tables, `simulate --link FILE` and the lecture's
+model column read it (models/calibration.py). The sizes measured leave gaps on purpose (no 256 KiB, no
+4 MiB; 2, 4 and 8 ranks on 2 cores, not 3, 5 or 6): `results --sections simulator` judges the model on
+rows it was not calibrated on.
+"""
+
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from playground.comm.mailbox import spin_policy
+from playground.comm.registry import LAUNCHED
+from playground.core.errors import ScenarioError
+from playground.core.machine import usable_cores
+from playground.core.rundir import EXIT_OK
+from playground.core.sizes import format_size, parse_size_range
+from playground.core.version import VERSION
+from playground.display.report import Table, make_console, render_table
+from playground.models.calibration import FORMAT, default_path, read_calibration, this_machine
+
+DEFAULT_SIZES = "64,1KiB,4KiB,16KiB,64KiB,128KiB,1MiB,16MiB"
+DEFAULT_COPY_SIZES = "64KiB,512KiB,2MiB,8MiB,32MiB,64MiB"
+MAX_RANKS = 64
+# Where each transport's path changes (models/piecewise.py fits a line per range): ipc sends arrays
+# from 64 KiB through shared-memory rings (comm/zmq_transport.py), shm from 32 KiB (comm/shm.py).
+BOUNDS = {"ipc": [0, 64 << 10], "shm": [0, 32 << 10], "tcp": [0, 64 << 10]}
+SEGMENT_BYTES = {"ipc": 4 << 20, "shm": 4 << 20, "tcp": 1 << 20}  # the collectives' default segments
+
+
+def add_calibrate_parser(sub, func) -> None:
+    c = sub.add_parser(
+        "calibrate",
+        help="measure this machine once for every model and the simulator (writes calibration.json)",
+        description="Copy and reduction rates, the scheduler's time slice, and per transport a ping-pong of "
+        "every pair of ranks at once at 2 ranks and at more ranks than cores; one JSON file that bench, run, "
+        "simulate --link and the lecture read.",
+    )
+    c.add_argument("--transports", default="ipc,shm", help="comma list of ipc, shm, tcp (default ipc,shm)")
+    c.add_argument(
+        "--sizes", default=DEFAULT_SIZES, help=f"ping-pong message sizes (default {DEFAULT_SIZES})"
+    )
+    c.add_argument(
+        "--copy-sizes", default=DEFAULT_COPY_SIZES, help=f"copy buffer sizes (default {DEFAULT_COPY_SIZES})"
+    )
+    c.add_argument("--ranks", help="rank counts measured (default 2, 2x and 4x the cores, at most 64)")
+    c.add_argument("--budget", type=float, default=0.4, help="seconds per size and pattern (default 0.4)")
+    c.add_argument(
+        "--iters", type=int, default=10, help="copies timed per size and process count (default 10)"
+    )
+    c.add_argument("--out", help=f"the file written (default {default_path()})")
+    c.add_argument("--work", default="runs", help="directory for the ping-pong runs (default runs)")
+    c.set_defaults(func=func)
+
+
+def waits_asleep(transport: str, ranks: int, cores: int) -> bool:
+    """Does a rank of `transport` waiting for a message sleep (and need waking) at this rank count?
+    ZeroMQ's wait is a poll that sleeps; the shm transport spins while ranks do not outnumber cores,
+    polls yielding the core up to twice as many, and sleeps beyond (comm/mailbox.py's spin_policy)."""
+    if transport != "shm":
+        return True
+    pause_ns, yield_ns = spin_policy(ranks, cores)
+    return not pause_ns and not yield_ns
+
+
+def _rank_counts(text: str | None, cores: int) -> list[int]:
+    if text is None:
+        return sorted({2, *(min(MAX_RANKS, k * cores) for k in (2, 4))})
+    try:
+        counts = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        counts = []
+    if not counts or any(n < 2 or n % 2 or n > MAX_RANKS for n in counts) or counts[0] != 2:
+        raise ScenarioError(
+            f"--ranks {text!r}: expected even rank counts from 2 to {MAX_RANKS}, starting at 2"
+        )
+    return counts
+
+
+def _options(args) -> tuple[list[str], list[int], list[int], list[int]]:
+    transports = [t for t in args.transports.split(",") if t]
+    for t in transports:
+        if t not in LAUNCHED or t not in BOUNDS:
+            raise ScenarioError(f"--transports {t!r}: allowed: {', '.join(BOUNDS)}")
+    sizes = {}
+    for flag, text in (("--sizes", args.sizes), ("--copy-sizes", args.copy_sizes)):
+        try:
+            sizes[flag] = parse_size_range(text, 2)
+        except ValueError as e:
+            raise ScenarioError(f"{flag} {text!r}: {e}") from None
+        if len(set(sizes[flag])) < 2 or min(sizes[flag]) < 1:
+            raise ScenarioError(f"{flag} {text!r}: give at least two distinct sizes >= 1 byte")
+    if not args.budget > 0:
+        raise ScenarioError(f"--budget {args.budget}: expected seconds > 0")
+    if args.iters < 1:
+        raise ScenarioError(f"--iters {args.iters}: expected at least 1")
+    return transports, sizes["--sizes"], sizes["--copy-sizes"], _rank_counts(args.ranks, usable_cores())
+
+
+def _pingpongs(transport: str, ranks: int, sizes: list[int], budget_s: float, work: Path) -> list[dict]:
+    from playground.config.scenario import load_scenario
+    from playground.launcher.run import execute
+
+    sets = [f"params.sizes=[{','.join(map(str, sizes))}]", f"params.budget_s={budget_s}"]
+    scenario = load_scenario("calibrate", ranks=ranks, transport=transport, overrides=sets)
+    finished = execute(scenario, work, console=Console(file=io.StringIO()))
+    if finished.code != EXIT_OK:
+        raise ScenarioError(
+            f"calibrate: the {transport} ping-pong on {ranks} ranks failed; see {finished.result.get('run_dir')}"
+        )
+    return finished.result["patterns"]
+
+
+def measure(args, console: Console) -> dict:
+    """Everything `calibrate` measures, as the record it writes (see the module)."""
+    from playground.commands.hostbench import rate_curve, time_slice_s, wake_up_s
+    from playground.display.report import progress_bar
+
+    transports, sizes, copy_sizes, counts = _options(args)
+    cores, started = usable_cores(), time.time()
+    err = make_console(stderr=True)
+    with progress_bar(err) as progress:
+        task = progress.add_task("copy and add", total=len(copy_sizes))
+        rates = rate_curve(
+            copy_sizes,
+            cores,
+            args.iters,
+            lambda k, n, what: progress.update(task, completed=k, description=what),
+        )
+        progress.update(task, completed=len(copy_sizes), description="time slice, wake-up")
+        slice_s, wake_s = time_slice_s(), wake_up_s()
+    record = {
+        "format": FORMAT,
+        "version": VERSION,
+        "machine": this_machine(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": "python -m playground calibrate " + " ".join(getattr(args, "argv", [])),
+        "host": {"rates": rates, "slice_s": slice_s, "wake_s": wake_s},
+        "transports": {},
+    }
+    steps = [(t, n) for t in transports for n in counts]
+    for k, (transport, ranks) in enumerate(steps):
+        console.print(
+            f"[{k + 1}/{len(steps)}] {transport}: every pair of {ranks} ranks ping-pongs", highlight=False
+        )
+        entry = record["transports"].setdefault(
+            transport,
+            {"bounds": BOUNDS[transport], "segment_bytes": SEGMENT_BYTES[transport], "patterns": []},
+        )
+        patterns = _pingpongs(transport, ranks, sizes, args.budget, Path(args.work))
+        entry["patterns"] += [{**p, "sleeps": waits_asleep(transport, ranks, cores)} for p in patterns]
+    record["elapsed_s"] = time.time() - started
+    return record
+
+
+def summary_table(calibration) -> Table:
+    """Per transport and rank count measured: a message's one-way time and CPU, small and large."""
+    rows = []
+    for transport, entry in calibration.record["transports"].items():
+        for p in sorted(entry["patterns"], key=lambda p: (p["ranks"], p["size"])):
+            if p["pattern"] != "pingpong":
+                continue
+            rows.append(
+                {
+                    "transport": transport,
+                    "ranks": p["ranks"],
+                    "size": format_size(p["size"]),
+                    "one_way_us": p["time_s"] * 1e6,
+                    "cpu_us": p["cpu_s"] * 1e6,
+                }
+            )
+    return Table(
+        "ping-pong of every pair at once: one way, and CPU per message (all threads of all ranks)",
+        rows,
+        {
+            "transport": "transport",
+            "ranks": "ranks",
+            "size": "size",
+            "one_way_us": "one way (us)",
+            "cpu_us": "CPU (us)",
+        },
+    )
+
+
+def run_calibrate(args) -> int:
+    console = make_console()
+    out = Path(args.out) if args.out else default_path()
+    record = measure(args, console)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(out)
+    calibration = read_calibration(out)
+    render_table(summary_table(calibration), console)
+    host = record["host"]
+    largest = max(host["rates"], key=lambda r: r["bytes"])
+    console.print(
+        f"time slice {host['slice_s'] * 1e3:.2f} ms; copy at {format_size(largest['bytes'])}: "
+        f"{largest['copy_one_gbps']:.1f} GB/s one core, {largest['copy_all_gbps']:.1f} all; "
+        f"add {largest['add_one_gbps']:.1f} GB/s",
+        highlight=False,
+    )
+    for t in calibration.transports:
+        console.print(f"{t}: {calibration.link(t).describe()}", highlight=False)
+    console.print(f"calibration: {out} ({record['elapsed_s']:.0f} s)", highlight=False)
+    return EXIT_OK

@@ -1,0 +1,168 @@
+"""From what `calibrate` measured to the costs the models and the simulator use (pure arithmetic).
+
+The measurements (playground/commands/calibrate.py writes them raw into calibration.json):
+- `rates`: GB/s of numpy's copy and add at a range of buffer sizes, on one core and on all cores at
+  once (commands/hostbench.py);
+- `slice_s`: the scheduler's time slice;
+- per transport, `patterns`: every pair of ranks ping-ponging at once (nodes/calibrate.py), at 2
+  ranks (each rank a core: the textbook ping-pong) and at 2x and 4x as many ranks as cores, each size
+  with its one-way time (`time_s`) and the CPU seconds all ranks' threads spent per message (`cpu_s`).
+
+What is derived, by size range of a message of n bytes (`models.piecewise.fit_pieces` over the
+transport's own boundaries, where its path changes):
+- the bytes: a message is copied into the transport and out of it, each copy at this machine's copy
+  rate for the *footprint* of what is running (all ranks' buffers together: a 4 MiB segment of a
+  64 MiB all-reduce on 8 ranks is copied at memory speed, a 4 MiB ping-pong in cache); the rest of the
+  time grows with n only where the path adds copies (a socket's): `extra` per byte;
+- with a core per rank (the 2-rank ping-pong): the idle one-way time, split into CPU (at most the
+  CPU seconds measured: a spinning receiver's CPU is not work) and latency (the rest: a sleeping
+  receiver waking up, hand-offs to ZeroMQ's I/O threads), half of the CPU charged to the sender and
+  half to the receiver;
+- with more ranks than cores (each measured rank count is a regime; a run pays the costs of the
+  smallest one at or above its rank count): the CPU seconds every thread of every rank spent per
+  message, fixed and per byte beyond the copies (context switches, hand-offs that now wait for a
+  core, wake-ups), and no latency of its own: the simulator's scheduler adds the waiting for cores,
+  and a rank that slept (its transport sleeps at that rank count: `sleeps`) and finds a core idle
+  starts `wake_s` later (the machine's cross-core wake-up, commands/hostbench.py);
+- reductions at gamma = numpy add's rate for the footprint; the memory traffic all cores share =
+  twice the all-cores copy rate at that footprint (a copy reads and writes): in cache every core has
+  its own, beyond it they share the memory's.
+"""
+
+import math
+from collections.abc import Sequence
+
+from playground.models.contention import HostModel, MessageCosts
+from playground.models.piecewise import Piece, fit_pieces, piece_for
+
+READ_WRITE = 2  # a copy moves its bytes twice (read, write): memory traffic per byte copied
+READ_READ_WRITE = 3  # a reduction c = a + b: three
+# The simulated ranks' own Python (the algorithm's loop, the communicator's bookkeeping) is timed as
+# it runs and charged to them at this scale, as SMPI times the computation between MPI calls.
+PYTHON_SCALE = 1.0
+
+
+def _loglog(points: Sequence[tuple[float, float]], x: float) -> float:
+    """y at x on the log-log line through (x, y) points; flat beyond the ends."""
+    pts = sorted(points)
+    if x <= pts[0][0]:
+        return pts[0][1]
+    if x >= pts[-1][0]:
+        return pts[-1][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if x0 <= x <= x1:
+            f = math.log(x / x0) / math.log(x1 / x0)
+            return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
+    return pts[-1][1]  # pragma: no cover - the loop covers every x between the ends
+
+
+class Rates:
+    """Copy and add rates by footprint (bytes a core's work touches), from `rates` rows."""
+
+    def __init__(self, rows: Sequence[dict]):
+        self.copy = [(READ_WRITE * r["bytes"], r["copy_one_gbps"] * 1e9) for r in rows]
+        self.copy_all = [(READ_WRITE * r["bytes"], r["copy_all_gbps"] * 1e9) for r in rows]
+        self.add = [(READ_READ_WRITE * r["bytes"], r["add_one_gbps"] * 1e9) for r in rows]
+
+    def copy_bytes_per_s(self, footprint_bytes: float) -> float:
+        return _loglog(self.copy, footprint_bytes)
+
+    def gamma_bytes_per_s(self, footprint_bytes: float) -> float:
+        return _loglog(self.add, footprint_bytes)
+
+    def memory_bytes_per_s(self, footprint_bytes: float) -> float:
+        """Memory traffic all cores copying at once move together (a copy reads and writes)."""
+        return READ_WRITE * _loglog(self.copy_all, footprint_bytes)
+
+
+def pingpong_footprint(n: float) -> float:
+    """What one copy of an n-byte ping-pong message touches on its core: the buffer and the ring."""
+    return READ_WRITE * n
+
+
+def collective_footprint(size_bytes: float, num_ranks: int, cores: int) -> float:
+    """What the copies of a collective on S bytes touch per core: every rank's input, output and the
+    ring buffers it writes into (about S each), for the ranks that share a core."""
+    return 3 * size_bytes * num_ranks / max(1, min(num_ranks, cores))
+
+
+def _residual_pieces(
+    points: list[tuple[int, float]], rates: Rates, bounds: Sequence[int]
+) -> tuple[Piece, ...]:
+    """Pieces fitted to what is left of each time once the ping-pong's two copies are taken out."""
+    sizes = [n for n, _ in points]
+    left = [max(0.0, t - 2 * n / rates.copy_bytes_per_s(pingpong_footprint(n))) for n, t in points]
+    return fit_pieces(sizes, left, bounds, scale=[t for _, t in points])
+
+
+def regime_ranks(measured: Sequence[int], num_ranks: int) -> int:
+    """The measured rank count whose costs a run of `num_ranks` pays: the smallest at or above it
+    (ranks per core only grow the waiting), else the largest."""
+    above = [m for m in sorted(measured) if m >= num_ranks]
+    return above[0] if above else max(measured)
+
+
+def message_costs(
+    patterns: Sequence[dict], rates: Rates, bounds: Sequence[int], ranks: int, idle_ranks: int
+) -> tuple[MessageCosts, ...]:
+    """Per size range, a message's costs at `ranks` (see the module), before the copies (added by
+    `host_model`, which knows the footprint)."""
+
+    def points(key: str, at: int) -> list[tuple[int, float]]:
+        rows = sorted(
+            (p for p in patterns if p["pattern"] == "pingpong" and p["ranks"] == at), key=lambda p: p["size"]
+        )
+        return [(p["size"], p[key]) for p in rows]
+
+    wall = _residual_pieces(points("time_s", idle_ranks), rates, bounds)
+    cpu = _residual_pieces(points("cpu_s", ranks), rates, bounds)
+    out = []
+    for piece in wall:
+        busy = piece_for(cpu, piece.from_bytes)
+        fixed_cpu, extra, latency = busy.alpha_s, busy.s_per_byte / 2, 0.0
+        if ranks == idle_ranks:
+            fixed_cpu = min(fixed_cpu, piece.alpha_s)
+            latency = piece.alpha_s - fixed_cpu
+            extra = piece.s_per_byte / 2
+        out.append(MessageCosts(piece.from_bytes, fixed_cpu / 2, extra, fixed_cpu / 2, extra, latency))
+    return tuple(out)
+
+
+def host_model(
+    record: dict, transport: str, num_ranks: int, size_bytes: float, cores: int | None = None
+) -> HostModel:
+    """The simulator's host for a collective of `size_bytes` on `num_ranks` ranks over `transport`,
+    from a calibration record (models/calibration.py checks it first)."""
+    cores = cores or record["machine"]["cores"]
+    rates = Rates(record["host"]["rates"])
+    entry = record["transports"][transport]
+    measured = sorted({p["ranks"] for p in entry["patterns"]})
+    idle = min(measured)
+    ranks = idle if num_ranks <= cores else regime_ranks(measured, num_ranks)
+    footprint = collective_footprint(size_bytes, num_ranks, cores)
+    copy_s = 1.0 / rates.copy_bytes_per_s(footprint)
+    ranges = tuple(
+        MessageCosts(
+            c.from_bytes,
+            c.send_s,
+            c.send_s_per_byte + copy_s,
+            c.recv_s,
+            c.recv_s_per_byte + copy_s,
+            c.latency_s,
+        )
+        for c in message_costs(entry["patterns"], rates, entry["bounds"], ranks, idle)
+    )
+    gamma = rates.gamma_bytes_per_s(footprint)
+    sleeps = ranks != idle and any(p["ranks"] == ranks and p.get("sleeps") for p in entry["patterns"])
+    return HostModel(
+        ranges,
+        cores,
+        gamma,
+        slice_s=record["host"]["slice_s"],
+        memory_bytes_per_s=rates.memory_bytes_per_s(footprint),
+        copy_demand=READ_WRITE * rates.copy_bytes_per_s(footprint),
+        reduce_demand=READ_READ_WRITE * gamma,
+        wake_s=record["host"].get("wake_s", 0.0) if sleeps else 0.0,
+        copy_s_per_byte=copy_s,
+        python_scale=PYTHON_SCALE,
+    )

@@ -1,0 +1,135 @@
+"""playground.models.contention and the simulator's shared cores (native/sim_cpu.c): max-min shares of
+memory bandwidth on hand-computed cases, time slices against a hand-computed round-robin schedule,
+and a calibrated host's per-message costs by size range."""
+
+import math
+
+import numpy as np
+import pytest
+
+from playground.core.errors import UsageError
+from playground.models.contention import HostModel, MessageCosts, closed_form_applies, max_min_shares
+from playground.models.costs import Link
+from playground.sim.network import Machine
+from playground.sim.transport import SimWorld
+
+FREE = Link(0.0, 1e18)
+
+
+# -- max-min shares ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "demands, capacity, shares",
+    [
+        ([1, 1], 1, [0.5, 0.5]),  # two equal copies: half each
+        ([0.2, 1, 1], 1, [0.2, 0.4, 0.4]),  # the small one gets all it asks, the rest split what is left
+        ([0.2, 0.3], 1, [0.2, 0.3]),  # under capacity: everyone their demand
+        ([3, 1, 2], 3, [1, 1, 1]),  # order of the flows does not matter
+        ([4, 1, 2], 5, [2, 1, 2]),  # water filling: 1, then 2 and 2 of the 4 left
+        ([1, 1], math.inf, [1, 1]),  # no shared limit
+        ([1, 1], 0, [1, 1]),  # 0 means no limit too
+        ([], 1, []),
+    ],
+)
+def test_max_min_shares_by_hand(demands, capacity, shares):
+    assert max_min_shares(demands, capacity) == pytest.approx(shares)
+
+
+def test_max_min_refuses_a_negative_demand():
+    with pytest.raises(UsageError, match="demands must be >= 0"):
+        max_min_shares([1, -1], 1)
+
+
+def test_the_closed_form_applies_only_while_ranks_have_a_core_each():
+    assert closed_form_applies(8, None) and closed_form_applies(2, 2)
+    assert not closed_form_applies(3, 2)
+
+
+# -- the simulator's shared cores --------------------------------------------------------------------
+
+
+def _world(n: int, cores: int, slice_s: float = 0.0, memory: float = 0.0) -> SimWorld:
+    world = SimWorld(Machine(1, n, FREE, FREE, math.inf, cores), data=False)
+    world.net.set_cores(slice_s, memory, 0.0, 0.0)
+    return world
+
+
+def _end_times(world: SimWorld, work) -> list[float]:
+    def body(comm):
+        work(comm)
+        return world.time_of(comm.rank)
+
+    return world.run(body)
+
+
+def test_time_slices_follow_a_hand_computed_round_robin():
+    """Three ranks ask one core for 10 ms each at t=0, slices of 4 ms: 0-4 r0, 4-8 r1, 8-12 r2,
+    12-16 r0, 16-20 r1, 20-24 r2, 24-26 r0 (done), 26-28 r1 (done), 28-30 r2 (done)."""
+    ends = _end_times(
+        _world(3, 1, slice_s=4e-3), lambda comm: comm.transport.engine.compute(comm.rank, 10e-3)
+    )
+    assert ends == pytest.approx([26e-3, 28e-3, 30e-3])
+    # without slices: first come, first served
+    ends = _end_times(_world(3, 1), lambda comm: comm.transport.engine.compute(comm.rank, 10e-3))
+    assert ends == pytest.approx([10e-3, 20e-3, 30e-3])
+    # a slice longer than the work changes nothing; two cores run two at once
+    ends = _end_times(_world(3, 2, slice_s=4e-3), lambda comm: comm.transport.engine.compute(comm.rank, 3e-3))
+    assert ends == pytest.approx([3e-3, 3e-3, 6e-3])
+
+
+def test_a_rank_alone_keeps_its_core_past_its_slice():
+    ends = _end_times(_world(1, 1, slice_s=1e-3), lambda comm: comm.transport.engine.compute(comm.rank, 5e-3))
+    assert ends == pytest.approx([5e-3])
+
+
+def test_copies_at_once_share_the_memory_bandwidth_max_min():
+    """Two 1-second copies, each moving 1 unit/s alone, on 1.5 units/s: 0.75 each, 4/3 s. With demands
+    1 and 2 on 2 units: 1 and 1 (the second at half speed) until the first ends at 1 s, half the second
+    left; then it has all of its 2 (full speed): 1.5 s."""
+    ends = _end_times(
+        _world(2, 2, memory=1.5), lambda comm: comm.transport.engine.compute(comm.rank, 0.0, 1.0, 1.0)
+    )
+    assert ends == pytest.approx([4 / 3, 4 / 3])
+    ends = _end_times(
+        _world(2, 2, memory=2.0),
+        lambda comm: comm.transport.engine.compute(comm.rank, 0.0, 1.0, 1.0 + comm.rank),
+    )
+    assert ends == pytest.approx([1.0, 1.5])
+    # the CPU part runs at full speed; sharing starts with the memory-bound part
+    ends = _end_times(
+        _world(2, 2, memory=1.0),
+        lambda comm: comm.transport.engine.compute(comm.rank, 0.5 * comm.rank, 1.0, 1.0),
+    )
+    # rank 0 alone 0-0.5 (0.5 done), shares 0.5 each until it ends at 1.5; rank 1 then alone: 1.0 + 0.5 = 2.0
+    assert ends == pytest.approx([1.5, 2.0])
+
+
+def test_a_host_charges_each_size_range_its_own_costs():
+    """A message's sender CPU, latency and receiver CPU by range (no ports): below 1 KiB 1 + 2 + 3 us,
+    from 1 KiB 10 + 20 + 30 us plus 1 ns a byte copied in and out."""
+    host = HostModel(
+        (
+            MessageCosts(0, 1e-6, 0.0, 3e-6, 0.0, 2e-6),
+            MessageCosts(1024, 10e-6, 1e-9, 30e-6, 1e-9, 20e-6),
+        ),
+        cores=2,
+        gamma_bytes_per_s=math.inf,
+    )
+    assert host.one_way_s(100) == pytest.approx(6e-6)
+    assert host.one_way_s(2048) == pytest.approx(60e-6 + 2 * 2048e-9)
+
+    def one_way(n: int) -> float:
+        world = SimWorld(Machine(1, 2, FREE, FREE, math.inf, 2, host), data=False)
+
+        def body(comm):
+            if comm.rank == 0:
+                comm.send(np.zeros(n, np.uint8), 1)
+            else:
+                comm.recv(0, out=np.empty(n, np.uint8))
+            return world.time_of(comm.rank)
+
+        return world.run(body)[1]
+
+    assert one_way(100) == pytest.approx(host.one_way_s(100))
+    assert one_way(2048) == pytest.approx(host.one_way_s(2048))

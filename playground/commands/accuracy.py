@@ -138,6 +138,10 @@ def plot(rows: list[dict], path: Path) -> Path:
     return path
 
 
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.is_file() else []
+
+
 def _bench_times(pieces: list[Path]) -> dict[tuple, list[float]]:
     times: dict[tuple, list[float]] = {}
     for d in pieces:
@@ -159,8 +163,17 @@ def section(ctx) -> str:
         ["--sizes", "64,4KiB,64KiB,1MiB"] if ctx.quick else []
     )
     started = time.monotonic()
+    log = work / "commands.txt"  # every measuring command of every piece, for the page's header
+    ctx.commands[:0] = [line.split("\t", 1)[1] for line in _lines(log)]
+
+    def measure(*args: str) -> None:
+        ctx.run(*args)
+        work.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\t{ctx.commands[-1]}\n")
+
     if not calibration.is_file():
-        ctx.run("calibrate", "--out", str(calibration), "--work", str(work / "calibrate"), *calibrate_args)
+        measure("calibrate", "--out", str(calibration), "--work", str(work / "calibrate"), *calibrate_args)
     rounds = 1 if ctx.quick else ctx.rounds
     pieces, missing = [], 0
     for k in range(rounds):  # round by round, so the rounds of one point are minutes apart
@@ -171,7 +184,7 @@ def section(ctx) -> str:
                     if ctx.out_of_time(started):
                         missing += 1
                         continue
-                    ctx.run(
+                    measure(
                         "bench", "allreduce", "--ranks", str(n), "--transport", transport, "--algo", ALGOS,
                         "--sizes", sizes, "--iters", "10", "--warmup", "2", "--link", str(calibration), "--out", str(d),
                     )  # fmt: skip
@@ -199,8 +212,17 @@ def section(ctx) -> str:
         + "), then every row simulated from it (`simulate --link calibration.json`) beside the median of "
         f"{rounds} round(s) of `bench allreduce` (min-max beside it). Rows at rank counts or sizes the "
         "calibration did not run are held out. The closed form is the alpha-beta-gamma formula on the "
-        "calibrated link where ranks do not outnumber cores; beyond, only the simulator models it (sim).\n",
+        "calibrated link where ranks do not outnumber cores; beyond, only the simulator models it (sim). "
+        "The simulator times the ranks' own Python as it runs (as SMPI times computation), so writing the "
+        "page again moves a few ratios by a few percent.\n",
     ]
+    stamps = [line.split("\t", 1)[0] for line in _lines(log)]
+    if stamps:
+        lines.append(
+            f"The measuring commands above ran from {stamps[0]} to {stamps[-1]}, in pieces of a few "
+            "minutes on a machine other jobs shared (`--continue`, `--max-minutes`); the date above is "
+            "when the page was last written from them.\n"
+        )
     if missing:
         lines.append(
             f"**Partial**: {missing} bench runs not measured yet; `python -m playground results --sections "

@@ -102,7 +102,8 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def plot(rows: list[dict], path: Path) -> Path:
-    """Simulated against measured, log axes, the diagonal and the 25% band; one colour a transport."""
+    """Simulated against measured, log axes, the diagonal and the 25% band; one colour a transport.
+    Written as SVG where the docs keep it (the repository ignores PNGs, which runs write)."""
     from playground.display.plot import figure
 
     with figure(path, (6.5, 6)) as (_, ax):
@@ -231,7 +232,7 @@ def section(ctx) -> str:
     if rows:
         lines += summary(rows) + [""]
         lines.append(
-            f"![simulated against measured]({plot(rows, ctx.out / 'simulator-accuracy.png').name})\n"
+            f"![simulated against measured]({plot(rows, ctx.out / 'simulator-accuracy.svg').name})\n"
         )
         lines += table(rows)
     if not ctx.quick and not missing:

@@ -24,13 +24,13 @@ from playground.core.errors import RunFailed
 TESTS = Path(__file__).resolve().parent
 
 
-def my_rank(comm, params):  # the issue's example
+def my_rank(comm, params):  # the documented example
     x = np.full(params["n"], comm.rank, dtype=np.float64)
     return {"sum": float(pg.allreduce(comm, x)[0])}
 
 
 @pytest.mark.timeout(60)
-def test_the_issue_example_runs_on_four_ranks(tmp_path):
+def test_the_documented_example_runs_on_four_ranks(tmp_path):
     r = pg.launch(my_rank, ranks=4, params={"n": 1000}, out=tmp_path)
     assert r.ok and [v["sum"] for v in r.returned] == [6.0] * 4
     assert r.rows == [{"rank": k, **v} for k, v in enumerate(r.returned)]

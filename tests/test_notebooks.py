@@ -84,7 +84,7 @@ def test_notebook_runs(path, kernel_name, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_function_defined_in_a_cell_runs_on_ranks(kernel_name, tmp_path):
-    """The issue's example, as a notebook user types it: the function exists only in the kernel."""
+    """The documented example, as a notebook user types it: the function exists only in the kernel."""
     book = execute(
         notebook(
             "import sys\nimport numpy as np\nimport playground as pg\nprint(sys.executable)",

@@ -25,7 +25,7 @@ from playground.sim.fold import ROTATION, XOR, symmetry
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
 
-LINK = Link(5e-6, 50e9, 100e9)  # the issue's example: alpha 5 us, 50 GB/s, gamma 100 GB/s
+LINK = Link(5e-6, 50e9, 100e9)  # the docs' example: alpha 5 us, 50 GB/s, gamma 100 GB/s
 
 
 def flat(n: int, link: Link = LINK, **kw) -> Machine:
@@ -56,7 +56,7 @@ def test_log_step_algorithms_equal_their_closed_forms(algorithm, n):
     [2, 4, 8, 16, 32, 64, 128, 256, 512, pytest.param(1024, marks=pytest.mark.timeout(600))],
 )
 def test_ring_equals_its_closed_form(n):
-    """To 1024 ranks as the issue asks: 2.1 million messages, the suite's slowest test (~40 s)."""
+    """To 1024 ranks: 2.1 million messages, the suite's slowest test (~40 s)."""
     size = 1 << 30  # data-free: a GiB costs what 8 bytes cost
     row, _ = simulate(flat(n), "allreduce", "ring", size, data=False)
     assert row["time_us"] / 1e6 == pytest.approx(costs.allreduce_ring_time_s(size, n, LINK), rel=1e-9)

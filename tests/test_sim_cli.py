@@ -1,4 +1,4 @@
-"""`python -m playground simulate` as a user types it: the issue's commands (small), the run
+"""`python -m playground simulate` as a user types it: the documented commands (small), the run
 directory it writes, inspect on it, and bad input."""
 
 import json
@@ -47,7 +47,7 @@ def test_every_algorithm_beside_its_closed_form_and_a_run_directory_inspect_read
 
 
 def test_a_64_rank_trace_is_a_well_formed_perfetto_timeline(runs_dir, tmp_path):
-    """The issue's "a 64-rank trace opens in Perfetto", checked offline (the UI needs the network):
+    """ "A 64-rank trace opens in Perfetto", checked offline (the UI needs the network):
     the Chrome trace JSON Perfetto reads, a process per rank, every message an arrow from its send
     to its receive, which comes after it in virtual time."""
     proc, result = simulate(runs_dir, "allreduce", "--algo", "ring", "--ranks", "64", "--sizes", "4KiB")
@@ -145,7 +145,7 @@ def test_a_calibrated_machine_with_shared_cores(runs_dir, tmp_path):
 
 
 def test_measured_runs_beside_the_simulation_take_the_median_of_repeats(runs_dir, tmp_path):
-    """The issue's fifth command: bench runs given with --measured; repeats of one point give their median."""
+    """bench runs given with --measured; repeats of one point give their median."""
     measured = []
     for k, t in enumerate((300.0, 100.0, 200.0)):
         d = tmp_path / f"bench{k}"

@@ -41,7 +41,7 @@ def test_prefill_then_one_token_at_a_time_equals_the_full_forward(dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_batched_step_over_sequences_of_different_lengths_equals_each_full_forward(dtype):
-    """Issue 20's engine step: several sequences, a prefill for a new one and one token for each
+    """The engine step: several sequences, a prefill for a new one and one token for each
     running one, packed into one call."""
     model = model_of(dtype)
     rng = np.random.default_rng(1)

@@ -75,7 +75,7 @@ def test_bad_settings_name_their_key():
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_n_ranks_summing_their_gradients_train_like_one_process(ranks):
-    """Issue 19's check 'equal to one process' with the communication replaced by a sum: each
+    """The check 'equal to one process' with the communication replaced by a sum: each
     rank's rows with the global denominator, gradients summed, Adam on the sum. Float64, 1e-10."""
     config = ModelConfig(layers=2, d_model=16, heads=2, context=8, dtype="float64")
     sampler = BatchSampler(lecture_bytes(), config.context, batch=12, seed=3)

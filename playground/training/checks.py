@@ -64,7 +64,7 @@ def element_sum(x: np.ndarray) -> float:
 
 def params_hash(params: np.ndarray) -> str:
     """CRC-32 of the buffer's bytes, as 8 hex digits (50 ms for 100 MB here; any bit differs)."""
-    return f"{zlib.crc32(memoryview(params).cast('B')):08x}"
+    return f"{zlib.crc32(np.ascontiguousarray(params).data.cast('B')):08x}"
 
 
 @dataclass

@@ -23,7 +23,7 @@ the other (`zero.ZeroOne`). Both follow `GradientStrategy`, so a step has one pa
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from playground.collectives.bucketing import Bucket, plan_buckets
 from playground.training.checks import Reduction
@@ -87,6 +87,7 @@ class Mode:
     strategy: type
     overlaps: bool
     sharded: bool
+    ALLOWED: ClassVar[str] = ""  # what a scenario may say (the reference), set below
 
     def gradients(self, comm, model, setup) -> GradientStrategy:
         """This mode's strategy for `model` on this rank (`setup`: the run's `TrainSetup`), its

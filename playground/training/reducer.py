@@ -21,6 +21,7 @@ and the sum of its result after.
 """
 
 import time
+from typing import cast
 
 from playground.collectives.bucketing import Bucket
 from playground.collectives.comm_thread import CommThread, allreduce_bucket
@@ -69,6 +70,7 @@ class AllReduceBuckets:
         b = self.bucket_of[index]
         self.pending[b] -= 1
         if self.pending[b] == 0:
+            assert self.thread is not None  # the hook is given only with a thread
             self.thread.submit(b, self.step)
 
     def _reduce(self, b: int, step: int) -> float:
@@ -85,7 +87,7 @@ class AllReduceBuckets:
         """Every bucket of the step all-reduced (collected from the thread, or done here)."""
         if self.thread is not None:
             done = self.thread.wait_step(len(self.buckets), 4 * self.comm.timeout_s)
-            self.collective_s = sum(seconds for seconds, _ in done.values())
+            self.collective_s = sum(cast(float, seconds) for seconds, _ in done.values())  # _reduce's
         else:
             self.collective_s = sum(self._reduce(b.index, self.step) for b in self.buckets)
 

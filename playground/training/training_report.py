@@ -227,7 +227,10 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         Table("memory per rank: the arrays' own bytes, and the process", memory_rows, MEMORY_COLUMNS),
         Table(f"step time: measured against the model ({source.caption})", model_rows, MODEL_COLUMNS),
     ]
-    data = {"modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats], "overlap": overlap}
+    data: dict[str, object] = {
+        "modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats],
+        "overlap": overlap,
+    }
     files = []
     if ddp_records is not None:
         ddp = training_stats.ddp_stats(ddp_records, tokens)

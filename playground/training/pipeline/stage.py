@@ -99,7 +99,7 @@ class Stage:
                 ):
                     out, saved = model.forward_stage(x, targets, loss_denominator=loss_denominator)
                 if plan.head:
-                    loss += out
+                    loss += float(out)
                 else:
                     sends.append(self.group.isend(out, self.index + 1, tag_of(FORWARD, a.micro_batch)))
                 held[a.micro_batch] = (saved, saved.nbytes)  # backward consumes some of what it reads

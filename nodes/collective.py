@@ -16,7 +16,7 @@ resolved once, in `summarize`, not on the ranks.
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.collectives import ALGORITHMS, registry
+from playground.collectives import ALGORITHMS, IN_PLACE, registry
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
 from playground.core.errors import ParamError
@@ -45,8 +45,9 @@ class Params:
     # largest piece a collective sends at once; bigger chunks are cut and pipelined. null: the
     # transport's own (4 MiB where arrays go through shared-memory rings: ipc, shm; 1 MiB over tcp)
     segment_bytes: Size | None = None
-    inplace: bool = False  # also measure in place (result into the input), nccl-tests' second column set
-    inplace_only: bool = False  # measure in place only, in the main columns (as Gloo's all_reduce works)
+    # also measure in place (the result written over the input: allreduce, broadcast, reduce),
+    # nccl-tests' second column set, beside the out-of-place one
+    inplace: bool = False
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
     # what the model column prices: a link preset, or a calibration.json of `calibrate`; null: this
     # machine's calibration (./calibration.json or $PLAYGROUND_CALIBRATION), else a labelled default
@@ -67,9 +68,8 @@ class Params:
             raise ParamError("warmup", f"must be >= 0, got {self.warmup}")
         if self.segment_bytes is not None and self.segment_bytes < 1:
             raise ParamError("segment_bytes", f"must be >= 1, got {self.segment_bytes}")
-        if (self.inplace or self.inplace_only) and self.collective != "allreduce":
-            key = "inplace" if self.inplace else "inplace_only"
-            raise ParamError(key, f"only allreduce works in place, not {self.collective}")
+        if self.inplace and self.collective not in IN_PLACE:
+            raise ParamError("inplace", f"only {', '.join(IN_PLACE)} work in place, not {self.collective}")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ParamError("ranks_per_node", f"must be >= 1, got {self.ranks_per_node}")
         offered = ALGORITHMS[self.collective]
@@ -92,13 +92,13 @@ def main(comm, params: Params) -> dict:
     todo = [(a, s) for a in params.algorithm for s in params.sizes]
     for k, (algorithm, size) in enumerate(todo):
         comm.progress(k, len(todo), f"{algorithm} {format_size(size)}")
-        row = measure(comm, params, algorithm, size, inplace=params.inplace_only)
-        if params.inplace and not params.inplace_only:
+        row = measure(comm, params, algorithm, size)
+        if params.inplace:
             ip = measure(comm, params, algorithm, size, inplace=True)
-            row.update(ip_median_us=ip["median_us"], ip_wrong=ip["wrong"])
+            row.update({f"ip_{k}": v for k, v in ip.items() if k not in ("size", "count", "algorithm")})
         rows.append(row)
     comm.progress(len(todo), len(todo), "done")
-    return {"rows": rows, "ok": all(r["wrong"] <= 0 for r in rows)}
+    return {"rows": rows, "ok": all(r["wrong"] <= 0 and r.get("ip_wrong", 0) <= 0 for r in rows)}
 
 
 def calibrated_model(model, collective: str, num_ranks: int):

@@ -119,7 +119,9 @@ def test_the_baselines_check_every_iteration_warm_up_included(tmp_path):
         def barrier(self):
             pass
 
-        def prepare(self, lay, op, inp):
+        def prepare(self, lay, op, inp, inplace):
+            if inplace:
+                return None  # out of place only: one form's record
             buf = inp.copy()
 
             def run():
@@ -163,7 +165,9 @@ def test_the_baselines_meet_after_a_timed_call_before_they_check(tmp_path):
         def barrier(self):
             order.append("barrier")
 
-        def prepare(self, lay, op, inp):
+        def prepare(self, lay, op, inp, inplace):
+            if inplace:
+                return None
             buf = inp.copy()
 
             def result():
@@ -184,6 +188,58 @@ def test_the_baselines_meet_after_a_timed_call_before_they_check(tmp_path):
     warm = ["barrier", "run", "check"]
     timed = ["barrier", "run", "barrier", "check"]
     assert order == warm + timed + timed
+
+
+def test_each_form_the_library_offers_is_measured_out_of_place_first(tmp_path):
+    """nccl-tests' order: the out-of-place form, then the in-place one, each with its own warm-up,
+    timing and #wrong; a form the library does not offer (None) leaves its fields out."""
+    from playground.baselines.measure import Call, measure
+
+    order = []
+
+    class OneRank:
+        rank, nranks = 0, 1
+
+        def __init__(self, offered):
+            self.offered = offered
+
+        def barrier(self):
+            pass
+
+        def prepare(self, lay, op, inp, inplace):
+            form = "ip" if inplace else "oop"
+            if form not in self.offered:
+                return None
+            buf = inp.copy()
+
+            def run():
+                order.append(form)
+                if form == "ip":
+                    buf[0] += 1  # the in-place form goes wrong on every call
+
+            return Call(reset=lambda: np.copyto(buf, inp), run=run, result=lambda: buf)
+
+    spec = {
+        "collective": "allreduce",
+        "sizes": [64],
+        "dtype": "float32",
+        "op": "sum",
+        "iters": 2,
+        "warmup": 1,
+    }
+    measure(OneRank({"oop", "ip"}), spec, tmp_path)
+    (both,) = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()][1:]
+    assert order == ["oop"] * 3 + ["ip"] * 3
+    assert both["wrong"] == 0 and both["ip_wrong"] == 3 and both["ip_first_wrong"]["warmup"] is True
+    assert {"median_us", "min_us", "max_us", "ip_median_us", "ip_min_us", "ip_max_us"} <= set(both)
+    (tmp_path / "ip").mkdir()
+    measure(OneRank({"ip"}), spec, tmp_path / "ip")
+    (ip_only,) = [json.loads(line) for line in (tmp_path / "ip" / "rank-0.jsonl").read_text().splitlines()][
+        1:
+    ]
+    assert "median_us" not in ip_only and "wrong" not in ip_only and ip_only["ip_wrong"] == 3
+    (row,) = common.combine("gloo", layouts("allreduce", [64], 1, "float32"), "float32", "sum", [[ip_only]])
+    assert row["time_us"] is None and row["busbw_gbps"] is None and row["ip_wrong"] == 3
 
 
 def test_combine_takes_max_of_rank_medians_and_sums_wrong():
@@ -384,15 +440,31 @@ REAL_CASES = [  # (collective, op, dtype): every collective, op and dtype at lea
 REAL_SIZES = [8, 4096, 65536]
 
 
+# The forms each library offers: (out of place, in place)
+FORMS_OFFERED = {
+    "gloo": {"allreduce": (False, True), "allgather": (True, False), "reduce_scatter": (True, False)},
+    "mpi": {"broadcast": (False, True)},
+}
+
+
 def _check_rows(rows, name, collective, dtype):
     # 8 B gives a float64/int64 allgather or reduce_scatter less than one element per rank: left out
     assert [r["size"] for r in rows] == [lay.size_bytes for lay in layouts(collective, REAL_SIZES, 2, dtype)]
     assert len(rows) >= 2
+    oop, ip = FORMS_OFFERED[name].get(collective, (True, True))
+    if name == "gloo" and collective in ("broadcast", "reduce"):
+        oop = False  # one tensor, written in place
     for r in rows:
         assert r["algorithm"] == name and r["dtype"] == dtype
-        assert r["wrong"] == 0, r
-        assert r["time_us"] > 0
-        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * bus_factor(collective, 2))
+        for prefix, offered in (("", oop), ("ip_", ip)):
+            if not offered:
+                assert r[prefix + "time_us"] is None if not prefix else prefix + "time_us" not in r
+                continue
+            assert r[prefix + "wrong"] == 0, r
+            assert r[prefix + "time_us"] > 0
+            assert r[prefix + "busbw_gbps"] == pytest.approx(
+                r[prefix + "algbw_gbps"] * bus_factor(collective, 2)
+            )
 
 
 @pytest.mark.timeout(120)
@@ -427,7 +499,10 @@ def test_mpi_worker_failure_is_one_line(tmp_path):
         "warmup": 0,
         "timeout_s": 60,
     }
-    with pytest.raises(BaselineError, match=r"^mpi: rank \d failed: KeyError: 'no-such-op'$"):
+    with pytest.raises(
+        BaselineError,
+        match=r"^mpi: rank \d failed: UsageError: unknown reduce op 'no-such-op'; allowed: sum, prod, max, min$",
+    ):
         mpi.run(spec, 2, tmp_path)
     # the first rank to fail aborts the job, so the other may not get to write its own error
     records = [json.loads(line) for p in tmp_path.glob("rank-*.jsonl") for line in p.read_text().splitlines()]

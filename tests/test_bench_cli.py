@@ -5,8 +5,10 @@ import json
 
 import calibrations
 import pytest
+from tools import NO_MPI4PY, NO_MPICH, have, importable, need
 
 from playground.cli.testing import run_cli
+from playground.core.sizes import format_size
 from playground.models.calibration import read_calibration
 
 
@@ -192,10 +194,12 @@ def test_bench_in_place_columns(tmp_path):
 
 
 @pytest.mark.timeout(30)
-def test_in_place_is_only_for_allreduce(tmp_path):
+def test_in_place_is_not_for_allgather(tmp_path):
     proc = run_cli(["bench", "allgather", "--inplace", "--ranks", "2", "--out", str(tmp_path)], timeout_s=25)
     assert proc.returncode == 2
-    assert proc.stderr.strip().endswith("key 'params.inplace': only allreduce works in place, not allgather")
+    assert proc.stderr.strip().endswith(
+        "key 'params.inplace': only allreduce, broadcast, reduce work in place, not allgather"
+    )
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -218,3 +222,29 @@ def test_the_readme_corrupt_drill_fails_the_bench_wherever_the_bit_lands(tmp_pat
     phase = "warm-up iteration" if first["warmup"] else "timed iteration"
     assert f"first seen on rank {first['rank']} at {phase} {first['iteration']}: element" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(120)
+def test_bench_against_mpi_compares_each_form_with_its_own(tmp_path):
+    """With a baseline, ours is measured in both forms too (no --inplace needed), MPICH in both
+    (MPI_IN_PLACE), and the comparison has one row per form and size, each ratio of one form."""
+    need(importable("mpi4py"), NO_MPI4PY)
+    need(have("mpiexec"), NO_MPICH)
+    proc = run_cli(
+        ["bench", "allreduce", "--ranks", "2", "--algo", "rd", "--sizes", "8,4KiB", "--transport", "shm"]
+        + ["--iters", "3", "--warmup", "1", "--baseline", "mpi", "--out", str(tmp_path)],
+        timeout_s=110,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = _result(tmp_path)
+    assert all(r["ip_wrong"] == 0 and r["ip_time_us"] > 0 for r in result["rows"])
+    assert all(r["wrong"] == 0 and r["ip_wrong"] == 0 for r in result["baseline_rows"])
+    got = [(c["form"], c["size"]) for c in result["comparison"]]
+    assert got == [(f, s) for f in ("out of place", "in place") for s in ("8 B", "4 KiB")]
+    for c in result["comparison"]:
+        prefix = "" if c["form"] == "out of place" else "ip_"
+        ours = next(r for r in result["rows"] if format_size(r["size"]) == c["size"])
+        mpi = next(r for r in result["baseline_rows"] if format_size(r["size"]) == c["size"])
+        assert c["ours_us"] == ours[prefix + "time_us"] and c["mpi_us"] == mpi[prefix + "time_us"]
+        assert c["x_mpi"] == round(mpi[prefix + "time_us"] / ours[prefix + "time_us"], 2)
+    assert "out of place against out of place and in place against in place" in " ".join(proc.stdout.split())

@@ -120,7 +120,7 @@ def test_allreduce_in_place_grid(algorithm, n, segment_bytes):
 def test_in_place_needs_a_writable_contiguous_array():
     with pytest.raises(ValueError, match="in-place all-reduce needs a writable C-contiguous numpy array"):
         run_local(2, lambda comm: allreduce(comm, np.ones((4, 4))[:, 1], inplace=True))
-    with pytest.raises(ValueError, match="allgather: only allreduce works in place"):
+    with pytest.raises(ValueError, match="allgather: only allreduce, broadcast, reduce work in place"):
         run_local(1, lambda comm: run_collective(comm, "allgather", np.ones(4), inplace=True))
 
 
@@ -148,6 +148,30 @@ def test_other_collectives(n):
             assert red is None
         assert np.array_equal(ag, np.concatenate([pattern(q, count, "float64") for q in range(n)]))
         assert np.array_equal(rs, total[bounds[r][0] : bounds[r][1]])
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_in_place_broadcast_and_reduce_write_into_the_input(n):
+    """As MPI_IN_PLACE: the broadcast overwrites every rank's own array with the root's, the reduce
+    puts the result in the root's array (the others' are scratch); both return that array."""
+
+    def body(comm):
+        out = []
+        for count in (0, 1, n + 1, 37):
+            b = pattern(comm.rank, count, "float64")
+            got_b = run_collective(comm, "broadcast", b, inplace=True, segment_bytes=16)
+            r = pattern(comm.rank, count, "float64")
+            got_r = run_collective(comm, "reduce", r, "max", inplace=True, segment_bytes=16)
+            out.append((count, b, got_b is b, r, got_r is r if comm.rank == 0 else got_r))
+        return out
+
+    for rank, cases in enumerate(run_local(n, body)):
+        for count, b, same_b, r, got_r in cases:
+            assert same_b and np.array_equal(b, pattern(0, count, "float64"))
+            if rank == 0:
+                assert got_r is True and np.array_equal(r, expected_result(n, count, "float64", ReduceOp.MAX))
+            else:
+                assert got_r is None
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)

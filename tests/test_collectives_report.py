@@ -190,6 +190,49 @@ def test_ratio_to_a_baseline_compares_rows_of_one_builder(ours_us, theirs_us, ra
     }
 
 
+def test_the_comparison_sets_each_form_against_the_same_form_only():
+    """Ours: out of place ring 10 us (rd 12), in place rd 5 us (ring 6); MPICH 20 us out of place and
+    8 in place; Gloo (torch's all_reduce) in place only, 40 us. Each ratio is of one form: a pairing
+    across forms would give 0.8 (MPICH in place over ours out of place) or 4.0."""
+    ours = [
+        build_row(
+            "allreduce", _records([10.0], ip_median_us=6.0, ip_wrong=0), 64, 16, "float32", "sum", "ring"
+        ),
+        build_row(
+            "allreduce", _records([12.0], ip_median_us=5.0, ip_wrong=0), 64, 16, "float32", "sum", "rd"
+        ),
+    ]
+    lays = layouts("allreduce", [64], 1, "float32")
+    (mpi,) = common.combine(
+        "mpi", lays, "float32", "sum", [[{"size": 64, **_records([20.0], ip_median_us=8.0, ip_wrong=0)[0]}]]
+    )
+    (gloo,) = common.combine(
+        "gloo", lays, "float32", "sum", [[{"size": 64, "ip_median_us": 40.0, "ip_wrong": 0}]]
+    )
+    assert gloo["time_us"] is None and gloo["wrong"] is None and gloo["ip_time_us"] == 40.0
+    oop, ip = compare(ours, [mpi, gloo])
+    assert (oop["form"], oop["ours"], oop["ours_us"]) == ("out of place", "ring", 10.0)
+    assert (oop["mpi_us"], oop["x_mpi"]) == (20.0, 2.0)
+    assert (oop["gloo_us"], oop["x_gloo"]) == (None, None)  # torch offers no out-of-place all_reduce
+    assert (ip["form"], ip["ours"], ip["ours_us"]) == ("in place", "rd", 5.0)
+    assert (ip["x_mpi"], ip["x_gloo"]) == (1.6, 8.0)
+    table = baseline_table("allreduce", 1, [mpi, gloo], None)
+    assert table.columns == {**COLUMNS, **IN_PLACE_COLUMNS}
+    assert format_cell(table.rows[1]["time_us"]) == "-"
+
+
+def test_a_form_a_baseline_does_not_offer_counts_no_wrong_and_fails_nothing():
+    lays = layouts("allreduce", [64], 2, "float32")
+    rows = common.combine(
+        "gloo", lays, "float32", "sum", [[{"size": 64, "ip_median_us": 4.0, "ip_wrong": 0}]] * 2
+    )
+    assert closing_lines(rows)[0] == "wrong values: 0 OK"
+    bad = common.combine(
+        "gloo", lays, "float32", "sum", [[{"size": 64, "ip_median_us": 4.0, "ip_wrong": 2}]] * 2
+    )
+    assert closing_lines(bad)[0] == "wrong values: 4 FAILED"
+
+
 # -- the model beside every row ------------------------------------------------------------------
 
 IB_SOURCE = ModelSource(PRESETS["ib"], "preset", "ib")

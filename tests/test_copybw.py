@@ -1,6 +1,6 @@
-"""`bench copy`: the copy bandwidth on one core and all, and the shm ring all-reduce's bound. Checked:
-the pass count's closed form, and that the command writes both tables with one row per size/kind
-and per size/rank count; no rate is asserted."""
+"""`bench copy`: the copy bandwidth on one core and all, and the bound it sets on any all-reduce.
+Checked: the pass counts (the physical minimum, our ring's closed form), and that the command writes
+both tables with one row per size/kind and per size/rank count; no rate is asserted."""
 
 import json
 import subprocess
@@ -9,13 +9,21 @@ import sys
 import pytest
 
 from playground.cli.testing import run_cli, subprocess_env
-from playground.commands.copybw import KINDS, ring_passes
+from playground.commands.copybw import KINDS, MIN_PASSES, bound_ms, ring_passes
 
 
 def test_ring_passes_count_the_copies_and_reductions_of_each_step():
     # N = 2: copy in (2), one reduction (3), all-gather copy in and out (4): 9 chunks of S/2
     assert ring_passes(2) == 4.5
     assert ring_passes(4) == 23 / 4 and ring_passes(8) == 51 / 8
+
+
+def test_the_bound_is_every_rank_copying_its_buffer_once():
+    """2 S per rank, fewer than any path (the ring's included), at the rate N ranks have: 2 ranks on
+    2 cores copying 16 MiB at 20 GB/s together take 2 x 16 MiB / 20 GB/s."""
+    assert MIN_PASSES == 2 and all(MIN_PASSES < ring_passes(n) for n in (2, 4, 8))
+    assert bound_ms(2, 16 << 20, 10.0, 20.0, 2) == pytest.approx(2 * (16 << 20) / 20e9 * 1e3)
+    assert bound_ms(1, 16 << 20, 10.0, 20.0, 2) == pytest.approx((16 << 20) / 10e9 * 1e3)  # one core's rate
 
 
 @pytest.mark.timeout(60)
@@ -45,7 +53,7 @@ def test_bench_copy_writes_rates_and_bounds(tmp_path):
         (s, n) for s in (1 << 20, 2 << 20) for n in (2, 8)
     ]
     b8 = next(b for b in got["bounds"] if b["ranks"] == 8 and b["size"] == 1 << 20)
-    assert b8["bound_ms"] == pytest.approx(8 * ring_passes(8) * (1 << 20) / (2 * b8["rate_gbps"] * 1e9) * 1e3)
+    assert b8["bound_ms"] == pytest.approx(8 * 2 * (1 << 20) / (2 * b8["rate_gbps"] * 1e9) * 1e3)
     assert "| 2 MiB | 8 |" in proc.stdout
 
 

@@ -130,11 +130,12 @@ def combine(
     algorithm: str, lays: list[Layout], dtype: str, op: str, per_rank: list[list[dict]]
 ) -> list[dict]:
     """Rows from every rank's records: time = max over ranks of the per-rank median (the slowest rank
-    sets the pace of a collective), wrong = sum over ranks."""
+    sets the pace of a collective), wrong = sum over ranks; the in-place figures in the `ip_`
+    columns, and a form the library does not offer as None (shown "-")."""
     rows = []
     for lay in lays:
         recs = [
-            next((r for r in recs if r.get("size") == lay.size_bytes and "median_us" in r), None)
+            next((r for r in recs if r.get("size") == lay.size_bytes and "phase" not in r), None)
             for recs in per_rank
         ]
         missing = [rank for rank, rec in enumerate(recs) if rec is None]

@@ -2,7 +2,9 @@
 
 Started by `playground.baselines.gloo` with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (the
 env:// rendezvous torchrun uses). Tensors wrap numpy arrays (torch.from_numpy shares memory), so
-the shared timing loop and check in `measure` see the very buffers Gloo wrote.
+the shared timing loop and check in `measure` see the very buffers Gloo wrote. torch offers one
+form of each collective: all_reduce, broadcast and reduce in place (the form PyTorch DDP's bucket
+all-reduce uses), all-gather and reduce-scatter out of place; the other form's columns stay empty.
 
     python -m playground.baselines.gloo_worker --spec JSON --out DIR
 """
@@ -36,17 +38,22 @@ class GlooBackend:
     def barrier(self) -> None:
         self.dist.barrier()
 
-    def prepare(self, lay: common.Layout, op: str, inp: np.ndarray) -> Call:
-        dist, red = self.dist, self.ops[op]
+    def prepare(self, lay: common.Layout, op: str, inp: np.ndarray, inplace: bool) -> Call | None:
+        """The call in the form torch.distributed offers, else None: all_reduce, broadcast and reduce
+        work on one tensor (in place, restored before every call), the all-gather and
+        reduce-scatter into a separate output tensor (out of place)."""
+        dist, red, c = self.dist, self.ops[op], lay.collective
         src = self.torch.from_numpy(inp)
         out_np = np.empty(lay.out_count, dtype=inp.dtype)
         out = self.torch.from_numpy(out_np)
-        c = lay.collective
-        if c == "allgather":
-            return Call(lambda: None, lambda: self.all_gather(out, src), lambda: out_np)
-        if c == "reduce_scatter":
+        if c in ("allgather", "reduce_scatter"):
+            if inplace:
+                return None
+            if c == "allgather":
+                return Call(lambda: None, lambda: self.all_gather(out, src), lambda: out_np)
             return Call(lambda: None, lambda: self.reduce_scatter(out, src, op=red), lambda: out_np)
-        # allreduce, broadcast and reduce work in place: restore the input before every iteration
+        if not inplace:
+            return None
         reset = lambda: out.copy_(src)  # noqa: E731
         if c == "allreduce":
             return Call(reset, lambda: dist.all_reduce(out, op=red), lambda: out_np)

@@ -2,7 +2,8 @@
 
 Started by `mpiexec -n N python -m playground.baselines.mpi_worker --spec JSON --out DIR`; MPI
 itself says who this rank is. The upper-case calls hand MPI the arrays' memory directly (no pickle),
-out of place, so the shared timing loop in `measure` sees exactly what MPI wrote. A failing rank
+so the shared timing loop in `measure` sees exactly what MPI wrote; each collective runs out of
+place and in place (MPI_IN_PLACE), as nccl-tests reports both. A failing rank
 calls Abort so the others do not sit in a collective until the parent's deadline.
 """
 
@@ -27,26 +28,50 @@ class MPIBackend:
     def barrier(self) -> None:
         self.comm.Barrier()
 
-    def prepare(self, lay: common.Layout, op: str, inp: np.ndarray) -> Call:
-        comm, red = self.comm, self.ops[op]
+    def prepare(self, lay: common.Layout, op: str, inp: np.ndarray, inplace: bool) -> Call | None:
+        """The call in the form asked for: out of place (`inp` -> a separate output), or in place
+        (MPI_IN_PLACE: the input is the receive buffer, restored before every call). MPI_Bcast has
+        one buffer only: it is in place, with no out-of-place form."""
+        comm, red, c = self.comm, self.ops[op], lay.collective
         out = np.empty(lay.out_count, dtype=inp.dtype)
         nothing = lambda: None  # noqa: E731
-        c = lay.collective
+        at_root = self.rank == common.ROOT  # reduce: recvbuf is significant only at the root
+        if not inplace:
+            if c == "allreduce":
+                return Call(nothing, lambda: comm.Allreduce(inp, out, op=red), lambda: out)
+            if c == "allgather":
+                return Call(nothing, lambda: comm.Allgather(inp, out), lambda: out)
+            if c == "reduce_scatter":
+                return Call(nothing, lambda: comm.Reduce_scatter_block(inp, out, op=red), lambda: out)
+            if c == "reduce":
+                run = lambda: comm.Reduce(inp, out, op=red, root=common.ROOT)  # noqa: E731
+                return Call(nothing, run, lambda: out if at_root else None)
+            if c == "broadcast":
+                return None
+            raise UsageError(f"unknown collective {c!r}")
+        buf, ip = np.empty(max(lay.in_count, lay.out_count), dtype=inp.dtype), self.MPI.IN_PLACE
+        if c == "allgather":  # this rank's part in its place, the others not yet right
+            mine = slice(self.rank * lay.in_count, (self.rank + 1) * lay.in_count)
+            return Call(lambda: _fill(buf, mine, inp), lambda: comm.Allgather(ip, buf), lambda: buf)
+        reset = lambda: np.copyto(buf, inp)  # noqa: E731
         if c == "allreduce":
-            return Call(nothing, lambda: comm.Allreduce(inp, out, op=red), lambda: out)
-        if c == "allgather":
-            return Call(nothing, lambda: comm.Allgather(inp, out), lambda: out)
-        if c == "reduce_scatter":
-            return Call(nothing, lambda: comm.Reduce_scatter_block(inp, out, op=red), lambda: out)
-        if c == "reduce":
-            root_out = (
-                out if self.rank == common.ROOT else None
-            )  # MPI: recvbuf is significant only at the root
-            return Call(nothing, lambda: comm.Reduce(inp, out, op=red, root=common.ROOT), lambda: root_out)
-        if c == "broadcast":
-            # in place: restore each rank's own input so a broadcast that did nothing is caught
-            return Call(lambda: np.copyto(out, inp), lambda: comm.Bcast(out, root=common.ROOT), lambda: out)
+            return Call(reset, lambda: comm.Allreduce(ip, buf, op=red), lambda: buf)
+        if c == "reduce_scatter":  # the result is the first out_count elements of the input buffer
+            run = lambda: comm.Reduce_scatter_block(ip, buf, op=red)  # noqa: E731
+            return Call(reset, run, lambda: buf[: lay.out_count])
+        if c == "reduce":  # MPI_IN_PLACE at the root only; the others send their buffer
+            if at_root:
+                run = lambda: comm.Reduce(ip, buf, op=red, root=common.ROOT)  # noqa: E731
+                return Call(reset, run, lambda: buf)
+            return Call(reset, lambda: comm.Reduce(buf, None, op=red, root=common.ROOT), nothing)
+        if c == "broadcast":  # restore each rank's own input, so a broadcast that did nothing is caught
+            return Call(reset, lambda: comm.Bcast(buf, root=common.ROOT), lambda: buf)
         raise UsageError(f"unknown collective {c!r}")
+
+
+def _fill(buf: np.ndarray, mine: slice, inp: np.ndarray) -> None:
+    buf.fill(99)  # no element of any rank's pattern: a part never gathered is counted wrong
+    buf[mine] = inp
 
 
 def main(argv: list[str] | None = None) -> int:

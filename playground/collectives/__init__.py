@@ -10,7 +10,7 @@ import numpy as np
 
 from playground.collectives import registry
 from playground.collectives.auto import choose_allreduce
-from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, flat_copy, segment_bytes_for
+from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, ChunkBounds, segment_bytes_for, work_buffer
 from playground.collectives.ops import ReduceOp
 from playground.collectives.ring import allgather_ring, reduce_scatter_ring
 from playground.collectives.tree import broadcast_tree_into, reduce_tree_into
@@ -19,6 +19,7 @@ from playground.core.errors import UsageError
 # The names each collective offers (with "auto" where it picks by size), from the registry.
 ALGORITHMS: dict[str, tuple[str, ...]] = {c: registry.names(c) for c in registry.COLLECTIVES}
 _ALLREDUCE = {a.name: a for a in registry.REGISTRY if a.collective == "allreduce"}  # one lookup a call
+IN_PLACE = ("allreduce", "broadcast", "reduce")  # what run_collective measures in place too
 
 __all__ = [
     "ReduceOp",
@@ -31,6 +32,7 @@ __all__ = [
     "run_collective",
     "ALGORITHMS",
     "DEFAULT_SEGMENT_BYTES",
+    "IN_PLACE",
 ]
 
 
@@ -68,26 +70,37 @@ def allreduce(
     return x if inplace else result
 
 
-def broadcast(comm, x: np.ndarray, root: int = 0, segment_bytes: int | None = None) -> np.ndarray:
-    """`root`'s `x` on every rank (every rank passes an array of the same shape and dtype)."""
+def broadcast(
+    comm, x: np.ndarray, root: int = 0, segment_bytes: int | None = None, inplace: bool = False
+) -> np.ndarray:
+    """`root`'s `x` on every rank (every rank passes an array of the same shape and dtype); with
+    `inplace`, written into `x` itself (a writable C-contiguous array), which is returned."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    buf = flat_copy(x)
+    buf = work_buffer(x, inplace)
     if comm.size > 1 and buf.size:
         with comm.collective("broadcast", "tree"):
             broadcast_tree_into(comm, buf, root, segment_bytes)
-    return buf.reshape(np.shape(x))
+    return x if inplace else buf.reshape(np.shape(x))
 
 
 def reduce(
-    comm, x: np.ndarray, op: ReduceOp | str = ReduceOp.SUM, root: int = 0, segment_bytes: int | None = None
+    comm,
+    x: np.ndarray,
+    op: ReduceOp | str = ReduceOp.SUM,
+    root: int = 0,
+    segment_bytes: int | None = None,
+    inplace: bool = False,
 ) -> np.ndarray | None:
-    """The reduction on `root`; None on the other ranks."""
+    """The reduction on `root`; None on the other ranks. With `inplace` (MPI_IN_PLACE at the root),
+    the root's result is written into its `x`, and the other ranks' `x` may be used as scratch."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    buf = flat_copy(x)
+    buf = work_buffer(x, inplace)
     if comm.size > 1 and buf.size:
         with comm.collective("reduce", "tree"):
             reduce_tree_into(comm, buf, ReduceOp.parse(op), root, segment_bytes)
-    return buf.reshape(np.shape(x)) if comm.rank == root else None
+    if comm.rank != root:
+        return None
+    return x if inplace else buf.reshape(np.shape(x))
 
 
 def allgather(comm, x: np.ndarray, segment_bytes: int | None = None, inplace: bool = False) -> np.ndarray:
@@ -123,19 +136,19 @@ def run_collective(
     inplace: bool = False,
     ranks_per_node: int | None = None,
 ) -> np.ndarray | None:
-    """Dispatch by name (what benchmarks and scenarios use); roots are rank 0; only the all-reduce
-    is measured in place here (an in-place all-gather or reduce-scatter takes differently shaped
-    buffers: call them directly)."""
+    """Dispatch by name (what benchmarks and scenarios use); roots are rank 0; the all-reduce,
+    broadcast and reduce are measured in place too (`IN_PLACE`; an in-place all-gather or
+    reduce-scatter takes differently shaped buffers: call them directly)."""
     if collective == "allreduce":
         return allreduce(comm, x, op, algorithm, segment_bytes, inplace, ranks_per_node)
-    if inplace:
-        raise UsageError(f"{collective}: only allreduce works in place")
+    if inplace and collective not in IN_PLACE:
+        raise UsageError(f"{collective}: only {', '.join(IN_PLACE)} work in place")
     if collective == "allgather":
         return allgather(comm, x, segment_bytes)
     if collective == "reduce_scatter":
         return reduce_scatter(comm, x, op, segment_bytes)
     if collective == "broadcast":
-        return broadcast(comm, x, 0, segment_bytes)
+        return broadcast(comm, x, 0, segment_bytes, inplace)
     if collective == "reduce":
-        return reduce(comm, x, op, 0, segment_bytes)
+        return reduce(comm, x, op, 0, segment_bytes, inplace)
     raise UsageError(f"unknown collective {collective!r}; allowed: {', '.join(ALGORITHMS)}")

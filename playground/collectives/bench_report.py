@@ -4,7 +4,10 @@
 `build_row` turns every rank's record of one (algorithm, size) into a row. Each rank records its
 median time (`median_us`) and its wrong-element count (`wrong`: `check.count_wrong`, -1 when not
 checked; `first_wrong` where the first wrong element was seen); with in-place measurements, also
-`ip_median_us`, `ip_wrong` and `ip_first_wrong`. The row's time is the
+`ip_median_us`, `ip_wrong` and `ip_first_wrong` (nccl-tests' second column set: the result written
+over the input). A baseline whose library has no out-of-place form of a collective (torch's
+all_reduce) records only the `ip_` figures: its out-of-place columns are None, never the other
+form's figure, so a ratio always sets like against like (`FORMS`). The row's time is the
 slowest rank's median (a collective ends when its last rank does); algbw = size / time and
 busbw = algbw x `busbw_factor` (GB/s are 1e9 bytes/s); wrong is summed over ranks. Nothing is
 rounded here: the table rounds for display, result.json keeps what was measured. A zero time
@@ -46,6 +49,7 @@ IN_PLACE_COLUMNS = {
 MODEL_COLUMNS = {"model_us": "model (us)", "vs_model": "measured/model"}
 PICK_COLUMN = {"model_pick": "model pick"}
 BY_COLUMN = {"model_by": "model by"}
+FORMS = (("", "out of place"), ("ip_", "in place"))  # (column prefix, what it measures), nccl-tests' order
 FACTOR_TEXT = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}
 
 
@@ -63,9 +67,11 @@ def build_row(
         "op": op if collective in REDUCING else "none",
         "algorithm": algorithm,
     }
-    row.update(_timed_columns(per_rank, "", size, factor))
-    if "ip_median_us" in per_rank[0]:
-        row.update(_timed_columns(per_rank, "ip_", size, factor))
+    for prefix, _ in FORMS:
+        if prefix + "median_us" in per_rank[0]:
+            row.update(_timed_columns(per_rank, prefix, size, factor))
+        elif not prefix:  # not offered in this form: its columns hold nothing
+            row.update(dict.fromkeys(("time_us", "algbw_gbps", "busbw_gbps", "wrong")))
     return row
 
 
@@ -99,9 +105,10 @@ def model_algorithm(collective: str, algorithm: str, size: int, num_ranks: int, 
 def add_model_columns(
     rows: list[dict], collective: str, num_ranks: int, link: Link, modelled=None
 ) -> list[dict]:
-    """The rows with `model_us`, `vs_model` (time / model; None when the model says 0) and, for
-    all-reduce, `model_pick` appended; with `modelled` ((algorithm, size) -> (seconds, by) or None),
-    its price where it has one and `model_by` saying what gave it. Nothing else changes."""
+    """The rows with `model_us`, `vs_model` (time / model, the out-of-place time or, for a baseline
+    offering only the in-place form, that one; None when the model says 0) and, for all-reduce,
+    `model_pick` appended; with `modelled` ((algorithm, size) -> (seconds, by) or None), its price
+    where it has one and `model_by` saying what gave it. Nothing else changes."""
     out = []
     for row in rows:
         algorithm = model_algorithm(collective, row["algorithm"], row["size"], num_ranks, link)
@@ -113,7 +120,11 @@ def add_model_columns(
             )
         else:
             model_us, by = priced[0] * 1e6, priced[1]
-        extra = {"model_us": model_us, "vs_model": row["time_us"] / model_us if model_us > 0 else None}
+        time_us = row["time_us"] if row["time_us"] is not None else row.get("ip_time_us")
+        extra = {
+            "model_us": model_us,
+            "vs_model": time_us / model_us if model_us > 0 and time_us is not None else None,
+        }
         if modelled is not None:
             extra["model_by"] = by
         if collective == "allreduce":
@@ -181,7 +192,7 @@ def wrong_row_failures(rows: list[dict], collective: str, label=lambda r: "") ->
     out = []
     for r in rows:
         for prefix, place in (("", ""), ("ip_", " in place")):
-            if r.get(prefix + "wrong", 0) > 0:
+            if (r.get(prefix + "wrong") or 0) > 0:
                 first = r.get(prefix + "first_wrong")
                 where = f" ({describe_first_wrong(first)})" if first else ""
                 out.append(
@@ -193,8 +204,10 @@ def wrong_row_failures(rows: list[dict], collective: str, label=lambda r: "") ->
 
 def closing_lines(rows: list[dict]) -> list[str]:
     """nccl-tests' last lines: wrong values overall, and the average busbw (here per algorithm)."""
-    checked = all(r["wrong"] >= 0 for r in rows)
-    wrong = sum(max(0, r["wrong"]) + max(0, r.get("ip_wrong", 0)) for r in rows)
+    counts = [r.get(prefix + "wrong") for r in rows for prefix, _ in FORMS]
+    counts = [w for w in counts if w is not None]  # a form not measured counts nothing
+    checked = all(w >= 0 for w in counts)
+    wrong = sum(max(0, w) for w in counts)
     lines = [
         f"wrong values: {wrong} {'OK' if wrong == 0 else 'FAILED'}"
         if checked
@@ -203,8 +216,9 @@ def closing_lines(rows: list[dict]) -> list[str]:
     by_algo: dict[str, list[float]] = {}
     for r in rows:
         busbw = by_algo.setdefault(r["algorithm"].split("->")[0], [])
-        if r["busbw_gbps"] is not None:
-            busbw.append(r["busbw_gbps"])
+        value = r["busbw_gbps"] if r["time_us"] is not None else r.get("ip_busbw_gbps")
+        if value is not None:
+            busbw.append(value)
     lines.append(
         "avg busbw (GB/s): "
         + ", ".join(f"{a} {sum(v) / len(v):.3g}" if v else f"{a} -" for a, v in by_algo.items())

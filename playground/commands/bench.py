@@ -4,8 +4,11 @@
 run of nodes/collective.py, so it gets a run directory, logs and result.json), then, with
 `--baseline gloo,mpi`, the same sizes and rank count through torch.distributed's Gloo and through
 MPI, one after the other (never at the same time: they would share the two cores), and prints the
-ratio. `bench p2p` runs our send/recv beside raw pyzmq on the same transport. `--link SPEC` names what the
-model columns price (a preset, or a calibration.json of `calibrate`); without it, this machine's
+ratio of like to like: each baseline runs every form its library offers, out of place and in place
+(nccl-tests' two column sets), ours then measures both too, and our out-of-place time is set
+against theirs out of place, our in-place one against theirs in place (`compare`). `bench p2p`
+runs our send/recv beside raw pyzmq on the same transport. `--link SPEC` names what the model
+columns price (a preset, or a calibration.json of `calibrate`); without it, this machine's
 calibration (models/calibration.py), else a labelled default.
 `bench table` regenerates the README's table: ours over ipc and shm, Gloo and MPICH, alternately,
 over rounds (benchtable.py).
@@ -19,9 +22,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from playground.collectives import ALGORITHMS
+from playground.collectives import ALGORITHMS, IN_PLACE
 from playground.collectives.bench_report import (
     COLUMNS,
+    FORMS,
+    IN_PLACE_COLUMNS,
     add_model_columns,
     with_model_columns,
     wrong_row_failures,
@@ -75,8 +80,8 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument(
         "--inplace",
         action="store_true",
-        help="allreduce: also measure in place (nccl-tests' "
-        "in-place columns: the result overwrites the input)",
+        help="allreduce, broadcast, reduce: also measure in place (nccl-tests' in-place columns: the "
+        "result overwrites the input); on with --baseline, whose libraries are measured in both forms",
     )
     b.add_argument(
         "--link",
@@ -159,8 +164,8 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
     }
     if args.segment:
         sets[f"params.segment_bytes={args.segment}"] = "--segment"
-    if args.inplace:
-        sets["params.inplace=true"] = "--inplace"
+    if args.inplace or (baselines and args.collective in IN_PLACE):
+        sets["params.inplace=true"] = "--inplace" if args.inplace else "--baseline"
     if args.link:
         try:
             model_from_spec(args.link, args.transport)
@@ -221,9 +226,11 @@ def _run_baselines(args, scenario, sizes, baselines, result, console: Console) -
         render_table(table, console)
         extra_rows = table.rows
         comparison = compare(result["rows"], extra_rows)
-        render_table(
-            Table("ours (best algorithm per size) against each baseline: busbw ratio", comparison), console
+        title = (
+            "ours (best algorithm per size and form) against each baseline, out of place against out of "
+            "place and in place against in place: x_B = B's time / ours (above 1: ours is faster)"
         )
+        render_table(Table(title, comparison), console)
         result["baseline_rows"] = extra_rows
         result["comparison"] = comparison
         if failed:
@@ -236,37 +243,44 @@ def _run_baselines(args, scenario, sizes, baselines, result, console: Console) -
 def baseline_table(collective: str, ranks: int, rows: list[dict], model: dict | None) -> Table:
     """The baselines' nccl-tests table; with our run's model (result.json's "model"), its columns
     too, each row modelled with the model's pick (a baseline's algorithm is its own to choose)."""
-    title = f"{collective} baselines, {ranks} ranks"
+    title = f"{collective} baselines, {ranks} ranks (a form the library does not offer: -)"
+    columns = {**COLUMNS, **IN_PLACE_COLUMNS} if any("ip_time_us" in r for r in rows) else COLUMNS
     if not model:
-        return Table(title, rows, COLUMNS)
+        return Table(title, rows, columns)
     link = Link(model["alpha_s"], model["beta_bytes_per_s"], model["gamma_bytes_per_s"] or math.inf)
     return Table(
         f"{title}\n{model['caption']}; a baseline's row is modelled with the model's pick",
         add_model_columns(rows, collective, ranks, link),
-        with_model_columns(COLUMNS, collective),
+        with_model_columns(columns, collective),
     )
 
 
 def compare(ours: list[dict], theirs: list[dict]) -> list[dict]:
-    """Per size: our best busbw (and which algorithm) and, per baseline, its busbw and our ratio."""
-    best: dict[int, dict] = {}
-    for r in ours:
-        if r["size"] not in best or r["time_us"] < best[r["size"]]["time_us"]:
-            best[r["size"]] = r
+    """Per form (out of place, then in place) and size: our best time in that form (and which
+    algorithm) and, per baseline, its time in the same form and our speed over it (`x_B` = B's time /
+    ours). A figure is only ever set against one of its own form: where either side did not measure
+    a form (torch's all_reduce has no out-of-place one), the ratio is None."""
     out = []
-    for size, r in sorted(best.items()):
-        row = {
-            "size": format_size(size),
-            "ours": r["algorithm"],
-            "ours_us": r["time_us"],
-            "ours_busbw": r["busbw_gbps"],
-        }
-        for b in theirs:
-            if b["size"] == size:
-                row[f"{b['algorithm']}_us"] = b["time_us"]
-                row[f"{b['algorithm']}_busbw"] = b["busbw_gbps"]
-                row[f"x_{b['algorithm']}"] = round(b["time_us"] / r["time_us"], 2) if r["time_us"] else None
-        out.append(row)
+    for prefix, form in FORMS:
+        key = prefix + "time_us"
+        best: dict[int, dict] = {}
+        for r in ours:
+            if r.get(key) is not None and (r["size"] not in best or r[key] < best[r["size"]][key]):
+                best[r["size"]] = r
+        for size, r in sorted(best.items()):
+            row = {
+                "size": format_size(size),
+                "form": form,
+                "ours": r["algorithm"],
+                "ours_us": r[key],
+                "ours_busbw": r[prefix + "busbw_gbps"],
+            }
+            for b in theirs:
+                if b["size"] == size:
+                    name, t = b["algorithm"], b.get(key)
+                    row[f"{name}_us"], row[f"{name}_busbw"] = t, b.get(prefix + "busbw_gbps")
+                    row[f"x_{name}"] = round(t / r[key], 2) if t is not None and r[key] else None
+            out.append(row)
     return out
 
 

@@ -107,16 +107,18 @@ def plot_timeline(events_by_rank: dict[int, list[dict]], path: Path) -> None:
 
 
 def plot_busbw(rows: list[dict], path: Path, title: str) -> None:
-    """busbw against size, one line per algorithm (and baseline), log-scaled size axis."""
+    """busbw against size, one line per algorithm (and baseline) and form (in place: its own line),
+    log-scaled size axis."""
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        for prefix, label in (("", r["algorithm"]), ("ip_", f"{r['algorithm']}, in place")):
+            busbw = r.get(prefix + "busbw_gbps")  # None: zero time, or a form not measured
+            if r["size"] > 0 and busbw is not None:
+                lines.setdefault(label, []).append((r["size"], busbw))
     with figure(path, (8, 4.5)) as (_, ax):
-        for algo in dict.fromkeys(r["algorithm"] for r in rows):
-            pts = sorted(
-                (r["size"], r["busbw_gbps"])
-                for r in rows
-                if r["algorithm"] == algo and r["size"] > 0 and r["busbw_gbps"] is not None  # None: zero time
-            )
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
+        for label, pts in lines.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("size (bytes)")
         ax.set_ylabel("busbw (GB/s)")

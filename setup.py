@@ -41,6 +41,8 @@ setup(
             sources=[
                 "native/native.c",
                 "native/mailbox.c",
+                "native/stream.c",
+                "native/swap.c",
                 "native/attention.c",
                 "native/reduce.c",
                 "native/span.c",

@@ -1,8 +1,9 @@
 /*
  * CommCore: the base of playground.comm.communicator.Communicator, holding the fields every message
  * touches (rank, size, byte counts, tracer, transport, parked messages) and the untraced fast path
- * of the calls a collective makes per message: isend, recv_reduce, and isend_computed's two halves
- * (_try_reserve, _post_reserved; the fill between them runs in Python's own frame).
+ * of the calls a collective makes per message: isend, recv_reduce, sendrecv_reduce (recursive doubling's
+ * step: the transport's exchange, one C call over shm), and isend_computed's two halves (_try_reserve,
+ * _post_reserved; the fill between them runs in Python's own frame).
  *
  * Why C: a message of a ring cost each rank ~8 Python calls in the communicator alone (isend_computed,
  * _with_room twice, _post, recv_reduce, _take, a SendRequest, its test), most of a simulated
@@ -13,7 +14,7 @@
  *
  * The Python methods stay the one definition: whatever is not that common case (tracing, a full
  * ring, a parked message, a receive that must wait in slices and check for aborts, a bad peer) is
- * handed, untouched, to `_isend`, `_recv_reduce`, `_with_room` or `_post`, which do all of it
+ * handed, untouched, to `_isend`, `_recv_reduce`, `_sendrecv_reduce`, `_with_room` or `_post`, which do all of it
  * (a transport's post that returned NoRoom has done nothing, so trying again there is safe). A
  * test runs the collectives with the fast path and without it (`fast = False`) and compares.
  */
@@ -32,14 +33,15 @@ typedef struct {
     PyObject_HEAD
     PyObject *rank, *size, *bytes_sent, *bytes_received; /* ints */
     PyObject *tracer, *transport, *land, *exchange, *pending;
+    PyObject *num_collectives, *current_op, *last_op; /* the op record (comm/oprecord.py) */
     char fast; /* 0: every call takes the Python path (a test compares both) */
 } CommCore;
 
 /* What the Python side hands over once (configure_comm): the DONE and COMPLETE singletons, the
  * request type, NoRoom, numpy's dtype type, the receive slice. */
 static PyObject *done_req, *complete, *no_room_type, *send_request_type, *dtype_type, *slice_ms;
-static PyObject *zero, *str_messages, *str_send, *str_reserve, *str_send_reserved, *str_array, *str_nbytes, *str_size,
-    *str_isend, *str_recv_reduce, *str_post, *str_append;
+static PyObject *zero, *one, *empty_str, *str_messages, *str_send, *str_reserve, *str_send_reserved, *str_array, *str_nbytes, *str_size,
+    *str_isend, *str_recv_reduce, *str_post, *str_append, *str_sendrecv_reduce;
 
 static int CommCore_clear(CommCore *self);
 
@@ -59,6 +61,9 @@ static int CommCore_traverse(CommCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->land);
     Py_VISIT(self->exchange);
     Py_VISIT(self->pending);
+    Py_VISIT(self->num_collectives);
+    Py_VISIT(self->current_op);
+    Py_VISIT(self->last_op);
     return 0;
 }
 
@@ -72,6 +77,9 @@ static int CommCore_clear(CommCore *self) {
     Py_CLEAR(self->land);
     Py_CLEAR(self->exchange);
     Py_CLEAR(self->pending);
+    Py_CLEAR(self->num_collectives);
+    Py_CLEAR(self->current_op);
+    Py_CLEAR(self->last_op);
     return 0;
 }
 
@@ -238,6 +246,21 @@ static int parked(CommCore *self, PyObject *src, PyObject *tag) {
     return n < 0 ? -1 : n > 0;
 }
 
+/* Park `msg` (a Message the transport returned first) with the others from its (src, tag). 0 or -1. */
+static int park(CommCore *self, PyObject *msg) {
+    PyObject *msg_src = PyObject_GetAttrString(msg, "src"), *msg_tag = NULL, *key = NULL, *q = NULL, *r = NULL;
+    if (msg_src && (msg_tag = PyObject_GetAttrString(msg, "tag")) && (key = PyTuple_Pack(2, msg_src, msg_tag)) &&
+        (q = PyObject_GetItem(self->pending, key)))
+        r = PyObject_CallMethodOneArg(q, str_append, msg);
+    Py_XDECREF(msg_src);
+    Py_XDECREF(msg_tag);
+    Py_XDECREF(key);
+    Py_XDECREF(q);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* recv_reduce(src, tag, target, ufunc=None, base=None) */
 static PyObject *CommCore_recv_reduce(CommCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     if (nargs < 3 || nargs > 5) return slow(self, str_recv_reduce, args, nargs, kwnames);
@@ -268,24 +291,92 @@ static PyObject *CommCore_recv_reduce(CommCore *self, PyObject *const *args, Py_
         return getset_read(&size_of, target, str_size);
     }
     if (got != Py_None) { /* a message: parked (it is the next from its pair), the Python path takes it from there */
-        PyObject *msg_src = PyObject_GetAttrString(got, "src"), *msg_tag = NULL, *key = NULL, *q = NULL, *r = NULL;
-        if (msg_src && (msg_tag = PyObject_GetAttrString(got, "tag")) && (key = PyTuple_Pack(2, msg_src, msg_tag)) &&
-            (q = PyObject_GetItem(self->pending, key)))
-            r = PyObject_CallMethodOneArg(q, str_append, got);
-        Py_XDECREF(msg_src);
-        Py_XDECREF(msg_tag);
-        Py_XDECREF(key);
-        Py_XDECREF(q);
+        int r = park(self, got);
         Py_DECREF(got);
-        if (!r) return NULL;
-        Py_DECREF(r);
+        if (r < 0) return NULL;
     } else {
         Py_DECREF(got);
     }
     return slow(self, str_recv_reduce, args, nargs, kwnames); /* nothing yet: waits in slices, checking for aborts */
 }
 
+/* sendrecv_reduce(buf, dst, src, tag=0, ufunc=None): the transport's `exchange` (post, then land in
+ * `buf`; over shm one C call, or a stream) when the common case applies; its outcomes as
+ * Communicator._sendrecv_reduce handles them. Everything else goes to that Python method. */
+static PyObject *CommCore_sendrecv_reduce(CommCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (kwnames || nargs < 3 || nargs > 5) return slow(self, str_sendrecv_reduce, args, nargs, kwnames);
+    PyObject *buf = args[0], *dst = args[1], *src = args[2], *tag = nargs > 3 ? args[3] : zero;
+    PyObject *ufunc = nargs > 4 ? args[4] : Py_None;
+    int fast = untraced(self);
+    if (fast < 0) return NULL;
+    if (!fast || !self->exchange || self->exchange == Py_None || !self->pending || peer_in_range(self, dst) < 0 ||
+        peer_in_range(self, src) < 0)
+        return slow(self, str_sendrecv_reduce, args, nargs, NULL);
+    int p = parked(self, src, tag); /* a message from src parked earlier is the one to take first */
+    if (p < 0) return NULL;
+    if (p) return slow(self, str_sendrecv_reduce, args, nargs, NULL);
+    PyObject *call[6] = {dst, src, tag, buf, ufunc, slice_ms};
+    PyObject *got = PyObject_Vectorcall(self->exchange, call, 6, NULL);
+    if (!got) return NULL;
+    if (got == Py_None) { /* nothing posted: the Python path posts it the usual way */
+        Py_DECREF(got);
+        return slow(self, str_sendrecv_reduce, args, nargs, NULL);
+    }
+    if (add_nbytes(&self->bytes_sent, buf) < 0) {
+        Py_DECREF(got);
+        return NULL;
+    }
+    if (got == Py_True) {
+        Py_DECREF(got);
+        if (add_nbytes(&self->bytes_received, buf) < 0) return NULL;
+        return getset_read(&size_of, buf, str_size);
+    }
+    if (got != Py_False) {
+        int r = park(self, got);
+        Py_DECREF(got);
+        if (r < 0) return NULL;
+    } else {
+        Py_DECREF(got);
+    }
+    PyObject *rest[4] = {src, tag, buf, ufunc};
+    return CommCore_recv_reduce(self, rest, 4, NULL);
+}
+
+/* begin_collective(name, algorithm="") and end_collective(): the op record's two halves (oprecord.py
+ * has the contract), in C: a Python method call each cost 0.07 us of an 8-byte all-reduce's ~2. */
+static PyObject *CommCore_begin_collective(CommCore *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "begin_collective(name, algorithm='')");
+        return NULL;
+    }
+    PyObject *n = self->num_collectives ? PyNumber_Add(self->num_collectives, one) : NULL;
+    if (!n) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "begin_collective: the op record is not set up");
+        return NULL;
+    }
+    PyObject *op = PyTuple_Pack(3, args[0], nargs > 1 ? args[1] : empty_str, n);
+    if (!op) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    Py_SETREF(self->num_collectives, n);
+    Py_XSETREF(self->current_op, op);
+    Py_RETURN_NONE;
+}
+
+static PyObject *CommCore_end_collective(CommCore *self, PyObject *unused) {
+    PyObject *op = self->current_op ? self->current_op : Py_NewRef(Py_None);
+    self->current_op = Py_NewRef(Py_None);
+    Py_XSETREF(self->last_op, op);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef CommCore_methods[] = {
+    {"begin_collective", (PyCFunction)(void (*)(void))CommCore_begin_collective, METH_FASTCALL,
+     "begin_collective(name, algorithm='') -> None: what follows is collective number num_collectives "
+     "(from 1), for error messages, until end_collective() (comm/oprecord.py)."},
+    {"end_collective", (PyCFunction)CommCore_end_collective, METH_NOARGS,
+     "end_collective() -> None: the collective that ran becomes last_op (also when it raised)."},
     {"isend", (PyCFunction)(void (*)(void))CommCore_isend, METH_FASTCALL | METH_KEYWORDS,
      "isend(x, dst, tag=0) -> PendingOp: start sending `x`; do not modify it until the request completes "
      "(it may go zero-copy)."},
@@ -296,6 +387,9 @@ static PyMethodDef CommCore_methods[] = {
     {"recv_reduce", (PyCFunction)(void (*)(void))CommCore_recv_reduce, METH_FASTCALL | METH_KEYWORDS,
      "recv_reduce(src, tag, target, ufunc=None, base=None) -> count: receive into `target`, reducing "
      "(see Communicator._recv_reduce)."},
+    {"sendrecv_reduce", (PyCFunction)(void (*)(void))CommCore_sendrecv_reduce, METH_FASTCALL | METH_KEYWORDS,
+     "sendrecv_reduce(buf, dst, src, tag=0, ufunc=None) -> count: send `buf`, then receive into it, "
+     "reducing (see Communicator._sendrecv_reduce)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -309,6 +403,9 @@ static PyMemberDef CommCore_members[] = {
     {"_land", T_OBJECT_EX, offsetof(CommCore, land), 0, NULL},
     {"_exchange", T_OBJECT_EX, offsetof(CommCore, exchange), 0, NULL},
     {"_pending", T_OBJECT_EX, offsetof(CommCore, pending), 0, NULL},
+    {"num_collectives", T_OBJECT_EX, offsetof(CommCore, num_collectives), 0, "collectives begun so far"},
+    {"current_op", T_OBJECT_EX, offsetof(CommCore, current_op), 0, "(collective, algorithm, seq) while one runs"},
+    {"last_op", T_OBJECT_EX, offsetof(CommCore, last_op), 0, "the one that ran last"},
     {"fast", T_BOOL, offsetof(CommCore, fast), 0, "take the C path for the common case (default True)"},
     {NULL, 0, 0, 0, NULL},
 };
@@ -464,12 +561,13 @@ int add_comm_core(PyObject *module) {
                  {&str_reserve, "reserve"},     {&str_send_reserved, "send_reserved"},
                  {&str_array, "array"},         {&str_nbytes, "nbytes"},
                  {&str_size, "size"},           {&str_isend, "_isend"},
-                 {&str_recv_reduce, "_recv_reduce"},
+                 {&str_recv_reduce, "_recv_reduce"}, {&str_sendrecv_reduce, "_sendrecv_reduce"},
                  {&str_post, "_post"},          {&str_append, "append"},
                  {&str_done, "done"},           {&str_wait_slow, "_wait"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text))) return -1;
-    if (!(zero = PyLong_FromLong(0)) || PyType_Ready(&CommCoreType) < 0 || PyType_Ready(&SendRequestCoreType) < 0)
+    if (!(zero = PyLong_FromLong(0)) || !(one = PyLong_FromLong(1)) || !(empty_str = PyUnicode_FromString("")) ||
+        PyType_Ready(&CommCoreType) < 0 || PyType_Ready(&SendRequestCoreType) < 0)
         return -1;
     PyTypeObject *types[2] = {&CommCoreType, &SendRequestCoreType};
     for (int i = 0; i < 2; i++) {

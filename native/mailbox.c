@@ -53,77 +53,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BELL_BYTES 4096
-#define MAILBOX_HEADER_BYTES 128
-#define SLOT_HEADER_BYTES 16
-#define PAGE 4096
-#define MAGIC 0x786f626dU /* "mbox" */
+#include "mailbox.h"
 
-#define LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define LOAD_SC(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
-#define STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-#define STORE_SC(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__) || defined(__arm__)
-    __asm__ volatile("yield" ::: "memory");
-#else
-    __asm__ volatile("" ::: "memory");
-#endif
-}
-
-typedef struct {
-    uint32_t bell;
-    uint32_t sleeping;
-    uint32_t room;
-    uint32_t pad0;
-    uint32_t magic, slots, slot_bytes, size;
-    char pad1[32];
-    int32_t cpu; /* +64, its own line: the CPU this rank last waited on (-1: not yet) */
-} Bell;
-
-typedef struct {
-    uint64_t consumed;
-    char pad[56];
-    uint32_t waiting;
-} MailboxHeader;
-
-typedef struct {
-    uint64_t seq;
-    uint32_t len;
-    uint32_t pad;
-} SlotHeader;
-
-typedef struct {
-    PyObject_HEAD
-    int rank, size;
-    uint32_t slots, slot_bytes;
-    size_t stride, file_bytes;
-    char *dir;
-    char *own;         /* this rank's file: its bell and its inbound mailboxes */
-    char **peer;       /* each peer's file, mapped on first use (NULL until then) */
-    uint64_t *expected; /* next message number from each sender */
-    uint64_t *next;     /* next message number to each receiver */
-    uint32_t quiet_bell; /* the bell's value when a scan last found every mailbox empty */
-    int scan_from;
-    int busy;           /* inside receive() with the GIL released: close() must not unmap */
-    /* what the waits did, for `stats`: found while pausing, while yielding, after sleeping */
-    uint64_t waits, shared_core, found_pausing, found_yielding, slept;
-} Mailboxes;
-
-static double mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
+#define HELD_SPIN_NS 2000.0 /* how long a spinning receiver polls before it releases the GIL */
 
 static void path_of(const Mailboxes *self, int rank, char *out, size_t n) {
     snprintf(out, n, "%s/mbox-%d", self->dir, rank);
 }
-
-static inline Bell *bell_of(char *file) { return (Bell *)file; }
 
 static inline char *mailbox_in(const Mailboxes *self, char *file, int sender) {
     return file + BELL_BYTES + (size_t)sender * self->stride;
@@ -133,13 +69,13 @@ static inline SlotHeader *slot_in(const Mailboxes *self, char *mailbox, uint64_t
     return (SlotHeader *)(mailbox + MAILBOX_HEADER_BYTES + ((m - 1) % self->slots) * self->slot_bytes);
 }
 
-static void ring(Bell *b) {
+void mbox_ring(Bell *b) {
     __atomic_fetch_add(&b->bell, 1, __ATOMIC_SEQ_CST);
     if (LOAD_SC(&b->sleeping)) syscall(SYS_futex, &b->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 /* The peer's file, mapped on first use; NULL (no exception) if it does not exist yet. */
-static char *peer_file(Mailboxes *self, int rank) {
+char *mbox_peer_file(Mailboxes *self, int rank) {
     if (self->peer[rank]) return self->peer[rank];
     char path[PATH_MAX];
     path_of(self, rank, path, sizeof path);
@@ -174,7 +110,7 @@ static char *peer_file(Mailboxes *self, int rank) {
 }
 
 /* A sender whose next message is waiting; -1 if none (then quiet_bell = the bell read before). */
-static int scan(Mailboxes *self) {
+int mbox_scan(Mailboxes *self) {
     uint32_t b = LOAD_ACQ(&bell_of(self->own)->bell);
     int n = self->size;
     for (int i = 0; i < n; i++) {
@@ -205,7 +141,7 @@ static int wait_any(Mailboxes *self, double timeout_ms, double pause_ns, double 
         int pausing = pause_ns > 0;
         for (unsigned i = 1;; i++) {
             if (LOAD_ACQ(&bell->bell) != self->quiet_bell) {
-                int s = scan(self);
+                int s = mbox_scan(self);
                 if (s >= 0) {
                     if (pausing)
                         self->found_pausing++;
@@ -226,7 +162,7 @@ static int wait_any(Mailboxes *self, double timeout_ms, double pause_ns, double 
     }
     for (;;) {
         if (LOAD_ACQ(&bell->bell) != self->quiet_bell) {
-            int s = scan(self);
+            int s = mbox_scan(self);
             if (s >= 0) return s;
             if (__atomic_exchange_n(&bell->room, 0, __ATOMIC_SEQ_CST)) return -1;
         }
@@ -247,10 +183,10 @@ static int wait_any(Mailboxes *self, double timeout_ms, double pause_ns, double 
  * keep it from running: measured, two ranks on one core round-trip in 415 us pausing 200 us
  * each, 8.6 us sleeping at once. After a fork, and with other jobs on the machine, the scheduler
  * often leaves two ranks on one core for a while. */
-static int shares_cpu(Mailboxes *self, int cpu) {
+int mbox_shares_cpu(Mailboxes *self, int cpu) {
     for (int r = 0; r < self->size; r++) {
         if (r == self->rank) continue;
-        char *file = peer_file(self, r);
+        char *file = mbox_peer_file(self, r);
         if (!file) {
             PyErr_Clear();
             continue;
@@ -267,13 +203,13 @@ static void free_slot(Mailboxes *self, int s, char *mailbox, uint64_t m) {
     STORE_SC(&h->consumed, m);
     if (LOAD_SC(&h->waiting)) {
         STORE_SC(&h->waiting, 0);
-        char *file = peer_file(self, s);
+        char *file = mbox_peer_file(self, s);
         if (!file) {
             PyErr_Clear(); /* the sender is gone: nobody to tell */
         } else {
             Bell *b = bell_of(file);
             STORE_SC(&b->room, 1);
-            ring(b);
+            mbox_ring(b);
         }
     }
 }
@@ -303,19 +239,44 @@ static PyObject *take(Mailboxes *self, int s) {
 }
 
 /* The sender of the next message, waiting up to timeout_ms as `receive` documents; -1 if none. */
-static int next_sender(Mailboxes *self, double timeout_ms, double pause_ns, double yield_ns) {
-    int s = scan(self);
+static int next_sender(Mailboxes *self, double timeout_ms, double pause_ns, double yield_ns, int expect) {
+    int s = mbox_scan(self);
     if (s < 0 && timeout_ms > 0) {
         int cpu = sched_getcpu();
         __atomic_store_n(&bell_of(self->own)->cpu, cpu, __ATOMIC_RELAXED);
         self->waits++;
-        if (pause_ns > 0 && cpu >= 0 && shares_cpu(self, cpu)) {
+        if (pause_ns > 0 && cpu >= 0 && mbox_shares_cpu(self, cpu)) {
             self->shared_core++;
             /* Poll yielding instead: the rank on this core runs, and this one stays runnable, so
              * the scheduler's balancer sees two busy ranks here and moves one to another core
              * (sleeping would make this core look half idle and keep them together). */
             if (yield_ns < pause_ns) yield_ns = pause_ns;
             pause_ns = 0;
+        }
+        if (pause_ns > 0) { /* the answer to a small exchange is usually under a microsecond away: wait
+                             * for it a little with the GIL held, before paying to release and take it,
+                             * watching the slot of the sender expected (`expect`, if any): its line
+                             * brings the message with the news, where the bell is one line more */
+            Bell *bell = bell_of(self->own);
+            SlotHeader *want = NULL;
+            uint64_t m = 0;
+            if (expect >= 0) {
+                m = self->expected[expect];
+                want = slot_in(self, mailbox_in(self, self->own, expect), m);
+            }
+            double end = mono_ns() + (pause_ns < HELD_SPIN_NS ? pause_ns : HELD_SPIN_NS);
+            for (unsigned i = 1;; i++) {
+                if (want && LOAD_ACQ(&want->seq) == m) {
+                    self->found_pausing++;
+                    return expect;
+                }
+                if (LOAD_ACQ(&bell->bell) != self->quiet_bell && (s = mbox_scan(self)) >= 0) {
+                    self->found_pausing++;
+                    return s;
+                }
+                cpu_relax();
+                if ((i & 15) == 0 && mono_ns() >= end) break;
+            }
         }
         self->busy = 1;
         Py_BEGIN_ALLOW_THREADS
@@ -429,14 +390,14 @@ static int check_open(Mailboxes *self) {
 
 /* With the GIL: post head + body to rank dst's mailbox. 1 posted, 0 no room (or no file yet),
  * -1 with an exception (a message larger than a slot). */
-static int post(Mailboxes *self, int dst, const void *head, size_t head_len, const void *body, size_t body_len) {
+int mbox_post(Mailboxes *self, int dst, const void *head, size_t head_len, const void *body, size_t body_len) {
     size_t len = head_len + body_len;
     if (len > self->slot_bytes - SLOT_HEADER_BYTES) {
         PyErr_Format(PyExc_ValueError, "a %zu-byte message does not fit a mailbox slot (at most %u bytes)", len,
                      self->slot_bytes - SLOT_HEADER_BYTES);
         return -1;
     }
-    char *file = peer_file(self, dst);
+    char *file = mbox_peer_file(self, dst);
     if (!file) return PyErr_Occurred() ? -1 : 0;
     char *mailbox = mailbox_in(self, file, self->rank);
     MailboxHeader *h = (MailboxHeader *)mailbox;
@@ -452,7 +413,7 @@ static int post(Mailboxes *self, int dst, const void *head, size_t head_len, con
     slot->len = (uint32_t)len;
     STORE_REL(&slot->seq, m);
     self->next[dst] = m + 1;
-    ring(bell_of(file));
+    mbox_ring(bell_of(file));
     return 1;
 }
 
@@ -482,7 +443,7 @@ static PyObject *Mailboxes_try_send(Mailboxes *self, PyObject *const *args, Py_s
         PyBuffer_Release(&head);
         return NULL;
     }
-    int posted = post(self, (int)dst, head.buf, (size_t)head.len, body.buf, (size_t)body.len);
+    int posted = mbox_post(self, (int)dst, head.buf, (size_t)head.len, body.buf, (size_t)body.len);
     PyObject *result = posted < 0 ? NULL : Py_NewRef(posted ? Py_True : Py_False);
     PyBuffer_Release(&head);
     if (has_body) PyBuffer_Release(&body);
@@ -507,12 +468,11 @@ static PyObject *Mailboxes_receive(Mailboxes *self, PyObject *const *args, Py_ss
     double pause_ns = nargs > 1 ? PyFloat_AsDouble(args[1]) : 0.0;
     double yield_ns = nargs > 2 ? PyFloat_AsDouble(args[2]) : 0.0;
     if (PyErr_Occurred()) return NULL;
-    int s = next_sender(self, timeout_ms, pause_ns, yield_ns);
+    int s = next_sender(self, timeout_ms, pause_ns, yield_ns, -1);
     if (s < 0) Py_RETURN_NONE;
     return take(self, s);
 }
 
-int reduce_small(int code, void *out, const void *a, const void *b, size_t nbytes); /* reduce.c */
 
 PyDoc_STRVAR(land_doc,
 "land(timeout_ms, pause_ns, yield_ns, src, head, target, code, base) -> True | bytes | None\n\n"
@@ -523,9 +483,9 @@ PyDoc_STRVAR(land_doc,
 "True. Any other message is returned as `receive` returns it; None at the deadline or on room.");
 
 /* With the GIL, `target` (and `base`) held: what `land` returns after the buffers are checked. */
-static PyObject *land_into(Mailboxes *self, double timeout_ms, double pause_ns, double yield_ns, long src,
+PyObject *mbox_land_into(Mailboxes *self, double timeout_ms, double pause_ns, double yield_ns, long src,
                            const Py_buffer *head, const Py_buffer *target, int code, const void *base) {
-    int s = next_sender(self, timeout_ms, pause_ns, yield_ns);
+    int s = next_sender(self, timeout_ms, pause_ns, yield_ns, (int)src);
     if (s < 0) Py_RETURN_NONE;
     if (s == src) {
         uint32_t len;
@@ -566,7 +526,7 @@ static PyObject *Mailboxes_land(Mailboxes *self, PyObject *const *args, Py_ssize
     } else if (has_base && base.len != target.len) {
         PyErr_Format(PyExc_ValueError, "land: a base of %zd bytes for a target of %zd", base.len, target.len);
     } else {
-        result = land_into(self, timeout_ms, pause_ns, yield_ns, src, &head, &target, (int)code,
+        result = mbox_land_into(self, timeout_ms, pause_ns, yield_ns, src, &head, &target, (int)code,
                            has_base ? base.buf : NULL);
     }
     PyBuffer_Release(&head);
@@ -618,12 +578,12 @@ static PyObject *Mailboxes_exchange(Mailboxes *self, PyObject *const *args, Py_s
     }
     const Py_buffer *sent = same ? &target : &x;
     PyObject *result = NULL;
-    int posted = post(self, (int)dst, PyBytes_AS_STRING(args[1]), (size_t)PyBytes_GET_SIZE(args[1]), sent->buf,
+    int posted = mbox_post(self, (int)dst, PyBytes_AS_STRING(args[1]), (size_t)PyBytes_GET_SIZE(args[1]), sent->buf,
                       (size_t)sent->len);
     if (posted == 0) {
         result = Py_NewRef(Py_None);
     } else if (posted > 0) {
-        result = land_into(self, timeout_ms, pause_ns, yield_ns, src, &head_in, &target, (int)code, NULL);
+        result = mbox_land_into(self, timeout_ms, pause_ns, yield_ns, src, &head_in, &target, (int)code, NULL);
         if (result == Py_None) {
             Py_DECREF(result);
             result = Py_NewRef(Py_False);
@@ -657,6 +617,7 @@ static PyMethodDef Mailboxes_methods[] = {
     {"receive", (PyCFunction)(void (*)(void))Mailboxes_receive, METH_FASTCALL, receive_doc},
     {"land", (PyCFunction)(void (*)(void))Mailboxes_land, METH_FASTCALL, land_doc},
     {"exchange", (PyCFunction)(void (*)(void))Mailboxes_exchange, METH_FASTCALL, exchange_doc},
+    {"stream", (PyCFunction)(void (*)(void))Mailboxes_stream, METH_FASTCALL, Mailboxes_stream_doc},
     {"close", (PyCFunction)Mailboxes_close, METH_NOARGS, "Unmap every file and remove this rank's."},
     {NULL, NULL, 0, NULL},
 };
@@ -725,6 +686,8 @@ static PyMethodDef module_functions[] = {
     {"copy_payload", (PyCFunction)(void (*)(void))copy_payload, METH_FASTCALL, copy_payload_doc},
     {NULL, NULL, 0, NULL},
 };
+
+PyTypeObject *mbox_type(void) { return &MailboxesType; }
 
 int add_mailbox_type(PyObject *module) {
     if (PyModule_AddFunctions(module, module_functions) < 0) return -1;

@@ -396,6 +396,7 @@ static struct PyModuleDef module = {
 };
 
 int add_mailbox_type(PyObject *module);        /* mailbox.c: the shared-memory path's messages */
+int add_swap_type(PyObject *module);           /* swap.c: its small exchange without a Python frame */
 int add_span_types(PyObject *module);          /* span.c: the trace's spans */
 int add_attention_functions(PyObject *module); /* attention.c: the KV-cache server's attention */
 int add_sim_types(PyObject *module);           /* sim_*.c: the simulator's event core */
@@ -403,7 +404,7 @@ int add_comm_core(PyObject *module);           /* comm_core.c: the Communicator'
 
 PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && (add_mailbox_type(m) < 0 || add_span_types(m) < 0 || add_attention_functions(m) < 0 ||
+    if (m && (add_mailbox_type(m) < 0 || add_swap_type(m) < 0 || add_span_types(m) < 0 || add_attention_functions(m) < 0 ||
               add_sim_types(m) < 0 || add_comm_core(m) < 0))
         Py_CLEAR(m);
     return m;

@@ -50,7 +50,16 @@
     }                                                                                                      \
     return -1
 
-/* out = op(a, b) over nbytes; -1 for a code this file does not know (nothing written). */
+/* out = op(a, b) over nbytes; -1 for a code this file does not know (nothing written). Also what a
+ * stream reduces its 64 KiB cells with (stream.c), so GCC is asked to vectorize it (at -O2 it does
+ * not; element-wise IEEE operations give the same bits in vector lanes), for the widest vectors the
+ * CPU has, chosen when the module loads (target_clones: one build runs anywhere): a cell in the
+ * cache is reduced at 2x the speed with AVX2 as with the baseline's SSE2. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((optimize("O3"), target_clones("avx512f", "avx2", "default")))
+#elif defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3")))
+#endif
 int reduce_small(int code, void *out, const void *a, const void *b, size_t nbytes) {
     int op = code >> 3, dtype = code & 7;
     if (op == 0) {

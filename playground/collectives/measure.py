@@ -32,6 +32,7 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
     work = x.copy() if inplace else x  # in place: refilled with the input (untimed) before each call
     times_us = []
     clock_ns = comm.tracer.clock_ns  # the rank's time source, as its message events use; read bare
+    collective, seg, per_node = p.collective, p.segment_bytes, p.ranks_per_node  # read outside the span
     for it in range(p.warmup + p.iters):
         timed = it >= p.warmup
         if inplace:
@@ -39,9 +40,7 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
         if timed:
             comm.barrier()
             t0_ns = clock_ns()
-        out = run_collective(
-            comm, p.collective, work, op, algorithm, p.segment_bytes, inplace, p.ranks_per_node
-        )
+        out = run_collective(comm, collective, work, op, algorithm, seg, inplace, per_node)
         if timed:
             t1_ns = clock_ns()
             dur = (t1_ns - t0_ns) / 1000.0

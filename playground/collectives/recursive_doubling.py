@@ -7,10 +7,16 @@ reduces: after log2 p steps everyone holds the full reduction. Finally the folde
 result back. Both partners compute op(a, b) and op(b, a), which are bitwise equal for sum, prod,
 max and min (IEEE addition and multiplication are commutative), so results stay bit-identical.
 
+Each step is one `comm.sendrecv_reduce` of the whole buffer, at every size: the swap and its
+reduction are the communicator's, so every transport (the simulator's included) runs this one
+definition, and the shared-memory transport does each step in C, streaming a large buffer through
+a small window and reducing the partner's cells as they come (comm/shm_stream.py), which at two
+ranks is the whole all-reduce in one pass over the buffer.
+
 Cost (alpha-beta): log2(p) (alpha + S/beta + S/gamma) (+ 2 (alpha + S/beta) + S/gamma for the fold;
-gamma is the reduction rate, playground/models/costs.py): the fewest
-sequential steps of all our algorithms, but each moves the whole buffer, so it is for small S
-only (MPICH makes the same choice for short messages).
+gamma is the reduction rate, playground/models/costs.py): the fewest sequential steps of all our
+algorithms, but each moves the whole buffer, so where bytes cost more than steps it is for small S
+(MPICH makes the same choice for short messages over a network).
 """
 
 import numpy as np
@@ -18,7 +24,6 @@ import numpy as np
 from playground.collectives.chunks import DEFAULT_SEGMENT_BYTES, segment_elems_for, work_buffer
 from playground.collectives.halving_doubling import old_rank, run_folded
 from playground.collectives.ops import ReduceOp
-from playground.collectives.transfer import exchange
 from playground.core.errors import MessageMismatch
 from playground.tracing.trace import CAT_PHASE
 
@@ -35,51 +40,43 @@ def allreduce_recursive_doubling(
     """All ranks end with op-reduction of every rank's `x`, bit-identical, equal to numpy's (in `x`
     itself with `inplace`)."""
     buf = work_buffer(x, inplace)
-    size, nbytes = comm.size, buf.nbytes
-    if size == 1 or nbytes == 0:
+    size = comm.size
+    if size == 1 or buf.nbytes == 0:
         return buf.reshape(x.shape)
-    if size & (size - 1) == 0 and nbytes <= segment_bytes:
-        swap_whole(comm, buf, op)  # a power of two and one message a step: the small-message path
-        return buf if buf is x or x.ndim == 1 else buf.reshape(x.shape)
+    if size & (size - 1) == 0:  # a power of two: no fold, every rank swaps at every step
+        if comm.tracer.messages:
+            swap_whole(comm, buf, op)
+        else:  # (swap_whole's untraced case, one call less: this is an 8-byte all-reduce's path)
+            _swap_steps(comm, buf, op.ufunc, comm.rank, size)
+        return buf if buf is x or buf.ndim == x.ndim else buf.reshape(x.shape)
     seg = segment_elems_for(segment_bytes, buf.itemsize)
-    whole = (0, buf.size)
-
-    def core(new_rank: int, p: int) -> None:
-        with comm.tracer.span("rd.exchange", CAT_PHASE, steps=p.bit_length() - 1):
-            d = 1
-            while d < p:
-                peer = old_rank(new_rank ^ d, comm.size)
-                # Send first and let the sends complete (small arrays are copied at once; zero-copy
-                # ones leave with ZeroMQ's I/O thread, whatever the peer does), then reduce into the buffer.
-                exchange(comm, buf, whole, peer, None, None, seg, None, TAG_RD, "rd.step")
-                exchange(comm, buf, None, None, whole, peer, seg, op, TAG_RD, "rd.step")
-                d *= 2
-
-    if comm.size & (comm.size - 1):
-        run_folded(comm, buf, op, seg, TAG_RD, "rd", core)
-    else:
-        core(comm.rank, comm.size)
+    run_folded(comm, buf, op, seg, TAG_RD, "rd", lambda new_rank, p: swap_whole(comm, buf, op, new_rank, p))
     return buf.reshape(x.shape)
 
 
-def swap_whole(comm, buf: np.ndarray, op: ReduceOp) -> None:
-    """The core's steps when N is a power of two and `buf` is one message (what exchange() does,
-    without its segment bookkeeping: this is most of an 8-byte all-reduce's Python). Its phase is
-    the whole collective: drawn when messages are traced (a run: inspect, the diagram), left out
-    when only phases are (bench, whose op event spans the same time; the span cost 0.3-0.5 us of a
-    5 us all-reduce)."""
-    if comm.tracer.messages:
-        with comm.tracer.span("rd.exchange", CAT_PHASE, steps=comm.size.bit_length() - 1):
-            _swap_steps(comm, buf, op.ufunc)
-    else:
-        _swap_steps(comm, buf, op.ufunc)
+def swap_whole(
+    comm, buf: np.ndarray, op: ReduceOp, new_rank: int | None = None, p: int | None = None
+) -> None:
+    """The core's log2 p steps among new ranks 0..p-1 (`new_rank` None: every rank takes part, as
+    itself): each swaps its whole buffer with its partner and reduces, one `sendrecv_reduce` a
+    step (the communicator's swap with a reduction, which each transport does its own way: over
+    shared memory, untraced, in C, a large buffer streaming through a small window). Its phase is
+    the whole collective when N is a power of two: drawn when messages are traced (a run: inspect,
+    the diagram), left out when only phases are (bench, whose op event spans the same time; the
+    span cost 0.3-0.5 us of a 5 us all-reduce)."""
+    if new_rank is None and not comm.tracer.messages:
+        _swap_steps(comm, buf, op.ufunc, comm.rank, comm.size)
+        return
+    p = p or comm.size
+    with comm.tracer.span("rd.exchange", CAT_PHASE, steps=p.bit_length() - 1):
+        _swap_steps(comm, buf, op.ufunc, comm.rank if new_rank is None else new_rank, p)
 
 
-def _swap_steps(comm, buf: np.ndarray, ufunc) -> None:
+def _swap_steps(comm, buf: np.ndarray, ufunc, new_rank: int, p: int) -> None:
     size, rank, count = comm.size, comm.rank, buf.size
     d = 1
-    while d < size:
-        peer = rank ^ d
+    while d < p:
+        peer = new_rank ^ d if p == size else old_rank(new_rank ^ d, size)
         got = comm.sendrecv_reduce(buf, peer, peer, TAG_RD, ufunc)
         if got != count:
             raise MessageMismatch(

@@ -93,9 +93,9 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
     transport = property(operator.attrgetter("_transport"), _set_transport)
 
     # -- sending ---------------------------------------------------------------------------
-    # isend and recv_reduce are CommCore's (native/comm_core.c), as are isend_computed's two halves:
-    # one C call for the common case (untraced, the peer in range, room at once, nothing parked from
-    # the source); everything else goes to _isend, _recv_reduce and _post, the whole definition.
+    # isend, recv_reduce, sendrecv_reduce and isend_computed's halves are CommCore's (native/comm_core.c):
+    # one C call for the common case (untraced, the peer in range, room at once, nothing parked from the
+    # source); everything else goes to _isend, _recv_reduce, _sendrecv_reduce, _post: the definition.
     def _isend(self, x: np.ndarray, dst: int, tag: int = 0) -> PendingOp:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
         return self._post(dst, tag, x.nbytes, True, self.transport.send, dst, tag, x)
@@ -255,10 +255,10 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
                 self.tracer.add_ns("reduce", CAT_REDUCE, t0, self._clock(), src, target.nbytes)
         return count
 
-    def sendrecv_reduce(self, buf: np.ndarray, dst: int, src: int, tag: int = 0, ufunc=None) -> int:
-        """Send `buf` to `dst`, then receive from `src` (same tag) into `buf`: buf = ufunc(buf, message),
-        or a copy (MPI_Sendrecv_replace, reducing); the send has left first. Returns the count
-        received, as recv_reduce. Over shared memory, untraced, both halves are one C call."""
+    def _sendrecv_reduce(self, buf: np.ndarray, dst: int, src: int, tag: int = 0, ufunc=None) -> int:
+        """sendrecv_reduce: send `buf` to `dst`, then receive from `src` (same tag) into `buf`: buf =
+        ufunc(buf, message), or a copy (MPI_Sendrecv_replace, reducing); the count received. Over shm,
+        untraced, both halves are one C call (a large buf streams, shm_stream.py)."""
         exchange, pending, size = self._exchange, self._pending, self.size
         if exchange is not None and not self.tracer.messages and 0 <= dst < size and 0 <= src < size:
             # (a message from src parked earlier is the one to take first)

@@ -27,7 +27,7 @@ receiver that frees a slot rings the waiting sender's bell, so it retries at onc
 
 import os
 
-from _playground_native import Mailboxes, copy_payload
+from _playground_native import Mailboxes, Swap, copy_payload
 
 from playground.core.machine import usable_cores
 
@@ -35,7 +35,7 @@ SLOTS = 16  # messages in flight per (sender, receiver)
 SLOT_BYTES = 8192  # a 4 KiB array and its header fit; pages are touched only as far as written
 SPIN_S = 200e-6  # polling before sleeping: a sleep and wake-up costs ~5-50 us here, by load
 
-__all__ = ["Mailboxes", "SLOTS", "SLOT_BYTES", "copy_payload", "open_mailboxes", "spin_policy"]
+__all__ = ["Mailboxes", "SLOTS", "SLOT_BYTES", "Swap", "copy_payload", "open_mailboxes", "spin_policy"]
 
 
 def mailbox_path(directory: str, rank: int) -> str:

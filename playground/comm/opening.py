@@ -15,6 +15,7 @@ import zmq
 from playground.comm.addresses import local_ip_towards
 from playground.comm.mailbox import mailbox_path, open_mailboxes, spin_policy
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels
+from playground.comm.shm_stream import CELL_BYTES
 from playground.comm.shm_transport import ShmTransport
 from playground.comm.transport import Transport
 from playground.comm.zmq_transport import RING_MIN_BYTES, SOCKET_BUFFER_BYTES, ZmqTransport
@@ -95,10 +96,14 @@ class ShmEnd:
         self.endpoint = f"shm://{mailbox_path(directory, rank)}"
 
     def connect(self, endpoints: list[str]) -> ShmTransport:
-        # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the rings.
+        # PLAYGROUND_SHM_MIN_BYTES lets tests push tiny arrays through the rings, and
+        # PLAYGROUND_SHM_CELL_BYTES through a stream's window a few bytes at a time.
         min_bytes = int(os.environ.get("PLAYGROUND_SHM_MIN_BYTES", SHM_MIN_BYTES))
+        cell_bytes = int(os.environ.get("PLAYGROUND_SHM_CELL_BYTES", CELL_BYTES))
         channels = ShmChannels(self.rank, self.dir)
-        return ShmTransport(self.rank, channels, self.mailboxes, min_bytes, spin_policy(self.world_size))
+        return ShmTransport(
+            self.rank, channels, self.mailboxes, min_bytes, spin_policy(self.world_size), cell_bytes
+        )
 
     def close(self) -> None:
         self.mailboxes.close()

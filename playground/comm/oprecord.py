@@ -11,7 +11,8 @@ import contextlib
 
 
 class OpRecord:
-    """The collective running (or the last one) and each rank's host, for error messages."""
+    """The collective running (or the last one) and each rank's host, for error messages. A class
+    using it has `begin_collective` and `end_collective` (the Communicator's are in C)."""
 
     rank: int  # the Communicator's, which this is mixed into (an annotation: no class attribute)
 

@@ -148,6 +148,14 @@ class ShmChannels:
         view.flags.writeable = False
         return view, end
 
+    def window(self, src: int, descriptor: bytes) -> tuple[np.ndarray, int]:
+        """(writable byte view, end) of a stream's window as its announcement arrives: as `arrived`,
+        but the receiver writes the window's `consumed` counter (shm_stream.py)."""
+        view, end = self.arrived(src, descriptor)
+        ring = self._in[src]
+        pos = _DESC.unpack(descriptor)[0]
+        return ring.data[pos : pos + view.size], end
+
     def release(self, src: int, end: int) -> None:
         self._in[src].release(end)
 

@@ -23,8 +23,9 @@ from typing import Literal
 import numpy as np
 
 from playground.comm import wire
-from playground.comm.mailbox import Mailboxes, copy_payload
+from playground.comm.mailbox import Mailboxes, Swap, copy_payload
 from playground.comm.shm import ShmChannels
+from playground.comm.shm_stream import CELL_BYTES, Streams
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, NoRoom, Outgoing
 
 SEGMENT_BYTES = (
@@ -38,6 +39,15 @@ _MEMO_MAX = 4096  # distinct headers remembered per direction; forgotten all at 
 # any dtype's bytes. Other ufuncs and dtypes are received and reduced as usual.
 _LAND_OPS = {None: 0, np.add: 1, np.multiply: 2, np.maximum: 3, np.minimum: 4}
 _LAND_DTYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
+
+
+def _code(ufunc, dtype: np.dtype) -> int | None:
+    """native/reduce.c's code for `ufunc` on `dtype` (a copy: 0, any dtype), None if C has none."""
+    op = _LAND_OPS.get(ufunc)
+    if op is None or op == 0:
+        return op
+    code = _LAND_DTYPES.get(dtype)
+    return None if code is None else op * 8 + code
 
 
 class _InlineMessage(Message):
@@ -124,11 +134,15 @@ class ShmTransport:
         mailboxes: Mailboxes,
         min_bytes: int,
         spin: tuple[float, float] = (0.0, 0.0),
+        cell_bytes: int = CELL_BYTES,
     ):
         self.rank = rank
         self.channels, self.mailboxes, self.min_bytes = channels, mailboxes, min_bytes
         self.max_record = mailboxes.max_bytes
         self.pause_ns, self.yield_ns = spin
+        # exchanges of arrays that do not travel inline stream through a window (shm_stream.py)
+        self.streams = Streams(rank, channels, mailboxes, spin, cell_bytes, _code, self._message)
+        self._open = self.streams.open
 
         # Small messages repeat their header (same tag, dtype, shape) call after call: remember
         # each one encoded or decoded, which halves the Python work of an 8-byte message.
@@ -137,6 +151,7 @@ class ShmTransport:
         self._heads_in: dict[bytes, tuple] = {}
         self._landings: dict[tuple, tuple[bytes, int] | None] = {}
         self._exchanges: dict[tuple, tuple[bytes, bytes, int] | None] = {}
+        self.exchange = Swap(mailboxes, self._exchanges, self._exchange, self._message, *spin)
 
     def _inline_fits(self, nbytes: int, ndim: int) -> bool:
         return nbytes < self.min_bytes and nbytes <= self._inline_max[ndim]
@@ -209,7 +224,10 @@ class ShmTransport:
     def land(self, src: int, tag: int, target: np.ndarray, ufunc, base: np.ndarray | None, timeout_ms: int):
         """`receive`, but if the next message is the small array from (src, tag) that fits `target`,
         put it there in C, straight from its mailbox slot: target = ufunc(base or target, message),
-        or a copy when ufunc is None; then True. Any other message is returned as `receive` does."""
+        or a copy when ufunc is None; then True. Any other message is returned as `receive` does.
+        For an exchange this rank has open with `src` (a stream), one more slice of it."""
+        if self._open and (src, tag) in self._open:
+            return self.streams.resume(src, tag, target, timeout_ms)
         key = (src, tag, ufunc, target.dtype, target.shape)
         landing: tuple[bytes, int] | None | Literal[False] = self._landings.get(key, False)  # False: not seen
         if landing is False:
@@ -225,11 +243,12 @@ class ShmTransport:
             got = self.mailboxes.receive(timeout_ms, self.pause_ns, self.yield_ns)
         return got if got is None or got is True else self._message(got)
 
-    def exchange(self, dst: int, src: int, tag: int, buf: np.ndarray, ufunc, timeout_ms: int):
-        """Post `buf` to `dst`, then land the array from (src, tag) in `buf` as `land` does, in one C
-        call: a small exchange step. None: nothing was posted (no room, or `buf` does not travel
-        inline): post it the usual way. Otherwise False (nothing came within the wait), True
-        (landed) or the Message that came first."""
+    def _exchange(self, dst: int, src: int, tag: int, buf: np.ndarray, ufunc, timeout_ms: int):
+        """`exchange` (a native Swap over this method, swap.c: these first lines, once the memo has
+        the plan): post `buf` to `dst`, then land the array from (src, tag) in `buf` as `land` does,
+        in one C call: a small exchange step; a larger `buf` streams (shm_stream.py). None: nothing
+        was posted (no room, or an exchange C cannot compute): post it the usual way. Otherwise False
+        (not done within the wait: `land` goes on), True (landed) or the Message that came first."""
         key = (dst, src, tag, ufunc, buf.dtype, buf.shape)
         plan: tuple[bytes, bytes, int] | None | Literal[False] = self._exchanges.get(key, False)
         if plan is False:
@@ -242,7 +261,9 @@ class ShmTransport:
                 self._exchanges.clear()
             self._exchanges[key] = plan
         if plan is None:
-            return None
+            if self._inline_fits(buf.nbytes, buf.ndim):
+                return None
+            return self.streams.exchange(dst, src, tag, buf, ufunc, timeout_ms)
         try:
             got = self.mailboxes.exchange(
                 dst, plan[0], buf, timeout_ms, self.pause_ns, self.yield_ns, src, plan[1], buf, plan[2]
@@ -254,11 +275,9 @@ class ShmTransport:
     def _landing(self, src: int, tag: int, ufunc, dtype: np.dtype, shape: tuple) -> tuple[bytes, int] | None:
         """(the header the sender's record starts with, native/reduce.c's code), or None when such an
         array does not travel inline or C does not compute this ufunc on this dtype."""
-        op, code = _LAND_OPS.get(ufunc), _LAND_DTYPES.get(dtype)
-        nbytes = dtype.itemsize * int(np.prod(shape))
-        landing = None
-        if op is not None and (op == 0 or code is not None) and self._inline_fits(nbytes, len(shape)):
-            landing = (wire.encode_header(src, tag, wire.KIND_INLINE, dtype, shape), op * 8 + (code or 0))
+        code, landing = _code(ufunc, dtype), None
+        if code is not None and self._inline_fits(dtype.itemsize * int(np.prod(shape)), len(shape)):
+            landing = (wire.encode_header(src, tag, wire.KIND_INLINE, dtype, shape), code)
         if len(self._landings) >= _MEMO_MAX:
             self._landings.clear()
         self._landings[(src, tag, ufunc, dtype, shape)] = landing
@@ -279,6 +298,8 @@ class ShmTransport:
             return _InlineMessage(src, tag, dtype, shape, record, size, scratch)
         if kind == wire.KIND_JSON:
             return Message(src, tag, KIND_OBJ, dtype, shape, payload)
+        if kind == wire.KIND_STREAM:
+            return self.streams.arrived(src, tag, dtype, shape, payload)
         # Registered on arrival: ring space is handed back in arrival order, whatever the tag.
         view, end = self.channels.arrived(src, payload)
         message_kind = KIND_ARRAY if kind == wire.KIND_SHM else KIND_OBJ

@@ -8,6 +8,8 @@ ARRAY_FRAME  the array's bytes are the next frame (large arrays, sent zero-copy)
 JSON         the next frame is UTF-8 JSON, for small control objects (pickle never touches the wire)
 SHM          the payload is a descriptor of a shared-memory slot holding the bytes (shm.py)
 JSON_SHM     as SHM, but the slot holds UTF-8 JSON (an object too large for one mailbox record)
+STREAM       the payload is a descriptor of a window in the sender's ring that the array's bytes
+             pass through cell by cell (shm_stream.py)
 (These say how a message travels; the communicator's KIND_ARRAY / KIND_OBJ, transport.py, say what
 the receiver gets.)
 
@@ -31,7 +33,8 @@ KIND_JSON = 1
 KIND_SHM = 2
 KIND_INLINE = 3
 KIND_JSON_SHM = 4
-KINDS = (KIND_ARRAY_FRAME, KIND_JSON, KIND_SHM, KIND_INLINE, KIND_JSON_SHM)
+KIND_STREAM = 5
+KINDS = (KIND_ARRAY_FRAME, KIND_JSON, KIND_SHM, KIND_INLINE, KIND_JSON_SHM, KIND_STREAM)
 MAX_NDIM = 32  # numpy's
 _MAX_CACHED_DTYPES = 64  # a stream of distinct garbage dtypes must not grow the cache without bound
 

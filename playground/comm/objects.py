@@ -32,6 +32,8 @@ class ObjectMessages:
 
         def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> PendingOp: ...
 
+        def sendrecv_reduce(self, buf: np.ndarray, dst: int, src: int, tag: int = 0, ufunc=None) -> int: ...
+
         def _post(
             self, dst: int, tag: int, nbytes: int, is_array: bool, post: Callable, *args
         ) -> PendingOp: ...
@@ -67,12 +69,17 @@ class ObjectMessages:
         return [obj if r == self.rank else self.recv_obj(r, TAG_OBJ) for r in range(self.size)]
 
     def barrier(self, timeout_s: float | None = None) -> None:
-        """Dissemination barrier: ceil(log2 N) rounds of empty messages, no coordinator involved."""
-        empty = np.empty(0, dtype=np.uint8)
+        """Dissemination barrier: ceil(log2 N) rounds, each an empty message sent to the rank `dist`
+        ahead while one is taken from the rank `dist` behind, no coordinator involved. Without a
+        timeout of its own, each round is one `sendrecv_reduce` (over shared memory, one C call:
+        a timed loop's barrier leaves the ranks as close together as a C barrier would)."""
+        token = np.empty(0, dtype=np.uint8)  # empty: a corrupt drill flips the next array with bytes
         dist = 1
         while dist < self.size:
-            self.isend(empty, (self.rank + dist) % self.size, TAG_BARRIER)
-            self._take_message(
-                (self.rank - dist) % self.size, TAG_BARRIER, "barrier", timeout_s, KIND_ARRAY
-            ).release()
+            dst, src = (self.rank + dist) % self.size, (self.rank - dist) % self.size
+            if timeout_s is None:
+                self.sendrecv_reduce(token, dst, src, TAG_BARRIER)
+            else:
+                self.isend(token, dst, TAG_BARRIER)
+                self._take_message(src, TAG_BARRIER, "barrier", timeout_s, KIND_ARRAY).release()
             dist *= 2

@@ -75,6 +75,7 @@ def test_ddp_and_ours_lose_the_same_to_1e_9_over_50_steps(runs_dir, torch_model)
     assert ddp["buckets"] == ours["buckets"]  # DDP's rebuilt buckets are ours, byte for byte
     table = result["tables"][-1]
     assert table["title"].startswith("ours (bucketed) against PyTorch DDP over Gloo")
+    assert table["title"].endswith("each all-reducing its buckets in place")  # like against like
     assert [r["steps"] for r in table["rows"]] == ["0-9", "10-19", "20-29", "30-39", "40-49"]
     assert all(r["step_ddp_ms"] > 0 and 0 <= r["overlap_ddp_pct"] <= 100 for r in table["rows"])
     assert (runs_dir / "latest" / "ddp" / "rank-1.jsonl").exists()

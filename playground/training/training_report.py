@@ -238,7 +238,8 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         rows = ddp_rows(ours, step_overlaps.get(ours["mode"], {}), ddp, ddp_records)
         tables.append(
             Table(
-                f"ours ({ours['mode']}) against PyTorch DDP over Gloo, same weights and batches",
+                f"ours ({ours['mode']}) against PyTorch DDP over Gloo, same weights and batches, "
+                "each all-reducing its buckets in place",
                 rows,
                 DDP_COLUMNS,
             )

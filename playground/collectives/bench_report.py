@@ -204,8 +204,9 @@ def wrong_row_failures(rows: list[dict], collective: str, label=lambda r: "") ->
 
 def closing_lines(rows: list[dict]) -> list[str]:
     """nccl-tests' last lines: wrong values overall, and the average busbw (here per algorithm)."""
-    counts = [r.get(prefix + "wrong") for r in rows for prefix, _ in FORMS]
-    counts = [w for w in counts if w is not None]  # a form not measured counts nothing
+    counts: list[int] = [  # a form not measured counts nothing
+        w for r in rows for prefix, _ in FORMS if (w := r.get(prefix + "wrong")) is not None
+    ]
     checked = all(w >= 0 for w in counts)
     wrong = sum(max(0, w) for w in counts)
     lines = [

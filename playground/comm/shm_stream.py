@@ -79,14 +79,17 @@ class StreamMessage(Message):
 
     def __init__(self, src: int, tag: int, dtype, shape, streams: "Streams", window: np.ndarray, end: int):
         super().__init__(src, tag, KIND_ARRAY, dtype, shape, None)
-        self.streams, self.window, self.end, self.owned = streams, window, end, None
-        self.pid = _GEOMETRY.unpack_from(window, 128)[0]
+        self.streams, self.end = streams, end
+        self.window: np.ndarray | None = window  # None once every cell was taken
+        self.owned: np.ndarray | None = None  # the array, once taken into memory of its own
+        self.pid = _GEOMETRY.unpack_from(window.data, 128)[0]
 
     def array(self) -> np.ndarray:
         if self.owned is None:
-            self.owned = np.empty(self.shape, self.dtype)
+            owned = self.owned = np.empty(self.shape, self.dtype)
             if self.window is not None:
-                self.streams.take(self, self.owned, 0)
+                self.streams.take(self, owned, 0)
+            return owned
         return self.owned
 
     owned_array = array

@@ -107,41 +107,39 @@ def test_allgather_and_broadcast_expected(n):
 # -- rows ------------------------------------------------------------------------------------------
 
 
+def _measure_one_rank(out_dir, prepare, iters: int, warmup: int, barrier=lambda: None) -> list[dict]:
+    """The baselines' measuring loop on a stand-in rank 0 of 1 whose `prepare` the test gives:
+    the records it writes (one per size), its header line left out."""
+    from playground.baselines.measure import measure
+
+    rank = type("OneRank", (), {"rank": 0, "nranks": 1})()
+    rank.barrier, rank.prepare = barrier, prepare
+    spec = {"collective": "allreduce", "sizes": [64], "dtype": "float32", "op": "sum"}
+    measure(rank, {**spec, "iters": iters, "warmup": warmup}, out_dir)
+    return [json.loads(line) for line in (out_dir / "rank-0.jsonl").read_text().splitlines()][1:]
+
+
 def test_the_baselines_check_every_iteration_warm_up_included(tmp_path):
     """The loop both baseline workers run checks each call after its timing, as our bench does: a
     result wrong in one warm-up call only is counted and named."""
-    from playground.baselines.measure import Call, measure
+    from playground.baselines.measure import Call
 
-    class OneRank:
-        rank, nranks = 0, 1
-        calls = 0
+    calls = []
 
-        def barrier(self):
-            pass
+    def prepare(lay, op, inp, inplace):
+        if inplace:
+            return None  # out of place only: one form's record
+        buf = inp.copy()
 
-        def prepare(self, lay, op, inp, inplace):
-            if inplace:
-                return None  # out of place only: one form's record
-            buf = inp.copy()
+        def run():
+            calls.append(1)
+            if len(calls) == 2:  # the second warm-up call goes wrong
+                buf[3] += 1
 
-            def run():
-                OneRank.calls += 1
-                if OneRank.calls == 2:  # the second warm-up call goes wrong
-                    buf[3] += 1
+        return Call(reset=lambda: np.copyto(buf, inp), run=run, result=lambda: buf)
 
-            return Call(reset=lambda: np.copyto(buf, inp), run=run, result=lambda: buf)
-
-    spec = {
-        "collective": "allreduce",
-        "sizes": [64],
-        "dtype": "float32",
-        "op": "sum",
-        "iters": 3,
-        "warmup": 2,
-    }
-    measure(OneRank(), spec, tmp_path)
-    (record,) = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()][1:]
-    assert OneRank.calls == 5
+    (record,) = _measure_one_rank(tmp_path, prepare, iters=3, warmup=2)
+    assert len(calls) == 5
     assert record["wrong"] == 1
     assert record["first_wrong"] == {
         "iteration": 1,
@@ -155,36 +153,22 @@ def test_the_baselines_check_every_iteration_warm_up_included(tmp_path):
 def test_the_baselines_meet_after_a_timed_call_before_they_check(tmp_path):
     """As ours (tests/test_measure_check.py): no rank reads its result while another may still be in
     its timed call, so a barrier stands between every timed run and its check."""
-    from playground.baselines.measure import Call, measure
+    from playground.baselines.measure import Call
 
     order = []
 
-    class OneRank:
-        rank, nranks = 0, 1
+    def prepare(lay, op, inp, inplace):
+        if inplace:
+            return None
+        buf = inp.copy()
 
-        def barrier(self):
-            order.append("barrier")
+        def result():
+            order.append("check")
+            return buf
 
-        def prepare(self, lay, op, inp, inplace):
-            if inplace:
-                return None
-            buf = inp.copy()
+        return Call(reset=lambda: np.copyto(buf, inp), run=lambda: order.append("run"), result=result)
 
-            def result():
-                order.append("check")
-                return buf
-
-            return Call(reset=lambda: np.copyto(buf, inp), run=lambda: order.append("run"), result=result)
-
-    spec = {
-        "collective": "allreduce",
-        "sizes": [64],
-        "dtype": "float32",
-        "op": "sum",
-        "iters": 2,
-        "warmup": 1,
-    }
-    measure(OneRank(), spec, tmp_path)
+    _measure_one_rank(tmp_path, prepare, iters=2, warmup=1, barrier=lambda: order.append("barrier"))
     warm = ["barrier", "run", "check"]
     timed = ["barrier", "run", "barrier", "check"]
     assert order == warm + timed + timed
@@ -193,22 +177,14 @@ def test_the_baselines_meet_after_a_timed_call_before_they_check(tmp_path):
 def test_each_form_the_library_offers_is_measured_out_of_place_first(tmp_path):
     """nccl-tests' order: the out-of-place form, then the in-place one, each with its own warm-up,
     timing and #wrong; a form the library does not offer (None) leaves its fields out."""
-    from playground.baselines.measure import Call, measure
+    from playground.baselines.measure import Call
 
     order = []
 
-    class OneRank:
-        rank, nranks = 0, 1
-
-        def __init__(self, offered):
-            self.offered = offered
-
-        def barrier(self):
-            pass
-
-        def prepare(self, lay, op, inp, inplace):
+    def offering(offered):
+        def prepare(lay, op, inp, inplace):
             form = "ip" if inplace else "oop"
-            if form not in self.offered:
+            if form not in offered:
                 return None
             buf = inp.copy()
 
@@ -219,24 +195,14 @@ def test_each_form_the_library_offers_is_measured_out_of_place_first(tmp_path):
 
             return Call(reset=lambda: np.copyto(buf, inp), run=run, result=lambda: buf)
 
-    spec = {
-        "collective": "allreduce",
-        "sizes": [64],
-        "dtype": "float32",
-        "op": "sum",
-        "iters": 2,
-        "warmup": 1,
-    }
-    measure(OneRank({"oop", "ip"}), spec, tmp_path)
-    (both,) = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()][1:]
+        return prepare
+
+    (both,) = _measure_one_rank(tmp_path, offering({"oop", "ip"}), iters=2, warmup=1)
     assert order == ["oop"] * 3 + ["ip"] * 3
     assert both["wrong"] == 0 and both["ip_wrong"] == 3 and both["ip_first_wrong"]["warmup"] is True
     assert {"median_us", "min_us", "max_us", "ip_median_us", "ip_min_us", "ip_max_us"} <= set(both)
     (tmp_path / "ip").mkdir()
-    measure(OneRank({"ip"}), spec, tmp_path / "ip")
-    (ip_only,) = [json.loads(line) for line in (tmp_path / "ip" / "rank-0.jsonl").read_text().splitlines()][
-        1:
-    ]
+    (ip_only,) = _measure_one_rank(tmp_path / "ip", offering({"ip"}), iters=2, warmup=1)
     assert "median_us" not in ip_only and "wrong" not in ip_only and ip_only["ip_wrong"] == 3
     (row,) = common.combine("gloo", layouts("allreduce", [64], 1, "float32"), "float32", "sum", [[ip_only]])
     assert row["time_us"] is None and row["busbw_gbps"] is None and row["ip_wrong"] == 3

@@ -51,6 +51,15 @@ def _producing(transport, dst, window, x):
     return t
 
 
+def _taken(a, b, window, x, target, code, base=None) -> None:
+    """Rank 0 (`a`) produces `x` into `window` on a thread while rank 1 (`b`) takes it into `target`
+    with `code` (native/reduce.c's op * 8 + dtype; 0 copies, no target drains); both finish."""
+    t = _producing(a, 1, window, x)
+    assert b.mailboxes.stream(0, None, None, window, target, code, base, 10_000, 0, 0) is True
+    t.join(10)
+    assert t.done is True
+
+
 def _window(transport, dst, nbytes, cell_bytes, pid=None):
     """A window in `transport`'s ring to `dst`, its header written as an exchange writes it."""
     cell, slots = geometry(nbytes, cell_bytes)
@@ -85,10 +94,7 @@ def test_a_stream_reduces_every_cell_as_numpy_does(tmp_path, ufunc, op, dtype, d
     y = (rng.standard_normal(1000) * 100).astype(dtype)
     want = ufunc(y, x)
     window, _ = _window(a, 1, x.nbytes, 64)
-    t = _producing(a, 1, window, x)
-    assert b.mailboxes.stream(0, None, None, window, y, op * 8 + dcode, None, 10_000, 0, 0) is True
-    t.join(10)
-    assert t.done is True
+    _taken(a, b, window, x, y, op * 8 + dcode)
     np.testing.assert_array_equal(y, want)
     a.close()
     b.close()
@@ -104,10 +110,7 @@ def test_a_base_a_copy_and_a_drain(tmp_path):
         (None, 1 * 8 + 1, None, None),  # drained: the producer finishes, nothing is written
     ):
         window, _ = _window(a, 1, x.nbytes, 64)
-        t = _producing(a, 1, window, x)
-        assert b.mailboxes.stream(0, None, None, window, target, code, base_arg, 10_000, 0, 0) is True
-        t.join(10)
-        assert t.done is True
+        _taken(a, b, window, x, target, code, base_arg)
         if want is not None:
             np.testing.assert_array_equal(target, want)
     a.close()
@@ -123,9 +126,7 @@ def test_a_slice_ends_without_the_peer_and_the_loop_resumes_where_it_was(tmp_pat
     assert a.mailboxes.stream(1, window, src, None, None, 0, None, 20, 0, 0) is False
     assert int(window[:8].view(np.uint64)[0]) == 4  # produced: the window is full
     y = np.zeros(256, np.float32)
-    t = _producing(a, 1, window, src)
-    assert b.mailboxes.stream(0, None, None, window, y, 0, None, 10_000, 0, 0) is True
-    t.join(10)
+    _taken(a, b, window, src, y, 0)
     np.testing.assert_array_equal(y, src)
     a.close()
     b.close()

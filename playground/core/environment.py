@@ -25,6 +25,12 @@ VARIABLES: tuple[Variable, ...] = (
         "inline in the mailbox (default 32 KiB); tests set 0 to push tiny arrays through the rings",
     ),
     Variable(
+        "PLAYGROUND_SHM_CELL_BYTES",
+        "user, tests",
+        "shm transport: the cell a large swap (sendrecv_reduce) streams through its window at a time "
+        "(default 64 KiB); tests set a few bytes to run a small array through many cells",
+    ),
+    Variable(
         "PLAYGROUND_IPC_RING_MIN_BYTES",
         "user, bench table",
         "ipc transport: arrays of at least this many bytes send their bytes through /dev/shm rings and only "

@@ -16,9 +16,8 @@ from typing import Literal
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
-from playground.kvcache.server.client import KVClient
 from playground.kvcache.server.kv_ops import KVServer
-from playground.kvcache.server.thread import TAG_RESULT, collect_results, start_server_thread
+from playground.kvcache.server.thread import TAG_RESULT, collect_results, rank_client, start_server_thread
 from playground.kvcache.stats import downsample
 from playground.kvlab import kvcache_report, replay
 
@@ -142,7 +141,7 @@ def new_server(p: Params, policy: str) -> KVServer:
 
 def _client(comm, p: Params) -> dict:
     address = comm.bcast_obj(None)
-    client = KVClient(address, timeout_s=comm.timeout_s)
+    client = rank_client(comm, address)
     try:
         client.ping()
         for _policy in p.policies:  # the server switches policy between barriers

@@ -16,8 +16,7 @@ from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.kvcache.engine.attention import KERNELS
 from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
-from playground.kvcache.server.client import KVClient
-from playground.kvcache.server.thread import TAG_RESULT, collect_results, start_server_thread
+from playground.kvcache.server.thread import TAG_RESULT, collect_results, rank_client, start_server_thread
 from playground.kvcache.stats import downsample
 from playground.serving import served, serving_clients, serving_report
 from playground.transformer.blas import pin_blas_threads
@@ -149,7 +148,7 @@ def _total(p: Params) -> int:
 def _client(comm, p: Params) -> dict:
     address = comm.bcast_obj(None)
     model = served.served_model(p) if p.verify_every else None
-    client = KVClient(address, timeout_s=comm.timeout_s)
+    client = rank_client(comm, address)
     try:
         client.ping()
         for _setup in served.setups(p):  # the server is swapped between barriers

@@ -182,7 +182,13 @@ def test_parent_and_child_appending_in_one_batch_copy_the_shared_block_once(cach
 def test_errors_name_the_problem_and_the_server_goes_on():
     server = KVServer("paged", capacity_tokens=64, block_size=16, width=WIDTH)
     h = call(server, b"A", "read", seq_id=42)[0]
-    assert h == {"ok": False, "id": None, "error": P.UNKNOWN_SEQUENCE, "message": h["message"]}
+    assert h == {
+        "ok": False,
+        "id": None,
+        "error": P.UNKNOWN_SEQUENCE,
+        "message": h["message"],
+        "server": server.instance_id,
+    }
     assert "no sequence 42" in h["message"]
     h = call(server, b"A", "create", np.zeros((2, WIDTH + 1), np.float32), num_tokens=2, id=7)[0]
     assert h["error"] == P.BAD_KV_SHAPE and h["id"] == 7 and "expected 2 x 3 float32" in h["message"]

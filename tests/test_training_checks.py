@@ -64,8 +64,8 @@ def test_a_flipped_exponent_bit_in_a_result_is_caught(flip):
     reduced = sum(grads[1:], grads[0].copy())
     reduced[0] = flip
     flip_bit(reduced)
-    with pytest.raises(ResultMismatch, match="step 7: the result of bucket 0 was corrupted"):
-        verify_reductions(7, records_of(grads, reduced), ["bucket 0"], np.float32, 2)
+    with pytest.raises(ResultMismatch, match="step 7 of mode bucketed: the result of bucket 0 was corrupted"):
+        verify_reductions(7, records_of(grads, reduced), ["bucket 0"], np.float32, 2, "bucketed")
 
 
 def test_diverging_ranks_are_named_with_the_step():
@@ -75,9 +75,10 @@ def test_diverging_ranks_are_named_with_the_step():
     hashes = [params_hash(p) for p in params]
     verify_hashes(12, hashes[:2], 1)
     with pytest.raises(
-        ResultMismatch, match=r"rank 1: step 12: parameters differ across ranks after the update: ranks 2, 3 "
+        ResultMismatch,
+        match=r"rank 1: step 12 of mode zero1: parameters differ across ranks after the update: ranks 2, 3 ",
     ):
-        verify_hashes(12, hashes, 1)
+        verify_hashes(12, hashes, 1, "zero1")
 
 
 def test_a_shard_held_by_one_rank_is_checked_there_only():

@@ -9,7 +9,9 @@ changes by at least 1 (0 -> 2.0, +-1 -> +-inf, |v| >= 2 -> almost 0) and no late
 the check's small integers can round the change away. With a sum every element of every message
 reaches some rank's result, so the check catches the flip wherever it lands; with max or min a
 changed element may lose to another rank's and leave the result right. A post that found no room does not count: it is retried.
-Only the failing rank's transport is wrapped, so the others pay nothing.
+Only the failing rank's transport is wrapped, so the others pay nothing. `on_fire(action, post)`
+is told just before the fault acts (the launcher's worker records when, for result.json's events:
+a rank that kills itself can say so only before).
 """
 
 import os
@@ -25,9 +27,10 @@ from playground.core.errors import FaultInjected
 class FaultyTransport:
     """`inner` with the scenario's fault armed on this rank."""
 
-    def __init__(self, inner, rank: int, action: str, after_ops: int, request=None):
+    def __init__(self, inner, rank: int, action: str, after_ops: int, request=None, on_fire=None):
         self.inner, self.rank, self.action, self.after_ops = inner, rank, action, after_ops
         self.request = request  # asks the launcher for a host drill
+        self.on_fire = on_fire  # (action, post number): told just before the fault acts
         self.name, self.segment_bytes = inner.name, inner.segment_bytes
         self.num_ops = 0
         self.armed = True
@@ -40,6 +43,7 @@ class FaultyTransport:
         if self.action == "corrupt":
             return array
         self.armed = False
+        self._tell()
         if self.request is not None and self.action in ("cut_link", "kill_host"):
             self.request(self.action)
             return False
@@ -52,6 +56,10 @@ class FaultyTransport:
                 time.sleep(3600)
         raise FaultInjected(self.rank, self.after_ops)
 
+    def _tell(self) -> None:
+        if self.on_fire is not None:
+            self.on_fire(self.action, self.num_ops + 1)
+
     def _count(self, got, corrupted: bool = False):
         if not isinstance(got, NoRoom):
             self.num_ops += 1
@@ -62,6 +70,7 @@ class FaultyTransport:
     def send(self, dst: int, tag: int, x: np.ndarray):
         corrupt = self._fire_if_due(x.nbytes > 0)
         if corrupt:
+            self._tell()
             x = np.ascontiguousarray(x).copy()
             flip_bit(x)
         return self._count(self.inner.send(dst, tag, x), corrupt)
@@ -72,6 +81,7 @@ class FaultyTransport:
     def send_reserved(self, out: Outgoing, tag: int):
         corrupt = self._fire_if_due(out.array.nbytes > 0)
         if corrupt and self._flipped is not out:  # flip once, even if the post is retried
+            self._tell()
             flip_bit(out.array)
             self._flipped = out
         return self._count(self.inner.send_reserved(out, tag), corrupt)

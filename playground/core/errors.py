@@ -120,7 +120,8 @@ class PeerLost(CommError):
         if peer is None:
             text = f"rank {rank}: aborted{where}: {reason}"
         elif op:
-            text = f"rank {rank}: aborted while waiting for {op} {direction} rank {peer} tag {tag}{where}: {reason}"
+            tagged = "" if tag is None else f" tag {tag}"
+            text = f"rank {rank}: aborted while waiting for {op} {direction} rank {peer}{tagged}{where}: {reason}"
         else:
             text = f"rank {rank}{where}: {reason}"
         super().__init__(text, rank=rank, peer=peer, direction=direction, tag=tag, op=op)

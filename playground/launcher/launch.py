@@ -20,6 +20,7 @@ kills the ranks; a launcher that was SIGKILLed leaves it to the next launch's sw
 
 import contextlib
 import functools
+import json
 import multiprocessing  # the stdlib one: with fork nothing is pickled, and it imports without dill
 import os
 import signal
@@ -40,7 +41,7 @@ from playground.core.errors import UsageError
 from playground.core.topology import BRIDGE_ADDR
 from playground.hosts import netns
 from playground.hosts.drills import HostDrill
-from playground.launcher.worker import child_main
+from playground.launcher.worker import FAULT_FIRED_FILE, child_main
 from playground.rendezvous.coordinator import Coordinator
 from playground.rendezvous.failures import HEARTBEAT_LOST_S, LaunchOutcome, RankFailure
 
@@ -205,6 +206,7 @@ class Launcher:
             interrupted = True
         finally:
             self._kill_all()
+            self._record_fired_fault()
             self._remove_empty_stacks()
             self._cleanup_ipc()
             remove_shm_dir(port)
@@ -302,6 +304,25 @@ class Launcher:
                             secondary=True,
                         )
                     )
+
+    def _record_fired_fault(self) -> None:
+        """The rank fault's firing (worker.FAULT_FIRED_FILE), as one of result.json's events."""
+        path = self.run_dir / FAULT_FIRED_FILE
+        try:
+            fired = json.loads(path.read_text())
+            path.unlink()
+        except (OSError, ValueError):
+            return
+        coord = self.coordinator
+        coord.events.append(
+            {
+                "at_s": round(fired["monotonic_s"] - coord.t0, 3),
+                "host": fired.get("host", ""),
+                "rank": fired["rank"],
+                "event": f"fault {fired['action']} fired on rank {fired['rank']} (its post {fired['post']})",
+            }
+        )
+        coord.events.sort(key=lambda e: e["at_s"])
 
     def _remove_empty_stacks(self) -> None:
         """A SIGKILLed rank cannot remove its unused stack file itself (worker.run_rank does otherwise)."""

@@ -129,8 +129,9 @@ def run_workers(
             f"{name}: timed out after {timeout_s:.0f}s{_progress(per_rank)}; logs in {out_dir}"
         )
     if failed is not None:
+        rank = failed if len(procs) == nranks else None  # one process a rank, not one mpiexec for all
         raise BaselineError(
-            f"{name}: {_first_error(per_rank, procs[failed], out_dir / f'proc-{failed}.log')}"
+            f"{name}: {_first_error(per_rank, procs[failed], out_dir / f'proc-{failed}.log', rank)}"
         )
     errors = _errors(per_rank)
     if errors:
@@ -139,16 +140,15 @@ def run_workers(
 
 
 def _watch(procs: list[subprocess.Popen], deadline: float) -> int | str | None:
-    """None when all exited 0; the index of the first that failed; "timeout" when the deadline passed."""
+    """None when all exited 0; the index of the first that failed; "timeout" when the deadline passed.
+    Of several seen failed in one poll, one killed by a signal comes first: the others most likely
+    failed because it died (a peer's connection reset), not the other way round."""
     while True:
-        running = False
-        for i, p in enumerate(procs):
-            code = p.poll()
-            if code is None:
-                running = True
-            elif code != 0:
-                return i
-        if not running:
+        codes = [p.poll() for p in procs]
+        failed = [i for i, code in enumerate(codes) if code is not None and code != 0]
+        if failed:
+            return min(failed, key=lambda i: (codes[i] >= 0, i))
+        if all(code is not None for code in codes):
             return None
         if time.monotonic() > deadline:
             return "timeout"
@@ -194,12 +194,19 @@ def _errors(per_rank: list[list[dict]]) -> list[str]:
     return [f"rank {e['rank']} failed: {e['error']}" for e in sorted(errs, key=lambda e: e.get("t", 0))]
 
 
-def _first_error(per_rank: list[list[dict]], proc: subprocess.Popen, log: Path) -> str:
+def _first_error(per_rank: list[list[dict]], proc: subprocess.Popen, log: Path, rank: int | None) -> str:
+    """The root cause: the failed process's own error record, else its death (when it is one rank,
+    `rank`, the others' errors are its consequences); else the earliest error any rank recorded."""
+    code = proc.returncode
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+    if rank is not None:
+        own = [rec for rec in per_rank[rank] if "error" in rec]
+        if own:
+            return f"rank {rank} failed: {own[0]['error']}"
+        return f"rank {rank} (pid {proc.pid}) {how}: {_last_line(log)}"
     errors = _errors(per_rank)
     if errors:
         return errors[0]
-    code = proc.returncode
-    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
     return f"{Path(proc.args[0]).name} {how}: {_last_line(log)}"
 
 

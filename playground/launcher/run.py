@@ -103,7 +103,8 @@ def result_dict(
     scenario: Scenario, outcome: LaunchOutcome, report: Report, run_dir: Path, cpus: list[int] | None = None
 ) -> dict:
     """result.json; `cpus`: the CPU each rank was pinned to (launch.rank_cpus), None when not pinned
-    here (or placed by another launcher)."""
+    here (or placed by another launcher). The `at_s` of failures and events count from
+    `t0_monotonic_s` (this host's CLOCK_MONOTONIC), so a tool outside can line its own times up."""
     ok = outcome.ok and report.ok
     return {
         "ok": ok,
@@ -114,6 +115,7 @@ def result_dict(
         "rank_cpus": cpus,
         **hosts_dict(scenario),
         "elapsed_s": round(outcome.elapsed_s, 3),
+        "t0_monotonic_s": outcome.t0_monotonic_s,
         "rows": report.tables[0].rows if report.tables else [],
         "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
         "notes": report.notes,
@@ -168,8 +170,9 @@ def print_failures(outcome: LaunchOutcome, console: Console) -> None:
             highlight=False,
             markup=False,
         )
-    for event in outcome.events:  # what a drill did to the cluster: the cause behind the root cause
-        console.print(f"  cluster at {event['at_s']:.2f}s: {event['event']}", highlight=False, markup=False)
+    for event in outcome.events:  # what a drill did: the cause behind the root cause
+        where = "drill" if "rank" in event else "cluster"
+        console.print(f"  {where} at {event['at_s']:.2f}s: {event['event']}", highlight=False, markup=False)
     others = [f for f in outcome.failures if f is not root]
     for f in others:
         console.print(f"  then {f.headline()}", highlight=False, markup=False)

@@ -6,6 +6,7 @@ sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (`python -m playground node S
 
 import faulthandler
 import importlib
+import json
 import os
 import signal
 import sys
@@ -32,6 +33,8 @@ from playground.tracing.trace import CAT_META, Tracer
 
 RELEASE_TIMEOUT_S = 60.0  # waiting for the slowest rank to finish, after this rank is done
 _CTRL_LINGER_MS = 2000  # let a final error/done message reach the coordinator after close
+FAULT_FIRED_FILE = "fault-fired.json"  # when a drill fired, written by its rank just before
+_PR_SET_NAME, _PR_SET_PDEATHSIG = 15, 1
 
 
 def _error_message(rank: int, exc: BaseException) -> dict:
@@ -89,7 +92,8 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             def request(action: str) -> None:
                 rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
 
-            transport = faulty = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request)
+            on_fire = None if fault.is_host_action else _fired_recorder(run_dir, env)  # hosts: drills.py records
+            transport = faulty = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request, on_fire)
         comm = Communicator(
             env.rank,
             env.world_size,
@@ -140,6 +144,30 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             stack_path.unlink()
 
 
+def _fired_recorder(run_dir: Path, env: rendezvous.RankEnv):
+    """The drill's `on_fire`: FAULT_FIRED_FILE in the run directory, written once, whole (a
+    rename), before the fault acts: the launcher adds it to result.json's events, so the time from
+    a drill to its first error can be read, also when the rank killed itself."""
+    fired = []
+
+    def record(action: str, post: int) -> None:
+        if fired:
+            return
+        fired.append(action)
+        record = {
+            "rank": env.rank,
+            "host": os.environ.get("PLAYGROUND_HOST", ""),
+            "action": action,
+            "post": post,
+            "monotonic_s": time.monotonic(),
+        }
+        tmp = run_dir / f".{FAULT_FIRED_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, run_dir / FAULT_FIRED_FILE)
+
+    return record
+
+
 def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[str], hosts: list[str]):
     """`transport` behind a DelayedTransport when messages between hosts are delayed (the link's
     delay, or a delay_link drill); else itself."""
@@ -161,6 +189,7 @@ def child_main(scenario: Scenario, run_dir: Path, environ: dict, launcher_pid: i
     exists, so that ZeroMQ's I/O threads are born inside it; pinned to `cpu` (launch.rank_cpus)
     before any thread starts, so that they are all pinned with it."""
     _die_with_parent(launcher_pid)  # first: a launcher killed while this rank starts must not leave it behind
+    _name_process(f"pg-rank-{environ.get('RANK', '?')}")
     if cpu is not None:
         try:
             os.sched_setaffinity(0, {cpu})
@@ -193,11 +222,23 @@ def _die_with_parent(launcher_pid: int) -> None:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
     if os.getppid() != launcher_pid:
         os._exit(1)
+
+
+def _name_process(name: str) -> None:
+    """Name this process `name` (its comm, at most 15 bytes: what ps, top and psutil's name() show),
+    so a rank can be told from its launcher and its peers from outside (the chaos command finds
+    ranks by it)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    except OSError:
+        pass
 
 
 class FunctionByValue:

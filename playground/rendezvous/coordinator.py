@@ -85,7 +85,7 @@ class Coordinator(FailureDetection):
         self.on_fault = None  # callable(rank, msg): a rank asks for its drill (cut its link, ...)
 
     def outcome(self, interrupted: bool = False) -> LaunchOutcome:
-        return LaunchOutcome(self.results, self.failures, self.elapsed_s(), interrupted, self.events)
+        return LaunchOutcome(self.results, self.failures, self.elapsed_s(), interrupted, self.events, self.t0)
 
     # -- the loop --------------------------------------------------------------------------
     def serve(
@@ -258,6 +258,7 @@ class Coordinator(FailureDetection):
                     pid=self.pids.get(missing[0]),
                 )
             )
+        self.check_stopped(now)
         if self.started_at is not None:
             while self.timers and now >= self.started_at + self.timers[0][0]:
                 self.timers.pop(0)[1]()

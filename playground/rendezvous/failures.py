@@ -19,6 +19,12 @@ may be signalled (dumped, or killed once blamed: nobody else would stop it, as u
 With emulated hosts a rank that has not beaten for `heartbeat_lost_s` is declared lost
 (`check_heartbeats`), so a cut host link (which kills nothing) is noticed within HEARTBEAT_LOST_S
 and a poll of the coordinator's loop, not after the 30 s receive timeout.
+
+A rank on this host whose process is stopped (SIGSTOP, Ctrl-Z, a debugger holding it: state T or t
+in /proc) for STOPPED_S is declared stopped (`check_stopped`): it can neither work nor answer, and
+its peers would otherwise wait the whole receive timeout. A process that merely computes, however
+long, is running or sleeping, never stopped, so a long step is no false alarm; a brief stop (a
+profiler's sample) is shorter than STOPPED_S.
 """
 
 import os
@@ -35,13 +41,19 @@ STACK_WAIT_S = 0.5  # how long a hung rank gets to dump its stack on SIGUSR1
 STACK_POLL_S = 0.02
 SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
 HEARTBEAT_LOST_S = 2.0  # a rank not heard from for this long is lost (it beats every 0.5 s)
+STOPPED_S = 1.0  # a rank whose process stays stopped this long is failed
+STATE_POLL_S = 0.1  # how often the ranks' process states are read
+_STOPPED = {  # /proc/<pid>/stat state -> why the process cannot run
+    "T": "stopped (SIGSTOP or Ctrl-Z: process state T)",
+    "t": "stopped by a debugger (tracing stop: process state t)",
+}
 
 
 @dataclass
 class RankFailure:
     rank: int
     at_s: float
-    kind: str  # "error", "signal", "exit", "hang", "register", "lost"
+    kind: str  # "error", "signal", "exit", "hang", "register", "lost", "stopped"
     message: str
     traceback: str = ""
     pid: int | None = None
@@ -67,7 +79,8 @@ class LaunchOutcome:
     failures: list[RankFailure] = field(default_factory=list)
     elapsed_s: float = 0.0
     interrupted: bool = False
-    events: list[dict] = field(default_factory=list)  # what was done to the emulated cluster, when
+    events: list[dict] = field(default_factory=list)  # drills: what was done to a rank or the cluster, when
+    t0_monotonic_s: float = 0.0  # the coordinator's start on this host's CLOCK_MONOTONIC: at_s counts from it
 
     @property
     def ok(self) -> bool:
@@ -117,6 +130,9 @@ class FailureDetection:
         self.lost: set[int] = set()  # declared lost: silent for heartbeat_lost_s
         self.host_notes: dict[str, str] = {}  # host -> what was done to it, quoted in failures
         self.events: list[dict] = []  # what was done to the emulated cluster, for result.json
+        self.stopped_since: dict[int, float] = {}  # rank -> when its process was first seen stopped
+        self.next_state_poll = 0.0
+        self.local: dict[int, bool] = {}  # rank -> whether its process is ours to read and signal
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.t0
@@ -211,6 +227,41 @@ class FailureDetection:
                 )
             )
 
+    def check_stopped(self, now: float) -> None:
+        """Fail every rank still at work whose process on this host has been stopped for STOPPED_S
+        (read every STATE_POLL_S). It is declared at once, not blamed after the abort: it would
+        never answer one. Under another launcher it is also killed, as blame_silent kills a hung one."""
+        if now < self.next_state_poll:
+            return
+        self.next_state_poll = now + STATE_POLL_S
+        for rank, pid in list(self.pids.items()):
+            if rank in self.exited or rank in self.reported or rank in self.lost or not self._is_local(rank):
+                continue
+            state = process_state(pid)
+            if state not in _STOPPED:
+                self.stopped_since.pop(rank, None)
+                continue
+            since = self.stopped_since.setdefault(rank, now)
+            if now - since < STOPPED_S:
+                continue
+            self.lost.add(rank)
+            failure = RankFailure(
+                rank,
+                now - self.t0,
+                "stopped",
+                f"{_STOPPED[state]} for {now - since:.1f}s: it can neither work nor answer",
+                pid=pid,
+                host=self.hosts.get(rank, ""),
+            )
+            if not self.watch_exits and self._kill(rank):
+                failure.message += ", so the coordinator killed it"
+            self.fail(failure)
+
+    def _is_local(self, rank: int) -> bool:
+        if rank not in self.local:
+            self.local[rank] = self._can_signal(rank)
+        return self.local[rank]
+
     def blame_silent(self, silent: set[int]) -> None:
         """Ranks that neither reported nor exited after the abort are hung. They become the root cause
         unless a recorded failure explains the run without them; then they follow it, as consequences."""
@@ -218,12 +269,7 @@ class FailureDetection:
         gone = {r for r in silent if not self.watch_exits and self._is_gone(r)}
         hung = []
         for rank in blame_order(silent, self.failures, gone):
-            waiters = sorted(f.rank for f in self.failures if f.waiting_for == rank)
-            why = (
-                f"rank {', '.join(map(str, waiters))} timed out waiting for it"
-                if waiters
-                else "did not finish"
-            )
+            why = waiters_of(rank, self.failures) or "did not finish"
             if rank in gone:
                 what = f"its process is gone: it exited or was killed without reporting ({why})"
             else:
@@ -295,9 +341,28 @@ class FailureDetection:
         """On this host: the process no longer runs (absent, or a zombie its launcher has not reaped yet)."""
         if rank not in self.pids or self.hosts.get(rank) != socket.gethostname():
             return False
-        try:
-            with open(f"/proc/{self.pids[rank]}/stat") as f:
-                state = f.read().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            return True
-        return state in ("Z", "X")
+        return process_state(self.pids[rank]) in (None, "Z", "X")
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of process `pid` in /proc (R running, S sleeping, T stopped, t traced,
+    Z zombie, ...), None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def waiters_of(rank: int, failures: list[RankFailure]) -> str:
+    """Who was waiting for silent `rank`, and how each found out: "rank 0 timed out waiting for it;
+    rank 2 was waiting for it when the run was aborted" ("" if nobody)."""
+    timed_out = sorted(f.rank for f in failures if f.waiting_for == rank and f.error_type == CommTimeout.__name__)
+    aborted = sorted(f.rank for f in failures if f.waiting_for == rank and f.error_type != CommTimeout.__name__)
+    parts = []
+    if timed_out:
+        parts.append(f"rank {', '.join(map(str, timed_out))} timed out waiting for it")
+    if aborted:
+        were = "was" if len(aborted) == 1 else "were"
+        parts.append(f"rank {', '.join(map(str, aborted))} {were} waiting for it when the run was aborted")
+    return "; ".join(parts)

@@ -85,7 +85,14 @@ def tolerance(num_ranks: int, unit_roundoff: float, absolute_sum: float) -> floa
     return 2 * (num_ranks + CHECK_ROUNDING) * unit_roundoff * absolute_sum
 
 
-def verify_reductions(step: int, records: list[list], names: list[str], dtype, rank: int) -> None:
+def step_name(step: int, mode: str = "") -> str:
+    """ "step 3 of mode bucketed": steps count from 0 again in every mode, so a step needs its mode."""
+    return f"step {step} of mode {mode}" if mode else f"step {step}"
+
+
+def verify_reductions(
+    step: int, records: list[list], names: list[str], dtype, rank: int, mode: str = ""
+) -> None:
     """Raise ResultMismatch (from `rank`'s view) if a reduction's result differs from what the ranks
     put in; `records[r]` is rank r's list of `Reduction.to_json()`, in `names`' order."""
     n, u = len(records), float(np.finfo(dtype).eps) / 2
@@ -101,36 +108,39 @@ def verify_reductions(step: int, records: list[list], names: list[str], dtype, r
             who = ", ".join(f"rank {r} holds {got:.9g}" for r, got in wrong)
             raise ResultMismatch(
                 rank,
-                f"step {step}: the result of {name} was corrupted: its elements sum to the ranks' "
+                f"{step_name(step, mode)}: the result of {name} was corrupted: its elements sum to the ranks' "
                 f"own {total:.9g} within {tol:.2g}, but {who}",
             )
 
 
-def verify_hashes(step: int, hashes: list[str], rank: int) -> None:
+def verify_hashes(step: int, hashes: list[str], rank: int, mode: str = "") -> None:
     """Raise ResultMismatch (from `rank`'s view) naming the ranks whose parameters differ from rank 0's."""
     differ = [r for r, h in enumerate(hashes) if h != hashes[0]]
     if differ:
         raise ResultMismatch(
             rank,
-            f"step {step}: parameters differ across ranks after the update: rank"
+            f"{step_name(step, mode)}: parameters differ across ranks after the update: rank"
             f"{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
             f"({', '.join(hashes[r] for r in differ)}) against rank 0 ({hashes[0]}), CRC-32 of the "
             "parameters",
         )
 
 
-def check_gradients(comm, step: int, loss: float, reductions: list[Reduction], dtype) -> float:
+def check_gradients(
+    comm, step: int, loss: float, reductions: list[Reduction], dtype, mode: str = ""
+) -> float:
     """Before the update: every rank's checksums to every rank, every result checked (a corrupted
     gradient is never applied); returns the global loss (the sum of the ranks' shares)."""
     records = comm.allgather_obj({"loss": loss, "sums": [r.to_json() for r in reductions]})
-    verify_reductions(step, [rec["sums"] for rec in records], [r.name for r in reductions], dtype, comm.rank)
+    sums = [rec["sums"] for rec in records]
+    verify_reductions(step, sums, [r.name for r in reductions], dtype, comm.rank, mode)
     return float(sum(rec["loss"] for rec in records))
 
 
-def check_params(comm, step: int, params: np.ndarray) -> str:
+def check_params(comm, step: int, params: np.ndarray, mode: str = "") -> str:
     """After the update: every rank's parameter hash compared; returns this rank's."""
     digest = params_hash(params)
-    verify_hashes(step, comm.allgather_obj(digest), comm.rank)
+    verify_hashes(step, comm.allgather_obj(digest), comm.rank, mode)
     return digest
 
 
@@ -147,12 +157,12 @@ class StepChecks:
     def gradients(self, loss: float, reductions: list[Reduction]) -> None:
         t0 = time.perf_counter()
         with self.comm.tracer.span("check.gradients", cat="phase", mode=self.mode, step=self.step):
-            self.loss = check_gradients(self.comm, self.step, loss, reductions, self.dtype)
+            self.loss = check_gradients(self.comm, self.step, loss, reductions, self.dtype, self.mode)
         self.seconds += time.perf_counter() - t0
 
     def params(self, params: np.ndarray) -> str:
         t0 = time.perf_counter()
         with self.comm.tracer.span("check.params", cat="phase", mode=self.mode, step=self.step):
-            digest = check_params(self.comm, self.step, params)
+            digest = check_params(self.comm, self.step, params, self.mode)
         self.seconds += time.perf_counter() - t0
         return digest

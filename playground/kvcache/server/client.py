@@ -4,10 +4,21 @@ Every op but `generate` is a round trip (`call`, `check`). `generate` requests a
 they finish, so `submit` sends them (any number in flight) and `collect` waits for their replies,
 sending `ping` while it waits so that the server keeps its lease (kv_ops.py: a silent client's
 requests are dropped). `LocalClient` makes the same calls straight into a server object.
+
+Faults it notices, each a clear error within `timeout_s`:
+- a server that answers nothing, not even a ping: WaitTimeout;
+- a server that restarted, or no longer holds a request and will never answer it: every ping's
+  reply lists the client's requests the server holds and carries the server's instance id, so
+  the requests sent before that ping and neither answered nor held are lost (ServerLost, naming
+  them, and the restart when the instance id changed);
+- a launched rank's run aborted by the launcher: `on_wait` (a Communicator's `check_abort`) is
+  called between slices of every wait, as the communicator's own waits do, so a rank waiting for
+  the server answers the abort at once.
 """
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 import zmq
@@ -15,6 +26,8 @@ import zmq
 from playground.core.errors import MessageMismatch, PlaygroundError, WaitTimeout
 from playground.kvcache.server import protocol as P
 from playground.kvcache.server.kv_ops import KVServer
+
+WAIT_SLICE_S = 0.1  # longest single poll: `on_wait` is called between slices
 
 
 class KVServerError(PlaygroundError):
@@ -28,11 +41,36 @@ class KVServerError(PlaygroundError):
         super().__init__(f"{what}: {header.get('message')}")
 
 
-class KVClient:
-    """One request in flight at a time; every wait has a timeout naming the op and the server."""
+class ServerLost(PlaygroundError):
+    """Requests that will never be answered: the server restarted, or no longer holds them.
+    `request_ids` are the lost requests; `restarted` says whether the server's instance changed."""
 
-    def __init__(self, address: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None):
-        self.address, self.timeout_s = address, timeout_s
+    def __init__(self, address: str, request_ids: list, before: str | None, after: str | None):
+        self.address, self.request_ids = address, request_ids
+        self.restarted = before is not None and before != after
+        ids = ", ".join(map(str, request_ids[:8])) + (" ..." if len(request_ids) > 8 else "")
+        why = (
+            f"the server restarted (instance {before} -> {after})"
+            if self.restarted
+            else "the server no longer holds them"
+        )
+        super().__init__(
+            f"kvcache client: generate requests {ids} to {address} are lost: {why}; no reply will come"
+        )
+
+
+class KVClient:
+    """Round trips one at a time, generate requests any number at once; every wait has a timeout
+    naming the op and the server."""
+
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = 10.0,
+        ctx: zmq.Context | None = None,
+        on_wait: Callable[[], None] | None = None,
+    ):
+        self.address, self.timeout_s, self.on_wait = address, timeout_s, on_wait
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
@@ -42,7 +80,9 @@ class KVClient:
         self.latencies_us: dict[str, list[float]] = defaultdict(list)
         self.width: int | None = None
         self.lease_s: float | None = None
+        self.server_id: str | None = None  # the instance id of the server last heard from
         self.submitted: dict[int, float] = {}  # generate request id -> perf_counter when sent
+        self.unwanted: set = set()  # ids whose replies are dropped: pings not waited for, requests given up
 
     def _no_reply(self, what: str) -> WaitTimeout:
         return WaitTimeout(
@@ -51,16 +91,44 @@ class KVClient:
             waited_s=self.timeout_s,
         )
 
+    def _wait(self, timeout_s: float) -> bool:
+        """Whether a reply is waiting, polling for up to `timeout_s` in slices with `on_wait`
+        between them (it raises to stop waiting: a launched rank's abort)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.on_wait is not None:
+                self.on_wait()
+            left_s = deadline - time.monotonic()
+            if self.sock.poll(max(0, int(min(left_s, WAIT_SLICE_S) * 1000))):
+                return True
+            if left_s <= WAIT_SLICE_S:
+                return False
+
+    def _recv(self, width: int | None = None) -> tuple[dict, np.ndarray | None]:
+        """The next reply that is wanted (those in `unwanted` are dropped on the way)."""
+        while True:
+            frames = self.sock.recv_multipart(copy=False)
+            header, out = P.decode_reply([f.buffer for f in frames], width)
+            self.server_id = header.get("server", self.server_id)
+            reply_id = header.get("id")
+            if not _hashable(reply_id) or reply_id not in self.unwanted:
+                return header, out
+            self.unwanted.discard(reply_id)
+            if not self.sock.poll(0):
+                return {}, None
+
     def call(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:
         """(reply header, KV or None). Error replies are returned, not raised: see `check`."""
         self.next_id += 1
         t0 = time.perf_counter_ns()
+        deadline = time.monotonic() + self.timeout_s
         self.sock.send_multipart(P.encode_request(op, kv, id=self.next_id, **fields), copy=False)
-        if not self.sock.poll(int(self.timeout_s * 1000)):
-            raise self._no_reply(repr(op))
-        frames = self.sock.recv_multipart(copy=False)
+        header: dict = {}
+        while not header:
+            if not self._wait(deadline - time.monotonic()):
+                raise self._no_reply(repr(op))
+            header, out = self._recv(self.width if op == "read" else None)
         self.latencies_us[op].append((time.perf_counter_ns() - t0) / 1000)
-        header, out = P.decode_reply([f.buffer for f in frames], self.width if op == "read" else None)
         if header.get("id") != self.next_id:
             raise MessageMismatch(
                 f"kvcache client: reply id {header.get('id')} for request {self.next_id} ({op})", op=op
@@ -101,40 +169,68 @@ class KVClient:
         called with each and may return ids of requests it submitted, which are waited for too
         (a closed loop). The lease is renewed only by what this client sends, so unless it sent
         something in the last lease_s / 3 (at most timeout_s / 3) it pings, replies arriving or
-        not; WaitTimeout if the server answers nothing, not even a ping, for timeout_s."""
+        not. WaitTimeout if the server answers nothing, not even a ping, for timeout_s; ServerLost
+        if a ping's reply shows that requests sent before it are lost (module docstring)."""
         pending, out, pings = set(ids), {}, set()
         every_s = min(self.timeout_s, self.lease_s or self.timeout_s) / 3
         heard_s = sent_s = time.monotonic()
-        while pending:
-            now = time.monotonic()
-            if now - sent_s >= every_s:
-                self.next_id += 1
-                pings.add(self.next_id)
-                self.sock.send_multipart(P.encode_request("ping", id=self.next_id), copy=False)
-                sent_s = now
-            if not self.sock.poll(max(1, int((sent_s + every_s - now) * 1000))):
-                if time.monotonic() - heard_s > self.timeout_s:
-                    raise self._no_reply(f"generate requests {sorted(pending)[:5]}")
-                continue
-            header, _ = P.decode_reply([f.buffer for f in self.sock.recv_multipart(copy=False)])
-            heard_s = time.monotonic()
-            reply_id = header.get("id")
-            if reply_id in pings:
-                pings.discard(reply_id)
-            elif reply_id in pending:
-                pending.discard(reply_id)
-                sent = self.submitted.pop(reply_id)
-                self.latencies_us["generate"].append((time.perf_counter() - sent) * 1e6)
-                out[reply_id] = header
-                more = on_reply(header) or ()
-                if more:
-                    pending.update(more)
-                    sent_s = time.monotonic()
-            else:
-                raise MessageMismatch(
-                    f"kvcache client: a reply with id {reply_id} while waiting for generate", op="generate"
-                )
+        try:
+            while pending:
+                now = time.monotonic()
+                if now - sent_s >= every_s:
+                    self.next_id += 1
+                    pings.add(self.next_id)
+                    self.sock.send_multipart(P.encode_request("ping", id=self.next_id), copy=False)
+                    sent_s = now
+                if not self._wait(sent_s + every_s - now):
+                    if time.monotonic() - heard_s > self.timeout_s:
+                        raise self._no_reply(f"generate requests {sorted(pending)[:5]}")
+                    continue
+                before = self.server_id
+                header, _ = self._recv()
+                if not header:
+                    continue
+                heard_s = time.monotonic()
+                reply_id = header.get("id")
+                if reply_id in pings:
+                    pings.discard(reply_id)
+                    self._check_held(pending, reply_id, header, before)
+                elif reply_id in pending:
+                    pending.discard(reply_id)
+                    sent = self.submitted.pop(reply_id)
+                    self.latencies_us["generate"].append((time.perf_counter() - sent) * 1e6)
+                    out[reply_id] = header
+                    more = on_reply(header) or ()
+                    if more:
+                        pending.update(more)
+                        sent_s = time.monotonic()
+                else:
+                    raise MessageMismatch(
+                        f"kvcache client: a reply with id {reply_id} while waiting for generate", op="generate"
+                    )
+        except BaseException:
+            self._give_up(pending)
+            raise
+        finally:
+            self.unwanted |= pings  # their replies may still come: the next wait drops them
         return out
+
+    def _check_held(self, pending: set, ping_id: int, header: dict, before: str | None) -> None:
+        """ServerLost if requests sent before ping `ping_id` are neither answered (their replies
+        came before this one: one connection keeps the order) nor held by the server."""
+        held = header.get("in_flight")
+        if not header.get("ok") or not isinstance(held, list):
+            return  # an older server, which does not say: only the timeout can tell
+        held = {h for h in held if _hashable(h)}
+        lost = sorted(r for r in pending if r < ping_id and r not in held)
+        if lost:
+            raise ServerLost(self.address, lost, before, self.server_id)
+
+    def _give_up(self, ids) -> None:
+        """Stop waiting for `ids`: a reply that still comes is dropped, not taken for another's."""
+        for r in ids:
+            self.submitted.pop(r, None)
+        self.unwanted |= set(ids)
 
     def generate(self, prompt, max_new_tokens: int, **fields) -> dict:
         """One generate request, waited for; the reply header (KVServerError if refused)."""
@@ -148,6 +244,10 @@ class KVClient:
         self.sock.close(0)
         if self._own_ctx:
             self.ctx.term()
+
+
+def _hashable(value) -> bool:
+    return isinstance(value, str | int | float | bool) or value is None
 
 
 class LocalClient(KVClient):

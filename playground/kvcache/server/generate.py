@@ -66,7 +66,7 @@ class ModelServer(KVServer):
             clock=clock,
         )
         self._engine_stalled = False  # the last step fitted nothing and nothing changed since
-        self._failed: list[tuple[bytes, list[bytes]]] = []  # error replies the next step sends
+        self._failed: list[tuple[bytes, object, list[bytes]]] = []  # (client, id, error reply): the next step's
 
     def __repr__(self):
         return f"{super().__repr__()[:-1]}, serving {self.model.config})"
@@ -76,7 +76,16 @@ class ModelServer(KVServer):
         return super().handle(client, frames)
 
     def _op_ping(self, client, req) -> dict:
-        return {**super()._op_ping(client, req), "model": self.model.config.to_dict()}
+        return {
+            **super()._op_ping(client, req),
+            "model": self.model.config.to_dict(),
+            "max_n": self.engine.config.max_num_seqs,
+        }
+
+    def held_requests(self, client: bytes) -> list:
+        """Requests in the engine, and those dropped whose error reply the next step sends."""
+        held = [r.reply_id for r in self.engine.requests.values() if r.client == client]
+        return held + [reply_id for c, reply_id, _ in self._failed if c == client]
 
     def _op_stats(self, client, req) -> dict:
         """With `reset_peaks: true` the engine's peaks start again after this reply (a client
@@ -142,7 +151,7 @@ class ModelServer(KVServer):
         """One engine step: (client, reply frames) of every request it finished, after the error
         replies of requests dropped since the last step. A bug in the engine fails the requests it
         held with internal_error replies, not the server."""
-        out, self._failed = self._failed, []
+        out, self._failed = [(client, frames) for client, _, frames in self._failed], []
         if not self.engine.has_work():
             return out
         try:
@@ -156,12 +165,12 @@ class ModelServer(KVServer):
             self._sample(self.clock(), force=False)
             if self.check_invariants:
                 self.policy.check_invariants()
-        return out + [(r.client, P.encode_reply(generate_reply(r))) for r in finished]
+        return out + [(r.client, self.reply_frames(generate_reply(r))) for r in finished]
 
     def _fail(self, requests: list[GenerateRequest], code: str, message: str) -> None:
         """Error replies for these requests, sent by the next `step` (their client may be gone:
         a ROUTER drops a message to an identity it does not know)."""
-        self._failed += [(r.client, P.error_reply(r.reply_id, code, message)) for r in requests]
+        self._failed += [(r.client, r.reply_id, self.error_frames(r.reply_id, code, message)) for r in requests]
 
     def _drop_client(self, client: bytes) -> int:
         self._engine_stalled = False

@@ -9,9 +9,14 @@ Lease rule (a client that vanishes must not leak blocks): every request from a c
 renews its lease; a client silent for longer than `lease_s` loses it, and every sequence it
 created or forked is freed (and, on a ModelServer, every generate request it waits for is
 dropped). A live client that is idle, or waits for a long generate, sends `ping`.
+
+Every reply carries the server's `instance_id` (new for every server object: a restarted process
+has another), and `ping` says which of the client's generate requests the server holds, so a
+client notices a restart, or a request that will never be answered, at its next ping.
 """
 
 import time
+import uuid
 
 from playground.kvcache.engine.attention import decode_attention, run_table
 from playground.kvcache.engine.kv_pool import KVLayout, KVPool
@@ -64,6 +69,7 @@ class KVServer:
         self.start_s = clock()
         self.sample_every_s, self.last_sample_s = sample_every_s, -1e9
         self.samples: list[tuple] = []  # (t_s, live_seqs, used_slots, allocated_slots, largest_free_run)
+        self.instance_id = uuid.uuid4().hex[:16]  # in every reply: a client sees a restart in it
 
     def __repr__(self):
         return f"{type(self).__name__}({self.policy_name}, {len(self.owner)} seqs, {self.policy.capacity_slots} slots)"
@@ -88,8 +94,7 @@ class KVServer:
                 return None
             reply.setdefault("ok", True)
             reply["id"] = req_id
-            kv = reply.pop("_kv", None)
-            frames_out = P.encode_reply(reply, kv)
+            frames_out = self.reply_frames(reply, reply.pop("_kv", None))
             if req.op in _MUTATING:
                 self._sample(now, force=False)
                 if self.check_invariants:
@@ -98,7 +103,23 @@ class KVServer:
         except P.ProtocolError as e:
             self.errors[e.code] = self.errors.get(e.code, 0) + 1
             self.num_refused += e.code == P.OUT_OF_MEMORY
-            return P.error_reply(req_id, e.code, str(e), **e.extra)
+            return self.error_frames(req_id if e.req_id is None else e.req_id, e.code, str(e), **e.extra)
+
+    def reply_frames(self, header: dict, kv=None) -> list[bytes]:
+        """A reply with this server's instance id. An `id` that cannot be encoded back (nested
+        deeper than the encoder recurses) gets a bad_request reply without it."""
+        try:
+            return P.encode_reply({**header, "server": self.instance_id}, kv)
+        except (RecursionError, ValueError, TypeError):
+            self.errors[P.BAD_REQUEST] = self.errors.get(P.BAD_REQUEST, 0) + 1
+            return self.error_frames(None, P.BAD_REQUEST, "field 'id' is nested too deep to echo")
+
+    def error_frames(self, req_id, code: str, message: str, **extra) -> list[bytes]:
+        header = {"ok": False, "id": req_id, "error": code, "message": message, **extra}
+        try:
+            return P.encode_reply({**header, "server": self.instance_id})
+        except (RecursionError, ValueError, TypeError):
+            return P.encode_reply({**header, "id": None, "server": self.instance_id})
 
     def _seq(self, header: dict, name: str = "seq_id") -> int:
         seq_id = P.get_int(header, name)
@@ -123,6 +144,7 @@ class KVServer:
         return self.policy.capacity_slots - self.policy.allocated_slots()
 
     def _op_ping(self, client, req) -> dict:
+        """The server's shape and limits, and the ids of `client`'s generate requests it holds."""
         layout = self.layout.to_dict() if self.layout else {"layers": None, "heads": None, "head_dim": None}
         return {
             "policy": self.policy_name,
@@ -133,7 +155,14 @@ class KVServer:
             "lease_s": self.lease_s,
             **layout,
             "model": None,
+            "max_new_tokens": self.max_new_tokens,
+            "max_n": None,
+            "in_flight": self.held_requests(client),
         }
+
+    def held_requests(self, client: bytes) -> list:
+        """The ids of `client`'s generate requests not answered yet (a ModelServer's)."""
+        return []
 
     def _op_create(self, client, req) -> dict:
         h = req.header

@@ -34,7 +34,9 @@ def serve(server: KVServer, sock: zmq.Socket, stop=lambda: False, poll_ms: int =
                     reply = server.handle(identity, [f.buffer for f in body])
                 except Exception as e:  # a bug must not take the server down for every other client
                     server.errors[P.INTERNAL_ERROR] = server.errors.get(P.INTERNAL_ERROR, 0) + 1
-                    reply = P.error_reply(None, P.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+                    reply = server.error_frames(
+                        P.request_id([f.buffer for f in body]), P.INTERNAL_ERROR, f"{type(e).__name__}: {e}"
+                    )
                 if reply is not None:
                     sock.send_multipart([identity, *envelope, *reply], copy=False)
         if busy:

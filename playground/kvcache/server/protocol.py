@@ -7,11 +7,16 @@ apart and pickle never touches the wire, so any ZeroMQ client in any language ca
 frame first; a REQ client's empty delimiter frame is accepted and echoed.
 
 Request header: {"op": ..., "id": <anything, echoed>, ...op fields}.
-Reply header:   {"ok": true, "id": ..., ...results} or
-                {"ok": false, "id": ..., "error": <code>, "message": <one line>}.
+Reply header:   {"ok": true, "id": ..., "server": <instance>, ...results} or
+                {"ok": false, "id": ..., "server": <instance>, "error": <code>, "message": <one line>}.
+A malformed request's error reply carries its `id` whenever one can be read (a top-level "id" of
+frame 0, even when the header is refused for another reason), so a client with several requests
+in flight can tell which one was refused. `server` is the instance id of the server process (new
+at every start): a client sees a restart in the first reply that carries another one.
 """
 
 import json
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +28,7 @@ OPS = ("ping", "create", "append", "fork", "read", "free", "stats", "attend", "g
 
 # error codes: the names a client can switch on
 BAD_FRAME = "bad_frame"  # not 1-2 frames, header not a JSON object, no "op"
-BAD_REQUEST = "bad_request"  # a field missing or of the wrong type/range
+BAD_REQUEST = "bad_request"  # a field missing or of the wrong type/range; a header nested too deep
 UNKNOWN_OP = "unknown_op"
 UNKNOWN_SEQUENCE = "unknown_sequence"
 BAD_KV_SHAPE = "bad_kv_shape"  # KV frame missing or not num_tokens x width float32
@@ -46,11 +51,15 @@ ERROR_CODES = (
 )
 
 
-class ProtocolError(PlaygroundError):
-    """A request the server refuses; becomes an error reply, the server goes on."""
+SCAN_ID_BYTES = 65536  # how far into a header too deep to decode its top-level "id" is looked for
 
-    def __init__(self, code: str, message: str, **extra):
-        self.code, self.extra = code, extra
+
+class ProtocolError(PlaygroundError):
+    """A request the server refuses; becomes an error reply, the server goes on. `req_id` is the
+    request's id when it could be read (echoed in the reply); `extra` are extra reply fields."""
+
+    def __init__(self, code: str, message: str, req_id=None, **extra):
+        self.code, self.req_id, self.extra = code, req_id, extra
         super().__init__(message)
 
 
@@ -74,19 +83,72 @@ def encode_request(op: str, kv: np.ndarray | None = None, **fields) -> list[byte
 
 
 def decode_request(frames: list) -> WireRequest:
+    """The request in `frames` (the frames after the envelope); ProtocolError, with the request's
+    id when frame 0 has one, for anything else."""
+    header = decode_header(frames[0]) if frames else None
+    req_id = header.get("id") if isinstance(header, dict) else None
     if not 1 <= len(frames) <= 2:
-        raise ProtocolError(BAD_FRAME, f"expected 1 or 2 frames (header, optional KV), got {len(frames)}")
-    try:
-        header = json.loads(bytes(frames[0]))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ProtocolError(BAD_FRAME, f"frame 0 is not a JSON object: {e}") from None
+        raise ProtocolError(
+            BAD_FRAME, f"expected 1 or 2 frames (header, optional KV), got {len(frames)}", req_id
+        )
     if not isinstance(header, dict):
         raise ProtocolError(BAD_FRAME, f"frame 0 must be a JSON object, got {type(header).__name__}")
     if not isinstance(header.get("op"), str):
-        raise ProtocolError(BAD_FRAME, 'header has no "op" string')
+        raise ProtocolError(BAD_FRAME, 'header has no "op" string', req_id)
     if header["op"] not in OPS:
-        raise ProtocolError(UNKNOWN_OP, f"unknown op {header['op']!r}; allowed: {', '.join(OPS)}")
+        raise ProtocolError(UNKNOWN_OP, f"unknown op {header['op']!r}; allowed: {', '.join(OPS)}", req_id)
     return WireRequest(header, frames[1] if len(frames) == 2 else None)
+
+
+def decode_header(frame) -> object:
+    """Frame 0 decoded from UTF-8 JSON (any JSON value: the caller checks it is an object).
+    BAD_FRAME if it is not JSON; BAD_REQUEST if it nests deeper than the decoder recurses (about
+    1,000 levels), with the top-level "id" found by a scan of its first SCAN_ID_BYTES."""
+    try:
+        text = bytes(frame).decode()
+    except UnicodeDecodeError as e:
+        raise ProtocolError(BAD_FRAME, f"frame 0 is not UTF-8 JSON: {e}") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ProtocolError(BAD_FRAME, f"frame 0 is not a JSON object: {e}", scan_id(text)) from None
+    except RecursionError:
+        raise ProtocolError(
+            BAD_REQUEST, "frame 0 nests arrays or objects too deep to decode", scan_id(text)
+        ) from None
+
+
+_TOKEN = re.compile(r'["{}\[\]]')
+_COLON = re.compile(r"\s*:\s*")
+
+
+def scan_id(text: str):
+    """The value of the top-level "id" of a JSON object that could not be decoded whole (too deep,
+    or broken after the id), or None: a scan that tracks strings and depth, reading the value with
+    the JSON decoder. Only the first SCAN_ID_BYTES are looked at, so a huge frame costs little."""
+    text = text[:SCAN_ID_BYTES]
+    if not text.lstrip().startswith("{"):
+        return None
+    decoder, depth, pos = json.JSONDecoder(), 0, 0
+    while (m := _TOKEN.search(text, pos)) is not None:
+        c, pos = m.group(), m.end()
+        if c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+        else:
+            try:
+                key, pos = json.decoder.scanstring(text, pos)
+            except ValueError:
+                return None
+            colon = _COLON.match(text, pos)
+            if depth == 1 and key == "id" and colon:
+                try:
+                    value, _ = decoder.raw_decode(text, colon.end())
+                except (ValueError, RecursionError):
+                    return None
+                return value if isinstance(value, str | int | float | bool) else None
+    return None
 
 
 def encode_reply(header: dict, kv: np.ndarray | None = None) -> list[bytes]:
@@ -96,8 +158,13 @@ def encode_reply(header: dict, kv: np.ndarray | None = None) -> list[bytes]:
     return frames
 
 
-def error_reply(req_id, code: str, message: str, **extra) -> list[bytes]:
-    return encode_reply({"ok": False, "id": req_id, "error": code, "message": message, **extra})
+def request_id(frames: list):
+    """The id of the request in `frames`, or None, whatever else is wrong with it."""
+    try:
+        header = decode_header(frames[0]) if frames else None
+    except ProtocolError as e:
+        return e.req_id
+    return header.get("id") if isinstance(header, dict) else None
 
 
 def decode_reply(frames: list, width: int | None = None) -> tuple[dict, np.ndarray | None]:

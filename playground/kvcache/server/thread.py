@@ -1,5 +1,6 @@
 """Rank 0's side of both KV-cache labs (nodes/kvcache.py, nodes/serving.py): the server on a
-thread of its own, one fresh server per policy, and the wait for every client's result of it.
+thread of its own, one fresh server per policy, and the wait for every client's result of it;
+and the client ranks' KVClient (`rank_client`), which answers the launcher's abort while it waits.
 
 The ROUTER socket belongs to the server thread (created there, never touched by another), so
 the main thread stays free for the communicator and the progress bar; the server object is
@@ -12,6 +13,7 @@ import time
 import zmq
 
 from playground.core.errors import CommTimeout, LabError
+from playground.kvcache.server.client import KVClient
 from playground.kvcache.server.kv_ops import KVServer
 from playground.kvcache.server.loop import serve
 
@@ -33,6 +35,9 @@ class ServerThread(threading.Thread):
 
     def expire_leases(self):
         return self.server.expire_leases()
+
+    def error_frames(self, req_id, code, message):
+        return self.server.error_frames(req_id, code, message)
 
     def has_work(self):
         return self.server.has_work()
@@ -78,6 +83,15 @@ def start_server_thread(comm, endpoint: str, server: KVServer, name: str) -> Ser
         )
     comm.bcast_obj(thread.address)
     return thread
+
+
+def rank_client(comm, address: str) -> KVClient:
+    """A client rank's KVClient of rank 0's server: the scenario's timeout, and between the slices
+    of every wait the launcher's abort, so that a rank waiting for the server (not in the
+    communicator) still stops within a slice when another rank fails, naming rank 0."""
+    return KVClient(
+        address, timeout_s=comm.timeout_s, on_wait=lambda: comm.check_abort(0, op="a kvcache server reply")
+    )
 
 
 def collect_results(

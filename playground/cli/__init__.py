@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos."""
 
 import argparse
 import sys
@@ -108,6 +108,12 @@ def _cmd_results(args) -> int:
     )
 
 
+def _cmd_chaos(args) -> int:
+    from playground.commands.chaos import run_chaos
+
+    return run_chaos(args)
+
+
 def _cmd_lecture(args) -> int:
     from playground.lecture.command import run_lecture
 
@@ -198,6 +204,7 @@ def build_parser(
 
     from playground.commands.bench import add_bench_parser
     from playground.commands.calibrate import add_calibrate_parser
+    from playground.commands.chaos import add_chaos_parser
     from playground.commands.results import add_results_parser
     from playground.sim.command import add_simulate_parser
 
@@ -205,6 +212,7 @@ def build_parser(
     add_simulate_parser(sub, _cmd_simulate)
     add_calibrate_parser(sub, _cmd_calibrate)
     add_results_parser(sub, _cmd_results)
+    add_chaos_parser(sub, _cmd_chaos)
 
     lec = sub.add_parser(
         "lecture",

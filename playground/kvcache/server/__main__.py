@@ -8,6 +8,7 @@ A KVServer (a ModelServer with --model or --random-model) behind the ROUTER loop
 """
 
 import argparse
+import signal
 from dataclasses import replace
 
 import zmq
@@ -106,6 +107,8 @@ def main(argv=None) -> int:
     sock.linger = 0
     sock.bind(args.bind)
     print(f"serving {server!r} on {sock.getsockopt_string(zmq.LAST_ENDPOINT)}", flush=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # stop cleanly, also when started in the background
+        signal.signal(sig, _stop)
     try:
         serve(server, sock)
     except KeyboardInterrupt:
@@ -114,6 +117,12 @@ def main(argv=None) -> int:
         sock.close(0)
         ctx.term()
     return 0
+
+
+def _stop(signum, frame):
+    """SIGINT or SIGTERM: leave the loop (exit 0). A shell starts a background job with SIGINT
+    ignored, which Python would keep: set here, Ctrl-C and kill both stop the server."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

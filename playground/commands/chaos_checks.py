@@ -1,0 +1,277 @@
+"""The verdict on one chaos run: did it end with a documented status, does the root cause name the
+faulty rank (and host), how long from the fault to the first error and to the exit, do the logs
+still hold what was written before the fault, and is nothing left behind (processes, scratch
+directories in /tmp and /dev/shm, network namespaces, veth links and qdiscs, ports, KV blocks).
+
+Times come from one clock: CLOCK_MONOTONIC, which the launcher's result.json lines up with
+(`t0_monotonic_s`; failures and events count `at_s` from it). Timing is measured and reported, not
+judged here, except a run that does not end at all.
+"""
+
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playground.cli.testing import session_processes
+from playground.commands.chaos_exec import Observation
+from playground.commands.chaos_plan import HOST_FAULTS, ChaosRun
+from playground.core import scratch
+from playground.hosts import netns
+
+LEFT_GRACE_S = 3.0  # how long processes may take to vanish after the launcher's exit (PDEATHSIG)
+_HEADLINE = re.compile(r"^rank (\d+)(?: \(pid \d+(?: on (\S+))?\))? at ([\d.]+)s: (.*)$", re.S)
+# what the root cause says for each fault that names a rank
+_SAYS = {
+    "raise": "FaultInjected",
+    "kill": "killed by SIGKILL",
+    "exit": "exited with status 3",
+    "hang": "unresponsive",
+    "SIGKILL": "killed by SIGKILL",
+    "SIGSTOP": "stopped",
+    "server killed": "killed by SIGKILL",
+    "client killed": "killed by SIGKILL",
+    "kill_host": "killed by SIGKILL",
+    "cut_link": "lost",
+}
+
+
+@dataclass
+class Verdict:
+    ok: bool = True
+    missed: bool = False  # the fault never fired (the run ended first): neither passed nor failed
+    exit_code: int | None = None
+    root_cause: str = ""
+    root_ok: bool | None = None  # None: no root cause to judge (an interrupt, a launcher killed)
+    detect_s: float | None = None
+    exit_s: float | None = None
+    leaks: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "missed": self.missed,
+            "exit_code": self.exit_code,
+            "root_cause": self.root_cause,
+            "root_ok": self.root_ok,
+            "detect_s": None if self.detect_s is None else round(self.detect_s, 3),
+            "exit_s": None if self.exit_s is None else round(self.exit_s, 3),
+            "leaks": self.leaks,
+            "problems": self.problems,
+        }
+
+
+def parse_headline(line: str) -> tuple[int, str, float, str] | None:
+    """(rank, host, at_s, message) of a failure line of result.json, or None (a report's failure)."""
+    m = _HEADLINE.match(line)
+    return (int(m.group(1)), m.group(2) or "", float(m.group(3)), m.group(4)) if m else None
+
+
+def expected_exit(run: ChaosRun) -> int:
+    if run.workload == "kvserver":
+        return -9 if run.fault == "server killed" else 0  # the server left at the end, stopped by SIGINT
+    return {"Ctrl-C": 130, "SIGTERM": 130, "launcher SIGKILL": -9}.get(run.fault, 1)
+
+
+def judge(run: ChaosRun, obs: Observation, before: dict) -> Verdict:
+    """The verdict on `run` from what was observed; `before` is `cluster_state()` before it."""
+    v = Verdict(exit_code=obs.exit_code)
+    v.leaks = leaks(run, obs, before)
+    if run.workload == "kvserver":
+        _judge_kvserver(run, obs, v)
+    else:
+        _judge_launched(run, obs, v)
+    if not v.missed:
+        v.problems += _log_problems(obs)
+    v.problems += [f"leak: {leak}" for leak in v.leaks]
+    v.ok = not v.problems
+    return v
+
+
+def _judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
+    unfired = any("never fired" in n for n in obs.result.get("notes") or [])
+    if not obs.fired or unfired:
+        if obs.exit_code == 0:
+            v.missed = True
+        else:
+            failures = obs.result.get("failures") or ["no result.json"]
+            v.problems.append(f"the run ended with status {obs.exit_code} before its fault fired: {failures[0]}")
+        return
+    if obs.exit_code is None:
+        v.problems.append(f"did not exit within {run.timeout_s + 30:.0f}s of the fault's moment")
+        return
+    if obs.exit_code != expected_exit(run):
+        v.problems.append(f"exit status {obs.exit_code}, expected {expected_exit(run)}")
+    failures = obs.result.get("failures") or []
+    v.root_cause = failures[0] if failures else ""
+    t0 = obs.result.get("t0_monotonic_s")
+    parsed = [p for f in failures if (p := parse_headline(f))]
+    if obs.fault_at is not None:
+        v.exit_s = obs.exited_at - obs.fault_at
+        if parsed and t0 is not None:
+            v.detect_s = t0 + min(p[2] for p in parsed) - obs.fault_at
+    if run.fault in ("Ctrl-C", "SIGTERM", "launcher SIGKILL"):
+        v.detect_s = None  # nothing failed: the run was stopped on purpose
+    if run.fault in ("Ctrl-C", "SIGTERM"):
+        v.root_ok = "interrupted" in obs.stderr and "root cause" not in obs.stderr
+        if not v.root_ok:
+            v.problems.append("an interrupt must say interrupted and blame no rank")
+        return
+    if run.fault == "launcher SIGKILL":
+        return
+    if run.fault == "corrupt":
+        v.root_ok = any(re.search(r"wrong elements|ResultMismatch", f) for f in failures)
+        v.detect_s = None  # the collectives' check reports at the end of the run
+    else:
+        v.root_ok = _names_the_fault(run, parse_headline(v.root_cause) if v.root_cause else None)
+    if not v.root_ok:
+        v.problems.append(f"wrong root cause: {v.root_cause[:200] or 'none'}")
+
+
+def _names_the_fault(run: ChaosRun, root: tuple[int, str, float, str] | None) -> bool:
+    if root is None:
+        return False
+    rank, host, _, message = root
+    says = _SAYS.get(run.fault)
+    if says is not None and says not in message:
+        return False
+    if run.fault in HOST_FAULTS:
+        return host == run.target_host or f"on host {run.target_host}" in message
+    return rank == run.rank and (not run.hosts or host == run.target_host)
+
+
+def _judge_kvserver(run: ChaosRun, obs: Observation, v: Verdict) -> None:
+    if not obs.fired:
+        v.missed = True
+        return
+    if obs.fault_at is None or not obs.clients:
+        v.problems.append("; ".join(obs.notes) or "the workload did not start")
+        return
+    if obs.exit_code != expected_exit(run):
+        v.problems.append(f"the server's exit status {obs.exit_code}, expected {expected_exit(run)}")
+    ended = [c["exited_at"] - obs.fault_at for c in obs.clients if c["exited_at"] is not None]
+    if any(c["exit"] is None for c in obs.clients):
+        v.problems.append("a client did not exit")
+    if run.fault == "client killed":
+        survivors = [c for c in obs.clients if c["client"] != run.rank]
+        v.root_ok = all(c["exit"] == 0 for c in survivors) and obs.kv_freed is True
+        v.root_cause = "; ".join(f"client {c['client']} exit {c['exit']}" for c in obs.clients)
+        if obs.kv_freed is not True:
+            v.leaks.append("KV blocks: the killed client's requests or blocks are still held after its lease")
+        if not all(c["exit"] == 0 for c in survivors):
+            v.problems.append(f"a surviving client failed: {obs.stderr[:200]}")
+        return
+    said = "restarted" if run.fault == "server restarted" else "no reply"
+    v.root_ok = all(c["exit"] == 1 and said in c["stderr"] for c in obs.clients)
+    v.root_cause = next((c["stderr"].strip().splitlines()[-1] for c in obs.clients if c["stderr"].strip()), "")
+    if ended:
+        v.detect_s, v.exit_s = min(ended), max(ended)
+    if not v.root_ok:
+        v.problems.append(f"every client must fail saying {said!r}: {obs.stderr[:300]}")
+
+
+def _log_problems(obs: Observation) -> list[str]:
+    """Every rank log still starts with what it held at the last snapshot before the fault, and
+    every whole line of it is JSON."""
+    if obs.run_dir is None:
+        return []
+    before = [s for t, s in obs.snapshots if obs.fault_at is None or t <= obs.fault_at]
+    problems = []
+    for name, (size, digest) in (before[-1] if before else {}).items():
+        path = obs.run_dir / name
+        data = path.read_bytes() if path.exists() else b""
+        if len(data) < size or hashlib.sha1(data[:size]).hexdigest() != digest:
+            problems.append(f"log: {name} lost what it held before the fault ({size} bytes)")
+    for path in obs.run_dir.glob("rank-*.jsonl"):
+        lines = path.read_bytes().split(b"\n")
+        for line in lines[:-1]:
+            try:
+                json.loads(line)
+            except ValueError:
+                problems.append(f"log: {path.name} has a line that is not JSON")
+                break
+    return problems
+
+
+# -- leaks ------------------------------------------------------------------------------------
+def cluster_state() -> dict:
+    """What is in this host's own network namespace that an emulated cluster must never leave:
+    veth links and tbf qdiscs (counted: another program may own some)."""
+    return {"veth": _count(["ip", "-o", "link", "show", "type", "veth"]), "tbf": _tbf_count()}
+
+
+def _count(cmd: list[str]) -> int:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return len([line for line in out.splitlines() if line.strip()])
+
+
+def _tbf_count() -> int:
+    try:
+        out = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(" tbf " in f" {line} " for line in out.splitlines())
+
+
+def leaks(run: ChaosRun, obs: Observation, before: dict) -> list[str]:
+    """What the run left behind, after what its next launch would sweep (a SIGKILLed launcher
+    cannot clean up; the next launch removes its scratch and namespaces: that is the contract)."""
+    out = []
+    deadline = time.monotonic() + LEFT_GRACE_S
+    left = session_processes(*obs.sessions)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = session_processes(*obs.sessions)
+    if left:
+        out.append(f"processes {[p.pid for p in left]}")
+        for p in left:
+            p.kill()
+    if run.fault == "launcher SIGKILL":
+        swept = scratch.sweep_stale() + netns.sweep_stale()
+        obs.notes.append(f"left to the next launch's sweep, removed: {len(swept)}")
+    for owner in obs.owners:
+        out += [f"scratch {d}" for d in _scratch_of(owner)]
+        out += [f"namespace {ns}" for ns in netns.run_namespaces(owner)]
+    if run.hosts:
+        now = cluster_state()
+        out += [f"{k} in the host's namespace ({before.get(k, 0)} -> {now[k]})" for k in now if now[k] > before.get(k, 0)]
+    out += [f"port {p}" for p in sorted(obs.ports) if not _port_free(p)]
+    return out
+
+
+def _scratch_of(owner: int) -> list[str]:
+    found = []
+    for parent in scratch.scratch_parents():
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            if not re.fullmatch(r"playground-\d+", name):
+                continue
+            try:
+                if int(Path(parent, name, scratch.OWNER_FILE).read_text().strip() or 0) == owner:
+                    found.append(os.path.join(parent, name))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def _port_free(port: int) -> bool:
+    """Whether a server could bind `port` on 127.0.0.1 again (SO_REUSEADDR: TIME_WAIT is fine)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False

@@ -1,0 +1,200 @@
+"""One launched chaos run: `python -m playground run ...` started in a session of its own, its
+ranks found by name (`pg-rank-R`, worker.py names them), the fault fired at its moment from
+outside (a signal to a real pid) or left to fire inside (the scenario's fault keys), the logs
+snapshotted as they grow, and what came of it observed: the exit status and its time, result.json,
+the launcher's output, the ports it listened on.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from playground.cli.testing import PLAYGROUND, subprocess_env
+from playground.commands.chaos_plan import ChaosRun
+
+POLL_S = 0.02
+SNAPSHOT_EVERY_S = 0.2
+START_DEADLINE_S = 60.0  # python, numpy and the node imported, ranks forked
+EXIT_GRACE_S = 30.0  # after the fault's moment and the run's timeout: longer is "did not exit"
+_SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGSTOP": signal.SIGSTOP, "server killed": signal.SIGKILL,
+            "client killed": signal.SIGKILL}  # fmt: skip
+
+
+@dataclass
+class Observation:
+    """What a run did, as seen from outside."""
+
+    exit_code: int | None = None  # None: it did not exit in time (then it was killed)
+    fault_at: float | None = None  # CLOCK_MONOTONIC of the fault (outside: when sent; else from result.json)
+    exited_at: float = 0.0
+    fired: bool = True  # False: the run ended before the fault's moment
+    result: dict = field(default_factory=dict)
+    run_dir: Path | None = None
+    stdout: str = ""
+    stderr: str = ""
+    launcher_pid: int = 0
+    rank_pids: dict[int, int] = field(default_factory=dict)
+    ports: set[int] = field(default_factory=set)
+    snapshots: list[tuple[float, dict]] = field(default_factory=list)  # (monotonic, {file: (size, sha1)})
+    sessions: list[int] = field(default_factory=list)  # session ids whose processes must be gone
+    owners: list[int] = field(default_factory=list)  # pids whose scratch directories must be gone
+    notes: list[str] = field(default_factory=list)
+    clients: list[dict] = field(default_factory=list)  # standalone KV clients: rank, exit, exited_at, stderr
+    kv_freed: bool | None = None  # standalone: the killed client's blocks freed after its lease
+
+
+def start(args: list[str], out_dir: Path) -> subprocess.Popen:
+    """`python -m playground ARGS` in a session of its own, its output in files (never a pipe a
+    chatty run could fill)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "stdout.txt", "wb") as out, open(out_dir / "stderr.txt", "wb") as err:
+        return subprocess.Popen(
+            [*PLAYGROUND, *args],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=subprocess_env({"COLUMNS": "200"}),
+            start_new_session=True,
+        )
+
+
+def rank_pids(launcher: psutil.Process) -> dict[int, int]:
+    """rank -> pid of the launcher's rank processes (named pg-rank-R)."""
+    out = {}
+    try:
+        for child in launcher.children():
+            try:
+                name = child.name()
+            except psutil.Error:
+                continue
+            if name.startswith("pg-rank-") and name[8:].isdigit():
+                out[int(name[8:])] = child.pid
+    except psutil.Error:
+        pass
+    return out
+
+
+def listening_ports(pids) -> set[int]:
+    """The TCP ports these processes listen on (on this host's own network namespace)."""
+    ports = set()
+    for pid in pids:
+        try:
+            for c in psutil.Process(pid).net_connections(kind="tcp"):
+                if c.status == psutil.CONN_LISTEN and c.laddr:
+                    ports.add(c.laddr.port)
+        except psutil.Error:
+            pass
+    return ports
+
+
+def snapshot_logs(run_dir: Path | None) -> dict:
+    """{rank log: (size, sha1 of its bytes)}: what was written so far, to find again afterwards."""
+    out = {}
+    if run_dir is None:
+        return out
+    for path in sorted(run_dir.glob("rank-*.jsonl")):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        out[path.name] = (len(data), hashlib.sha1(data).hexdigest())
+    return out
+
+
+def run_dir_of(out_dir: Path) -> Path | None:
+    latest = out_dir / "latest"
+    return latest.resolve() if latest.exists() else None
+
+
+def execute(run: ChaosRun, out_dir: Path) -> Observation:
+    """Start the run, fire its fault, wait for its end; what happened (never raises for the run's sake)."""
+    proc = start([*run.args, "--out", str(out_dir)], out_dir)
+    obs = Observation(launcher_pid=proc.pid, sessions=[proc.pid], owners=[proc.pid])
+    try:
+        _drive(run, proc, out_dir, obs)
+    finally:
+        if proc.poll() is None:  # it did not end in time: a hang of the whole run
+            obs.exit_code = None
+            _kill_session(proc.pid)
+            proc.wait(10)
+        obs.stdout = (out_dir / "stdout.txt").read_text(errors="replace")
+        obs.stderr = (out_dir / "stderr.txt").read_text(errors="replace")
+        obs.run_dir = run_dir_of(out_dir)
+        result_file = obs.run_dir / "result.json" if obs.run_dir else None
+        if result_file is not None and result_file.exists():
+            obs.result = json.loads(result_file.read_text())
+        if obs.fault_at is None:
+            obs.fault_at = _fault_time(obs.result)
+    return obs
+
+
+def _drive(run: ChaosRun, proc: subprocess.Popen, out_dir: Path, obs: Observation) -> None:
+    launcher = psutil.Process(proc.pid)
+    deadline = time.monotonic() + START_DEADLINE_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        obs.rank_pids = rank_pids(launcher)
+        if len(obs.rank_pids) >= run.ranks:
+            break
+        time.sleep(POLL_S)
+    ranks_at = time.monotonic()
+    outside = run.fault not in ("raise", "kill", "exit", "hang", "corrupt", "cut_link", "kill_host", "delay_link")
+    fire_at = ranks_at + run.after_s if outside else None
+    end_at = ranks_at + run.after_s + run.timeout_s + EXIT_GRACE_S
+    next_snapshot = 0.0
+    while proc.poll() is None and time.monotonic() < end_at:
+        now = time.monotonic()
+        if now >= next_snapshot:
+            obs.run_dir = obs.run_dir or run_dir_of(out_dir)
+            obs.snapshots.append((now, snapshot_logs(obs.run_dir)))
+            next_snapshot = now + SNAPSHOT_EVERY_S
+        if fire_at is not None and now >= fire_at:
+            if not run.hosts:
+                obs.ports = listening_ports([proc.pid, *obs.rank_pids.values()])
+            obs.snapshots.append((time.monotonic(), snapshot_logs(obs.run_dir)))
+            obs.fault_at = _fire(run, proc, obs)
+            fire_at = None
+        time.sleep(POLL_S)
+    if proc.poll() is not None:
+        obs.exit_code, obs.exited_at = proc.returncode, time.monotonic()
+    if outside and obs.fault_at is None:
+        obs.fired = False
+
+
+def _fire(run: ChaosRun, proc: subprocess.Popen, obs: Observation) -> float | None:
+    """Send the run's outside fault; its time, or None if its target was already gone."""
+    try:
+        if run.fault == "Ctrl-C":
+            os.killpg(proc.pid, signal.SIGINT)
+        elif run.fault == "SIGTERM":
+            os.kill(proc.pid, signal.SIGTERM)
+        elif run.fault == "launcher SIGKILL":
+            os.kill(proc.pid, signal.SIGKILL)
+        else:
+            os.kill(obs.rank_pids[run.rank], _SIGNALS[run.fault])
+    except (ProcessLookupError, KeyError):
+        obs.notes.append(f"the fault's target was gone before {run.after_s:.2f}s")
+        return None
+    return time.monotonic()
+
+
+def _fault_time(result: dict) -> float | None:
+    """An inside fault's or a host drill's time, from result.json's events (CLOCK_MONOTONIC)."""
+    events = result.get("events") or []
+    t0 = result.get("t0_monotonic_s")
+    if not events or t0 is None:
+        return None
+    return t0 + events[0]["at_s"]
+
+
+def _kill_session(sid: int) -> None:
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,164 @@
+"""The chaos command's `kvserver` workload: the standalone KV server (`python -m
+playground.kvcache.server --random-model`) and client processes (`chaos_kvclient`), each in a
+session of its own, generate requests in flight when the fault comes:
+
+- client killed: SIGKILL to one client; the others must finish, and the server must free the
+  killed one's requests and blocks once its lease has run out (asked with `stats`);
+- server killed: SIGKILL to the server; every client must fail within its timeout (no reply);
+- server restarted: SIGKILL, and a new server on the same address; every client must fail its
+  lost requests within its timeout, saying that the server restarted.
+The server left at the end is stopped with SIGINT, which it must answer with exit 0.
+"""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from playground.cli.testing import subprocess_env
+from playground.comm.addresses import free_tcp_port
+from playground.commands.chaos_exec import POLL_S, Observation, _kill_session
+from playground.commands.chaos_plan import ChaosRun
+from playground.core.errors import PlaygroundError
+from playground.kvcache.server.client import KVClient
+
+LEASE_S = 1.5
+MAX_NEW_TOKENS = 900  # with the model below, 2-3 clients' requests take about 3 s: in flight at the fault
+START_DEADLINE_S = 60.0
+STOP_DEADLINE_S = 10.0
+SERVER = ["-m", "playground.kvcache.server", "--random-model", "--layers", "2", "--heads", "4",
+          "--d-model", "64", "--context", "1024", "--capacity-tokens", "40000", "--lease-s", str(LEASE_S)]  # fmt: skip
+
+
+def _spawn(argv: list[str], out_dir: Path, name: str) -> subprocess.Popen:
+    with open(out_dir / f"{name}.out", "wb") as out, open(out_dir / f"{name}.err", "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-P", *argv],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=subprocess_env(),
+            start_new_session=True,
+        )
+
+
+def _wait_for_line(proc: subprocess.Popen, path: Path, word: str, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        if word in path.read_text(errors="replace"):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(POLL_S)
+    return False
+
+
+def start_server(address: str, out_dir: Path, name: str) -> subprocess.Popen | None:
+    """A server bound to `address`, once it says so; None if it did not start."""
+    proc = _spawn([*SERVER, "--bind", address], out_dir, name)
+    if _wait_for_line(proc, out_dir / f"{name}.out", "serving", time.monotonic() + START_DEADLINE_S):
+        return proc
+    _kill_session(proc.pid)
+    proc.wait(5)
+    return None
+
+
+def execute(run: ChaosRun, out_dir: Path) -> Observation:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    address = f"tcp://127.0.0.1:{free_tcp_port()}"
+    obs = Observation(ports={int(address.rsplit(':', 1)[1])})
+    servers = [start_server(address, out_dir, "server-1")]
+    clients: list[subprocess.Popen] = []
+    try:
+        if servers[0] is None:
+            obs.notes.append("the server did not start")
+            return obs
+        obs.sessions.append(servers[0].pid)
+        for k in range(1, run.ranks + 1):
+            argv = ["-m", "playground.commands.chaos_kvclient", "--address", address, "--name", f"client-{k}",
+                    "--requests", run.size.split()[0], "--max-new-tokens", str(MAX_NEW_TOKENS),
+                    "--timeout-s", f"{run.timeout_s:g}"]  # fmt: skip
+            clients.append(_spawn(argv, out_dir, f"client-{k}"))
+            obs.sessions.append(clients[-1].pid)
+        deadline = time.monotonic() + START_DEADLINE_S
+        if not all(_wait_for_line(c, out_dir / f"client-{k + 1}.out", "submitted", deadline) for k, c in enumerate(clients)):
+            obs.notes.append("a client did not submit its requests")
+        time.sleep(run.after_s)  # the fault's moment: requests in flight
+        if all(c.poll() is not None for c in clients) or clients[max(run.rank, 1) - 1].poll() is not None:
+            obs.fired = False  # the requests were answered before the fault's moment
+            obs.notes.append(f"every request was answered before {run.after_s:.2f}s")
+        else:
+            obs.fault_at = _fire(run, address, servers, clients, out_dir, obs)
+        _wait_clients(run, clients, obs)
+        if run.fault == "client killed":
+            obs.kv_freed = _freed_after_lease(address, run.timeout_s)
+        obs.exit_code, obs.exited_at = _stop(servers[-1])
+    finally:
+        for p in [*servers, *clients]:
+            if p is not None and p.poll() is None:
+                _kill_session(p.pid)
+                p.wait(5)
+        for k, c in enumerate(clients):
+            obs.clients[k]["stderr"] = (out_dir / f"client-{k + 1}.err").read_text(errors="replace")[-2000:]
+        obs.stderr = "\n".join(f"client {k + 1}: {c['stderr'].strip()}" for k, c in enumerate(obs.clients) if c["stderr"].strip())
+    return obs
+
+
+def _fire(run: ChaosRun, address: str, servers: list, clients: list, out_dir: Path, obs: Observation) -> float:
+    if run.fault == "client killed":
+        clients[run.rank - 1].send_signal(signal.SIGKILL)
+        return time.monotonic()
+    servers[0].send_signal(signal.SIGKILL)
+    at = time.monotonic()
+    servers[0].wait(5)
+    if run.fault == "server restarted":
+        servers.append(start_server(address, out_dir, "server-2"))
+        if servers[-1] is None:
+            obs.notes.append("the restarted server did not start")
+            servers.pop()
+        else:
+            obs.sessions.append(servers[-1].pid)
+            obs.notes.append(f"restarted server up {time.monotonic() - at:.2f}s after the kill")
+    return at
+
+
+def _wait_clients(run: ChaosRun, clients: list, obs: Observation) -> None:
+    """Each client's exit status and when it ended (a client still running at the deadline: None)."""
+    deadline = (obs.fault_at or time.monotonic()) + run.timeout_s + 15.0
+    ended: dict[int, float] = {}
+    while len(ended) < len(clients) and time.monotonic() < deadline:
+        for k, c in enumerate(clients):
+            if k not in ended and c.poll() is not None:
+                ended[k] = time.monotonic()
+        time.sleep(POLL_S)
+    for k, c in enumerate(clients):
+        obs.clients.append({"client": k + 1, "exit": c.poll(), "exited_at": ended.get(k), "stderr": ""})
+
+
+def _freed_after_lease(address: str, timeout_s: float) -> bool:
+    """Whether the server holds nothing once the killed client's lease has run out (the survivors
+    have finished by now): no requests, no live sequences, no allocated slots."""
+    client = KVClient(address, timeout_s=timeout_s)
+    try:
+        deadline = time.monotonic() + LEASE_S + 5.0
+        while time.monotonic() < deadline:
+            stats, _ = client.check("stats")
+            engine = stats.get("engine") or {}
+            if stats["live_seqs"] == 0 and stats["allocated_slots"] == 0 and engine.get("requests") == 0:
+                return True
+            time.sleep(0.1)
+        return False
+    except PlaygroundError:
+        return False
+    finally:
+        client.close()
+
+
+def _stop(server: subprocess.Popen) -> tuple[int | None, float]:
+    """SIGINT, as Ctrl-C: the server must end with status 0."""
+    server.send_signal(signal.SIGINT)
+    try:
+        code = server.wait(STOP_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        code = None
+    return code, time.monotonic()

@@ -1,0 +1,88 @@
+"""The chaos command's table: one row per fault kind (runs, passed, missed, wrong root causes, leaks,
+bad exits, time from the fault to the first error and to the exit), from the runs' records; the
+same as markdown for the results page, merged over several chaos.json files.
+"""
+
+import math
+
+from playground.commands.chaos_plan import FAULTS
+from playground.display.report import Table
+
+COLUMNS = {
+    "fault": "fault",
+    "runs": "runs",
+    "passed": "passed",
+    "missed": "missed",
+    "wrong_root": "wrong root cause",
+    "leaks": "leaks",
+    "bad_exit": "bad exit",
+    "detect_p50_s": "detect p50 (s)",
+    "detect_p99_s": "detect p99 (s)",
+    "exit_p99_s": "exit p99 (s)",
+}
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank q-th percentile (q in 0-100): a value that occurred; None if there are none."""
+    if not values:
+        return None
+    v = sorted(values)
+    return v[max(0, math.ceil(q / 100 * len(v)) - 1)]
+
+
+def _bad_exit(problems: list[str]) -> bool:
+    return any(p.startswith(("exit status", "did not exit", "the run ended", "the server's exit")) for p in problems)
+
+
+def rows(records: list[dict]) -> list[dict]:
+    """One row per fault kind that occurred (in FAULTS' order), and a total."""
+    out = []
+    groups = [(kind, [r for r in records if r["run"]["fault"] == kind]) for kind in FAULTS]
+    for kind, group in [*(g for g in groups if g[1]), ("all", records)]:
+        verdicts = [r["verdict"] for r in group]
+        detect = [v["detect_s"] for v in verdicts if v["detect_s"] is not None]
+        exits = [v["exit_s"] for v in verdicts if v["exit_s"] is not None]
+        out.append(
+            {
+                "fault": kind,
+                "runs": len(group),
+                "passed": sum(v["ok"] and not v["missed"] for v in verdicts),
+                "missed": sum(v["missed"] for v in verdicts),
+                "wrong_root": sum(v["root_ok"] is False for v in verdicts),
+                "leaks": sum(bool(v["leaks"]) for v in verdicts),
+                "bad_exit": sum(_bad_exit(v["problems"]) for v in verdicts),
+                "detect_p50_s": _round(percentile(detect, 50)),
+                "detect_p99_s": _round(percentile(detect, 99)),
+                "exit_p99_s": _round(percentile(exits, 99)),
+            }
+        )
+    return out
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+def table(records: list[dict], title: str) -> Table:
+    return Table(title, rows(records), COLUMNS)
+
+
+def markdown(records: list[dict]) -> str:
+    """The table as markdown, then what each fault kind is."""
+    lines = ["| " + " | ".join(COLUMNS.values()) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
+    for row in rows(records):
+        cells = ["" if row[k] is None else (f"{row[k]:.2f}" if isinstance(row[k], float) else str(row[k])) for k in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    seen = {r["run"]["fault"] for r in records}
+    lines += ["", *(f"- **{kind}**: {what}" for kind, what in FAULTS.items() if kind in seen)]
+    return "\n".join(lines) + "\n"
+
+
+def failed_lines(records: list[dict]) -> list[str]:
+    """One line per failed run: what it was, what went wrong, and how to replay it."""
+    return [
+        f"run {r['run']['index']} ({r['describe']}): {'; '.join(r['verdict']['problems'])[:400]}\n"
+        f"    replay: {r['replay']}"
+        for r in records
+        if not r["verdict"]["ok"]
+    ]

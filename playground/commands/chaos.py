@@ -38,7 +38,9 @@ def add_chaos_parser(sub, func) -> None:
         description=__doc__.split("\n\n")[1],
     )
     c.add_argument("--runs", type=int, default=20, metavar="N", help="how many runs (default 20)")
-    c.add_argument("--seed", type=int, metavar="S", help="the seed of the draws (default: a random one, printed)")
+    c.add_argument(
+        "--seed", type=int, metavar="S", help="the seed of the draws (default: a random one, printed)"
+    )
     c.add_argument(
         "--hosts", action="store_true", help="run on emulated hosts and add host faults (needs root)"
     )
@@ -69,8 +71,17 @@ def run_chaos(args) -> int:
         + ([f"--only {args.only}"] if args.only is not None else [f"--runs {args.runs}"])
         + (["--hosts"] if args.hosts else [])
     )
-    console.print(f"[bold]chaos[/bold]: {len(indices)} runs, seed {seed}{', emulated hosts' if args.hosts else ''} -> {run_dir}", highlight=False)
-    summary = {"command": command, "seed": seed, "hosts": args.hosts, "machine": describe_machine(), "records": []}
+    console.print(
+        f"[bold]chaos[/bold]: {len(indices)} runs, seed {seed}{', emulated hosts' if args.hosts else ''} -> {run_dir}",
+        highlight=False,
+    )
+    summary = {
+        "command": command,
+        "seed": seed,
+        "hosts": args.hosts,
+        "machine": describe_machine(),
+        "records": [],
+    }
     started = time.monotonic()
     interrupted = False
     try:
@@ -84,7 +95,10 @@ def run_chaos(args) -> int:
                 summary["elapsed_s"] = round(time.monotonic() - started, 1)
                 _write(run_dir, summary)
                 if not record["verdict"]["ok"]:
-                    err.print(f"[bold red]FAILED[/bold red] {chaos_report.failed_lines([record])[0]}", highlight=False)
+                    err.print(
+                        f"[bold red]FAILED[/bold red] {chaos_report.failed_lines([record])[0]}",
+                        highlight=False,
+                    )
                 progress.advance(task)
     except KeyboardInterrupt:
         interrupted = True  # the run in progress was stopped by its own finally (its sessions killed)

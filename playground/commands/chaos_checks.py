@@ -101,7 +101,9 @@ def _judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
             v.missed = True
         else:
             failures = obs.result.get("failures") or ["no result.json"]
-            v.problems.append(f"the run ended with status {obs.exit_code} before its fault fired: {failures[0]}")
+            v.problems.append(
+                f"the run ended with status {obs.exit_code} before its fault fired: {failures[0]}"
+            )
         return
     if obs.exit_code is None:
         v.problems.append(f"did not exit within {run.timeout_s + 30:.0f}s of the fault's moment")
@@ -169,7 +171,9 @@ def _judge_kvserver(run: ChaosRun, obs: Observation, v: Verdict) -> None:
         return
     said = "restarted" if run.fault == "server restarted" else "no reply"
     v.root_ok = all(c["exit"] == 1 and said in c["stderr"] for c in obs.clients)
-    v.root_cause = next((c["stderr"].strip().splitlines()[-1] for c in obs.clients if c["stderr"].strip()), "")
+    v.root_cause = next(
+        (c["stderr"].strip().splitlines()[-1] for c in obs.clients if c["stderr"].strip()), ""
+    )
     if ended:
         v.detect_s, v.exit_s = min(ended), max(ended)
     if not v.root_ok:
@@ -243,7 +247,11 @@ def leaks(run: ChaosRun, obs: Observation, before: dict) -> list[str]:
         out += [f"namespace {ns}" for ns in netns.run_namespaces(owner)]
     if run.hosts:
         now = cluster_state()
-        out += [f"{k} in the host's namespace ({before.get(k, 0)} -> {now[k]})" for k in now if now[k] > before.get(k, 0)]
+        out += [
+            f"{k} in the host's namespace ({before.get(k, 0)} -> {now[k]})"
+            for k in now
+            if now[k] > before.get(k, 0)
+        ]
     out += [f"port {p}" for p in sorted(obs.ports) if not _port_free(p)]
     return out
 

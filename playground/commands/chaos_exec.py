@@ -144,7 +144,16 @@ def _drive(run: ChaosRun, proc: subprocess.Popen, out_dir: Path, obs: Observatio
             break
         time.sleep(POLL_S)
     ranks_at = time.monotonic()
-    outside = run.fault not in ("raise", "kill", "exit", "hang", "corrupt", "cut_link", "kill_host", "delay_link")
+    outside = run.fault not in (
+        "raise",
+        "kill",
+        "exit",
+        "hang",
+        "corrupt",
+        "cut_link",
+        "kill_host",
+        "delay_link",
+    )
     fire_at = ranks_at + run.after_s if outside else None
     end_at = ranks_at + run.after_s + run.timeout_s + EXIT_GRACE_S
     next_snapshot = 0.0
@@ -169,6 +178,7 @@ def _drive(run: ChaosRun, proc: subprocess.Popen, out_dir: Path, obs: Observatio
 
 def _fire(run: ChaosRun, proc: subprocess.Popen, obs: Observation) -> float | None:
     """Send the run's outside fault; its time, or None if its target was already gone."""
+    at = time.monotonic()  # before the signal: the launcher may see the death before kill() returns
     try:
         if run.fault == "Ctrl-C":
             os.killpg(proc.pid, signal.SIGINT)
@@ -181,7 +191,7 @@ def _fire(run: ChaosRun, proc: subprocess.Popen, obs: Observation) -> float | No
     except (ProcessLookupError, KeyError):
         obs.notes.append(f"the fault's target was gone before {run.after_s:.2f}s")
         return None
-    return time.monotonic()
+    return at
 
 
 def _fault_time(result: dict) -> float | None:

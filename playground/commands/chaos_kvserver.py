@@ -66,7 +66,7 @@ def start_server(address: str, out_dir: Path, name: str) -> subprocess.Popen | N
 def execute(run: ChaosRun, out_dir: Path) -> Observation:
     out_dir.mkdir(parents=True, exist_ok=True)
     address = f"tcp://127.0.0.1:{free_tcp_port()}"
-    obs = Observation(ports={int(address.rsplit(':', 1)[1])})
+    obs = Observation(ports={int(address.rsplit(":", 1)[1])})
     servers = [start_server(address, out_dir, "server-1")]
     clients: list[subprocess.Popen] = []
     try:
@@ -81,7 +81,10 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
             clients.append(_spawn(argv, out_dir, f"client-{k}"))
             obs.sessions.append(clients[-1].pid)
         deadline = time.monotonic() + START_DEADLINE_S
-        if not all(_wait_for_line(c, out_dir / f"client-{k + 1}.out", "submitted", deadline) for k, c in enumerate(clients)):
+        if not all(
+            _wait_for_line(c, out_dir / f"client-{k + 1}.out", "submitted", deadline)
+            for k, c in enumerate(clients)
+        ):
             obs.notes.append("a client did not submit its requests")
         time.sleep(run.after_s)  # the fault's moment: requests in flight
         if all(c.poll() is not None for c in clients) or clients[max(run.rank, 1) - 1].poll() is not None:
@@ -98,18 +101,23 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
             if p is not None and p.poll() is None:
                 _kill_session(p.pid)
                 p.wait(5)
-        for k, c in enumerate(clients):
-            obs.clients[k]["stderr"] = (out_dir / f"client-{k + 1}.err").read_text(errors="replace")[-2000:]
-        obs.stderr = "\n".join(f"client {k + 1}: {c['stderr'].strip()}" for k, c in enumerate(obs.clients) if c["stderr"].strip())
+        for c in obs.clients:  # filled by _wait_clients (empty if the workload never started)
+            c["stderr"] = (out_dir / f"client-{c['client']}.err").read_text(errors="replace")[-2000:]
+        obs.stderr = "\n".join(
+            f"client {k + 1}: {c['stderr'].strip()}" for k, c in enumerate(obs.clients) if c["stderr"].strip()
+        )
     return obs
 
 
-def _fire(run: ChaosRun, address: str, servers: list, clients: list, out_dir: Path, obs: Observation) -> float:
+def _fire(
+    run: ChaosRun, address: str, servers: list, clients: list, out_dir: Path, obs: Observation
+) -> float:
+    if run.fault == "client killed":
+    at = time.monotonic()
     if run.fault == "client killed":
         clients[run.rank - 1].send_signal(signal.SIGKILL)
-        return time.monotonic()
+        return at
     servers[0].send_signal(signal.SIGKILL)
-    at = time.monotonic()
     servers[0].wait(5)
     if run.fault == "server restarted":
         servers.append(start_server(address, out_dir, "server-2"))

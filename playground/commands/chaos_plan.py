@@ -51,7 +51,16 @@ class Workload:
 
 
 _RANK_FAULTS = (*INSIDE, "SIGKILL", "SIGSTOP", *LAUNCHER_FAULTS)
-_KV_RANK_FAULTS = ("raise", "kill", "exit", "hang", "SIGSTOP", "server killed", "client killed", *LAUNCHER_FAULTS)
+_KV_RANK_FAULTS = (
+    "raise",
+    "kill",
+    "exit",
+    "hang",
+    "SIGSTOP",
+    "server killed",
+    "client killed",
+    *LAUNCHER_FAULTS,
+)
 WORKLOADS = (
     Workload("collectives", (2, 3, 4, 5, 6), _RANK_FAULTS),
     Workload("buckets", (2, 3, 4), tuple(f for f in _RANK_FAULTS if f != "corrupt")),
@@ -97,7 +106,9 @@ class ChaosRun:
         return host_name(place_blocks(self.ranks, self.hosts)[self.rank]) if self.rank is not None else ""
 
     def describe(self) -> str:
-        where = f" on {self.hosts} hosts" if self.hosts else (f" over {self.transport}" if self.transport else "")
+        where = (
+            f" on {self.hosts} hosts" if self.hosts else (f" over {self.transport}" if self.transport else "")
+        )
         if self.host is not None:
             who = f" host h{self.host}"
         elif self.workload == "kvserver":
@@ -105,7 +116,9 @@ class ChaosRun:
         else:
             who = f" rank {self.rank}" if self.rank is not None else ""
         when = f" at post {self.after_ops + 1}" if self.fault in INSIDE else f" at {self.after_s:.2f}s"
-        return f"#{self.index} {self.workload} {self.ranks} ranks{where} ({self.size}): {self.fault}{who}{when}"
+        return (
+            f"#{self.index} {self.workload} {self.ranks} ranks{where} ({self.size}): {self.fault}{who}{when}"
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -199,13 +212,25 @@ def _with_workload(rng: random.Random, run: ChaosRun) -> ChaosRun:
         size = rng.choice(["8", "4KiB", "64KiB", "1MiB"])
         algo = rng.choice(["ring", "tree"])
         iters = 200 if run.fault == "corrupt" else 10_000_000
-        sets = [f"params.sizes=[{size}]", f"params.algorithm={algo}", f"params.iters={iters}", "params.warmup=0"]
+        sets = [
+            f"params.sizes=[{size}]",
+            f"params.algorithm={algo}",
+            f"params.iters={iters}",
+            "params.warmup=0",
+        ]
         args = ["run", "ring", *common, "--transport", transport, *_sets(sets)]
         return replace(run, transport=transport, size=f"{algo} {size}", args=tuple(args))
     if run.workload == "buckets":
         scale = rng.choice([0.01, 0.05, 0.2])
-        sets = [f"params.scale={scale}", "params.iters=1000000", "params.warmup=0", "params.strategies=[bucketed]"]
-        return replace(run, transport="ipc", size=f"lecture x{scale}", args=("run", "buckets", *common, *_sets(sets)))
+        sets = [
+            f"params.scale={scale}",
+            "params.iters=1000000",
+            "params.warmup=0",
+            "params.strategies=[bucketed]",
+        ]
+        return replace(
+            run, transport="ipc", size=f"lecture x{scale}", args=("run", "buckets", *common, *_sets(sets))
+        )
     if run.workload == "train":
         d_model = rng.choice([32, 64])
         sets = [
@@ -217,14 +242,20 @@ def _with_workload(rng: random.Random, run: ChaosRun) -> ChaosRun:
             f"params.mode=[{rng.choice(['per_tensor', 'bucketed', 'zero1'])}]",
             "params.sample_bytes=0",
         ]
-        return replace(run, transport="ipc", size=f"d_model {d_model}", args=("run", "train", *common, *_sets(sets)))
+        return replace(
+            run, transport="ipc", size=f"d_model {d_model}", args=("run", "train", *common, *_sets(sets))
+        )
     if run.workload == "serving":
         requests = rng.choice([400, 1000])
         sets = [f"params.num_requests={requests}", "params.policies=[paged]", "params.output_mean=50"]
-        return replace(run, transport="ipc", size=f"{requests} requests", args=("run", "serving", *common, *_sets(sets)))
+        return replace(
+            run, transport="ipc", size=f"{requests} requests", args=("run", "serving", *common, *_sets(sets))
+        )
     if run.workload == "kvcache":
         requests = rng.choice([5000, 20000])
         sets = [f"params.num_requests={requests}", f"params.policies=[{rng.choice(['paged', 'contiguous'])}]"]
-        return replace(run, transport="ipc", size=f"{requests} requests", args=("run", "kvcache", *common, *_sets(sets)))
+        return replace(
+            run, transport="ipc", size=f"{requests} requests", args=("run", "kvcache", *common, *_sets(sets))
+        )
     requests = rng.choice([6, 8])
     return replace(run, transport="tcp", size=f"{requests} generates per client")

@@ -31,7 +31,9 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def _bad_exit(problems: list[str]) -> bool:
-    return any(p.startswith(("exit status", "did not exit", "the run ended", "the server's exit")) for p in problems)
+    return any(
+        p.startswith(("exit status", "did not exit", "the run ended", "the server's exit")) for p in problems
+    )
 
 
 def rows(records: list[dict]) -> list[dict]:
@@ -71,7 +73,10 @@ def markdown(records: list[dict]) -> str:
     """The table as markdown, then what each fault kind is."""
     lines = ["| " + " | ".join(COLUMNS.values()) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
     for row in rows(records):
-        cells = ["" if row[k] is None else (f"{row[k]:.2f}" if isinstance(row[k], float) else str(row[k])) for k in COLUMNS]
+        cells = [
+            "" if row[k] is None else (f"{row[k]:.2f}" if isinstance(row[k], float) else str(row[k]))
+            for k in COLUMNS
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     seen = {r["run"]["fault"] for r in records}
     lines += ["", *(f"- **{kind}**: {what}" for kind, what in FAULTS.items() if kind in seen)]

@@ -92,8 +92,12 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             def request(action: str) -> None:
                 rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
 
-            on_fire = None if fault.is_host_action else _fired_recorder(run_dir, env)  # hosts: drills.py records
-            transport = faulty = FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request, on_fire)
+            on_fire = (
+                None if fault.is_host_action else _fired_recorder(run_dir, env)
+            )  # hosts: drills.py records
+            transport = faulty = FaultyTransport(
+                transport, env.rank, fault.action, fault.after_ops, request, on_fire
+            )
         comm = Communicator(
             env.rank,
             env.world_size,

@@ -357,8 +357,12 @@ def process_state(pid: int) -> str | None:
 def waiters_of(rank: int, failures: list[RankFailure]) -> str:
     """Who was waiting for silent `rank`, and how each found out: "rank 0 timed out waiting for it;
     rank 2 was waiting for it when the run was aborted" ("" if nobody)."""
-    timed_out = sorted(f.rank for f in failures if f.waiting_for == rank and f.error_type == CommTimeout.__name__)
-    aborted = sorted(f.rank for f in failures if f.waiting_for == rank and f.error_type != CommTimeout.__name__)
+    timed_out = sorted(
+        f.rank for f in failures if f.waiting_for == rank and f.error_type == CommTimeout.__name__
+    )
+    aborted = sorted(
+        f.rank for f in failures if f.waiting_for == rank and f.error_type != CommTimeout.__name__
+    )
     parts = []
     if timed_out:
         parts.append(f"rank {', '.join(map(str, timed_out))} timed out waiting for it")

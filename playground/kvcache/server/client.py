@@ -206,7 +206,8 @@ class KVClient:
                         sent_s = time.monotonic()
                 else:
                     raise MessageMismatch(
-                        f"kvcache client: a reply with id {reply_id} while waiting for generate", op="generate"
+                        f"kvcache client: a reply with id {reply_id} while waiting for generate",
+                        op="generate",
                     )
         except BaseException:
             self._give_up(pending)

@@ -66,7 +66,9 @@ class ModelServer(KVServer):
             clock=clock,
         )
         self._engine_stalled = False  # the last step fitted nothing and nothing changed since
-        self._failed: list[tuple[bytes, object, list[bytes]]] = []  # (client, id, error reply): the next step's
+        self._failed: list[
+            tuple[bytes, object, list[bytes]]
+        ] = []  # (client, id, error reply): the next step's
 
     def __repr__(self):
         return f"{super().__repr__()[:-1]}, serving {self.model.config})"
@@ -170,7 +172,9 @@ class ModelServer(KVServer):
     def _fail(self, requests: list[GenerateRequest], code: str, message: str) -> None:
         """Error replies for these requests, sent by the next `step` (their client may be gone:
         a ROUTER drops a message to an identity it does not know)."""
-        self._failed += [(r.client, r.reply_id, self.error_frames(r.reply_id, code, message)) for r in requests]
+        self._failed += [
+            (r.client, r.reply_id, self.error_frames(r.reply_id, code, message)) for r in requests
+        ]
 
     def _drop_client(self, client: bytes) -> int:
         self._engine_stalled = False

@@ -112,7 +112,6 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
 def _fire(
     run: ChaosRun, address: str, servers: list, clients: list, out_dir: Path, obs: Observation
 ) -> float:
-    if run.fault == "client killed":
     at = time.monotonic()
     if run.fault == "client killed":
         clients[run.rank - 1].send_signal(signal.SIGKILL)

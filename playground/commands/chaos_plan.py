@@ -10,7 +10,7 @@ iteration), so the run ends because of the fault, and the checks ask whether it 
 """
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from playground.core.topology import host_name, place_blocks
 
@@ -157,10 +157,16 @@ def draw(seed: int, index: int, hosts: bool) -> ChaosRun:
     return _with_target(rng, _with_workload(rng, run))
 
 
+def outside(workload: str, ranks: int, fault: str, rank: int, after_s: float, size_seed: int = 0) -> ChaosRun:
+    """One run chosen rather than drawn (its size still drawn from `size_seed`): an outside fault
+    (a signal to `rank`, or to the standalone server or client `rank`) `after_s` after its ranks
+    exist. A test names the fault; the chaos command draws it."""
+    run = _with_workload(random.Random(size_seed), ChaosRun(0, size_seed, workload, ranks, fault))
+    return replace(run, rank=rank, after_s=after_s)
+
+
 def _with_target(rng: random.Random, run: ChaosRun) -> ChaosRun:
     """Who is hit, and when."""
-    from dataclasses import replace
-
     after_s = round(rng.uniform(0.2, 2.0), 2)
     if run.fault in HOST_FAULTS:
         host = rng.randrange(run.hosts)
@@ -202,8 +208,6 @@ def _sets(pairs: list[str]) -> list[str]:
 
 def _with_workload(rng: random.Random, run: ChaosRun) -> ChaosRun:
     """The command line of the run's workload, its size drawn."""
-    from dataclasses import replace
-
     n, timeout = run.ranks, run.timeout_s
     hosts = ["--hosts", str(run.hosts)] if run.hosts else []
     common = ["--ranks", str(n), *hosts, *_sets([f"timeout_s={timeout:g}"])]

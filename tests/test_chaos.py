@@ -1,0 +1,112 @@
+"""Faults nobody chose: a killed rank of every kind in every lab is the root cause, a client fails
+the requests a restarted server lost within its timeout, and the chaos command runs, judges and
+replays a few drawn runs; bad input is one line, exit 2.
+
+The runs are the chaos command's own (chaos_exec, chaos_kvserver, judged by chaos_checks), so what
+is asserted here is what the command checks on every drawn run: the exit status, failures[0], and
+that nothing is left behind.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from playground.cli import main
+from playground.cli.testing import PLAYGROUND, subprocess_env
+from playground.commands import chaos_exec, chaos_kvserver, chaos_report
+from playground.commands.chaos_checks import judge, parse_headline
+from playground.commands.chaos_plan import draw, outside, replay_command
+from playground.core.rundir import EXIT_BAD_INPUT
+from playground.hosts import netns
+
+pytestmark = pytest.mark.timeout(90)
+
+
+# (workload, ranks, the rank killed: what it was doing)
+KINDS = [
+    ("collectives", 3, 1),  # a rank in a ring all-reduce
+    ("buckets", 2, 1),  # a rank reducing gradient buckets
+    ("train", 2, 1),  # a data-parallel training rank
+    ("serving", 3, 0),  # the serving lab's KV server rank
+    ("serving", 3, 2),  # a serving client, waiting in KVClient.collect
+    ("kvcache", 3, 0),  # the KV-cache lab's server rank
+    ("kvcache", 3, 1),  # a KV-cache client, waiting in KVClient.call
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("workload", "ranks", "rank"), KINDS, ids=[f"{w}-rank{r}" for w, _, r in KINDS])
+def test_a_killed_rank_of_each_kind_is_the_root_cause(tmp_path, workload, ranks, rank):
+    run = outside(workload, ranks, "SIGKILL", rank, after_s=1.0)
+    obs = chaos_exec.execute(run, tmp_path)
+    root = parse_headline(obs.result["failures"][0])
+    assert obs.exit_code == 1, obs.stderr[-2000:]
+    assert root is not None and root[0] == rank and "killed by SIGKILL" in root[3], obs.result["failures"][:3]
+    verdict = judge(run, obs, {})
+    assert verdict.ok, verdict.problems
+    assert verdict.leaks == []
+
+
+def test_a_restarted_server_fails_the_lost_requests_within_the_clients_timeout(tmp_path):
+    run = outside("kvserver", 2, "server restarted", 0, after_s=0.3)
+    obs = chaos_kvserver.execute(run, tmp_path)
+    assert obs.fault_at is not None, obs.notes
+    assert [c["exit"] for c in obs.clients] == [1, 1], obs.stderr
+    for c in obs.clients:
+        assert "ServerLost" in c["stderr"] and "restarted" in c["stderr"], c["stderr"]
+        # a deadline per request: the lost ones fail within the timeout, not never
+        assert c["exited_at"] - obs.fault_at < run.timeout_s + 2.0
+    assert obs.exit_code == 0  # the new server goes on, and stops on SIGINT
+    verdict = judge(run, obs, {})
+    assert verdict.ok and verdict.root_ok, verdict.problems
+
+
+def test_the_chaos_command_runs_judges_and_writes_every_run(runs_dir):
+    seed, runs = 11, 3
+    proc = subprocess.run(
+        [*PLAYGROUND, "chaos", "--runs", str(runs), "--seed", str(seed), "--out", str(runs_dir)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env({"COLUMNS": "200"}),
+        timeout=80,
+    )
+    summary = json.loads(next(runs_dir.glob("*-chaos/chaos.json")).read_text())
+    records = summary["records"]
+    assert [r["run"]["index"] for r in records] == [1, 2, 3]
+    assert [r["run"] for r in records] == [
+        draw(seed, k, False).to_dict() for k in (1, 2, 3)
+    ]  # the seed decides
+    failed = [r for r in records if not r["verdict"]["ok"]]
+    assert proc.returncode == (1 if failed else 0), proc.stderr
+    assert failed == [], chaos_report.failed_lines(failed)
+    assert summary["table"][-1]["fault"] == "all" and summary["table"][-1]["runs"] == runs
+    assert "chaos: 3 runs, seed 11" in proc.stdout and f"{runs} runs in " in proc.stdout
+
+
+def test_a_failed_run_is_named_with_the_command_that_replays_it():
+    record = {
+        "run": {"index": 4, "fault": "SIGSTOP"},
+        "describe": "#4 train 2 ranks over ipc (d_model 32): SIGSTOP rank 1 at 0.50s",
+        "verdict": {"ok": False, "problems": ["wrong root cause: rank 0 ..."]},
+        "replay": replay_command(9, 4, True),
+    }
+    (line,) = chaos_report.failed_lines([record])
+    assert line.startswith("run 4 (#4 train") and "wrong root cause" in line
+    assert line.endswith("replay: python -m playground chaos --seed 9 --only 4 --hosts")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--runs", "0"], "--runs 0: expected at least 1"),
+        (["--only", "0"], "--only 0: expected a run number"),
+        (["--hosts"], "--hosts needs root"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, runs_dir, argv, says):
+    monkeypatch.setattr(netns, "euid", lambda: 1000)  # not root, whoever runs the tests
+    assert main(["chaos", *argv, "--out", str(runs_dir)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {says}") and err.count("\n") == 1, err
+    assert not runs_dir.exists()  # refused before anything was made

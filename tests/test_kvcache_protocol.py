@@ -57,3 +57,35 @@ def test_field_checks_name_the_field():
     assert P.get_int(h, "max_new_tokens", optional=True) is None
     with pytest.raises(P.ProtocolError, match="list of integers"):
         P.get_int_list({"op": "free", "seq_ids": [1, True]}, "seq_ids")
+
+
+DEEP = b'{"id": 9, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+
+
+@pytest.mark.parametrize(
+    "frames,code",
+    [
+        ([b'{"id": 9}'], P.BAD_FRAME),  # no op
+        ([b'{"id": 9, "op": "launch"}'], P.UNKNOWN_OP),
+        ([b'{"id": 9, "op": "ping"}', b"kv", b"extra"], P.BAD_FRAME),  # three frames
+        ([b'{"id": 9, "op": "ping", "x": [1, 2'], P.BAD_FRAME),  # broken after the id
+        ([DEEP], P.BAD_REQUEST),  # nested past the decoder's recursion: refused, not a server bug
+    ],
+    ids=["no-op", "unknown-op", "three-frames", "truncated", "too-deep"],
+)
+def test_every_malformed_request_is_answered_with_its_id(frames, code):
+    """A client with several requests in flight matches an error reply by its id."""
+    from playground.kvcache.server.kv_ops import KVServer
+
+    server = KVServer("paged", capacity_tokens=64, block_size=16, width=4)
+    header, _ = P.decode_reply(server.handle(b"A", frames), 4)
+    assert (header["ok"], header["id"], header["error"]) == (False, 9, code), header
+    assert header["server"] == server.instance_id and "\n" not in header["message"]
+
+
+def test_ping_says_the_limits():
+    from playground.kvcache.server.kv_ops import KVServer
+
+    server = KVServer("paged", capacity_tokens=64, block_size=16, width=4, max_new_tokens=77)
+    header, _ = P.decode_reply(server.handle(b"A", P.encode_request("ping", id=1)), 4)
+    assert header["ok"] and header["max_new_tokens"] == 77 and "max_n" in header, header

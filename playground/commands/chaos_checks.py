@@ -117,7 +117,8 @@ def _judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
     if obs.fault_at is not None:
         v.exit_s = obs.exited_at - obs.fault_at
         if parsed and t0 is not None:
-            v.detect_s = t0 + min(p[2] for p in parsed) - obs.fault_at
+            # at least 0: an inside fault's time is stamped by its rank, a few ms off the launcher's
+            v.detect_s = max(0.0, t0 + min(p[2] for p in parsed) - obs.fault_at)
     if run.fault in ("Ctrl-C", "SIGTERM", "launcher SIGKILL"):
         v.detect_s = None  # nothing failed: the run was stopped on purpose
     if run.fault in ("Ctrl-C", "SIGTERM"):

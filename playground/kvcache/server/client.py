@@ -13,7 +13,8 @@ Faults it notices, each a clear error within `timeout_s`:
   them, and the restart when the instance id changed);
 - a launched rank's run aborted by the launcher: `on_wait` (a Communicator's `check_abort`) is
   called between slices of every wait, as the communicator's own waits do, so a rank waiting for
-  the server answers the abort at once.
+  the server answers the abort at once; `on_timeout` makes its no-reply error (a launched rank's:
+  a CommTimeout naming the server's rank and host, which the launcher reads as whom it waited for).
 """
 
 import time
@@ -69,8 +70,10 @@ class KVClient:
         timeout_s: float = 10.0,
         ctx: zmq.Context | None = None,
         on_wait: Callable[[], None] | None = None,
+        on_timeout: Callable[[str], PlaygroundError] | None = None,
     ):
         self.address, self.timeout_s, self.on_wait = address, timeout_s, on_wait
+        self.on_timeout = on_timeout
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
@@ -84,7 +87,9 @@ class KVClient:
         self.submitted: dict[int, float] = {}  # generate request id -> perf_counter when sent
         self.unwanted: set = set()  # ids whose replies are dropped: pings not waited for, requests given up
 
-    def _no_reply(self, what: str) -> WaitTimeout:
+    def _no_reply(self, what: str) -> PlaygroundError:
+        if self.on_timeout is not None:
+            return self.on_timeout(what)
         return WaitTimeout(
             f"kvcache client: no reply to {what} from {self.address} in {self.timeout_s:.1f}s",
             what=f"the reply to {what} from {self.address}",

@@ -88,9 +88,25 @@ def start_server_thread(comm, endpoint: str, server: KVServer, name: str) -> Ser
 def rank_client(comm, address: str) -> KVClient:
     """A client rank's KVClient of rank 0's server: the scenario's timeout, and between the slices
     of every wait the launcher's abort, so that a rank waiting for the server (not in the
-    communicator) still stops within a slice when another rank fails, naming rank 0."""
+    communicator) still stops within a slice when another rank fails, naming rank 0; and a server
+    silent for the timeout is a CommTimeout waiting for rank 0 (its host named across hosts), as a
+    silent peer in the communicator is, so the launcher ranks it as a consequence of rank 0."""
+
+    def no_reply(what: str) -> CommTimeout:
+        return CommTimeout(
+            comm.rank,
+            "a kvcache server reply",
+            peer=0,
+            waited_s=comm.timeout_s,
+            what=f"rank 0's kvcache server to reply to {what} at {address}",
+            context=comm.op_context(0),
+        )
+
     return KVClient(
-        address, timeout_s=comm.timeout_s, on_wait=lambda: comm.check_abort(0, op="a kvcache server reply")
+        address,
+        timeout_s=comm.timeout_s,
+        on_wait=lambda: comm.check_abort(0, op="a kvcache server reply"),
+        on_timeout=no_reply,
     )
 
 

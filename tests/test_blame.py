@@ -6,7 +6,14 @@ rank that hung while its peers only timed out waiting for it is the root cause."
 from playground.core.errors import CommTimeout, PeerLost
 from playground.launcher.worker import _error_message
 from playground.rendezvous.coordinator import Coordinator
-from playground.rendezvous.failures import ABORT_GRACE_S, SETTLE_S, RankFailure, blame_order, is_explained
+from playground.rendezvous.failures import (
+    ABORT_GRACE_S,
+    SETTLE_S,
+    RankFailure,
+    blame_order,
+    is_explained,
+    link_waits_first,
+)
 
 
 def aborted_world(tmp_path, n: int, first: RankFailure) -> Coordinator:
@@ -84,3 +91,26 @@ def test_only_a_primary_failure_that_is_not_a_wait_explains_a_run():
     for kind in ("signal", "exit", "lost", "register"):
         assert is_explained([timeout, RankFailure(2, 1.0, kind, "...")])
     assert is_explained([RankFailure(2, 1.0, "error", "ValueError: x", error_type="ValueError")])
+
+
+def test_when_only_waits_failed_a_wait_across_the_drilled_link_comes_first():
+    """A delayed link kills nothing: every rank times out, and the first to may wait for a peer on
+    its own host. The root cause is a wait across the host the drill was done to."""
+
+    def wait(rank, peer):
+        return RankFailure(
+            rank, 1.0 + rank, "error", "CommTimeout: ...", waiting_for=peer, error_type="CommTimeout"
+        )
+
+    hosts = {0: "h0", 1: "h0", 2: "h1", 3: "h1", 4: "h2"}
+    same_host, across, across_drilled = wait(1, 0), wait(0, 4), wait(4, 3)
+    failures = [same_host, across, across_drilled]
+    assert link_waits_first(failures, hosts, {"h1": "delay of 30s added at 0.70s"}) == [
+        across_drilled,
+        across,
+        same_host,
+    ]
+    assert link_waits_first(failures, hosts, {}) == [across, across_drilled, same_host]
+    assert link_waits_first(failures, dict.fromkeys(hosts, "h0"), {}) == failures  # one host: as they came
+    killed = RankFailure(2, 0.5, "signal", "killed by SIGKILL")
+    assert link_waits_first([same_host, killed], hosts, {"h1": "..."}) == [same_host, killed]  # explained

@@ -104,6 +104,7 @@ def run_chaos(args) -> int:
         interrupted = True  # the run in progress was stopped by its own finally (its sessions killed)
     records = summary["records"]
     summary["table"] = chaos_report.rows(records)
+    summary["interrupted"] = interrupted
     _write(run_dir, summary)
     if records:
         render_table(chaos_report.table(records, f"chaos: {len(records)} runs, seed {seed}"), console)

@@ -21,6 +21,8 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - parallelism.md: `run train-pipeline` at 2 and 4 stages, GPipe and 1F1B over 1-16 micro-batches:
   the bubble against its formula and model, the activations held against theirs, torch's
   pipelining schedules beside ours (`parallelism_results`).
+- chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
+  detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
 
 The subcommands run as children (`python -P -m playground ...`, as a user would type them), so a
 crash in one is one failed section, named on the page, not a lost run.
@@ -40,6 +42,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from playground.commands import accuracy
+from playground.commands.chaos_results import chaos_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.training_results import training_section
 from playground.core.errors import ScenarioError
@@ -79,14 +82,15 @@ class Context:
         """Past `--max-minutes` since `started` (time.monotonic()): start no new piece."""
         return self.max_minutes is not None and time.monotonic() - started > 60 * self.max_minutes
 
-    def run(self, *args: str, timeout_s: float = 3600) -> subprocess.CompletedProcess:
-        """`python -m playground ARGS` as a child, its output shown as it goes; recorded for the page."""
+    def run(self, *args: str, timeout_s: float = 3600, ok=(EXIT_OK,)) -> subprocess.CompletedProcess:
+        """`python -m playground ARGS` as a child, its output shown as it goes; recorded for the page.
+        An exit status not in `ok` fails the section."""
         line = "python -m playground " + " ".join(args)
         self.commands.append(line)
         self.console.print(f"[bold]$ {escape(line)}[/bold]", highlight=False)
         proc = subprocess.run([*CHILD, *args], text=True, stdout=subprocess.PIPE, timeout=timeout_s)
         self.console.print(proc.stdout[-3000:], highlight=False, markup=False)
-        if proc.returncode != EXIT_OK:
+        if proc.returncode not in ok:
             raise ScenarioError(f"`{line}` exited with {proc.returncode}")
         return proc
 
@@ -181,6 +185,7 @@ SECTIONS = [
     Section(
         "parallelism", "parallelism.md", "Pipeline parallelism against its formulas", parallelism, 1.5, 4
     ),
+    Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
 ]
 
 
@@ -257,12 +262,12 @@ def add_results_parser(sub, func) -> None:
         "results",
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
         description="Runs bench table, the simulator against measurements, the lecture, training against "
-        "PyTorch DDP, the serving lab and pipeline parallelism, one after the other, and writes "
-        "docs/results/*.md headed by this machine; about 55 min (--quick: 14).",
+        "PyTorch DDP, the serving lab, pipeline parallelism and chaos runs, one after the other, and writes "
+        "docs/results/*.md headed by this machine; about 67 min (--quick: 15).",
     )
     r.add_argument(
         "--sections",
-        metavar="collectives,simulator,labs,training,serving,parallelism",
+        metavar="collectives,simulator,labs,training,serving,parallelism,chaos",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

@@ -34,7 +34,7 @@ import zmq
 
 from playground.config.fingerprint import mismatch_message
 from playground.core.errors import ScenarioMismatch
-from playground.rendezvous.failures import FailureDetection, LaunchOutcome, RankFailure
+from playground.rendezvous.failures import FailureDetection, LaunchOutcome, RankFailure, link_waits_first
 from playground.rendezvous.messages import MalformedControl, parse_control
 from playground.tracing.clocks import ProbeRound
 
@@ -85,7 +85,8 @@ class Coordinator(FailureDetection):
         self.on_fault = None  # callable(rank, msg): a rank asks for its drill (cut its link, ...)
 
     def outcome(self, interrupted: bool = False) -> LaunchOutcome:
-        return LaunchOutcome(self.results, self.failures, self.elapsed_s(), interrupted, self.events, self.t0)
+        failures = link_waits_first(self.failures, self.hosts, self.host_notes)
+        return LaunchOutcome(self.results, failures, self.elapsed_s(), interrupted, self.events, self.t0)
 
     # -- the loop --------------------------------------------------------------------------
     def serve(

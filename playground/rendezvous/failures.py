@@ -98,6 +98,26 @@ def is_explained(failures: list[RankFailure]) -> bool:
     return any(not f.secondary and not f.is_waiting for f in failures)
 
 
+def link_waits_first(
+    failures: list[RankFailure], hosts: dict[int, str], host_notes: dict[str, str]
+) -> list[RankFailure]:
+    """The failures with, when every primary one is a wait (nobody raised, died or hung: a slow link
+    looks like this), the wait most likely caused by a link first: one across a host something was
+    done to (a drill: `host_notes`), then one across hosts at all; else in the order they came. A
+    rank waiting for a peer on its own host waits for one that waits across a link, not on a link."""
+    if is_explained(failures) or len(set(hosts.values())) < 2:
+        return failures
+
+    def key(item: tuple[int, RankFailure]) -> tuple[int, int]:
+        i, f = item
+        ends = {hosts.get(f.rank), hosts.get(f.waiting_for)} if f.waiting_for is not None else set()
+        if f.secondary or len(ends) < 2:
+            return (2, i)
+        return (0 if ends & set(host_notes) else 1, i)
+
+    return [f for _, f in sorted(enumerate(failures), key=key)]
+
+
 def blame_order(silent: set[int], failures: list[RankFailure], gone: set[int]) -> list[int]:
     """The silent ranks, most likely cause first: the dead, then those their peers waited for."""
     waited_on = {f.waiting_for for f in failures if f.waiting_for is not None}

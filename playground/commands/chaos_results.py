@@ -1,0 +1,91 @@
+"""The results page of faults nobody chose: `python -m playground chaos` in pieces of PIECE_RUNS
+runs, one fixed seed each (seeds 1, 2, ...: every piece replays exactly), with `--hosts` where
+this process may build emulated hosts; then every piece's chaos.json merged into one table by fault
+kind (runs, passed, wrong root causes, leaks, bad exits, detection and exit p50/p99), the failed
+runs each with the command that replays it.
+
+A piece already measured is kept under `results --continue`, and `--max-minutes` starts no new one,
+so the 200 runs are measured in pieces of a few minutes on a shared machine. A failed run is a
+finding for the page, not a failed section: chaos's exit 1 is accepted here.
+"""
+
+import json
+import time
+from pathlib import Path
+
+from playground.commands import chaos_report
+from playground.core.errors import EmulationError
+from playground.core.rundir import EXIT_FAILED, EXIT_OK
+from playground.hosts import netns
+
+PIECE_RUNS = 25
+FULL_PIECES = 8  # 200 runs
+QUICK_RUNS = 10
+
+
+def _can_emulate() -> bool:
+    try:
+        netns.check_can_emulate()
+        return True
+    except EmulationError:
+        return False
+
+
+def read_pieces(work: Path) -> list[dict]:
+    """Every finished chaos.json under `work` (one per piece), oldest first."""
+    out = []
+    for path in sorted(work.glob("*/*-chaos/chaos.json")):
+        summary = json.loads(path.read_text())
+        if "table" in summary and not summary.get("interrupted"):  # a piece that ran to its end
+            out.append(summary)
+    return out
+
+
+def chaos_section(ctx) -> str:
+    """Run the pieces not measured yet, then the page's body from all of them."""
+    hosts = _can_emulate() and not ctx.quick
+    pieces = [(1, QUICK_RUNS)] if ctx.quick else [(seed, PIECE_RUNS) for seed in range(1, FULL_PIECES + 1)]
+    started = time.monotonic()
+    for seed, runs in pieces:
+        out = ctx.work / f"seed-{seed}"
+        if read_pieces(out):
+            continue  # measured by an earlier `results --continue`
+        if ctx.out_of_time(started):
+            break
+        args = [
+            "chaos",
+            "--runs",
+            str(runs),
+            "--seed",
+            str(seed),
+            *(["--hosts"] if hosts else []),
+            "--out",
+            str(out),
+        ]
+        ctx.run(*args, timeout_s=1800, ok=(EXIT_OK, EXIT_FAILED))
+    return page(read_pieces(ctx.work), len(pieces))
+
+
+def page(summaries: list[dict], planned: int) -> str:
+    records = [r for s in summaries for r in s["records"]]
+    if not records:
+        return "No chaos run was measured yet: rerun `python -m playground results --sections chaos --continue`.\n"
+    failed = [r for r in records if not r["verdict"]["ok"]]
+    missed = sum(r["verdict"]["missed"] for r in records)
+    hosts = "on emulated hosts (`--hosts`: host faults too)" if summaries[0]["hosts"] else "on one host"
+    lines = [
+        f"{len(records)} runs {hosts}, in {len(summaries)} of {planned} pieces of fixed seeds "
+        f"({', '.join(str(s['seed']) for s in summaries)}); each run a drawn workload, rank count and "
+        f"size, and one fault at a drawn moment. {len(records) - len(failed) - missed} passed every check, "
+        f"{len(failed)} failed, {missed} missed (the workload ended before its fault's moment).\n",
+        "Detection is the time from the fault to the first failure the launcher recorded (for a KV "
+        "client of the standalone server: to the first client's error); exit, to the launcher's (or "
+        "last client's) exit. Ctrl-C, SIGTERM and a SIGKILLed launcher fail no rank: only their exit "
+        "is timed. Percentiles are nearest-rank (p99 of fewer than 100 runs is their maximum).\n",
+        chaos_report.markdown(records),
+    ]
+    if failed:
+        lines.append("**Failed runs**\n")
+        lines += [f"- {line.replace(chr(10) + '    ', ' ')}" for line in chaos_report.failed_lines(failed)]
+        lines.append("")
+    return "\n".join(lines)

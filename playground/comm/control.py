@@ -81,7 +81,7 @@ class LauncherServices:
             self.control.progress(done, total, label)
 
 
-HEARTBEAT_INTERVAL_S = 0.5
+HEARTBEAT_INTERVAL_S = 0.25
 
 
 class Heartbeat:

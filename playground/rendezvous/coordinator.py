@@ -17,7 +17,7 @@ the total when the loop ends. A well-formed message that cannot fit this run (a 
 0..N-1, ranks that resolved different scenarios) fails the run with one clear error, and a rank
 that registers after the run was aborted is told so at once.
 
-With emulated hosts (`heartbeat_lost_s` set) every rank also beats every 0.5 s on its own socket
+With emulated hosts (`heartbeat_lost_s` set) every rank also beats every 0.25 s on its own socket
 (the failure side declares a silent one lost). The launcher's host drills hook in here: `timers`
 run at a time after every rank registered, `on_fault` answers a rank's drill request, and `events`
 records what was done to the cluster, for result.json.
@@ -38,7 +38,7 @@ from playground.rendezvous.failures import FailureDetection, LaunchOutcome, Rank
 from playground.rendezvous.messages import MalformedControl, parse_control
 from playground.tracing.clocks import ProbeRound
 
-POLL_MS = 200  # longest single wait of the loop; deadlines are checked between waits
+POLL_MS = 100  # longest single wait of the loop; deadlines, heartbeats, process states between
 REPORT_GRACE_S = 0.5  # how long a rank seen gone may still have its last report in flight
 MAX_DRAIN = 1000  # messages handled between deadline checks, so a flood cannot starve them
 

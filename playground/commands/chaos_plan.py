@@ -144,8 +144,7 @@ def replay_command(seed: int, index: int, hosts: bool) -> str:
 def draw(seed: int, index: int, hosts: bool) -> ChaosRun:
     """Run `index` (1-based) of seed `seed`: a function of the two alone."""
     rng = random.Random(f"chaos-{seed}-{index}")
-    workloads = [w for w in WORKLOADS if w.launched or not hosts]
-    workload = rng.choice(workloads)
+    workload = rng.choice(WORKLOADS)  # the standalone server runs on this host, with --hosts too
     faults = list(workload.faults) + (list(HOST_FAULTS) * 2 if hosts and workload.launched else [])
     fault = rng.choice(faults)
     ranks = rng.choice(workload.ranks)

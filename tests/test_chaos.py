@@ -14,7 +14,7 @@ import pytest
 
 from playground.cli import main
 from playground.cli.testing import PLAYGROUND, subprocess_env
-from playground.commands import chaos_exec, chaos_kvserver, chaos_report
+from playground.commands import chaos_exec, chaos_kvserver, chaos_report, chaos_results
 from playground.commands.chaos_checks import judge, parse_headline
 from playground.commands.chaos_plan import draw, outside, replay_command
 from playground.core.rundir import EXIT_BAD_INPUT
@@ -110,3 +110,29 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, runs_dir, argv, s
     err = capsys.readouterr().err
     assert err.startswith(f"error: {says}") and err.count("\n") == 1, err
     assert not runs_dir.exists()  # refused before anything was made
+
+
+def test_the_results_page_merges_the_finished_pieces(tmp_path):
+    def record(index, fault, ok, detect_s):
+        verdict = {"ok": ok, "missed": False, "root_ok": ok, "leaks": [], "detect_s": detect_s, "exit_s": 0.3}
+        verdict["problems"] = [] if ok else ["wrong root cause: rank 0 ..."]
+        return {"run": {"index": index, "fault": fault}, "describe": f"#{index}", "verdict": verdict,
+                "replay": replay_command(2, index, True)}  # fmt: skip
+
+    pieces = {
+        "seed-1": {"seed": 1, "hosts": True, "table": [], "records": [record(1, "kill", True, 0.01)]},
+        "seed-2": {"seed": 2, "hosts": True, "table": [], "records": [record(1, "kill", False, 0.03)]},
+        "seed-3": {"seed": 3, "hosts": True, "records": [record(1, "hang", True, 4.0)]},  # stopped half-way
+    }
+    for name, summary in pieces.items():
+        (tmp_path / name / "20261204-000000-chaos").mkdir(parents=True)
+        (tmp_path / name / "20261204-000000-chaos" / "chaos.json").write_text(json.dumps(summary))
+    summaries = chaos_results.read_pieces(tmp_path)
+    assert [s["seed"] for s in summaries] == [1, 2]
+    text = chaos_results.page(summaries, 8)
+    assert text.startswith("2 runs on emulated hosts") and "in 2 of 8 pieces of fixed seeds (1, 2)" in text
+    assert "| kill | 2 | 1 | 0 | 1 | 0 | 0 | 0.01 | 0.03 | 0.30 |" in text
+    assert (
+        "- run 1 (#1): wrong root cause: rank 0 ... replay: python -m playground chaos --seed 2 --only 1 --hosts"
+        in text
+    )

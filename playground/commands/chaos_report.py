@@ -36,10 +36,38 @@ def _bad_exit(problems: list[str]) -> bool:
     )
 
 
+# The standalone KV server's faults are rows of their own: its clients can only time out on a dead
+# server, where the labs' ranks hear of a dead server rank from the launcher at once.
+STANDALONE = {
+    "server killed": "outside: SIGKILL to the standalone KV server; its clients can only time out",
+    "client killed": "outside: SIGKILL to a standalone client mid-request; the others must finish and "
+    "the server free its requests and blocks after the lease",
+}
+IN_A_LAB = {
+    "server killed": "outside: SIGKILL to the KV server rank (rank 0 of serving or kvcache)",
+    "client killed": "outside: SIGKILL to a client rank of serving or kvcache, mid-request",
+}
+KINDS = {}
+for _kind, _what in FAULTS.items():
+    KINDS[_kind] = IN_A_LAB.get(_kind, _what)
+    if _kind in STANDALONE:
+        KINDS[f"{_kind} (standalone)"] = STANDALONE[_kind]
+
+
+def kind_of(record: dict) -> str:
+    """The table row of a run: its fault, told apart for the standalone server."""
+    fault = record["run"]["fault"]
+    return (
+        f"{fault} (standalone)"
+        if f"{fault} (standalone)" in KINDS and record["run"].get("workload") == "kvserver"
+        else fault
+    )
+
+
 def rows(records: list[dict]) -> list[dict]:
-    """One row per fault kind that occurred (in FAULTS' order), and a total."""
+    """One row per fault kind that occurred (in KINDS' order), and a total."""
     out = []
-    groups = [(kind, [r for r in records if r["run"]["fault"] == kind]) for kind in FAULTS]
+    groups = [(kind, [r for r in records if kind_of(r) == kind]) for kind in KINDS]
     for kind, group in [*(g for g in groups if g[1]), ("all", records)]:
         verdicts = [r["verdict"] for r in group]
         detect = [v["detect_s"] for v in verdicts if v["detect_s"] is not None]
@@ -78,8 +106,8 @@ def markdown(records: list[dict]) -> str:
             for k in COLUMNS
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    seen = {r["run"]["fault"] for r in records}
-    lines += ["", *(f"- **{kind}**: {what}" for kind, what in FAULTS.items() if kind in seen)]
+    seen = {kind_of(r) for r in records}
+    lines += ["", *(f"- **{kind}**: {what}" for kind, what in KINDS.items() if kind in seen)]
     return "\n".join(lines) + "\n"
 
 

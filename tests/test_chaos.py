@@ -124,12 +124,17 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
         "seed-2": {"seed": 2, "hosts": True, "table": [], "records": [record(1, "kill", False, 0.03)]},
         "seed-3": {"seed": 3, "hosts": True, "records": [record(1, "hang", True, 4.0)]},  # stopped half-way
     }
+    pieces["seed-10"] = pieces["seed-1"]  # seeds in number order, not as strings
     for name, summary in pieces.items():
         (tmp_path / name / "20261204-000000-chaos").mkdir(parents=True)
         (tmp_path / name / "20261204-000000-chaos" / "chaos.json").write_text(json.dumps(summary))
+    measured_again = tmp_path / "seed-2" / "20261204-010000-chaos"  # a later run of a piece replaces it
+    measured_again.mkdir()
+    (measured_again / "chaos.json").write_text(json.dumps(pieces["seed-2"]))
     summaries = chaos_results.read_pieces(tmp_path)
-    assert [s["seed"] for s in summaries] == [1, 2]
-    text = chaos_results.page(summaries, 8)
+    assert [s["seed"] for s in summaries] == [1, 2, 1]
+    assert chaos_results.finished_piece(tmp_path / "seed-3") is None
+    text = chaos_results.page(summaries[:2], 8)
     assert text.startswith("2 runs on emulated hosts") and "in 2 of 8 pieces of fixed seeds (1, 2)" in text
     assert "| kill | 2 | 1 | 0 | 1 | 0 | 0 | 0.01 | 0.03 | 0.30 |" in text
     assert (

@@ -31,14 +31,19 @@ def _can_emulate() -> bool:
         return False
 
 
-def read_pieces(work: Path) -> list[dict]:
-    """Every finished chaos.json under `work` (one per piece), oldest first."""
-    out = []
-    for path in sorted(work.glob("*/*-chaos/chaos.json")):
+def finished_piece(out: Path) -> dict | None:
+    """The last chaos.json under `out` (one piece's --out) of a command that ran to its end."""
+    for path in sorted(out.glob("*-chaos/chaos.json"), reverse=True):
         summary = json.loads(path.read_text())
-        if "table" in summary and not summary.get("interrupted"):  # a piece that ran to its end
-            out.append(summary)
-    return out
+        if "table" in summary and not summary.get("interrupted"):
+            return summary
+    return None
+
+
+def read_pieces(work: Path) -> list[dict]:
+    """Every finished piece under `work` (seed-S/), by seed; a piece measured again counts once."""
+    dirs = sorted(work.glob("seed-*"), key=lambda d: int(d.name.split("-")[1]))
+    return [s for d in dirs if (s := finished_piece(d)) is not None]
 
 
 def chaos_section(ctx) -> str:
@@ -48,7 +53,7 @@ def chaos_section(ctx) -> str:
     started = time.monotonic()
     for seed, runs in pieces:
         out = ctx.work / f"seed-{seed}"
-        if read_pieces(out):
+        if finished_piece(out) is not None:
             continue  # measured by an earlier `results --continue`
         if ctx.out_of_time(started):
             break

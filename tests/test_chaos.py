@@ -48,6 +48,18 @@ def test_a_killed_rank_of_each_kind_is_the_root_cause(tmp_path, workload, ranks,
     assert verdict.leaks == []
 
 
+@pytest.mark.parametrize(("workload", "rank"), [("train", 1), ("kvcache", 0), ("kvcache", 1)])
+def test_a_stopped_rank_is_named_by_its_process_state(tmp_path, workload, rank):
+    """SIGSTOP: the rank can neither work nor answer; the launcher sees state T, not a timeout."""
+    run = outside(workload, 2 if workload == "train" else 3, "SIGSTOP", rank, after_s=0.5)
+    obs = chaos_exec.execute(run, tmp_path)
+    root = parse_headline(obs.result["failures"][0])
+    assert obs.exit_code == 1 and root is not None, obs.stderr[-2000:]
+    assert root[0] == rank and "stopped (SIGSTOP or Ctrl-Z: process state T)" in root[3], root
+    verdict = judge(run, obs, {})
+    assert verdict.ok, verdict.problems
+
+
 def test_a_restarted_server_fails_the_lost_requests_within_the_clients_timeout(tmp_path):
     run = outside("kvserver", 2, "server restarted", 0, after_s=0.3)
     obs = chaos_kvserver.execute(run, tmp_path)
@@ -120,9 +132,29 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
                 "replay": replay_command(2, index, True)}  # fmt: skip
 
     pieces = {
-        "seed-1": {"seed": 1, "hosts": True, "table": [], "records": [record(1, "kill", True, 0.01)]},
-        "seed-2": {"seed": 2, "hosts": True, "table": [], "records": [record(1, "kill", False, 0.03)]},
-        "seed-3": {"seed": 3, "hosts": True, "records": [record(1, "hang", True, 4.0)]},  # stopped half-way
+        "seed-1": {
+            "seed": 1,
+            "hosts": True,
+            "command": "chaos --seed 1",
+            "elapsed_s": 70.0,
+            "table": [],
+            "records": [record(1, "kill", True, 0.01)],
+        },
+        "seed-2": {
+            "seed": 2,
+            "hosts": True,
+            "command": "chaos --seed 2",
+            "elapsed_s": 70.0,
+            "table": [],
+            "records": [record(1, "kill", False, 0.03)],
+        },
+        "seed-3": {
+            "seed": 3,
+            "hosts": True,
+            "command": "chaos --seed 3",
+            "elapsed_s": 70.0,
+            "records": [record(1, "hang", True, 4.0)],
+        },  # stopped half-way
     }
     pieces["seed-10"] = pieces["seed-1"]  # seeds in number order, not as strings
     for name, summary in pieces.items():

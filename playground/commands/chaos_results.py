@@ -36,7 +36,11 @@ def finished_piece(out: Path) -> dict | None:
     for path in sorted(out.glob("*-chaos/chaos.json"), reverse=True):
         summary = json.loads(path.read_text())
         if "table" in summary and not summary.get("interrupted"):
-            return summary
+            stamp = path.parent.name  # YYYYMMDD-HHMMSS-chaos: when the piece started
+            return {
+                **summary,
+                "started": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}",
+            }
     return None
 
 
@@ -53,8 +57,10 @@ def chaos_section(ctx) -> str:
     started = time.monotonic()
     for seed, runs in pieces:
         out = ctx.work / f"seed-{seed}"
-        if finished_piece(out) is not None:
-            continue  # measured by an earlier `results --continue`
+        kept = finished_piece(out)
+        if kept is not None:  # measured by an earlier `results --continue`
+            ctx.commands.append(f"{kept['command']} --out {out}  # kept: measured {kept['started']}")
+            continue
         if ctx.out_of_time(started):
             break
         args = [

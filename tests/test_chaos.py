@@ -166,6 +166,7 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
     summaries = chaos_results.read_pieces(tmp_path)
     assert [s["seed"] for s in summaries] == [1, 2, 1]
     assert chaos_results.finished_piece(tmp_path / "seed-3") is None
+    assert summaries[1]["started"] == "2026-12-04 01:00"  # the piece measured again, its own date
     text = chaos_results.page(summaries[:2], 8)
     assert text.startswith("2 runs on emulated hosts") and "in 2 of 8 pieces of fixed seeds (1, 2)" in text
     assert "| kill | 2 | 1 | 0 | 1 | 0 | 0 | 0.01 | 0.03 | 0.30 |" in text

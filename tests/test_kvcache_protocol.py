@@ -54,7 +54,7 @@ def test_field_checks_name_the_field():
         P.get_int(h, "seq_id")
     with pytest.raises(P.ProtocolError, match="'num_children' must be an integer >= 1, got nothing"):
         P.get_int(h, "num_children", minimum=1)
-    assert P.get_int(h, "max_new_tokens", optional=True) is None
+    assert P.get_optional_int(h, "max_new_tokens") is None
     with pytest.raises(P.ProtocolError, match="list of integers"):
         P.get_int_list({"op": "free", "seq_ids": [1, True]}, "seq_ids")
 

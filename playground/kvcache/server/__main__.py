@@ -71,12 +71,14 @@ def main(argv=None) -> int:
         width = args.width if args.width is not None else (None if model is not None else 8)
         if model is None and (args.layers or args.heads):
             layers, heads = args.layers or 1, args.heads or 1
+            assert width is not None  # no model: the width given, or 8
             if width % (2 * layers * heads):
                 raise UsageError(
                     f"{width} is not layers x 2 x heads x head_dim for {layers} layers, {heads} heads",
                     field="--width",
                 )
             layout = KVLayout(layers, heads, width // (2 * layers * heads))
+        server: KVServer
         if model is not None:
             server = ModelServer(
                 args.policy,

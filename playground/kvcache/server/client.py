@@ -154,6 +154,7 @@ class KVClient:
     def attend(self, seq_ids: list[int], layer: int, q: np.ndarray) -> np.ndarray:
         """Each query q[i] (heads, head_dim) over all of sequence seq_ids[i]'s tokens."""
         header, out = self.check("attend", q, seq_ids=seq_ids, layer=layer)
+        assert out is not None, "an attend reply carries its output"
         return out.reshape(len(seq_ids), header["heads"], header["head_dim"])
 
     def submit(self, prompt, max_new_tokens: int, **fields) -> int:
@@ -176,7 +177,8 @@ class KVClient:
         something in the last lease_s / 3 (at most timeout_s / 3) it pings, replies arriving or
         not. WaitTimeout if the server answers nothing, not even a ping, for timeout_s; ServerLost
         if a ping's reply shows that requests sent before it are lost (module docstring)."""
-        pending, out, pings = set(ids), {}, set()
+        pending, pings = set(ids), set()
+        out: dict[int, dict] = {}
         every_s = min(self.timeout_s, self.lease_s or self.timeout_s) / 3
         heard_s = sent_s = time.monotonic()
         try:
@@ -200,7 +202,7 @@ class KVClient:
                 if reply_id in pings:
                     pings.discard(reply_id)
                     self._check_held(pending, reply_id, header, before)
-                elif reply_id in pending:
+                elif isinstance(reply_id, int) and reply_id in pending:
                     pending.discard(reply_id)
                     sent = self.submitted.pop(reply_id)
                     self.latencies_us["generate"].append((time.perf_counter() - sent) * 1e6)
@@ -265,13 +267,15 @@ class LocalClient(KVClient):
         self.next_id = 0
         self.latencies_us = defaultdict(list)
         self.width, self.lease_s = server.width, server.lease_s
-        self.submitted, self.outbox = {}, []
+        self.submitted: dict[int, float] = {}
+        self.outbox: list[dict] = []  # reply headers not collected yet
 
     def call(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:
         self.next_id += 1
         t0 = time.perf_counter_ns()
         frames = self.server.handle(self.identity, P.encode_request(op, kv, id=self.next_id, **fields))
         self.latencies_us[op].append((time.perf_counter_ns() - t0) / 1000)
+        assert frames is not None, f"{op} is answered at once"
         return P.decode_reply(frames, self.width if op == "read" else None)
 
     def submit(self, prompt, max_new_tokens: int, **fields) -> int:

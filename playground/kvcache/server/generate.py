@@ -112,9 +112,9 @@ class ModelServer(KVServer):
         prompt = P.get_prompt(h, config.vocab_size)
         params = SamplingParams(
             max_new_tokens=P.get_int(h, "max_new_tokens", minimum=1),
-            n=P.get_int(h, "n", minimum=1, optional=True) or 1,
+            n=P.get_optional_int(h, "n", minimum=1) or 1,
             temperature=P.get_number(h, "temperature", minimum=0.0, default=0.0),
-            seed=P.get_int(h, "seed", optional=True) or 0,
+            seed=P.get_optional_int(h, "seed") or 0,
             share_prompt=P.get_bool(h, "share_prompt", default=True),
         )
         if params.max_new_tokens > self.max_new_tokens:

@@ -32,7 +32,7 @@ class KVServer:
         policy: str = "paged",
         capacity_tokens: int = 200_000,
         block_size: int = 16,
-        width: int = 8,
+        width: int | None = 8,
         lease_s: float | None = 30.0,
         enable_prefix_caching: bool = False,
         max_new_tokens: int = 2048,
@@ -52,6 +52,8 @@ class KVServer:
         )
         if layout is not None and width in (None, layout.width):
             width = layout.width
+        if width is None:
+            raise ValueError("KVServer: width = None needs a layout")
         self.block_size, self.width, self.lease_s = block_size, width, lease_s
         self.max_new_tokens = max_new_tokens
         self.pool = KVPool(self.policy.capacity_slots, width, layout)
@@ -167,7 +169,7 @@ class KVServer:
     def _op_create(self, client, req) -> dict:
         h = req.header
         n = P.get_int(h, "num_tokens", minimum=1)
-        max_new = P.get_int(h, "max_new_tokens", optional=True)
+        max_new = P.get_optional_int(h, "max_new_tokens")
         tokens = h.get("tokens")
         if tokens is not None and (not isinstance(tokens, list) or len(tokens) != n):
             raise P.ProtocolError(P.BAD_REQUEST, f"create: field 'tokens' must be a list of {n} token ids")
@@ -278,7 +280,7 @@ class KVServer:
             "_kv": out,
         }
 
-    def _op_generate(self, client, req) -> dict:
+    def _op_generate(self, client, req) -> dict | None:  # None: answered later (ModelServer)
         raise P.ProtocolError(
             P.NO_MODEL, "generate: this server serves no model (start it with --model FILE or --random-model)"
         )

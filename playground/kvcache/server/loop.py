@@ -6,13 +6,28 @@ an engine step, expire leases. A `generate` reply is sent when its request finis
 that asked, with a REQ client's delimiter frame.
 """
 
+from typing import Protocol
+
 import zmq
 
 from playground.kvcache.server import protocol as P
-from playground.kvcache.server.kv_ops import KVServer
 
 
-def serve(server: KVServer, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 50) -> None:
+class Served(Protocol):
+    """What the loop needs of a server: a KVServer, or thread.ServerThread standing in for one."""
+
+    @property
+    def errors(self) -> dict[str, int]: ...
+    @property
+    def last_seen(self) -> dict[bytes, float]: ...
+    def handle(self, client: bytes, frames: list) -> list[bytes] | None: ...
+    def error_frames(self, req_id, code: str, message: str) -> list[bytes]: ...
+    def has_work(self) -> bool: ...
+    def step(self) -> list[tuple[bytes, list[bytes]]]: ...
+    def expire_leases(self) -> list[int]: ...
+
+
+def serve(server: Served, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 50) -> None:
     """Answer requests on a ROUTER socket until stop() is true, running an engine step between
     two polls while the engine has work; never blocks longer than poll_ms. `server` is a KVServer
     or a stand-in for one (thread.ServerThread, whose server is swapped between policies)."""

@@ -138,7 +138,7 @@ def scan_id(text: str):
             depth -= 1
         else:
             try:
-                key, pos = json.decoder.scanstring(text, pos)
+                key, pos = json.decoder.scanstring(text, pos)  # type: ignore[attr-defined]  # public, unstubbed
             except ValueError:
                 return None
             colon = _COLON.match(text, pos)
@@ -179,9 +179,11 @@ def decode_reply(frames: list, width: int | None = None) -> tuple[dict, np.ndarr
 
 
 # -- field checks: each names the field and what is allowed -----------------------------------
-def get_int(header: dict, name: str, minimum: int = 0, optional: bool = False) -> int | None:
-    if name not in header and optional:
-        return None
+def get_optional_int(header: dict, name: str, minimum: int = 0) -> int | None:
+    return get_int(header, name, minimum) if name in header else None
+
+
+def get_int(header: dict, name: str, minimum: int = 0) -> int:
     value = header.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ProtocolError(

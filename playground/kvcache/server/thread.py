@@ -26,32 +26,39 @@ class ServerThread(threading.Thread):
 
     def __init__(self, bind: str):
         super().__init__(name="kvcache-server", daemon=True)
-        self.bind, self.address, self.error = bind, None, None
+        self.bind = bind
+        self.address: str | None = None
+        self.error: str | None = None
         self.server: KVServer | None = None
         self.ready, self.stopping = threading.Event(), threading.Event()
 
-    def handle(self, client, frames):
-        return self.server.handle(client, frames)
+    @property
+    def live(self) -> KVServer:
+        assert self.server is not None, "a policy's server is set before the clients are let in"
+        return self.server
 
-    def expire_leases(self):
-        return self.server.expire_leases()
+    def handle(self, client: bytes, frames: list) -> list[bytes] | None:
+        return self.live.handle(client, frames)
 
-    def error_frames(self, req_id, code, message):
-        return self.server.error_frames(req_id, code, message)
+    def expire_leases(self) -> list[int]:
+        return self.live.expire_leases()
 
-    def has_work(self):
-        return self.server.has_work()
+    def error_frames(self, req_id, code: str, message: str) -> list[bytes]:
+        return self.live.error_frames(req_id, code, message)
 
-    def step(self):
-        return self.server.step()
+    def has_work(self) -> bool:
+        return self.live.has_work()
+
+    def step(self) -> list[tuple[bytes, list[bytes]]]:
+        return self.live.step()
 
     @property
-    def errors(self):
-        return self.server.errors
+    def errors(self) -> dict[str, int]:
+        return self.live.errors
 
     @property
-    def last_seen(self):
-        return self.server.last_seen
+    def last_seen(self) -> dict[bytes, float]:
+        return self.live.last_seen
 
     def run(self):
         ctx = zmq.Context()

@@ -15,6 +15,8 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   is, beside the same run at a constant learning rate); `run train-modes --baseline ddp` (and
   train-large) at 2 and 4 ranks, alternating round by round: our bucketed step against PyTorch
   DDP's; then tokens/s at 1, 2, 4 ranks and across two emulated hosts (as root).
+- steptime.md: `run train-modes` at 2 and 4 ranks, every mode's measured step beside the step-time
+  model's from the calibration, the ratio per mode and rank count (`steptime_results`).
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
   contiguous at two row sizes, decode throughput vs batch, the lecture's 4.6 requests under one KV
   budget per policy, n samples forked vs copied, a shared system prompt with prefix caching.
@@ -44,6 +46,7 @@ from rich.markup import escape
 from playground.commands import accuracy
 from playground.commands.chaos_results import chaos_section
 from playground.commands.parallelism_results import parallelism
+from playground.commands.steptime_results import steptime_section
 from playground.commands.training_results import training_section
 from playground.core.errors import ScenarioError
 from playground.core.machine import describe_machine
@@ -181,6 +184,7 @@ SECTIONS = [
     Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
+    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
     Section(
         "parallelism", "parallelism.md", "Pipeline parallelism against its formulas", parallelism, 1.5, 4
@@ -262,12 +266,12 @@ def add_results_parser(sub, func) -> None:
         "results",
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
         description="Runs bench table, the simulator against measurements, the lecture, training against "
-        "PyTorch DDP, the serving lab, pipeline parallelism and chaos runs, one after the other, and writes "
-        "docs/results/*.md headed by this machine; about 67 min (--quick: 15).",
+        "PyTorch DDP, the training step against its model, the serving lab, pipeline parallelism and chaos runs, one after the other, and writes "
+        "docs/results/*.md headed by this machine; about 71 min (--quick: 16).",
     )
     r.add_argument(
         "--sections",
-        metavar="collectives,simulator,labs,training,serving,parallelism,chaos",
+        metavar="collectives,simulator,labs,training,steptime,serving,parallelism,chaos",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

@@ -39,7 +39,9 @@ def train_mode(
                     "optimizer_s": t.optimizer_s,
                     "step_s": t.step_s,
                     "allreduce_s": t.allreduce_s,
+                    "compute_cpu_s": t.compute_cpu_s,
                     "check_s": checks.seconds,
+                    "step_start": t.step_start,
                     "backward_end": t.backward_end,
                 }
             )

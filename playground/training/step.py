@@ -69,13 +69,15 @@ class StepTimes:
     ZeRO's collectives) took wherever they ran, hidden or not."""
 
     loss: float
-    backward_end: float  # time.monotonic() when backward ended: one clock for the ranks of one host
+    step_start: float  # time.monotonic() when the step began: one clock for the ranks of one host
+    backward_end: float  # and when backward ended
     forward_s: float
     backward_s: float
     comm_s: float
     optimizer_s: float
     step_s: float
     allreduce_s: float
+    compute_cpu_s: float  # the CPU time of forward, backward and the optimizer on this thread
 
 
 class DataParallel:
@@ -95,26 +97,36 @@ class DataParallel:
         def span(piece: str):
             return tracer.span(piece, cat="compute", mode=name, step=step)
 
-        t0 = time.perf_counter()
+        cpu0, t0, step_start = time.thread_time(), time.perf_counter(), time.monotonic()
         loss = self.model.forward(inputs, targets, loss_denominator=self.setup.global_tokens, span=span)
         t1 = time.perf_counter()
         gradients.begin(step)
         self.model.backward(gradients.on_grad_ready, span=span)
-        t2, backward_end = time.perf_counter(), time.monotonic()
+        t2, backward_end, cpu2 = time.perf_counter(), time.monotonic(), time.thread_time()
         gradients.reduce()
         reduced = time.perf_counter()
         if check is not None:
             check(loss, gradients.reductions())
         t3 = time.perf_counter()
+        cpu3 = time.thread_time()
         with span("optimizer"):
             gradients.update()
-        t4 = time.perf_counter()
+        t4, cpu4 = time.perf_counter(), time.thread_time()
         gradients.gather()
         t5 = time.perf_counter()
         comm_s = (reduced - t2) + (t5 - t4)
         step_s = (t5 - t0) - (t3 - reduced)
         return StepTimes(
-            loss, backward_end, t1 - t0, t2 - t1, comm_s, t4 - t3, step_s, gradients.collective_s
+            loss,
+            step_start,
+            backward_end,
+            t1 - t0,
+            t2 - t1,
+            comm_s,
+            t4 - t3,
+            step_s,
+            gradients.collective_s,
+            (cpu2 - cpu0) + (cpu4 - cpu3),
         )
 
     def close(self) -> None:

@@ -1,52 +1,131 @@
-"""A step's predicted time: compute as measured, communication from the alpha-beta-gamma model.
+"""A step's predicted time: compute as measured, communication from this machine's calibration.
 
-The compute of a step (forward, backward, optimizer) is what the run measured; the communication
-is what `playground.models.costs` predicts on this machine's calibrated link for the mode's
-collectives: one all-reduce per bucket (per_tensor: per parameter; after_backward: one of
-everything), or ZeRO-1's reduce-scatter plus all-gather of the whole buffer. Then, as the
-lecture's section 3.5 puts it:
+A step ends when its last rank ends it, so the model starts from the last rank's forward and
+backward of each step (measured: the work itself is not what this model is about) and adds what
+the calibration says the mode's collectives cost: one all-reduce per bucket (per_tensor: per
+parameter; after_backward: one of everything), or ZeRO-1's reduce-scatter plus all-gather of the
+whole buffer (a ring all-reduce's two halves). As the lecture's section 3.5 puts it:
 
     serial      = forward + backward + comm + optimizer        (nothing overlaps)
-    overlapped  = forward + max(backward, comm) + optimizer    (the all-reduces run during backward)
+    overlapped  = forward + backward + exposed + optimizer     (the all-reduces run during backward)
 
-The overlapped form is the best case: the last bucket cannot start before backward ends, so at
-least its all-reduce is always exposed, and here the communication thread needs the same cores as
-the compute (no NIC or copy engine moves the data), so backward itself stretches. `departure`
-says which of these the measurement shows.
+where `exposed` is the tail of a two-stage pipeline (`bucket_tail_s`): bucket b's all-reduce starts
+once backward has produced it (at its share of backward's bytes) and the previous one is done, so
+at least the last bucket's all-reduce is always exposed.
+
+Contention, the part an idle-machine formula leaves out (`cores_for`): the ranks run on the cores
+they actually got, the CPU time of their compute over its wall time (the machine's usable cores at
+most; fewer when other processes share it). Where the ranks outnumber those cores, a collective's
+time is the simulator's on the calibrated host (time slices, wake-ups, shared memory bandwidth),
+not the closed form. During backward the communication threads also compete with the ranks'
+compute threads, each runnable thread taking an equal share, so the overlapped all-reduces get half
+the cores (`Contention.overlapped_cores`).
 """
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from playground.collectives import registry
 from playground.collectives.auto import choose_allreduce
 from playground.models.costs import Link, allgather_ring_time_s, reduce_scatter_ring_time_s
 from playground.training.modes import Mode
 
+# (collective, algorithm, bytes, ranks, cores) -> seconds
+CollectiveCost = Callable[[str, str, float, int, int], float]
+
 
 def comm_time_s(
     mode: Mode, bucket_bytes: list[int], total_bytes: int, num_ranks: int, link: Link, algorithm: str
 ) -> float:
-    """The model's time of one step's collectives in `mode` (0 on one rank): ZeRO-1's (a sharded
-    mode) reduce-scatter and all-gather of everything, else one all-reduce per bucket."""
+    """The closed forms' time of one step's collectives in `mode` on an idle `link` (0 on one rank):
+    ZeRO-1's (a sharded mode) reduce-scatter and all-gather of everything, else one all-reduce per
+    bucket."""
     if num_ranks < 2:
         return 0.0
     if mode.sharded:
         return reduce_scatter_ring_time_s(total_bytes, num_ranks, link) + allgather_ring_time_s(
             total_bytes, num_ranks, link
         )
-    total = 0.0
-    for n in bucket_bytes:
-        algo = choose_allreduce(n, num_ranks) if algorithm == registry.AUTO else algorithm
-        total += registry.collective_time_s("allreduce", algo, n, num_ranks, link)
-    return total
+    return sum(
+        registry.collective_time_s("allreduce", _algorithm(algorithm, n, num_ranks), n, num_ranks, link)
+        for n in bucket_bytes
+    )
+
+
+def _algorithm(algorithm: str, size_bytes: float, num_ranks: int) -> str:
+    return choose_allreduce(size_bytes, num_ranks) if algorithm == registry.AUTO else algorithm
+
+
+def cores_for(num_ranks: int, cores: int, compute_cpu_s: float, compute_wall_s: float) -> int:
+    """The cores the ranks ran on: N x (their compute's CPU time / its wall time), rounded, between
+    1 and the machine's usable `cores` (and no more than N: a rank computes on one core)."""
+    if compute_wall_s <= 0:
+        return max(1, min(num_ranks, cores))
+    got = round(num_ranks * compute_cpu_s / compute_wall_s)
+    return max(1, min(num_ranks, cores, got))
+
+
+@dataclass(frozen=True)
+class Contention:
+    """How many cores the ranks' collectives run on: `cores` after backward (the ranks' share of
+    the machine), `overlapped_cores` during backward (half of them: each rank's compute thread and
+    communication thread are both runnable)."""
+
+    cores: int
+
+    @property
+    def overlapped_cores(self) -> int:
+        return max(1, self.cores // 2)
+
+
+def collective_times_s(
+    mode: Mode,
+    bucket_bytes: Sequence[int],
+    total_bytes: int,
+    num_ranks: int,
+    algorithm: str,
+    cost: CollectiveCost,
+    cores: int,
+) -> list[float]:
+    """Each of one step's collectives on `cores` cores, in the order they run: one per bucket, or
+    ZeRO-1's reduce-scatter plus all-gather of everything (priced as the ring all-reduce they make
+    up). Empty on one rank."""
+    if num_ranks < 2:
+        return []
+    if mode.sharded:
+        return [cost("allreduce", "ring", total_bytes, num_ranks, cores)]
+    return [cost("allreduce", _algorithm(algorithm, n, num_ranks), n, num_ranks, cores) for n in bucket_bytes]
+
+
+def bucket_tail_s(backward_s: float, bucket_bytes: Sequence[int], comm_s: Sequence[float]) -> float:
+    """What of the all-reduces outlasts backward: bucket b is ready once backward has produced its
+    share of the bytes (buckets in backward order), its all-reduce starts when it is ready and the
+    previous one has ended (one communication thread)."""
+    total = sum(bucket_bytes)
+    produced, end = 0, 0.0
+    for n, m in zip(bucket_bytes, comm_s, strict=True):
+        produced += n
+        ready = backward_s * produced / total if total else backward_s
+        end = max(ready, end) + m
+    return max(0.0, end - backward_s)
 
 
 def predicted_step_s(
-    forward_s: float, backward_s: float, optimizer_s: float, comm_s: float
+    forward_s: float,
+    backward_s: float,
+    optimizer_s: float,
+    serial_comm_s: float,
+    exposed_comm_s: float | None = None,
 ) -> dict[str, float]:
-    """{"serial_s", "overlapped_s"} from measured compute and modelled communication."""
-    return {
-        "serial_s": forward_s + backward_s + comm_s + optimizer_s,
-        "overlapped_s": forward_s + max(backward_s, comm_s) + optimizer_s,
-    }
+    """{"serial_s", "overlapped_s"} from the compute and the modelled communication: all of it
+    after backward (`serial_comm_s`), or only the tail that outlasts backward (`exposed_comm_s`;
+    None: the best case, max(backward, comm))."""
+    overlapped = (
+        forward_s + max(backward_s, serial_comm_s) + optimizer_s
+        if exposed_comm_s is None
+        else forward_s + backward_s + exposed_comm_s + optimizer_s
+    )
+    return {"serial_s": forward_s + backward_s + serial_comm_s + optimizer_s, "overlapped_s": overlapped}
 
 
 def departure(

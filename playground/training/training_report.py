@@ -9,14 +9,22 @@ per-rank step records, or None. The ranks' records name each mode (`Mode.name`),
 import statistics
 from pathlib import Path
 
-from playground.core.machine import load_note
+from playground.core.machine import load_note, usable_cores
 from playground.core.sizes import format_size
 from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
 from playground.training import training_stats
+from playground.training.comm_cost import collective_cost
 from playground.training.modes import DDP_LIKE
 from playground.training.plots import largest_difference, plot_losses
-from playground.training.steptime_model import comm_time_s, departure, predicted_step_s
+from playground.training.steptime_model import (
+    Contention,
+    bucket_tail_s,
+    collective_times_s,
+    cores_for,
+    departure,
+    predicted_step_s,
+)
 from playground.transformer.text import LIKE_NGRAMS_FOUND, LIKE_VALID_UTF8, Likeness
 
 STEP_COLUMNS = {
@@ -45,8 +53,10 @@ MEMORY_COLUMNS = {
 }
 MODEL_COLUMNS = {
     "mode": "mode",
-    "compute_ms": "compute (ms)",
+    "compute_ms": "compute, last rank (ms)",
+    "cores": "cores",
     "comm_model_ms": "comm model",
+    "exposed_model_ms": "exposed model",
     "serial_ms": "serial model",
     "overlapped_ms": "overlapped model",
     "measured_ms": "measured",
@@ -100,6 +110,43 @@ def memory_row(stats: dict, replicated_states: int | None) -> dict:
         "states_ratio": states / replicated_states if replicated_states else float("nan"),
         "rss": format_size(mem[0]["rss_bytes"]),
         "peak_rss": format_size(max(m["peak_rss_bytes"] for m in mem)),
+    }
+
+
+def model_row(mode, stats: dict, num_ranks: int, total_bytes: int, algorithm: str, cost, cores: int) -> dict:
+    """The step-time model of one mode (`steptime_model`): measured, the step's path up to the
+    collectives (from the first rank's start to the last rank's end of backward, `last_compute_s`)
+    of which the last backward is the window the buckets become ready in; modelled, the
+    collectives on the cores the ranks got (their compute's CPU over its wall time), all after
+    backward (serial) or the tail that outlasts it (overlapped)."""
+    backward = stats.get("rank_backward_s", stats["backward_s"])
+    compute = stats.get("last_compute_s", stats["forward_s"] + stats["backward_s"])
+    forward = max(0.0, compute - backward)  # forward, and the wait for the last rank to start
+    wall = stats.get("rank_forward_s", stats["forward_s"]) + backward + stats["optimizer_s"]
+    cpu = stats.get("compute_cpu_s", wall)
+    contention = Contention(cores_for(num_ranks, cores, cpu, wall))
+    times = collective_times_s(
+        mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.cores
+    )
+    exposed = None
+    if mode.overlaps:
+        during = collective_times_s(
+            mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.overlapped_cores
+        )
+        exposed = bucket_tail_s(backward, stats["buckets"], during)
+    pred = predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), exposed)
+    model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
+    return {
+        "mode": mode.name,
+        "compute_ms": _ms(compute + stats["optimizer_s"]),
+        "cores": contention.cores,
+        "comm_model_ms": _ms(sum(times)),
+        "exposed_model_ms": _ms(exposed if exposed is not None else sum(times)),
+        "serial_ms": _ms(pred["serial_s"]),
+        "overlapped_ms": _ms(pred["overlapped_s"]) if mode.overlaps else float("nan"),
+        "model_ms": _ms(model_s),
+        "measured_ms": _ms(stats["step_s"]),
+        "ratio": stats["step_s"] / model_s if model_s > 0 else float("nan"),
     }
 
 
@@ -191,29 +238,16 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     if replicated is None:
         replicated = 2 * config.num_params * itemsize  # Adam's m and v of every parameter
     alone = next((s["backward_s"] for mode, s in zip(modes, stats, strict=True) if not mode.overlaps), None)
+    cost = collective_cost(source)
+    cores = source.calibration.cores if source.calibration is not None else usable_cores()
     step_rows, memory_rows, model_rows, notes = [], [], [], []
     for mode, s in zip(modes, stats, strict=True):
         step_rows.append(step_row(s, overlap.get(mode.name)))
         memory_rows.append(memory_row(s, replicated))
-        comm_model = comm_time_s(
-            mode, s["buckets"], config.num_params * itemsize, n, source.link, params.algorithm
-        )
-        pred = predicted_step_s(s["forward_s"], s["backward_s"], s["optimizer_s"], comm_model)
-        model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
-        model_rows.append(
-            {
-                "mode": mode.name,
-                "compute_ms": _ms(s["forward_s"] + s["backward_s"] + s["optimizer_s"]),
-                "comm_model_ms": _ms(comm_model),
-                "serial_ms": _ms(pred["serial_s"]),
-                "overlapped_ms": _ms(pred["overlapped_s"]) if mode.overlaps else float("nan"),
-                "measured_ms": _ms(s["step_s"]),
-                "ratio": s["step_s"] / model_s if model_s > 0 else float("nan"),
-            }
-        )
+        model_rows.append(model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores))
         if n > 1:
             notes.append(
-                f"{mode.name}: {departure(mode.overlaps, s, comm_model, alone if mode.overlaps else None)}"
+                f"{mode.name}: {departure(mode.overlaps, s, model_rows[-1]['comm_model_ms'] / 1e3, alone if mode.overlaps else None)}"
             )
     curves = {s["mode"]: s["losses"] for s in stats}
     tables = [
@@ -230,6 +264,7 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     data: dict[str, object] = {
         "modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats],
         "overlap": overlap,
+        "step_model": model_rows,
     }
     files = []
     if ddp_records is not None:

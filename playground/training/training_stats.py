@@ -22,7 +22,16 @@ from pathlib import Path
 from playground.tracing.timeline import covered, intersection_s
 from playground.tracing.trace import read_events
 
-PHASES = ("step_s", "forward_s", "backward_s", "comm_s", "optimizer_s", "check_s", "allreduce_s")
+PHASES = (
+    "step_s",
+    "forward_s",
+    "backward_s",
+    "comm_s",
+    "optimizer_s",
+    "check_s",
+    "allreduce_s",
+    "compute_cpu_s",
+)
 WARMUP_STEPS = 1
 
 
@@ -48,16 +57,49 @@ def mode_stats(results: list[dict], k: int, global_tokens: int) -> dict:
     slowest = slowest_steps(per_rank)
     med = phase_medians(slowest)
     losses = [s["loss"] for s in per_rank[0]]
+    one_clock = len({res["modes"][k].get("host") for res in results}) == 1
     return {
         "mode": results[0]["modes"][k]["mode"],
         **med,
-        "skew_s": backward_skew_s(per_rank)
-        if len({res["modes"][k].get("host") for res in results}) == 1
-        else None,
+        "skew_s": backward_skew_s(per_rank) if one_clock else None,
         "tokens_per_s": global_tokens / med["step_s"] if med["step_s"] > 0 else float("nan"),
+        **rank_medians(per_rank, one_clock),
         "losses": losses,
         "buckets": results[0]["modes"][k]["buckets"],
         "memory": [res["modes"][k]["memory"] for res in results],
+    }
+
+
+def rank_medians(per_rank: list[list[dict]], one_clock: bool = True) -> dict[str, float]:
+    """A rank's own figures, the median over every rank's timed steps: `compute_cpu_s` (the CPU
+    time of forward, backward and the optimizer: the work, whatever waited for a core), the wall
+    times of forward, backward and the optimizer; and the step's critical path up to the
+    collectives: `last_compute_s`, from the first rank's start of the step to the last rank's end of
+    backward (with `one_clock`, ranks on one host: a rank that waited for a core to start is late
+    there too; else the longest forward + backward), `after_last_s` what the slowest step took
+    beyond it and the optimizer."""
+    timed = [records[i] for records in per_rank for i in timed_steps(len(records))]
+    if "compute_cpu_s" not in timed[0]:
+        return {}
+    steps = timed_steps(len(per_rank[0]))
+    if one_clock:
+        last = [
+            max(r[i]["backward_end"] for r in per_rank) - min(r[i]["step_start"] for r in per_rank)
+            for i in steps
+        ]
+    else:
+        last = [max(r[i]["forward_s"] + r[i]["backward_s"] for r in per_rank) for i in steps]
+    after = [
+        max(r[i]["step_s"] for r in per_rank) - last[k] - max(r[i]["optimizer_s"] for r in per_rank)
+        for k, i in enumerate(steps)
+    ]
+    return {
+        "last_compute_s": statistics.median(last),
+        "after_last_s": statistics.median(after),
+        "compute_cpu_s": statistics.median(s["compute_cpu_s"] for s in timed),
+        "rank_forward_s": statistics.median(s["forward_s"] for s in timed),
+        "rank_backward_s": statistics.median(s["backward_s"] for s in timed),
+        "rank_optimizer_s": statistics.median(s["optimizer_s"] for s in timed),
     }
 
 

@@ -1,0 +1,59 @@
+"""The training step's model: its arithmetic on made-up figures (no timing)."""
+
+import pytest
+
+from playground.training.modes import BY_NAME
+from playground.training.steptime_model import (
+    Contention,
+    bucket_tail_s,
+    collective_times_s,
+    cores_for,
+    predicted_step_s,
+)
+
+
+def fake_cost(collective, algorithm, size_bytes, num_ranks, cores):
+    """1 ms per KiB, doubled when the ranks outnumber the cores: easy to check by hand."""
+    return size_bytes / 1024 * 1e-3 * (2 if num_ranks > cores else 1)
+
+
+def test_the_last_bucket_is_always_exposed():
+    # 3 buckets of 1 KiB over a 30 ms backward: ready at 10, 20, 30 ms; 1 ms each: only the last one
+    assert bucket_tail_s(0.030, [1024] * 3, [0.001] * 3) == pytest.approx(0.001)
+    # 15 ms each: 10-25, 25-40, 40-55: 25 ms after backward
+    assert bucket_tail_s(0.030, [1024] * 3, [0.015] * 3) == pytest.approx(0.025)
+    # uneven buckets are ready at their share of the bytes: 3/4 at 15 ms, then the last 1/4 at 20 ms
+    assert bucket_tail_s(0.020, [3072, 1024], [0.010, 0.001]) == pytest.approx(0.006)
+    assert bucket_tail_s(0.020, [], []) == 0.0
+
+
+def test_the_cores_the_ranks_got():
+    assert cores_for(4, 2, compute_cpu_s=0.010, compute_wall_s=0.020) == 2  # 4 x 1/2: all of both
+    assert cores_for(2, 2, compute_cpu_s=0.010, compute_wall_s=0.020) == 1  # others took one
+    assert cores_for(2, 2, compute_cpu_s=0.010, compute_wall_s=0.010) == 2
+    assert cores_for(1, 2, compute_cpu_s=0.010, compute_wall_s=0.010) == 1  # a rank uses one core
+    assert cores_for(4, 2, compute_cpu_s=0.001, compute_wall_s=0.100) == 1  # never below one
+    assert cores_for(4, 2, compute_cpu_s=0.0, compute_wall_s=0.0) == 2
+    assert Contention(2).overlapped_cores == 1 and Contention(1).overlapped_cores == 1
+    assert Contention(4).overlapped_cores == 2
+
+
+def test_each_modes_collectives():
+    buckets = [1024, 2048]
+    bucketed = collective_times_s(BY_NAME["bucketed"], buckets, 3072, 2, "ring", fake_cost, cores=2)
+    assert bucketed == pytest.approx([0.001, 0.002])
+    crowded = collective_times_s(BY_NAME["bucketed"], buckets, 3072, 4, "ring", fake_cost, cores=2)
+    assert crowded == pytest.approx([0.002, 0.004])
+    # ZeRO-1: one reduce-scatter and one all-gather of everything, a ring all-reduce's two halves
+    assert collective_times_s(BY_NAME["zero1"], [3072], 3072, 2, "ring", fake_cost, 2) == pytest.approx(
+        [0.003]
+    )
+    assert collective_times_s(BY_NAME["after_backward"], [3072], 3072, 1, "ring", fake_cost, 2) == []
+
+
+def test_serial_and_overlapped_steps():
+    # forward 10 ms, backward 30, optimizer 2, communication 20 of which 4 outlast backward
+    pred = predicted_step_s(0.010, 0.030, 0.002, 0.020, exposed_comm_s=0.004)
+    assert pred == pytest.approx({"serial_s": 0.062, "overlapped_s": 0.046})
+    # without the schedule: the best case, max(backward, comm)
+    assert predicted_step_s(0.010, 0.030, 0.002, 0.040)["overlapped_s"] == pytest.approx(0.052)

@@ -53,7 +53,7 @@ MEMORY_COLUMNS = {
 }
 MODEL_COLUMNS = {
     "mode": "mode",
-    "compute_ms": "compute, last rank (ms)",
+    "compute_ms": "path + optimizer (ms)",
     "cores": "cores",
     "comm_model_ms": "comm model",
     "exposed_model_ms": "exposed model",

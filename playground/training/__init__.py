@@ -11,8 +11,9 @@ The node is `nodes.train`; what it runs, one concept per module:
 - `zero`: zero1's strategy: reduce-scatter, Adam on this rank's shard, all-gather (`ZeroOne`);
 - `checks`: every result checked against the ranks' checksums, every rank's parameters hashed;
 - `loop`: one mode's steps on one rank, checked and recorded; `memory`: what a rank holds;
-- `training_stats`, `steptime_model`, `training_report`, `plots`: the ranks' records and logs ->
-  figures, the model beside them, tables and the loss plot (tested on synthetic records);
+- `training_stats`, `steptime_model` (with `comm_cost`: a collective on the calibrated host),
+  `training_report`, `plots`: the ranks' records and logs -> figures, the model beside them,
+  tables and the loss plot (tested on synthetic records);
 - `ddp_baseline` (parent), `ddp_worker`, `ddp_model` (torch, imported by the workers only): the
   same training with torch.nn.parallel.DistributedDataParallel over Gloo.
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from playground.training import training_stats
 from playground.training.modes import BY_NAME
 from playground.training.steptime_model import (
     Contention,
@@ -57,3 +58,30 @@ def test_serial_and_overlapped_steps():
     assert pred == pytest.approx({"serial_s": 0.062, "overlapped_s": 0.046})
     # without the schedule: the best case, max(backward, comm)
     assert predicted_step_s(0.010, 0.030, 0.002, 0.040)["overlapped_s"] == pytest.approx(0.052)
+
+
+def test_the_path_to_the_collectives_runs_from_the_first_start_to_the_last_backward():
+    def record(start, forward_s, backward_s, step_s, cpu_s=0.02):
+        return {
+            "step_start": start,
+            "forward_s": forward_s,
+            "backward_s": backward_s,
+            "backward_end": start + forward_s + backward_s,
+            "optimizer_s": 0.001,
+            "step_s": step_s,
+            "compute_cpu_s": cpu_s,
+        }
+
+    # step 0 untimed; in step 1 rank 1 starts 5 ms late (it waited for a core) and ends backward at
+    # 10.035: the path is 35 ms, though no rank computed more than 30
+    per_rank = [
+        [record(0.0, 0.01, 0.02, 0.05), record(10.0, 0.01, 0.02, 0.040)],
+        [record(0.0, 0.01, 0.02, 0.05), record(10.005, 0.01, 0.02, 0.035)],
+    ]
+    figures = training_stats.rank_medians(per_rank)
+    assert figures["last_compute_s"] == pytest.approx(0.035)
+    assert figures["after_last_s"] == pytest.approx(0.040 - 0.035 - 0.001)
+    assert figures["compute_cpu_s"] == pytest.approx(0.02)
+    # ranks on different hosts have no common clock: the longest forward + backward
+    assert training_stats.rank_medians(per_rank, one_clock=False)["last_compute_s"] == pytest.approx(0.03)
+    assert training_stats.rank_medians([[{"step_s": 1.0}]]) == {}

@@ -53,7 +53,7 @@ def comm_time_s(
 
 
 def _algorithm(algorithm: str, size_bytes: float, num_ranks: int) -> str:
-    return choose_allreduce(size_bytes, num_ranks) if algorithm == registry.AUTO else algorithm
+    return choose_allreduce(int(size_bytes), num_ranks) if algorithm == registry.AUTO else algorithm
 
 
 def cores_for(num_ranks: int, cores: int, compute_cpu_s: float, compute_wall_s: float) -> int:

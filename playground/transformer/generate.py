@@ -36,10 +36,11 @@ def cached_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, first_
 
 
 class DenseKVCache:
-    """A contiguous KV cache for any number of sequences, usable as `Transformer.step`'s `attend`."""
+    """A contiguous KV cache for any number of sequences, usable as `Transformer.step`'s `attend`;
+    of `heads` heads (default: the model's; a tensor-parallel shard caches its own heads)."""
 
-    def __init__(self, config: ModelConfig):
-        self.config = config
+    def __init__(self, config: ModelConfig, heads: int | None = None):
+        self.config, self.heads = config, heads or config.heads
         self._keys: dict[int, np.ndarray] = {}
         self._values: dict[int, np.ndarray] = {}
         self._lengths: dict[int, int] = {}
@@ -67,7 +68,7 @@ class DenseKVCache:
         self._step = []
         for seq_id, n in zip(seq_ids, num_new, strict=True):
             if seq_id not in self._lengths:
-                shape = (c.layers, c.context, c.heads, c.head_dim)
+                shape = (c.layers, c.context, self.heads, c.head_dim)
                 self._keys[seq_id] = np.zeros(shape, c.np_dtype)
                 self._values[seq_id] = np.zeros(shape, c.np_dtype)
                 self._lengths[seq_id] = 0
@@ -126,7 +127,7 @@ def generate(
     if max_new_tokens < 0:
         raise UsageError(f"must be >= 0, got {max_new_tokens}", field="max_new_tokens")
     context, rng = model.config.context, np.random.default_rng(seed)
-    cache = DenseKVCache(model.config)
+    cache = DenseKVCache(model.config, model.heads)
 
     def prefill(window: list[int]) -> np.ndarray:
         cache.free(0)

@@ -21,6 +21,12 @@ stage's activation, and returns the loss (last stage) or its output activation, 
 may be in flight: each forward's `Activations` is its own. `forward`/`backward` are the same two
 on the whole model's plan, one forward at a time.
 
+Tensor parallelism: a plan whose `tensor` splits the matrices (`tensor_plan`: Megatron-LM's
+column- then row-parallel pairs) runs each block on this rank's heads and MLP units; `all_reduce`
+(the tensor group's sum, in place) completes the two row-parallel products forward and the input
+gradients of the two column-parallel ones backward. Without a split it is the identity, and the
+model runs exactly the operations it always did.
+
 Decoding: `step(tokens, positions, attend)` runs the same blocks over packed tokens (several
 sequences, any number of new tokens each) with attention left to the caller: `attend(layer, q,
 k, v)` gets the queries, keys and values (num_tokens, heads, head_dim) of this step's tokens,
@@ -53,6 +59,7 @@ from playground.transformer.plan import StagePlan
 
 Attend = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 GradReady = Callable[[int], None]
+AllReduce = Callable[[np.ndarray], np.ndarray]  # the tensor group's sum of a fresh array, in place
 Span = Callable[[str], AbstractContextManager]
 
 
@@ -66,7 +73,9 @@ class Transformer:
     all-gather target) to have the model use them in place; otherwise `params` is GPT-2's
     initialisation from `seed` and `grads` zeros. `plan` (default: the whole model) says which
     blocks and ends this model holds and runs (`plan.StagePlan`); its initial parameters are the
-    whole model's from `seed`, picked by name, so the stages of a pipeline start as one process."""
+    whole model's from `seed`, picked by name (and cut to this rank's shards), so the stages of a
+    pipeline and the shards of a tensor-parallel layer start as one process. A plan that splits
+    matrices needs `all_reduce`: its tensor group's sum (see the module doc)."""
 
     def __init__(
         self,
@@ -76,6 +85,7 @@ class Transformer:
         seed: int = 0,
         grads: np.ndarray | None = None,
         plan: StagePlan | None = None,
+        all_reduce: AllReduce | None = None,
     ):
         self.config = config
         self.plan = plan or StagePlan.whole(config)
@@ -83,12 +93,13 @@ class Transformer:
             raise UsageError(
                 f"blocks up to {self.plan.stop_layer}, the model has {config.layers}", field="plan"
             )
+        if self.plan.tensor.is_split and all_reduce is None:
+            raise UsageError(f"{self.plan.describe()} needs its tensor group's all_reduce", field="all_reduce")
+        self.all_reduce = all_reduce or unsplit
+        self.heads = self.plan.tensor.heads(config)  # the attention heads this rank computes
         self.layout = self.plan.layout(config)
         if params is None:
-            params = init_params(config, seed)
-            if not self.plan.is_whole:
-                whole = StagePlan.whole(config).layout(config).views(params)
-                params = np.concatenate([whole[s.name].ravel() for s in self.layout])
+            params = self.plan.take(config, init_params(config, seed))
         else:
             params = self._checked(params, "params")
         self.params = params
@@ -280,17 +291,16 @@ class Transformer:
         return x
 
     def _block_forward(self, layer: int, x: np.ndarray, attend: Attend) -> tuple[np.ndarray, BlockSaved]:
-        p = self._block_views(self.p, layer)
-        H, hd = self.config.heads, self.config.head_dim
+        p, reduce = self._block_views(self.p, layer), self.all_reduce
         ln_1_out, ln_1 = layernorm_forward(x, p["ln_1.weight"], p["ln_1.bias"])
         qkv = linear_forward(ln_1_out, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
-        q, k, v = split_heads(qkv, H, hd)
-        attn_y = attend(layer, q, k, v).reshape(x.shape)
-        x = x + linear_forward(attn_y, p["attn.c_proj.weight"], p["attn.c_proj.bias"])
+        q, k, v = split_heads(qkv, self.heads, self.config.head_dim)
+        attn_y = attend(layer, q, k, v).reshape(*x.shape[:-1], -1)
+        x = x + (reduce(attn_y @ p["attn.c_proj.weight"]) + p["attn.c_proj.bias"])  # g, then the bias once
         ln_2_out, ln_2 = layernorm_forward(x, p["ln_2.weight"], p["ln_2.bias"])
         fc_out = linear_forward(ln_2_out, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"])
         gelu_out, gelu_tanh = gelu_forward(fc_out)
-        x = x + linear_forward(gelu_out, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
+        x = x + (reduce(gelu_out @ p["mlp.c_proj.weight"]) + p["mlp.c_proj.bias"])
         return x, BlockSaved(ln_1, ln_1_out, attn_y, ln_2, ln_2_out, fc_out, gelu_tanh, gelu_out)
 
     def _block_backward(
@@ -313,19 +323,21 @@ class Transformer:
             dfc, s.ln_2_out, p["mlp.c_fc.weight"], g["mlp.c_fc.weight"], g["mlp.c_fc.bias"]
         )
         done("mlp.c_fc.bias", "mlp.c_fc.weight")
+        dln_2 = self.all_reduce(dln_2)  # f's backward: the shards' partial input gradients summed
         dx = dx + layernorm_backward(dln_2, s.ln_2, p["ln_2.weight"], g["ln_2.weight"], g["ln_2.bias"])
         done("ln_2.bias", "ln_2.weight")
         dy = linear_backward(
             dx, s.attn_y, p["attn.c_proj.weight"], g["attn.c_proj.weight"], g["attn.c_proj.bias"]
         )
         done("attn.c_proj.bias", "attn.c_proj.weight")
-        H, hd = self.config.heads, self.config.head_dim
+        H, hd = self.heads, self.config.head_dim
         dq, dk, dv = attention.backward(layer, dy.reshape(*dy.shape[:-1], H, hd))
         dqkv = np.concatenate([a.reshape(*dy.shape[:-1], H * hd) for a in (dq, dk, dv)], axis=-1)
         dln_1 = linear_backward(
             dqkv, s.ln_1_out, p["attn.c_attn.weight"], g["attn.c_attn.weight"], g["attn.c_attn.bias"]
         )
         done("attn.c_attn.bias", "attn.c_attn.weight")
+        dln_1 = self.all_reduce(dln_1)
         dx = dx + layernorm_backward(dln_1, s.ln_1, p["ln_1.weight"], g["ln_1.weight"], g["ln_1.bias"])
         done("ln_1.bias", "ln_1.weight")
         return dx
@@ -336,6 +348,11 @@ class Transformer:
 
 
 BLOCK_INDEX = {suffix: i for i, (suffix, _) in enumerate(BLOCK_PARAMS)}
+
+
+def unsplit(x: np.ndarray) -> np.ndarray:
+    """One shard: its partial sum is the sum."""
+    return x
 
 
 def split_heads(qkv: np.ndarray, heads: int, head_dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -19,25 +19,29 @@ bit-identical.
 divides `layers`): the pipeline's bubble formula assumes equal stages, and an uneven split only
 makes the slowest stage everyone's bottleneck.
 
-Extending the plan (tensor parallelism): what a rank holds is `param_shapes`, the one method a
-tensor-parallel plan overrides (Megatron's split: c_attn and c_fc by columns, the two c_proj by
-rows, each block's output completed by an all-reduce over `grid.tensor` after each c_proj); the
-model reads its parameters through `layout` and never assumes the whole model's shapes.
+Tensor parallelism composes with it: `tensor` (`tensor_plan.TensorPlan`) says which shard of each
+split matrix this rank holds (Megatron's split: c_attn and c_fc by columns, the two c_proj by rows,
+each completed by an all-reduce over `grid.tensor`). `param_shapes` gives each parameter its
+shard's shape, `take` cuts a whole model's parameters to what this rank holds, and the model reads
+its parameters through `layout`, never assuming the whole model's shapes.
 
 Activation memory: `activation_bytes` counts what a stage's backward keeps from one micro-batch's
 forward (`model.Activations.nbytes` is the same count, of the arrays themselves), per token:
-    each block: 20 d + 2 + H T elements (layernorms' normalised inputs and 1/std, their outputs,
-                q, k, v, the attention probabilities (H x T per token), its output, the MLP's
-                three 4 d arrays)
+    each block: 4 d + 2 + (16 d + H T) / t elements (replicated: the layernorms' normalised inputs
+                and 1/std, their outputs; a shard's: q, k, v, the attention probabilities (H/t x T
+                per token), its output, the MLP's three 4 d / t arrays); t = 1: 20 d + 2 + H T
     head:       2 d + 1 + V elements (ln_f's input and output, 1/std, the softmax) + the target
     embedding:  the token (int64)
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from playground.core.errors import ParamError
 from playground.transformer.config import ModelConfig
 from playground.transformer.layout import ParamLayout, param_shapes
+from playground.transformer.tensor_plan import TensorPlan
 
 INDEX_BYTES = 8  # tokens and targets are int64
 
@@ -45,12 +49,13 @@ INDEX_BYTES = 8  # tokens and targets are int64
 @dataclass(frozen=True)
 class StagePlan:
     """Blocks [first_layer, stop_layer) of `stage` of `num_stages`; the first stage holds the
-    embeddings, the last the head."""
+    embeddings, the last the head; `tensor`: the shard of each split matrix it holds."""
 
     first_layer: int
     stop_layer: int
     stage: int = 0
     num_stages: int = 1
+    tensor: TensorPlan = field(default_factory=TensorPlan)
 
     def __post_init__(self):
         if not 0 <= self.stage < self.num_stages:
@@ -59,8 +64,9 @@ class StagePlan:
             raise ParamError("first_layer", f"blocks [{self.first_layer}, {self.stop_layer}) are not a range")
 
     @classmethod
-    def whole(cls, config: ModelConfig) -> "StagePlan":
-        return cls(0, config.layers)
+    def whole(cls, config: ModelConfig, tensor: TensorPlan | None = None) -> "StagePlan":
+        """Every block and both ends (of shard `tensor` of each split matrix, if given)."""
+        return cls(0, config.layers, tensor=tensor or TensorPlan())
 
     @property
     def layers(self) -> range:
@@ -76,7 +82,13 @@ class StagePlan:
 
     @property
     def is_whole(self) -> bool:
+        """One stage: every block and both ends (each matrix whole, or a shard of it)."""
         return self.num_stages == 1
+
+    @property
+    def holds_everything(self) -> bool:
+        """One process's plan: every parameter, whole."""
+        return self.is_whole and not self.tensor.is_split
 
     @property
     def holds_wte(self) -> bool:
@@ -103,17 +115,27 @@ class StagePlan:
             else:
                 held = name[: name.index(".", 2) + 1] in blocks
             if held:
-                keep.append((name, shape))
+                keep.append((name, self.tensor.shard_shape(name, shape)))
         return keep
 
     def layout(self, config: ModelConfig) -> ParamLayout:
         return ParamLayout.of_named(self.param_shapes(config))
 
+    def take(self, config: ModelConfig, whole: np.ndarray) -> np.ndarray:
+        """What this rank holds of the whole model's flat parameters `whole` (picked by name, each
+        split matrix cut to its shard), as a new flat buffer; `whole` itself if it holds everything."""
+        if self.holds_everything:
+            return whole
+        views = ParamLayout.for_config(config).views(whole)
+        names = [name for name, _ in self.param_shapes(config)]
+        return np.concatenate([self.tensor.shard(name, views[name]).ravel() for name in names])
+
     def activation_bytes(self, config: ModelConfig, rows: int, seq_len: int) -> int:
         """Bytes the backward of this stage keeps from the forward of `rows` sequences of `seq_len`
         tokens (the module doc's count)."""
-        d, itemsize = config.d_model, config.np_dtype.itemsize
-        per_token = len(self.layers) * (20 * d + 2 + config.heads * seq_len) * itemsize
+        d, itemsize, t = config.d_model, config.np_dtype.itemsize, self.tensor.size
+        sharded = (16 * d + config.heads * seq_len) // t
+        per_token = len(self.layers) * (4 * d + 2 + sharded) * itemsize
         if self.head:
             per_token += (2 * d + 1 + config.vocab_size) * itemsize + INDEX_BYTES
         if self.embedding:
@@ -123,12 +145,16 @@ class StagePlan:
     def describe(self) -> str:
         ends = [e for e, held in (("embeddings", self.embedding), ("head", self.head)) if held]
         blocks = f"blocks {self.first_layer}-{self.stop_layer - 1}" if self.layers else "no blocks"
-        return f"stage {self.stage}: {blocks}" + (f" + {' + '.join(ends)}" if ends else "")
+        shard = f", {self.tensor.describe()}" if self.tensor.is_split else ""
+        return f"stage {self.stage}: {blocks}" + (f" + {' + '.join(ends)}" if ends else "") + shard
 
 
-def pipeline_plan(config: ModelConfig, num_stages: int, key: str = "pipeline") -> tuple[StagePlan, ...]:
-    """Every stage's plan: `layers / num_stages` consecutive blocks each. ParamError (naming `key`)
-    if num_stages does not divide the layers."""
+def pipeline_plan(
+    config: ModelConfig, num_stages: int, key: str = "pipeline", tensor: TensorPlan | None = None
+) -> tuple[StagePlan, ...]:
+    """Every stage's plan: `layers / num_stages` consecutive blocks each (each holding shard
+    `tensor` of its split matrices). ParamError (naming `key`) if num_stages does not divide the
+    layers."""
     if not isinstance(num_stages, int) or num_stages < 1:
         raise ParamError(key, f"must be an integer >= 1, got {num_stages!r}")
     if config.layers % num_stages:
@@ -138,4 +164,5 @@ def pipeline_plan(config: ModelConfig, num_stages: int, key: str = "pipeline") -
             f"e.g. {', '.join(str(p) for p in range(1, config.layers + 1) if config.layers % p == 0)}",
         )
     per = config.layers // num_stages
-    return tuple(StagePlan(s * per, (s + 1) * per, s, num_stages) for s in range(num_stages))
+    tensor = tensor or TensorPlan()
+    return tuple(StagePlan(s * per, (s + 1) * per, s, num_stages, tensor) for s in range(num_stages))

@@ -1,0 +1,45 @@
+"""The all-reduce a tensor-parallel model runs inside every block (Megatron-LM's f and g): the
+tensor group's sum of a partial product, on the critical path, so its time is the layer's.
+
+A `TensorAllReduce` is what `Transformer(..., all_reduce=...)` calls with a fresh array (a
+row-parallel product forward, a column-parallel product's input gradient backward): it sums it
+over the group in place with the dispatcher's algorithm (`auto`: recursive doubling for the small
+activations of a decode step, the ring for large ones), traces it as one `tensor.allreduce` span
+with its bytes, and counts its calls and seconds, which is how a step tells its communication from
+its compute. Every rank of the group ends with the same bits (the collectives' contract), so the
+replicated computation after it (layernorms, the residual stream, the head) stays identical on
+every shard without any further message.
+"""
+
+import time
+
+import numpy as np
+
+from playground.collectives import allreduce
+
+SPAN = "tensor.allreduce"
+
+
+class TensorAllReduce:
+    """The sum over `group` of a C-contiguous array, in place; `seconds` and `calls` so far."""
+
+    def __init__(self, group, algorithm: str = "auto"):
+        self.group, self.algorithm = group, algorithm
+        self.seconds = 0.0
+        self.calls = 0
+        self.bytes = 0
+
+    def __repr__(self):
+        return f"TensorAllReduce({self.group!r}, {self.algorithm})"
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        t0 = time.perf_counter()
+        with self.group.tracer.span(SPAN, cat="comm", bytes=x.nbytes):
+            allreduce(self.group, x, algorithm=self.algorithm, inplace=True)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        self.bytes += x.nbytes
+        return x
+
+    def reset(self) -> None:
+        self.seconds, self.calls, self.bytes = 0.0, 0, 0

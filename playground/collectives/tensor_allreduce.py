@@ -9,13 +9,24 @@ with its bytes, and counts its calls and seconds, which is how a step tells its 
 its compute. Every rank of the group ends with the same bits (the collectives' contract), so the
 replicated computation after it (layernorms, the residual stream, the head) stays identical on
 every shard without any further message.
+
+Its cost on an alpha-beta link is the algorithm's (`allreduce_time_s`, the registry's formula of
+the algorithm `auto` would pick): each block pays two in forward and two in backward, of the
+activation's bytes (tokens x d x itemsize), so a tensor-parallel layer's time is
+
+    compute / t + 2 x allreduce(tokens x d x itemsize, t)          (forward; backward the same)
+
+which pays only while the first term's saving outweighs the second: never for a small model's
+decode step, whose all-reduces cost alpha each however few bytes they carry.
 """
 
 import time
 
 import numpy as np
 
-from playground.collectives import allreduce
+from playground.collectives import allreduce, registry
+from playground.collectives.auto import choose_allreduce
+from playground.models.costs import Link
 
 SPAN = "tensor.allreduce"
 
@@ -43,3 +54,11 @@ class TensorAllReduce:
 
     def reset(self) -> None:
         self.seconds, self.calls, self.bytes = 0.0, 0, 0
+
+
+def allreduce_time_s(nbytes: int, t: int, link: Link, algorithm: str = "auto") -> float:
+    """The model's time of one tensor all-reduce of `nbytes` over t ranks (0 for t = 1)."""
+    if t < 2:
+        return 0.0
+    algo = choose_allreduce(nbytes, t) if algorithm == registry.AUTO else algorithm
+    return registry.collective_time_s("allreduce", algo, nbytes, t, link)

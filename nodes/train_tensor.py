@@ -56,7 +56,9 @@ class Params:
     # the step-time model's link: a preset, a calibration.json or a run dir holding one; null: the
     # newest calibration of this run's network, else a labelled default
     model: ModelSpec | None = None
-    baseline: Literal["tensor_parallel"] | None = None  # torch.distributed.tensor.parallel over Gloo beside ours
+    baseline: Literal["tensor_parallel"] | None = (
+        None  # torch.distributed.tensor.parallel over Gloo beside ours
+    )
 
     def __post_init__(self):
         config = self.model_config
@@ -128,7 +130,15 @@ def main(comm, params: Params) -> dict:
 
         runs.append(
             train_tensor(
-                comm, grid, params.mode, setup, sampler, params.steps, params.tensor_algorithm, reference, tick
+                comm,
+                grid,
+                params.mode,
+                setup,
+                sampler,
+                params.steps,
+                params.tensor_algorithm,
+                reference,
+                tick,
             )
         )
         comm.barrier()

@@ -32,10 +32,11 @@ SPAN = "tensor.allreduce"
 
 
 class TensorAllReduce:
-    """The sum over `group` of a C-contiguous array, in place; `seconds` and `calls` so far."""
+    """The sum over `group` of a C-contiguous array, in place; `seconds` (by `clock`: a simulated
+    rank's is virtual) and `calls` so far."""
 
-    def __init__(self, group, algorithm: str = "auto"):
-        self.group, self.algorithm = group, algorithm
+    def __init__(self, group, algorithm: str = "auto", clock=time.perf_counter):
+        self.group, self.algorithm, self.clock = group, algorithm, clock
         self.seconds = 0.0
         self.calls = 0
         self.bytes = 0
@@ -44,10 +45,10 @@ class TensorAllReduce:
         return f"TensorAllReduce({self.group!r}, {self.algorithm})"
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         with self.group.tracer.span(SPAN, cat="comm", bytes=x.nbytes):
             allreduce(self.group, x, algorithm=self.algorithm, inplace=True)
-        self.seconds += time.perf_counter() - t0
+        self.seconds += self.clock() - t0
         self.calls += 1
         self.bytes += x.nbytes
         return x

@@ -94,7 +94,9 @@ class Transformer:
                 f"blocks up to {self.plan.stop_layer}, the model has {config.layers}", field="plan"
             )
         if self.plan.tensor.is_split and all_reduce is None:
-            raise UsageError(f"{self.plan.describe()} needs its tensor group's all_reduce", field="all_reduce")
+            raise UsageError(
+                f"{self.plan.describe()} needs its tensor group's all_reduce", field="all_reduce"
+            )
         self.all_reduce = all_reduce or unsplit
         self.heads = self.plan.tensor.heads(config)  # the attention heads this rank computes
         self.layout = self.plan.layout(config)

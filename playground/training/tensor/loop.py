@@ -75,7 +75,9 @@ def train_tensor(
         "bucket_bytes": [b.num_bytes for b in tp.gradients.buckets],
     }
     if reference is not None:
-        record["reference"] = reference_gaps(setup, tp.plan, reference, [r["loss"] for r in records], snapshots)
+        record["reference"] = reference_gaps(
+            setup, tp.plan, reference, [r["loss"] for r in records], snapshots
+        )
     return record
 
 
@@ -107,7 +109,8 @@ def reference_gaps(
     mine = [plan.take(setup.config, p) for p in ref_params]
     return {
         "param_gap": max(
-            float(np.max(np.abs(got - ref)) / np.max(np.abs(ref))) for got, ref in zip(snapshots, mine, strict=True)
+            float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
+            for got, ref in zip(snapshots, mine, strict=True)
         ),
         "loss_gap": max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses, strict=True)),
         "bitwise": all(np.array_equal(got, ref) for got, ref in zip(snapshots, mine, strict=True)),

@@ -108,9 +108,13 @@ def failures_of(f: dict, dtype: str) -> list[str]:
     out = []
     name = f"t={f['tensor']}"
     if f["param_gap"] is not None and not f["param_gap"] <= TOLERANCE[dtype]:
-        out.append(f"{name}: parameters {f['param_gap']:.2e} from one process's (allowed {TOLERANCE[dtype]:g})")
+        out.append(
+            f"{name}: parameters {f['param_gap']:.2e} from one process's (allowed {TOLERANCE[dtype]:g})"
+        )
     if f["loss_gap"] is not None and not f["loss_gap"] <= LOSS_TOLERANCE[dtype]:
-        out.append(f"{name}: losses {f['loss_gap']:.2e} from one process's (allowed {LOSS_TOLERANCE[dtype]:g})")
+        out.append(
+            f"{name}: losses {f['loss_gap']:.2e} from one process's (allowed {LOSS_TOLERANCE[dtype]:g})"
+        )
     return out
 
 
@@ -124,7 +128,9 @@ def plot_step_times(path: Path, rows: list[dict], title: str, torch_rows: list[d
         ax.plot(ts, [r["model_ms"] for r in rows], "x--", label="model: compute / t + alpha-beta all-reduces")
         ax.plot(ts, [r["tensor_ms"] for r in rows], "s:", label="of which tensor all-reduces (measured)")
         if torch_rows:
-            ax.plot([r["t"] for r in torch_rows], [r["step_torch_ms"] for r in torch_rows], "d-.", label="torch")
+            ax.plot(
+                [r["t"] for r in torch_rows], [r["step_torch_ms"] for r in torch_rows], "d-.", label="torch"
+            )
         ax.set_xscale("log", base=2)
         ax.set_xticks(ts, [str(t) for t in ts])
         ax.set_xlabel("tensor-parallel ranks t (the rest data-parallel)")
@@ -158,7 +164,9 @@ def torch_table(torch_records: list[list[dict]], rows: list[dict]) -> tuple[list
     return out, every_gap
 
 
-def report(results: list[dict], params, run_dir: Path, torch_records: list[list[dict]] | None = None) -> Report:
+def report(
+    results: list[dict], params, run_dir: Path, torch_records: list[list[dict]] | None = None
+) -> Report:
     run_dir, config = Path(run_dir), params.model_config
     source = load_model(params.model, run_network(run_dir), run_dir.parent)
     figures = [run_figures(results, k) for k in range(len(results[0]["runs"]))]

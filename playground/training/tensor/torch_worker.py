@@ -109,7 +109,9 @@ def torch_values(config: ModelConfig, params: np.ndarray) -> dict[str, np.ndarra
     for name, view in ParamLayout.for_config(config).views(params).items():
         parts = [(name, view)]
         if ".c_attn." in name:
-            parts = [(name.replace("c_attn", qkv), view[..., i * d : (i + 1) * d]) for i, qkv in enumerate("qkv")]
+            parts = [
+                (name.replace("c_attn", qkv), view[..., i * d : (i + 1) * d]) for i, qkv in enumerate("qkv")
+            ]
         for part, value in parts:
             out[part] = value.T if part.startswith("h.") and value.ndim == 2 else value
     return out

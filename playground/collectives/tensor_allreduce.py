@@ -2,11 +2,13 @@
 tensor group's sum of a partial product, on the critical path, so its time is the layer's.
 
 A `TensorAllReduce` is what `Transformer(..., all_reduce=...)` calls with a fresh array (a
-row-parallel product forward, a column-parallel product's input gradient backward): it sums it
-over the group in place with the dispatcher's algorithm (`auto`: recursive doubling for the small
-activations of a decode step, the ring for large ones), traces it as one `tensor.allreduce` span
-with its bytes, and counts its calls and seconds, which is how a step tells its communication from
-its compute. Every rank of the group ends with the same bits (the collectives' contract), so the
+row-parallel product forward, a column-parallel product's input gradient backward) and the name of
+the product (`h.3.mlp.c_proj`): it sums the array over the group in place with the algorithm `auto`
+picks by size (recursive doubling for the small activations of a decode step, the ring for large
+ones), as a collective named after the product, so a rank that died or hangs is reported with the
+layer its peers waited in ("in h.3.mlp.c_proj allreduce[tensor] rd #57"); it traces it as one
+`tensor.allreduce` span with its bytes, and counts its calls and seconds, which is how a step tells
+its communication from its compute. Every rank of the group ends with the same bits (the collectives' contract), so the
 replicated computation after it (layernorms, the residual stream, the head) stays identical on
 every shard without any further message.
 
@@ -24,8 +26,9 @@ import time
 
 import numpy as np
 
-from playground.collectives import allreduce, registry
+from playground.collectives import registry
 from playground.collectives.auto import choose_allreduce
+from playground.collectives.ops import ReduceOp
 from playground.models.costs import Link
 
 SPAN = "tensor.allreduce"
@@ -44,10 +47,18 @@ class TensorAllReduce:
     def __repr__(self):
         return f"TensorAllReduce({self.group!r}, {self.algorithm})"
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, where: str = "tensor") -> np.ndarray:
+        """`x` summed over the group, in place; `where`: the product it completes (for errors)."""
+        group, algorithm = self.group, self.algorithm
+        if algorithm == registry.AUTO:
+            algorithm = choose_allreduce(x.nbytes, group.size)
         t0 = self.clock()
-        with self.group.tracer.span(SPAN, cat="comm", bytes=x.nbytes):
-            allreduce(self.group, x, algorithm=self.algorithm, inplace=True)
+        with group.tracer.span(SPAN, cat="comm", bytes=x.nbytes, where=where):
+            group.begin_collective(f"{where} allreduce", algorithm)
+            try:
+                registry.get("allreduce", algorithm).run(group, x, ReduceOp.SUM, group.segment_bytes, True)
+            finally:
+                group.end_collective()
         self.seconds += self.clock() - t0
         self.calls += 1
         self.bytes += x.nbytes

@@ -23,8 +23,8 @@ on the whole model's plan, one forward at a time.
 
 Tensor parallelism: a plan whose `tensor` splits the matrices (`tensor_plan`: Megatron-LM's
 column- then row-parallel pairs) runs each block on this rank's heads and MLP units; `all_reduce`
-(the tensor group's sum, in place) completes the two row-parallel products forward and the input
-gradients of the two column-parallel ones backward. Without a split it is the identity, and the
+(the tensor group's sum, in place, told which product it completes) completes the two row-parallel
+products forward and the input gradients of the two column-parallel ones backward. Without a split it is the identity, and the
 model runs exactly the operations it always did.
 
 Decoding: `step(tokens, positions, attend)` runs the same blocks over packed tokens (several
@@ -59,7 +59,7 @@ from playground.transformer.plan import StagePlan
 
 Attend = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 GradReady = Callable[[int], None]
-AllReduce = Callable[[np.ndarray], np.ndarray]  # the tensor group's sum of a fresh array, in place
+AllReduce = Callable[[np.ndarray, str], np.ndarray]  # the tensor group's sum of a fresh array, in place
 Span = Callable[[str], AbstractContextManager]
 
 
@@ -298,11 +298,12 @@ class Transformer:
         qkv = linear_forward(ln_1_out, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
         q, k, v = split_heads(qkv, self.heads, self.config.head_dim)
         attn_y = attend(layer, q, k, v).reshape(*x.shape[:-1], -1)
-        x = x + (reduce(attn_y @ p["attn.c_proj.weight"]) + p["attn.c_proj.bias"])  # g, then the bias once
+        where = f"h.{layer}."
+        x = x + (reduce(attn_y @ p["attn.c_proj.weight"], where + "attn.c_proj") + p["attn.c_proj.bias"])  # g
         ln_2_out, ln_2 = layernorm_forward(x, p["ln_2.weight"], p["ln_2.bias"])
         fc_out = linear_forward(ln_2_out, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"])
         gelu_out, gelu_tanh = gelu_forward(fc_out)
-        x = x + (reduce(gelu_out @ p["mlp.c_proj.weight"]) + p["mlp.c_proj.bias"])
+        x = x + (reduce(gelu_out @ p["mlp.c_proj.weight"], where + "mlp.c_proj") + p["mlp.c_proj.bias"])
         return x, BlockSaved(ln_1, ln_1_out, attn_y, ln_2, ln_2_out, fc_out, gelu_tanh, gelu_out)
 
     def _block_backward(
@@ -325,7 +326,7 @@ class Transformer:
             dfc, s.ln_2_out, p["mlp.c_fc.weight"], g["mlp.c_fc.weight"], g["mlp.c_fc.bias"]
         )
         done("mlp.c_fc.bias", "mlp.c_fc.weight")
-        dln_2 = self.all_reduce(dln_2)  # f's backward: the shards' partial input gradients summed
+        dln_2 = self.all_reduce(dln_2, f"h.{layer}.mlp.c_fc gradient")  # f's backward: the shards' partials
         dx = dx + layernorm_backward(dln_2, s.ln_2, p["ln_2.weight"], g["ln_2.weight"], g["ln_2.bias"])
         done("ln_2.bias", "ln_2.weight")
         dy = linear_backward(
@@ -339,7 +340,7 @@ class Transformer:
             dqkv, s.ln_1_out, p["attn.c_attn.weight"], g["attn.c_attn.weight"], g["attn.c_attn.bias"]
         )
         done("attn.c_attn.bias", "attn.c_attn.weight")
-        dln_1 = self.all_reduce(dln_1)
+        dln_1 = self.all_reduce(dln_1, f"h.{layer}.attn.c_attn gradient")
         dx = dx + layernorm_backward(dln_1, s.ln_1, p["ln_1.weight"], g["ln_1.weight"], g["ln_1.bias"])
         done("ln_1.bias", "ln_1.weight")
         return dx
@@ -352,7 +353,7 @@ class Transformer:
 BLOCK_INDEX = {suffix: i for i, (suffix, _) in enumerate(BLOCK_PARAMS)}
 
 
-def unsplit(x: np.ndarray) -> np.ndarray:
+def unsplit(x: np.ndarray, where: str = "") -> np.ndarray:
     """One shard: its partial sum is the sum."""
     return x
 

@@ -55,9 +55,9 @@ class Bursts:
         return self.engine.time_of(self.rank)
 
     def around(self, fn):
-        def charged(x):
+        def charged(x, where: str = "tensor"):
             self.charge()
-            out = fn(x)
+            out = fn(x, where)
             self.mark()
             return out
 

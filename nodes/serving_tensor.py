@@ -27,7 +27,6 @@ from playground.kvcache.engine.attention import KERNELS
 from playground.models.calibration import ModelSpec
 from playground.serving.tensor import tensor_report
 from playground.serving.tensor.decode import DecodeBatch, decode_batch
-from playground.serving.tensor.simulate import split_heads
 from playground.transformer import ModelConfig, pin_blas_threads
 from playground.transformer.init import init_params
 from playground.transformer.tensor_plan import check_tensor
@@ -84,9 +83,7 @@ class Params:
             workload.check(config)
             for t in self.tensor or ():
                 check_tensor(config, t, "tensor")
-            wide = split_heads(config, self.simulate)
-            bad = [t for t in self.simulate if t < 1 or config.d_model % t]
-            if bad or (wide is not None and config.d_model % wide.heads):
+            if any(t < 1 or config.d_model % t for t in self.simulate):  # then their lcm divides d too
                 raise ParamError(
                     "simulate",
                     f"each t must divide d_model = {config.d_model} of the {shape} model (beyond its "

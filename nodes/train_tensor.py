@@ -31,7 +31,6 @@ from playground.transformer.tensor_plan import check_tensor
 
 THREADED = True  # bucketed's communication thread: `bind: auto` leaves ranks unpinned
 
-MIB = 1 << 20
 Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
 
 
@@ -90,11 +89,7 @@ class Params:
         return tuple(t for t in range(1, ranks + 1) if ranks % t == 0 and self.heads % t == 0)
 
     def setup(self) -> TrainSetup:
-        first = None if self.first_bucket_mb is None else round(self.first_bucket_mb * MIB)
-        return TrainSetup(
-            self.model_config, AdamConfig(lr=self.lr), self.seed, self.batch * self.context,
-            round(self.bucket_cap_mb * MIB), first, self.algorithm,
-        )  # fmt: skip
+        return TrainSetup.of(self)
 
 
 def check_scenario(params: Params, ranks: int) -> None:

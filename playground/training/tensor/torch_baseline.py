@@ -7,13 +7,11 @@ the first failure reported, everything reaped, a deadline), and returns each ran
 is imported only by the workers, so this module imports without it.
 """
 
-import json
 import sys
 from pathlib import Path
 
-from playground.comm.addresses import free_tcp_port
-from playground.launcher.procs import run_workers, worker_env
-from playground.training.ddp_baseline import available
+from playground.launcher.procs import run_env_workers
+from playground.training.ddp_baseline import available, model_spec
 
 __all__ = ["available", "run", "spec_of"]
 
@@ -22,11 +20,7 @@ def spec_of(params, ranks: int) -> dict:
     """What every worker needs to train exactly what our ranks trained."""
     sizes = params.sizes(ranks)
     return {
-        "config": params.model_config.to_dict(),
-        "seed": params.seed,
-        "lr": params.lr,
-        "batch": params.batch,
-        "steps": params.steps,
+        **model_spec(params),
         "tensor": list(sizes),
         "timeout_s": max(60.0, 10.0 * params.steps * len(sizes)),
     }
@@ -42,9 +36,6 @@ def run(params, ranks: int, run_dir: Path) -> list[list[dict]]:
         file=sys.stderr,
         flush=True,
     )
-    cmd = [sys.executable, "-m", "playground.training.tensor.torch_worker", "--spec", json.dumps(spec)]
-    cmd += ["--out", str(out_dir)]
-    env = {"WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_tcp_port())}
-    envs = [worker_env({**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(ranks)]
-    per_rank = run_workers("tensor_parallel", [cmd] * ranks, envs, out_dir, ranks, spec["timeout_s"] * 2 + 60)
+    module = "playground.training.tensor.torch_worker"
+    per_rank = run_env_workers("tensor_parallel", module, spec, ranks, out_dir, spec["timeout_s"] * 2 + 60)
     return [[rec for rec in records if "step" in rec] for records in per_rank]

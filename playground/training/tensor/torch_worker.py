@@ -18,9 +18,7 @@ step's time, from the forward's start to the optimizer's end.
     python -m playground.training.tensor.torch_worker --spec JSON --out DIR
 """
 
-import argparse
 import datetime
-import json
 import os
 import sys
 import time
@@ -29,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from playground.comm.group import GridShape
-from playground.launcher.procs import rank_file, record_error, write_record
+from playground.launcher.procs import rank_file, worker_main, write_record
 from playground.transformer import BatchSampler, ModelConfig, ParamLayout, lecture_bytes
 from playground.transformer.init import init_params
 
@@ -176,17 +174,7 @@ def train(spec: dict, out_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", required=True, help="JSON: config, seed, lr, batch, steps, tensor, timeout_s")
-    ap.add_argument("--out", required=True, type=Path)
-    args = ap.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    try:
-        train(json.loads(args.spec), args.out)
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which names the first failure
-        record_error(args.out, rank, e)
-        return 1
-    return 0
+    return worker_main(train, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

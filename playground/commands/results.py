@@ -23,6 +23,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - parallelism.md: `run train-pipeline` at 2 and 4 stages, GPipe and 1F1B over 1-16 micro-batches:
   the bubble against its formula and model, the activations held against theirs, torch's
   pipelining schedules beside ours (`parallelism_results`).
+- tensor.md: `run serving-tensor` at 2 and 4 ranks (decode step time against t, measured, modelled
+  and simulated to 64 ranks) and `run train-tensor` at 2 and 4 ranks with torch's tensor parallelism
+  beside ours (`tensor_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
   detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
 
@@ -47,6 +50,7 @@ from playground.commands import accuracy
 from playground.commands.chaos_results import chaos_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
+from playground.commands.tensor_results import tensor
 from playground.commands.training_results import training_section
 from playground.core.errors import ScenarioError
 from playground.core.machine import describe_machine
@@ -189,6 +193,7 @@ SECTIONS = [
     Section(
         "parallelism", "parallelism.md", "Pipeline parallelism against its formulas", parallelism, 1.5, 4
     ),
+    Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
 ]
 
@@ -266,12 +271,13 @@ def add_results_parser(sub, func) -> None:
         "results",
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
         description="Runs bench table, the simulator against measurements, the lecture, training against "
-        "PyTorch DDP, the training step against its model, the serving lab, pipeline parallelism and chaos runs, one after the other, and writes "
-        "docs/results/*.md headed by this machine; about 71 min (--quick: 16).",
+        "PyTorch DDP, the training step against its model, the serving lab, pipeline and tensor parallelism "
+        "and chaos runs, one after the other, and writes docs/results/*.md headed by this machine; about "
+        "75 min (--quick: 18).",
     )
     r.add_argument(
         "--sections",
-        metavar="collectives,simulator,labs,training,steptime,serving,parallelism,chaos",
+        metavar="collectives,simulator,labs,training,steptime,serving,parallelism,tensor,chaos",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

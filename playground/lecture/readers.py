@@ -537,6 +537,58 @@ def _small_message(ctx: Context) -> Reading:
     return Reading(small["ours_us"], model_s * 1e6, values={"size": small["size"], "model_source": source})
 
 
+def _tp_rows(ctx: Context, shape: str) -> dict[int, dict]:
+    """serving-tensor's rows of one model shape by t."""
+    rows = {r["t"]: r for r in ctx.result("serving-tensor")["rows"] if r["shape"] == shape}
+    if 1 not in rows or 2 not in rows or math.isnan(rows[2]["measured_ms"]):
+        raise NotMeasured(f"serving-tensor measured the {shape} model without t = 1 and 2")
+    return rows
+
+
+def _tp_values(ctx: Context, shape: str) -> dict:
+    params = ctx.run("serving-tensor").params
+    d = {"small": 64, "large": 512}[shape]
+    return {"batch": params.get("batch", 8), "d_model": d, "kib": params.get("batch", 8) * d * 4 / 1024}
+
+
+@reader("tp-small")
+def _tp_small(ctx: Context) -> Reading:
+    rows, values = _tp_rows(ctx, "small"), _tp_values(ctx, "small")
+    one, two = rows[1], rows[2]
+    layers = 2  # the small shape's
+    return Reading(
+        two["measured_ms"] / one["measured_ms"],
+        two["model_ms"] / one["model_ms"],
+        values={
+            **values,
+            "saved_us": 1e3 * (one["model_ms"] - (two["model_ms"] - two["model_allreduce_ms"])) / layers,
+            "ar_us": 1e3 * two["allreduce_ms"] / (2 * layers),
+            "model_ar_us": 1e3 * two["model_allreduce_ms"] / (2 * layers),
+        },
+    )
+
+
+@reader("tp-large")
+def _tp_large(ctx: Context) -> Reading:
+    rows, values = _tp_rows(ctx, "large"), _tp_values(ctx, "large")
+    one, two, layers = rows[1], rows[2], 8
+    sims = {t: r["sim_ms"] for t, r in rows.items() if not math.isnan(r["sim_ms"])}
+    if 1 not in sims or 8 not in sims:
+        raise NotMeasured("serving-tensor did not simulate the large model at t = 1 and 8")
+    return Reading(
+        one["measured_ms"] / two["measured_ms"],
+        one["model_ms"] / two["model_ms"],
+        values={
+            **values,
+            "sim8": sims[1] / sims[8],
+            "best_t": min(sims, key=sims.get),
+            "block_ms": 2 * (one["model_ms"] - (two["model_ms"] - two["model_allreduce_ms"])) / layers,
+            "calls": 2 * layers,
+            "cores": ctx.result("serving-tensor")["cores"],
+        },
+    )
+
+
 @reader("bucket-speedup")
 def _bucket_speedup(ctx: Context) -> Reading:
     c, link = ctx.constants, _lecture_link(ctx)

@@ -177,3 +177,45 @@ def test_the_all_reduce_model_is_the_algorithm_auto_picks():
     link = Link(50e-6, 1e9)
     assert allreduce_time_s(8 * 512 * 4, 1, link) == 0.0
     assert allreduce_time_s(8 * 512 * 4, 4, link) == allreduce_rd_time_s(8 * 512 * 4, 4, link)
+
+
+@pytest.mark.timeout(30)
+def test_a_2x2_pipeline_x_tensor_grid_computes_one_process_gradients():
+    """Two stages of two shards each: stage 0's shards send their (identical) activation to stage
+    1's shard of the same index over `grid.pipeline`, the gradient comes back; wte's two halves are
+    summed between the stages. Every shard's gradients, put back together, are one process's."""
+    inputs, targets = SAMPLER.rank_batch(2)
+    whole = Transformer(CONFIG, seed=3)
+    loss = whole.forward(inputs, targets)
+    whole.backward()
+
+    def body(comm):
+        grid = Grid(comm, pipeline=2, tensor=2)
+        plan = pipeline_plan(CONFIG, 2, tensor=TensorPlan(grid.tensor_index, 2))[grid.pipeline_index]
+        model = Transformer(CONFIG, seed=3, plan=plan, all_reduce=TensorAllReduce(grid.tensor))
+        if plan.embedding:
+            x, saved = model.forward_stage(inputs)
+            grid.pipeline.send(np.ascontiguousarray(x), 1, 0)
+            dy = grid.pipeline.recv(1, 1, out=np.empty_like(x))
+            model.backward_stage(saved, dy)
+            got = None
+        else:
+            x = grid.pipeline.recv(0, 0, out=np.empty((*inputs.shape, CONFIG.d_model)))
+            got, saved = model.forward_stage(x, targets)
+            grid.pipeline.send(np.ascontiguousarray(model.backward_stage(saved)), 0, 1)
+        other = grid.pipeline.sendrecv(
+            model.g["wte"].copy(), 1 - grid.pipeline_index, 1 - grid.pipeline_index, 2
+        )
+        model.g["wte"] += other
+        return got, {n: g.copy() for n, g in model.g.items()}, grid.tensor_index
+
+    ranks = run_local(4, body, timeout_s=30)
+    assert all(got == pytest.approx(loss, rel=1e-15) for got, _, _ in ranks if got is not None)
+    for name, g in whole.g.items():
+        pieces: dict[int, np.ndarray] = {}
+        for _, grads, shard in ranks:
+            if name in grads:  # wte on both stages: the two copies' gradients are the same bits
+                assert shard not in pieces or np.array_equal(pieces[shard], grads[name]), name
+                pieces[shard] = grads[name]
+        joined = TensorPlan(0, 2).unshard(name, [pieces[0], pieces[1]])
+        assert np.max(np.abs(joined - g)) <= GRAD_TOLERANCE * np.max(np.abs(g)), name

@@ -87,6 +87,17 @@ def worker_main(train, description: str, argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_worker(code: int) -> None:
+    """End a torch worker with `code`, skipping the interpreter's finalization: Gloo's worker threads
+    can still hold work objects whose destruction then aborts the process ("terminate called without
+    an active exception", seen once after all 50 steps of a DDP run were written;
+    pytorch/pytorch#179291). The records are closed by then; only the standard streams are left to
+    flush."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 class BaselineError(PlaygroundError):
     """A baseline run failed: a worker crashed, timed out, or reported nothing. The message is one line."""
 

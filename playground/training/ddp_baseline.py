@@ -46,12 +46,19 @@ def spec_of(params) -> dict:
 
 def run(params, ranks: int, run_dir: Path) -> list[list[dict]]:
     """Every rank's step records (BaselineError, one line, if a worker fails or the deadline passes)."""
-    out_dir = Path(run_dir) / "ddp"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec = spec_of(params)
-    print(
-        f"PyTorch DDP baseline: {ranks} worker processes over Gloo -> {out_dir}", file=sys.stderr, flush=True
+    return run_baseline(
+        "ddp", "PyTorch DDP", "playground.training.ddp_worker", spec_of(params), ranks, run_dir
     )
-    timeout_s = spec["timeout_s"] * 2 + 60
-    per_rank = run_env_workers("ddp", "playground.training.ddp_worker", spec, ranks, out_dir, timeout_s)
+
+
+def run_baseline(
+    name: str, title: str, module: str, spec: dict, ranks: int, run_dir: Path
+) -> list[list[dict]]:
+    """A torch baseline: one `module` worker per rank over Gloo (`procs.run_env_workers`), writing
+    into run_dir/`name`, announced as `title` on stderr, with twice the spec's `timeout_s` and a
+    minute as its deadline; every rank's step records."""
+    out_dir = Path(run_dir) / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"{title} baseline: {ranks} worker processes over Gloo -> {out_dir}", file=sys.stderr, flush=True)
+    per_rank = run_env_workers(name, module, spec, ranks, out_dir, spec["timeout_s"] * 2 + 60)
     return [[rec for rec in records if "step" in rec] for records in per_rank]

@@ -26,12 +26,10 @@ of one buffer.
 """
 
 import datetime
-import os
-import sys
 import time
 from pathlib import Path
 
-from playground.launcher.procs import rank_file, worker_main, write_record
+from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
 from playground.tracing.timeline import covered
 from playground.transformer import BatchSampler, LRSchedule, ModelConfig, lecture_bytes
 from playground.transformer.init import init_params
@@ -130,11 +128,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Skip the interpreter's finalization: Gloo's worker threads can still hold work objects whose
-    # destruction then aborts the process ("terminate called without an active exception", seen
-    # here once after all 50 steps were written; pytorch/pytorch#179291). The records are closed
-    # by then; only the standard streams are left to flush.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_worker(main())

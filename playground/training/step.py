@@ -80,6 +80,46 @@ class StepTimes:
     compute_cpu_s: float  # the CPU time of forward, backward and the optimizer on this thread
 
 
+@dataclass(frozen=True)
+class Update:
+    """What a step does after backward, each part timed: the reduction it waits for, the optimizer,
+    the gather (ZeRO-1's all-gather of the updated parameters; nothing in the other modes)."""
+
+    reduce_s: float
+    optimizer_s: float
+    gather_s: float
+
+    @property
+    def comm_s(self) -> float:
+        return self.reduce_s + self.gather_s
+
+
+def reduce_and_update(gradients, loss: float, check=None, span=None, layout=None) -> Update:
+    """The step after backward of a pipeline stage or a tensor-parallel shard, in every mode: `gradients.reduce()`, `check(loss, reductions)`
+    (untimed: the checks are not part of the step), the update (traced as `span("optimizer")` if
+    given), the gather. With `layout`, every gradient is first handed to a strategy that takes them
+    as they are final (`on_grad_ready`), at once and in backward order, timed with the reduction:
+    after a backward that could not hand them over as it went (a pipeline stage's micro-batches, a
+    tensor-parallel shard's all-reduces on the same communicator)."""
+    t0 = time.perf_counter()
+    if layout is not None and gradients.on_grad_ready is not None:
+        for spec in reversed(layout.specs):
+            gradients.on_grad_ready(spec.index)
+    gradients.reduce()
+    t1 = time.perf_counter()
+    if check is not None:
+        check(loss, gradients.reductions())
+    t2 = time.perf_counter()
+    if span is None:
+        gradients.update()
+    else:
+        with span("optimizer"):
+            gradients.update()
+    t3 = time.perf_counter()
+    gradients.gather()
+    return Update(t1 - t0, t3 - t2, time.perf_counter() - t3)
+
+
 class DataParallel:
     """`mode`'s model, communication and optimizer on this rank, from the same start as every other
     mode (`Transformer(config, seed)`)."""

@@ -28,7 +28,7 @@ from playground.training.checks import params_hash
 from playground.training.modes import Mode
 from playground.training.pipeline.schedules import ScheduleKind
 from playground.training.pipeline.stage import Stage
-from playground.training.step import TrainSetup
+from playground.training.step import TrainSetup, reduce_and_update
 from playground.transformer import Transformer
 from playground.transformer.plan import StagePlan
 
@@ -128,25 +128,14 @@ class PipelineParallel:
         self._tie()
         t2 = time.perf_counter()
         gradients.begin(step)
-        if gradients.on_grad_ready is not None:  # the mode's buckets, in backward order
-            for spec in reversed(self.model.layout.specs):
-                gradients.on_grad_ready(spec.index)
-        gradients.reduce()
-        reduced = time.perf_counter()
-        if check is not None:
-            check(result.loss, gradients.reductions())
-        t3 = time.perf_counter()
-        gradients.update()
-        t4 = time.perf_counter()
-        gradients.gather()
-        t5 = time.perf_counter()
+        u = reduce_and_update(gradients, result.loss, check, layout=self.model.layout)
         return PipelineStepTimes(
             result.loss,
             t1 - t0,
             t2 - t1,
-            (reduced - t2) + (t5 - t4),
-            t4 - t3,
-            (t5 - t0) - (t3 - reduced),
+            u.comm_s,
+            u.optimizer_s,
+            (t2 - t0) + u.comm_s + u.optimizer_s,
             result.peak_bytes,
             result.peak_micro_batches,
         )

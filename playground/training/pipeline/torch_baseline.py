@@ -7,12 +7,10 @@ the first failure reported, everything reaped, a deadline), and returns each ran
 is imported only by the workers, so this module imports without it.
 """
 
-import sys
 from pathlib import Path
 
 from playground.comm.group import GridShape
-from playground.launcher.procs import run_env_workers
-from playground.training.ddp_baseline import available, model_spec
+from playground.training.ddp_baseline import available, model_spec, run_baseline
 from playground.training.training_stats import relative_gaps, timed_steps
 
 __all__ = ["available", "run", "spec_of", "torch_rows"]
@@ -31,17 +29,10 @@ def spec_of(params, ranks: int) -> dict:
 
 def run(params, ranks: int, run_dir: Path) -> list[list[dict]]:
     """Every rank's step records (BaselineError, one line, if a worker fails or the deadline passes)."""
-    out_dir = Path(run_dir) / "pipelining"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec = spec_of(params, ranks)
-    print(
-        f"torch.distributed.pipelining baseline: {ranks} worker processes over Gloo -> {out_dir}",
-        file=sys.stderr,
-        flush=True,
-    )
     module = "playground.training.pipeline.torch_worker"
-    per_rank = run_env_workers("pipelining", module, spec, ranks, out_dir, spec["timeout_s"] * 2 + 60)
-    return [[rec for rec in records if "step" in rec] for records in per_rank]
+    return run_baseline(
+        "pipelining", "torch.distributed.pipelining", module, spec_of(params, ranks), ranks, run_dir
+    )
 
 
 def torch_rows(

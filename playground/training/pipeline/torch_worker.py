@@ -16,13 +16,11 @@ stage) and the step's time, from the schedule's start to the optimizer's end.
 """
 
 import datetime
-import os
-import sys
 import time
 from pathlib import Path
 
 from playground.comm.group import GridShape
-from playground.launcher.procs import rank_file, worker_main, write_record
+from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
 from playground.transformer import BatchSampler, ModelConfig, lecture_bytes
 from playground.transformer.init import init_params
 from playground.transformer.plan import StagePlan, pipeline_plan
@@ -143,7 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()  # as ddp_worker: skip finalization, where Gloo's threads can abort the process
-    sys.stderr.flush()
-    os._exit(code)
+    exit_worker(main())

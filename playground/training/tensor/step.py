@@ -27,7 +27,7 @@ from playground.collectives.tensor_allreduce import TensorAllReduce
 from playground.core.errors import ResultMismatch
 from playground.training.checks import params_hash
 from playground.training.modes import Mode
-from playground.training.step import TrainSetup
+from playground.training.step import TrainSetup, reduce_and_update
 from playground.transformer import Transformer
 from playground.transformer.plan import StagePlan
 from playground.transformer.tensor_plan import TensorPlan, split_of
@@ -76,28 +76,16 @@ class TensorParallel:
         model.backward(span=span)
         t2 = time.perf_counter()
         gradients.begin(step)
-        if gradients.on_grad_ready is not None:  # the mode's buckets, in backward order
-            for spec in reversed(model.layout.specs):
-                gradients.on_grad_ready(spec.index)
-        gradients.reduce()
-        reduced = time.perf_counter()
-        if check is not None:
-            check(loss, gradients.reductions())
-        t3 = time.perf_counter()
-        with span("optimizer"):
-            gradients.update()
-        t4 = time.perf_counter()
-        gradients.gather()
-        t5 = time.perf_counter()
+        u = reduce_and_update(gradients, loss, check, span, model.layout)
         return TensorStepTimes(
             loss,
             t1 - t0,
             t2 - t1,
             self.all_reduce.seconds,
             self.all_reduce.calls,
-            (reduced - t2) + (t5 - t4),
-            t4 - t3,
-            (t5 - t0) - (t3 - reduced),
+            u.comm_s,
+            u.optimizer_s,
+            (t2 - t0) + u.comm_s + u.optimizer_s,
         )
 
     def check_shards(self, step: int, loss: float) -> None:

@@ -7,11 +7,9 @@ the first failure reported, everything reaped, a deadline), and returns each ran
 is imported only by the workers, so this module imports without it.
 """
 
-import sys
 from pathlib import Path
 
-from playground.launcher.procs import run_env_workers
-from playground.training.ddp_baseline import available, model_spec
+from playground.training.ddp_baseline import available, model_spec, run_baseline
 
 __all__ = ["available", "run", "spec_of"]
 
@@ -28,14 +26,5 @@ def spec_of(params, ranks: int) -> dict:
 
 def run(params, ranks: int, run_dir: Path) -> list[list[dict]]:
     """Every rank's step records (BaselineError, one line, if a worker fails or the deadline passes)."""
-    out_dir = Path(run_dir) / "tensor_parallel"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec = spec_of(params, ranks)
-    print(
-        f"torch.distributed.tensor.parallel baseline: {ranks} worker processes over Gloo -> {out_dir}",
-        file=sys.stderr,
-        flush=True,
-    )
-    module = "playground.training.tensor.torch_worker"
-    per_rank = run_env_workers("tensor_parallel", module, spec, ranks, out_dir, spec["timeout_s"] * 2 + 60)
-    return [[rec for rec in records if "step" in rec] for records in per_rank]
+    module, spec = "playground.training.tensor.torch_worker", spec_of(params, ranks)
+    return run_baseline("tensor_parallel", "torch.distributed.tensor.parallel", module, spec, ranks, run_dir)

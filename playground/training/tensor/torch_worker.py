@@ -19,15 +19,13 @@ step's time, from the forward's start to the optimizer's end.
 """
 
 import datetime
-import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from playground.comm.group import GridShape
-from playground.launcher.procs import rank_file, worker_main, write_record
+from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
 from playground.transformer import BatchSampler, ModelConfig, ParamLayout, lecture_bytes
 from playground.transformer.init import init_params
 
@@ -178,7 +176,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()  # as ddp_worker: skip finalization, where Gloo's threads can abort the process
-    sys.stderr.flush()
-    os._exit(code)
+    exit_worker(main())

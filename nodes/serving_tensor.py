@@ -24,7 +24,7 @@ from playground.comm.group import new_group
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.kvcache.engine.attention import KERNELS
-from playground.models.calibration import ModelSpec
+from playground.models.calibration import LinkSpec
 from playground.serving.tensor import tensor_report
 from playground.serving.tensor.decode import DecodeBatch, decode_batch
 from playground.transformer import ModelConfig, pin_blas_threads
@@ -66,9 +66,9 @@ class Params:
         32,
         64,
     )  # t simulated (each must divide d_model); [] for none
-    # the model's link: a preset, a calibration.json or a run dir holding one; null: the newest
-    # calibration of this run's network, else a labelled default
-    model: ModelSpec | None = None
+    # the model's link: a preset or a calibration.json of `calibrate`; null: this machine's
+    # calibration (./calibration.json), else a labelled default
+    model: LinkSpec | None = None
 
     def __post_init__(self):
         if not self.shapes or len(set(self.shapes)) != len(self.shapes):

@@ -21,7 +21,7 @@ from playground.collectives import registry
 from playground.comm.group import Grid
 from playground.core.errors import ParamError
 from playground.display.report import Report
-from playground.models.calibration import ModelSpec
+from playground.models.calibration import LinkSpec
 from playground.training.modes import DDP_LIKE, Mode
 from playground.training.step import TrainSetup
 from playground.training.tensor import tensor_report, torch_baseline
@@ -52,9 +52,9 @@ class Params:
     algorithm: Algorithm = "ring"  # the replicas' all-reduce
     tensor_algorithm: Algorithm = "auto"  # the shards' all-reduce of each block's activations
     reference: bool = True  # compare every shard with one process trained on the whole batch
-    # the step-time model's link: a preset, a calibration.json or a run dir holding one; null: the
-    # newest calibration of this run's network, else a labelled default
-    model: ModelSpec | None = None
+    # the step-time model's link: a preset or a calibration.json of `calibrate`; null: this machine's
+    # calibration (./calibration.json), else a labelled default
+    model: LinkSpec | None = None
     baseline: Literal["tensor_parallel"] | None = (
         None  # torch.distributed.tensor.parallel over Gloo beside ours
     )

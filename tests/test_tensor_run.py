@@ -111,7 +111,7 @@ def test_a_killed_or_hung_shard_is_named_with_the_layer_its_peer_waited_in(runs_
     proc = launch(
         ["run", "train-tensor", "--ranks", "4", "--out", str(runs_dir)]
         + [a for s in [*TINY, "params.tensor=[2]", "params.reference=false"] for a in ("--set", s)]
-        + ["--set", "fault.rank=1", "--set", f"fault.action={action}", "--set", "fault.after_ops=30"]
+        + ["--set", "fault.rank=1", "--set", f"fault.action={action}", "--set", "fault.after_ops=8"]
         + ["--set", "timeout_s=3"]
     )
     out, err, leftovers = finish(proc, timeout_s=40)

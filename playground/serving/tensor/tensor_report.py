@@ -146,7 +146,7 @@ def plot_decode(path: Path, rows_by_shape: dict[str, list[dict]], params) -> Non
 
 def report(results: list[dict], params, run_dir: Path) -> Report:
     run_dir = Path(run_dir)
-    source = load_model(params.model, run_network(run_dir), run_dir.parent)
+    source = load_model(params.model, run_network(run_dir))
     workload, cores = params.workload, usable_cores()
     tables, failures, rows_by_shape = [], [], {}
     for k, shape in enumerate(params.shapes):

@@ -168,7 +168,7 @@ def report(
     results: list[dict], params, run_dir: Path, torch_records: list[list[dict]] | None = None
 ) -> Report:
     run_dir, config = Path(run_dir), params.model_config
-    source = load_model(params.model, run_network(run_dir), run_dir.parent)
+    source = load_model(params.model, run_network(run_dir))
     figures = [run_figures(results, k) for k in range(len(results[0]["runs"]))]
     base = min(figures, key=lambda f: f["tensor"])
     rows = [

@@ -8,8 +8,9 @@ ranks with torch.distributed.tensor.parallel beside it and at 4 ranks, round aft
 - a training step against t on the same ranks (the rest data-parallel): ours, the model, torch's;
 - the gaps to one process over every run (tokens, parameters, losses).
 
-A ping-pong over shared memory runs first: both scenarios run over it, and their models take its
-calibration (the newest in the same runs directory).
+`calibrate` runs first, over shared memory (both scenarios run over it) at 2 ranks, from 64 B
+to 1 MiB (a decode step's all-reduce is 2-16 KiB, a training step's 128 KiB, a gradient bucket up to
+1 MiB); every run's model takes that calibration (`params.model`).
 """
 
 import json
@@ -21,10 +22,14 @@ SERVING_RANKS = (2, 4)  # 4 ranks on this 2-core machine: t = 4 shares the cores
 TRAINING_RANKS = (2, 4)
 
 
-def _run(ctx, scenario: str, ranks: int, *sets: str, transport: str | None = None) -> dict:
-    """One run in the section's one runs directory, where the models find the ping-pong's calibration."""
+CALIBRATE = ("--transports", "shm", "--ranks", "2", "--sizes", "64,1KiB,4KiB,16KiB,64KiB,128KiB,1MiB")
+
+
+def _run(ctx, scenario: str, ranks: int, *sets: str) -> dict:
+    """One run in the section's runs directory, its model on the section's calibration."""
     runs = ctx.work / "runs"
-    flags = [a for s in sets for a in ("--set", s)] + (["--transport", transport] if transport else [])
+    sets = (*sets, f"params.model={ctx.work / 'calibration.json'}")
+    flags = [a for s in sets for a in ("--set", s)]
     ctx.run("run", scenario, "--ranks", str(ranks), *flags, "--out", str(runs), timeout_s=900)
     return json.loads((ctx.latest(runs) / "result.json").read_text())
 
@@ -47,8 +52,8 @@ def _serving(rounds: int, serving: dict[int, list[dict]]) -> list[str]:
         "rank's tokens checked against one process. Measured: rank 0's decode steps of every round of the "
         "run, pooled, median; here the median (range) over "
         f"{rounds} run(s). Model: the one-process step's slope over layers is a block's compute, then "
-        "rest + layers x (block / t + 2 all-reduces of batch x d float32) on the link the ping-pong over "
-        "shared memory fitted. Simulated: "
+        "rest + layers x (block / t + 2 all-reduces of batch x d float32) on the link of this machine's "
+        "calibration over shared memory. Simulated: "
         "the same code on t simulated ranks with a core each, each shard's compute measured as it runs; "
         "beyond the model's heads the same widths cut into more heads. At 4 ranks on this 2-core machine "
         "the measured t = 4 shares the cores.\n",
@@ -114,7 +119,8 @@ def tensor(ctx) -> str:
     rounds = 1 if ctx.quick else ctx.rounds
     serving: dict[int, list[dict]] = {r: [] for r in SERVING_RANKS}
     training: dict[int, list[dict]] = {r: [] for r in TRAINING_RANKS}
-    _run(ctx, "pingpong", 2, "params.trace_messages=false", transport="shm")  # the scenarios' transport
+    calibration = ctx.work / "calibration.json"
+    ctx.run("calibrate", *CALIBRATE, "--out", str(calibration), "--work", str(ctx.work / "calibrate"))
     for _ in range(rounds):  # the runs alternate round by round
         for ranks in SERVING_RANKS:
             sets = [] if ranks == SERVING_RANKS[0] else ["params.simulate=[]"]

@@ -122,8 +122,9 @@ def plot_step_times(path: Path, rows: list[dict], title: str, torch_rows: list[d
     """Step time against t: measured (with its min-max), the model, torch's if it ran."""
     with figure(path, (7, 4.5)) as (_, ax):
         ts = [r["t"] for r in rows]
-        lo = [r["step_ms"] - float(r["step_range"].split("-")[0]) for r in rows]
-        hi = [float(r["step_range"].split("-")[1]) - r["step_ms"] for r in rows]
+        # the range is printed to 0.1 ms, so an end can round past the median: clamp at 0
+        lo = [max(0.0, r["step_ms"] - float(r["step_range"].split("-")[0])) for r in rows]
+        hi = [max(0.0, float(r["step_range"].split("-")[1]) - r["step_ms"]) for r in rows]
         ax.errorbar(ts, [r["step_ms"] for r in rows], yerr=[lo, hi], fmt="o-", capsize=3, label="measured")
         ax.plot(ts, [r["model_ms"] for r in rows], "x--", label="model: compute / t + alpha-beta all-reduces")
         ax.plot(ts, [r["tensor_ms"] for r in rows], "s:", label="of which tensor all-reduces (measured)")

@@ -150,8 +150,9 @@ def build_parser(
         "--baseline",
         metavar="NAME",
         help="also run the scenario's baseline beside ours and compare (train: ddp, PyTorch DDP over "
-        "Gloo; train-pipeline: pipelining, torch.distributed.pipelining's GPipe and 1F1B over Gloo); the "
-        "same as --set params.baseline=NAME",
+        "Gloo; train-pipeline: pipelining, torch.distributed.pipelining's GPipe and 1F1B over Gloo; "
+        "train-tensor: tensor_parallel, torch.distributed.tensor.parallel over Gloo); the same as --set "
+        "params.baseline=NAME",
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     r.set_defaults(func=_cmd_run)

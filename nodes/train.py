@@ -26,12 +26,10 @@ from playground.models.calibration import LinkSpec
 from playground.training import ddp_baseline, training_report
 from playground.training.loop import train_mode
 from playground.training.modes import MODES, NAMES, Mode
-from playground.training.step import TrainSetup
+from playground.training.step import TrainingShape, TrainSetup
 from playground.transformer import (
     AdamConfig,
-    BatchSampler,
     LRSchedule,
-    ModelConfig,
     decode_sample,
     generate,
     lecture_bytes,
@@ -46,7 +44,7 @@ Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
 
 
 @dataclass(frozen=True)
-class Params:
+class Params(TrainingShape):
     layers: int = 2  # transformer blocks
     d_model: int = 64  # width of the residual stream
     heads: int = 4  # attention heads; must divide d_model
@@ -103,18 +101,8 @@ class Params:
             raise ParamError("temperature", f"must be >= 0 (0: greedy), got {self.temperature}")
 
     @property
-    def model_config(self) -> ModelConfig:
-        return ModelConfig(
-            layers=self.layers, d_model=self.d_model, heads=self.heads, context=self.context, dtype=self.dtype
-        )
-
-    @property
     def schedule(self) -> LRSchedule:
         return LRSchedule(self.lr, self.steps, self.warmup_steps, self.min_lr)
-
-    @property
-    def sampler(self) -> BatchSampler:
-        return BatchSampler(lecture_bytes(), self.context, self.batch, self.seed)
 
     def setup(self) -> TrainSetup:
         return TrainSetup.of(self, self.schedule)

@@ -29,8 +29,8 @@ from playground.training.pipeline import pipeline_report, torch_baseline
 from playground.training.pipeline.loop import calibrate, reference_gaps, train_schedule
 from playground.training.pipeline.schedules import SCHEDULES
 from playground.training.pipeline.step import MAX_MICRO_BATCHES, TAG_TIED
-from playground.training.step import TrainSetup
-from playground.transformer import AdamConfig, BatchSampler, ModelConfig, lecture_bytes, pin_blas_threads
+from playground.training.step import TrainingShape, TrainSetup
+from playground.transformer import AdamConfig, BatchSampler, lecture_bytes, pin_blas_threads
 from playground.transformer.plan import pipeline_plan
 
 THREADED = True  # bucketed's communication thread: `bind: auto` leaves ranks unpinned
@@ -39,7 +39,7 @@ Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
 
 
 @dataclass(frozen=True)
-class Params:
+class Params(TrainingShape):
     layers: int = 4  # transformer blocks, split evenly over the stages
     d_model: int = 64  # width of the residual stream
     heads: int = 4  # attention heads; must divide d_model
@@ -83,16 +83,6 @@ class Params:
             )
         if not self.bucket_cap_mb > 0:
             raise ParamError("bucket_cap_mb", f"must be > 0 MiB, got {self.bucket_cap_mb}")
-
-    @property
-    def model_config(self) -> ModelConfig:
-        return ModelConfig(
-            layers=self.layers, d_model=self.d_model, heads=self.heads, context=self.context, dtype=self.dtype
-        )
-
-    @property
-    def sampler(self) -> BatchSampler:
-        return BatchSampler(lecture_bytes(), self.context, self.batch, self.seed)
 
     def replicas(self, ranks: int) -> int:
         return self.data if self.data is not None else max(1, ranks // self.pipeline)

@@ -23,10 +23,10 @@ from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
 from playground.training.modes import DDP_LIKE, Mode
-from playground.training.step import TrainSetup
+from playground.training.step import TrainingShape, TrainSetup
 from playground.training.tensor import tensor_report, torch_baseline
 from playground.training.tensor.loop import one_process, train_tensor
-from playground.transformer import AdamConfig, BatchSampler, ModelConfig, lecture_bytes, pin_blas_threads
+from playground.transformer import AdamConfig, BatchSampler, lecture_bytes, pin_blas_threads
 from playground.transformer.tensor_plan import check_tensor
 
 THREADED = True  # bucketed's communication thread: `bind: auto` leaves ranks unpinned
@@ -35,7 +35,7 @@ Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
 
 
 @dataclass(frozen=True)
-class Params:
+class Params(TrainingShape):
     layers: int = 2  # transformer blocks
     d_model: int = 64  # width of the residual stream
     heads: int = 4  # attention heads: t must divide them
@@ -71,16 +71,6 @@ class Params:
             raise ParamError("steps", f"must be >= 1, got {self.steps}")
         if not self.bucket_cap_mb > 0:
             raise ParamError("bucket_cap_mb", f"must be > 0 MiB, got {self.bucket_cap_mb}")
-
-    @property
-    def model_config(self) -> ModelConfig:
-        return ModelConfig(
-            layers=self.layers, d_model=self.d_model, heads=self.heads, context=self.context, dtype=self.dtype
-        )
-
-    @property
-    def sampler(self) -> BatchSampler:
-        return BatchSampler(lecture_bytes(), self.context, self.batch, self.seed)
 
     def sizes(self, ranks: int) -> tuple[int, ...]:
         """The t of each run: `tensor`, or every t dividing both the ranks and the heads."""

@@ -25,7 +25,30 @@ from dataclasses import dataclass
 
 from playground.collectives.bucketing import MIB
 from playground.training.modes import Mode
-from playground.transformer import AdamConfig, LRSchedule, ModelConfig, Transformer
+from playground.transformer import (
+    AdamConfig,
+    BatchSampler,
+    LRSchedule,
+    ModelConfig,
+    Transformer,
+    lecture_bytes,
+)
+
+
+class TrainingShape:
+    """For a training node's frozen `Params` with layers, d_model, heads, context, dtype, batch and
+    seed: the model they describe and the batches it trains on (ParamError naming the key if they do
+    not fit), one definition for the train, train-pipeline and train-tensor nodes."""
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(
+            layers=self.layers, d_model=self.d_model, heads=self.heads, context=self.context, dtype=self.dtype
+        )
+
+    @property
+    def sampler(self) -> BatchSampler:
+        return BatchSampler(lecture_bytes(), self.context, self.batch, self.seed)
 
 
 @dataclass(frozen=True)

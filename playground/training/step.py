@@ -40,6 +40,15 @@ class TrainingShape:
     seed: the model they describe and the batches it trains on (ParamError naming the key if they do
     not fit), one definition for the train, train-pipeline and train-tensor nodes."""
 
+    # the fields it reads (annotations only: a dataclass takes fields from its own annotations)
+    layers: int
+    d_model: int
+    heads: int
+    context: int
+    dtype: str
+    batch: int
+    seed: int
+
     @property
     def model_config(self) -> ModelConfig:
         return ModelConfig(

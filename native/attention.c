@@ -11,20 +11,23 @@
  *                  block is one run of bs slots and the kernel jumps from block to block, as
  *                  vLLM's PagedAttention kernel does;
  *   block_size = 0 (contiguous, reserve-max): one entry, the slot of token 0; the tokens are one
- *                  run.
+ *                  run, read in chunks of CHUNK_TOKENS as if they were blocks lying in order.
  * Pass 1 reads the keys (scores, each head's maximum), pass 2 turns the scores into exp(score -
  * max) and their sums (double), pass 3 reads the values and accumulates them weighted. Dot
  * products use 8 independent accumulators and the weighted sums are written 8 floats at a time,
  * so that -O2 makes vector instructions of both.
  *
+ * Both layouts go through the same loop, run by run (a block, or a chunk of the contiguous run), so
+ * that paged / contiguous measures where the blocks lie and nothing else.
  * Streams. A run read from start to end is what the hardware prefetcher follows; at the end of a
  * block it cannot know where the next one is, and it takes a few misses to pick the next run up.
- * With blocks of a few KiB those restarts cost the paged layout up to 2x here (docs/serving.md).
  * So both passes read `streams` runs at once, token j of each in turn: the prefetcher follows
  * several runs and their restarts overlap, as the warps of vLLM's kernel read different blocks at
- * once. streams = 0 picks enough that one row of each makes 2 KiB in flight (FRONT_BYTES); a
- * contiguous sequence is one run, read as before. Software prefetch of the next block through the
- * table was tried first and did not help here.
+ * once. streams = 0 picks enough that one row of each makes 2 KiB in flight (FRONT_BYTES).
+ * Prefetch. While row j of this group's runs is read, row j of the next group's is prefetched
+ * (into L2: prefetcht2, which leaves the L1's few fill buffers to the loads), so the next block's
+ * lines are on their way before the jump to it: the block table says where it is, the hardware
+ * prefetcher cannot. A contiguous run gets the same, one chunk ahead.
  *
  * Everything is checked before the GIL is released: a slot outside the planes is an IndexError
  * naming the sequence, never a read out of bounds.
@@ -91,6 +94,7 @@ typedef struct {
 
 #define MAX_STREAMS 16
 #define FRONT_BYTES 2048
+#define CHUNK_TOKENS 16
 
 /* Blocks read at once: enough that one row of each makes 2 KiB of loads in flight (rows of 2 KiB: one). */
 static Py_ssize_t auto_streams(Py_ssize_t row_bytes) {
@@ -100,7 +104,7 @@ static Py_ssize_t auto_streams(Py_ssize_t row_bytes) {
 
 /* The slot of the first token of run r of a sequence whose table is `t`. */
 static inline int64_t run_slot(const Pool *p, const int64_t *t, Py_ssize_t r) {
-    return p->block_size ? t[r] * p->block_size : t[0];
+    return p->block_size ? t[r] * p->block_size : t[0] + r * CHUNK_TOKENS;
 }
 
 /* The runs r0 .. r0 + streams of a sequence (table t, n tokens): where each starts in `plane`, how
@@ -115,7 +119,7 @@ typedef struct {
 static void group(const Pool *p, const int64_t *t, const float *plane, Py_ssize_t r0, Py_ssize_t num_runs,
                   Py_ssize_t run_len, Py_ssize_t n, float *scores, Group *g) {
     const Py_ssize_t row = p->heads * p->head_dim;
-    g->count = num_runs - r0 < p->streams ? num_runs - r0 : p->streams;
+    g->count = r0 >= num_runs ? 0 : (num_runs - r0 < p->streams ? num_runs - r0 : p->streams);
     for (Py_ssize_t x = 0; x < g->count; x++) {
         const Py_ssize_t first = (r0 + x) * run_len;
         g->len[x] = n - first < run_len ? n - first : run_len;
@@ -124,11 +128,21 @@ static void group(const Pool *p, const int64_t *t, const float *plane, Py_ssize_
     }
 }
 
+/* Row j of every run of the next group, into the cache while this group is read: the jump to a
+ * block somewhere else costs no wait when its turn comes. */
+static inline void prefetch_rows(const Group *next, Py_ssize_t j, Py_ssize_t row) {
+    for (Py_ssize_t x = 0; x < next->count; x++) {
+        if (j >= next->len[x]) continue;
+        const char *r = (const char *)(next->rows[x] + j * row);
+        for (Py_ssize_t b = 0; b < row * (Py_ssize_t)sizeof(float); b += 64) __builtin_prefetch(r + b, 0, 1);
+    }
+}
+
 static void attend_one(const Pool *p, Py_ssize_t i, const float *q_in, float *out, float *q, float *scores,
                        double *sums, float *maxes) {
     const Py_ssize_t H = p->heads, hd = p->head_dim, row = H * hd, n = p->lens[i];
     const int64_t *t = p->tables + p->starts[i];
-    const Py_ssize_t run_len = p->block_size ? p->block_size : n;
+    const Py_ssize_t run_len = p->block_size ? p->block_size : CHUNK_TOKENS;
     const float scale = 1.0f / sqrtf((float)hd);
     memset(out, 0, sizeof(float) * row);
     if (n == 0) return;
@@ -136,10 +150,12 @@ static void attend_one(const Pool *p, Py_ssize_t i, const float *q_in, float *ou
     for (Py_ssize_t h = 0; h < H; h++) maxes[h] = -INFINITY;
     /* pass 1: scores, `streams` runs at a time, token by token across them */
     const Py_ssize_t num_runs = (n + run_len - 1) / run_len;
-    Group g;
+    Group g, next;
     for (Py_ssize_t r0 = 0; r0 < num_runs; r0 += p->streams) {
         group(p, t, p->keys, r0, num_runs, run_len, n, scores, &g);
+        group(p, t, p->keys, r0 + p->streams, num_runs, run_len, n, scores, &next);
         for (Py_ssize_t j = 0; j < run_len; j++) {
+            prefetch_rows(&next, j, row);
             for (Py_ssize_t x = 0; x < g.count; x++) {
                 if (j >= g.len[x]) continue;
                 const float *kj = g.rows[x] + j * row;
@@ -164,7 +180,9 @@ static void attend_one(const Pool *p, Py_ssize_t i, const float *q_in, float *ou
     /* pass 3: the weighted values, the same way */
     for (Py_ssize_t r0 = 0; r0 < num_runs; r0 += p->streams) {
         group(p, t, p->values, r0, num_runs, run_len, n, scores, &g);
+        group(p, t, p->values, r0 + p->streams, num_runs, run_len, n, scores, &next);
         for (Py_ssize_t j = 0; j < run_len; j++) {
+            prefetch_rows(&next, j, row);
             for (Py_ssize_t x = 0; x < g.count; x++) {
                 if (j >= g.len[x]) continue;
                 const float *vj = g.rows[x] + j * row, *sj = g.scores[x] + j * H;
@@ -212,7 +230,7 @@ PyDoc_STRVAR(paged_attention_doc,
 "and value planes (slots, heads, head_dim) float32, writing out (num_seqs, heads, head_dim).\n"
 "Sequence i's table is tables[starts[i]:starts[i+1]] (int64): its block table if block_size > 0,\n"
 "else its first slot (one contiguous run); it attends to its seq_lens[i] tokens. `streams` runs are\n"
-"read at once (0: enough for 4 KiB of rows in flight). GIL released.");
+"read at once (0: enough for 2 KiB of rows in flight). GIL released.");
 
 static PyObject *paged_attention(PyObject *self, PyObject *args) {
     PyObject *q_obj, *k_obj, *v_obj, *t_obj, *s_obj, *l_obj, *o_obj;

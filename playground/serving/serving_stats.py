@@ -6,6 +6,7 @@ server's stats, memory samples and engine step log (engine/llm_engine.LLMEngine.
 
 import numpy as np
 
+from playground.kvcache.engine.llm_engine import STEP_LOG_COLUMNS
 from playground.kvcache.stats import summarize_samples
 
 
@@ -25,7 +26,7 @@ def replay_figures(setup: dict) -> dict:
     done = [r for r in rows if r["ok"]]
     stats, engine = setup["stats"], setup["stats"]["engine"]
     busy = summarize_samples(setup["samples"], stats["capacity_slots"])
-    log = np.asarray(setup["step_log"], dtype=float).reshape(-1, 7)
+    log = np.asarray(setup["step_log"], dtype=float).reshape(-1, len(STEP_LOG_COLUMNS))
     decodes = log[:, 1][log[:, 1] > 0]
     elapsed_s = max((c.get("elapsed_s", 0.0) for c in setup["clients"].values()), default=0.0)
     generated = sum(r["num_tokens"] for r in done)

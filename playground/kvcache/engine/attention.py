@@ -52,6 +52,14 @@ class RunTable:
     def table(self, i: int) -> np.ndarray:
         return self.tables[self.starts[i] : self.starts[i + 1]]
 
+    def last_slots(self) -> np.ndarray:
+        """The slot of every sequence's last token (position seq_lens[i] - 1), in one pass."""
+        last = self.seq_lens - 1
+        first_entry = self.starts[:-1]
+        if not self.block_size:
+            return self.tables[first_entry] + last
+        return self.tables[first_entry + last // self.block_size] * self.block_size + last % self.block_size
+
     def slots(self, i: int) -> np.ndarray:
         """The slot of each of sequence i's tokens, in order."""
         n, table = int(self.seq_lens[i]), self.table(i)

@@ -30,6 +30,25 @@ from playground.kvcache.engine.sequence import GenerateRequest, SamplingParams, 
 from playground.transformer.generate import sample_token
 from playground.transformer.model import Transformer
 
+# The engine's step log, one tuple a step: when it started (s since the engine was made), the
+# sequences it decoded, the prompt tokens it prefilled, running and waiting after it, its time
+# (the engine's clock), the slots allocated, the KV tokens the decode attention read per layer, and
+# where the time went (time.perf_counter): the model's layers, the attention over the pool inside
+# them, and the bookkeeping around them (scheduling, the step's metadata, sampling, finishing).
+STEP_LOG_COLUMNS = (
+    "t_s",
+    "decodes",
+    "prefill_tokens",
+    "running",
+    "waiting",
+    "step_s",
+    "allocated_slots",
+    "kv_tokens",
+    "model_s",
+    "attention_s",
+    "bookkeeping_s",
+)
+
 
 class LLMEngine:
     def __init__(
@@ -58,7 +77,7 @@ class LLMEngine:
         self.peak_running = 0
         self.peak_allocated_slots = 0
         self.peak_used_slots = 0
-        self.step_log: list[tuple] = []  # (t_s, decodes, prefill tokens, running, waiting, step_s, allocated)
+        self.step_log: list[tuple] = []  # one row a step, STEP_LOG_COLUMNS
         model.logits(np.zeros((1, 1), dtype=np.int64))  # warm the BLAS and the allocator up before timing
         self.start_s = clock()
 
@@ -86,7 +105,7 @@ class LLMEngine:
 
     def step(self) -> tuple[list[GenerateRequest], int]:
         """One step; returns (the requests it finished, the tokens it ran: 0 if nothing fitted)."""
-        t0 = self.clock()
+        t0, wall0 = self.clock(), time.perf_counter()
         step = self.scheduler.schedule()
         if not step.scheduled:
             return [], 0
@@ -98,12 +117,14 @@ class LLMEngine:
         self._track_peaks()
         logits = self.runner.run(step.scheduled, self.policy)
         now = self.clock()
+        greedy = np.argmax(logits, axis=1).tolist()  # every row's greedy token, in one call
         finished = []
-        for s, row in zip(step.scheduled, logits, strict=True):
-            finished += self._postprocess(s, row, now)
+        for s, row, first_max in zip(step.scheduled, logits, greedy, strict=True):
+            finished += self._postprocess(s, row, first_max, now)
         self.num_steps += 1
         decodes = sum(1 for s in step.scheduled if s.is_decode)
         self.num_prefill_tokens += step.num_tokens - decodes
+        times = self.runner.last
         self.step_log.append(
             (
                 t0 - self.start_s,
@@ -113,6 +134,10 @@ class LLMEngine:
                 len(self.scheduler.waiting),
                 now - t0,
                 self.policy.allocated_slots(),
+                times.kv_tokens,
+                times.model_s,
+                times.attention_s,
+                time.perf_counter() - wall0 - times.model_s - times.attention_s,
             )
         )
         return finished, step.num_tokens
@@ -123,25 +148,32 @@ class LLMEngine:
         self.peak_allocated_slots = max(self.peak_allocated_slots, allocated)
         self.peak_used_slots = max(self.peak_used_slots, used)
 
-    def _postprocess(self, s: Scheduled, logits: np.ndarray, now: float) -> list[GenerateRequest]:
+    def _postprocess(
+        self, s: Scheduled, logits: np.ndarray, greedy: int, now: float
+    ) -> list[GenerateRequest]:
+        """`greedy`: the row's first largest logit, the token at temperature 0 (sample_token's)."""
         seq, request = s.seq, s.seq.request
         seq.num_cached_tokens = s.first_position + s.num_new
         params = request.params
         samples = [seq]
         if len(request.seqs) < params.n:  # the prompt's first step: fork the other samples
             samples += self._fork(seq, params.n - 1)
+        done = False
         for sample in samples:
-            sample.token_ids.append(sample_token(logits, params.temperature, sample.rng))
+            token = (
+                greedy if params.temperature == 0 else sample_token(logits, params.temperature, sample.rng)
+            )
+            sample.token_ids.append(token)
             sample.token_times_s.append(now)
             self.num_generated_tokens += 1
-        if request.first_token_s is None:
-            request.first_token_s = now
-        for sample in samples:
             if sample.is_done:
                 if sample.status is SequenceStatus.RUNNING:
                     self.scheduler.finish(sample)
                 sample.status = SequenceStatus.FINISHED
-        if request.is_finished:
+                done = True
+        if request.first_token_s is None:
+            request.first_token_s = now
+        if done and request.is_finished:
             request.finished_s = now
             del self.requests[request.request_id]
             self.num_finished_requests += 1

@@ -1,7 +1,7 @@
 """A model served from the paged KV-cache pool, with continuous batching (docs/serving.md).
 
-Rank 0 runs the KV-cache server with a model (the training lab's model.npz or fixed random
-weights) on its own thread; its engine schedules every step (playground/kvcache/engine/). Ranks 1..N-1 are
+Rank 0 runs the KV-cache server with a model (the model.npz the last `run train` saved, one
+given, or fixed random weights: playground/serving/served.py) on its own thread; its engine schedules every step (playground/kvcache/engine/). Ranks 1..N-1 are
 clients sending `generate` requests over the documented protocol. For each setup (a policy, and
 for the prefix workload prefix caching off and on) the server starts empty and the clients run
 the workload: `section46` (the lecture's 4.6 requests under one KV budget), `samples` (exercise
@@ -18,7 +18,7 @@ from playground.kvcache.engine.attention import KERNELS
 from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
 from playground.kvcache.server.thread import TAG_RESULT, collect_results, rank_client, start_server_thread
 from playground.kvcache.stats import downsample
-from playground.serving import served, serving_clients, serving_report
+from playground.serving import served, serving_clients, serving_report, serving_stats, step_model
 from playground.transformer.blas import pin_blas_threads
 
 THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
@@ -30,7 +30,13 @@ Kernel = Literal[KERNELS]
 class Params:
     workload: Literal["section46", "samples", "prefix", "batch"] = "section46"  # what the clients send
     policies: tuple[PolicyName, ...] = tuple(POLICIES)  # allocation policies, a fresh server each
-    model: str | None = None  # a model.npz to serve; none: fixed random weights of the shape below
+    model: str | None = (
+        None  # latest (the newest trained model.npz beside this run), a model.npz or its run dir; none: random
+    )
+    prompt: str | None = (
+        None  # section46: one more request of your own text (UTF-8), `new_tokens` generated, shown first
+    )
+    show_texts: int = 3  # section46: the k longest requests return their text, shown beside the table
     layers: int = 2  # random model: transformer blocks
     d_model: int = 64  # random model: width
     heads: int = 4  # random model: attention heads (head_dim = d_model / heads)
@@ -82,7 +88,17 @@ class Params:
         for name in ("output_mean", "lease_s"):
             if getattr(self, name) <= 0:
                 raise ParamError(name, f"must be > 0, got {getattr(self, name)}")
-        for name in ("temperature", "verify_every"):
+        if self.prompt is not None:
+            try:
+                if not self.prompt.encode("utf-8"):
+                    raise ParamError("prompt", "must not be empty")
+            except UnicodeEncodeError as e:
+                raise ParamError(
+                    "prompt",
+                    f"must be UTF-8 text; byte {e.object[e.start : e.end].encode('utf-8', 'surrogateescape')!r}"
+                    f" at {e.start} is not",
+                ) from None
+        for name in ("temperature", "verify_every", "show_texts"):
             if getattr(self, name) < 0:
                 raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
 
@@ -98,6 +114,7 @@ def check_scenario(params: Params, ranks: int) -> None:
 
 def main(comm, params: Params) -> dict:
     pin_blas_threads(1)  # two cores: the server's matrix products and the clients' share them
+    params = served.resolve(params, comm.run_dir.parent if comm.run_dir else None)
     if comm.rank == 0:
         return _serve(comm, params)
     return _client(comm, params)
@@ -106,6 +123,8 @@ def main(comm, params: Params) -> dict:
 def _serve(comm, p: Params) -> dict:
     model = served.served_model(p)
     setups = served.setups(p)
+    shape = step_model.StepShape.of(model.config)
+    rates = step_model.measure_rates(model) if p.workload in ("section46", "batch") else None
     thread = start_server_thread(comm, p.endpoint, served.new_serving_server(p, *setups[0], model), "serving")
     per_setup = []
     try:
@@ -130,17 +149,31 @@ def _serve(comm, p: Params) -> dict:
                     "stats": srv.stats(),
                     "samples": downsample(srv.samples),
                     "step_log": downsample(srv.engine.step_log),
+                    "split": serving_stats.step_split(
+                        srv.engine.step_log,
+                        step_model.predict_log(shape, rates, srv.engine.step_log) if rates else None,
+                    ),
                     "clients": clients,
                 }
             )
     finally:
         thread.stopping.set()
         thread.join(5)
-    return {"ok": True, "address": thread.address, "model": model.config.to_dict(), "setups": per_setup}
+    return {
+        "ok": True,
+        "address": thread.address,
+        "model": model.config.to_dict(),
+        "model_path": p.model,
+        "served": served.describe(p),
+        "rates": rates.to_dict() if rates else None,
+        "shape": shape.to_dict(),
+        "setups": per_setup,
+    }
 
 
 def _total(p: Params) -> int:
-    return {"section46": p.num_requests, "prefix": p.num_requests, "samples": p.n + 1}.get(
+    own = 1 if p.prompt is not None else 0
+    return {"section46": p.num_requests + own, "prefix": p.num_requests, "samples": p.n + 1}.get(
         p.workload, sum(p.batch_sizes)
     )
 
@@ -161,4 +194,5 @@ def _client(comm, p: Params) -> dict:
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
-    return serving_report.report(results[0]["setups"], params, run_dir, results[0]["model"])
+    r0 = results[0]
+    return serving_report.report(r0["setups"], params, run_dir, r0)

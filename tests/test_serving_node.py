@@ -1,6 +1,8 @@
 """End to end: `python -m playground run serving*` and `run paged-attention` with a real server
 rank serving a model and client ranks, at small sizes; bad input is one line, exit 2."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -33,7 +35,7 @@ def test_section46_small_every_policy_generates_the_same_checked_tokens(tmp_path
     assert code == 0, out + err  # the report checks: same tokens everywhere, dense equal, nothing held
     rows = {r["policy"]: r for r in result["rows"]}
     assert set(rows) == {"paged", "contiguous", "reserve_max"}
-    assert all(r["done"] == 12 and r["failed"] == 0 for r in rows.values())
+    assert all(r["done"] == 13 and r["failed"] == 0 for r in rows.values())  # and params.prompt's
     assert rows["reserve_max"]["peak_seqs"] <= 1200 // (10 + 64)  # each reserves prompt + max_new_tokens
     assert len({r["generated_tokens"] for r in rows.values()}) == 1
     assert (tmp_path / "latest" / "serving-memory.png").stat().st_size > 0
@@ -152,7 +154,16 @@ def test_a_trained_model_file_is_served(tmp_path):
         (["params.n=0"], None, "params.n=0: must be >= 1, got 0"),
         (["params.width=8"], None, "params.width=8: a model of KV width 256"),
         (["params.heads=5"], None, "params.heads=5: must divide d_model=64"),
-        (["params.model=/nonexistent/model.npz"], None, "params.model=/nonexistent/model.npz: cannot read"),
+        (
+            ["params.model=/nonexistent/model.npz"],
+            None,
+            "params.model=/nonexistent/model.npz: /nonexistent/model.npz does not exist",
+        ),
+        (
+            ["params.prompt=\udcff"],
+            None,
+            "params.prompt=\\udcff: must be UTF-8 text; byte b'\\xff' at 0 is not",
+        ),
         ([], 1, "serving needs one server and at least one client"),
     ],
 )
@@ -177,3 +188,73 @@ def test_a_model_file_that_does_not_match_the_width_is_one_line(tmp_path):
         and f"params.model={tmp_path / 'model.npz'}: a model of KV width 32" in err + out
         and "Traceback" not in err
     )
+
+
+def _trained_run(runs, name="20260101-000000-train", steps=3):
+    """A run directory as `run train` leaves it: model.npz and result.json's losses."""
+    run = runs / name
+    run.mkdir(parents=True)
+    config = ModelConfig(layers=2, d_model=64, heads=4, context=64)
+    save_model(run / "model.npz", config, Transformer(config, seed=1).params)
+    losses = [5.5, 4.0, 3.25][:steps]
+    (run / "result.json").write_text(
+        json.dumps({"data": {"modes": [{"mode": "bucketed", "losses": losses}]}})
+    )
+    return run
+
+
+DEFAULT_SMALL = ["params.num_requests=40", "params.verify_every=1"]
+
+
+@pytest.mark.timeout(90)
+def test_the_default_serves_the_last_trained_model_and_shows_its_text(tmp_path):
+    run = _trained_run(tmp_path)
+    code, result, out, err = run_scenario("serving", out=tmp_path, sets=DEFAULT_SMALL, timeout_s=80)
+    assert code == 0, out + err
+    assert result["model_path"] == str(run / "model.npz")
+    said = f"served model: {run / 'model.npz'} (2 layers, d_model 64, 4 heads, context 64, trained 3 steps"
+    assert said in out and "final loss 3.250" in out
+    texts = next(t for t in result["tables"] if t["title"].startswith("What was served"))["rows"]
+    assert [r["request"] for r in texts][0] == "your prompt" and texts[0]["prompt"] == "分页"
+    assert len(texts) == 4 and all(r["generated"] and "\ufffd" not in r["prompt"] for r in texts)
+    assert {r["policy"] for r in result["rows"]} == {"paged", "contiguous", "reserve_max"}
+    assert "paged / reserve-max tokens/s: the decode-step model predicts" in out
+
+
+@pytest.mark.timeout(90)
+def test_without_a_trained_model_the_default_says_it_serves_random_weights(tmp_path):
+    code, result, out, err = run_scenario(
+        "serving", out=tmp_path, sets=[*DEFAULT_SMALL, "params.policies=[paged]"], timeout_s=80
+    )
+    assert code == 0, out + err
+    assert result["model_path"] is None
+    assert "served model: random weights" in out and "python -m playground run train" in out
+
+
+@pytest.mark.timeout(90)
+def test_params_model_takes_a_run_directory(tmp_path):
+    run = _trained_run(tmp_path / "elsewhere")
+    code, result, out, err = run_scenario(
+        "serving",
+        out=tmp_path,
+        sets=[*DEFAULT_SMALL, "params.policies=[paged]", f"params.model={run}"],
+        timeout_s=80,
+    )
+    assert code == 0, out + err
+    assert result["model_path"] == str(run / "model.npz")
+
+
+@pytest.mark.timeout(60)
+def test_a_run_directory_without_a_model_or_a_file_of_another_kind_is_one_line(tmp_path):
+    empty = tmp_path / "20260101-000000-train"
+    empty.mkdir()
+    other = tmp_path / "weights.npz"
+    np.savez(other, w1=np.zeros((4, 4)), b1=np.zeros(4))  # some other network's weights
+    for value, expect in (
+        (empty, f"params.model={empty}: {empty} is a directory without model.npz"),
+        (other, f"params.model={other}: {other} is not a model file: no config, layout, params"),
+    ):
+        code, _, out, err = run_scenario(
+            "serving", out=tmp_path, sets=[f"params.model={value}"], timeout_s=50
+        )
+        assert code == 2 and expect in err + out and "Traceback" not in err, out + err

@@ -4,7 +4,8 @@ replies' times, and the checks a client can make on its own.
 Workloads (the serving node's `params.workload`):
 - `section46`: the lecture's 4.6 requests (prompts of 50-499 tokens of the lecture's text,
   outputs geometric around 200), each client sending its share at once and collecting the
-  replies as they come: the server's memory decides how many run together.
+  replies as they come: the server's memory decides how many run together. The `show_texts`
+  requests with the longest outputs, and `params.prompt`'s own request, return their text.
 - `samples`: exercise 10 with generated tokens: one prompt, `n` samples as one request (forked,
   copy-on-write) and as `n` separate requests (copies), the server's peak memory for each.
 - `prefix`: every prompt starts with the same system prompt; each client keeps `in_flight`
@@ -23,7 +24,7 @@ import zlib
 import numpy as np
 
 from playground.kvcache.server.client import KVClient, KVServerError
-from playground.kvcache.workloads import section46_requests, text_prompt
+from playground.kvcache.workloads import RequestSpec, section46_requests, text_prompt
 from playground.transformer.generate import generate
 
 SYSTEM_PROMPT_KEY = 0
@@ -82,21 +83,33 @@ class Checker:
         return {"checked": self.checked, "mismatched": self.mismatched, "first_mismatch": self.first_mismatch}
 
 
+OWN_PROMPT = -1  # the req_id of `params.prompt`'s request
+
+
 def run_section46(comm, client: KVClient, p, checker: Checker) -> dict:
     reqs = section46_requests(p.num_requests, p.prompt_min, p.prompt_max, p.output_mean, p.output_cap, p.seed)
+    shown = {OWN_PROMPT, *(r.req_id for r in sorted(reqs, key=lambda r: -r.output_len)[: p.show_texts])}
     mine = reqs[comm.rank - 1 :: comm.size - 1]
-    prompts = {r.req_id: text_prompt(r.req_id, r.prompt_len) for r in mine}
+    if p.prompt is not None and comm.rank == 1:
+        mine = [RequestSpec(OWN_PROMPT, len(p.prompt.encode("utf-8")), p.new_tokens), *mine]
+    prompts = {r.req_id: text_prompt(r.req_id, r.prompt_len) for r in mine if r.req_id != OWN_PROMPT}
+    if p.prompt is not None:
+        prompts[OWN_PROMPT] = list(p.prompt.encode("utf-8"))
     by_id = {}
     t0 = time.monotonic()
     for r in mine:
-        rid = client.submit(prompts[r.req_id], r.output_len, n=p.n, temperature=p.temperature, seed=r.req_id)
+        rid = client.submit(
+            prompts[r.req_id], r.output_len, n=p.n, temperature=p.temperature, seed=abs(r.req_id)
+        )
         by_id[rid] = r
     replies = client.collect(by_id)
     rows = []
     for rid, header in replies.items():
         r = by_id[rid]
-        checker.check(r.req_id, prompts[r.req_id], header, r.output_len, p.temperature, r.req_id)
+        checker.check(r.req_id, prompts[r.req_id], header, r.output_len, p.temperature, abs(r.req_id))
         rows.append({"req_id": r.req_id, **request_row(header)})
+        if header.get("ok") and r.req_id in shown:  # the report shows these (the longest outputs)
+            rows[-1].update(prompt=prompts[r.req_id], tokens=header["tokens"][0])
     return {"requests": sorted(rows, key=lambda row: row["req_id"]), "elapsed_s": time.monotonic() - t0}
 
 

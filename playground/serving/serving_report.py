@@ -14,7 +14,7 @@ from playground.display.report import Report, Table
 from playground.kvcache.plots import plot_memory
 from playground.kvcache.stats import leak_failures
 from playground.kvcache.workloads import ForkSpec
-from playground.serving import serving_stats
+from playground.serving import serving_stats, serving_steps
 
 
 def _name(setup: dict) -> str:
@@ -77,7 +77,8 @@ def _replay(params, per_setup: list[dict], run_dir: Path) -> tuple[list[Table], 
         notes.append(
             f"paged: {paged['peak_seqs'] / max(reserve['peak_seqs'], 1):.1f}x the peak sequences and "
             f"{paged['tokens_per_s'] / reserve['tokens_per_s']:.2f}x the tokens/s of reserve-max in the same "
-            f"{params.capacity_tokens}-token KV budget (lecture 4.6: about 5x the requests)"
+            f"{params.capacity_tokens}-token KV budget, time to first token p50 {paged['ttft_p50_s']:.2f} s vs "
+            f"{reserve['ttft_p50_s']:.2f} s (lecture 4.6: about 5x the requests; vLLM: 2-4x the throughput)"
         )
     cached = by.get(("paged", True))
     if params.workload == "prefix" and paged and cached:
@@ -150,34 +151,48 @@ def _samples(params, per_setup: list[dict]) -> tuple[list[Table], list[str], lis
     return [Table("Parallel sampling: n samples forked vs n copies", rows, columns)], notes, failures
 
 
-def _batch(params, per_setup: list[dict]) -> tuple[list[Table], list[str]]:
+def _batch(params, per_setup: list[dict], rank0: dict) -> tuple[list[Table], list[str]]:
     tables, notes = [], []
     for s in per_setup:
-        rows = serving_stats.batch_figures(s["clients"]["1"]["batches"])
+        rows = serving_steps.with_model(
+            serving_stats.batch_figures(s["clients"]["1"]["batches"]), s.get("split", {}).get("by_batch", {})
+        )
         tables.append(Table(f"Decode throughput vs batch ({_name(s)})", rows))
         if len(rows) > 1 and rows[0]["tokens_per_s"]:
             notes.append(
                 f"{_name(s)}: batch {rows[-1]['batch']} decodes {rows[-1]['tokens_per_s'] / rows[0]['tokens_per_s']:.1f}x "
                 f"the tokens/s of batch {rows[0]['batch']} (lecture 2.4: 48 -> 615 items/s, 12.8x)"
             )
+    notes += serving_steps.model_notes(rank0)
     return tables, notes
 
 
-def report(per_setup: list[dict], params, run_dir, model: dict | None = None) -> Report:
-    """`model`: the served model's config (in result.json beside the setups)."""
+def report(per_setup: list[dict], params, run_dir, rank0: dict | None = None) -> Report:
+    """`rank0`: what rank 0 returned beside the setups (the model's config and path, which model
+    it served, the decode-step model's rates and shape)."""
+    rank0 = rank0 or {}
     failures = _common_failures(per_setup)
     files, notes = [], []
     if params.workload == "samples":
         tables, notes, more = _samples(params, per_setup)
         failures += more
     elif params.workload == "batch":
-        tables, notes = _batch(params, per_setup)
+        tables, notes = _batch(params, per_setup, rank0)
     else:
         tables, notes, files = _replay(params, per_setup, Path(run_dir))
+        tables += serving_steps.split_tables(params, per_setup, rank0)
+        notes += serving_steps.split_notes(params, per_setup, rank0)
+        texts = serving_stats.text_rows(per_setup[0]) if per_setup else []
+        if texts:
+            tables.insert(
+                1, Table(f"What was served ({_name(per_setup[0])}; every setup generates the same)", texts)
+            )
+    if rank0.get("served"):
+        notes.insert(0, rank0["served"])
     data = {
         "serving": [
             {k: v for k, v in s.items() if k not in ("samples", "step_log", "clients")} for s in per_setup
         ],
-        "model": model,
+        **{k: rank0.get(k) for k in ("model", "model_path", "served", "rates", "shape")},
     }
     return Report(ok=not failures, tables=tables, notes=notes, failures=failures, data=data, files=files)

@@ -8,6 +8,7 @@ import numpy as np
 
 from playground.kvcache.engine.llm_engine import STEP_LOG_COLUMNS
 from playground.kvcache.stats import summarize_samples
+from playground.transformer.text import decode_sample
 
 
 def quantiles(values, qs=(50, 99)) -> dict[str, float]:
@@ -88,3 +89,57 @@ def differing_requests(per_setup: list[dict]) -> list[int]:
         return []
     common = set.intersection(*(set(m) for m in maps))
     return sorted(k for k in common if any(m[k] != maps[0][k] for m in maps[1:]))
+
+
+CONTINUATION_BYTES = bytes(range(0x80, 0xC0))  # inside a UTF-8 character, never its first byte
+
+
+def shown_text(prompt: list[int], tokens: list[int]) -> tuple[str, str]:
+    """(prompt, generated) as text. A prompt is a slice of the lecture's bytes and may start or end
+    inside a character, and a byte-level model may stop inside one: the prompt is shown from its
+    first whole character, the two are decoded together (a character the prompt began and the
+    model finished is the model's), and an unfinished last character is cut (decode_sample)."""
+    head = bytes(prompt).lstrip(CONTINUATION_BYTES)
+    prompt_text = decode_sample(head)
+    whole = decode_sample(head + bytes(t % 256 for t in tokens))
+    return prompt_text, whole[len(prompt_text) :]
+
+
+def text_rows(setup: dict) -> list[dict]:
+    """The requests that came back with their text (serving_clients: `show_texts`, `prompt`)."""
+    rows = []
+    for r in sorted(requests_of(setup["clients"]), key=lambda r: r["req_id"]):
+        if "tokens" in r:
+            prompt, generated = shown_text(r["prompt"], r["tokens"])
+            name = "your prompt" if r["req_id"] < 0 else str(r["req_id"])
+            rows.append(
+                {"request": name, "prompt": prompt, "generated": generated, "num_tokens": len(r["tokens"])}
+            )
+    return rows
+
+
+def step_split(step_log: list, predicted_s=None) -> dict:
+    """Where an engine's steps spent their time (STEP_LOG_COLUMNS), summed, beside the decode-step
+    model's prediction of each step (`predicted_s`, one a step, if given); and per batch size of
+    the steps that only decoded, the median measured and predicted step."""
+    log = np.asarray(step_log, dtype=float).reshape(-1, len(STEP_LOG_COLUMNS))
+    col = {k: log[:, i] for i, k in enumerate(STEP_LOG_COLUMNS)}
+    pred = np.asarray(predicted_s if predicted_s is not None else np.full(len(log), np.nan), dtype=float)
+    decode_only = (col["prefill_tokens"] == 0) & (col["decodes"] > 0)
+    by_batch = {}
+    for b in np.unique(col["decodes"][decode_only]).astype(int).tolist():
+        rows = decode_only & (col["decodes"] == b)
+        by_batch[b] = {
+            "steps": int(rows.sum()),
+            "measured_s": float(np.median(col["step_s"][rows])),
+            "predicted_s": float(np.median(pred[rows])),
+        }
+    out = {k: float(col[k].sum()) for k in ("step_s", "model_s", "attention_s", "bookkeeping_s")}
+    return {
+        **out,
+        "steps": len(log),
+        "decode_only_steps": int(decode_only.sum()),
+        "decodes": float(col["decodes"].sum()),
+        "predicted_s": float(pred.sum()),
+        "by_batch": by_batch,
+    }

@@ -73,6 +73,9 @@ class StepShape:
     matmul_params: int  # their weights: 2 x this flops per token
     kv_bytes_per_token: int  # read by the decode attention, per token of a sequence, all layers
 
+    def to_dict(self) -> dict:
+        return asdict(self)
+
     @classmethod
     def of(cls, config: ModelConfig) -> "StepShape":
         d = config.d_model

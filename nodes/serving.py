@@ -114,13 +114,14 @@ def check_scenario(params: Params, ranks: int) -> None:
 
 def main(comm, params: Params) -> dict:
     pin_blas_threads(1)  # two cores: the server's matrix products and the clients' share them
+    asked = params.model
     params = served.resolve(params, comm.run_dir.parent if comm.run_dir else None)
     if comm.rank == 0:
-        return _serve(comm, params)
+        return _serve(comm, params, asked)
     return _client(comm, params)
 
 
-def _serve(comm, p: Params) -> dict:
+def _serve(comm, p: Params, asked: str | None) -> dict:
     model = served.served_model(p)
     setups = served.setups(p)
     shape = step_model.StepShape.of(model.config)
@@ -164,7 +165,7 @@ def _serve(comm, p: Params) -> dict:
         "address": thread.address,
         "model": model.config.to_dict(),
         "model_path": p.model,
-        "served": served.describe(p),
+        "served": served.describe(p, asked),
         "rates": rates.to_dict() if rates else None,
         "shape": shape.to_dict(),
         "setups": per_setup,

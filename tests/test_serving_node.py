@@ -197,9 +197,7 @@ def _trained_run(runs, name="20260101-000000-train", steps=3):
     config = ModelConfig(layers=2, d_model=64, heads=4, context=64)
     save_model(run / "model.npz", config, Transformer(config, seed=1).params)
     losses = [5.5, 4.0, 3.25][:steps]
-    (run / "result.json").write_text(
-        json.dumps({"data": {"modes": [{"mode": "bucketed", "losses": losses}]}})
-    )
+    (run / "result.json").write_text(json.dumps({"modes": [{"mode": "bucketed", "losses": losses}]}))
     return run
 
 

@@ -67,26 +67,30 @@ def resolve(p, runs_dir: Path | None):
     return replace(p, model=str(model_file(p.model)))
 
 
-def describe(p) -> str:
+def describe(p, asked: str | None) -> str:
     """Which model was served, in one line: the file, and the training run that wrote it; or
-    that the weights are random and how to train a model."""
+    that the weights are random, and, where the last trained model was `asked` for, how to
+    train one."""
     config = model_config(p)
     shape = (
         f"{config.layers} layers, d_model {config.d_model}, {config.heads} heads, context {config.context}"
     )
-    if not p.model:
-        return (
-            f"served model: random weights ({shape}, seed {p.model_seed}); it writes noise. Train one with "
-            f"`{TRAIN_HINT}` (about a minute; `run serving` then serves the newest model.npz under the same --out)"
-        )
-    return f"served model: {p.model} ({shape}{trained_how(Path(p.model).parent)})"
+    if p.model:
+        return f"served model: {p.model} ({shape}{trained_how(Path(p.model).parent)})"
+    if asked != LATEST:
+        return f"served model: random weights ({shape}, seed {p.model_seed})"
+    return (
+        f"served model: random weights ({shape}, seed {p.model_seed}): no trained model.npz beside this run, so "
+        f"it writes noise. Train one with `{TRAIN_HINT}` (about a minute); `run serving` then serves the newest "
+        "model.npz under the same --out"
+    )
 
 
 def trained_how(run_dir: Path) -> str:
     """', trained N steps, final loss L' from the training run's result.json, if it is there."""
     try:
         result = json.loads((run_dir / "result.json").read_text())
-        mode = result["data"]["modes"][0]
+        mode = result["modes"][0]
         return f", trained {len(mode['losses'])} steps ({mode['mode']}), final loss {mode['losses'][-1]:.3f}"
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return ""

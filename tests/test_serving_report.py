@@ -4,7 +4,8 @@ computed as documented and every check fails the report when it should."""
 import math
 from types import SimpleNamespace
 
-from playground.serving import serving_report, serving_stats
+from playground.serving import serving_report, serving_stats, step_model
+from playground.transformer.config import ModelConfig
 
 PARAMS = SimpleNamespace(
     workload="section46",
@@ -116,3 +117,42 @@ def test_the_samples_report_checks_the_lectures_pages(tmp_path):
     s["clients"]["1"]["modes"][1] = mode("fork", 11 * 16, (1, 3))
     failures = " ".join(serving_report.report([s], params, tmp_path).failures)
     assert "11 pages at the peak, exercise 10 says 10" in failures and "forked samples differ" in failures
+
+
+def test_shown_text_starts_at_a_whole_character_and_gives_the_model_the_character_it_finished():
+    paging = "分页".encode()  # 6 bytes, two characters
+    prompt = list(paging[1:5])  # starts inside 分, ends inside 页
+    tokens = list(paging[5:]) + list("缓".encode())[:2]  # finishes 页, stops inside 缓
+    assert serving_stats.shown_text(prompt, tokens) == ("", "页")
+    assert serving_stats.shown_text(list(paging), [0xFF, *"存".encode()]) == ("分页", "\ufffd存")
+
+
+def test_step_split_sums_the_parts_and_takes_medians_per_decode_batch():
+    log = [  # STEP_LOG_COLUMNS: a prefill, then decode steps of 2, 2 and 4 sequences
+        (0.0, 0, 40, 2, 0, 0.010, 48, 0, 0.006, 0.002, 0.002),
+        (0.1, 2, 0, 2, 0, 0.002, 48, 40, 0.001, 0.0005, 0.0005),
+        (0.2, 2, 0, 2, 0, 0.004, 48, 42, 0.002, 0.001, 0.001),
+        (0.3, 4, 0, 4, 0, 0.005, 64, 80, 0.003, 0.001, 0.001),
+    ]
+    split = serving_stats.step_split(log, [0.009, 0.002, 0.002, 0.004])
+    assert split["steps"] == 4 and split["decode_only_steps"] == 3 and split["decodes"] == 8
+    assert math.isclose(split["step_s"], 0.021) and math.isclose(split["predicted_s"], 0.017)
+    assert split["by_batch"] == {
+        2: {"steps": 2, "measured_s": 0.003, "predicted_s": 0.002},
+        4: {"steps": 1, "measured_s": 0.005, "predicted_s": 0.004},
+    }
+
+
+def test_the_decode_step_model_reads_the_weights_once_and_the_kv_of_every_sequence():
+    shape = step_model.StepShape.of(ModelConfig(layers=2, d_model=64, heads=4, context=64))
+    assert (
+        shape.matmul_params == 2 * 12 * 64 * 64 + 256 * 64 and shape.weight_bytes == 4 * shape.matmul_params
+    )
+    assert shape.kv_bytes_per_token == 2 * 2 * 64 * 4
+    rates = step_model.MachineRates(1e9, 5e8, 5e8, 1e10, 1e-5, 1e-4, "test")
+    one = step_model.predict_step(shape, rates, 1, 1, 100)
+    assert math.isclose(one["weights_s"], shape.weight_bytes / 1e9)  # one row: streamed at the read rate
+    assert math.isclose(one["kv_s"], 100 * shape.kv_bytes_per_token / 1e9)
+    many = step_model.predict_step(shape, rates, 8, 8, 800)
+    assert math.isclose(many["weights_s"], shape.weight_bytes / 5e8 + 2 * shape.matmul_params * 8 / 1e10)
+    assert math.isclose(many["overhead_s"], 8e-5 + 1e-4)

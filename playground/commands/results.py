@@ -18,8 +18,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - steptime.md: `run train-modes` at 2 and 4 ranks, every mode's measured step beside the step-time
   model's from the calibration, the ratio per mode and rank count (`steptime_results`).
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
-  contiguous at two row sizes, decode throughput vs batch, the lecture's 4.6 requests under one KV
-  budget per policy, n samples forked vs copied, a shared system prompt with prefix caching.
+  contiguous at two row sizes, decode throughput vs batch beside the decode-step model, `run train`
+  then `run serving` (the trained model's text, the steps' split, paging's gain predicted and
+  measured), paging's throughput on a weight-bound model (serving-throughput), n samples forked vs
+  copied, a shared system prompt with prefix caching.
 - parallelism.md: `run train-pipeline` at 2 and 4 stages, GPipe and 1F1B over 1-16 micro-batches:
   the bubble against its formula and model, the activations held against theirs, torch's
   pipelining schedules beside ours (`parallelism_results`).
@@ -138,7 +140,8 @@ def _serving(ctx: Context) -> str:
     quick = {
         "paged-attention": ["params.contexts=[512,4096]", "params.block_sizes=[16,64]", "params.rounds=2"],
         "serving-batch": ["params.batch_sizes=[1,8,64]", "params.new_tokens=16"],
-        "serving": ["params.num_requests=100", "params.capacity_tokens=20000"],
+        "serving": ["params.num_requests=200"],
+        "serving-throughput": ["params.num_requests=40"],
         "serving-samples": ["params.policies=[paged,reserve_max]"],
         "serving-prefix": ["params.num_requests=32"],
     }
@@ -151,11 +154,14 @@ def _serving(ctx: Context) -> str:
             ["params.heads=4", "params.head_dim=16"],
         ),
         ("Decode throughput vs batch (25M parameters)", "serving-batch", []),
-        ("The lecture's 4.6 requests served under one KV budget", "serving", []),
+        ("run train, then run serving: the trained model served", "serving", []),
+        ("Paging's throughput: the lecture's 4.6 requests on a weight-bound model", "serving-throughput", []),
         ("n samples of one prompt: forked vs copies", "serving-samples", []),
         ("A shared system prompt, prefix caching off and on", "serving-prefix", []),
     ]
     for title, scenario, extra in steps:
+        if scenario == "serving":  # `run serving` serves what the last `run train` beside it saved
+            ctx.run("run", "train", "--out", str(runs), timeout_s=3600)
         sets = [*(quick if ctx.quick else full).get(scenario, []), *extra]
         ctx.run("run", scenario, "--out", str(runs), *(a for s in sets for a in ("--set", s)), timeout_s=3600)
         parts.append(f"## {title}\n\n" + result_markdown(ctx.latest(runs)))

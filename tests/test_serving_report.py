@@ -156,3 +156,7 @@ def test_the_decode_step_model_reads_the_weights_once_and_the_kv_of_every_sequen
     many = step_model.predict_step(shape, rates, 8, 8, 800)
     assert math.isclose(many["weights_s"], shape.weight_bytes / 5e8 + 2 * shape.matmul_params * 8 / 1e10)
     assert math.isclose(many["overhead_s"], 8e-5 + 1e-4)
+
+
+def test_shown_text_keeps_a_table_row_one_line():
+    assert serving_stats.shown_text(list(b"a\nb"), list(b"|c\n")) == ("a⏎b", "¦c⏎")

@@ -98,11 +98,17 @@ def shown_text(prompt: list[int], tokens: list[int]) -> tuple[str, str]:
     """(prompt, generated) as text. A prompt is a slice of the lecture's bytes and may start or end
     inside a character, and a byte-level model may stop inside one: the prompt is shown from its
     first whole character, the two are decoded together (a character the prompt began and the
-    model finished is the model's), and an unfinished last character is cut (decode_sample)."""
+    model finished is the model's), and an unfinished last character is cut (decode_sample); a
+    line break shows as ⏎."""
     head = bytes(prompt).lstrip(CONTINUATION_BYTES)
     prompt_text = decode_sample(head)
     whole = decode_sample(head + bytes(t % 256 for t in tokens))
-    return prompt_text, whole[len(prompt_text) :]
+    return _one_line(prompt_text), _one_line(whole[len(prompt_text) :])
+
+
+def _one_line(text: str) -> str:
+    """A line break shown as ⏎, so that a table row stays one row (in the terminal and in markdown)."""
+    return text.replace("\r\n", "⏎").replace("\n", "⏎").replace("|", "¦")
 
 
 def text_rows(setup: dict) -> list[dict]:

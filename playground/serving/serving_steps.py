@@ -88,6 +88,9 @@ def split_tables(params, per_setup: list[dict], rank0: dict) -> list[Table]:
     rows = split_rows(per_setup)
     if not rows:
         return []
+    if not rank0.get("rates"):  # no model measured for this workload: the split alone
+        columns = {k: v for k, v in SPLIT_COLUMNS.items() if k not in ("predicted_ms", "measured_over_model")}
+        return [Table("Where the engine's steps went", rows, columns)]
     return [Table("Where the engine's steps went, beside the decode-step model", rows, SPLIT_COLUMNS)]
 
 

@@ -128,7 +128,15 @@ def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch
     assert results.run_results("serving", True, 1, tmp_path / "pages", tmp_path / "work") == 0
     page = (tmp_path / "pages" / "serving.md").read_text()
     assert page.startswith("# Serving a model from the paged KV cache\n\nMeasured on ")
-    for scenario in ("paged-attention", "serving-batch", "serving", "serving-samples", "serving-prefix"):
+    scenarios = (
+        "paged-attention",
+        "serving-batch",
+        "serving",
+        "serving-throughput",
+        "serving-samples",
+        "serving-prefix",
+    )
+    for scenario in scenarios:
         assert f"**{scenario} table**\n\n| A | B |\n|---|---|\n| 1.50 | x |" in page
         assert f"- {scenario} note" in page
     assert "--set params.heads=4 --set params.head_dim=16" in page

@@ -464,9 +464,10 @@ def _step_weight_bytes(config: ModelConfig) -> int:
 
 @reader("kv-throughput")
 def _kv_throughput(ctx: Context) -> Reading:
-    rows = ctx.table("serving")
-    paged, reserve = _row(rows, "serving", policy="paged"), _row(rows, "serving", policy="reserve_max")
-    config = ModelConfig.from_dict(ctx.result("serving")["model"])
+    run = "serving-throughput"
+    rows = ctx.table(run)
+    paged, reserve = _row(rows, run, policy="paged"), _row(rows, run, policy="reserve_max")
+    config = ModelConfig.from_dict(ctx.result(run)["model"])
     return Reading(
         paged["tokens_per_s"] / reserve["tokens_per_s"],
         paged["peak_seqs"] / reserve["peak_seqs"],
@@ -477,7 +478,7 @@ def _kv_throughput(ctx: Context) -> Reading:
             "reserve_tps": reserve["tokens_per_s"],
             "weights_mib": _step_weight_bytes(config) / 2**20,
             "kv_tokens": _step_weight_bytes(config) / config.kv_bytes_per_token,
-            "held_tokens": paged["util_pct"] / 100 * ctx.run("serving").params["capacity_tokens"],
+            "held_tokens": paged["util_pct"] / 100 * ctx.run(run).params["capacity_tokens"],
         },
     )
 

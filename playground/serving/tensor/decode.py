@@ -15,6 +15,7 @@ import numpy as np
 from playground.collectives.tensor_allreduce import TensorAllReduce
 from playground.core.errors import ParamError
 from playground.kvcache.engine.config import EngineConfig
+from playground.kvcache.engine.llm_engine import STEP_LOG_COLUMNS
 from playground.kvcache.engine.sequence import SamplingParams
 from playground.kvcache.engine.tensor_parallel import shard_engine
 from playground.kvcache.workloads import text_prompt
@@ -106,7 +107,8 @@ def decode_batch(
     while engine.has_work():
         before = 0.0 if all_reduce is None else all_reduce.seconds
         engine.step()
-        _, decodes, prefill, _, _, step_s, _ = engine.step_log[-1]
+        row = dict(zip(STEP_LOG_COLUMNS, engine.step_log[-1], strict=True))
+        decodes, prefill, step_s = row["decodes"], row["prefill_tokens"], row["step_s"]
         after = 0.0 if all_reduce is None else all_reduce.seconds
         steps.append(
             {"decodes": decodes, "prefill": prefill, "step_s": step_s, "allreduce_s": after - before}

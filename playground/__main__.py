@@ -1,23 +1,17 @@
-"""`python -m playground`: the CLI. A Ctrl-C that lands after the command has finished (while the
-interpreter shuts down) ends the way one during the command does, "interrupted" and status 130,
-instead of a KeyboardInterrupt escaping into Python's default exit by SIGINT."""
+"""`python -m playground`: the CLI. Once the command has returned (its run finished, cleaned up
+and reported), Ctrl-C and SIGTERM are ignored while the interpreter shuts down: Python resets its
+own handlers to the default there, so a late signal would end a finished command as killed."""
 
-import os
 import signal
 import sys
 
 from playground.cli import main
 
-
-def _interrupted_late(signum, frame) -> None:
-    print("interrupted", file=sys.stderr, flush=True)
-    os._exit(130)  # the command's own cleanup has run; nothing of ours is registered with atexit
-
-
 try:
     code = main()
-except KeyboardInterrupt:  # between the command's own handler and the one below
+except KeyboardInterrupt:  # landed between the command's own handler and the lines below
     print("interrupted", file=sys.stderr, flush=True)
     code = 130
-signal.signal(signal.SIGINT, _interrupted_late)
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, signal.SIG_IGN)
 raise SystemExit(code)

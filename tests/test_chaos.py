@@ -174,3 +174,34 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
         "- run 1 (#1): wrong root cause: rank 0 ... replay: python -m playground chaos --seed 2 --only 1 --hosts"
         in text
     )
+
+
+@pytest.mark.parametrize("fault", ["Ctrl-C", "SIGTERM"])
+def test_a_signal_that_finds_the_command_finished_is_missed_not_failed(fault):
+    run = outside("serving", 2, fault, 0, after_s=1.9)
+    result = {"ok": True, "t0_monotonic_s": 100.0, "elapsed_s": 1.5, "failures": []}
+    late = chaos_exec.Observation(exit_code=0, fault_at=101.6, exited_at=101.7, result=result)
+    verdict = judge(run, late, {})
+    assert verdict.missed and not verdict.problems
+    during = chaos_exec.Observation(exit_code=0, fault_at=101.2, exited_at=101.7, result=result)
+    verdict = judge(run, during, {})  # a signal during the run must end it: 0 is a wrong exit
+    assert not verdict.missed and "exit status 0, expected 130" in verdict.problems[0]
+
+
+def test_python_m_playground_ignores_a_late_interrupt():
+    """After the command returns, Ctrl-C and SIGTERM are ignored while the interpreter shuts down
+    (Python would otherwise reset its handler to the default there and die by the signal)."""
+    code = (
+        "import signal, sys, runpy; import playground.cli as cli\n"
+        "cli.main = lambda: 0\n"
+        "try:\n    runpy.run_module('playground', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+        "    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN\n"
+        "    signal.raise_signal(signal.SIGINT); signal.raise_signal(signal.SIGTERM)\n"
+        "    sys.exit(e.code)\n"
+    )
+    proc = subprocess.run(
+        [PLAYGROUND[0], "-c", code], capture_output=True, text=True, timeout=60, env=subprocess_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]

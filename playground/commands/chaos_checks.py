@@ -108,6 +108,9 @@ def _judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
     if obs.exit_code is None:
         v.problems.append(f"did not exit within {run.timeout_s + 30:.0f}s of the fault's moment")
         return
+    if run.fault in ("Ctrl-C", "SIGTERM") and obs.exit_code == 0 and _finished_before(obs):
+        v.missed = True  # the signal found the finished command shutting down, where it is ignored
+        return
     if obs.exit_code != expected_exit(run):
         v.problems.append(f"exit status {obs.exit_code}, expected {expected_exit(run)}")
     failures = obs.result.get("failures") or []
@@ -135,6 +138,14 @@ def _judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
         v.root_ok = _names_the_fault(run, parse_headline(v.root_cause) if v.root_cause else None)
     if not v.root_ok:
         v.problems.append(f"wrong root cause: {v.root_cause[:200] or 'none'}")
+
+
+def _finished_before(obs: Observation) -> bool:
+    """The run had ended (ok, by its own clock) when the launcher's signal was sent."""
+    t0, elapsed = obs.result.get("t0_monotonic_s"), obs.result.get("elapsed_s")
+    if not obs.result.get("ok") or t0 is None or elapsed is None or obs.fault_at is None:
+        return False
+    return obs.fault_at > t0 + elapsed
 
 
 def _names_the_fault(run: ChaosRun, root: tuple[int, str, float, str] | None) -> bool:

@@ -119,13 +119,13 @@ def simulate_sizes(
     also checked against its model's one rank ("equal": the same tokens)."""
     whole = init_params(config, seed)  # the heads do not change the parameters
     wide = split_heads(config, sizes)
-    one_rank: dict[int, list] = {}
+    one_rank: dict[int, dict] = {}  # by heads: that model on one rank (also the t = 1 row)
     rows = []
     for t in sizes:
         model = config if config.heads % t == 0 else wide
         if model.heads not in one_rank:
-            one_rank[model.heads] = simulate_decode(model, workload, 1, link, seed, whole)["tokens"]
-        row = simulate_decode(model, workload, t, link, seed, whole)
-        row["equal"] = row["agree"] and row["tokens"] == one_rank[model.heads]
+            one_rank[model.heads] = simulate_decode(model, workload, 1, link, seed, whole)
+        row = dict(one_rank[model.heads]) if t == 1 else simulate_decode(model, workload, t, link, seed, whole)
+        row["equal"] = row["agree"] and row["tokens"] == one_rank[model.heads]["tokens"]
         rows.append(row)
     return rows

@@ -10,22 +10,29 @@ from playground.models.pipeline import bubble_fraction
 MIN_LABEL_FRACTION = 0.018  # a box narrower than this share of the axis gets no label
 
 
-def _draw(ax, stages: dict[int, list[tuple]], num_stages: int, title: str, num_micro_batches: int) -> float:
+def _draw(ax, stages: dict[int, list[tuple]], num_stages: int, title: str) -> float:
     """Boxes (kind, micro-batch, start_s, end_s) per stage, time from the first start, in ms;
-    returns the last end, in ms."""
+    returns the last end, in ms. One collection per stage and kind (a box each would be an artist
+    each: a 16-micro-batch schedule draws hundreds)."""
+    from matplotlib.colors import to_rgba
+
     t0 = min(x[2] for actions in stages.values() for x in actions)
     t1 = max(x[3] for actions in stages.values() for x in actions)
-    colours = [f"C{i % 10}" for i in range(num_micro_batches)]
+    span = max((t1 - t0) * 1e3, 1e-9)
     for s, actions in stages.items():
-        for kind, mb, start, end in actions:
-            x, w = (start - t0) * 1e3, (end - start) * 1e3
-            forward = kind == "F"
+        for forward in (True, False):
+            boxes = [(kind, mb, start, end) for kind, mb, start, end in actions if (kind == "F") == forward]
+            if not boxes:
+                continue
             ax.broken_barh(
-                [(x, w)], (s - 0.4, 0.8), facecolors=colours[mb], alpha=1.0 if forward else 0.55,
+                [((start - t0) * 1e3, (end - start) * 1e3) for _, _, start, end in boxes], (s - 0.4, 0.8),
+                facecolors=[to_rgba(f"C{mb % 10}", 1.0 if forward else 0.55) for _, mb, _, _ in boxes],
                 edgecolor="black", linewidth=0.4, hatch=None if forward else "//",
             )  # fmt: skip
-            if w / max((t1 - t0) * 1e3, 1e-9) >= MIN_LABEL_FRACTION:
-                ax.text(x + w / 2, s, f"{kind}{mb}", ha="center", va="center", fontsize=6)
+            for kind, mb, start, end in boxes:
+                x, w = (start - t0) * 1e3, (end - start) * 1e3
+                if w / span >= MIN_LABEL_FRACTION:
+                    ax.text(x + w / 2, s, f"{kind}{mb}", ha="center", va="center", fontsize=6, in_layout=False)
     ax.set_yticks(range(num_stages), [f"stage {s}" for s in range(num_stages)])
     ax.set_ylim(num_stages - 0.5, -0.5)
     ax.set_title(title, fontsize=9)
@@ -44,10 +51,10 @@ def plot_schedule(
     """The measured step (one replica, from the trace) over the model's on one time axis, solid
     boxes forward, hatched backward, each micro-batch its own colour."""
     with figure(path, (10, 1.2 + 1.0 * num_stages), nrows=2, sharex=True) as (_, axes):
-        end = _draw(axes[0], measured, num_stages, f"{title}: measured (trace)", m)
+        end = _draw(axes[0], measured, num_stages, f"{title}: measured (trace)")
         end = max(
             end,
-            _draw(axes[1], model, num_stages, "model: calibrated compute, alpha-beta sends, cores shared", m),
+            _draw(axes[1], model, num_stages, "model: calibrated compute, alpha-beta sends, cores shared"),
         )
         axes[1].set_xlim(0, end)
         axes[1].set_xlabel("ms from the step's first forward")

@@ -125,7 +125,9 @@ def simulate_sizes(
         model = config if config.heads % t == 0 else wide
         if model.heads not in one_rank:
             one_rank[model.heads] = simulate_decode(model, workload, 1, link, seed, whole)
-        row = dict(one_rank[model.heads]) if t == 1 else simulate_decode(model, workload, t, link, seed, whole)
+        row = (
+            dict(one_rank[model.heads]) if t == 1 else simulate_decode(model, workload, t, link, seed, whole)
+        )
         row["equal"] = row["agree"] and row["tokens"] == one_rank[model.heads]["tokens"]
         rows.append(row)
     return rows

@@ -32,7 +32,9 @@ def _draw(ax, stages: dict[int, list[tuple]], num_stages: int, title: str) -> fl
             for kind, mb, start, end in boxes:
                 x, w = (start - t0) * 1e3, (end - start) * 1e3
                 if w / span >= MIN_LABEL_FRACTION:
-                    ax.text(x + w / 2, s, f"{kind}{mb}", ha="center", va="center", fontsize=6, in_layout=False)
+                    ax.text(
+                        x + w / 2, s, f"{kind}{mb}", ha="center", va="center", fontsize=6, in_layout=False
+                    )
     ax.set_yticks(range(num_stages), [f"stage {s}" for s in range(num_stages)])
     ax.set_ylim(num_stages - 0.5, -0.5)
     ax.set_title(title, fontsize=9)

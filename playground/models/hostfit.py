@@ -11,9 +11,13 @@ The measurements (playground/commands/calibrate.py writes them raw into calibrat
 What is derived, by size range of a message of n bytes (`models.piecewise.fit_pieces` over the
 transport's own boundaries, where its path changes):
 - the bytes: a message is copied into the transport and out of it, each copy at this machine's copy
-  rate for the *footprint* of what is running (all ranks' buffers together: a 4 MiB segment of a
-  64 MiB all-reduce on 8 ranks is copied at memory speed, a 4 MiB ping-pong in cache); the rest of the
-  time grows with n only where the path adds copies (a socket's): `extra` per byte;
+  rate for the *footprint* of what is running: every rank's buffers together, since the last-level
+  cache is shared by all cores (a 4 MiB all-reduce on 8 ranks, 96 MiB of inputs, outputs and rings,
+  is copied at memory speed, a 4 MiB ping-pong between two ranks in cache); the rest of the time
+  grows with n only where the path adds copies (a socket's): `extra` per byte. The same holds for the
+  calibration's own ping-pongs: at 8 ranks four messages are in flight at once and share the cache,
+  so the copies taken out of a message's CPU time are those of four messages' footprint, and what is
+  left is not memory contention counted twice;
 - with a core per rank (the 2-rank ping-pong): the idle one-way time, split into CPU (at most the
   CPU seconds measured: a spinning receiver's CPU is not work) and latency (the rest: a sleeping
   receiver waking up, hand-offs to ZeroMQ's I/O threads), half of the CPU charged to the sender and
@@ -75,23 +79,27 @@ class Rates:
         return READ_WRITE * _loglog(self.copy_all, footprint_bytes)
 
 
-def pingpong_footprint(n: float) -> float:
-    """What one copy of an n-byte ping-pong message touches on its core: the buffer and the ring."""
-    return READ_WRITE * n
+def pingpong_footprint(n: float, num_ranks: int = 2) -> float:
+    """What the copies of n-byte ping-pong messages touch: a buffer and the ring per message in
+    flight, one per pair of `num_ranks` ranks ping-ponging at once (they share the last-level cache)."""
+    return READ_WRITE * n * max(1, num_ranks // 2)
 
 
-def collective_footprint(size_bytes: float, num_ranks: int, cores: int) -> float:
-    """What the copies of a collective on S bytes touch per core: every rank's input, output and the
-    ring buffers it writes into (about S each), for the ranks that share a core."""
-    return 3 * size_bytes * num_ranks / max(1, min(num_ranks, cores))
+def collective_footprint(size_bytes: float, num_ranks: int) -> float:
+    """What the copies of a collective on S bytes touch: every rank's input, output and the ring
+    buffers it writes into (about S each), all ranks together (they share the last-level cache)."""
+    return 3 * size_bytes * num_ranks
 
 
 def _residual_pieces(
-    points: list[tuple[int, float]], rates: Rates, bounds: Sequence[int]
+    points: list[tuple[int, float]], rates: Rates, bounds: Sequence[int], num_ranks: int
 ) -> tuple[Piece, ...]:
-    """Pieces fitted to what is left of each time once the ping-pong's two copies are taken out."""
+    """Pieces fitted to what is left of each time once the ping-pong's two copies are taken out
+    (at the copy rate of the footprint of `num_ranks` ranks' ping-pongs)."""
     sizes = [n for n, _ in points]
-    left = [max(0.0, t - 2 * n / rates.copy_bytes_per_s(pingpong_footprint(n))) for n, t in points]
+    left = [
+        max(0.0, t - 2 * n / rates.copy_bytes_per_s(pingpong_footprint(n, num_ranks))) for n, t in points
+    ]
     return fit_pieces(sizes, left, bounds, scale=[t for _, t in points])
 
 
@@ -114,8 +122,8 @@ def message_costs(
         )
         return [(p["size"], p[key]) for p in rows]
 
-    wall = _residual_pieces(points("time_s", idle_ranks), rates, bounds)
-    cpu = _residual_pieces(points("cpu_s", ranks), rates, bounds)
+    wall = _residual_pieces(points("time_s", idle_ranks), rates, bounds, idle_ranks)
+    cpu = _residual_pieces(points("cpu_s", ranks), rates, bounds, ranks)
     out = []
     for piece in wall:
         busy = piece_for(cpu, piece.from_bytes)
@@ -139,7 +147,7 @@ def host_model(
     measured = sorted({p["ranks"] for p in entry["patterns"]})
     idle = min(measured)
     ranks = idle if num_ranks <= cores else regime_ranks(measured, num_ranks)
-    footprint = collective_footprint(size_bytes, num_ranks, cores)
+    footprint = collective_footprint(size_bytes, num_ranks)
     copy_s = 1.0 / rates.copy_bytes_per_s(footprint)
     ranges = tuple(
         MessageCosts(

@@ -16,8 +16,8 @@
  *                 in-port (one pair per link kind) for n / beta from when both are free, and
  *                 arrives alpha after its last byte left; on a calibrated host (HostCosts) no
  *                 ports: the sender's and receiver's CPU work by size range, and a latency.
- *   shared cores  (sim_cpu.c) CPU work queues for C cores, with time slices and max-min shares of
- *                 the memory bandwidth.
+ *   shared cores  (sim_cpu.c) CPU work queues for C cores (one, or one per core with migrations),
+ *                 with time slices and max-min shares of the memory bandwidth.
  *   SimEngine     events run by (time, posting order): a transmission, a rank's resumption, a
  *                 rank's turn on a shared CPU. A rank that must wait runs the loop itself
  *                 (`block`) and switches straight to the rank the next event wakes.
@@ -90,6 +90,7 @@ typedef struct {
 typedef struct {
     int rank; /* whose (-1: a free core) */
     double fixed_s, mem_s, demand, slice_left, speed;
+    double queued_t; /* when it last started waiting for a core */
 } Activity;
 
 typedef struct {
@@ -104,6 +105,9 @@ typedef struct {
     Activity **flows;           /* num_cores: scratch for the memory shares */
     Activity *queue;            /* waiting for a core, first come first served: a ring of num_ranks */
     int queue_head, queue_len;
+    int per_core;               /* run queues per core: a rank waits for its own core (`home`) ... */
+    double migrate_s;           /* ... unless it has waited this long and another core is idle */
+    int *home;                  /* per rank: the core it last ran on */
     double *request;            /* per rank: the (fixed_s, mem_s, demand) it asked for */
     double cpu_t;               /* running activities are accounted up to here */
     double slice_s;             /* a time slice (0: none): beyond it a waiting rank goes first */

@@ -4,12 +4,19 @@
  *
  * - A rank that needs the CPU (a reduction, or with host costs the work of sending and receiving a
  *   message) asks at its own time (an EV_CPU event, so requests are served in time order); it gets a
- *   free core or waits in one first-come-first-served queue, and it is blocked until its work is done.
+ *   free core or waits, first come first served, and it is blocked until its work is done.
+ * - Run queues per core (`migrate_s` > 0), as Linux keeps them: a rank waits for the core it last ran
+ *   on (at first rank % C), first come first served among that core's ranks; a core with none of its
+ *   own waiting takes over another's waiting rank only once that one has waited `migrate_s` (CFS's
+ *   migration cost: a task that ran that recently is cache-hot and stays put), and the rank is then
+ *   its. So bursts of a few microseconds queue behind their own core's work while the other core may
+ *   idle (5 ranks on 2 cores: 3 on one, 2 on the other), and long copies still balance. With
+ *   `migrate_s` = 0: one queue, and any free core runs any waiting rank.
  * - Time slices: with `slice_s`, work that has run for a slice goes to the back of the queue with what
- *   is left of it as soon as another rank waits (round robin, as a time-sharing scheduler does); with
- *   nobody waiting it keeps its core.
+ *   is left of it as soon as another rank waits for its core (round robin, as a time-sharing
+ *   scheduler does); with nobody waiting it keeps its core.
  * - Waking: a rank that slept waiting for a message (`wake_s` > 0: its transport sleeps then) and finds
- *   a core idle starts `wake_s` later: an idle core has to be woken too (on a VM, the halted vCPU);
+ *   its core idle starts `wake_s` later: an idle core has to be woken too (on a VM, the halted vCPU);
  *   on a busy core it only waits for its turn.
  * - Memory bandwidth: work has a CPU part (`fixed_s`, at full speed) and a memory-bound part (`mem_s`
  *   seconds alone, moving `demand` bytes/s of memory traffic alone). The memory-bound parts running at
@@ -18,7 +25,8 @@
  *   what is left (water filling); its part then progresses at allocation / demand of full speed.
  *
  * The state changes only at an event: a request, or the earliest of the running activities' ends (of
- * the CPU part, of the whole, of a slice while someone waits), posted as one EV_CORE event carrying a
+ * the CPU part, of the whole, of a slice while someone waits, of a wait that makes a rank movable while
+ * a core idles), posted as one EV_CORE event carrying a
  * generation number; any change of the running set posts a new one, and an older one is ignored. A
  * rank whose work ends is resumed by an EV_RESUME event at that instant. Deterministic: events run by
  * (time, posting order), the queue is first come first served, and cores are scanned in order.
@@ -84,24 +92,63 @@ static void share_memory(SimNetwork *net) {
 }
 
 /* Start waiting work on free cores, recompute the shares, and post the next EV_CORE. */
+/* Take the queue's i-th waiting activity out of it. */
+static Activity dequeue_at(SimNetwork *net, int i) {
+    int n = net->num_ranks;
+    Activity a = net->queue[(net->queue_head + i) % n];
+    for (int j = i; j > 0; j--) /* close the gap: the ones before it move up one */
+        net->queue[(net->queue_head + j) % n] = net->queue[(net->queue_head + j - 1) % n];
+    net->queue_head = (net->queue_head + 1) % n;
+    net->queue_len--;
+    return a;
+}
+
+/* The first waiting activity idle core c may run at `now`, taken out of the queue: any one, or with
+ * run queues per core one of its own ranks, else one that has waited `migrate_s` (it then moves
+ * here, as an idle core pulls a task that is no longer cache-hot); 0 if none. */
+static int take_waiting(SimNetwork *net, int c, double now, Activity *out) {
+    int n = net->num_ranks, pick = -1;
+    for (int i = 0; i < net->queue_len && pick < 0; i++)
+        if (!net->per_core || net->home[net->queue[(net->queue_head + i) % n].rank] == c) pick = i;
+    for (int i = 0; i < net->queue_len && pick < 0; i++)
+        if (net->queue[(net->queue_head + i) % n].queued_t + net->migrate_s <= now + EPS_S) pick = i;
+    if (pick < 0) return 0;
+    *out = dequeue_at(net, pick);
+    net->home[out->rank] = c;
+    return 1;
+}
+
+/* Does one of core c's own ranks wait (its slice then ends on time)? */
+static int waits_for(SimNetwork *net, int c) {
+    if (!net->per_core) return net->queue_len > 0;
+    for (int i = 0; i < net->queue_len; i++)
+        if (net->home[net->queue[(net->queue_head + i) % net->num_ranks].rank] == c) return 1;
+    return 0;
+}
+
 static int reschedule(SimEngine *e) {
     SimNetwork *net = e->net;
     for (int c = 0; c < net->num_cores && net->queue_len; c++) {
         if (net->running[c].rank >= 0) continue;
-        net->running[c] = net->queue[net->queue_head];
+        if (!take_waiting(net, c, net->cpu_t, &net->running[c])) continue;
         net->running[c].slice_left = net->slice_s;
-        net->queue_head = (net->queue_head + 1) % net->num_ranks;
-        net->queue_len--;
     }
+    int idle = 0;
+    for (int c = 0; c < net->num_cores && !idle; c++) idle = net->running[c].rank < 0;
     share_memory(net);
     double next = INFINITY;
     for (int c = 0; c < net->num_cores; c++) {
         Activity *a = &net->running[c];
         if (a->rank < 0) continue;
         double end = a->fixed_s > 0 ? a->fixed_s : a->mem_s / a->speed;
-        if (net->slice_s > 0 && net->queue_len) end = min2(end, a->slice_left > 0 ? a->slice_left : 0);
+        if (net->slice_s > 0 && waits_for(net, c)) end = min2(end, a->slice_left > 0 ? a->slice_left : 0);
         next = min2(next, net->cpu_t + end);
     }
+    if (net->per_core && idle) /* an idle core pulls a rank of another once it has waited migrate_s */
+        for (int i = 0; i < net->queue_len; i++) {
+            double t = net->queue[(net->queue_head + i) % net->num_ranks].queued_t + net->migrate_s;
+            if (t > net->cpu_t) next = min2(next, t);
+        }
     if (next == INFINITY) return 0;
     net->cpu_gen++;
     return sim_post_event(e, next, EV_CORE, -1, NULL, (double)net->cpu_gen);
@@ -115,11 +162,12 @@ int cpu_request(SimEngine *e, int rank) {
     if (net->asleep[rank]) { /* it slept: on an idle core it first has to be woken (the core too) */
         net->asleep[rank] = 0;
         int idle = 0;
-        for (int c = 0; c < net->num_cores && !idle; c++) idle = net->running[c].rank < 0;
-        if (idle && !net->queue_len) fixed_s += net->wake_s;
+        for (int c = 0; c < net->num_cores && !idle; c++)
+            idle = net->running[c].rank < 0 && (!net->per_core || c == net->home[rank]);
+        if (idle && !waits_for(net, net->home[rank])) fixed_s += net->wake_s;
     }
     int tail = (net->queue_head + net->queue_len) % net->num_ranks;
-    net->queue[tail] = (Activity){rank, fixed_s, req[1], req[2], 0.0, 1.0};
+    net->queue[tail] = (Activity){rank, fixed_s, req[1], req[2], 0.0, 1.0, e->now};
     net->queue_len++;
     return reschedule(e);
 }
@@ -136,8 +184,9 @@ int cpu_update(SimEngine *e, double gen) {
             if (sim_post_event(e, e->now, EV_RESUME, a->rank, NULL, 0.0) < 0) return -1;
             a->rank = -1;
         } else if (net->slice_s > 0 && a->slice_left <= EPS_S) {
-            if (net->queue_len) { /* its slice is over and someone waits: to the back of the queue */
+            if (waits_for(net, c)) { /* its slice is over and someone waits: to the back of the queue */
                 int tail = (net->queue_head + net->queue_len) % net->num_ranks;
+                a->queued_t = e->now;
                 net->queue[tail] = *a;
                 net->queue_len++;
                 a->rank = -1;

@@ -73,11 +73,13 @@ static int SimNetwork_init(SimNetwork *self, PyObject *args, PyObject *kwds) {
         self->request = PyMem_Calloc(3 * (size_t)n, sizeof(double));
         self->flows = PyMem_Calloc(cores, sizeof(Activity *));
         self->asleep = PyMem_Calloc(n, 1);
-        if (!self->running || !self->queue || !self->request || !self->flows || !self->asleep) {
+        self->home = PyMem_Calloc(n, sizeof(int));
+        if (!self->running || !self->queue || !self->request || !self->flows || !self->asleep || !self->home) {
             PyErr_NoMemory();
             return -1;
         }
         for (int c = 0; c < cores; c++) self->running[c].rank = -1;
+        for (int r = 0; r < n; r++) self->home[r] = r % cores;
     }
     return 0;
 }
@@ -92,6 +94,7 @@ static void SimNetwork_dealloc(SimNetwork *self) {
     PyMem_Free(self->request);
     PyMem_Free(self->flows);
     PyMem_Free(self->asleep);
+    PyMem_Free(self->home);
     PyMem_Free(self->py_mark);
     PyMem_Free(self->py_owed);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -172,21 +175,23 @@ static PyObject *SimNetwork_set_host(SimNetwork *self, PyObject *args) {
 }
 
 static PyObject *SimNetwork_set_cores(SimNetwork *self, PyObject *args) {
-    double slice_s, memory, copy_demand, reduce_demand, wake_s = 0.0, copy_s_per_byte = 0.0;
-    if (!PyArg_ParseTuple(args, "dddd|dd", &slice_s, &memory, &copy_demand, &reduce_demand, &wake_s,
-                          &copy_s_per_byte))
+    double slice_s, memory, copy_demand, reduce_demand, wake_s = 0.0, copy_s_per_byte = 0.0, migrate_s = 0.0;
+    if (!PyArg_ParseTuple(args, "dddd|ddd", &slice_s, &memory, &copy_demand, &reduce_demand, &wake_s,
+                          &copy_s_per_byte, &migrate_s))
         return NULL;
     if (!self->num_cores) {
         PyErr_SetString(PyExc_ValueError, "set_cores: the network has no shared cores");
         return NULL;
     }
-    if (slice_s < 0 || memory < 0 || copy_demand < 0 || reduce_demand < 0 || wake_s < 0 || copy_s_per_byte < 0) {
+    if (slice_s < 0 || memory < 0 || copy_demand < 0 || reduce_demand < 0 || wake_s < 0 || copy_s_per_byte < 0 ||
+        migrate_s < 0) {
         PyErr_SetString(PyExc_ValueError, "set_cores: every value >= 0");
         return NULL;
     }
     self->slice_s = slice_s, self->memory_bytes_per_s = memory;
     self->copy_demand = copy_demand, self->reduce_demand = reduce_demand, self->wake_s = wake_s;
     self->copy_s_per_byte = copy_s_per_byte;
+    self->per_core = migrate_s > 0, self->migrate_s = migrate_s;
     Py_RETURN_NONE;
 }
 
@@ -198,9 +203,11 @@ static PyMethodDef SimNetwork_methods[] = {
      "python_scale=0): a host's per-message costs by size range (each a sequence of one value per range); with "
      "python_scale > 0, the CPU time each rank's own code takes between its calls is charged to it, times that."},
     {"set_cores", (PyCFunction)SimNetwork_set_cores, METH_VARARGS,
-     "set_cores(slice_s, memory_bytes_per_s, copy_demand, reduce_demand, wake_s=0, copy_s_per_byte=0): the "
+     "set_cores(slice_s, memory_bytes_per_s, copy_demand, reduce_demand, wake_s=0, copy_s_per_byte=0, "
+     "migration_cost_s=0): the "
      "shared cores' time slice, the memory bandwidth their copies share (0: none, unlimited), how long a rank "
-     "that slept waiting for a message takes to start on an idle core, and a local copy's cost per byte."},
+     "that slept waiting for a message takes to start on an idle core, a local copy's cost per byte, and with "
+     "migration_cost_s > 0 a run queue per core (an idle core takes another's waiting rank after that long)."},
     {NULL, NULL, 0, NULL},
 };
 

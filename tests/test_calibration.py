@@ -138,6 +138,7 @@ def test_where_ranks_outnumber_cores_the_host_shares_them_and_wakes_sleepers(tmp
     cores = calibration.cores
     idle, crowded = calibration.host("shm", 2, 1 << 20), calibration.host("shm", 4 * cores, 1 << 20)
     assert idle.cores == crowded.cores == cores and idle.slice_s == 4e-3
+    assert crowded.migration_cost_s == 0.5e-3  # a record without one: the kernel's default
     assert idle.wake_s == 0.0 and crowded.wake_s == 25e-6  # shm ranks sleep beyond 2 per core
     assert calibration.host("ipc", 2 * cores, 4096).wake_s == 25e-6  # ZeroMQ's wait always sleeps
     assert idle.gamma_bytes_per_s == pytest.approx(5e9) and idle.copy_s_per_byte == pytest.approx(1e-10)
@@ -198,7 +199,7 @@ def test_calibrate_end_to_end_at_tiny_sizes(tmp_path):
     }
     assert all(p["time_s"] > 0 and p["cpu_s"] > 0 and p["reps"] >= 3 for p in patterns)
     assert [r["bytes"] for r in rec["host"]["rates"]] == [64 << 10, 256 << 10]
-    assert rec["host"]["slice_s"] >= 0 and rec["host"]["wake_s"] >= 0
+    assert rec["host"]["slice_s"] >= 0 and rec["host"]["wake_s"] >= 0 and rec["host"]["migration_cost_s"] > 0
     calibration = read_calibration(out)  # this machine's, this version's
     assert calibration.transports == ("shm",)
     proc = run_cli(

@@ -83,6 +83,34 @@ def test_a_rank_alone_keeps_its_core_past_its_slice():
     assert ends == pytest.approx([5e-3])
 
 
+def test_a_rank_waits_for_its_own_core_until_it_may_migrate():
+    """Three ranks on two cores; rank 2's core is rank 0's (2 ms of work), core 1 idles after rank 1's
+    0.1 ms. One queue: rank 2 runs on core 1 at once (0.1-0.4 ms). A run queue per core with a 0.5 ms
+    migration cost: core 1 takes it over when it has waited that long (0.5-0.8 ms); with 5 ms it waits
+    for its own core (2-2.3 ms)."""
+    work = {0: 2e-3, 1: 0.1e-3, 2: 0.3e-3}
+
+    def ends(migration_cost_s: float) -> list[float]:
+        world = SimWorld(Machine(1, 3, FREE, FREE, math.inf, 2), data=False)
+        world.net.set_cores(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, migration_cost_s)
+        return _end_times(world, lambda comm: comm.transport.engine.compute(comm.rank, work[comm.rank]))
+
+    assert ends(0.0) == pytest.approx([2e-3, 0.1e-3, 0.4e-3])
+    assert ends(0.5e-3) == pytest.approx([2e-3, 0.1e-3, 0.8e-3])
+    assert ends(5e-3) == pytest.approx([2e-3, 0.1e-3, 2.3e-3])
+
+
+def test_the_migration_cost_is_the_kernels_or_its_default(tmp_path, monkeypatch):
+    from playground.commands import hostbench
+
+    knob = tmp_path / "migration_cost_ns"
+    knob.write_text("250000\n")
+    monkeypatch.setattr(hostbench, "MIGRATION_COST_FILES", (str(tmp_path / "absent"), str(knob)))
+    assert hostbench.migration_cost_s() == (pytest.approx(0.25e-3), str(knob))
+    monkeypatch.setattr(hostbench, "MIGRATION_COST_FILES", (str(tmp_path / "absent"),))
+    assert hostbench.migration_cost_s() == (0.5e-3, "kernel default")
+
+
 def test_copies_at_once_share_the_memory_bandwidth_max_min():
     """Two 1-second copies, each moving 1 unit/s alone, on 1.5 units/s: 0.75 each, 4/3 s. With demands
     1 and 2 on 2 units: 1 and 1 (the second at half speed) until the first ends at 1 s, half the second

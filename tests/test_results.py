@@ -110,6 +110,16 @@ def test_the_simulator_page_has_every_row_its_ratio_the_counts_and_the_plot(tmp_
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "within 25%" in svg
 
 
+def test_each_simulated_row_is_the_median_of_the_simulations():
+    runs = [
+        _sim_result("shm", [(2, "ring", 4096, t, None), (4, "rd", 65536, u, None)])
+        for t, u in ((10.0, 300.0), (12.0, 100.0), (11.0, 200.0))
+    ]
+    merged = accuracy.median_simulation(runs)
+    assert merged["simulation"]["transport"] == "shm"
+    assert [(r["ranks"], r["time_us"]) for r in merged["rows"]] == [(2, 11.0), (4, 200.0)]
+
+
 def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch):
     """Each scenario's command replaced by one that writes a result.json: the page has a heading,
     a markdown table and the notes of every step, both row sizes of the kernel among them."""

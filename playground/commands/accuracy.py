@@ -28,6 +28,8 @@ RANKS = (2, 3, 4, 5, 6, 7, 8)
 ALGOS = "ring,tree,hd,rd"
 TRANSPORTS = ("ipc", "shm")
 BAND = 0.25  # within 25%
+SIM_ROUNDS = 3  # simulations per transport, each row their median
+GAP_S = 300  # commands further apart than this were measured in another sitting
 
 
 def rows_from(sim_results: list[dict], benches: dict[tuple, list[float]], calibrated: dict) -> list[dict]:
@@ -59,6 +61,21 @@ def rows_from(sim_results: list[dict], benches: dict[tuple, list[float]], calibr
                 }
             )
     return out
+
+
+def median_simulation(runs: list[dict]) -> dict:
+    """The first run's result with each row's time the median over the runs (the simulator times the
+    ranks' Python as it runs, so one process's run can be a few percent off another's)."""
+    times: dict[tuple, list[float]] = {}
+    for result in runs:
+        for r in result["rows"]:
+            times.setdefault((r["ranks"], r["algorithm"], r["size"]), []).append(r["time_us"])
+    first = runs[0]
+    rows = [
+        {**r, "time_us": statistics.median(times[(r["ranks"], r["algorithm"], r["size"])])}
+        for r in first["rows"]
+    ]
+    return {**first, "rows": rows}
 
 
 def within(rows: list[dict], factor: float) -> int:
@@ -143,6 +160,13 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.is_file() else []
 
 
+def _sittings(stamps: list[str]) -> str:
+    """', in N sittings (`--continue`)' when the commands' times have gaps of more than GAP_S."""
+    times = [time.mktime(time.strptime(t, "%Y-%m-%d %H:%M:%S")) for t in stamps]
+    n = 1 + sum(b - a > GAP_S for a, b in zip(times, times[1:], strict=False))
+    return f", in {n} sittings (`--continue`, `--max-minutes`)" if n > 1 else ", in one sitting"
+
+
 def _bench_times(pieces: list[Path]) -> dict[tuple, list[float]]:
     times: dict[tuple, list[float]] = {}
     for d in pieces:
@@ -198,12 +222,15 @@ def section(ctx) -> str:
     benches = _bench_times(pieces)
     sim_results = []
     for transport in transports:
-        ctx.run(
-            "simulate", "allreduce", "--link", str(calibration), "--transport", transport,
-            "--ranks", ",".join(map(str, ranks)), "--algo", ALGOS, "--sizes", sizes, "--no-data",
-            "--out", str(work / "simulate"),
-        )  # fmt: skip
-        sim_results.append(json.loads((work / "simulate" / "latest" / "result.json").read_text()))
+        runs = []
+        for _ in range(SIM_ROUNDS):
+            ctx.run(
+                "simulate", "allreduce", "--link", str(calibration), "--transport", transport,
+                "--ranks", ",".join(map(str, ranks)), "--algo", ALGOS, "--sizes", sizes, "--no-data",
+                "--out", str(work / "simulate"),
+            )  # fmt: skip
+            runs.append(json.loads((work / "simulate" / "latest" / "result.json").read_text()))
+        sim_results.append(median_simulation(runs))
     rows = rows_from(sim_results, benches, calibrated)
     lines = [
         "One calibration (`calibrate`: ping-pongs at "
@@ -214,15 +241,15 @@ def section(ctx) -> str:
         f"{rounds} round(s) of `bench allreduce` (min-max beside it). Rows at rank counts or sizes the "
         "calibration did not run are held out. The closed form is the alpha-beta-gamma formula on the "
         "calibrated link where ranks do not outnumber cores; beyond, only the simulator models it (sim). "
-        "The simulator times the ranks' own Python as it runs (as SMPI times computation), so writing the "
-        "page again moves a few ratios by a few percent.\n",
+        f"The simulator times the ranks' own Python as it runs (as SMPI times computation), so each row is "
+        f"the median of {SIM_ROUNDS} simulations, each in a process of its own; writing the page again still "
+        "moves a few ratios by a few percent.\n",
     ]
     stamps = [line.split("\t", 1)[0] for line in _lines(log)]
     if stamps:
         lines.append(
-            f"The measuring commands above ran from {stamps[0]} to {stamps[-1]}, in pieces of a few "
-            "minutes on a machine other jobs shared (`--continue`, `--max-minutes`); the date above is "
-            "when the page was last written from them.\n"
+            f"The measuring commands above ran from {stamps[0]} to {stamps[-1]}{_sittings(stamps)}; the "
+            "date above is when the page was last written from them (the simulation again).\n"
         )
     if missing:
         lines.append(

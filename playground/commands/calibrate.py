@@ -2,8 +2,9 @@
 
 What it measures (about 40 s here, under 1 GiB: buffers of at most 64 MiB, 16 MiB messages):
 1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB, on one core and on all
-   cores at once (the copy rate by footprint, how concurrent copies share the memory, gamma), and the
-   scheduler's time slice (commands/hostbench.py);
+   cores at once (the copy rate by footprint, how concurrent copies share the memory, gamma), the
+   scheduler's time slice and its migration cost, read from the kernel where it lets us, else its
+   default (commands/hostbench.py);
 2. per transport (ipc and shm by default; tcp on request): every pair of ranks ping-pongs at once
    (nodes/calibrate.py) at 2 ranks (the textbook ping-pong: a message's cost on an idle machine) and
    at 2 and 4 times as many ranks as cores (what a message costs when ranks wait for cores: wake-ups,
@@ -128,7 +129,7 @@ def _pingpongs(transport: str, ranks: int, sizes: list[int], budget_s: float, wo
 
 def measure(args, console: Console) -> dict:
     """Everything `calibrate` measures, as the record it writes (see the module)."""
-    from playground.commands.hostbench import rate_curve, time_slice_s, wake_up_s
+    from playground.commands.hostbench import migration_cost_s, rate_curve, time_slice_s, wake_up_s
     from playground.display.report import progress_bar
 
     transports, sizes, copy_sizes, counts = _options(args)
@@ -144,13 +145,20 @@ def measure(args, console: Console) -> dict:
         )
         progress.update(task, completed=len(copy_sizes), description="time slice, wake-up")
         slice_s, wake_s = time_slice_s(), wake_up_s()
+        migration_s, migration_from = migration_cost_s()
     record = {
         "format": FORMAT,
         "version": VERSION,
         "machine": this_machine(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": "python -m playground calibrate " + " ".join(getattr(args, "argv", [])),
-        "host": {"rates": rates, "slice_s": slice_s, "wake_s": wake_s},
+        "host": {
+            "rates": rates,
+            "slice_s": slice_s,
+            "wake_s": wake_s,
+            "migration_cost_s": migration_s,
+            "migration_cost_from": migration_from,
+        },
         "transports": {},
     }
     steps = [(t, n) for t in transports for n in counts]
@@ -210,7 +218,8 @@ def run_calibrate(args) -> int:
     host = record["host"]
     largest = max(host["rates"], key=lambda r: r["bytes"])
     console.print(
-        f"time slice {host['slice_s'] * 1e3:.2f} ms; copy at {format_size(largest['bytes'])}: "
+        f"time slice {host['slice_s'] * 1e3:.2f} ms; migration cost {host['migration_cost_s'] * 1e3:.2f} ms "
+        f"({host['migration_cost_from']}); copy at {format_size(largest['bytes'])}: "
         f"{largest['copy_one_gbps']:.1f} GB/s one core, {largest['copy_all_gbps']:.1f} all; "
         f"add {largest['add_one_gbps']:.1f} GB/s",
         highlight=False,

@@ -100,6 +100,26 @@ def _spin(duration_s: float, fd: int) -> None:  # pragma: no cover - runs in a f
     os.write(fd, (" ".join(f"{r:.9f}" for r in runs[1:]) + "\n").encode())
 
 
+# Where Linux keeps the scheduler's migration cost (CFS: a task that ran on a core within this long
+# is cache-hot, and an idle core does not pull it over); the kernel's default when neither is readable.
+MIGRATION_COST_FILES = (
+    "/proc/sys/kernel/sched_migration_cost_ns",
+    "/sys/kernel/debug/sched/migration_cost_ns",
+)
+DEFAULT_MIGRATION_COST_S = 0.5e-3  # kernel/sched/fair.c: sysctl_sched_migration_cost = 500000 ns
+
+
+def migration_cost_s() -> tuple[float, str]:
+    """(the scheduler's migration cost in seconds, where it was read: a file, or 'kernel default')."""
+    for path in MIGRATION_COST_FILES:
+        try:
+            with open(path) as f:
+                return int(f.read().strip()) * 1e-9, path
+        except (OSError, ValueError):
+            continue
+    return DEFAULT_MIGRATION_COST_S, "kernel default"
+
+
 def time_slice_s(duration_s: float = 0.3) -> float:
     """The median time a process runs before another waiting for its core gets it (0 if never)."""
     core = min(os.sched_getaffinity(0))

@@ -7,7 +7,9 @@ A `HostModel` is a host's calibrated costs (`python -m playground calibrate`, mo
   the receiver's CPU (fixed, plus a copy out per byte, or the reduction at gamma);
 - `cores`: the CPUs all that work shares. The simulator (playground/sim/, native/sim_cpu.c) runs it
   as a time-sharing scheduler does: first come first served, and past a time slice (`slice_s`) a
-  rank goes to the back of the queue when another waits;
+  rank goes to the back of the queue when another waits; with `migration_cost_s`, as Linux does,
+  each core has its own queue and an idle core takes over another's waiting rank only once it has
+  waited that long (a burst of a few microseconds stays on its busy core; a long copy moves);
 - memory: copies and reductions running at once share `memory_bytes_per_s` of memory traffic by
   max-min fairness (`max_min_shares`, as SimGrid's flow model shares a link), each asking what it
   moves alone (`copy_demand`, `reduce_demand`).
@@ -76,6 +78,10 @@ class HostModel:
     wake_s: float = 0.0  # a rank that slept waiting starts this much later on an idle core
     copy_s_per_byte: float = 0.0  # a local copy of a buffer (an algorithm's working copy)
     python_scale: float = 0.0  # the simulated ranks' own Python, timed, times this (0: not charged)
+    # > 0: a run queue per core, as Linux keeps them: a rank waits for the core it last ran on, and
+    # another core that goes idle takes it over only once it has waited this long (the scheduler's
+    # migration cost: until then it counts as cache-hot); 0: one queue, any free core runs any rank
+    migration_cost_s: float = 0.0
 
     def __post_init__(self):
         if not self.ranges or self.ranges[0].from_bytes != 0:

@@ -41,6 +41,7 @@ from playground.models.piecewise import Piece, fit_pieces, piece_for
 
 READ_WRITE = 2  # a copy moves its bytes twice (read, write): memory traffic per byte copied
 READ_READ_WRITE = 3  # a reduction c = a + b: three
+DEFAULT_MIGRATION_COST_S = 0.5e-3  # a calibration without one: Linux's default (commands/hostbench.py)
 # The simulated ranks' own Python (the algorithm's loop, the communicator's bookkeeping) is timed as
 # it runs and charged to them at this scale, as SMPI times the computation between MPI calls.
 PYTHON_SCALE = 1.0
@@ -97,9 +98,7 @@ def _residual_pieces(
     """Pieces fitted to what is left of each time once the ping-pong's two copies are taken out
     (at the copy rate of the footprint of `num_ranks` ranks' ping-pongs)."""
     sizes = [n for n, _ in points]
-    left = [
-        max(0.0, t - 2 * n / rates.copy_bytes_per_s(pingpong_footprint(n, num_ranks))) for n, t in points
-    ]
+    left = [max(0.0, t - 2 * n / rates.copy_bytes_per_s(pingpong_footprint(n, num_ranks))) for n, t in points]
     return fit_pieces(sizes, left, bounds, scale=[t for _, t in points])
 
 
@@ -173,4 +172,5 @@ def host_model(
         wake_s=record["host"].get("wake_s", 0.0) if sleeps else 0.0,
         copy_s_per_byte=copy_s,
         python_scale=PYTHON_SCALE,
+        migration_cost_s=record["host"].get("migration_cost_s", DEFAULT_MIGRATION_COST_S),
     )

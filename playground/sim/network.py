@@ -91,4 +91,5 @@ class Network(SimNetwork):
                 host.reduce_demand,
                 host.wake_s,
                 host.copy_s_per_byte,
+                host.migration_cost_s,
             )

@@ -150,6 +150,7 @@ struct SimMessage {
     int sender, receiver, dst; /* dst: where it was sent; receiver: whose inbox (the sender itself when folded) */
     char transmitted, waiter; /* waiter: the sender blocks until this message is transmitted */
     char charged;             /* the receiver's CPU for it is accounted (host costs) */
+    char streamed;            /* half of a streamed swap: its bytes pass through a window in the caches */
     /* the Message fields (payload None: data-free), as objects: T_OBJECT_EX members, which Python 3.11
      * specialises into a load at an offset (LOAD_ATTR_SLOT) */
     PyObject *src, *tag, *kind, *dtype, *shape, *payload, *count_obj;

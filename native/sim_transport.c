@@ -8,6 +8,8 @@
 #include "getset_cache.h"
 #include "sim.h"
 
+#include <math.h>
+
 static getset_cache nbytes_of, dtype_of, shape_of, size_of;
 
 static PyTypeObject SimMessageType;
@@ -52,8 +54,8 @@ static int taken(SimMessage *m, int how, long long target_bytes) {
         }
         m->charged = 1;
     }
-    if (how == TAKE_REDUCE) {
-        mem += (double)target_bytes * e->reduce_s_per_byte;
+    if (how == TAKE_REDUCE) { /* streamed: of the three streams of c = a + b, the peer's is in cache */
+        mem += (double)target_bytes * e->reduce_s_per_byte * (m->streamed ? 2.0 / 3.0 : 1.0);
         demand = net->reduce_demand;
     }
     return sim_work(e, m->receiver, fixed, mem, demand);
@@ -290,8 +292,12 @@ static Py_ssize_t count_of(PyObject *shape) {
     return count;
 }
 
+enum { COPY_NONE, COPY_IN, COPY_STREAMED };
+
 /* Post a message at the sender's time: transmit it right away when nothing can happen before that
- * time any more (no event due earlier), else as an event. Steals `payload`; a new reference. */
+ * time any more (no event due earlier), else as an event. `copy`: COPY_IN charges the sender's copy
+ * of the bytes in, COPY_NONE none (computed in place), COPY_STREAMED half of one (its bytes are read
+ * from the buffer into a window the caches hold). Steals `payload`; a new reference. */
 static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyObject *kind, PyObject *dtype,
                       PyObject *shape, long long nbytes, PyObject *payload, int copy) {
     SimEngine *e = self->engine;
@@ -304,7 +310,10 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
     py_charge(e->net, self->rank);
     if (h->num) { /* the sender's CPU first (and its copy in, unless the array was computed in place) */
         int k = host_range(h, nbytes);
-        double mem = copy ? (double)nbytes * h->send_s_per_byte[k] : 0.0;
+        double per_byte = h->send_s_per_byte[k];
+        if (copy == COPY_STREAMED) /* a copy's read from the buffer; its writes stay in the caches */
+            per_byte = fmax(0.0, per_byte - e->net->copy_s_per_byte / 2);
+        double mem = copy != COPY_NONE ? (double)nbytes * per_byte : 0.0;
         if (sim_work(e, self->rank, h->send_s[k], mem, e->net->copy_demand) < 0) {
             Py_DECREF(payload);
             return NULL;
@@ -321,6 +330,7 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
         Py_DECREF(payload);
         return NULL;
     }
+    m->streamed = copy == COPY_STREAMED;
     int receiver = dst;
     if (e->fold == FOLD_NONE) {
         m->src = Py_NewRef(self->rank_obj);
@@ -382,7 +392,17 @@ static PyObject *SimTransport_send(SimTransport *self, PyObject *const *args, Py
     }
     PyObject *payload = self->data ? PyObject_CallMethodNoArgs(args[2], str_copy) : Py_NewRef(Py_None);
     if (!payload) return NULL;
-    return post_array(self, args[0], args[1], args[2], payload, 1);
+    return post_array(self, args[0], args[1], args[2], payload, COPY_IN);
+}
+
+static PyObject *SimTransport_send_streamed(SimTransport *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "send_streamed(dst, tag, x)");
+        return NULL;
+    }
+    PyObject *payload = self->data ? PyObject_CallMethodNoArgs(args[2], str_copy) : Py_NewRef(Py_None);
+    if (!payload) return NULL;
+    return post_array(self, args[0], args[1], args[2], payload, COPY_STREAMED);
 }
 
 static PyObject *SimTransport_reserve(SimTransport *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -439,7 +459,7 @@ static PyObject *SimTransport_send_reserved(SimTransport *self, PyObject *const 
             return NULL;
         }
     }
-    PyObject *res = post_array(self, dst, args[1], x, self->data ? Py_NewRef(x) : Py_NewRef(Py_None), 0);
+    PyObject *res = post_array(self, dst, args[1], x, self->data ? Py_NewRef(x) : Py_NewRef(Py_None), COPY_NONE);
     Py_DECREF(x);
     Py_DECREF(dst);
     return res;
@@ -460,7 +480,7 @@ static PyObject *SimTransport_send_obj(SimTransport *self, PyObject *const *args
         if (!u1_dtype) return NULL;
     }
     return post(self, args[0], args[1], kind_obj, u1_dtype, empty_shape, PyBytes_GET_SIZE(args[2]),
-                Py_NewRef(args[2]), 0);
+                Py_NewRef(args[2]), COPY_NONE);
 }
 
 static PyObject *SimTransport_receive(SimTransport *self, PyObject *arg) {
@@ -528,6 +548,10 @@ static PyMethodDef SimTransport_methods[] = {
      "reserve(dst, count, dtype) -> space for an array to fill, then send_reserved."},
     {"send_reserved", (PyCFunction)(void (*)(void))SimTransport_send_reserved, METH_FASTCALL,
      "send_reserved(out, tag) -> a SimMessage."},
+    {"send_streamed", (PyCFunction)(void (*)(void))SimTransport_send_streamed, METH_FASTCALL,
+     "send_streamed(dst, tag, x) -> a SimMessage: as send, for one half of a swap that streams its bytes "
+     "through a window the caches hold (the shm transport's exchange): half a copy in, and the peer's "
+     "reduction of it reads one of its three streams from cache."},
     {"send_obj", (PyCFunction)(void (*)(void))SimTransport_send_obj, METH_FASTCALL,
      "send_obj(dst, tag, body) -> a SimMessage."},
     {"receive", (PyCFunction)SimTransport_receive, METH_O,

@@ -23,14 +23,15 @@ from typing import Literal
 import numpy as np
 
 from playground.comm import wire
-from playground.comm.mailbox import Mailboxes, Swap, copy_payload
-from playground.comm.shm import ShmChannels
+from playground.comm.mailbox import SLOT_BYTES, Mailboxes, Swap, copy_payload
+from playground.comm.shm import SHM_MIN_BYTES, ShmChannels
 from playground.comm.shm_stream import CELL_BYTES, Streams
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, NoRoom, Outgoing
 
 SEGMENT_BYTES = (
     4 << 20
 )  # a ring message costs a descriptor, not a trip through the kernel: +13-16% busbw vs 1 MiB
+SLOT_HEADER_BYTES = 16  # native/mailbox.h: the part of a mailbox slot before its record
 MAILBOX_FULL = NoRoom("its mailbox")
 RING_FULL = NoRoom("the shared-memory ring to it")
 _U1 = np.dtype("u1")
@@ -39,6 +40,12 @@ _MEMO_MAX = 4096  # distinct headers remembered per direction; forgotten all at 
 # any dtype's bytes. Other ufuncs and dtypes are received and reduced as usual.
 _LAND_OPS = {None: 0, np.add: 1, np.multiply: 2, np.maximum: 3, np.minimum: 4}
 _LAND_DTYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
+
+
+def streams_from_bytes() -> int:
+    """The smallest 1-D array whose swap (`exchange`) streams through a window (shm_stream.py) rather
+    than travelling inline in a mailbox slot: from SHM_MIN_BYTES, or what a slot's record cannot hold."""
+    return min(SHM_MIN_BYTES, SLOT_BYTES - SLOT_HEADER_BYTES - wire.header_size(1) + 1)
 
 
 def _code(ufunc, dtype: np.dtype) -> int | None:

@@ -82,6 +82,9 @@ class HostModel:
     # another core that goes idle takes it over only once it has waited this long (the scheduler's
     # migration cost: until then it counts as cache-hot); 0: one queue, any free core runs any rank
     migration_cost_s: float = 0.0
+    # > 0: a swap of an array from this size up (sendrecv_reduce with one peer) streams through a
+    # window the caches hold, as the shm transport's does: half a copy in, a cached reduction operand
+    stream_from_bytes: int = 0
 
     def __post_init__(self):
         if not self.ranges or self.ranges[0].from_bytes != 0:

@@ -36,6 +36,7 @@ transport's own boundaries, where its path changes):
 import math
 from collections.abc import Sequence
 
+from playground.comm.shm_transport import streams_from_bytes
 from playground.models.contention import HostModel, MessageCosts
 from playground.models.piecewise import Piece, fit_pieces, piece_for
 
@@ -173,4 +174,5 @@ def host_model(
         copy_s_per_byte=copy_s,
         python_scale=PYTHON_SCALE,
         migration_cost_s=record["host"].get("migration_cost_s", DEFAULT_MIGRATION_COST_S),
+        stream_from_bytes=streams_from_bytes() if transport == "shm" else 0,
     )

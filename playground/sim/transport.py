@@ -48,6 +48,22 @@ class SimTransport(_NativeTransport):
     segment_bytes = NO_SEGMENTS
 
 
+class StreamingSimTransport(SimTransport):
+    """A rank's side on a host whose transport streams the swaps of arrays from `stream_from_bytes`
+    up (the shm transport's `exchange`: comm/shm_stream.py): such a `sendrecv_reduce` posts its half
+    with `send_streamed` (half a copy in; the peer's reduction reads it from cache), then the
+    communicator reduces the peer's half as usual. A world makes its own subclass with the size."""
+
+    __slots__ = ()
+    stream_from_bytes = 0
+
+    def exchange(self, dst: int, src: int, tag: int, buf: np.ndarray, ufunc, timeout_ms: int):
+        if ufunc is None or dst != src or buf.nbytes < self.stream_from_bytes:
+            return None  # not a stream: the communicator sends and receives the usual way
+        self.send_streamed(dst, tag, buf)
+        return False  # posted; nothing received yet
+
+
 class SimDataMessage(SimMessage):
     """A message that carries a copy of its array (`payload`): read, copied and reduced by the
     ordinary Message code, taken at its arrival and its reduction timed by SimMessage's."""
@@ -81,6 +97,12 @@ class SimWorld:
         gamma = machine.gamma_bytes_per_s
         reduce_s_per_byte = 0.0 if math.isinf(gamma) else 1.0 / gamma  # a reduction's CPU time per byte
         self.engine = Engine(self.net, reduce_s_per_byte, fold)
+        streams = machine.host.stream_from_bytes if machine.host is not None else 0
+        self.transport_type = (
+            type("SimTransport", (StreamingSimTransport,), {"__slots__": (), "stream_from_bytes": streams})
+            if streams
+            else SimTransport
+        )
 
     def time_of(self, rank: int) -> float:
         """Rank `rank`'s virtual time, seconds."""
@@ -108,7 +130,7 @@ class SimWorld:
                     clock_ns=lambda rank=rank: round(engine.time_of(rank) * 1e9),
                     messages=trace_messages,
                 )
-            transport = SimTransport(engine, rank, *carry)
+            transport = self.transport_type(engine, rank, *carry)
             comms.append(Communicator(rank, n, transport, tracer=tracer, timeout_s=timeout_s, hosts=hosts))
         charge_copies = self.machine.host is not None and not self.data
         if charge_copies:

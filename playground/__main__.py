@@ -1,12 +1,16 @@
-"""`python -m playground`: the CLI. Once the command has returned (its run finished, cleaned up
-and reported), Ctrl-C and SIGTERM are ignored while the interpreter shuts down: Python resets its
-own handlers to the default there, so a late signal would end a finished command as killed."""
+"""`python -m playground`: the CLI. Ctrl-C interrupts a command even when it was started with
+SIGINT ignored (a background job of a non-interactive shell, a CI step: Python then leaves it
+ignored), as a signal sent on purpose must. Once the command has returned (its run finished,
+cleaned up and reported), Ctrl-C and SIGTERM are ignored while the interpreter shuts down: Python
+resets its own handlers to the default there, so a late signal would end a finished command as
+killed."""
 
 import signal
 import sys
 
 from playground.cli import main
 
+signal.signal(signal.SIGINT, signal.default_int_handler)
 try:
     code = main()
 except KeyboardInterrupt:  # landed between the command's own handler and the lines below

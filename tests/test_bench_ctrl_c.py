@@ -56,3 +56,28 @@ def test_ctrl_c_while_bench_table_measures_ranks(tmp_path):
             "--iters", "100000", "--warmup", "0", "--out", str(tmp_path)]  # fmt: skip
     code, err = _interrupt_once(args, 3)
     assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err
+
+
+def test_ctrl_c_stops_a_command_started_with_sigint_ignored(tmp_path):
+    """A background job of a non-interactive shell (a CI step) starts with SIGINT ignored, which
+    Python keeps; a Ctrl-C sent on purpose must still stop the command."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child, as from the shell
+    try:
+        code, err = _interrupt_once(
+            [
+                "bench",
+                "copy",
+                "--sizes",
+                "256MiB",
+                "--iters",
+                "50",
+                "--rank-counts",
+                "2",
+                "--out",
+                str(tmp_path),
+            ],
+            1 + min(2, len(os.sched_getaffinity(0))),
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err

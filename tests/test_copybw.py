@@ -61,6 +61,8 @@ CTRL_C_WHILE_FORKING = """
 import json, os, signal
 from playground.commands import copybw
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's Ctrl-C finds it, even in a background job
+
 forked, real_fork = [], os.fork
 
 

@@ -32,8 +32,8 @@ def _interrupt_once(args: list[str], processes: int) -> tuple[int, str]:
             proc.wait()
 
 
-def test_ctrl_c_while_children_copy(tmp_path):
-    # the parent and its copying children (one per core)
+def _stop_copying(tmp_path) -> tuple[int, str]:
+    """Ctrl-C while `bench copy`'s parent and its copying children (one per core) run."""
     args = [
         "bench",
         "copy",
@@ -46,7 +46,11 @@ def test_ctrl_c_while_children_copy(tmp_path):
         "--out",
         str(tmp_path),
     ]
-    code, err = _interrupt_once(args, 1 + min(2, len(os.sched_getaffinity(0))))
+    return _interrupt_once(args, 1 + min(2, len(os.sched_getaffinity(0))))
+
+
+def test_ctrl_c_while_children_copy(tmp_path):
+    code, err = _stop_copying(tmp_path)
     assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err
 
 
@@ -63,21 +67,7 @@ def test_ctrl_c_stops_a_command_started_with_sigint_ignored(tmp_path):
     Python keeps; a Ctrl-C sent on purpose must still stop the command."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child, as from the shell
     try:
-        code, err = _interrupt_once(
-            [
-                "bench",
-                "copy",
-                "--sizes",
-                "256MiB",
-                "--iters",
-                "50",
-                "--rank-counts",
-                "2",
-                "--out",
-                str(tmp_path),
-            ],
-            1 + min(2, len(os.sched_getaffinity(0))),
-        )
+        code, err = _stop_copying(tmp_path)
     finally:
         signal.signal(signal.SIGINT, previous)
     assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err

@@ -297,7 +297,9 @@ enum { COPY_NONE, COPY_IN, COPY_STREAMED };
 /* Post a message at the sender's time: transmit it right away when nothing can happen before that
  * time any more (no event due earlier), else as an event. `copy`: COPY_IN charges the sender's copy
  * of the bytes in, COPY_NONE none (computed in place), COPY_STREAMED half of one (its bytes are read
- * from the buffer into a window the caches hold). Steals `payload`; a new reference. */
+ * from the buffer into a window the caches hold) and, where ranks sleep while they wait (`wake_s`),
+ * a wake-up per window's worth: the two ranks then seldom run at once, so they take turns, each
+ * filling the window and waking the other. Steals `payload`; a new reference. */
 static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyObject *kind, PyObject *dtype,
                       PyObject *shape, long long nbytes, PyObject *payload, int copy) {
     SimEngine *e = self->engine;
@@ -314,7 +316,10 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
         if (copy == COPY_STREAMED) /* a copy's read from the buffer; its writes stay in the caches */
             per_byte = fmax(0.0, per_byte - e->net->copy_s_per_byte / 2);
         double mem = copy != COPY_NONE ? (double)nbytes * per_byte : 0.0;
-        if (sim_work(e, self->rank, h->send_s[k], mem, e->net->copy_demand) < 0) {
+        double fixed = h->send_s[k];
+        if (copy == COPY_STREAMED && e->net->stream_window > 0) /* sleeping partners: a wake-up a turn */
+            fixed += ceil((double)nbytes / e->net->stream_window) * e->net->wake_s;
+        if (sim_work(e, self->rank, fixed, mem, e->net->copy_demand) < 0) {
             Py_DECREF(payload);
             return NULL;
         }

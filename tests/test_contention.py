@@ -166,15 +166,18 @@ def test_a_host_charges_each_size_range_its_own_costs():
 def test_a_swap_that_streams_pays_half_a_copy_in_and_reads_one_operand_from_cache():
     """sendrecv_reduce of 4 KiB between 2 ranks, 1 ns a byte copied in (all of it the copy) and
     1 ns a byte reduced: sent the usual way 4.096 + 4.096 us; streamed (the shm transport's swap)
-    half the copy, 2.048 us, and two thirds of the reduction, 2.731 us. The sum is right either way."""
+    half the copy, 2.048 us, and two thirds of the reduction, 2.731 us; with sleeping ranks, a
+    wake-up per window the stream fills. The sum is right either way."""
 
-    def swap(stream_from_bytes: int) -> list:
+    def swap(stream_from_bytes: int, window_bytes: int = 0, wake_s: float = 0.0) -> list:
         host = HostModel(
             (MessageCosts(0, 0.0, 1e-9, 0.0, 1e-9, 0.0),),
             cores=2,
             gamma_bytes_per_s=1e9,
             copy_s_per_byte=1e-9,
             stream_from_bytes=stream_from_bytes,
+            stream_window_bytes=window_bytes,
+            wake_s=wake_s,
         )
         world = SimWorld(Machine(1, 2, FREE, FREE, 1e9, 2, host), data=True)
 
@@ -190,3 +193,8 @@ def test_a_swap_that_streams_pays_half_a_copy_in_and_reads_one_operand_from_cach
         assert [t for t, _ in results] == pytest.approx([expected_s] * 2)
         assert all((buf == 3).all() for _, buf in results)
     assert swap(8192)[0][0] == pytest.approx(8.192e-6)  # smaller than the stream's threshold
+    # where ranks sleep (a wake-up costs 1 us), the partners take turns: a wake-up per 1 KiB window
+    turns = [t for t, _ in swap(1024, 1024, 1e-6)]
+    assert [a - b for a, b in zip(turns, [t for t, _ in swap(1024, 0, 1e-6)], strict=True)] == pytest.approx(
+        [4e-6] * 2
+    )

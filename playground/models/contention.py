@@ -85,6 +85,7 @@ class HostModel:
     # > 0: a swap of an array from this size up (sendrecv_reduce with one peer) streams through a
     # window the caches hold, as the shm transport's does: half a copy in, a cached reduction operand
     stream_from_bytes: int = 0
+    stream_window_bytes: int = 0  # what such a stream's window holds: where ranks sleep, a wake-up each
 
     def __post_init__(self):
         if not self.ranges or self.ranges[0].from_bytes != 0:

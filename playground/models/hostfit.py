@@ -36,6 +36,7 @@ transport's own boundaries, where its path changes):
 import math
 from collections.abc import Sequence
 
+from playground.comm.shm_stream import CELL_BYTES, WINDOW_CELLS
 from playground.comm.shm_transport import streams_from_bytes
 from playground.models.contention import HostModel, MessageCosts
 from playground.models.piecewise import Piece, fit_pieces, piece_for
@@ -175,4 +176,5 @@ def host_model(
         python_scale=PYTHON_SCALE,
         migration_cost_s=record["host"].get("migration_cost_s", DEFAULT_MIGRATION_COST_S),
         stream_from_bytes=streams_from_bytes() if transport == "shm" else 0,
+        stream_window_bytes=WINDOW_CELLS * CELL_BYTES if transport == "shm" else 0,
     )

@@ -92,4 +92,5 @@ class Network(SimNetwork):
                 host.wake_s,
                 host.copy_s_per_byte,
                 host.migration_cost_s,
+                host.stream_window_bytes,
             )

@@ -299,7 +299,8 @@ enum { COPY_NONE, COPY_IN, COPY_STREAMED };
  * of the bytes in, COPY_NONE none (computed in place), COPY_STREAMED half of one (its bytes are read
  * from the buffer into a window the caches hold) and, where ranks sleep while they wait (`wake_s`),
  * a wake-up per window's worth: the two ranks then seldom run at once, so they take turns, each
- * filling the window and waking the other. Steals `payload`; a new reference. */
+ * filling the window and waking the other, until the turns have lasted the migration cost and the
+ * scheduler runs the two on cores of their own. Steals `payload`; a new reference. */
 static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyObject *kind, PyObject *dtype,
                       PyObject *shape, long long nbytes, PyObject *payload, int copy) {
     SimEngine *e = self->engine;
@@ -317,8 +318,12 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
             per_byte = fmax(0.0, per_byte - e->net->copy_s_per_byte / 2);
         double mem = copy != COPY_NONE ? (double)nbytes * per_byte : 0.0;
         double fixed = h->send_s[k];
-        if (copy == COPY_STREAMED && e->net->stream_window > 0) /* sleeping partners: a wake-up a turn */
-            fixed += ceil((double)nbytes / e->net->stream_window) * e->net->wake_s;
+        if (copy == COPY_STREAMED && e->net->stream_window > 0) { /* sleeping partners: a wake-up a turn */
+            double turns = ceil((double)nbytes / e->net->stream_window), turn_s = e->net->stream_window * per_byte;
+            if (e->net->migrate_s > 0 && turn_s > 0) /* ... until the scheduler has moved them apart */
+                turns = fmin(turns, 1 + floor(e->net->migrate_s / turn_s));
+            fixed += turns * e->net->wake_s;
+        }
         if (sim_work(e, self->rank, fixed, mem, e->net->copy_demand) < 0) {
             Py_DECREF(payload);
             return NULL;

@@ -169,7 +169,9 @@ def test_a_swap_that_streams_pays_half_a_copy_in_and_reads_one_operand_from_cach
     half the copy, 2.048 us, and two thirds of the reduction, 2.731 us; with sleeping ranks, a
     wake-up per window the stream fills. The sum is right either way."""
 
-    def swap(stream_from_bytes: int, window_bytes: int = 0, wake_s: float = 0.0) -> list:
+    def swap(
+        stream_from_bytes: int, window_bytes: int = 0, wake_s: float = 0.0, migration_s: float = 0.0
+    ) -> list:
         host = HostModel(
             (MessageCosts(0, 0.0, 1e-9, 0.0, 1e-9, 0.0),),
             cores=2,
@@ -178,6 +180,7 @@ def test_a_swap_that_streams_pays_half_a_copy_in_and_reads_one_operand_from_cach
             stream_from_bytes=stream_from_bytes,
             stream_window_bytes=window_bytes,
             wake_s=wake_s,
+            migration_cost_s=migration_s,
         )
         world = SimWorld(Machine(1, 2, FREE, FREE, 1e9, 2, host), data=True)
 
@@ -193,8 +196,10 @@ def test_a_swap_that_streams_pays_half_a_copy_in_and_reads_one_operand_from_cach
         assert [t for t, _ in results] == pytest.approx([expected_s] * 2)
         assert all((buf == 3).all() for _, buf in results)
     assert swap(8192)[0][0] == pytest.approx(8.192e-6)  # smaller than the stream's threshold
-    # where ranks sleep (a wake-up costs 1 us), the partners take turns: a wake-up per 1 KiB window
-    turns = [t for t, _ in swap(1024, 1024, 1e-6)]
-    assert [a - b for a, b in zip(turns, [t for t, _ in swap(1024, 0, 1e-6)], strict=True)] == pytest.approx(
-        [4e-6] * 2
-    )
+    # where ranks sleep (a wake-up costs 1 us), the partners take turns: a wake-up per 1 KiB window,
+    # until the scheduler moves them apart: a turn takes 0.512 us (1 KiB at 0.5 ns a byte), so with
+    # a 1 us migration cost they take 1 + 1 turns, not 4
+    for migration_s, extra_s in ((0.0, 4e-6), (1e-6, 2e-6)):
+        turns = [t for t, _ in swap(1024, 1024, 1e-6, migration_s)]
+        alone = [t for t, _ in swap(1024, 0, 1e-6, migration_s)]
+        assert [a - b for a, b in zip(turns, alone, strict=True)] == pytest.approx([extra_s] * 2)

@@ -24,6 +24,7 @@ import statistics
 import time
 
 from playground.commands.copybw import measure
+from playground.models.hostfit import DEFAULT_MIGRATION_COST_S
 
 GAP_S = 30e-6  # a jump of the clock longer than this is another process's turn on the core
 
@@ -106,7 +107,6 @@ MIGRATION_COST_FILES = (
     "/proc/sys/kernel/sched_migration_cost_ns",
     "/sys/kernel/debug/sched/migration_cost_ns",
 )
-DEFAULT_MIGRATION_COST_S = 0.5e-3  # kernel/sched/fair.c: sysctl_sched_migration_cost = 500000 ns
 
 
 def migration_cost_s() -> tuple[float, str]:

@@ -43,7 +43,9 @@ from playground.models.piecewise import Piece, fit_pieces, piece_for
 
 READ_WRITE = 2  # a copy moves its bytes twice (read, write): memory traffic per byte copied
 READ_READ_WRITE = 3  # a reduction c = a + b: three
-DEFAULT_MIGRATION_COST_S = 0.5e-3  # a calibration without one: Linux's default (commands/hostbench.py)
+# The scheduler's migration cost where the kernel does not let calibrate read it, and for a calibration
+# without one: Linux's default (kernel/sched/fair.c: sysctl_sched_migration_cost = 500000 ns).
+DEFAULT_MIGRATION_COST_S = 0.5e-3
 # The simulated ranks' own Python (the algorithm's loop, the communicator's bookkeeping) is timed as
 # it runs and charged to them at this scale, as SMPI times the computation between MPI calls.
 PYTHON_SCALE = 1.0

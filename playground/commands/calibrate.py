@@ -1,6 +1,6 @@
 """`python -m playground calibrate`: measure what the models and the simulator need, once, into one file.
 
-What it measures (about 40 s here, under 1 GiB: buffers of at most 64 MiB, 16 MiB messages):
+What it measures (about 30 s here, under 1 GiB: buffers of at most 64 MiB, 16 MiB messages):
 1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB, on one core and on all
    cores at once (the copy rate by footprint, how concurrent copies share the memory, gamma), the
    scheduler's time slice and its migration cost, read from the kernel where it lets us, else its
@@ -8,7 +8,8 @@ What it measures (about 40 s here, under 1 GiB: buffers of at most 64 MiB, 16 Mi
 2. per transport (ipc and shm by default; tcp on request): every pair of ranks ping-pongs at once
    (nodes/calibrate.py) at 2 ranks (the textbook ping-pong: a message's cost on an idle machine) and
    at 2 and 4 times as many ranks as cores (what a message costs when ranks wait for cores: wake-ups,
-   hand-offs, the CPU every thread spends per message).
+   hand-offs, the CPU every thread spends per message); each launched `--rounds` times (3) in
+   alternating order, the median of each figure kept (`median_patterns`).
 Everything measured goes raw into one JSON file (default ./calibration.json, or PLAYGROUND_CALIBRATION)
 with the machine and the version that measured it; models/hostfit.py derives the costs from it
 when it is read, and `bench`, `run`'s collective tables, `simulate --link FILE` and the lecture's
@@ -20,6 +21,7 @@ rows it was not calibrated on.
 import io
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -42,6 +44,8 @@ MAX_RANKS = 64
 # from 64 KiB through shared-memory rings (comm/zmq_transport.py), shm from 32 KiB (comm/shm.py).
 BOUNDS = {"ipc": [0, 64 << 10], "shm": [0, 32 << 10], "tcp": [0, 64 << 10]}
 SEGMENT_BYTES = {"ipc": 4 << 20, "shm": 4 << 20, "tcp": 1 << 20}  # the collectives' default segments
+DEFAULT_ROUNDS = 3
+MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s")
 
 
 def add_calibrate_parser(sub, func) -> None:
@@ -61,6 +65,12 @@ def add_calibrate_parser(sub, func) -> None:
     )
     c.add_argument("--ranks", help="rank counts measured (default 2, 2x and 4x the cores, at most 64)")
     c.add_argument("--budget", type=float, default=0.4, help="seconds per size and pattern (default 0.4)")
+    c.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help=f"launches of each ping-pong, in alternating order; the median is kept (default {DEFAULT_ROUNDS})",
+    )
     c.add_argument(
         "--iters", type=int, default=10, help="copies timed per size and process count (default 10)"
     )
@@ -110,6 +120,8 @@ def _options(args) -> tuple[list[str], list[int], list[int], list[int]]:
         raise ScenarioError(f"--budget {args.budget}: expected seconds > 0")
     if args.iters < 1:
         raise ScenarioError(f"--iters {args.iters}: expected at least 1")
+    if args.rounds < 1:
+        raise ScenarioError(f"--rounds {args.rounds}: expected at least 1")
     return transports, sizes["--sizes"], sizes["--copy-sizes"], _rank_counts(args.ranks, usable_cores())
 
 
@@ -162,18 +174,46 @@ def measure(args, console: Console) -> dict:
         "transports": {},
     }
     steps = [(t, n) for t in transports for n in counts]
-    for k, (transport, ranks) in enumerate(steps):
-        console.print(
-            f"[{k + 1}/{len(steps)}] {transport}: every pair of {ranks} ranks ping-pongs", highlight=False
-        )
+    rounds: dict[tuple[str, int], list[list[dict]]] = {step: [] for step in steps}
+    for r in range(args.rounds):  # alternating, as `bench` rounds are: a slow spell hits each step once
+        for k, (transport, ranks) in enumerate(steps if r % 2 == 0 else steps[::-1]):
+            console.print(
+                f"[{r * len(steps) + k + 1}/{args.rounds * len(steps)}] {transport}: "
+                f"every pair of {ranks} ranks ping-pongs",
+                highlight=False,
+            )
+            rounds[(transport, ranks)].append(
+                _pingpongs(transport, ranks, sizes, args.budget, Path(args.work))
+            )
+    for transport, ranks in steps:
         entry = record["transports"].setdefault(
             transport,
             {"bounds": BOUNDS[transport], "segment_bytes": SEGMENT_BYTES[transport], "patterns": []},
         )
-        patterns = _pingpongs(transport, ranks, sizes, args.budget, Path(args.work))
-        entry["patterns"] += [{**p, "sleeps": waits_asleep(transport, ranks, cores)} for p in patterns]
+        entry["patterns"] += [
+            {**p, "sleeps": waits_asleep(transport, ranks, cores)}
+            for p in median_patterns(rounds[(transport, ranks)])
+        ]
     record["elapsed_s"] = time.time() - started
     return record
+
+
+def median_patterns(rounds: list[list[dict]]) -> list[dict]:
+    """One row per (pattern, size) of the rounds' rows: each time and CPU figure their median. Every
+    launch places the ranks on the cores anew, and where ranks outnumber cores a pair that shares a
+    core and one that does not differ by 2-4x (a wake-up across cores): one launch is a draw."""
+    by: dict[tuple[str, int], list[dict]] = {}
+    for rows in rounds:
+        for row in rows:
+            by.setdefault((row["pattern"], row["size"]), []).append(row)
+    return [
+        {
+            **same[0],
+            **{key: statistics.median(row[key] for row in same) for key in MEDIAN_KEYS},
+            "rounds": len(same),
+        }
+        for same in by.values()
+    ]
 
 
 def summary_table(calibration) -> Table:

@@ -134,6 +134,22 @@ def test_the_derived_host_replays_the_ping_pong_it_was_calibrated_on(tmp_path, t
     )
 
 
+def test_where_waiting_ranks_poll_a_message_costs_at_most_what_the_cores_had_per_message():
+    """Polling ranks never leave a core idle, so the CPU they measured per message is at least the
+    cores' time over the messages in flight: beyond that it was polling, not work."""
+    rec = record()
+    rates = hostfit.Rates(rec["host"]["rates"])
+    patterns = rec["transports"]["shm"]["patterns"]
+    one_way = {p["size"]: p["time_s"] for p in patterns if p["pattern"] == "pingpong" and p["ranks"] == 4}
+    # the made-up CPU (30 us + the line + the copies) exceeds 2 cores x one way / 2 messages in flight
+    assert hostfit.cores_per_message(one_way[64], 4, 2) == pytest.approx(one_way[64])
+    sleeping = hostfit.message_costs(patterns, rates, [0, 65536], 4, 2)
+    polling = hostfit.message_costs(patterns, rates, [0, 65536], 4, 2, polling_cores=2)
+    assert sleeping[0].send_s + sleeping[0].recv_s == pytest.approx(30e-6 + line_s("shm", 0), rel=1e-9)
+    assert polling[0].send_s + polling[0].recv_s == pytest.approx(line_s("shm", 0), rel=1e-9)
+    assert polling[0].latency_s == 0  # the waiting for cores is the simulator's
+
+
 def test_where_ranks_outnumber_cores_the_host_shares_them_and_wakes_sleepers(tmp_path):
     calibration = read_calibration(write(tmp_path / "c.json"))
     cores = calibration.cores

@@ -29,6 +29,7 @@ from rich.console import Console
 
 from playground.comm.mailbox import spin_policy
 from playground.comm.registry import LAUNCHED
+from playground.comm.shm_transport import streams_from_bytes
 from playground.core.errors import ScenarioError
 from playground.core.machine import usable_cores
 from playground.core.rundir import EXIT_OK
@@ -42,7 +43,10 @@ DEFAULT_COPY_SIZES = "64KiB,512KiB,2MiB,8MiB,32MiB,64MiB"
 MAX_RANKS = 64
 # Where each transport's path changes (models/piecewise.py fits a line per range): ipc sends arrays
 # from 64 KiB through shared-memory rings (comm/zmq_transport.py), shm from 32 KiB (comm/shm.py).
-BOUNDS = {"ipc": [0, 64 << 10], "shm": [0, 32 << 10], "tcp": [0, 64 << 10]}
+# Where each transport changes its path: ZeroMQ frames below 64 KiB, shared-memory rings from there
+# (zmq_transport.py); over shm, arrays inline in a mailbox slot, larger ones through the rings (from
+# streams_from_bytes: what a slot's record cannot hold).
+BOUNDS = {"ipc": [0, 64 << 10], "shm": [0, streams_from_bytes()], "tcp": [0, 64 << 10]}
 SEGMENT_BYTES = {"ipc": 4 << 20, "shm": 4 << 20, "tcp": 1 << 20}  # the collectives' default segments
 DEFAULT_ROUNDS = 3
 MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s")

@@ -25,7 +25,9 @@ transport's own boundaries, where its path changes):
 - with more ranks than cores (each measured rank count is a regime; a run pays the costs of the
   smallest one at or above its rank count): the CPU seconds every thread of every rank spent per
   message, fixed and per byte beyond the copies (context switches, hand-offs that now wait for a
-  core, wake-ups), and no latency of its own: the simulator's scheduler adds the waiting for cores,
+  core, wake-ups), where waiting ranks poll (the shm transport up to two ranks a core) at most what
+  the cores had per message (`cores_per_message`: they never idle, so the rest was polling), and no
+  latency of its own: the simulator's scheduler adds the waiting for cores,
   and a rank that slept (its transport sleeps at that rank count: `sleeps`) and finds a core idle
   starts `wake_s` later (the machine's cross-core wake-up, commands/hostbench.py);
 - reductions at gamma = numpy add's rate for the footprint; the memory traffic all cores share =
@@ -106,6 +108,13 @@ def _residual_pieces(
     return fit_pieces(sizes, left, bounds, scale=[t for _, t in points])
 
 
+def cores_per_message(one_way_s: float, num_ranks: int, cores: int) -> float:
+    """The CPU seconds `cores` had per message of a ping-pong of every pair of `num_ranks` ranks at
+    once (num_ranks / 2 messages in flight, each taking `one_way_s`): where waiting ranks poll, the
+    cores never idle and the CPU measured beyond this was polling, not work."""
+    return cores * one_way_s / (num_ranks / 2)
+
+
 def regime_ranks(measured: Sequence[int], num_ranks: int) -> int:
     """The measured rank count whose costs a run of `num_ranks` pays: the smallest at or above it
     (ranks per core only grow the waiting), else the largest."""
@@ -114,10 +123,16 @@ def regime_ranks(measured: Sequence[int], num_ranks: int) -> int:
 
 
 def message_costs(
-    patterns: Sequence[dict], rates: Rates, bounds: Sequence[int], ranks: int, idle_ranks: int
+    patterns: Sequence[dict],
+    rates: Rates,
+    bounds: Sequence[int],
+    ranks: int,
+    idle_ranks: int,
+    polling_cores: int = 0,
 ) -> tuple[MessageCosts, ...]:
     """Per size range, a message's costs at `ranks` (see the module), before the copies (added by
-    `host_model`, which knows the footprint)."""
+    `host_model`, which knows the footprint). `polling_cores`: the cores, where the ranks waiting at
+    `ranks` poll instead of sleeping (0: they sleep)."""
 
     def points(key: str, at: int) -> list[tuple[int, float]]:
         rows = sorted(
@@ -126,7 +141,13 @@ def message_costs(
         return [(p["size"], p[key]) for p in rows]
 
     wall = _residual_pieces(points("time_s", idle_ranks), rates, bounds, idle_ranks)
-    cpu = _residual_pieces(points("cpu_s", ranks), rates, bounds, ranks)
+    busy = points("cpu_s", ranks)
+    if polling_cores and ranks != idle_ranks:
+        busy = [
+            (n, min(cpu, cores_per_message(t, ranks, polling_cores)))
+            for (n, cpu), (_, t) in zip(busy, points("time_s", ranks), strict=True)
+        ]
+    cpu = _residual_pieces(busy, rates, bounds, ranks)
     out = []
     for piece in wall:
         busy = piece_for(cpu, piece.from_bytes)
@@ -152,6 +173,8 @@ def host_model(
     ranks = idle if num_ranks <= cores else regime_ranks(measured, num_ranks)
     footprint = collective_footprint(size_bytes, num_ranks)
     copy_s = 1.0 / rates.copy_bytes_per_s(footprint)
+    sleeps = ranks != idle and any(p["ranks"] == ranks and p.get("sleeps") for p in entry["patterns"])
+    polling_cores = cores if ranks != idle and not sleeps else 0
     ranges = tuple(
         MessageCosts(
             c.from_bytes,
@@ -161,10 +184,9 @@ def host_model(
             c.recv_s_per_byte + copy_s,
             c.latency_s,
         )
-        for c in message_costs(entry["patterns"], rates, entry["bounds"], ranks, idle)
+        for c in message_costs(entry["patterns"], rates, entry["bounds"], ranks, idle, polling_cores)
     )
     gamma = rates.gamma_bytes_per_s(footprint)
-    sleeps = ranks != idle and any(p["ranks"] == ranks and p.get("sleeps") for p in entry["patterns"])
     return HostModel(
         ranges,
         cores,

@@ -10,7 +10,7 @@ import pytest
 from calibrations import SIZES, copies_s, line_s, record, write
 
 from playground.cli.testing import run_cli
-from playground.commands.calibrate import median_patterns
+from playground.commands.calibrate import mean_rates, median_patterns
 from playground.core.errors import ScenarioError
 from playground.models import hostfit
 from playground.models.calibration import (
@@ -175,6 +175,25 @@ def test_where_ranks_outnumber_cores_the_host_shares_them_and_wakes_sleepers(tmp
 
 
 # -- the command ------------------------------------------------------------------------------------
+
+
+def test_the_rates_are_the_rounds_harmonic_mean_at_each_size():
+    """At a cache's edge one round copies at memory's rate, another at the cache's: the mean time per
+    byte is what a collective meeting both pays."""
+    rounds = [
+        [
+            {"bytes": 16 << 20, "copy_one_gbps": 15.0, "add_one_gbps": 9.0},
+            {"bytes": 32 << 20, "copy_one_gbps": 7.0, "add_one_gbps": 5.0},
+        ],
+        [
+            {"bytes": 16 << 20, "copy_one_gbps": 15.0, "add_one_gbps": 9.0},
+            {"bytes": 32 << 20, "copy_one_gbps": 14.0, "add_one_gbps": 5.0},
+        ],
+    ]
+    got = mean_rates(rounds)
+    assert [r["bytes"] for r in got] == [16 << 20, 32 << 20]
+    assert got[0]["copy_one_gbps"] == pytest.approx(15.0) and got[1]["add_one_gbps"] == pytest.approx(5.0)
+    assert got[1]["copy_one_gbps"] == pytest.approx(2 / (1 / 7 + 1 / 14))  # 9.33 GB/s
 
 
 def test_each_figure_is_the_median_of_the_rounds_launches():

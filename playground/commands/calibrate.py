@@ -9,7 +9,8 @@ What it measures (about 30 s here, under 1 GiB: buffers of at most 64 MiB, 16 Mi
    (nodes/calibrate.py) at 2 ranks (the textbook ping-pong: a message's cost on an idle machine) and
    at 2 and 4 times as many ranks as cores (what a message costs when ranks wait for cores: wake-ups,
    hand-offs, the CPU every thread spends per message); each launched `--rounds` times (3) in
-   alternating order, the median of each figure kept (`median_patterns`).
+   alternating order, the median of each figure kept (`median_patterns`); the rates too are measured
+   `--rounds` times, at every doubling of the size, and averaged (`mean_rates`).
 Everything measured goes raw into one JSON file (default ./calibration.json, or PLAYGROUND_CALIBRATION)
 with the machine and the version that measured it; models/hostfit.py derives the costs from it
 when it is read, and `bench`, `run`'s collective tables, `simulate --link FILE` and the lecture's
@@ -39,7 +40,7 @@ from playground.display.report import Table, make_console, render_table
 from playground.models.calibration import FORMAT, default_path, read_calibration, this_machine
 
 DEFAULT_SIZES = "64,1KiB,4KiB,16KiB,64KiB,128KiB,1MiB,16MiB"
-DEFAULT_COPY_SIZES = "64KiB,512KiB,2MiB,8MiB,32MiB,64MiB"
+DEFAULT_COPY_SIZES = "64KiB..64MiB"  # doubling: the caches' edges fall between neighbours
 MAX_RANKS = 64
 # Where each transport's path changes (models/piecewise.py fits a line per range): ipc sends arrays
 # from 64 KiB through shared-memory rings (comm/zmq_transport.py), shm from 32 KiB (comm/shm.py).
@@ -152,14 +153,19 @@ def measure(args, console: Console) -> dict:
     cores, started = usable_cores(), time.time()
     err = make_console(stderr=True)
     with progress_bar(err) as progress:
-        task = progress.add_task("copy and add", total=len(copy_sizes))
-        rates = rate_curve(
-            copy_sizes,
-            cores,
-            args.iters,
-            lambda k, n, what: progress.update(task, completed=k, description=what),
+        task = progress.add_task("copy and add", total=args.rounds * len(copy_sizes))
+        rates = mean_rates(
+            [
+                rate_curve(
+                    copy_sizes,
+                    cores,
+                    args.iters,
+                    lambda k, n, what, r=r: progress.update(task, completed=r * n + k, description=what),
+                )
+                for r in range(args.rounds)
+            ]
         )
-        progress.update(task, completed=len(copy_sizes), description="time slice, wake-up")
+        progress.update(task, completed=args.rounds * len(copy_sizes), description="time slice, wake-up")
         slice_s, wake_s = time_slice_s(), wake_up_s()
         migration_s, migration_from = migration_cost_s()
     record = {
@@ -200,6 +206,19 @@ def measure(args, console: Console) -> dict:
         ]
     record["elapsed_s"] = time.time() - started
     return record
+
+
+def mean_rates(rounds: list[list[dict]]) -> list[dict]:
+    """The rounds' rate curves as one: each rate the harmonic mean of the rounds' (their mean time per
+    byte). At the edge of a cache a buffer's copy runs now at the cache's rate, now at memory's (32 MiB
+    here: 7-15 GB/s from one process to the next), and a collective there meets both."""
+    return [
+        {
+            key: (rows[0][key] if key == "bytes" else len(rows) / sum(1 / row[key] for row in rows))
+            for key in rows[0]
+        }
+        for rows in zip(*rounds, strict=True)
+    ]
 
 
 def median_patterns(rounds: list[list[dict]]) -> list[dict]:

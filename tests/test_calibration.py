@@ -219,6 +219,13 @@ def test_each_figure_is_the_median_of_the_rounds_launches():
     assert got["pingpong"]["time_s"] == 91e-6 and got["pingpong"]["cpu_s"] == 182e-6
     assert got["pingping"]["time_s"] == 80e-6 and got["pingping"]["main_cpu_s"] == 80e-6
     assert got["pingpong"]["rounds"] == 3 and got["pingpong"]["ranks"] == 4 and got["pingpong"]["size"] == 64
+    # a round faster than a core per rank (48 us one way) shared cores: left out, the median of the rest
+    idle = [[row("pingpong", 64, 48e-6), row("pingping", 64, 60e-6)]]
+    got = {p["pattern"]: p for p in median_patterns(rounds, idle)}
+    assert got["pingpong"]["time_s"] == pytest.approx(93e-6) and got["pingpong"]["rounds"] == 3
+    assert got["pingping"]["time_s"] == 80e-6
+    fast = [[row("pingpong", 64, 24e-6)], [row("pingpong", 64, 30e-6)]]  # every round: the median of all
+    assert median_patterns(fast, idle)[0]["time_s"] == pytest.approx(27e-6)
 
 
 @pytest.mark.timeout(120)

@@ -136,8 +136,8 @@ def test_the_transport_lands_only_what_c_computes_and_receives_the_rest(tmp_path
 def test_the_calibrations_shm_size_ranges_change_where_an_array_stops_fitting_a_slot(tmp_path):
     """calibrate fits the shm transport's costs in two size ranges split where its path changes: the
     largest 1-D array a mailbox slot carries inline, and one byte more through the sender's ring."""
-    from playground.commands.calibrate import BOUNDS
     from playground.comm.shm_transport import RingMessage, _InlineMessage
+    from playground.commands.calibrate import BOUNDS
 
     edge = BOUNDS["shm"][1]
     boxes = [mailbox.open_mailboxes(str(tmp_path), r, 2) for r in range(2)]

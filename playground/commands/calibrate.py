@@ -1,6 +1,7 @@
 """`python -m playground calibrate`: measure what the models and the simulator need, once, into one file.
 
-What it measures (about 30 s here, under 1 GiB: buffers of at most 64 MiB, 16 MiB messages):
+What it measures (about 30 s here; buffers of at most 64 MiB, 16 MiB messages; at its peak, 8 ranks
+ping-ponging 16 MiB, all its processes hold about 1 GiB, most of it the rings' pages):
 1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB, on one core and on all
    cores at once (the copy rate by footprint, how concurrent copies share the memory, gamma), the
    scheduler's time slice and its migration cost, read from the kernel where it lets us, else its
@@ -44,10 +45,8 @@ DEFAULT_SIZES = "64,1KiB,4KiB,16KiB,64KiB,128KiB,1MiB,16MiB"
 DEFAULT_COPY_SIZES = "64KiB..64MiB"  # doubling: the caches' edges fall between neighbours
 MAX_RANKS = 64
 # Where each transport's path changes (models/piecewise.py fits a line per range): ipc sends arrays
-# from 64 KiB through shared-memory rings (comm/zmq_transport.py), shm from 32 KiB (comm/shm.py).
-# Where each transport changes its path: ZeroMQ frames below 64 KiB, shared-memory rings from there
-# (zmq_transport.py); over shm, arrays inline in a mailbox slot, larger ones through the rings (from
-# streams_from_bytes: what a slot's record cannot hold).
+# from 64 KiB through shared-memory rings (comm/zmq_transport.py); shm sends an array inline in a
+# mailbox slot, and one a slot's record cannot hold (streams_from_bytes) through the rings.
 BOUNDS = {"ipc": [0, 64 << 10], "shm": [0, streams_from_bytes()], "tcp": [0, 64 << 10]}
 SEGMENT_BYTES = {"ipc": 4 << 20, "shm": 4 << 20, "tcp": 1 << 20}  # the collectives' default segments
 DEFAULT_ROUNDS = 3

@@ -141,13 +141,13 @@ def message_costs(
         return [(p["size"], p[key]) for p in rows]
 
     wall = _residual_pieces(points("time_s", idle_ranks), rates, bounds, idle_ranks)
-    busy = points("cpu_s", ranks)
+    spent = points("cpu_s", ranks)
     if polling_cores and ranks != idle_ranks:
-        busy = [
+        spent = [
             (n, min(cpu, cores_per_message(t, ranks, polling_cores)))
-            for (n, cpu), (_, t) in zip(busy, points("time_s", ranks), strict=True)
+            for (n, cpu), (_, t) in zip(spent, points("time_s", ranks), strict=True)
         ]
-    cpu = _residual_pieces(busy, rates, bounds, ranks)
+    cpu = _residual_pieces(spent, rates, bounds, ranks)
     out = []
     for piece in wall:
         busy = piece_for(cpu, piece.from_bytes)

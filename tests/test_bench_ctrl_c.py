@@ -71,3 +71,14 @@ def test_ctrl_c_stops_a_command_started_with_sigint_ignored(tmp_path):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err
+
+
+def test_ctrl_c_while_calibrate_ping_pongs(tmp_path):
+    """Ctrl-C during a ping-pong launch is an interruption, not a failed ping-pong; no file is written."""
+    out = tmp_path / "c.json"
+    args = ["calibrate", "--transports", "shm", "--sizes", "64,16MiB", "--copy-sizes", "64KiB,128KiB",
+            "--ranks", "2,4", "--budget", "30", "--rounds", "1", "--out", str(out),
+            "--work", str(tmp_path / "runs")]  # fmt: skip
+    code, err = _interrupt_once(args, 5)  # the command and 4 ranks: the second launch (seconds at 16 MiB)
+    assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err
+    assert not out.exists()

@@ -132,11 +132,13 @@ def _options(args) -> tuple[list[str], list[int], list[int], list[int]]:
 
 def _pingpongs(transport: str, ranks: int, sizes: list[int], budget_s: float, work: Path) -> list[dict]:
     from playground.config.scenario import load_scenario
-    from playground.launcher.run import execute
+    from playground.launcher.run import EXIT_INTERRUPTED, execute
 
     sets = [f"params.sizes=[{','.join(map(str, sizes))}]", f"params.budget_s={budget_s}"]
     scenario = load_scenario("calibrate", ranks=ranks, transport=transport, overrides=sets)
     finished = execute(scenario, work, console=Console(file=io.StringIO()))
+    if finished.code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt  # Ctrl-C stopped the ranks: the command says "interrupted", exits 130
     if finished.code != EXIT_OK:
         raise ScenarioError(
             f"calibrate: the {transport} ping-pong on {ranks} ranks failed; see {finished.result.get('run_dir')}"

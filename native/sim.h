@@ -82,6 +82,7 @@ typedef struct {
     double send_s[MAX_RANGES], send_s_per_byte[MAX_RANGES];
     double recv_s[MAX_RANGES], recv_s_per_byte[MAX_RANGES];
     double latency_s[MAX_RANGES], latency_s_per_byte[MAX_RANGES];
+    double wait_s[MAX_RANGES]; /* the receiver's CPU more when it slept waiting for the message: its wake-up */
 } HostCosts;
 
 /* A piece of CPU work on a shared core: `fixed_s` at full speed, then `mem_s` (seconds alone) of
@@ -152,6 +153,7 @@ struct SimMessage {
     char transmitted, waiter; /* waiter: the sender blocks until this message is transmitted */
     char charged;             /* the receiver's CPU for it is accounted (host costs) */
     char streamed;            /* half of a streamed swap: its bytes pass through a window in the caches */
+    char waited;              /* its receiver had to wait for it (it slept, where its transport sleeps) */
     /* the Message fields (payload None: data-free), as objects: T_OBJECT_EX members, which Python 3.11
      * specialises into a load at an offset (LOAD_ATTR_SLOT) */
     PyObject *src, *tag, *kind, *dtype, *shape, *payload, *count_obj;

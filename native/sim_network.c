@@ -139,9 +139,9 @@ static int read_doubles(PyObject *seq, double *out, int num, const char *what) {
 }
 
 static PyObject *SimNetwork_set_host(SimNetwork *self, PyObject *args) {
-    PyObject *from, *ss, *sb, *rs, *rb, *ls, *lb;
+    PyObject *from, *ss, *sb, *rs, *rb, *ls, *lb, *ws = NULL;
     double python_scale = 0.0;
-    if (!PyArg_ParseTuple(args, "OOOOOOO|d", &from, &ss, &sb, &rs, &rb, &ls, &lb, &python_scale)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOO|dO", &from, &ss, &sb, &rs, &rb, &ls, &lb, &python_scale, &ws)) return NULL;
     Py_ssize_t num = PySequence_Size(from);
     if (num < 0) return NULL;
     if (num < 1 || num > MAX_RANGES) {
@@ -155,7 +155,8 @@ static PyObject *SimNetwork_set_host(SimNetwork *self, PyObject *args) {
         read_doubles(rs, h.recv_s, h.num, "recv_s") < 0 ||
         read_doubles(rb, h.recv_s_per_byte, h.num, "recv_s_per_byte") < 0 ||
         read_doubles(ls, h.latency_s, h.num, "latency_s") < 0 ||
-        read_doubles(lb, h.latency_s_per_byte, h.num, "latency_s_per_byte") < 0)
+        read_doubles(lb, h.latency_s_per_byte, h.num, "latency_s_per_byte") < 0 ||
+        (ws && ws != Py_None && read_doubles(ws, h.wait_s, h.num, "wait_s") < 0))
         return NULL;
     for (int k = 0; k < h.num; k++) {
         h.from_bytes[k] = (long long)starts[k];
@@ -201,8 +202,9 @@ static PyMethodDef SimNetwork_methods[] = {
      "transmit(src, dst, nbytes, now) -> (time its last byte left, arrival): reserve the ports."},
     {"set_host", (PyCFunction)SimNetwork_set_host, METH_VARARGS,
      "set_host(from_bytes, send_s, send_s_per_byte, recv_s, recv_s_per_byte, latency_s, latency_s_per_byte, "
-     "python_scale=0): a host's per-message costs by size range (each a sequence of one value per range); with "
-     "python_scale > 0, the CPU time each rank's own code takes between its calls is charged to it, times that."},
+     "python_scale=0, wait_s=None): a host's per-message costs by size range (each a sequence of one value per "
+     "range; wait_s: the receiver's CPU more when it waited for the message); with python_scale > 0, the CPU "
+     "time each rank's own code takes between its calls is charged to it, times that."},
     {"set_cores", (PyCFunction)SimNetwork_set_cores, METH_VARARGS,
      "set_cores(slice_s, memory_bytes_per_s, copy_demand, reduce_demand, wake_s=0, copy_s_per_byte=0, "
      "migration_cost_s=0, stream_window_bytes=0): the "

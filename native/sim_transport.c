@@ -31,7 +31,10 @@ static void SimMessage_dealloc(SimMessage *self) {
 
 static inline void landed(SimMessage *m) {
     Rank *r = &m->engine->ranks[m->receiver];
-    if (r->t < m->arrival) r->t = m->arrival;
+    if (r->t < m->arrival) {
+        r->t = m->arrival;
+        m->waited = 1;
+    }
 }
 
 enum { TAKE_FIXED, TAKE_COPY, TAKE_REDUCE };
@@ -47,7 +50,7 @@ static int taken(SimMessage *m, int how, long long target_bytes) {
     double fixed = 0.0, mem = 0.0, demand = 0.0;
     if (net->host.num && !m->charged) {
         int k = host_range(&net->host, m->nbytes);
-        fixed = net->host.recv_s[k];
+        fixed = net->host.recv_s[k] + (m->waited ? net->host.wait_s[k] : 0.0);
         if (how == TAKE_COPY) {
             mem = (double)m->nbytes * net->host.recv_s_per_byte[k];
             demand = net->copy_demand;
@@ -297,7 +300,9 @@ enum { COPY_NONE, COPY_IN, COPY_STREAMED };
 /* Post a message at the sender's time: transmit it right away when nothing can happen before that
  * time any more (no event due earlier), else as an event. `copy`: COPY_IN charges the sender's copy
  * of the bytes in, COPY_NONE none (computed in place), COPY_STREAMED half of one (its bytes are read
- * from the buffer into a window the caches hold) and, where ranks sleep while they wait (`wake_s`),
+ * from the buffer into a window the caches hold) and the partners' meeting: where they poll, the
+ * peer's go-ahead (one more message's fixed costs: a swap of 8 KiB takes a round trip, not a one-way
+ * time, measured), and where ranks sleep while they wait (`wake_s`),
  * a wake-up per window's worth: the two ranks then seldom run at once, so they take turns, each
  * filling the window and waking the other, until the turns have lasted the migration cost and the
  * scheduler runs the two on cores of their own. Steals `payload`; a new reference. */
@@ -318,7 +323,9 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
             per_byte = fmax(0.0, per_byte - e->net->copy_s_per_byte / 2);
         double mem = copy != COPY_NONE ? (double)nbytes * per_byte : 0.0;
         double fixed = h->send_s[k];
-        if (copy == COPY_STREAMED && e->net->stream_window > 0) { /* sleeping partners: a wake-up a turn */
+        if (copy == COPY_STREAMED && e->net->wake_s == 0) /* polling partners meet: the peer's go-ahead */
+            fixed += h->send_s[k] + h->recv_s[k] + h->latency_s[k];
+        else if (copy == COPY_STREAMED && e->net->stream_window > 0) { /* sleeping ones: a wake-up a turn */
             double turns = ceil((double)nbytes / e->net->stream_window), turn_s = e->net->stream_window * per_byte;
             if (e->net->migrate_s > 0 && turn_s > 0) /* ... until the scheduler has moved them apart */
                 turns = fmin(turns, 1 + floor(e->net->migrate_s / turn_s));
@@ -497,7 +504,8 @@ static PyObject *SimTransport_receive(SimTransport *self, PyObject *arg) {
     SimEngine *e = self->engine;
     Rank *me = &e->ranks[self->rank];
     py_charge(e->net, self->rank);
-    if (!me->head) {
+    int waited = !me->head;
+    if (waited) {
         long timeout_ms = PyLong_AsLong(arg);
         if (timeout_ms == -1 && PyErr_Occurred()) return NULL;
         if (timeout_ms <= 0) Py_RETURN_NONE;
@@ -511,6 +519,7 @@ static PyObject *SimTransport_receive(SimTransport *self, PyObject *arg) {
         }
     }
     SimMessage *m = me->head;
+    if (waited) m->waited = 1;
     me->head = m->next;
     if (!me->head) me->tail = NULL;
     m->next = NULL;

@@ -150,6 +150,28 @@ def test_where_waiting_ranks_poll_a_message_costs_at_most_what_the_cores_had_per
     assert polling[0].latency_s == 0  # the waiting for cores is the simulator's
 
 
+def test_where_ranks_sleep_only_a_receiver_that_waited_pays_the_wake_up():
+    """The exchange (both partners send, then receive) finds its messages there: its CPU per message
+    is every message's; the ping-pong's beyond it (10 us here) is the woken receiver's."""
+    rec = record()
+    rates = hostfit.Rates(rec["host"]["rates"])
+    patterns = [
+        {**p, "cpu_s": p["cpu_s"] - 10e-6} if p["pattern"] == "pingping" else p
+        for p in rec["transports"]["ipc"]["patterns"]
+    ]
+    sleeping = hostfit.message_costs(patterns, rates, [0, 65536], 4, 2)
+    for costs in sleeping:
+        assert costs.wait_s == pytest.approx(10e-6, rel=1e-9)
+    assert sleeping[0].send_s + sleeping[0].recv_s + sleeping[0].wait_s == pytest.approx(
+        30e-6 + line_s("ipc", 0), rel=1e-9
+    )
+    # with a core per rank, and where ranks poll, nobody is woken: no such cost
+    assert all(c.wait_s == 0 for c in hostfit.message_costs(patterns, rates, [0, 65536], 2, 2))
+    assert all(
+        c.wait_s == 0 for c in hostfit.message_costs(patterns, rates, [0, 65536], 4, 2, polling_cores=2)
+    )
+
+
 def test_where_ranks_outnumber_cores_the_host_shares_them_and_wakes_sleepers(tmp_path):
     calibration = read_calibration(write(tmp_path / "c.json"))
     cores = calibration.cores

@@ -163,6 +163,59 @@ def test_a_host_charges_each_size_range_its_own_costs():
     assert one_way(2048) == pytest.approx(host.one_way_s(2048))
 
 
+def test_a_receiver_that_waited_for_its_message_pays_the_wake_up_and_one_that_did_not_does_not():
+    """1 us to send, 1 us to receive, 5 us more for a receiver that slept waiting: received at once,
+    7 us; after 20 us of copying (the message long there), 20 + 1 us."""
+    host = HostModel(
+        (MessageCosts(0, 1e-6, 0.0, 1e-6, 0.0, 0.0, wait_s=5e-6),),
+        cores=2,
+        gamma_bytes_per_s=math.inf,
+        copy_s_per_byte=1e-9,
+    )
+
+    def received_at(busy_bytes: int) -> float:
+        world = SimWorld(Machine(1, 2, FREE, FREE, math.inf, 2, host), data=False)
+
+        def body(comm):
+            if comm.rank == 0:
+                comm.send(np.zeros(8, np.uint8), 1)
+            else:
+                if busy_bytes:
+                    world.engine.local_copy(busy_bytes)
+                comm.recv(0, out=np.empty(8, np.uint8))
+            return world.time_of(comm.rank)
+
+        return world.run(body)[1]
+
+    assert received_at(0) == pytest.approx(7e-6)
+    assert received_at(20_000) == pytest.approx(21e-6)
+
+
+def test_a_swap_that_streams_between_polling_partners_waits_for_the_go_ahead():
+    """A stream starts when both partners are there: where they poll, one message's fixed costs
+    more than a swap sent the usual way (measured here: a swap of 8 KiB over shm takes a round trip)."""
+
+    def swap_s(stream_from_bytes: int) -> float:
+        host = HostModel(
+            (MessageCosts(0, 1e-6, 0.0, 2e-6, 0.0, 0.5e-6),),
+            cores=2,
+            gamma_bytes_per_s=math.inf,
+            stream_from_bytes=stream_from_bytes,
+        )
+        world = SimWorld(Machine(1, 2, FREE, FREE, math.inf, 2, host), data=True)
+
+        def body(comm):
+            buf = np.full(1024, comm.rank + 1, np.float32)
+            comm.sendrecv_reduce(buf, 1 - comm.rank, 1 - comm.rank, 0, np.add)
+            assert (buf == 3).all()
+            return world.time_of(comm.rank)
+
+        return world.run(body)[0]
+
+    assert swap_s(0) == pytest.approx(3.5e-6)  # sent, 0.5 us on the way, received
+    assert swap_s(1024) == pytest.approx(3.5e-6 + 3.5e-6)
+
+
 def test_a_swap_that_streams_pays_half_a_copy_in_and_reads_one_operand_from_cache():
     """sendrecv_reduce of 4 KiB between 2 ranks, 1 ns a byte copied in (all of it the copy) and
     1 ns a byte reduced: sent the usual way 4.096 + 4.096 us; streamed (the shm transport's swap)

@@ -2,7 +2,7 @@
 
 What it measures (about 30 s here; buffers of at most 64 MiB, 16 MiB messages; at its peak, 8 ranks
 ping-ponging 16 MiB, all its processes hold about 1 GiB, most of it the rings' pages):
-1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB, on one core and on all
+1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB (`DEFAULT_COPY_SIZES`), on one core and on all
    cores at once (the copy rate by footprint, how concurrent copies share the memory, gamma), the
    scheduler's time slice and its migration cost, read from the kernel where it lets us, else its
    default (commands/hostbench.py);
@@ -11,7 +11,7 @@ ping-ponging 16 MiB, all its processes hold about 1 GiB, most of it the rings' p
    at 2 and 4 times as many ranks as cores (what a message costs when ranks wait for cores: wake-ups,
    hand-offs, the CPU every thread spends per message); each launched `--rounds` times (3) in
    alternating order, the median of each figure kept (`median_patterns`); the rates too are measured
-   `--rounds` times, at every doubling of the size, and averaged (`mean_rates`).
+   `--rounds` times and averaged (`mean_rates`).
 Everything measured goes raw into one JSON file (default ./calibration.json, or PLAYGROUND_CALIBRATION)
 with the machine and the version that measured it; models/hostfit.py derives the costs from it
 when it is read, and `bench`, `run`'s collective tables, `simulate --link FILE` and the lecture's
@@ -42,7 +42,12 @@ from playground.display.report import Table, make_console, render_table
 from playground.models.calibration import FORMAT, default_path, read_calibration, this_machine
 
 DEFAULT_SIZES = "64,1KiB,4KiB,16KiB,64KiB,128KiB,1MiB,16MiB"
-DEFAULT_COPY_SIZES = "64KiB..64MiB"  # doubling: the caches' edges fall between neighbours
+# Doubling, so that the caches' edges fall between neighbours, but for 32 MiB: there, at the edge of
+# the last-level cache's share, a copy looping over one buffer runs now at the cache's rate and now at
+# memory's (7-15 GB/s from one process to the next, all of a calibration's rounds alike for half an
+# hour), while collectives, whose buffers are reused at many distances, slow down gradually across
+# it: the line from 16 to 64 MiB prices them (measured over five calibrations with their benches).
+DEFAULT_COPY_SIZES = "64KiB,128KiB,256KiB,512KiB,1MiB,2MiB,4MiB,8MiB,16MiB,64MiB"
 MAX_RANKS = 64
 # Where each transport's path changes (models/piecewise.py fits a line per range): ipc sends arrays
 # from 64 KiB through shared-memory rings (comm/zmq_transport.py); shm sends an array inline in a
@@ -213,8 +218,7 @@ def measure(args, console: Console) -> dict:
 
 def mean_rates(rounds: list[list[dict]]) -> list[dict]:
     """The rounds' rate curves as one: each rate the harmonic mean of the rounds' (their mean time per
-    byte). At the edge of a cache a buffer's copy runs now at the cache's rate, now at memory's (32 MiB
-    here: 7-15 GB/s from one process to the next), and a collective there meets both."""
+    byte). Near a cache's edge one process copies at the cache's rate and the next at memory's."""
     return [
         {
             key: (rows[0][key] if key == "bytes" else len(rows) / sum(1 / row[key] for row in rows))

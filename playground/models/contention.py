@@ -53,6 +53,7 @@ class MessageCosts:
     recv_s_per_byte: float
     latency_s: float
     latency_s_per_byte: float = 0.0
+    wait_s: float = 0.0  # the receiver's CPU more when it slept waiting for the message: its wake-up
 
     def one_way_s(self, n: float) -> float:
         """A message alone, copied in and out: what an idle ping-pong measures one way."""

@@ -27,9 +27,12 @@ transport's own boundaries, where its path changes):
   message, fixed and per byte beyond the copies (context switches, hand-offs that now wait for a
   core, wake-ups), where waiting ranks poll (the shm transport up to two ranks a core) at most what
   the cores had per message (`cores_per_message`: they never idle, so the rest was polling), and no
-  latency of its own: the simulator's scheduler adds the waiting for cores,
-  and a rank that slept (its transport sleeps at that rank count: `sleeps`) and finds a core idle
-  starts `wake_s` later (the machine's cross-core wake-up, commands/hostbench.py);
+  latency of its own: the simulator's scheduler adds the waiting for cores. Where ranks sleep (their
+  transport sleeps at that rank count: `sleeps`), every message costs the exchange's CPU (`pingping`:
+  both partners send, then receive, so a message is there when its receiver asks), and only one whose
+  receiver waited for it the ping-pong's beyond that (`wait_s`: the receiver slept and is woken); a
+  rank that slept and finds a core idle starts `wake_s` later (the machine's cross-core wake-up,
+  commands/hostbench.py);
 - reductions at gamma = numpy add's rate for the footprint; the memory traffic all cores share =
   twice the all-cores copy rate at that footprint (a copy reads and writes): in cache every core has
   its own, beyond it they share the memory's.
@@ -134,9 +137,9 @@ def message_costs(
     `host_model`, which knows the footprint). `polling_cores`: the cores, where the ranks waiting at
     `ranks` poll instead of sleeping (0: they sleep)."""
 
-    def points(key: str, at: int) -> list[tuple[int, float]]:
+    def points(key: str, at: int, pattern: str = "pingpong") -> list[tuple[int, float]]:
         rows = sorted(
-            (p for p in patterns if p["pattern"] == "pingpong" and p["ranks"] == at), key=lambda p: p["size"]
+            (p for p in patterns if p["pattern"] == pattern and p["ranks"] == at), key=lambda p: p["size"]
         )
         return [(p["size"], p[key]) for p in rows]
 
@@ -148,15 +151,23 @@ def message_costs(
             for (n, cpu), (_, t) in zip(spent, points("time_s", ranks), strict=True)
         ]
     cpu = _residual_pieces(spent, rates, bounds, ranks)
+    sleeping = ranks != idle_ranks and not polling_cores
+    exchanged = points("cpu_s", ranks, "pingping") if sleeping else []
+    ready = _residual_pieces(exchanged, rates, bounds, ranks) if exchanged else None
     out = []
     for piece in wall:
         busy = piece_for(cpu, piece.from_bytes)
-        fixed_cpu, extra, latency = busy.alpha_s, busy.s_per_byte / 2, 0.0
+        fixed_cpu, extra, latency, wait = busy.alpha_s, busy.s_per_byte / 2, 0.0, 0.0
+        if ready is not None:  # a message already there when its receiver asks costs what the exchange's do
+            fixed_cpu = min(fixed_cpu, piece_for(ready, piece.from_bytes).alpha_s)
+            wait = busy.alpha_s - fixed_cpu
         if ranks == idle_ranks:
             fixed_cpu = min(fixed_cpu, piece.alpha_s)
             latency = piece.alpha_s - fixed_cpu
             extra = piece.s_per_byte / 2
-        out.append(MessageCosts(piece.from_bytes, fixed_cpu / 2, extra, fixed_cpu / 2, extra, latency))
+        out.append(
+            MessageCosts(piece.from_bytes, fixed_cpu / 2, extra, fixed_cpu / 2, extra, latency, wait_s=wait)
+        )
     return tuple(out)
 
 
@@ -183,6 +194,7 @@ def host_model(
             c.recv_s,
             c.recv_s_per_byte + copy_s,
             c.latency_s,
+            wait_s=c.wait_s,
         )
         for c in message_costs(entry["patterns"], rates, entry["bounds"], ranks, idle, polling_cores)
     )

@@ -82,6 +82,7 @@ class Network(SimNetwork):
                 [c.latency_s for c in r],
                 [c.latency_s_per_byte for c in r],
                 host.python_scale if time_python else 0.0,
+                [c.wait_s for c in r],
             )
         if machine.cores and host is not None:
             self.set_cores(

@@ -304,8 +304,8 @@ enum { COPY_NONE, COPY_IN, COPY_STREAMED };
  * peer's go-ahead (one more message's fixed costs: a swap of 8 KiB takes a round trip, not a one-way
  * time, measured), and where ranks sleep while they wait (`wake_s`),
  * a wake-up per window's worth: the two ranks then seldom run at once, so they take turns, each
- * filling the window and waking the other, until the turns have lasted the migration cost and the
- * scheduler runs the two on cores of their own. Steals `payload`; a new reference. */
+ * filling the window, reducing its peer's and waking the other, until the turns have lasted the
+ * migration cost and the scheduler runs the two on cores of their own. Steals `payload`; a new reference. */
 static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyObject *kind, PyObject *dtype,
                       PyObject *shape, long long nbytes, PyObject *payload, int copy) {
     SimEngine *e = self->engine;
@@ -326,7 +326,8 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
         if (copy == COPY_STREAMED && e->net->wake_s == 0) /* polling partners meet: the peer's go-ahead */
             fixed += h->send_s[k] + h->recv_s[k] + h->latency_s[k];
         else if (copy == COPY_STREAMED && e->net->stream_window > 0) { /* sleeping ones: a wake-up a turn */
-            double turns = ceil((double)nbytes / e->net->stream_window), turn_s = e->net->stream_window * per_byte;
+            double turns = ceil((double)nbytes / e->net->stream_window);
+            double turn_s = e->net->stream_window * (per_byte + e->reduce_s_per_byte * 2.0 / 3.0) + e->net->wake_s;
             if (e->net->migrate_s > 0 && turn_s > 0) /* ... until the scheduler has moved them apart */
                 turns = fmin(turns, 1 + floor(e->net->migrate_s / turn_s));
             fixed += turns * e->net->wake_s;

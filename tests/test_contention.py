@@ -250,9 +250,10 @@ def test_a_swap_that_streams_pays_half_a_copy_in_and_reads_one_operand_from_cach
         assert all((buf == 3).all() for _, buf in results)
     assert swap(8192)[0][0] == pytest.approx(8.192e-6)  # smaller than the stream's threshold
     # where ranks sleep (a wake-up costs 1 us), the partners take turns: a wake-up per 1 KiB window,
-    # until the scheduler moves them apart: a turn takes 0.512 us (1 KiB at 0.5 ns a byte), so with
-    # a 1 us migration cost they take 1 + 1 turns, not 4
-    for migration_s, extra_s in ((0.0, 4e-6), (1e-6, 2e-6)):
+    # until the scheduler moves them apart: a turn takes its copy in, its reduction and its wake-up,
+    # 1 KiB at 0.5 ns + 2/3 ns a byte + 1 us = 2.195 us, so with a 2.5 us migration cost they take
+    # 1 + 1 turns, not 4, and with 2 us 1 + 0
+    for migration_s, extra_s in ((0.0, 4e-6), (2.5e-6, 2e-6), (2e-6, 1e-6)):
         turns = [t for t, _ in swap(1024, 1024, 1e-6, migration_s)]
         alone = [t for t, _ in swap(1024, 0, 1e-6, migration_s)]
         assert [a - b for a, b in zip(turns, alone, strict=True)] == pytest.approx([extra_s] * 2)

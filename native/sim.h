@@ -116,6 +116,7 @@ typedef struct {
     double copy_demand, reduce_demand; /* bytes/s of memory traffic of one copy, one reduction alone */
     double wake_s;              /* a rank that slept waiting starts this much later on an idle core */
     double copy_s_per_byte;     /* a local copy of a buffer (chunks.copy of a phantom), per byte */
+    double message_copy_s_per_byte; /* a message's copy in or out, per byte (what a streamed send halves) */
     double stream_window;       /* bytes a streamed swap moves per turn (0: none); each turn a wake-up when ranks sleep */
     /* timed Python (SMPI's way: computation runs for real and is timed): with `python_scale` > 0, the
      * CPU time a rank's own code takes between its calls into the simulator is charged to it */

@@ -320,7 +320,7 @@ static PyObject *post(SimTransport *self, PyObject *dst_obj, PyObject *tag, PyOb
         int k = host_range(h, nbytes);
         double per_byte = h->send_s_per_byte[k];
         if (copy == COPY_STREAMED) /* a copy's read from the buffer; its writes stay in the caches */
-            per_byte = fmax(0.0, per_byte - e->net->copy_s_per_byte / 2);
+            per_byte = fmax(0.0, per_byte - e->net->message_copy_s_per_byte / 2);
         double mem = copy != COPY_NONE ? (double)nbytes * per_byte : 0.0;
         double fixed = h->send_s[k];
         if (copy == COPY_STREAMED && e->net->wake_s == 0) /* polling partners meet: the peer's go-ahead */

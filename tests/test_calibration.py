@@ -7,7 +7,7 @@ import math
 import re
 
 import pytest
-from calibrations import SIZES, copies_s, line_s, record, write
+from calibrations import COPY_GBPS, SIZES, copies_s, line_s, record, write
 
 from playground.cli.testing import run_cli
 from playground.commands.calibrate import mean_rates, median_patterns
@@ -170,6 +170,18 @@ def test_where_ranks_sleep_only_a_receiver_that_waited_pays_the_wake_up():
     assert all(
         c.wait_s == 0 for c in hostfit.message_costs(patterns, rates, [0, 65536], 4, 2, polling_cores=2)
     )
+
+
+def test_a_working_copy_moves_one_ranks_buffers_and_a_message_all_ranks():
+    """A 4 MiB all-reduce on 8 ranks touches 96 MiB, nearer memory's rate (half the cache's at 64 MiB
+    here), but a rank's working copy of its input, made as the call starts, its own 12 MiB."""
+    rec = record()
+    rec["host"]["rates"][-1]["copy_one_gbps"] = COPY_GBPS / 2  # at 64 MiB: memory's rate
+    host = hostfit.host_model(rec, "shm", 8, 4 << 20)
+    rates = hostfit.Rates(rec["host"]["rates"])
+    assert host.copy_s_per_byte == pytest.approx(1 / rates.copy_bytes_per_s(12 << 20))
+    assert host.message_copy_s_per_byte == pytest.approx(1 / rates.copy_bytes_per_s(96 << 20))
+    assert host.copy_s_per_byte < host.message_copy_s_per_byte
 
 
 def test_where_ranks_outnumber_cores_the_host_shares_them_and_wakes_sleepers(tmp_path):

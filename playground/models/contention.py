@@ -78,6 +78,7 @@ class HostModel:
     reduce_demand: float = 0.0
     wake_s: float = 0.0  # a rank that slept waiting starts this much later on an idle core
     copy_s_per_byte: float = 0.0  # a local copy of a buffer (an algorithm's working copy)
+    message_copy_s_per_byte: float = 0.0  # a message's copy in or out (0: copy_s_per_byte's)
     python_scale: float = 0.0  # the simulated ranks' own Python, timed, times this (0: not charged)
     # > 0: a run queue per core, as Linux keeps them: a rank waits for the core it last ran on, and
     # another core that goes idle takes it over only once it has waited this long (the scheduler's

@@ -33,6 +33,8 @@ transport's own boundaries, where its path changes):
   receiver waited for it the ping-pong's beyond that (`wait_s`: the receiver slept and is woken); a
   rank that slept and finds a core idle starts `wake_s` later (the machine's cross-core wake-up,
   commands/hostbench.py);
+- an algorithm's working copy of its input (`copy_s_per_byte`) at the copy rate of one rank's
+  footprint: it is made as the call starts, before the other ranks' messages pass through the cache;
 - reductions at gamma = numpy add's rate for the footprint; the memory traffic all cores share =
   twice the all-cores copy rate at that footprint (a copy reads and writes): in cache every core has
   its own, beyond it they share the memory's.
@@ -208,7 +210,8 @@ def host_model(
         copy_demand=READ_WRITE * rates.copy_bytes_per_s(footprint),
         reduce_demand=READ_READ_WRITE * gamma,
         wake_s=record["host"].get("wake_s", 0.0) if sleeps else 0.0,
-        copy_s_per_byte=copy_s,
+        copy_s_per_byte=1.0 / rates.copy_bytes_per_s(collective_footprint(size_bytes, 1)),
+        message_copy_s_per_byte=copy_s,
         python_scale=PYTHON_SCALE,
         migration_cost_s=record["host"].get("migration_cost_s", DEFAULT_MIGRATION_COST_S),
         stream_from_bytes=streams_from_bytes() if transport == "shm" else 0,

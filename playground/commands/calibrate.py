@@ -1,6 +1,6 @@
 """`python -m playground calibrate`: measure what the models and the simulator need, once, into one file.
 
-What it measures (about 30 s here; buffers of at most 64 MiB, 16 MiB messages; at its peak, 8 ranks
+What it measures (about 50 s here; buffers of at most 64 MiB, 16 MiB messages; at its peak, 8 ranks
 ping-ponging 16 MiB, all its processes hold about 1 GiB, most of it the rings' pages):
 1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB (`DEFAULT_COPY_SIZES`), on one core and on all
    cores at once (the copy rate by footprint, how concurrent copies share the memory, gamma), the
@@ -9,7 +9,7 @@ ping-ponging 16 MiB, all its processes hold about 1 GiB, most of it the rings' p
 2. per transport (ipc and shm by default; tcp on request): every pair of ranks ping-pongs at once
    (nodes/calibrate.py) at 2 ranks (the textbook ping-pong: a message's cost on an idle machine) and
    at 2 and 4 times as many ranks as cores (what a message costs when ranks wait for cores: wake-ups,
-   hand-offs, the CPU every thread spends per message); each launched `--rounds` times (3) in
+   hand-offs, the CPU every thread spends per message); each launched `--rounds` times (5) in
    alternating order, the median of each figure kept (`median_patterns`); the rates too are measured
    `--rounds` times and averaged (`mean_rates`).
 Everything measured goes raw into one JSON file (default ./calibration.json, or PLAYGROUND_CALIBRATION)
@@ -54,7 +54,9 @@ MAX_RANKS = 64
 # mailbox slot, and one a slot's record cannot hold (streams_from_bytes) through the rings.
 BOUNDS = {"ipc": [0, 64 << 10], "shm": [0, streams_from_bytes()], "tcp": [0, 64 << 10]}
 SEGMENT_BYTES = {"ipc": 4 << 20, "shm": 4 << 20, "tcp": 1 << 20}  # the collectives' default segments
-DEFAULT_ROUNDS = 3
+# Five: two calibrations of three launches each, minutes apart, priced the same benches 1673 and 1760 of
+# 5 x 392 rows within 25%; two of five launches each, 1730 and 1743 (crowded ranks' placement draws).
+DEFAULT_ROUNDS = 5
 MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s")
 
 

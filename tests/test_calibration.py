@@ -173,15 +173,19 @@ def test_where_ranks_sleep_only_a_receiver_that_waited_pays_the_wake_up():
 
 
 def test_a_working_copy_moves_one_ranks_buffers_and_a_message_all_ranks():
-    """A 4 MiB all-reduce on 8 ranks touches 96 MiB, nearer memory's rate (half the cache's at 64 MiB
-    here), but a rank's working copy of its input, made as the call starts, its own 12 MiB."""
-    rec = record()
+    """A 4 MiB all-reduce on 8 ranks on 2 cores touches 96 MiB (inputs, outputs and the rings its
+    messages wait in), nearer memory's rate (half the cache's at 64 MiB here), but a rank's working
+    copy of its input, made as the call starts, its own 12 MiB; with a core per rank, messages are
+    taken as they land and the rings do not count: 2 x 4 MiB a rank."""
+    rec = record(cores=2)
     rec["host"]["rates"][-1]["copy_one_gbps"] = COPY_GBPS / 2  # at 64 MiB: memory's rate
-    host = hostfit.host_model(rec, "shm", 8, 4 << 20)
     rates = hostfit.Rates(rec["host"]["rates"])
+    host = hostfit.host_model(rec, "shm", 8, 4 << 20)
     assert host.copy_s_per_byte == pytest.approx(1 / rates.copy_bytes_per_s(12 << 20))
     assert host.message_copy_s_per_byte == pytest.approx(1 / rates.copy_bytes_per_s(96 << 20))
     assert host.copy_s_per_byte < host.message_copy_s_per_byte
+    idle = hostfit.host_model(rec, "shm", 2, 4 << 20)
+    assert idle.message_copy_s_per_byte == pytest.approx(1 / rates.copy_bytes_per_s(16 << 20))
 
 
 def test_where_ranks_outnumber_cores_the_host_shares_them_and_wakes_sleepers(tmp_path):

@@ -12,8 +12,10 @@ What is derived, by size range of a message of n bytes (`models.piecewise.fit_pi
 transport's own boundaries, where its path changes):
 - the bytes: a message is copied into the transport and out of it, each copy at this machine's copy
   rate for the *footprint* of what is running: every rank's buffers together, since the last-level
-  cache is shared by all cores (a 4 MiB all-reduce on 8 ranks, 96 MiB of inputs, outputs and rings,
-  is copied at memory speed, a 4 MiB ping-pong between two ranks in cache); the rest of the time
+  cache is shared by all cores (a 4 MiB all-reduce on 8 ranks on 2 cores, 96 MiB of inputs, outputs
+  and the rings messages wait in, is copied at memory speed, a 4 MiB ping-pong between two ranks in
+  cache; with a core per rank messages are taken as they land and the rings do not count:
+  `rank_footprint`); the rest of the time
   grows with n only where the path adds copies (a socket's): `extra` per byte. The same holds for the
   calibration's own ping-pongs: at 8 ranks four messages are in flight at once and share the cache,
   so the copies taken out of a message's CPU time are those of four messages' footprint, and what is
@@ -97,10 +99,17 @@ def pingpong_footprint(n: float, num_ranks: int = 2) -> float:
     return READ_WRITE * n * max(1, num_ranks // 2)
 
 
-def collective_footprint(size_bytes: float, num_ranks: int) -> float:
-    """What the copies of a collective on S bytes touch: every rank's input, output and the ring
-    buffers it writes into (about S each), all ranks together (they share the last-level cache)."""
-    return 3 * size_bytes * num_ranks
+def rank_footprint(size_bytes: float, num_ranks: int, cores: int) -> float:
+    """What one rank of a collective on S bytes touches: its input and output (about S each) and,
+    where ranks outnumber cores, the rings its messages wait in while other ranks run (with a core
+    of its own a rank takes each message as it lands, from the caches near its core)."""
+    return (2 if num_ranks <= cores else 3) * size_bytes
+
+
+def collective_footprint(size_bytes: float, num_ranks: int, cores: int) -> float:
+    """What the copies of a collective on S bytes touch: every rank's footprint, all ranks together
+    (they share the last-level cache)."""
+    return rank_footprint(size_bytes, num_ranks, cores) * num_ranks
 
 
 def _residual_pieces(
@@ -184,7 +193,7 @@ def host_model(
     measured = sorted({p["ranks"] for p in entry["patterns"]})
     idle = min(measured)
     ranks = idle if num_ranks <= cores else regime_ranks(measured, num_ranks)
-    footprint = collective_footprint(size_bytes, num_ranks)
+    footprint = collective_footprint(size_bytes, num_ranks, cores)
     copy_s = 1.0 / rates.copy_bytes_per_s(footprint)
     sleeps = ranks != idle and any(p["ranks"] == ranks and p.get("sleeps") for p in entry["patterns"])
     polling_cores = cores if ranks != idle and not sleeps else 0
@@ -210,7 +219,7 @@ def host_model(
         copy_demand=READ_WRITE * rates.copy_bytes_per_s(footprint),
         reduce_demand=READ_READ_WRITE * gamma,
         wake_s=record["host"].get("wake_s", 0.0) if sleeps else 0.0,
-        copy_s_per_byte=1.0 / rates.copy_bytes_per_s(collective_footprint(size_bytes, 1)),
+        copy_s_per_byte=1.0 / rates.copy_bytes_per_s(rank_footprint(size_bytes, num_ranks, cores)),
         message_copy_s_per_byte=copy_s,
         python_scale=PYTHON_SCALE,
         migration_cost_s=record["host"].get("migration_cost_s", DEFAULT_MIGRATION_COST_S),

@@ -1,9 +1,11 @@
 """`python -m playground calibrate`: measure what the models and the simulator need, once, into one file.
 
 What it measures (about 50 s here; buffers of at most 64 MiB, 16 MiB messages; at its peak, 8 ranks
-ping-ponging 16 MiB, all its processes hold about 1 GiB, most of it the rings' pages):
-1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB (`DEFAULT_COPY_SIZES`), on one core and on all
-   cores at once (the copy rate by footprint, how concurrent copies share the memory, gamma), the
+ping-ponging 16 MiB, all its processes' proportional set sizes add up to about 0.9 GiB, most of it the
+rings' pages):
+1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB (`DEFAULT_COPY_SIZES`), on
+   one core and on all cores at once (the copy rate by footprint, how concurrent copies share the
+   memory, gamma), the
    scheduler's time slice and its migration cost, read from the kernel where it lets us, else its
    default (commands/hostbench.py);
 2. per transport (ipc and shm by default; tcp on request): every pair of ranks ping-pongs at once

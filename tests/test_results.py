@@ -8,6 +8,7 @@ import pytest
 from playground.cli.testing import run_cli
 from playground.commands import accuracy, results
 from playground.core.errors import ScenarioError
+from playground.models.calibration import ENVIRONMENT
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
@@ -55,6 +56,35 @@ def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_pat
     index = (tmp_path / "pages" / "index.md").read_text()
     assert "- [The labs beside the lecture](labs.md)" in index
     assert "- Collectives against Gloo and MPICH: not measured yet" in index
+
+
+def test_pages_with_model_columns_read_one_calibration_measured_first(tmp_path, monkeypatch):
+    """No calibration here: `results` measures one before the sections whose model columns read it,
+    names it to their commands (PLAYGROUND_CALIBRATION), lists `calibrate` on their pages, and leaves
+    the environment as it found it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(ENVIRONMENT, raising=False)
+    seen = {}
+
+    def fake_run(self, *args, timeout_s=0):
+        self.commands.append("python -m playground " + " ".join(args))
+        if args[0] == "calibrate":
+            results.Path(args[args.index("--out") + 1]).write_text("{}")
+            return None
+        seen[args[0]] = results.os.environ.get(ENVIRONMENT)
+        out = results.Path(args[args.index("--out") + 1])
+        (out / "run1").mkdir(parents=True)
+        (out / "run1" / "summary.md").write_text("| a |\n|---|\n| 1 |\n")
+        (out / "latest").symlink_to(out / "run1")
+        return None
+
+    monkeypatch.setattr(results.Context, "run", fake_run)
+    assert results.run_results("labs", True, 1, tmp_path / "pages", tmp_path / "work") == 0
+    assert seen["lecture"].endswith("calibration/calibration.json")
+    labs = (tmp_path / "pages" / "labs.md").read_text()
+    assert labs.index("python -m playground calibrate --out") < labs.index("python -m playground lecture")
+    assert "Model columns: the calibration measured first (`calibrate` above)." in labs
+    assert ENVIRONMENT not in results.os.environ
 
 
 def _sim_result(transport: str, rows: list[tuple[int, str, int, float, float | None]]) -> dict:

@@ -11,6 +11,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   calibration beside its measured median, the rows within 25% and 2x, a plot; and the simulator's own
   cost at 1024 ranks (accuracy.py). Long: `--continue` and `--max-minutes` measure it in pieces.
 - labs.md: `lecture`: every lab's tables beside the lecture's figures and the models.
+The pages with model columns (collectives, labs, steptime, parallelism, tensor) read one calibration:
+the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
+`calibrate` measures first into the work directory (`calibration_for_models`); each page says which.
 - training.md: `run train` as a user types it (its wall time, loss and how lecture-like its sample
   is, beside the same run at a constant learning rate); `run train-modes --baseline ddp` (and
   train-large) at 2 and 4 ranks, alternating round by round: our bucketed step against PyTorch
@@ -57,6 +60,7 @@ from playground.commands.training_results import training_section
 from playground.core.errors import ScenarioError
 from playground.core.machine import describe_machine
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, make_run_dir
+from playground.models.calibration import ENVIRONMENT, find_calibration
 
 CHILD = [sys.executable, "-P", "-m", "playground"]
 
@@ -69,6 +73,7 @@ class Section:
     make: Callable  # (ctx) -> markdown body; raises on failure
     quick_minutes: float
     full_minutes: float
+    models: bool = False  # its model columns read this machine's calibration
 
 
 class Context:
@@ -190,18 +195,54 @@ def result_markdown(run_dir: Path) -> str:
 
 
 SECTIONS = [
-    Section("collectives", "collectives.md", "Collectives against Gloo and MPICH", _collectives, 2, 12),
+    Section("collectives", "collectives.md", "Collectives against Gloo and MPICH", _collectives, 2, 12, True),
     Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
-    Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3),
+    Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
-    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4),
+    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4, True),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
     Section(
-        "parallelism", "parallelism.md", "Pipeline parallelism against its formulas", parallelism, 1.5, 4
+        "parallelism",
+        "parallelism.md",
+        "Pipeline parallelism against its formulas",
+        parallelism,
+        1.5,
+        4,
+        True,
     ),
-    Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
+    Section(
+        "tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4, True
+    ),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
 ]
+
+
+def calibration_for_models(ctx: Context) -> str:
+    """Make the calibration the model columns read this machine's: the default one if it fits, else
+    one measured now into the work directory and named to the children (PLAYGROUND_CALIBRATION).
+    The line the pages say it with."""
+    try:
+        found = find_calibration()
+    except ScenarioError as e:  # another machine's or version's: measure this one's
+        ctx.console.print(f"{e}; calibrating anew", highlight=False, markup=False)
+        found = None
+    if found is not None:
+        return f"Model columns: the calibration {found.path} (measured {found.record.get('date', '?')})."
+    path = ctx.work / "calibration.json"
+    try:
+        ctx.work.mkdir(parents=True, exist_ok=True)
+        ctx.run(
+            "calibrate",
+            "--out",
+            str(path),
+            "--work",
+            str(ctx.work / "runs"),
+            *(["--rounds", "1"] * ctx.quick),
+        )
+    except (ScenarioError, subprocess.TimeoutExpired, OSError) as e:
+        return f"Model columns: no calibration ({e}): the labelled rough defaults."
+    os.environ[ENVIRONMENT] = str(path.resolve())
+    return "Model columns: the calibration measured first (`calibrate` above)."
 
 
 def machine_header(commands: list[str], started: float, loads: tuple[float, float]) -> str:
@@ -243,18 +284,32 @@ def run_results(
     earlier = sorted(p for p in work.glob("*-results*") if p.is_dir()) if resume else []
     work_dir = earlier[-1] if earlier else make_run_dir(work, "results")
     failed = []
-    for k, s in enumerate(chosen):
-        console.print(f"[bold]({k + 1}/{len(chosen)}) {s.title}[/bold]")
-        ctx = Context(work_dir / s.name, quick, rounds, console, out, max_minutes)
-        started, load0 = time.time(), os.getloadavg()[0]
-        try:
-            body = s.make(ctx)
-        except (ScenarioError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
-            failed.append(s.name)
-            body = f"This section failed: {e}. Rerun `python -m playground results --sections {s.name}`.\n"
-        header = machine_header(ctx.commands, started, (load0, os.getloadavg()[0]))
-        (out / s.page).write_text(f"# {s.title}\n\n{header}\n{body}")
-        console.print(f"written: {out / s.page}")
+    named = os.environ.get(ENVIRONMENT)
+    models = Context(work_dir / "calibration", quick, rounds, console, out, max_minutes)
+    try:
+        models_line = calibration_for_models(models) if any(s.models for s in chosen) else ""
+        for k, s in enumerate(chosen):
+            console.print(f"[bold]({k + 1}/{len(chosen)}) {s.title}[/bold]")
+            ctx = Context(work_dir / s.name, quick, rounds, console, out, max_minutes)
+            started, load0 = time.time(), os.getloadavg()[0]
+            try:
+                body = s.make(ctx)
+            except (ScenarioError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
+                failed.append(s.name)
+                body = (
+                    f"This section failed: {e}. Rerun `python -m playground results --sections {s.name}`.\n"
+                )
+            commands = [*models.commands, *ctx.commands] if s.models else ctx.commands
+            header = machine_header(commands, started, (load0, os.getloadavg()[0]))
+            if s.models:
+                header += f"\n{models_line}\n"
+            (out / s.page).write_text(f"# {s.title}\n\n{header}\n{body}")
+            console.print(f"written: {out / s.page}")
+    finally:
+        if named is None:
+            os.environ.pop(ENVIRONMENT, None)
+        else:
+            os.environ[ENVIRONMENT] = named
     _write_index(out)
     return EXIT_FAILED if failed else EXIT_OK
 

@@ -11,7 +11,7 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   calibration beside its measured median, the rows within 25% and 2x, a plot; and the simulator's own
   cost at 1024 ranks (accuracy.py). Long: `--continue` and `--max-minutes` measure it in pieces.
 - labs.md: `lecture`: every lab's tables beside the lecture's figures and the models.
-The pages with model columns (collectives, labs, steptime, parallelism, tensor) read one calibration:
+The pages with model columns (collectives, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
 `calibrate` measures first into the work directory (`calibration_for_models`); each page says which.
 - training.md: `run train` as a user types it (its wall time, loss and how lecture-like its sample
@@ -210,9 +210,8 @@ SECTIONS = [
         4,
         True,
     ),
-    Section(
-        "tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4, True
-    ),
+    # (tensor measures a calibration of its own and names it to its runs)
+    Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
 ]
 
@@ -227,7 +226,9 @@ def calibration_for_models(ctx: Context) -> str:
         ctx.console.print(f"{e}; calibrating anew", highlight=False, markup=False)
         found = None
     if found is not None:
-        return f"Model columns: the calibration {found.path} (measured {found.record.get('date', '?')})."
+        where = Path(found.path).resolve()
+        shown = where.relative_to(Path.cwd()) if where.is_relative_to(Path.cwd()) else where
+        return f"Model columns: the calibration {shown} (measured {found.record.get('date', '?')})."
     path = ctx.work / "calibration.json"
     try:
         ctx.work.mkdir(parents=True, exist_ok=True)

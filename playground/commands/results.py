@@ -11,9 +11,6 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   calibration beside its measured median, the rows within 25% and 2x, a plot; and the simulator's own
   cost at 1024 ranks (accuracy.py). Long: `--continue` and `--max-minutes` measure it in pieces.
 - labs.md: `lecture`: every lab's tables beside the lecture's figures and the models.
-The pages with model columns (collectives, labs, steptime, parallelism) read one calibration:
-the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
-`calibrate` measures first into the work directory (`calibration_for_models`); each page says which.
 - training.md: `run train` as a user types it (its wall time, loss and how lecture-like its sample
   is, beside the same run at a constant learning rate); `run train-modes --baseline ddp` (and
   train-large) at 2 and 4 ranks, alternating round by round: our bucketed step against PyTorch
@@ -33,6 +30,10 @@ the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this m
   beside ours (`tensor_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
   detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
+
+The pages with model columns (collectives, labs, steptime, parallelism) read one calibration:
+the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
+`calibrate` measures first into the work directory (`calibration_for_models`); each page says which.
 
 The subcommands run as children (`python -P -m playground ...`, as a user would type them), so a
 crash in one is one failed section, named on the page, not a lost run.

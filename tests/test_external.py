@@ -39,6 +39,16 @@ LAUNCHER_VARS = (
     "PLAYGROUND_HOST",
     "PLAYGROUND_NETNS",
 )
+# srun forks a shepherd that cancels the job should srun be killed; srun tells it the job ended as
+# srun exits, and it exits a moment later on its own: waited for (10 s at most), not counted as left.
+SHEPHERDS = ("srun",)
+
+
+def named(p: psutil.Process, names: tuple[str, ...]) -> bool:
+    try:
+        return p.name() in names
+    except psutil.NoSuchProcess:
+        return False
 
 
 def clean_env(**extra) -> dict:
@@ -90,6 +100,7 @@ class Ranks:
                 self.kill_all()
                 raise AssertionError(f"rank process {p.args} did not finish within {timeout_s}s") from None
             done.append((p.returncode, out, err))
+        psutil.wait_procs([q for q in self.leftovers() if named(q, SHEPHERDS)], timeout=10)
         assert not self.leftovers(), f"processes left behind: {self.leftovers()}"
         return done
 

@@ -177,7 +177,7 @@ static PyObject *SimNetwork_set_host(SimNetwork *self, PyObject *args) {
 
 static PyObject *SimNetwork_set_cores(SimNetwork *self, PyObject *args) {
     double slice_s, memory, copy_demand, reduce_demand, wake_s = 0.0, copy_s_per_byte = 0.0, migrate_s = 0.0;
-    double stream_window = 0.0, message_copy_s_per_byte = -1.0;
+    double stream_window = 0.0, message_copy_s_per_byte = 0.0; /* 0: copy_s_per_byte's */
     if (!PyArg_ParseTuple(args, "dddd|ddddd", &slice_s, &memory, &copy_demand, &reduce_demand, &wake_s,
                           &copy_s_per_byte, &migrate_s, &stream_window, &message_copy_s_per_byte))
         return NULL;
@@ -193,7 +193,7 @@ static PyObject *SimNetwork_set_cores(SimNetwork *self, PyObject *args) {
     self->slice_s = slice_s, self->memory_bytes_per_s = memory;
     self->copy_demand = copy_demand, self->reduce_demand = reduce_demand, self->wake_s = wake_s;
     self->copy_s_per_byte = copy_s_per_byte;
-    self->message_copy_s_per_byte = message_copy_s_per_byte < 0 ? copy_s_per_byte : message_copy_s_per_byte;
+    self->message_copy_s_per_byte = message_copy_s_per_byte > 0 ? message_copy_s_per_byte : copy_s_per_byte;
     self->per_core = migrate_s > 0, self->migrate_s = migrate_s, self->stream_window = stream_window;
     Py_RETURN_NONE;
 }
@@ -208,7 +208,7 @@ static PyMethodDef SimNetwork_methods[] = {
      "time each rank's own code takes between its calls is charged to it, times that."},
     {"set_cores", (PyCFunction)SimNetwork_set_cores, METH_VARARGS,
      "set_cores(slice_s, memory_bytes_per_s, copy_demand, reduce_demand, wake_s=0, copy_s_per_byte=0, "
-     "migration_cost_s=0, stream_window_bytes=0, message_copy_s_per_byte=copy_s_per_byte): the "
+     "migration_cost_s=0, stream_window_bytes=0, message_copy_s_per_byte=0 (copy_s_per_byte's)): the "
      "shared cores' time slice, the memory bandwidth their copies share (0: none, unlimited), how long a rank "
      "that slept waiting for a message takes to start on an idle core, a local copy's cost per byte, and with "
      "migration_cost_s > 0 a run queue per core (an idle core takes another's waiting rank after that long); "

@@ -94,5 +94,5 @@ class Network(SimNetwork):
                 host.copy_s_per_byte,
                 host.migration_cost_s,
                 host.stream_window_bytes,
-                host.message_copy_s_per_byte or host.copy_s_per_byte,
+                host.message_copy_s_per_byte,
             )

@@ -16,10 +16,14 @@ resolved once, in `summarize`, not on the ranks.
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from playground.collectives import ALGORITHMS, IN_PLACE, registry
+from playground.collectives.alltoall import check_counts
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
-from playground.core.errors import ParamError
+from playground.core.dtypes import DTYPES
+from playground.core.errors import ParamError, UsageError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec, load_model, run_network
@@ -36,9 +40,11 @@ class Params:
     algorithm: tuple[Algorithm, ...] = ("ring",)
     # bytes as nccl-tests counts them: the whole buffer (all-gather's output, the others' input)
     sizes: tuple[Size, ...] = (8, 1024, 32768, 1 << 20, 4 << 20)
-    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # element type of the buffers
-    # reduction of allreduce, reduce_scatter, reduce; with max or min a corrupt drill can go unseen
-    op: Literal["sum", "max", "min"] = "sum"
+    # element type of the buffers (bfloat16: ml_dtypes'; the half types reduce in numpy, in their type)
+    dtype: Literal[DTYPES] = "float32"
+    # reduction of allreduce, reduce_scatter, reduce (avg: the sum divided by the rank count, once);
+    # with max or min a corrupt drill can go unseen
+    op: Literal["sum", "avg", "max", "min"] = "sum"
     iters: int = 10  # timed calls per algorithm and size, each after a barrier; the row is their median
     warmup: int = 2  # untimed calls before them (their results are checked too)
     check: bool = True  # count wrong elements of every result (nccl-tests' #wrong); false: not checked (-1)
@@ -49,6 +55,9 @@ class Params:
     # nccl-tests' second column set, beside the out-of-place one
     inplace: bool = False
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
+    # alltoallv: counts[r][d] elements rank r sends rank d, each row adding up to the size's elements
+    # (one size); null: an uneven layout with zeros, scaled to every size (check.uneven_counts)
+    counts: tuple[tuple[int, ...], ...] | None = None
     # what the model column prices: a link preset, or a calibration.json of `calibrate`; null: this
     # machine's calibration (./calibration.json or $PLAYGROUND_CALIBRATION), else a labelled default
     link: LinkSpec | None = None
@@ -70,6 +79,8 @@ class Params:
             raise ParamError("segment_bytes", f"must be >= 1, got {self.segment_bytes}")
         if self.inplace and self.collective not in IN_PLACE:
             raise ParamError("inplace", f"only {', '.join(IN_PLACE)} work in place, not {self.collective}")
+        if self.counts is not None and self.collective != "alltoallv":
+            raise ParamError("counts", f"only alltoallv takes counts, not {self.collective}")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ParamError("ranks_per_node", f"must be >= 1, got {self.ranks_per_node}")
         offered = ALGORITHMS[self.collective]
@@ -84,6 +95,12 @@ def check_scenario(params: Params, ranks: int) -> None:
             "params.ranks_per_node",
             f"must divide the {ranks} ranks into whole nodes, got {params.ranks_per_node}",
         )
+    if params.counts is not None:
+        itemsize = np.dtype(params.dtype).itemsize
+        try:
+            check_counts(params.counts, ranks, [s // itemsize for s in params.sizes])
+        except UsageError as e:
+            raise ParamError("params.counts", f"{e} ({params.dtype})") from None
 
 
 def main(comm, params: Params) -> dict:

@@ -38,3 +38,18 @@ def choose_allreduce(nbytes: int, n: int) -> str:
                     return algorithm
             return "ring"
     return "ring"
+
+
+# All-to-all: (below this many bytes per block, use this) per rank count, MPICH's rule for now.
+ALLTOALL_CROSSOVERS: tuple[tuple[int, tuple[tuple[int, str], ...]], ...] = (
+    (7, ((32 << 10, "scattered"),)),
+    (1 << 30, ((256 + 1, "bruck"), (32 << 10, "scattered"))),
+)
+
+
+def choose_alltoall(block_bytes: int, n: int) -> str:
+    """The all-to-all algorithm for blocks of `block_bytes` on `n` ranks (pairwise past the bands)."""
+    for max_ranks, bands in ALLTOALL_CROSSOVERS:
+        if n <= max_ranks:
+            return next((algorithm for below, algorithm in bands if block_bytes < below), "pairwise")
+    return "pairwise"

@@ -22,7 +22,12 @@ the calibrated link for the row's size, or, where ranks outnumber the calibrated
 closed forms (every rank a CPU of its own) do not hold, the simulator (`model_by` says which).
 """
 
-from playground.collectives.check import busbw_factor, describe_first_wrong, earliest_first_wrong
+from playground.collectives.check import (
+    ONE_LINK_SHARE,
+    busbw_factor,
+    describe_first_wrong,
+    earliest_first_wrong,
+)
 from playground.collectives.registry import BY_KEY, best_algorithm, collective_time_s, names
 from playground.display.report import Report, Table
 from playground.models.calibration import ModelSource
@@ -50,7 +55,7 @@ MODEL_COLUMNS = {"model_us": "model (us)", "vs_model": "measured/model"}
 PICK_COLUMN = {"model_pick": "model pick"}
 BY_COLUMN = {"model_by": "model by"}
 FORMS = (("", "out of place"), ("ip_", "in place"))  # (column prefix, what it measures), nccl-tests' order
-FACTOR_TEXT = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}
+FACTOR_TEXT = {"allreduce": "2(N-1)/N", **dict.fromkeys(ONE_LINK_SHARE, "(N-1)/N")}
 
 
 def build_row(

@@ -33,6 +33,7 @@ from playground.collectives.bench_report import (
 )
 from playground.comm.registry import LAUNCHED
 from playground.config.scenario import load_scenario
+from playground.core.dtypes import DTYPES
 from playground.core.errors import ScenarioError
 from playground.core.rundir import Finished
 from playground.core.sizes import format_size, parse_size_range
@@ -59,8 +60,8 @@ def add_bench_parser(sub, func) -> None:
     )
     b.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
     b.add_argument("--transport", choices=LAUNCHED, default="ipc")
-    b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
-    b.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
+    b.add_argument("--dtype", "-d", choices=DTYPES, default="float32")
+    b.add_argument("--op", "-o", choices=["sum", "avg", "max", "min"], default="sum")
     b.add_argument(
         "--iters",
         "-i",
@@ -178,10 +179,13 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
     )
     if baselines:
         from playground.baselines import BASELINES
+        from playground.baselines import COLLECTIVES as BASELINE_COLLECTIVES
 
         for name in baselines:
             if name not in BASELINES:
                 raise ScenarioError(f"--baseline {name!r}: allowed: {', '.join(BASELINES)}")
+        if args.collective not in BASELINE_COLLECTIVES:
+            raise ScenarioError(f"--baseline: the baselines run {', '.join(BASELINE_COLLECTIVES)}")
     finished = execute(scenario, Path(args.out), console=console, start_method=start_method)
     if finished.code != 0 or not baselines:
         _plot(finished.result, [], console)

@@ -20,6 +20,7 @@ from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
 from playground.collectives.bench_report import COLUMNS, with_model_columns, wrong_row_failures
+from playground.core.dtypes import DTYPES
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, Finished, make_run_dir, write_result
 from playground.core.sizes import format_size
@@ -84,8 +85,8 @@ def add_simulate_parser(sub, func) -> None:
         help="one rank runs for all where the algorithm and the links make every rank's timeline the same "
         "(ring; rd, hd on a power of two); exact, data-free; the others run as usual",
     )
-    s.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
-    s.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
+    s.add_argument("--dtype", "-d", choices=DTYPES, default="float32")
+    s.add_argument("--op", "-o", choices=["sum", "avg", "max", "min"], default="sum")
     s.add_argument("--out", default="runs", help="directory for run directories")
     s.set_defaults(func=func)
 

@@ -32,7 +32,7 @@ def test_bus_factors(n, allreduce, gather):
 
 def test_bus_factor_unknown_collective():
     with pytest.raises(ValueError, match="allowed: allreduce"):
-        bus_factor("alltoall", 4)
+        bus_factor("alltoallv", 4)
 
 
 def test_layout_sizes_follow_nccl_tests():
@@ -237,7 +237,7 @@ def test_median_us():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"collective": "alltoall"}, "allowed: allreduce, allgather"),
+        ({"collective": "alltoallv"}, "allowed: allreduce, allgather"),
         ({"dtype": "float16"}, "allowed: float32, float64, int32, int64"),
         ({"op": "prod"}, "allowed: sum, max, min"),
         ({"ranks": 0}, "ranks must be"),
@@ -467,7 +467,7 @@ def test_mpi_worker_failure_is_one_line(tmp_path):
     }
     with pytest.raises(
         BaselineError,
-        match=r"^mpi: rank \d failed: UsageError: unknown reduce op 'no-such-op'; allowed: sum, prod, max, min$",
+        match=r"^mpi: rank \d failed: UsageError: unknown reduce op 'no-such-op'; allowed: sum, prod, max, min, avg$",
     ):
         mpi.run(spec, 2, tmp_path)
     # the first rank to fail aborts the job, so the other may not get to write its own error

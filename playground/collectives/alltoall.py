@@ -86,6 +86,12 @@ def alltoallv(
     algo = registry.get("alltoallv", algorithm)
     with comm.collective("alltoallv", algo.name):
         recv = _counts(recv_counts, size, "recv_counts") if recv_counts is not None else _learn(comm, send)
+        if recv[comm.rank] != send[comm.rank]:
+            raise UsageError(
+                f"alltoallv: rank {comm.rank}'s own block: {recv[comm.rank]} elements received, "
+                f"{send[comm.rank]} sent",
+                field="recv_counts",
+            )
         out = empty(sum(recv), like=source)
         seg = segment_elems_for(segment_bytes or comm.segment_bytes, source.itemsize)
         algo.run(comm, source, packed_bounds(send), out, packed_bounds(recv), seg)

@@ -100,7 +100,7 @@ def check_scenario(params: Params, ranks: int) -> None:
         try:
             check_counts(params.counts, ranks, [s // itemsize for s in params.sizes])
         except UsageError as e:
-            raise ParamError("params.counts", f"{e} ({params.dtype})") from None
+            raise ParamError("params.counts", f"{e.message} ({params.dtype})") from None
 
 
 def main(comm, params: Params) -> dict:

@@ -23,6 +23,7 @@ from playground.collectives.chunks import (
     segment_elems_for,
     work_buffer,
 )
+from playground.collectives.gather import root_buffer
 from playground.collectives.ops import ReduceOp, average_into
 from playground.collectives.ring import allgather_ring, reduce_scatter_ring
 from playground.collectives.sendrecv import sendrecv_ring
@@ -169,20 +170,20 @@ def gather(
     `algorithm`: tree (binomial) or linear."""
     algo = registry.get("gather", algorithm)
     n, rank = comm.size, comm.rank
+    out: np.ndarray | None
     if inplace:
-        out = work_buffer(x, True)
-        c = _equal_blocks(out.size, n, "gather")
-        part = out[rank * c : (rank + 1) * c]
+        whole = work_buffer(x, True)
+        c = _equal_blocks(whole.size, n, "gather")
+        part, out = whole[rank * c : (rank + 1) * c], whole
     else:
         part = flat(x)
         out = empty(part.size * n, like=part) if rank == root else None
     if n == 1:
-        copy_into(out, part)
+        copy_into(root_buffer(out, "gather"), part)  # one rank: the root
     else:
+        seg = _segment_elems(comm, segment_bytes, part)
         with comm.collective("gather", algo.name):
-            algo.run(
-                comm, part, out if rank == root else None, root, _segment_elems(comm, segment_bytes, part)
-            )
+            algo.run(comm, part, out if rank == root else None, root, seg)
     return (x if inplace else out) if rank == root else None
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from playground.collectives.chunks import copy_into, empty, is_phantom, local_copy_cost
 from playground.collectives.transfer import exchange
 from playground.collectives.tree import reduce_schedule
+from playground.core.errors import UsageError
 from playground.tracing.trace import CAT_PHASE
 
 TAG_GATHER = -70
@@ -50,23 +51,12 @@ def gather_linear(comm, part: np.ndarray, out: np.ndarray | None, root: int, seg
     c, size = part.size, comm.size
     with comm.tracer.span("gather.linear", CAT_PHASE):
         if comm.rank != root:
-            exchange(comm, part, (0, c), root, None, None, segment_elems, None, TAG_GATHER, "gather")
+            _send(comm, part, (0, c), root, segment_elems, "gather")
             return
+        out = root_buffer(out, "gather")
         copy_into(out[root * c : (root + 1) * c], part)
-        for k in range(1, size):
-            src = (root + k) % size
-            exchange(
-                comm,
-                out,
-                None,
-                None,
-                (src * c, (src + 1) * c),
-                src,
-                segment_elems,
-                None,
-                TAG_GATHER,
-                "gather",
-            )
+        for src in ((root + k) % size for k in range(1, size)):
+            _recv(comm, out, (src * c, (src + 1) * c), src, segment_elems, "gather")
 
 
 def gather_tree(comm, part: np.ndarray, out: np.ndarray | None, root: int, segment_elems: int) -> None:
@@ -75,36 +65,30 @@ def gather_tree(comm, part: np.ndarray, out: np.ndarray | None, root: int, segme
     vrank = (comm.rank - root) % size
     _, parent = reduce_schedule(vrank, size)
     span = span_of(vrank, size)
-    stage = out if (parent is None and root == 0) else empty(span * c, like=part)
+    stage = root_buffer(out, "gather") if (parent is None and root == 0) else empty(span * c, like=part)
     with comm.tracer.span("gather.tree", CAT_PHASE):
         copy_into(stage[:c], part)
         for child, blocks in subtree_blocks(vrank, size):
             first = (child - vrank) * c
-            src = (child + root) % size
-            exchange(
-                comm,
-                stage,
-                None,
-                None,
-                (first, first + blocks * c),
-                src,
-                segment_elems,
-                None,
-                TAG_GATHER,
-                "gather.tree",
+            _recv(
+                comm, stage, (first, first + blocks * c), (child + root) % size, segment_elems, "gather.tree"
             )
         if parent is not None:
-            exchange(
-                comm,
-                stage,
-                (0, span * c),
-                (parent + root) % size,
-                None,
-                None,
-                segment_elems,
-                None,
-                TAG_GATHER,
-                "gather.tree",
-            )
+            _send(comm, stage, (0, span * c), (parent + root) % size, segment_elems, "gather.tree")
         elif stage is not out:
-            to_rank_order(stage, root, size, out)
+            to_rank_order(stage, root, size, root_buffer(out, "gather"))
+
+
+def root_buffer(out: np.ndarray | None, collective: str) -> np.ndarray:
+    """The root's buffer, which the dispatcher always passes (None elsewhere)."""
+    if out is None:
+        raise UsageError(f"{collective}: the root needs its buffer, got None", field="out")
+    return out
+
+
+def _send(comm, buf: np.ndarray, bounds: tuple[int, int], dst: int, segment_elems: int, what: str) -> None:
+    exchange(comm, buf, bounds, dst, None, None, segment_elems, None, TAG_GATHER, what)
+
+
+def _recv(comm, buf: np.ndarray, bounds: tuple[int, int], src: int, segment_elems: int, what: str) -> None:
+    exchange(comm, buf, None, None, bounds, src, segment_elems, None, TAG_GATHER, what)

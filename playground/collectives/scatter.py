@@ -13,7 +13,7 @@ Words as in gather.py: N *blocks* of c elements on the root, vranks relative to 
 import numpy as np
 
 from playground.collectives.chunks import copy_into, empty, is_phantom, local_copy_cost, segment_bounds
-from playground.collectives.gather import span_of, subtree_blocks
+from playground.collectives.gather import root_buffer, span_of, subtree_blocks
 from playground.collectives.transfer import exchange
 from playground.collectives.tree import reduce_schedule
 from playground.tracing.trace import CAT_PHASE
@@ -40,6 +40,7 @@ def scatter_linear(comm, source: np.ndarray | None, part: np.ndarray, root: int,
         if comm.rank != root:
             exchange(comm, part, None, None, (0, c), root, segment_elems, None, TAG_SCATTER, "scatter")
             return
+        source = root_buffer(source, "scatter")
         sends = [
             comm.isend(source[a:b], dst, TAG_SCATTER)
             for dst in ((root + k) % size for k in range(1, size))
@@ -59,7 +60,7 @@ def scatter_tree(comm, source: np.ndarray | None, part: np.ndarray, root: int, s
     span = span_of(vrank, size)
     with comm.tracer.span("scatter.tree", CAT_PHASE):
         if parent is None:
-            stage = to_vrank_order(source, root, size)
+            stage = to_vrank_order(root_buffer(source, "scatter"), root, size)
         else:
             stage = empty(span * c, like=part)
             src = (parent + root) % size

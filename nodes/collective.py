@@ -9,8 +9,9 @@ Beside every row, the model's time with the link named by `link`: a preset (ib, 
 nvlink) or a calibration.json written by `python -m playground calibrate`; by default this machine's
 calibration (playground.models.calibration). The closed form (playground.models.costs) gives every
 rank a CPU of its own: where ranks outnumber the calibrated cores, the row's model is the simulator
-on the calibrated host instead (`model_by`: sim), which shares the cores as this machine does. It is
-resolved once, in `summarize`, not on the ranks.
+on the calibrated host instead (`model_by`: sim), which shares the cores as this machine does
+(sim/calibrated.py). It is resolved once, in `summarize`, not on the ranks; only an all-to-all's
+`auto` asks it on rank 0 before the first call, for the algorithm to run at each size.
 """
 
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from playground.core.errors import ParamError, UsageError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec, load_model, run_network
+from playground.sim.calibrated import calibrated_model, install_alltoall_picks
 
 Collective = Literal[registry.COLLECTIVES]
 Algorithm = Literal[registry.all_names()]
@@ -105,6 +107,8 @@ def check_scenario(params: Params, ranks: int) -> None:
 
 def main(comm, params: Params) -> dict:
     comm.tracer.messages = comm.tracer.messages and params.trace_messages
+    if params.collective == "alltoall" and "auto" in params.algorithm:  # auto runs the model's picks
+        install_alltoall_picks(comm, load_model(params.link, run_network(comm.run_dir)), params.sizes)
     rows = []
     todo = [(a, s) for a in params.algorithm for s in params.sizes]
     for k, (algorithm, size) in enumerate(todo):
@@ -116,34 +120,6 @@ def main(comm, params: Params) -> dict:
         rows.append(row)
     comm.progress(len(todo), len(todo), "done")
     return {"rows": rows, "ok": all(r["wrong"] <= 0 and r.get("ip_wrong", 0) <= 0 for r in rows)}
-
-
-def calibrated_model(model, collective: str, num_ranks: int):
-    """With a calibrated model, (algorithm, size) -> (seconds, "closed form" | "sim"): the closed form
-    on the calibrated link (its size ranges; copy and reduction rates for the row's footprint) while
-    ranks do not outnumber the calibrated cores, else the simulator on the calibrated host, which
-    shares them; None for what neither models. Without a calibration, None."""
-    calibration = model.calibration
-    if calibration is None:
-        return None
-    from playground.sim.driver import simulate
-    from playground.sim.network import Machine
-    from playground.sim.transport import NO_SEGMENTS
-
-    def seconds(algorithm: str, size: int) -> tuple[float, str] | None:
-        algo = registry.BY_KEY.get((collective, algorithm))
-        if algo is None or algo.on_nodes:
-            return None
-        if num_ranks <= calibration.cores:
-            link = calibration.link(model.transport, num_ranks, size)
-            return algo.cost(size, num_ranks, link), "closed form"
-        host = calibration.host(model.transport, num_ranks, size)
-        machine = Machine(1, num_ranks, model.link, model.link, host.gamma_bytes_per_s, host.cores, host)
-        segment = calibration.segment_bytes(model.transport) or NO_SEGMENTS
-        row, _ = simulate(machine, collective, algorithm, size, data=False, segment_bytes=segment)
-        return row["time_us"] * 1e-6, "sim"
-
-    return seconds
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:

@@ -221,8 +221,12 @@ def sendrecv(
     (writable, C-contiguous) once it has left, and `x` is returned."""
     source = flat(x)
     out = empty(source.size, like=source)
-    with comm.collective("sendrecv", "ring"):
-        sendrecv_ring(comm, source, out, shift, _segment_elems(comm, segment_bytes, source))
+    seg = _segment_elems(comm, segment_bytes, source)
+    comm.begin_collective("sendrecv", "ring")  # not a `with`: a small send/recv's path
+    try:
+        sendrecv_ring(comm, source, out, shift, seg)
+    finally:
+        comm.end_collective()
     if inplace:
         copy_into(work_buffer(x, True), out)
         return x

@@ -28,6 +28,7 @@ from playground.collectives.scattered import scattered_into
 from playground.core.errors import UsageError
 
 TAG_COUNTS = -63  # alltoallv without recv_counts: the counts go round first
+_ALLTOALL = {a.name: a for a in registry.REGISTRY if a.collective == "alltoall"}  # one lookup a call
 
 
 def alltoall(
@@ -39,7 +40,9 @@ def alltoall(
 ) -> np.ndarray:
     """Rank r gets block r of every rank's flat `x` (cut into N equal blocks), in rank order: a new
     array of `x`'s shape; with `inplace`, written over `x` (writable, C-contiguous), which is returned.
-    `algorithm`: pairwise, bruck, scattered, or auto (the model's pick by block size and rank count)."""
+    `algorithm`: pairwise, bruck, scattered, or auto: the calibrated model's pick for this size, where
+    the communicator was given the model's table (`comm.alltoall_picks`: sim/calibrated.py), else
+    MPICH's rule by block size and rank count."""
     size = comm.size
     source = work_buffer(x, True) if inplace else flat(x)
     if source.size % size:
@@ -49,8 +52,9 @@ def alltoall(
             field="x",
         )
     block = source.size // size
-    name = choose_alltoall(block * source.itemsize, size) if algorithm == registry.AUTO else algorithm
-    algo = registry.get("alltoall", name)
+    if algorithm == registry.AUTO:
+        algorithm = choose_alltoall(source.nbytes, size, getattr(comm, "alltoall_picks", None))
+    algo = _ALLTOALL.get(algorithm) or registry.get("alltoall", algorithm)  # (raises: allowed names)
     out = source if inplace else empty(source.size, like=source)
     if inplace:
         source = flat_copy(source)  # the input as it was: every block leaves from here
@@ -58,8 +62,11 @@ def alltoall(
     if size == 1 or block == 0:  # nothing to send: every rank knows it, as every rank has x's length
         copy_into(out, source)
     else:
-        with comm.collective("alltoall", name):
+        comm.begin_collective("alltoall", algorithm)  # not a `with`: a small all-to-all's path
+        try:
             algo.run(comm, source, out, block, seg)
+        finally:
+            comm.end_collective()
     return x if inplace else out.reshape(np.shape(x))
 
 

@@ -19,6 +19,7 @@ pairwise exchange's (N-1)/N S; the rotations and packing are local copies (3 S, 
 messages) the alpha-beta model leaves out and the calibrated simulator charges.
 """
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -55,20 +56,30 @@ def unrotation(rank: int, size: int) -> np.ndarray:
     return (rank - np.arange(size)) % size
 
 
+@functools.lru_cache(maxsize=64)
+def schedule(rank: int, size: int) -> tuple[np.ndarray, np.ndarray, tuple[tuple[np.ndarray, int, int], ...]]:
+    """(rotation, unrotation, per step (block indices, send_to, recv_from)) of `rank`, made once: a
+    short all-to-all is what Bruck's algorithm is for, and its Python is most of its time."""
+    steps = tuple(
+        (np.array(bruck_blocks(size, k), dtype=np.intp), *bruck_peers(rank, size, k))
+        for k in range(bruck_steps(size))
+    )
+    return rotation(rank, size), unrotation(rank, size), steps
+
+
 def alltoall_bruck_into(comm, source: np.ndarray, out: np.ndarray, block: int, segment_elems: int) -> None:
     """Rank r's `out` = block r of every rank's flat `source` (N blocks of `block` elements), in rank
     order, by Bruck's L steps."""
     rank, size = comm.rank, comm.size
+    rotate, unrotate, steps = schedule(rank, size)
     work = empty(size * block, like=source).reshape(size, block)
-    _take(source.reshape(size, block), rotation(rank, size), work)
-    pack = empty(max(len(bruck_blocks(size, k)) for k in range(bruck_steps(size))) * block, like=source)
+    _take(source.reshape(size, block), rotate, work)
+    pack = empty(max(len(idx) for idx, _, _ in steps) * block, like=source)
     land = empty(pack.size, like=source)
-    with comm.tracer.span("alltoall.bruck", CAT_PHASE, steps=bruck_steps(size)):
-        for step in range(bruck_steps(size)):
-            idx = bruck_blocks(size, step)
+    with comm.tracer.span("alltoall.bruck", CAT_PHASE, steps=len(steps)):
+        for step, (idx, send_to, recv_from) in enumerate(steps):
             n = len(idx) * block
             _take(work, idx, pack[:n].reshape(len(idx), block))
-            send_to, recv_from = bruck_peers(rank, size, step)
             exchange(
                 comm,
                 land,
@@ -84,7 +95,7 @@ def alltoall_bruck_into(comm, source: np.ndarray, out: np.ndarray, block: int, s
                 source=pack,
             )
             _scatter(land[:n], work, idx)
-    _take(work, unrotation(rank, size), out.reshape(size, block))
+    _take(work, unrotate, out.reshape(size, block))
 
 
 def _take(blocks: np.ndarray, idx: Sequence[int] | np.ndarray, into: np.ndarray) -> None:

@@ -70,7 +70,7 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
     return {
         "size": total * itemsize,
         "count": total,
-        "algorithm": algorithm + auto_choice(p.collective, algorithm, count * itemsize, comm.size),
+        "algorithm": algorithm + auto_choice(comm, p.collective, algorithm, count * itemsize),
         "median_us": float(np.median(times_us)),
         "mean_us": float(np.mean(times_us)),
         "min_us": float(np.min(times_us)),
@@ -78,12 +78,12 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
     }
 
 
-def auto_choice(collective: str, algorithm: str, size_bytes: int, n: int) -> str:
+def auto_choice(comm, collective: str, algorithm: str, size_bytes: int) -> str:
     """'->rd': what `auto` ran at this size (its row's algorithm then reads 'auto->rd'); '' otherwise."""
     if algorithm != "auto":
         return ""
     if collective == "allreduce":
-        return "->" + choose_allreduce(size_bytes, n)
+        return "->" + choose_allreduce(size_bytes, comm.size)
     if collective == "alltoall":
-        return "->" + choose_alltoall(size_bytes // max(1, n), n)
+        return "->" + choose_alltoall(size_bytes, comm.size, getattr(comm, "alltoall_picks", None))
     return ""

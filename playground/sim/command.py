@@ -3,7 +3,7 @@
 For every (ranks, algorithm, size) it runs the collective's own code on simulated ranks
 (driver.py) and prints bench's nccl-tests table with the model's time and sim/model beside each
 row; `--crossover` adds where the ring overtakes the tree, halving-doubling and recursive
-doubling, as a table and crossover.png. It writes a run directory as `run` does: simulation.yaml,
+doubling (the pairwise all-to-all exchange Bruck's), as a table and crossover.png. It writes a run directory as `run` does: simulation.yaml,
 result.json with bench's row keys, and with one rank count each rank's rank-<r>.jsonl stamped in
 virtual microseconds (per message up to 64 ranks), which `inspect` reads.
 """
@@ -78,7 +78,11 @@ def add_simulate_parser(sub, func) -> None:
         metavar="RUN_DIR",
         help="a bench/run directory of this machine (repeatable): its times beside the simulated ones",
     )
-    s.add_argument("--crossover", action="store_true", help="where the ring overtakes tree, hd, rd (+ plot)")
+    s.add_argument(
+        "--crossover",
+        action="store_true",
+        help="where the ring overtakes tree, hd, rd; the pairwise all-to-all Bruck's (+ plot)",
+    )
     s.add_argument(
         "--fold",
         action="store_true",

@@ -68,7 +68,9 @@ def test_uneven_counts_add_up_and_have_zeros():
 
 
 def _grid(n, collective, algorithm, inplace=False, dtype="float64", segment_bytes=24):
-    counts = (0, n, 3 * n, 41 * n, 600 * n) if collective == "alltoall" else (0, 1, 3 * n + 1, 101)  # 600: rows of 4.8 KB
+    counts = (
+        (0, n, 3 * n, 41 * n, 600 * n) if collective == "alltoall" else (0, 1, 3 * n + 1, 101)
+    )  # 600: rows of 4.8 KB
 
     def body(comm):
         wrong = 0

@@ -24,6 +24,7 @@ from playground.core.errors import RequestError
 
 MAX_STOP_STRINGS = 4  # as OpenAI
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for completions
+GREEDY_BELOW = 1e-5  # a temperature below this samples greedily
 ROLES = ("system", "user", "assistant", "developer", "tool")
 
 
@@ -84,6 +85,12 @@ def _number(data: dict, key: str, lo: float, hi: float, default: float) -> float
     if not lo <= value <= hi:
         raise RequestError(f"must be between {lo:g} and {hi:g}, got {value}", param=key)
     return float(value)
+
+
+def _temperature(data: dict) -> float:
+    """OpenAI's default 1; below GREEDY_BELOW it is greedy (vLLM's rule: 1/t would overflow)."""
+    t = _number(data, "temperature", 0.0, 2.0, 1.0)
+    return 0.0 if t < GREEDY_BELOW else t
 
 
 def _bool(data: dict, key: str, default: bool = False) -> bool:
@@ -192,7 +199,7 @@ def parse_request(data: dict, limits: Limits, chat: bool) -> CompletionRequest:
         chat=chat,
         prompt=prompt,
         max_tokens=max_tokens,
-        temperature=_number(data, "temperature", 0.0, 2.0, 1.0),
+        temperature=_temperature(data),
         seed=_int(data, "seed", 0, 2**63 - 1),
         n=_int(data, "n", 1, limits.max_n, 1) or 1,
         stop=_stop(data),

@@ -104,13 +104,14 @@ def build_served(config: ServeConfig, model: Transformer) -> Served:
     """The engine over a fresh pool, its loop (not started), the limits, the metrics."""
     c = model.config
     max_model_len = config.max_model_len or c.context
-    if config.capacity_tokens < max_model_len + config.block_size:
+    window = min(max_model_len, c.context)  # a longer request slides its window: this much KV at most
+    if config.capacity_tokens < window + config.block_size:
         raise ParamError(
             "--capacity-tokens",
-            f"must hold one longest request ({max_model_len} tokens and a block), got {config.capacity_tokens}",
+            f"must hold one request's window ({window} tokens) and a block, got {config.capacity_tokens}",
         )
     policy = make_policy(
-        config.policy, config.capacity_tokens, config.block_size, config.prefix_caching, max_model_len
+        config.policy, config.capacity_tokens, config.block_size, config.prefix_caching, window
     )
     layout = KVLayout(c.layers, c.heads, c.head_dim)
     pool = KVPool(policy.capacity_slots, layout.width, layout)

@@ -268,4 +268,4 @@ def build_app(served: Served) -> Starlette:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ]
     handlers = {RequestError: request_error, HTTPException: http_error}
-    return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    return Starlette(routes=routes, exception_handlers=handlers)

@@ -161,7 +161,9 @@ def test_random_requests_never_get_a_500_and_leak_no_block(app):
                 assert json.loads(text)["choices"]
 
     fire()
-    assert sum(statuses.values()) == 2000 and statuses.get(200, 0) > 200 and statuses.get(400, 0) > 500, statuses
+    assert sum(statuses.values()) == 2000 and statuses.get(200, 0) > 200 and statuses.get(400, 0) > 500, (
+        statuses
+    )
     engine = served.loop.engine
     deadline = time.monotonic() + 10
     while (engine.requests or engine.policy.allocated_slots()) and time.monotonic() < deadline:

@@ -100,6 +100,17 @@ def plot(rows_by_setup: dict[str, list[dict]], models: dict[str, QueueModel | No
                     color=color,
                     label=f"{setup}: batched model (mean)",
                 )
+                for rate, what in ((model.md1_knee(), "M/D/1"), (model.batched_knee(), "batched")):
+                    if rates[0] <= rate <= rates[-1]:
+                        ax.axvline(rate, color=color, ls=":", alpha=0.5)
+                        ax.annotate(
+                            f"{what} knee",
+                            (rate, ax.get_ylim()[1]),
+                            color=color,
+                            fontsize=7,
+                            rotation=90,
+                            va="top",
+                        )
             measured = knee(rows)
             if measured:
                 ax.axvline(measured, color=color, alpha=0.4)

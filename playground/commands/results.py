@@ -187,7 +187,10 @@ def _serving_load(ctx: Context, runs: Path) -> list[str]:
             "Chunked prefill against prefill-first: long and short prompts mixed",
             ["serving", "--workload", "mixed", *requests],
         ),
-        ("Speculative decoding (prompt lookup) at batch 1, 4, 16", ["speculative", "--iters", str(ctx.rounds)]),
+        (
+            "Speculative decoding (prompt lookup) at batch 1, 4, 16",
+            ["speculative", "--iters", str(ctx.rounds)],
+        ),
     ]
     parts = []
     for title, args in steps:

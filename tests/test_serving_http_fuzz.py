@@ -116,7 +116,7 @@ def test_random_requests_never_get_a_500_and_leak_no_block(app):
             min_size=1,
             max_size=2,
         ),
-        "max_tokens": st.integers(1, 8),
+        "max_tokens": st.integers(1, 3),
         "temperature": st.floats(0, 2),
         "seed": st.integers(0, 1000),
         "n": st.integers(1, 4),

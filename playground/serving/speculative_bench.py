@@ -27,6 +27,7 @@ from playground.kvcache.engine.policies import make_policy
 from playground.kvcache.engine.sequence import SamplingParams
 from playground.kvcache.engine.tensor_parallel import SeqIds
 from playground.serving.served import LATEST, RANDOM, latest_trained, model_file
+from playground.transformer.blas import pin_blas_threads
 from playground.transformer.checkpoint import load_model
 from playground.transformer.config import ModelConfig
 from playground.transformer.data import lecture_bytes
@@ -131,6 +132,7 @@ COLUMNS = {
 
 def run_speculative_bench(config: SpeculativeBenchConfig) -> int:
     console = make_console()
+    pin_blas_threads(1)  # as the server does: one engine thread, BLAS on it
     model, what = load(config)
     rows = []
     for batch in config.batch_sizes:

@@ -10,7 +10,8 @@ bound (port 0: any free one; the line "serving ... on http://HOST:PORT" says whi
 runs the app until Ctrl-C or SIGTERM. On the signal every request in flight is cancelled at once
 (its handler answers, its stream ends with an error event, its blocks are freed) so uvicorn's
 graceful shutdown does not wait for them; then the engine thread is joined and the socket closed,
-and Ctrl-C exits 130 (uvicorn raises the signal again once it is done).
+and Ctrl-C exits 130 (uvicorn raises the signal again once it is done). numpy's BLAS runs on one
+thread (`serve`).
 """
 
 import socket
@@ -32,6 +33,7 @@ from playground.serving.http.engine_loop import EngineLoop
 from playground.serving.http.metrics import ServingMetrics
 from playground.serving.http.openai_protocol import Limits
 from playground.serving.served import LATEST, RANDOM, TRAIN_HINT, latest_trained, model_file, trained_how
+from playground.transformer.blas import pin_blas_threads
 from playground.transformer.checkpoint import load_model
 from playground.transformer.config import ModelConfig
 from playground.transformer.model import Transformer
@@ -151,7 +153,10 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(config: ServeConfig) -> int:
-    """Serve until a signal; Ctrl-C raises KeyboardInterrupt once everything is released."""
+    """Serve until a signal; Ctrl-C raises KeyboardInterrupt once everything is released. BLAS runs
+    on one thread, as in every rank: the engine's thread and the event loop's share the cores, and
+    BLAS threads spinning beside them make a short prefill take a second on a busy machine."""
+    pin_blas_threads(1)
     model, what = load_served_model(config)
     served = build_served(config, model)
     sock = bind(config.host, config.port)

@@ -38,7 +38,7 @@ from playground.transformer.data import lecture_bytes
 # setup name -> the serve flags that make it (one table: the CLI's choices derive from it)
 SETUPS = {
     "prefill-first": [],
-    "chunked": ["--chunked-prefill"],
+    "chunked": ["--chunked-prefill", "--max-num-batched-tokens", "128"],
     "speculative": ["--speculative-tokens", "4"],
 }
 AUTO_MULTIPLES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # rates as multiples of 1 / alone
@@ -53,7 +53,7 @@ class ServingBenchConfig:
     requests: int = 50  # a rate
     workload: Workload = field(default_factory=Workload)
     slo: Slo = field(default_factory=Slo)
-    slo_tbt_ms: float = 100.0  # the time-between-tokens SLO of the chunked-prefill comparison
+    slo_tbt_ms: float = 200.0  # the time-between-tokens SLO of the chunked-prefill comparison
     trace: str | None = None  # a file of arrival times instead of Poisson
     seed: int = 0
     out: str = "runs"

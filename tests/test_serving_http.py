@@ -267,3 +267,16 @@ def test_bad_flags_are_one_line_and_exit_2(tmp_path, capsys):
         assert main(["serve", *flags]) == 2, flags
         err = capsys.readouterr().err
         assert key in err and len(err.strip().splitlines()) == 1, (flags, err)
+
+
+def test_latest_is_the_newest_trained_model_under_runs(tmp_path):
+    need(importable("uvicorn"), "pip install -e '.[serve]'")
+    from playground.serving.http.server import ServeConfig, load_served_model
+    from playground.transformer.checkpoint import save_model
+
+    for name, seed in (("20260101-000000-train", 1), ("20260102-000000-train", 2)):
+        (tmp_path / name).mkdir()
+        save_model(tmp_path / name / "model.npz", SHAPE, Transformer(SHAPE, seed=seed).params)
+    model, what = load_served_model(ServeConfig(runs_dir=str(tmp_path)))
+    assert "20260102-000000-train/model.npz" in what and "context 64" in what
+    assert (model.params == Transformer(SHAPE, seed=2).params).all()

@@ -6,6 +6,7 @@ Each benchmark's logic is its own module with a frozen config and one entry func
 """
 
 import argparse
+import sys
 
 from playground.core.errors import ParamError, ScenarioError
 
@@ -96,7 +97,13 @@ def run_serving(args: argparse.Namespace) -> int:
         raise ScenarioError(
             f"bench serving needs the serve extra ({e.name} is missing): {SERVE_EXTRA}"
         ) from None
-    return run_serving_bench(serving_config(args))
+    from playground.core.errors import LabError
+
+    try:
+        return run_serving_bench(serving_config(args))
+    except LabError as e:  # the server did not start or answer: one line, the run failed
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 def run_speculative(args: argparse.Namespace) -> int:

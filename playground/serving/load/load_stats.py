@@ -130,7 +130,7 @@ def fit_model(rows: list[dict], output_tokens: int) -> QueueModel | None:
 def with_model_columns(rows: list[dict], model: QueueModel | None) -> list[dict]:
     out = []
     for row in rows:
-        extra = {"md1_p99_ms": None, "batched_ms": None}
+        extra: dict[str, float | None] = {"md1_p99_ms": None, "batched_ms": None}
         if model:
             md1, batched = model.md1_p99_s(row["rate"]), model.batched_mean_s(row["rate"])
             extra = {

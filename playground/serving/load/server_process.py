@@ -31,13 +31,13 @@ class ServerProcess:
             self.said.append(line.strip())
         self.proc.wait(10)
         err = self.proc.stderr.read() if self.proc.stderr else ""
-        raise LabError(f"`{' '.join(self.command[2:])}` did not start: {err.strip()[-500:]}")
+        raise LabError(f"`{' '.join(self.command[2:])}` did not start: {err.strip()[-500:]}", step="serve")
 
     def _wait_healthy(self, url: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while httpx.get(url + "/health", timeout=5).status_code != 200:
             if time.monotonic() > deadline:
-                raise LabError(f"{url}/health did not answer 200 within {START_TIMEOUT_S:g} s")
+                raise LabError(f"{url}/health did not answer 200 within {START_TIMEOUT_S:g} s", step="serve")
             time.sleep(0.05)
 
     def stop(self) -> int:

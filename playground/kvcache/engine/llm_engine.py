@@ -5,6 +5,8 @@
              -> one model step for every scheduled sequence (model_runner.py)
              -> sample each sequence's next token; fork the n samples of a just-prefilled prompt;
                 finish the sequences that have max_new_tokens, free their memory
+                (a chunk of a longer prefill samples nothing; a speculative step keeps the drafts
+                greedy decoding agrees with, and greedy's next token: scheduler.py, speculative.py)
 
 The n samples of a request share the prompt: it is prefilled once, as one sequence, and forked
 into n after its first step (`policy.fork`: the paged policy shares every block and copies the
@@ -132,14 +134,15 @@ class LLMEngine:
             else:
                 finished += self._postprocess(s, logits[row - 1], greedy[row - 1], now)
         self.num_steps += 1
-        decodes = sum(1 for s in step.scheduled if s.is_decode)
-        self.num_prefill_tokens += step.num_tokens - decodes
+        decodes = sum(1 for s in step.scheduled if s.is_decode or s.draft)  # sequences decoding
+        verified = sum(len(s.draft) for s in step.scheduled)  # their drafts: not prefill either
+        self.num_prefill_tokens += step.num_tokens - decodes - verified
         times = self.runner.last
         self.step_log.append(
             (
                 t0 - self.start_s,
                 decodes,
-                step.num_tokens - decodes,
+                step.num_tokens - decodes - verified,
                 len(self.scheduler.running),
                 len(self.scheduler.waiting),
                 now - t0,

@@ -148,6 +148,7 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         raise ParamError("--port", f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(2048)  # listening before the line that names the port: a client may connect at once
     sock.set_inheritable(True)
     return sock
 

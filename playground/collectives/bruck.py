@@ -111,7 +111,7 @@ def _take(blocks: np.ndarray, idx: Sequence[int] | np.ndarray, into: np.ndarray)
         np.copyto(row, blocks[i])
 
 
-def _scatter(packed: np.ndarray, work: np.ndarray, idx: Sequence[int]) -> None:
+def _scatter(packed: np.ndarray, work: np.ndarray, idx: Sequence[int] | np.ndarray) -> None:
     """Unpack `packed` into rows `idx` of `work`."""
     if is_phantom(packed) or is_phantom(work.reshape(-1)):
         local_copy_cost(packed.size * packed.itemsize)

@@ -65,6 +65,10 @@ def test_uneven_counts_add_up_and_have_zeros():
             check_counts(rows, n, [count])
     assert 0 in uneven_counts(4, 100)[0] and 0 in [r[1] for r in uneven_counts(4, 100)]
     assert packed_bounds([2, 0, 3]) == ((0, 2), (2, 2), (2, 5))
+    with pytest.raises(UsageError, match="^counts: 1 rows, one per rank needs 2"):
+        check_counts([[1, 3]], 2, [4])
+    with pytest.raises(UsageError, match=r"^counts: row 1 must be 2 counts >= 0, got \[5, -1\]"):
+        check_counts([[1, 3], [5, -1]], 2, [4])
 
 
 def _grid(n, collective, algorithm, inplace=False, dtype="float64", segment_bytes=24):

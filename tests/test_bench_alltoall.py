@@ -34,6 +34,4 @@ def test_a_layout_that_does_not_add_up_is_one_line_naming_the_key(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: --set params.counts=[[1,2],[3,1]]: row 0 adds up to 3 elements, but each rank puts in 4 (float32)"
     ]
-    proc = run_cli([*bad, "--set", "params.counts=[[1,3]]"], timeout_s=30)
-    assert proc.returncode == 2 and "1 rows, one per rank needs 2" in proc.stderr
     assert not (tmp_path / "latest").exists()

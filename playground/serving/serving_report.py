@@ -152,18 +152,19 @@ def _samples(params, per_setup: list[dict]) -> tuple[list[Table], list[str], lis
 
 
 def _batch(params, per_setup: list[dict], rank0: dict) -> tuple[list[Table], list[str]]:
-    tables, notes = [], []
+    tables, notes, ratios = [], [], {}
     for s in per_setup:
         rows = serving_steps.with_model(
             serving_stats.batch_figures(s["clients"]["1"]["batches"]), s.get("split", {}).get("by_batch", {})
         )
         tables.append(Table(f"Decode throughput vs batch ({_name(s)})", rows))
+        ratios.update({f"{_name(s)} batch {r['batch']}": r["measured_over_model"] for r in rows})
         if len(rows) > 1 and rows[0]["tokens_per_s"]:
             notes.append(
                 f"{_name(s)}: batch {rows[-1]['batch']} decodes {rows[-1]['tokens_per_s'] / rows[0]['tokens_per_s']:.1f}x "
                 f"the tokens/s of batch {rows[0]['batch']} (lecture 2.4: 48 -> 615 items/s, 12.8x)"
             )
-    notes += serving_steps.model_notes(rank0)
+    notes += serving_steps.model_notes(rank0, ratios)
     return tables, notes
 
 

@@ -255,7 +255,9 @@ def parse_args(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from playground.core.argparser import OneLineParser
+
+    args = parse_args(sys.argv[1:] if argv is None else argv, OneLineParser)
     try:
         return args.func(args)
     except ScenarioError as e:

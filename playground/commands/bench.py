@@ -100,8 +100,8 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
     t = b.add_argument_group("table")
-    t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
-    t.add_argument("--rank-counts", default="2,4,8", help="table, copy: rank counts (default 2,4,8)")
+    t.add_argument("--rounds", type=int, default=None, help="table: alternating rounds (default 3)")
+    t.add_argument("--rank-counts", default=None, help="table, copy: rank counts (default 2,4,8)")
     t.add_argument(
         "--systems",
         default=None,
@@ -124,7 +124,28 @@ def _sizes(text: str, step: int) -> list[int]:
         raise ScenarioError(f"--sizes {text!r}: {e}") from None
 
 
+# flags of some forms of `bench` only: flag -> (its argument's name, the forms, its default there)
+FORM_FLAGS = {
+    "--rounds": ("rounds", ("table",), 3),
+    "--rank-counts": ("rank_counts", ("table", "copy"), "2,4,8"),
+    "--systems": ("systems", ("table",), None),
+}
+
+
+def check_form_flags(args) -> None:
+    """A flag of another form of `bench` is bad input, not a flag silently ignored; the given
+    form's own flags get their defaults."""
+    for flag, (name, forms, default) in FORM_FLAGS.items():
+        if args.collective not in forms and getattr(args, name) is not None:
+            raise ScenarioError(
+                f"{flag}: only for bench {' and bench '.join(forms)}, not bench {args.collective}"
+            )
+        if args.collective in forms and getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def run_bench(args) -> int:
+    check_form_flags(args)
     if args.collective == "table":
         from playground.commands.benchtable import run_table
 
@@ -143,6 +164,7 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
     from playground.launcher.run import execute
 
     console = console or make_console()
+    check_form_flags(args)
     args.iters = 20 if args.iters is None else args.iters
     args.warmup = 5 if args.warmup is None else args.warmup
     if args.collective == "p2p":
@@ -174,7 +196,11 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
         sets[f"params.link={json.dumps(args.link)}"] = "--link"
     sets.update({text: f"--set {text}" for text in args.set})
     scenario = load_scenario(
-        "bench", ranks=args.ranks or 8, transport=args.transport, overrides=list(sets), said=sets
+        "bench",
+        ranks=8 if args.ranks is None else args.ranks,
+        transport=args.transport,
+        overrides=list(sets),
+        said=sets,
     )
     if baselines:
         from playground.baselines import BASELINES
@@ -307,6 +333,10 @@ def _run_p2p(args, execute) -> Finished:
         **{text: f"--set {text}" for text in args.set},
     }
     scenario = load_scenario(
-        "pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=list(sets), said=sets
+        "pingpong",
+        ranks=2 if args.ranks is None else args.ranks,
+        transport=args.transport,
+        overrides=list(sets),
+        said=sets,
     )
     return execute(scenario, Path(args.out))

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -28,6 +29,7 @@ from playground.collectives.bench_report import (
     FORMS,
     IN_PLACE_COLUMNS,
     add_model_columns,
+    nccl_table,
     with_model_columns,
     wrong_row_failures,
 )
@@ -99,6 +101,11 @@ def add_bench_parser(sub, func) -> None:
     )
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
+    b.add_argument(
+        "--wide",
+        action="store_true",
+        help="print each table in one piece at its full width (PLAYGROUND_WIDE=1)",
+    )
     t = b.add_argument_group("table")
     t.add_argument("--rounds", type=int, default=None, help="table: alternating rounds (default 3)")
     t.add_argument("--rank-counts", default=None, help="table, copy: rank counts (default 2,4,8)")
@@ -146,6 +153,8 @@ def check_form_flags(args) -> None:
 
 def run_bench(args) -> int:
     check_form_flags(args)
+    if args.wide:
+        os.environ["PLAYGROUND_WIDE"] = "1"
     if args.collective == "table":
         from playground.commands.benchtable import run_table
 
@@ -256,7 +265,7 @@ def _run_baselines(args, scenario, sizes, baselines, result, console: Console) -
             "ours (best algorithm per size and form) against each baseline, out of place against out of "
             "place and in place against in place: x_B = B's time / ours (above 1: ours is faster)"
         )
-        render_table(Table(title, comparison), console)
+        render_table(Table(title, comparison, keys=("size", "form")), console)
         result["baseline_rows"] = extra_rows
         result["comparison"] = comparison
         if failed:
@@ -272,9 +281,9 @@ def baseline_table(collective: str, ranks: int, rows: list[dict], model: dict | 
     title = f"{collective} baselines, {ranks} ranks (a form the library does not offer: -)"
     columns = {**COLUMNS, **IN_PLACE_COLUMNS} if any("ip_time_us" in r for r in rows) else COLUMNS
     if not model:
-        return Table(title, rows, columns)
+        return nccl_table(title, rows, columns)
     link = Link(model["alpha_s"], model["beta_bytes_per_s"], model["gamma_bytes_per_s"] or math.inf)
-    return Table(
+    return nccl_table(
         f"{title}\n{model['caption']}; a baseline's row is modelled with the model's pick",
         add_model_columns(rows, collective, ranks, link),
         with_model_columns(columns, collective),

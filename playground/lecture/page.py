@@ -87,7 +87,7 @@ pre.error { color: #b00020; background: #fff3f3; font-weight: normal; }
 figure { margin: .6em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figure.diagram { display: inline-block; vertical-align: top; width: 49%; margin-right: 1%; }
 figure.diagram img { width: 100%; height: auto; }
-figcaption, .notes, details { color: #555; font-size: 13px; }
+figcaption, .notes, .legend, details { color: #555; font-size: 13px; }
 nav a { margin-right: 1em; } .scenario { border-left: 3px solid #e4e4ea; padding-left: 1em; }
 """
 
@@ -238,5 +238,6 @@ def build_markdown(page: Page, base: Path) -> str:
                 out += _md_table(
                     list(cols.values()), [[format_cell(r.get(k)) for k in cols] for r in t["rows"]]
                 )
+                out += [f"*{cols.get(k, k)}*: {v}  " for k, v in (t.get("legend") or {}).items()]
             out += [f"- {n}" for n in (sb.result or {}).get("notes") or []] + [""]
     return "\n".join(out)

@@ -13,7 +13,7 @@ from pathlib import Path
 from playground.display.report import Report, Table
 from playground.kvcache.plots import plot_memory
 from playground.kvcache.stats import leak_failures
-from playground.kvcache.workloads import ForkSpec
+from playground.kvcache.workloads import ForkSpec, workload_title
 from playground.serving import serving_stats, serving_steps
 
 
@@ -87,7 +87,7 @@ def _replay(params, per_setup: list[dict], run_dir: Path) -> tuple[list[Table], 
             f"{paged['ttft_p50_s'] * 1e3:.0f} -> {cached['ttft_p50_s'] * 1e3:.0f} ms"
         )
     title = (
-        f"Serving {params.workload}: {rows[0]['requests'] if rows else 0} requests per setup, KV budget "
+        f"Serving {workload_title(params.workload)}: {rows[0]['requests'] if rows else 0} requests per setup, KV budget "
         f"{params.capacity_tokens} tokens, block {params.block_size}"
     )
     files = []

@@ -1,7 +1,10 @@
 """What a test needs from the machine (a tool, root, an optional package) and what happens without it.
 
 A test whose tool is missing skips and says why; with PLAYGROUND_REQUIRE_TOOLS set (.ci/run sets
-it, and installs every tool) it fails instead, so CI cannot pass by skipping.
+it, and installs every tool) it fails instead, so CI cannot pass by skipping. With
+PLAYGROUND_SKIPPED_TOOLS naming a file, each test that skipped for a missing tool adds its id to
+it: .ci/run runs the README's test command on a machine without the tools first, then installs
+them and runs exactly those tests again, each tool now required.
 """
 
 import importlib.util
@@ -22,7 +25,16 @@ def need(available: bool, reason: str) -> None:
         return
     if os.environ.get("PLAYGROUND_REQUIRE_TOOLS"):
         pytest.fail(f"{reason}, and PLAYGROUND_REQUIRE_TOOLS is set (.ci/run installs it)")
+    _note_skipped()
     pytest.skip(f"{reason}; set PLAYGROUND_REQUIRE_TOOLS=1 to make this a failure")
+
+
+def _note_skipped() -> None:
+    """The current test's id, one line, into the file PLAYGROUND_SKIPPED_TOOLS names (if any)."""
+    path, current = os.environ.get("PLAYGROUND_SKIPPED_TOOLS"), os.environ.get("PYTEST_CURRENT_TEST", "")
+    if path and current:
+        with open(path, "a") as f:
+            f.write(current.rsplit(" (", 1)[0] + "\n")
 
 
 def have(*tools: str) -> bool:

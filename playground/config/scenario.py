@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from playground.comm.registry import LAUNCHED
+from playground.comm.registry import BY_NAME, LAUNCHED
 from playground.config.params import build_params, params_to_dict
 from playground.core.errors import ParamError, ScenarioError
 from playground.core.sizes import Duration, format_duration
@@ -290,10 +290,11 @@ def _check_top(raw: dict, at: _Origins) -> None:
             raise ScenarioError(
                 f"{at('hosts')}: expected an integer from 1 to the rank count ({ranks}), got {hosts!r}"
             )
-        if raw.get("transport", "ipc") == "shm":
+        transport = raw.get("transport", "ipc")
+        if not BY_NAME[transport].crosses_hosts:
             raise ScenarioError(
                 f"{at('transport')}: with hosts, ranks talk ipc inside a host (or tcp everywhere "
-                f"with transport: tcp) and tcp across hosts; shm is one host only"
+                f"with transport: tcp) and tcp across hosts; {transport} is one host only"
             )
     elif raw.get("link") is not None:
         raise ScenarioError(f"{at('link')}: needs hosts (e.g. --hosts 2 or hosts: 2)")

@@ -91,8 +91,8 @@ def rank_cpus(scenario: Scenario) -> list[int] | None:
     if bind == "auto":
         node_module = sys.modules.get(scenario.node.partition(":")[0])  # loaded with the scenario
         one_thread = not getattr(node_module, "THREADED", False)
-        one_host_shm = scenario.transport == "shm" and not scenario.hosts
-        bind = "core" if one_thread and one_host_shm and scenario.ranks <= len(available) else "none"
+        polls_on_one_host = BY_NAME[scenario.transport].pinnable and not scenario.hosts
+        bind = "core" if one_thread and polls_on_one_host and scenario.ranks <= len(available) else "none"
     if bind == "none":
         return None
     return [available[rank % len(available)] for rank in range(scenario.ranks)]

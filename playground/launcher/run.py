@@ -148,7 +148,7 @@ def hosts_dict(scenario: Scenario) -> dict:
 
 def describe_hosts(scenario: Scenario) -> str:
     """ "4 hosts (h0: ranks 0-1, ...), links 1gbit each way, delay 200us; ipc inside a host, tcp across"."""
-    inside = "tcp" if scenario.transport == "tcp" else "ipc"
+    inside = scenario.transport  # ipc or tcp: a kind that crosses hosts runs as itself inside one
     return (
         f"{scenario.hosts} host{'s' if scenario.hosts > 1 else ''} ({describe_placement(scenario.placement)}), "
         f"links {(scenario.link or Link()).describe()}; {inside} inside a host, tcp across"

@@ -19,6 +19,7 @@ from typing import Literal
 from playground.collectives import ALGORITHMS, IN_PLACE, registry
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
@@ -142,3 +143,6 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         model=model,
         modelled=calibrated_model(model, params.collective, len(results)),
     )
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

@@ -11,14 +11,12 @@ from typing import Literal
 
 import numpy as np
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.core.native import load_native
 from playground.core.sizes import Size
 from playground.display.report import Report
 from playground.memlab import gather_report
-
-RANKS = Ranks(1, "the gather lab measures one core")
 
 
 @dataclass(frozen=True)
@@ -82,3 +80,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return gather_report.report(results[0], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "the gather lab measures one core"))

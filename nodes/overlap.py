@@ -23,11 +23,10 @@ from playground.collectives import registry
 from playground.collectives.bucketing import MIB, Bucket, plan_buckets
 from playground.collectives.check import Tally
 from playground.collectives.comm_thread import CommThread
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
-
-THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
 
 ITEMSIZE = 4
 Algorithm = Literal[registry.flat_allreduce()]
@@ -136,3 +135,10 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return overlap_report.report(results, params, run_dir)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    threaded=True,  # a communication thread beside the compute
+)

@@ -10,15 +10,13 @@ the C kernel does not make).
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
 from playground.kvcache.engine.attention import KERNELS
 from playground.serving import attention_bench, attention_report
 from playground.transformer.blas import pin_blas_threads
-
-RANKS = Ranks(1, "the attention kernel is timed on one core")
 
 
 @dataclass(frozen=True)
@@ -64,3 +62,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return attention_report.report(results[0]["rows"], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "the attention kernel is timed on one core"))

@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
@@ -198,3 +199,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return pingpong_report.report(results, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

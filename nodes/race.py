@@ -25,6 +25,7 @@ from typing import Literal
 
 from playground.concurrency import race_report
 from playground.concurrency.interleavings import describe, lecture_rows
+from playground.config.node import NodeContract
 from playground.core.errors import LabError, ParamError
 from playground.core.machine import load_note
 from playground.display.report import Report
@@ -150,3 +151,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return race_report.report(results[0], params)
+
+
+CONTRACT = NodeContract(Params, summarize)

@@ -21,6 +21,7 @@ from typing import Literal
 
 from playground.collectives import registry
 from playground.comm.group import new_group
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.kvcache.engine.attention import KERNELS
@@ -149,3 +150,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return tensor_report.report(results, params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

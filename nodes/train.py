@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from playground.collectives import registry
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
@@ -37,8 +38,6 @@ from playground.transformer import (
     pin_blas_threads,
     save_model,
 )
-
-THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
 
 Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
 
@@ -148,3 +147,11 @@ def main(comm, params: Params) -> dict:
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     ddp = ddp_baseline.run(params, len(results), run_dir) if params.baseline == "ddp" else None
     return training_report.report(results, params, run_dir, ddp)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    check_scenario=check_scenario,
+    threaded=True,  # a communication thread beside the compute
+)

@@ -10,7 +10,6 @@ exception there is a bug in the node and surfaces as one.
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
 from playground.core.errors import ParamError
@@ -27,20 +26,6 @@ from playground.core.sizes import (
 )
 
 _PARSERS = {Size: parse_size, Rate: parse_rate, Duration: parse_duration}
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """The rank count a node runs on, declared once in its module and checked by the scenario
-    loader before any process starts: `RANKS = Ranks(1, "the cache lab measures one core")` makes
-    `--ranks 2` one line, "...: the cache lab measures one core, needs 1, got 2"."""
-
-    exactly: int
-    why: str
-
-    def check(self, ranks: int) -> None:
-        if ranks != self.exactly:
-            raise ParamError("ranks", f"{self.why}, needs {self.exactly}, got {ranks}")
 
 
 def describe_type(tp: Any) -> str:

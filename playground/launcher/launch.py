@@ -89,8 +89,7 @@ def rank_cpus(scenario: Scenario) -> list[int] | None:
     available = sorted(os.sched_getaffinity(0))
     bind = scenario.bind
     if bind == "auto":
-        node_module = sys.modules.get(scenario.node.partition(":")[0])  # loaded with the scenario
-        one_thread = not getattr(node_module, "THREADED", False)
+        one_thread = not scenario.contract.threaded
         polls_on_one_host = BY_NAME[scenario.transport].pinnable and not scenario.hosts
         bind = "core" if one_thread and polls_on_one_host and scenario.ranks <= len(available) else "none"
     if bind == "none":

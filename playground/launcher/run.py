@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from playground.config.scenario import Scenario, load_node
+from playground.config.scenario import Scenario
 from playground.core.rundir import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -50,7 +50,7 @@ def print_outcome(
 
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
     """The node's report, made only from ranks that succeeded (see `playground.display.report`)."""
-    module = load_node(scenario.node)[0] if scenario.function is None else None
+    contract = scenario.contract
     if not outcome.ok:
         return Report(ok=False, tables=[])
     failed = failed_ranks(outcome.results)
@@ -58,11 +58,10 @@ def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Repo
         return Report(ok=False, tables=[], failures=failed)
     if scenario.function is not None:
         return function_report(outcome.results, scenario.name)
-    hook = getattr(module, "summarize", None)
-    if hook is None:
+    if contract.summarize is None:
         return default_report(outcome.results, scenario.name)
     try:
-        return with_rank_checks(hook(outcome.results, scenario.params, run_dir), outcome.results)
+        return with_rank_checks(contract.summarize(outcome.results, scenario.params, run_dir), outcome.results)
     except Exception as e:  # noqa: BLE001 - a broken summary fails the run, it does not crash the CLI
         tb = traceback.format_exc().rstrip().splitlines()
         where = next((ln.strip() for ln in reversed(tb) if ln.strip().startswith("File ")), "")

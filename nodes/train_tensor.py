@@ -23,10 +23,11 @@ from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
+from playground.training.loop import one_process
 from playground.training.modes import DDP_LIKE, Mode
 from playground.training.step import TrainingShape, TrainSetup
 from playground.training.tensor import tensor_report, torch_baseline
-from playground.training.tensor.loop import one_process, train_tensor
+from playground.training.tensor.loop import train_tensor
 from playground.transformer import AdamConfig, BatchSampler, lecture_bytes, pin_blas_threads
 from playground.transformer.tensor_plan import check_tensor
 

@@ -61,7 +61,9 @@ def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Repo
     if contract.summarize is None:
         return default_report(outcome.results, scenario.name)
     try:
-        return with_rank_checks(contract.summarize(outcome.results, scenario.params, run_dir), outcome.results)
+        return with_rank_checks(
+            contract.summarize(outcome.results, scenario.params, run_dir), outcome.results
+        )
     except Exception as e:  # noqa: BLE001 - a broken summary fails the run, it does not crash the CLI
         tb = traceback.format_exc().rstrip().splitlines()
         where = next((ln.strip() for ln in reversed(tb) if ln.strip().startswith("File ")), "")

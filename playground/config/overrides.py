@@ -6,11 +6,13 @@ and key, or the flag that overrode it.
 """
 
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
 
 from playground.core.errors import ScenarioError
+from playground.core.topology import parse_link_spec
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -30,6 +32,43 @@ def as_typed(value: Any) -> str:
     [8, '1XB'] -> [8,1XB], so the Python API's error names the --set the command line's would."""
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
     return text.removesuffix("\n...").replace(", ", ",")
+
+
+def apply_command_line(
+    raw: dict,
+    at: "Origins",
+    overrides: Iterable[str],
+    values: Mapping[str, Any],
+    flags: Mapping[str, Any],
+    link: str | None,
+    said: Mapping[str, str],
+) -> None:
+    """The command line's values over a scenario file's mapping `raw`, in the order of precedence:
+    --set texts (`overrides`), then the Python API's parsed keywords (`values`, each blamed as the
+    --set it stands for), then `run`'s own flags (`flags`: ranks, transport, hosts; None: not
+    given), then --link, merged into the file's link. `at` remembers who gave each key: the flag,
+    or what `said` maps the flag's name or the override's text to when the user typed something else."""
+    for text in overrides:
+        keypath, value = parse_override(text)
+        apply_override(raw, keypath, value)
+        at.given(".".join(keypath), said.get(text, f"--set {text}"))
+    for key, value in values.items():
+        apply_override(raw, key.split("."), value)
+        at.given(key, f"--set {key}={as_typed(value)}")  # a keyword of the API is a --set
+    for key, value in flags.items():
+        if value is not None:
+            raw[key] = value
+            at.given(key, said.get(key, f"--{key}"))
+    if link is not None:
+        try:
+            spec = parse_link_spec(link)
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
+        if not raw.get("link"):
+            at.given("link", said.get("link", "--link"))
+        for key in spec:
+            at.given(f"link.{key}", said.get("link", "--link"))
+        raw["link"] = {**(raw.get("link") or {}), **spec}
 
 
 def apply_override(raw: dict, path: list[str], value: Any) -> None:

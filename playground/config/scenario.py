@@ -20,7 +20,9 @@ import yaml
 from playground.comm.registry import BY_NAME, LAUNCHED
 from playground.config.fault import Fault, check_fault
 from playground.config.node import NodeContract, load_node
-from playground.config.overrides import Origins, apply_override, as_typed, parse_override
+from playground.config.overrides import Origins, apply_command_line
+from playground.config.overrides import apply_override as apply_override  # the --set helpers, as the
+from playground.config.overrides import parse_override as parse_override  # CLI's tests read them here
 from playground.config.params import build_params, params_to_dict
 from playground.core.errors import ParamError, ScenarioError
 from playground.core.topology import Link, parse_link_spec, place_blocks
@@ -174,42 +176,33 @@ def load_scenario(
     or what `said` maps the argument's name or the override's text to when the user typed
     something else (`{"ranks": "WORLD_SIZE"}`, `{"params.inplace=true": "--inplace"}`); the file's
     own values, by file and key."""
-    said = said or {}
     path = find_scenario_file(name_or_path)
-    src = str(path)
+    file_raw = _read_yaml(path)
+    raw, at = copy.deepcopy(file_raw), Origins(str(path), file_raw)
+    flags = {"ranks": ranks, "transport": transport, "hosts": hosts}
+    apply_command_line(raw, at, overrides, values or {}, flags, link, said or {})
+    raw.setdefault("name", path.stem)
+    raw.setdefault("ranks", 2)
+    _check_top(raw, at)
+    return _validated(raw, at)
+
+
+def _read_yaml(path: Path) -> dict:
+    """The scenario file's mapping; ScenarioError (with the line) if it is no YAML mapping."""
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{src}:{where} invalid YAML ({getattr(e, 'problem', e)})") from None
+        raise ScenarioError(f"{path}:{where} invalid YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(raw, dict):
-        raise ScenarioError(f"{src}: expected a mapping of keys (name, node, ranks, params, ...)")
-    raw, at = copy.deepcopy(raw), Origins(src, raw)
-    for text in overrides:
-        keypath, value = parse_override(text)
-        apply_override(raw, keypath, value)
-        at.given(".".join(keypath), said.get(text, f"--set {text}"))
-    for key, value in (values or {}).items():
-        apply_override(raw, key.split("."), value)
-        at.given(key, f"--set {key}={as_typed(value)}")  # a keyword of the API is a --set
-    for key, value in (("ranks", ranks), ("transport", transport), ("hosts", hosts)):
-        if value is not None:
-            raw[key] = value
-            at.given(key, said.get(key, f"--{key}"))
-    if link is not None:
-        try:
-            spec = parse_link_spec(link)
-        except ValueError as e:
-            raise ScenarioError(str(e)) from None
-        if not raw.get("link"):
-            at.given("link", said.get("link", "--link"))
-        for key in spec:
-            at.given(f"link.{key}", said.get("link", "--link"))
-        raw["link"] = {**(raw.get("link") or {}), **spec}
-    raw.setdefault("name", path.stem)
-    raw.setdefault("ranks", 2)
-    _check_top(raw, at)
+        raise ScenarioError(f"{path}: expected a mapping of keys (name, node, ranks, params, ...)")
+    return raw
+
+
+def _validated(raw: dict, at: Origins) -> Scenario:
+    """The checked top-level mapping `raw` as a Scenario: the node's params and checks (its
+    contract), the fault drill, the link; a bad value blamed by `at`."""
     contract = load_node(raw["node"], where=at("node")).contract
     try:
         params = contract.build_params(raw.get("params"))
@@ -238,7 +231,7 @@ def load_scenario(
         fault=fault,
         hosts=raw.get("hosts"),
         link=link,
-        source=src,
+        source=at.src,
     )
 
 

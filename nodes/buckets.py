@@ -30,7 +30,7 @@ from playground.models.pingpong import measure_alpha_beta
 
 ITEMSIZE = 4  # float32 gradients
 Strategy = Literal["per_tensor", "bucketed", "single"]
-Algorithm = Literal[registry.flat_allreduce()]
+Algorithm = registry.FlatAllreduceName
 
 
 @dataclass(frozen=True)

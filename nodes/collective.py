@@ -25,8 +25,8 @@ from playground.core.sizes import Size, format_size
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec, load_model, run_network
 
-Collective = Literal[registry.COLLECTIVES]
-Algorithm = Literal[registry.all_names()]
+Collective = registry.CollectiveName
+Algorithm = registry.AlgorithmName
 
 
 @dataclass(frozen=True)

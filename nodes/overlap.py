@@ -11,7 +11,6 @@ their sum for (a), the two-stage pipeline for (b). Results are checked against n
 """
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
@@ -29,7 +28,7 @@ from playground.core.sizes import Size
 from playground.display.report import Report
 
 ITEMSIZE = 4
-Algorithm = Literal[registry.flat_allreduce()]
+Algorithm = registry.FlatAllreduceName
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,12 @@ the C kernel does not make).
 """
 
 from dataclasses import dataclass
-from typing import Literal
 
 from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
-from playground.kvcache.engine.attention import KERNELS
+from playground.kvcache.engine.attention import KERNELS, Kernel
 from playground.serving import attention_bench, attention_report
 from playground.transformer.blas import pin_blas_threads
 
@@ -23,7 +22,7 @@ from playground.transformer.blas import pin_blas_threads
 class Params:
     contexts: tuple[int, ...] = (128, 512, 2048, 8192)  # tokens per sequence
     block_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)  # paged block sizes
-    kernels: tuple[Literal[KERNELS], ...] = KERNELS  # native (C) always; numpy beside it at block 16
+    kernels: tuple[Kernel, ...] = KERNELS  # native (C) always; numpy beside it at block 16
     heads: int = 8  # heads of one layer's keys and values
     head_dim: int = 64  # floats per head
     pool_bytes: Size = 64 * 2**20  # keys and values in the pool, beyond the last-level cache

@@ -21,7 +21,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from playground.concurrency import race_report
 from playground.concurrency.interleavings import describe, lecture_rows
@@ -30,7 +30,8 @@ from playground.core.errors import LabError, ParamError
 from playground.core.machine import load_note
 from playground.display.report import Report
 
-VARIANTS = ("no lock", "lock", "atomic (kernel O_APPEND)", "sharded")
+Variant = Literal["no lock", "lock", "atomic (kernel O_APPEND)", "sharded"]
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Params:
     increments: int = 100_000  # increments each process makes
     # run in this order, any of: "no lock" (read, add, write), "lock" (under a multiprocessing.Lock),
     # "atomic (kernel O_APPEND)" (a one-byte write(2) to an O_APPEND file), "sharded" (private counts, summed)
-    variants: tuple[Literal[VARIANTS], ...] = VARIANTS
+    variants: tuple[Variant, ...] = VARIANTS
 
     def __post_init__(self):
         if not 2 <= self.num_procs <= 64:

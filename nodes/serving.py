@@ -15,14 +15,12 @@ from typing import Literal
 from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
-from playground.kvcache.engine.attention import KERNELS
+from playground.kvcache.engine.attention import Kernel
 from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
 from playground.kvcache.server.thread import TAG_RESULT, collect_results, rank_client, start_server_thread
 from playground.kvcache.stats import downsample
 from playground.serving import served, serving_clients, serving_report, serving_stats, step_model
 from playground.transformer.blas import pin_blas_threads
-
-Kernel = Literal[KERNELS]
 
 
 @dataclass(frozen=True)

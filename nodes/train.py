@@ -39,7 +39,7 @@ from playground.transformer import (
     save_model,
 )
 
-Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
+Algorithm = registry.AllreduceChoice
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from playground.training.step import TrainingShape, TrainSetup
 from playground.transformer import AdamConfig, BatchSampler, lecture_bytes, pin_blas_threads
 from playground.transformer.plan import pipeline_plan
 
-Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
+Algorithm = registry.AllreduceChoice
 
 
 @dataclass(frozen=True)

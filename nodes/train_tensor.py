@@ -31,7 +31,7 @@ from playground.training.tensor.loop import train_tensor
 from playground.transformer import AdamConfig, BatchSampler, lecture_bytes, pin_blas_threads
 from playground.transformer.tensor_plan import check_tensor
 
-Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
+Algorithm = registry.AllreduceChoice
 
 
 @dataclass(frozen=True)

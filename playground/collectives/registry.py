@@ -12,6 +12,7 @@ formula in `playground/models/costs.py`, and one `Algorithm(...)` line below.
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from playground.collectives.halving_doubling import allreduce_halving_doubling
 from playground.collectives.hierarchical import allreduce_hierarchical
@@ -112,6 +113,21 @@ def flat_allreduce() -> tuple[str, ...]:
     """The all-reduce algorithms that run on any flat set of ranks (not `hier`): what the model
     picks among and the simulator compares by default."""
     return tuple(a.name for a in REGISTRY if a.collective == "allreduce" and not a.on_nodes)
+
+
+# The registry's names as parameter types: a node's `Params` field of one takes exactly these names
+# (`build_params` reads the Literal at run time, and the reference lists them); to the type
+# checker, which cannot evaluate a Literal built from the table, they are strings.
+if TYPE_CHECKING:
+    CollectiveName = str
+    AlgorithmName = str
+    FlatAllreduceName = str
+    AllreduceChoice = str
+else:
+    CollectiveName = Literal[COLLECTIVES]
+    AlgorithmName = Literal[all_names()]  # any collective's algorithm, or auto
+    FlatAllreduceName = Literal[flat_allreduce()]
+    AllreduceChoice = Literal[(*flat_allreduce(), AUTO)]  # a flat all-reduce, or auto: the model picks
 
 
 def get(collective: str, algorithm: str) -> Algorithm:

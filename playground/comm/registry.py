@@ -13,6 +13,7 @@ never compares its name.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import zmq
 
@@ -95,4 +96,8 @@ KINDS: tuple[TransportKind, ...] = (
 )
 BY_NAME: dict[str, TransportKind] = {k.name: k for k in KINDS}
 LAUNCHED: tuple[str, ...] = tuple(k.name for k in KINDS if k.launched)
+if TYPE_CHECKING:  # a scenario's `transport:` type: a Literal of LAUNCHED at run time, a string to mypy
+    LaunchedKind = str
+else:
+    LaunchedKind = Literal[LAUNCHED]
 IN_PROCESS: tuple[str, ...] = tuple(k.name for k in KINDS if k.name != "sim")  # comm/world.py opens these

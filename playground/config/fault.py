@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.core.errors import ParamError, ScenarioError
+from playground.core.errors import ParamError, ScenarioError, UsageError
 from playground.core.sizes import Duration, format_duration
 from playground.core.topology import place_blocks, ranks_on
 
@@ -72,7 +72,12 @@ class Fault:
         return self.action in HOST_ACTIONS
 
     def target_host(self, placement: tuple[int, ...]) -> int:
-        return self.host if self.host is not None else placement[self.rank]
+        """The host a host action hits: `host`, else the host of `rank` (one of the two is set)."""
+        if self.host is not None:
+            return self.host
+        if self.rank is None:
+            raise UsageError(f"fault {self.action}: names neither a host nor a rank")
+        return placement[self.rank]
 
     def counting_rank(self, placement: tuple[int, ...]) -> int | None:
         """The rank whose posts trigger the fault; None when it is timed (after_s) instead."""

@@ -77,7 +77,7 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
         return value
     if tp in _SCALARS:
         return _SCALARS[tp](value, key)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build_params(tp, value, prefix=f"{key}.")
     raise ParamError(key, f"unsupported parameter type {tp!r}")
 

@@ -10,14 +10,14 @@ who gave each (overrides.py), the node and its contract (node.py).
 import copy
 import dataclasses
 import importlib.resources
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 import yaml
 
-from playground.comm.registry import BY_NAME, LAUNCHED
+from playground.comm.registry import BY_NAME, LAUNCHED, LaunchedKind
 from playground.config.fault import Fault, check_fault
 from playground.config.node import NodeContract, load_node
 from playground.config.overrides import Origins, apply_command_line
@@ -31,6 +31,9 @@ TRANSPORTS = LAUNCHED  # comm/registry.py
 MAX_RANKS = 64
 
 
+Bind = Literal["auto", "core", "none"]
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str  # the run's name (run directory runs/TIME-NAME, reports); default: the file's name
@@ -40,14 +43,14 @@ class Scenario:
     ranks: int = 2  # processes started (1-64; --ranks overrides); some nodes need a given count
     # how ranks exchange messages (Registries page): ipc (ZeroMQ over Unix sockets, large arrays
     # through /dev/shm rings), tcp (ZeroMQ over TCP), shm (shared-memory mailboxes, no ZeroMQ)
-    transport: Literal[LAUNCHED] = "ipc"
+    transport: LaunchedKind = "ipc"
     # seconds a blocking wait (a receive, room to send) may take before the run fails naming what it
     # waited for
     timeout_s: float = 30.0
     # pin each rank to one CPU, as MPI launchers' --bind-to core: core (rank r on the r-th CPU the
     # launcher may use, round-robin), none (the scheduler places and moves ranks), auto (core over shm
     # on one host when every rank has a CPU of its own and the node starts no threads, else none)
-    bind: Literal["auto", "core", "none"] = "auto"
+    bind: Bind = "auto"
     description: str = ""  # one line, shown by `python -m playground list`
     params: Any = None  # the node's parameters: keys of its `Params` (per node below); left out: defaults
     fault: Fault | None = None  # a failure drill (below); null: none
@@ -66,9 +69,9 @@ class Scenario:
         return NodeContract() if self.function is not None else load_node(self.node).contract
 
     @property
-    def placement(self) -> tuple[int, ...] | None:
-        """The host of each rank (blocks), when the run has emulated hosts."""
-        return place_blocks(self.ranks, self.hosts) if self.hosts else None
+    def placement(self) -> tuple[int, ...]:
+        """The host of each rank (blocks over the emulated hosts; all on host 0 without them)."""
+        return place_blocks(self.ranks, self.hosts or 1)
 
     def to_dict(self) -> dict:
         d = {
@@ -89,7 +92,7 @@ class Scenario:
         return d
 
 
-BINDS = ("auto", "core", "none")
+BINDS: tuple[str, ...] = get_args(Bind)
 TOP_KEYS = {f.name for f in dataclasses.fields(Scenario)} - {"source", "function"}
 
 
@@ -161,7 +164,7 @@ def load_scenario(
     name_or_path: str,
     ranks: int | None = None,
     transport: str | None = None,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
     hosts: int | None = None,
     link: str | None = None,
     values: Mapping[str, Any] | None = None,
@@ -225,7 +228,7 @@ def _validated(raw: dict, at: Origins) -> Scenario:
         ranks=raw["ranks"],
         transport=raw.get("transport", "ipc"),
         timeout_s=float(raw.get("timeout_s", 30.0)),
-        bind=raw.get("bind", "auto"),
+        bind=cast(Bind, raw.get("bind", "auto")),  # one of BINDS: _check_top checked it
         description=raw.get("description", ""),
         params=params,
         fault=fault,
@@ -263,9 +266,10 @@ def function_scenario(
             f"{src}: key 'params': plain data only (numbers, strings, lists, dicts), as a scenario "
             f"file holds; pass other objects in the function's closure ({e})"
         ) from None
+    node = f"{getattr(function, '__module__', None) or '__main__'}:{label}"
     raw = {
         "name": name,
-        "node": f"{getattr(function, '__module__', None) or '__main__'}:{label}",
+        "node": node,
         "ranks": ranks,
         "transport": transport,
         "timeout_s": timeout_s,
@@ -276,11 +280,11 @@ def function_scenario(
         raise ScenarioError(f"{src}: key 'name': a run directory's name, without '/', got {name!r}")
     return Scenario(
         name=name,
-        node=raw["node"],
+        node=node,
         ranks=ranks,
         transport=transport,
         timeout_s=float(timeout_s),
-        bind=bind,
+        bind=cast(Bind, bind),  # one of BINDS: _check_top checked it
         params=dict(params or {}),
         source=src,
         function=function,

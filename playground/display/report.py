@@ -20,11 +20,14 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
+
+if TYPE_CHECKING:
+    from playground.display.notebook import NotebookProgress
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ def render_report(report: Report, console: Console) -> None:
         console.print(note, highlight=False)
 
 
-def progress_bar(console: Console) -> Progress:
+def progress_bar(console: Console) -> "Progress | NotebookProgress":
     """The bar of a long command (description, bar, done/total, elapsed) on `console`, gone when done;
     in a Jupyter notebook, where rich's live display needs ipywidgets, the same bar drawn as HTML
     (`playground.display.notebook`)."""

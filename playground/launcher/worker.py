@@ -176,7 +176,7 @@ def _fired_recorder(run_dir: Path, env: rendezvous.RankEnv):
     """The drill's `on_fire`: FAULT_FIRED_FILE in the run directory, written once, whole (a
     rename), before the fault acts: the launcher adds it to result.json's events, so the time from
     a drill to its first error can be read, also when the rank killed itself."""
-    fired = []
+    fired: list[str] = []
 
     def record(action: str, post: int) -> None:
         if fired:
@@ -201,7 +201,7 @@ def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[s
     delay, or a delay_link drill); else itself."""
     link_delay_s = scenario.link.delay if scenario.link else 0.0
     fault, extra = scenario.fault, None
-    if fault is not None and fault.action == "delay_link":
+    if fault is not None and fault.action == "delay_link" and fault.delay is not None:
         host = host_name(fault.target_host(scenario.placement))
         extra = (host, fault.delay, time.monotonic() + (fault.after_s or 0.0))
     if not scenario.hosts or (not link_delay_s and extra is None):

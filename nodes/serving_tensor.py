@@ -33,7 +33,9 @@ from playground.transformer.init import init_params
 from playground.transformer.tensor_plan import check_tensor
 
 Shape = Literal["small", "large"]
-SHAPES: dict[Shape, dict[str, int]] = {  # the serving lab's default model, and serving-batch's (and train-large's) 25M-parameter one
+SHAPES: dict[
+    Shape, dict[str, int]
+] = {  # the serving lab's default model, and serving-batch's (and train-large's) 25M-parameter one
     "small": {"layers": 2, "d_model": 64, "heads": 4},
     "large": {"layers": 8, "d_model": 512, "heads": 8},
 }

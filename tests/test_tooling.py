@@ -1,10 +1,15 @@
 """The tools that check the code agree with each other: pre-commit runs the ruff the test extra pins,
-and mypy's checked set is one list of existing packages."""
+mypy's checked set is one list of existing packages, and CI runs again, with every tool required,
+exactly the tests that skipped for a missing one."""
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,3 +35,38 @@ def test_mypy_checks_one_list_of_packages_that_exist():
     assert "playground/comm" in files and "playground/collectives" in files
     assert all((ROOT / f / "__init__.py").exists() for f in files), files
     assert _pinned("mypy")
+
+
+NEEDS_A_TOOL = """
+import pytest
+from tools import need
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_needs(n):
+    need(n == 1, "a tool is missing")
+
+
+def test_plain():
+    pass
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ci_runs_again_exactly_the_tests_that_skipped_for_a_missing_tool(tmp_path):
+    """.ci/run's two steps on a file of three tests: without the tool one skips and notes its id
+    (PLAYGROUND_SKIPPED_TOOLS); with the tool required, that id alone runs again, and fails."""
+    (tmp_path / "test_x.py").write_text(NEEDS_A_TOOL)
+    noted = tmp_path / "skipped.txt"
+    env = {k: v for k, v in os.environ.items() if k != "PLAYGROUND_REQUIRE_TOOLS"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)
+    pytest_ = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
+    first = subprocess.run([*pytest_, "test_x.py"], cwd=tmp_path, capture_output=True, text=True,
+                           env={**env, "PLAYGROUND_SKIPPED_TOOLS": str(noted)}, timeout=50)  # fmt: skip
+    assert first.returncode == 0 and "2 passed, 1 skipped" in first.stdout, first.stdout
+    ids = noted.read_text().splitlines()
+    assert ids == ["test_x.py::test_needs[2]"]
+    again = subprocess.run([*pytest_, *ids], cwd=tmp_path, capture_output=True, text=True,
+                           env={**env, "PLAYGROUND_REQUIRE_TOOLS": "1"}, timeout=50)  # fmt: skip
+    assert again.returncode == 1 and "1 failed in" in again.stdout, again.stdout
+    assert "a tool is missing, and PLAYGROUND_REQUIRE_TOOLS is set" in again.stdout

@@ -1,6 +1,7 @@
 """`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos."""
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -8,10 +9,15 @@ from playground.comm.registry import LAUNCHED
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_BAD_INPUT
 
+WIDE_HELP = "print each table in one piece at its full width, however wide the terminal (PLAYGROUND_WIDE=1)"
+
 
 def _cmd_run(args) -> int:
     from playground.config.scenario import load_scenario
     from playground.launcher.run import execute
+
+    if args.wide:
+        os.environ["PLAYGROUND_WIDE"] = "1"
 
     baseline = [f"params.baseline={args.baseline}"] if args.baseline else []
     scenario = load_scenario(
@@ -155,6 +161,7 @@ def build_parser(
         "params.baseline=NAME",
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
+    r.add_argument("--wide", action="store_true", help=WIDE_HELP)
     r.set_defaults(func=_cmd_run)
 
     sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
@@ -255,7 +262,9 @@ def parse_args(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from playground.core.argparser import OneLineParser
+
+    args = parse_args(sys.argv[1:] if argv is None else argv, OneLineParser)
     try:
         return args.func(args)
     except ScenarioError as e:

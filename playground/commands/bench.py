@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -28,6 +29,7 @@ from playground.collectives.bench_report import (
     FORMS,
     IN_PLACE_COLUMNS,
     add_model_columns,
+    nccl_table,
     with_model_columns,
     wrong_row_failures,
 )
@@ -99,9 +101,14 @@ def add_bench_parser(sub, func) -> None:
     )
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
+    b.add_argument(
+        "--wide",
+        action="store_true",
+        help="print each table in one piece at its full width (PLAYGROUND_WIDE=1)",
+    )
     t = b.add_argument_group("table")
-    t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
-    t.add_argument("--rank-counts", default="2,4,8", help="table, copy: rank counts (default 2,4,8)")
+    t.add_argument("--rounds", type=int, default=None, help="table: alternating rounds (default 3)")
+    t.add_argument("--rank-counts", default=None, help="table, copy: rank counts (default 2,4,8)")
     t.add_argument(
         "--systems",
         default=None,
@@ -124,7 +131,30 @@ def _sizes(text: str, step: int) -> list[int]:
         raise ScenarioError(f"--sizes {text!r}: {e}") from None
 
 
+# flags of some forms of `bench` only: flag -> (its argument's name, the forms, its default there)
+FORM_FLAGS = {
+    "--rounds": ("rounds", ("table",), 3),
+    "--rank-counts": ("rank_counts", ("table", "copy"), "2,4,8"),
+    "--systems": ("systems", ("table",), None),
+}
+
+
+def check_form_flags(args) -> None:
+    """A flag of another form of `bench` is bad input, not a flag silently ignored; the given
+    form's own flags get their defaults."""
+    for flag, (name, forms, default) in FORM_FLAGS.items():
+        if args.collective not in forms and getattr(args, name) is not None:
+            raise ScenarioError(
+                f"{flag}: only for bench {' and bench '.join(forms)}, not bench {args.collective}"
+            )
+        if args.collective in forms and getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def run_bench(args) -> int:
+    check_form_flags(args)
+    if args.wide:
+        os.environ["PLAYGROUND_WIDE"] = "1"
     if args.collective == "table":
         from playground.commands.benchtable import run_table
 
@@ -143,6 +173,7 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
     from playground.launcher.run import execute
 
     console = console or make_console()
+    check_form_flags(args)
     args.iters = 20 if args.iters is None else args.iters
     args.warmup = 5 if args.warmup is None else args.warmup
     if args.collective == "p2p":
@@ -174,7 +205,11 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
         sets[f"params.link={json.dumps(args.link)}"] = "--link"
     sets.update({text: f"--set {text}" for text in args.set})
     scenario = load_scenario(
-        "bench", ranks=args.ranks or 8, transport=args.transport, overrides=list(sets), said=sets
+        "bench",
+        ranks=8 if args.ranks is None else args.ranks,
+        transport=args.transport,
+        overrides=list(sets),
+        said=sets,
     )
     if baselines:
         from playground.baselines import BASELINES
@@ -230,7 +265,7 @@ def _run_baselines(args, scenario, sizes, baselines, result, console: Console) -
             "ours (best algorithm per size and form) against each baseline, out of place against out of "
             "place and in place against in place: x_B = B's time / ours (above 1: ours is faster)"
         )
-        render_table(Table(title, comparison), console)
+        render_table(Table(title, comparison, keys=("size", "form")), console)
         result["baseline_rows"] = extra_rows
         result["comparison"] = comparison
         if failed:
@@ -246,9 +281,9 @@ def baseline_table(collective: str, ranks: int, rows: list[dict], model: dict | 
     title = f"{collective} baselines, {ranks} ranks (a form the library does not offer: -)"
     columns = {**COLUMNS, **IN_PLACE_COLUMNS} if any("ip_time_us" in r for r in rows) else COLUMNS
     if not model:
-        return Table(title, rows, columns)
+        return nccl_table(title, rows, columns)
     link = Link(model["alpha_s"], model["beta_bytes_per_s"], model["gamma_bytes_per_s"] or math.inf)
-    return Table(
+    return nccl_table(
         f"{title}\n{model['caption']}; a baseline's row is modelled with the model's pick",
         add_model_columns(rows, collective, ranks, link),
         with_model_columns(columns, collective),
@@ -307,6 +342,10 @@ def _run_p2p(args, execute) -> Finished:
         **{text: f"--set {text}" for text in args.set},
     }
     scenario = load_scenario(
-        "pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=list(sets), said=sets
+        "pingpong",
+        ranks=2 if args.ranks is None else args.ranks,
+        transport=args.transport,
+        overrides=list(sets),
+        said=sets,
     )
     return execute(scenario, Path(args.out))

@@ -275,13 +275,13 @@ def run_results(
         )
     if rounds < 1:
         raise ScenarioError(f"--rounds {rounds}: expected at least 1")
+    if max_minutes is not None and not max_minutes > 0:
+        raise ScenarioError(f"--max-minutes {max_minutes}: expected minutes > 0")
     console = Console(stderr=True, highlight=False)
     minutes = sum(s.quick_minutes if quick else s.full_minutes for s in chosen)
     console.print(
         f"results: {', '.join(s.name for s in chosen)}: about {minutes:.0f} min here; keep the machine quiet"
     )
-    if max_minutes is not None and not max_minutes > 0:
-        raise ScenarioError(f"--max-minutes {max_minutes}: expected minutes > 0")
     out.mkdir(parents=True, exist_ok=True)
     earlier = sorted(p for p in work.glob("*-results*") if p.is_dir()) if resume else []
     work_dir = earlier[-1] if earlier else make_run_dir(work, "results")

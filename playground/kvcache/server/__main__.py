@@ -7,12 +7,12 @@ A KVServer (a ModelServer with --model or --random-model) behind the ROUTER loop
     python -m playground.kvcache.server --model model.npz                   # the training lab's model
 """
 
-import argparse
 import signal
 from dataclasses import replace
 
 import zmq
 
+from playground.core.argparser import OneLineParser
 from playground.core.errors import PlaygroundError, UsageError
 from playground.kvcache.engine.attention import KERNELS
 from playground.kvcache.engine.config import DEFAULT_ENGINE
@@ -39,10 +39,8 @@ def build_model(args) -> Transformer | None:
     return None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0]
-    )
+def build_parser() -> OneLineParser:
+    ap = OneLineParser(prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0])
     ap.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:*")
     ap.add_argument("--policy", default="paged", choices=list(POLICIES))
     ap.add_argument("--capacity-tokens", type=int, default=200_000)

@@ -6,6 +6,7 @@ once with idx = 0, 1, 2, ... and once with a random permutation, in C
 each line and let the prefetcher run ahead; random ones pay a miss for 4 useful bytes.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,7 +36,7 @@ class Params:
             raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
 
 
-def _pick(times_ns: list[float], statistic: str) -> float:
+def _pick(times_ns: Sequence[float], statistic: str) -> float:
     return min(times_ns) if statistic == "min" else float(np.median(times_ns))
 
 

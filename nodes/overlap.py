@@ -11,6 +11,7 @@ their sum for (a), the two-stage pipeline for (b). Results are checked against n
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -84,14 +85,14 @@ def main(comm, params: Params) -> dict:
     units_per_ms = calibrate(comm, burner)
     steps_total = len(params.settings) * len(MODES) * (params.warmup + params.iters)
     done = 0
-    out = []
+    out: list[dict] = []
     for si, s in enumerate(params.settings):
         layer_elems = int(s.layer_bytes) // ITEMSIZE
         base = make_base(layer_elems * s.layers, params.seed + si)
         grads = np.zeros_like(base)
         buckets = s.buckets()
         views = [b.view(grads) for b in buckets]
-        ctx = {
+        ctx: dict[str, Any] = {  # the step's buffers and helpers (buckets.backward.run_step)
             "burner": burner,
             "units": round(s.compute_ms * units_per_ms),
             "base": base,
@@ -101,7 +102,8 @@ def main(comm, params: Params) -> dict:
             "views": views,
             "algorithm": params.algorithm,
         }
-        per_mode, checked = {}, {}
+        per_mode: dict[str, list[dict]] = {}
+        checked: dict[str, Tally] = {}
         for mode in MODES:
             if mode == "overlap":
                 ctx["thread"] = CommThread(comm, views, params.algorithm, {"setting": s.name, "mode": mode})

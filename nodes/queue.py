@@ -15,7 +15,7 @@ replies. For each load rho the client sends `num_requests` at rate rho / S, wait
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import zmq
@@ -92,7 +92,8 @@ def _load(comm, ctx: zmq.Context, p: Params) -> dict:
     client.connect(addresses[0])
     rng = np.random.default_rng(p.seed)
     service_s = p.service_ms / 1000
-    rows, raw = [], {}
+    rows = []
+    raw: dict[str, Any] = {}  # name -> the load's requests' stamps, for np.savez
     try:
         for k, rho in enumerate(p.loads):
             first = k * n

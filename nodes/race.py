@@ -90,7 +90,7 @@ def run_variant(variant: str, num_procs: int, n: int) -> dict:
     """Start `num_procs` processes, release them together, and count what reached the counter."""
     ctx = multiprocessing.get_context("fork")
     start = ctx.Barrier(num_procs + 1)  # released when every process is ready, so they really race
-    tmp = None
+    tmp = ""  # the atomic variant's file
     if variant == "no lock":
         counter = ctx.RawValue("q", 0)
         procs = [ctx.Process(target=_no_lock, args=(counter, start, n)) for _ in range(num_procs)]

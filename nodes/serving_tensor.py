@@ -91,7 +91,7 @@ class Params:
                     f"{config.heads} heads the simulation cuts d_model into more heads), got {list(self.simulate)}",
                 )
 
-    def config(self, shape: str) -> ModelConfig:
+    def config(self, shape: Shape) -> ModelConfig:
         return ModelConfig(**SHAPES[shape], context=self.context, dtype="float32")
 
     @property
@@ -100,7 +100,7 @@ class Params:
             self.batch, self.prompt_tokens, self.new_tokens, self.temperature, self.block_size, self.kernel
         )
 
-    def sizes(self, shape: str, ranks: int) -> tuple[int, ...]:
+    def sizes(self, shape: Shape, ranks: int) -> tuple[int, ...]:
         """The t run for `shape`: 1 (one process: the reference) and `tensor`, or every t up to the
         ranks dividing its heads."""
         if self.tensor is not None:

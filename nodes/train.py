@@ -132,7 +132,7 @@ def main(comm, params: Params) -> dict:
         record, dp = train_mode(comm, mode, setup, sampler, steps, tick)
         modes.append(record)
     out = {"ok": True, "modes": modes}
-    if comm.rank == 0:
+    if comm.rank == 0 and dp is not None:  # dp: the last mode's (Params has at least one)
         if comm.run_dir is not None:
             save_model(comm.run_dir / "model.npz", setup.config, dp.model.params)
         tokens = generate(

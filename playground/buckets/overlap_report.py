@@ -127,11 +127,10 @@ def setting_rows_of(results: list[dict], si: int, s, iters: int) -> tuple[list[d
                 "wrong": wrong,
             }
         )
+        first = earliest_first_wrong(checked)
         if wrong:
-            failures.append(
-                f"{s.name} {mode}: {wrong} wrong elements (summed over ranks and steps; "
-                f"{describe_first_wrong(earliest_first_wrong(checked))})"
-            )
+            where = describe_first_wrong(first) if first is not None else "no rank recorded where"
+            failures.append(f"{s.name} {mode}: {wrong} wrong elements (summed over ranks and steps; {where})")
     return rows, failures
 
 

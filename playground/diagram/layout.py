@@ -130,9 +130,9 @@ def inside_calls(flows: list[Flow], chosen: list[Call]) -> list[Flow]:
     for call in chosen:
         for rank, w in call.windows.items():
             windows[rank].append(w)
-    for w in windows.values():
-        w.sort()
-    starts = {r: [a for a, _ in w] for r, w in windows.items()}
+    for spans in windows.values():
+        spans.sort()
+    starts = {r: [a for a, _ in spans] for r, spans in windows.items()}
 
     def within(rank: int, t: float) -> bool:
         i = bisect.bisect_right(starts.get(rank, []), t) - 1

@@ -31,9 +31,10 @@ import numpy as np
 import zmq
 
 from playground.comm.delay import DelayedTransport
+from playground.comm.transport import Transport
 from playground.comm.zmq_transport import ZmqTransport
 from playground.core.argparser import OneLineParser
-from playground.core.errors import LabError
+from playground.core.errors import LabError, WaitTimeout
 from playground.core.sizes import format_duration, format_rate, format_size, parse_duration, parse_rate
 from playground.core.topology import host_addr, tbf_burst_bytes
 from playground.hosts import netns
@@ -90,6 +91,10 @@ def spaced_one_way_us(gap_s: float, delay_s: float = 0.0, count: int = 300) -> f
                 lat = []
                 for _ in range(count):
                     msg = receiver.receive(10_000)
+                    if msg is None:
+                        raise WaitTimeout(
+                            "the probe's receiver got nothing for 10 s", what="a probe", waited_s=10.0
+                        )
                     lat.append(time.monotonic() - msg.array()[0] - delay_s)
                 os.write(write, f"{statistics.median(lat[count // 10 :]) * 1e6:.3f}".encode())
             finally:
@@ -98,7 +103,7 @@ def spaced_one_way_us(gap_s: float, delay_s: float = 0.0, count: int = 300) -> f
         with netns.entered(cluster.host_ns[0]):  # ZeroMQ's I/O threads are born inside, and gone after
             ctx = zmq.Context()
             pull = ctx.socket(zmq.PULL)
-            sender = ZmqTransport(0, ctx, pull, endpoints, "tcp")
+            sender: Transport = ZmqTransport(0, ctx, pull, endpoints, "tcp")
             if delay_s:
                 sender = DelayedTransport(sender, 0, ctx, endpoints, ["h0", "h1"], delay_s)
             for _ in range(count):

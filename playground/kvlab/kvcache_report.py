@@ -166,7 +166,8 @@ def _bench_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str
 def report(per_policy: list[dict], params, run_dir) -> Report:
     """The report from rank 0's per-policy results (server stats, samples and every client's
     result); `params` is the node's Params."""
-    files, notes = [], []
+    files: list[str] = []
+    notes: list[str] = []
     if params.workload == "section46":
         tables, notes, failures, files = _replay_tables(params, per_policy, Path(run_dir))
         plot_memory(

@@ -40,7 +40,7 @@ class _Job:
     spec: RequestSpec
     generated: int = 0
     waited: bool = False
-    first_refused_s: float | None = None
+    first_refused_s: float = 0.0  # when it was first refused or last preempted (once `waited`)
 
     @property
     def length(self) -> int:
@@ -59,7 +59,12 @@ class ReplayStats:
 
 def _verify(client: KVClient, seq_id: int, key: int, length: int, width: int) -> bool:
     header, kv = client.check("read", seq_id=seq_id)
-    return header["num_tokens"] == length and np.array_equal(kv, kv_for(key, 0, length, width))
+    return header["num_tokens"] == length and _same(kv, kv_for(key, 0, length, width))
+
+
+def _same(got: np.ndarray | None, want: np.ndarray) -> bool:
+    """A read's KV equals `want` (a reply without KV does not)."""
+    return got is not None and np.array_equal(got, want)
 
 
 def replay(
@@ -208,7 +213,7 @@ def run_fork_workload(client: KVClient, spec: ForkSpec, width: int, prefix_cachi
             client.check("free", seq_ids=[parent])
         st = client.check("stats")[0]
         ok = all(
-            np.array_equal(client.check("read", seq_id=c)[1], np.concatenate([prompt_kv, branch_kv[b]]))
+            _same(client.check("read", seq_id=c)[1], np.concatenate([prompt_kv, branch_kv[b]]))
             for b, c in enumerate(children)
         )
         client.check("free", seq_ids=children)

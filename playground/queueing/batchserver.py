@@ -129,7 +129,7 @@ class _Server:
         t_start = self.busy_from if self.busy_from is not None else time.monotonic()
         queue = self.queue
         size = max(1, min(len(queue), self.max_batch_of(queue[0][1])))
-        batch = []
+        batch: list[Item] = []
         while queue and len(batch) < size and queue[0][0] <= t_start:  # queued when it started
             batch.append(queue.popleft()[1])
         size = len(batch)

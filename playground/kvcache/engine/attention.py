@@ -33,7 +33,7 @@ from playground.transformer.generate import cached_attention
 from playground.transformer.layers import softmax
 
 Kernel = Literal["native", "numpy"]  # the decode attention kernels: C, or numpy beside it
-KERNELS: tuple[str, ...] = get_args(Kernel)
+KERNELS: tuple[Kernel, ...] = get_args(Kernel)
 
 
 @dataclass(frozen=True)

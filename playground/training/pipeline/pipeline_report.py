@@ -44,6 +44,12 @@ RUN_COLUMNS = {
     "step_model_ms": "model ",
     "param_gap": "params vs 1 process",
 }
+RUN_LEGEND = {
+    "held": "micro-batches whose activations each stage held at once at most (stage 0 / 1 / ...), "
+    "beside the schedule's formula",
+    "param_gap": "largest parameter difference to one process on the whole batch, relative to "
+    "the largest parameter",
+}
 MEMORY_COLUMNS = {
     "schedule": "schedule",
     "m": "m",
@@ -152,12 +158,7 @@ def report(
             "per run: median of the timed steps",
             rows,
             RUN_COLUMNS,
-            legend={
-                "held": "micro-batches whose activations each stage held at once at most (stage 0 / 1 / ...), "
-                "beside the schedule's formula",
-                "param_gap": "largest parameter difference to one process on the whole batch, relative to "
-                "the largest parameter",
-            },
+            legend=RUN_LEGEND,
         ),
         Table(
             "activations held for backward (the arrays' bytes, counted as kept and dropped)",

@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos, serve."""
 
 import argparse
 import os
@@ -104,6 +104,12 @@ def _cmd_calibrate(args) -> int:
     from playground.commands.calibrate import run_calibrate
 
     return run_calibrate(args)
+
+
+def _cmd_serve(args) -> int:
+    from playground.commands.serve import run_serve
+
+    return run_serve(args)
 
 
 def _cmd_results(args) -> int:
@@ -214,6 +220,7 @@ def build_parser(
     from playground.commands.calibrate import add_calibrate_parser
     from playground.commands.chaos import add_chaos_parser
     from playground.commands.results import add_results_parser
+    from playground.commands.serve import add_serve_parser
     from playground.sim.command import add_simulate_parser
 
     add_bench_parser(sub, _cmd_bench)
@@ -221,6 +228,7 @@ def build_parser(
     add_calibrate_parser(sub, _cmd_calibrate)
     add_results_parser(sub, _cmd_results)
     add_chaos_parser(sub, _cmd_chaos)
+    add_serve_parser(sub, _cmd_serve)
 
     lec = sub.add_parser(
         "lecture",

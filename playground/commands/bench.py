@@ -47,9 +47,10 @@ def add_bench_parser(sub, func) -> None:
     b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
     b.add_argument(
         "collective",
-        choices=[*ALGORITHMS, "p2p", "table", "copy"],
+        choices=[*ALGORITHMS, "p2p", "table", "copy", "serving", "speculative"],
         help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH; "
-        "`copy`: the machine's copy bandwidth, one core and all, and the shm all-reduce's bound",
+        "`copy`: the machine's copy bandwidth, one core and all, and the shm all-reduce's bound; "
+        "`serving`: the HTTP server under Poisson load; `speculative`: speculative decoding's speed-up",
     )
     b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
     b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
@@ -121,6 +122,9 @@ def add_bench_parser(sub, func) -> None:
         metavar="KEY=VALUE",
         help="any other scenario key, as for `run` (e.g. fault.rank=1 fault.action=corrupt)",
     )
+    from playground.commands.bench_serving import add_serving_arguments
+
+    add_serving_arguments(b)
     b.set_defaults(func=func)
 
 
@@ -155,6 +159,12 @@ def run_bench(args) -> int:
     check_form_flags(args)
     if args.wide:
         os.environ["PLAYGROUND_WIDE"] = "1"
+    if args.collective in ("serving", "speculative"):
+        from playground.commands import bench_serving
+
+        return (bench_serving.run_serving if args.collective == "serving" else bench_serving.run_speculative)(
+            args
+        )
     if args.collective == "table":
         from playground.commands.benchtable import run_table
 

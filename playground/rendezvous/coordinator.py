@@ -278,7 +278,7 @@ class Coordinator(FailureDetection):
                 self.timers.pop(0)[1]()
             if self.heartbeat_lost_s is not None:
                 self.check_heartbeats(now, self.started_at, self.heartbeat_lost_s)
-        return self.abort_deadline is not None and self.abort_settled(now, self.abort_deadline)
+        return self.abort_settled(now)
 
     # -- failing the run ---------------------------------------------------------------------
     def check_scenarios(self) -> bool:

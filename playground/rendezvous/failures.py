@@ -182,13 +182,17 @@ class FailureDetection:
         """One control message to one rank (the Coordinator's router)."""
         raise NotImplementedError
 
-    def abort_settled(self, now: float, deadline: float) -> bool:
+    def abort_settled(self, now: float) -> bool:
         """After the abort: whether to stop waiting for ranks to report, blaming the silent ones.
 
         At the abort deadline in any case; sooner (SETTLE_S after the abort went out) once every rank
         that reported has also gone, if a silent rank may be the root cause: a hung rank would never
         answer, so waiting longer only delays the verdict. A failure that explains the run without
-        them leaves the silent ranks the whole grace, to answer the abort as the others did."""
+        them leaves the silent ranks the whole grace, to answer the abort as the others did. Before an
+        abort there is nothing to settle."""
+        deadline = self.abort_deadline
+        if deadline is None:
+            return False
         everyone = set(range(self.n))
         silent = everyone - self.exited - self.reported - self.lost
         # Under another launcher a rank that never registered may just be late: it was never told

@@ -25,16 +25,19 @@ def need(available: bool, reason: str) -> None:
         return
     if os.environ.get("PLAYGROUND_REQUIRE_TOOLS"):
         pytest.fail(f"{reason}, and PLAYGROUND_REQUIRE_TOOLS is set (.ci/run installs it)")
-    _note_skipped()
-    pytest.skip(f"{reason}; set PLAYGROUND_REQUIRE_TOOLS=1 to make this a failure")
+    pytest.skip(f"{reason}; {SKIP_SAYS}")
 
 
-def _note_skipped() -> None:
-    """The current test's id, one line, into the file PLAYGROUND_SKIPPED_TOOLS names (if any)."""
-    path, current = os.environ.get("PLAYGROUND_SKIPPED_TOOLS"), os.environ.get("PYTEST_CURRENT_TEST", "")
-    if path and current:
+SKIP_SAYS = "set PLAYGROUND_REQUIRE_TOOLS=1 to make this a failure"  # how conftest knows a tool's skip
+
+
+def note_skipped(report) -> None:
+    """A test that skipped for a missing tool, its id one line in the file PLAYGROUND_SKIPPED_TOOLS
+    names (conftest's report hook: also a test skipped by a module fixture that skipped before it)."""
+    path = os.environ.get("PLAYGROUND_SKIPPED_TOOLS")
+    if path and report.skipped and SKIP_SAYS in str(report.longrepr):
         with open(path, "a") as f:
-            f.write(current.rsplit(" (", 1)[0] + "\n")
+            f.write(report.nodeid + "\n")
 
 
 def have(*tools: str) -> bool:

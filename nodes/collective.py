@@ -23,6 +23,7 @@ from playground.collectives import ALGORITHMS, IN_PLACE, registry
 from playground.collectives.alltoall import check_counts
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
+from playground.config.node import NodeContract
 from playground.core.dtypes import DTYPES
 from playground.core.errors import ParamError, UsageError
 from playground.core.sizes import Size, format_size
@@ -30,8 +31,8 @@ from playground.display.report import Report
 from playground.models.calibration import LinkSpec, load_model, run_network
 from playground.sim.calibrated import calibrated_model, install_alltoall_picks
 
-Collective = Literal[registry.COLLECTIVES]
-Algorithm = Literal[registry.all_names()]
+Collective = registry.CollectiveName
+Algorithm = registry.AlgorithmName
 
 
 @dataclass(frozen=True)
@@ -135,3 +136,6 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         model=model,
         modelled=calibrated_model(model, params.collective, len(results)),
     )
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

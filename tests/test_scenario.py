@@ -1,6 +1,7 @@
 """Scenario loading and validation: every bad input is one line naming where it came from (the file
 and key, or the flag that overrode it) and what is allowed."""
 
+import dataclasses
 import re
 
 import pytest
@@ -194,6 +195,23 @@ def test_bad_hosts_input_is_one_clear_line(tmp_path, overrides, fragment):
         load_scenario(in_file)
     assert fragment in str(e.value) and in_file in str(e.value) and "\n" not in str(e.value)
     assert_names_the_flag(write(tmp_path, HOSTS), overrides, fragment)
+
+
+def test_the_transports_registry_says_which_kinds_cross_hosts(tmp_path, monkeypatch):
+    """The scenario check asks the transport's registry entry, not its name: a launched kind without
+    an end across hosts is refused with hosts, whatever it is called."""
+    from playground.comm import registry
+
+    for kind in registry.LAUNCHED:
+        if registry.BY_NAME[kind].crosses_hosts:
+            assert load_scenario(write(tmp_path, HOSTS), transport=kind).transport == kind
+        else:
+            with pytest.raises(ScenarioError, match=f"--transport: with hosts, .*; {kind} is one host only"):
+                load_scenario(write(tmp_path, HOSTS), transport=kind)
+    one_host_tcp = dataclasses.replace(registry.BY_NAME["tcp"], open_end_across_hosts=None)
+    monkeypatch.setitem(registry.BY_NAME, "tcp", one_host_tcp)
+    with pytest.raises(ScenarioError, match="tcp is one host only"):
+        load_scenario(write(tmp_path, HOSTS), transport="tcp")
 
 
 def test_host_faults_need_hosts(tmp_path):

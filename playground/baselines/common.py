@@ -159,5 +159,6 @@ def combine(
         missing = [rank for rank, rec in enumerate(recs) if rec is None]
         if missing:
             raise UsageError(f"ranks {missing} reported nothing for size {lay.size_bytes}")
-        rows.append(build_row(lay.collective, recs, lay.size_bytes, lay.count, dtype, op, algorithm))
+        found = [rec for rec in recs if rec is not None]  # every rank's: none is missing
+        rows.append(build_row(lay.collective, found, lay.size_bytes, lay.count, dtype, op, algorithm))
     return rows

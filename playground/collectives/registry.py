@@ -12,6 +12,7 @@ formula in `playground/models/costs.py`, and one `Algorithm(...)` line below.
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from playground.collectives.bruck import alltoall_bruck_into
 from playground.collectives.gather import gather_linear, gather_tree
@@ -179,6 +180,21 @@ def flat_allreduce() -> tuple[str, ...]:
 def flat(collective: str) -> tuple[str, ...]:
     """`collective`'s algorithms that run on any flat set of ranks: what the model picks among."""
     return tuple(a.name for a in REGISTRY if a.collective == collective and not a.on_nodes)
+
+
+# The registry's names as parameter types: a node's `Params` field of one takes exactly these names
+# (`build_params` reads the Literal at run time, and the reference lists them); to the type
+# checker, which cannot evaluate a Literal built from the table, they are strings.
+if TYPE_CHECKING:
+    CollectiveName = str
+    AlgorithmName = str
+    FlatAllreduceName = str
+    AllreduceChoice = str
+else:
+    CollectiveName = Literal[COLLECTIVES]
+    AlgorithmName = Literal[all_names()]  # any collective's algorithm, or auto
+    FlatAllreduceName = Literal[flat_allreduce()]
+    AllreduceChoice = Literal[(*flat_allreduce(), AUTO)]  # a flat all-reduce, or auto: the model picks
 
 
 def get(collective: str, algorithm: str) -> Algorithm:

@@ -24,7 +24,7 @@ from playground.collectives.alltoall import check_counts
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
 from playground.config.node import NodeContract
-from playground.core.dtypes import DTYPES
+from playground.core.dtypes import DtypeName
 from playground.core.errors import ParamError, UsageError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
@@ -44,7 +44,7 @@ class Params:
     # bytes as nccl-tests counts them: the whole buffer (all-gather's output, the others' input)
     sizes: tuple[Size, ...] = (8, 1024, 32768, 1 << 20, 4 << 20)
     # element type of the buffers (bfloat16: ml_dtypes'; the half types reduce in numpy, in their type)
-    dtype: Literal[DTYPES] = "float32"
+    dtype: DtypeName = "float32"
     # reduction of allreduce, reduce_scatter, reduce (avg: the sum divided by the rank count, once);
     # with max or min a corrupt drill can go unseen
     op: Literal["sum", "avg", "max", "min"] = "sum"

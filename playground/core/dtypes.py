@@ -8,6 +8,8 @@ has no letter for it), which would arrive as raw bytes: the wire carries its nam
 half types reduce through numpy's ufuncs, in their own type, as nccl-tests' checks expect.
 """
 
+from typing import TYPE_CHECKING, Literal
+
 import ml_dtypes
 import numpy as np
 
@@ -16,6 +18,13 @@ from playground.core.errors import UsageError
 DTYPES = ("float32", "float64", "int32", "int64", "float16", "bfloat16")  # what bench and simulate offer
 HALF = ("float16", "bfloat16")
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+# `DTYPES` as a parameter type (a node's `Params` reads the Literal at run time); a string to the
+# type checker, which cannot evaluate a Literal built from a tuple.
+if TYPE_CHECKING:
+    DtypeName = str
+else:
+    DtypeName = Literal[DTYPES]
 
 
 def parse(name: str) -> np.dtype:

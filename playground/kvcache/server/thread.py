@@ -15,7 +15,7 @@ import zmq
 from playground.core.errors import CommTimeout, LabError
 from playground.kvcache.server.client import KVClient
 from playground.kvcache.server.kv_ops import KVServer
-from playground.kvcache.server.loop import serve
+from playground.kvcache.server.loop import router_socket, serve
 
 TAG_RESULT = 41
 
@@ -62,8 +62,7 @@ class ServerThread(threading.Thread):
 
     def run(self):
         ctx = zmq.Context()
-        sock = ctx.socket(zmq.ROUTER)
-        sock.linger = 0
+        sock = router_socket(ctx)
         try:
             sock.bind(self.bind)
             self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)

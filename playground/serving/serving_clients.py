@@ -23,7 +23,7 @@ import zlib
 
 import numpy as np
 
-from playground.kvcache.server.client import KVClient, KVServerError
+from playground.kvcache.server.client import KVClient, KVServerError, RequestId
 from playground.kvcache.workloads import RequestSpec, section46_requests, text_prompt
 from playground.transformer.generate import generate
 
@@ -159,7 +159,7 @@ def run_prefix(comm, client: KVClient, p, checker: Checker) -> dict:
     prompts = {k: system + text_prompt(10_000 + k, p.user_prompt_tokens) for k in keys}
     by_id, rows, todo = {}, [], list(reversed(keys))
 
-    def submit_next() -> list[int]:
+    def submit_next() -> list[RequestId]:
         if not todo:
             return []
         k = todo.pop()
@@ -167,7 +167,7 @@ def run_prefix(comm, client: KVClient, p, checker: Checker) -> dict:
         by_id[rid] = k
         return [rid]
 
-    def on_reply(header: dict) -> list[int]:
+    def on_reply(header: dict) -> list[RequestId]:
         k = by_id[header["id"]]
         checker.check(k, prompts[k], header, p.new_tokens, p.temperature, k)
         rows.append({"req_id": k, **request_row(header)})

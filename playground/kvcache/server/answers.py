@@ -26,6 +26,7 @@ import os
 from collections import OrderedDict
 from enum import Enum, auto
 from pathlib import Path
+from typing import TextIO
 
 from playground.core.errors import UsageError
 from playground.kvcache.server import protocol as P
@@ -62,7 +63,7 @@ class AnswerTable:
         self.num_attached = 0  # re-sends of a request still running
         self.num_loaded = 0  # answers read from the journal at start
         self.path = Path(journal) if journal is not None else None
-        self._file = None
+        self._file: TextIO | None = None
         self._lines = 0  # lines in the journal file
         if self.path is not None:
             try:
@@ -91,7 +92,8 @@ class AnswerTable:
             self._same(key, fp, self.running[key])
             self.num_attached += 1
             return Seen.RUNNING, None
-        found = self.answers.get(key[0], {}).get(key[1])
+        mine = self.answers.get(key[0])
+        found = mine.get(key[1]) if mine is not None else None
         if found is None:
             return Seen.NEW, None
         self._same(key, fp, found[0])

@@ -32,13 +32,14 @@ from collections.abc import Callable
 import numpy as np
 import zmq
 
-from playground.core.errors import MessageMismatch, PlaygroundError, WaitTimeout
+from playground.core.errors import MessageMismatch, PlaygroundError, UsageError, WaitTimeout
 from playground.kvcache.server import protocol as P
 
 WAIT_SLICE_S = 0.1  # longest single poll: `on_wait` is called between slices
 PING_EVERY_S = 1.0  # while it waits for generate replies, a client pings at least this often
 RESENDS = 3  # times a lost request is sent again before it is reported lost
 REMEMBERED = 4096  # answered ids remembered, so that a second reply to one is dropped
+RequestId = int | str
 
 
 class KVServerError(PlaygroundError):
@@ -104,14 +105,14 @@ class KVClient:
         self.width: int | None = None
         self.lease_s: float | None = None
         self.server_id: str | None = None  # the instance id of the server last heard from
-        self.submitted: dict[int, float] = {}  # generate request id -> perf_counter when sent
+        self.submitted: dict[RequestId, float] = {}  # generate request id -> perf_counter when sent
         self.unwanted: set = set()  # ids whose replies are dropped: pings not waited for, requests given up
-        self.requests: dict[int, list[bytes]] = {}  # generate requests not answered: their frames
-        self.sent_at: dict[int, int] = {}  # request or ping id -> the number of its last send
+        self.requests: dict[RequestId, list[bytes]] = {}  # generate requests not answered: their frames
+        self.sent_at: dict[RequestId, int] = {}  # request or ping id -> the number of its last send
         self.num_sends = 0  # messages sent, in order: what a ping's reply covers
-        self.resent: dict[int, int] = defaultdict(int)  # request id in flight -> times sent again
+        self.resent: dict[RequestId, int] = defaultdict(int)  # request id in flight -> times sent again
         self.num_resent = 0  # requests sent again, in all
-        self.answered: OrderedDict[int, None] = OrderedDict()  # the newest REMEMBERED answered ids
+        self.answered: OrderedDict[RequestId, None] = OrderedDict()  # the newest REMEMBERED answered ids
         self.num_duplicates = 0  # replies to a request already answered, dropped
 
     def _no_reply(self, what: str) -> PlaygroundError:
@@ -184,27 +185,30 @@ class KVClient:
         assert out is not None, "an attend reply carries its output"
         return out.reshape(len(seq_ids), header["heads"], header["head_dim"])
 
-    def _send(self, key: int, frames: list[bytes]) -> None:
+    def _send(self, key: RequestId, frames: list[bytes]) -> None:
         """Send a request or ping, noting which send it was."""
         self.sock.send_multipart(frames, copy=False)
         self.num_sends += 1
         self.sent_at[key] = self.num_sends
 
-    def submit(self, prompt, max_new_tokens: int, **fields) -> int:
+    def submit(self, prompt, max_new_tokens: int, request_id: str | None = None, **fields) -> RequestId:
         """Send a generate request (prompt: a string or token ids; fields: n, temperature, seed);
-        returns its id, for `collect`."""
-        self.next_id += 1
+        returns its id, for `collect`: `request_id` if given (a name the caller keeps, e.g. the
+        same for the same request after the caller itself restarted), else the next number."""
+        if request_id is None:
+            self.next_id += 1
+        rid: RequestId = self.next_id if request_id is None else request_id
+        if rid in self.requests:
+            raise UsageError(f"request id {rid!r} is in flight already", field="request_id")
         if not isinstance(prompt, str):
             prompt = [int(t) for t in prompt]
-        request = P.encode_request(
-            "generate", id=self.next_id, prompt=prompt, max_new_tokens=max_new_tokens, **fields
-        )
-        self.requests[self.next_id] = request
-        self._send(self.next_id, request)
-        self.submitted[self.next_id] = time.perf_counter()
-        return self.next_id
+        request = P.encode_request("generate", id=rid, prompt=prompt, max_new_tokens=max_new_tokens, **fields)
+        self.requests[rid] = request
+        self._send(rid, request)
+        self.submitted[rid] = time.perf_counter()
+        return rid
 
-    def collect(self, ids, on_reply=lambda header: None) -> dict[int, dict]:
+    def collect(self, ids, on_reply=lambda header: None) -> dict[RequestId, dict]:
         """The replies (headers) to the generate requests `ids`, as they come; `on_reply` is
         called with each and may return ids of requests it submitted, which are waited for too
         (a closed loop). The lease is renewed only by what this client sends, so unless it sent
@@ -213,7 +217,7 @@ class KVClient:
         timeout_s; requests a ping's reply shows lost are sent again, and ServerLost once one is
         lost more than `resends` times (module docstring)."""
         pending, pings = set(ids), set()
-        out: dict[int, dict] = {}
+        out: dict[RequestId, dict] = {}
         every_s = min(self.timeout_s, self.lease_s or self.timeout_s, 3 * PING_EVERY_S) / 3
         heard_s = sent_s = time.monotonic()
         try:
@@ -237,7 +241,7 @@ class KVClient:
                 if reply_id in pings:
                     pings.discard(reply_id)
                     self._check_held(pending, reply_id, header, before)
-                elif isinstance(reply_id, int) and reply_id in pending:
+                elif isinstance(reply_id, int | str) and reply_id in pending:
                     pending.discard(reply_id)
                     self._answered(reply_id)
                     out[reply_id] = header
@@ -261,7 +265,7 @@ class KVClient:
                 self.sent_at.pop(p, None)
         return out
 
-    def _answered(self, reply_id: int) -> None:
+    def _answered(self, reply_id: RequestId) -> None:
         sent = self.submitted.pop(reply_id)
         self.latencies_us["generate"].append((time.perf_counter() - sent) * 1e6)
         self.requests.pop(reply_id, None)

@@ -123,7 +123,7 @@ class ModelServer(KVServer):
         key = request_key(client, h.get("id"))
         if key is not None:
             seen, answer = self.answers.seen(key, h)
-            if seen is Seen.ANSWERED:
+            if answer is not None:  # Seen.ANSWERED
                 return {**answer, "replayed": True}
             if seen is Seen.RUNNING:
                 return None  # its one reply comes when it finishes

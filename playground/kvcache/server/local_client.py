@@ -8,7 +8,7 @@ import numpy as np
 
 from playground.core.errors import MessageMismatch
 from playground.kvcache.server import protocol as P
-from playground.kvcache.server.client import KVClient
+from playground.kvcache.server.client import KVClient, RequestId
 from playground.kvcache.server.kv_ops import KVServer
 
 
@@ -21,7 +21,7 @@ class LocalClient(KVClient):
         self.next_id = 0
         self.latencies_us = defaultdict(list)
         self.width, self.lease_s = server.width, server.lease_s
-        self.submitted: dict[int, float] = {}
+        self.submitted: dict[RequestId, float] = {}
         self.outbox: list[dict] = []  # reply headers not collected yet
 
     def call(self, op: str, kv: np.ndarray | None = None, **fields) -> tuple[dict, np.ndarray | None]:
@@ -32,18 +32,18 @@ class LocalClient(KVClient):
         assert frames is not None, f"{op} is answered at once"
         return P.decode_reply(frames, self.width if op == "read" else None)
 
-    def submit(self, prompt, max_new_tokens: int, **fields) -> int:
-        self.next_id += 1
+    def submit(self, prompt, max_new_tokens: int, request_id: str | None = None, **fields) -> RequestId:
+        if request_id is None:
+            self.next_id += 1
+        rid: RequestId = self.next_id if request_id is None else request_id
         prompt = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
-        request = P.encode_request(
-            "generate", id=self.next_id, prompt=prompt, max_new_tokens=max_new_tokens, **fields
-        )
+        request = P.encode_request("generate", id=rid, prompt=prompt, max_new_tokens=max_new_tokens, **fields)
         frames = self.server.handle(self.identity, request)
-        if frames is not None:  # refused at once: its error reply is the answer
+        if frames is not None:  # answered at once (refused, or answered before): its reply
             self.outbox.append(P.decode_reply(frames)[0])
-        return self.next_id
+        return rid
 
-    def collect(self, ids, on_reply=lambda header: None) -> dict[int, dict]:
+    def collect(self, ids, on_reply=lambda header: None) -> dict[RequestId, dict]:
         """Steps the server's engine until every request in `ids` is answered (one client only)."""
         pending, out = set(ids), {}
         while pending:

@@ -59,6 +59,26 @@ def replay_figures(setup: dict) -> dict:
     }
 
 
+def history(setup: dict) -> dict:
+    """The setup's requests as a history: answered (an ok reply, once: a client collects each id
+    once), and generated (the engine's finished requests, plus those a restarted server found in
+    its journal); `twice` = generated - answered must be 0. `replayed`: answers a re-send got from
+    the finished-id table instead of a second generation."""
+    answered = 0
+    for c in setup["clients"].values():
+        answered += sum(1 for r in c.get("requests", []) if r["ok"]) + len(c.get("modes", []))
+        answered += sum(b["batch"] - b["failed"] for b in c.get("batches", []))
+    answers = setup["stats"].get("answers") or {}
+    generated = setup["stats"]["engine"]["finished_requests"] + answers.get("loaded", 0)
+    return {
+        "answered": answered,
+        "generated": generated,
+        "twice": generated - answered,
+        "replayed": answers.get("replayed", 0),
+        "loaded": answers.get("loaded", 0),
+    }
+
+
 def batch_figures(batches: list[dict]) -> list[dict]:
     """Per batch size: a decode step's median time (its p10-p90), tokens/s = batch / step."""
     rows = []

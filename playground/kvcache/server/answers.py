@@ -61,7 +61,7 @@ class AnswerTable:
         self.answers: dict[bytes, OrderedDict[str, tuple[str, dict]]] = {}  # client -> id -> (fp, reply)
         self.num_replayed = 0  # re-sends answered from the table
         self.num_attached = 0  # re-sends of a request still running
-        self.num_loaded = 0  # answers read from the journal at start
+        self.num_loaded = 0  # completions (ok answers) read from the journal at start
         self.path = Path(journal) if journal is not None else None
         self._file: TextIO | None = None
         self._lines = 0  # lines in the journal file
@@ -147,7 +147,9 @@ class AnswerTable:
                     self._keep(key, entry["fingerprint"], entry["reply"])
                 except (ValueError, KeyError, TypeError):
                     continue  # a torn last line, or not ours
-            self.num_loaded = self.num_answers
+            self.num_loaded = sum(
+                1 for mine in self.answers.values() for _, r in mine.values() if r.get("ok")
+            )
         self._compact()
 
     def _compact(self) -> None:

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from playground.collectives import registry
 from playground.comm.group import new_group
 from playground.config.node import NodeContract
@@ -141,7 +143,7 @@ def main(comm, params: Params) -> dict:
 
 
 @functools.cache
-def _weights(config: ModelConfig, seed: int) -> dict:
+def _weights(config: ModelConfig, seed: int) -> np.ndarray:
     return init_params(config, seed)
 
 

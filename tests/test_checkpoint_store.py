@@ -45,7 +45,9 @@ def test_one_flipped_byte_is_refused_naming_the_part_and_the_previous_checkpoint
     data = bytearray(part.read_bytes())
     data[len(data) // 2] ^= 0x01
     part.write_bytes(bytes(data))
-    with pytest.raises(CheckpointRefused, match=r"part-1.npz has SHA-256 .* its manifest says .* \(corrupted\)"):
+    with pytest.raises(
+        CheckpointRefused, match=r"part-1.npz has SHA-256 .* its manifest says .* \(corrupted\)"
+    ):
         store.open_checkpoint(store.step_dir(tmp_path, 20))
     found, skipped = store.newest_whole(tmp_path)
     assert found is not None and found.step == 10

@@ -84,7 +84,7 @@ def encode_part(arrays: dict[str, np.ndarray], meta: dict) -> bytes:
 
 def decode_part(data: bytes) -> tuple[dict[str, np.ndarray], dict]:
     with np.load(io.BytesIO(data), allow_pickle=False) as f:
-        arrays = {k: np.ascontiguousarray(f[k]) for k in f.files if k != "meta"}
+        arrays = {k: f[k] for k in f.files if k != "meta"}  # as saved (0-d stays 0-d)
         meta = json.loads(str(f["meta"]))
     return arrays, meta
 
@@ -102,28 +102,61 @@ class Part:
         return {"rank": self.rank, "file": self.file, "sha256": self.sha256, "bytes": self.num_bytes}
 
 
-def write_part(directory: Path, rank: int, arrays: dict[str, np.ndarray], meta: dict) -> Part:
-    """Rank `rank`'s part in `directory` (made if needed), then its record beside it (part-R.json):
-    a part with a record is on the disk whole."""
+def write_part(
+    directory: Path, rank: int, arrays: dict[str, np.ndarray], meta: dict, position: dict | None = None
+) -> Part:
+    """Rank `rank`'s part in `directory` (made if needed), then its record beside it (part-R.json,
+    with the checkpoint's `position`): a part with a record is on the disk whole."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     data = encode_part(arrays, meta)
     part = Part(rank, part_name(rank), hashlib.sha256(data).hexdigest(), len(data))
     write_atomic(directory / part.file, data)
-    write_atomic(directory / f"part-{rank}.json", json.dumps(part.to_dict()).encode())
+    record = {**part.to_dict(), "position": position or {}}
+    write_atomic(directory / f"part-{rank}.json", json.dumps(record).encode())
     return part
 
 
-def written_parts(directory: Path, world_size: int) -> list[Part] | None:
+def part_records(directory: Path, world_size: int) -> list[dict] | None:
     """Every rank's part record in `directory`, or None while one is missing."""
-    parts = []
+    records = []
     for rank in range(world_size):
         try:
-            record = json.loads((Path(directory) / f"part-{rank}.json").read_text())
+            records.append(json.loads((Path(directory) / f"part-{rank}.json").read_text()))
         except (OSError, ValueError):
             return None
-        parts.append(Part(rank, record["file"], record["sha256"], record["bytes"]))
-    return parts
+    return records
+
+
+def written_parts(directory: Path, world_size: int) -> list[Part] | None:
+    """Every rank's part as its record lists it, or None while one is missing."""
+    records = part_records(directory, world_size)
+    if records is None:
+        return None
+    return [Part(r["rank"], r["file"], r["sha256"], r["bytes"]) for r in records]
+
+
+def complete(directory: Path, identity: dict) -> bool:
+    """Write the manifest of a checkpoint whose every part is on the disk, whole, but whose committing
+    rank died before it wrote it: every rank had done its part, so the commit stands (what a
+    two-phase commit's recovery does when every participant voted yes). Only once no writer lives
+    (the launcher, between generations). False when a part is missing, torn or its records disagree."""
+    directory = Path(directory)
+    world_size = identity.get("world_size")
+    if (directory / MANIFEST).exists() or not isinstance(world_size, int):
+        return False
+    records = part_records(directory, world_size)
+    if records is None or len({json.dumps(r.get("position"), sort_keys=True) for r in records}) != 1:
+        return False
+    parts = [Part(r["rank"], r["file"], r["sha256"], r["bytes"]) for r in records]
+    for part in parts:
+        try:
+            if hashlib.sha256((directory / part.file).read_bytes()).hexdigest() != part.sha256:
+                return False
+        except OSError:
+            return False
+    write_manifest(directory, step_of(directory), identity, parts, records[0]["position"])
+    return True
 
 
 def write_manifest(directory: Path, step: int, identity: dict, parts: list[Part], position: dict) -> None:
@@ -295,4 +328,14 @@ def sweep(root: Path, keep_whole: int | None = None, up_to: int | None = None) -
                 continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
+    return removed
+
+
+def discard_after(root: Path, step: int | None) -> list[Path]:
+    """Remove every checkpoint newer than `step` (all of them for None): what a restarted group will
+    write again. A newer one is torn or refused (else it would have been chosen), and a part record
+    left in it would pass for the new group's."""
+    removed = [p for p in candidates(root) if step is None or step_of(p) > step]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
     return removed

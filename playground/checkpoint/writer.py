@@ -14,7 +14,8 @@ The committing rank (rank 0) then waits, in the same thread (or the caller, sync
 every rank's part record to appear (each is written only once its part is whole on the disk), writes
 the manifest and removes the checkpoints older than the newest `keep` (`store.sweep`). A rank that
 dies mid-write leaves no part record, so no manifest is written: the checkpoint is ignored and the
-previous one stays the newest whole.
+previous one stays the newest whole. If every part was written but rank 0 died before its manifest,
+the launcher writes it (`store.complete`).
 
 Each checkpoint's record (`records`): its step, the stall (how long `save` held the caller), the
 write's own time, the commit's wait, its bytes, and whether it was committed here.
@@ -80,7 +81,7 @@ class PartWriter:
         try:
             t0 = time.perf_counter()
             directory = store.step_dir(self.root, step)
-            part = store.write_part(directory, self.rank, arrays, meta)
+            part = store.write_part(directory, self.rank, arrays, meta, position)
             record["write_s"], record["bytes"] = time.perf_counter() - t0, part.num_bytes
             if self.commits:
                 t1 = time.perf_counter()

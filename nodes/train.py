@@ -25,6 +25,7 @@ from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
 from playground.training import ddp_baseline, training_report
+from playground.training.checkpointing import Checkpoints, check_policy, identity
 from playground.training.loop import train_mode
 from playground.training.modes import MODES, NAMES, Mode
 from playground.training.step import TrainingShape, TrainSetup
@@ -69,6 +70,9 @@ class Params(TrainingShape):
     # calibration (./calibration.json), else a labelled default
     model: LinkSpec | None = None
     baseline: Literal["ddp"] | None = None  # ddp: the same training with PyTorch DDP over Gloo beside ours
+    checkpoint_every: int = 0  # save a checkpoint every this many steps (and at each mode's end); 0: none
+    checkpoint_async: bool = True  # written by a thread while the steps go on; false: the step waits for it
+    checkpoint_keep: int = 2  # the newest whole checkpoints kept in the run directory
 
     def __post_init__(self):
         self.model_config  # noqa: B018 - raises ParamError naming layers, heads, ...
@@ -98,6 +102,7 @@ class Params(TrainingShape):
             ) from None
         if not self.temperature >= 0:
             raise ParamError("temperature", f"must be >= 0 (0: greedy), got {self.temperature}")
+        check_policy(self)
 
     @property
     def schedule(self) -> LRSchedule:
@@ -118,9 +123,18 @@ def check_scenario(params: Params, ranks: int) -> None:
             raise ParamError("params.baseline", f"ddp needs PyTorch: {missing}")
 
 
+def checkpoint_identity(params: Params, ranks: int) -> dict:
+    """What a checkpoint must match to be gone on from: the ranks and every key that trains."""
+    return identity("nodes.train", params, ranks, NOT_TRAINING)
+
+
+NOT_TRAINING = ("sample_bytes", "prompt", "temperature", "model", "baseline")  # a resumed run may change them
+
+
 def main(comm, params: Params) -> dict:
     pin_blas_threads(1)  # N ranks share the cores: one BLAS thread each
     setup, sampler, steps = params.setup(), params.sampler, params.steps
+    checkpoints = Checkpoints.open(comm, params, checkpoint_identity(params, comm.size))
     total = len(params.mode) * steps
     modes, dp = [], None
     for k, mode in enumerate(params.mode):
@@ -129,9 +143,9 @@ def main(comm, params: Params) -> dict:
         def tick(step: int, k=k, mode=mode) -> None:
             comm.progress(k * steps + step + 1, total, f"{mode.name} step {step + 1}/{steps}")
 
-        record, dp = train_mode(comm, mode, setup, sampler, steps, tick)
+        record, dp = train_mode(comm, mode, setup, sampler, steps, tick, checkpoints)
         modes.append(record)
-    out = {"ok": True, "modes": modes}
+    out = {"ok": True, "modes": modes, "checkpoints": checkpoints.close()}
     if comm.rank == 0 and dp is not None:  # dp: the last mode's (Params has at least one)
         if comm.run_dir is not None:
             save_model(comm.run_dir / "model.npz", setup.config, dp.model.params)
@@ -154,4 +168,5 @@ CONTRACT = NodeContract(
     summarize,
     check_scenario=check_scenario,
     threaded=True,  # a communication thread beside the compute
+    checkpoint_identity=checkpoint_identity,
 )

@@ -77,6 +77,7 @@ def test_errors_py_holds_the_classes_we_document():
         "LabError",
         "WaitTimeout",
         "RequestError",
+        "CheckpointRefused",
     }
 
 

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+import numpy as np
+
 from playground.collectives.bucketing import Bucket, plan_buckets
 from playground.training.checks import Reduction
 from playground.training.reducer import AllReduceBuckets
@@ -37,7 +39,12 @@ class GradientStrategy(Protocol):
     (None: the strategy takes nothing during backward); `reduce()`, the communication the step
     waits for after backward; the checks read `reductions()`; `update()`, the optimizer;
     `gather()`, what must follow the update before every rank holds every parameter.
-    `collective_s` is the step's collectives' own time, wherever they ran; `close()` at the end."""
+    `collective_s` is the step's collectives' own time, wherever they ran; `close()` at the end.
+
+    `state()` is this rank's part of the mode's state a checkpoint keeps besides the parameters (the
+    optimizer's: all of it, or this rank's shard), named arrays it may hand out as views;
+    `load_state(state)` goes on from one, so the next step is bit for bit the one it would have
+    taken. A strategy whose parameters are sharded too keeps its shard there."""
 
     buckets: list[Bucket]
     on_grad_ready: Callable[[int], None] | None
@@ -49,6 +56,8 @@ class GradientStrategy(Protocol):
     def update(self) -> None: ...
     def gather(self) -> None: ...
     def close(self) -> None: ...
+    def state(self) -> dict[str, np.ndarray]: ...
+    def load_state(self, state: dict[str, np.ndarray]) -> None: ...
     @property
     def state_bytes(self) -> int: ...
 

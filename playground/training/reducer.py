@@ -104,6 +104,13 @@ class AllReduceBuckets:
     def state_bytes(self) -> int:
         return self.optimizer.state_bytes
 
+    def state(self) -> dict:
+        """Adam's m and v of every parameter, and its step count."""
+        return {f"adam.{k}": v for k, v in self.optimizer.state().items()}
+
+    def load_state(self, state: dict) -> None:
+        self.optimizer.load_state({k.removeprefix("adam."): v for k, v in state.items()})
+
     def close(self) -> None:
         if self.thread is not None:
             self.thread.close()

@@ -19,9 +19,12 @@ every shard, and each shard's owner sums the result it holds.
 
 import time
 
+import numpy as np
+
 from playground.collectives import allgather, reduce_scatter
 from playground.collectives.bucketing import Bucket
 from playground.collectives.chunks import ChunkBounds
+from playground.core.errors import UsageError
 from playground.training.checks import Reduction, checksum, element_sum
 from playground.transformer.optim import Adam
 
@@ -80,6 +83,19 @@ class ZeroOne:
     @property
     def state_bytes(self) -> int:
         return self.optimizer.state_bytes
+
+    def state(self) -> dict:
+        """Adam's m and v of this rank's shard, its step count, and the shard's bounds (checked on load)."""
+        bounds = np.array([self.start, self.stop], dtype=np.int64)
+        return {"shard": bounds, **{f"adam.{k}": v for k, v in self.optimizer.state().items()}}
+
+    def load_state(self, state: dict) -> None:
+        if [int(x) for x in state["shard"]] != [self.start, self.stop]:
+            raise UsageError(
+                f"rank {self.comm.rank}: the saved ZeRO-1 shard is elements {list(state['shard'])}, "
+                f"this rank's is [{self.start}, {self.stop}]"
+            )
+        self.optimizer.load_state({k.removeprefix("adam."): v for k, v in state.items() if k != "shard"})
 
     def close(self) -> None:
         """Nothing to stop: no thread of its own."""

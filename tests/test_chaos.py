@@ -2,9 +2,9 @@
 the requests a restarted server lost within its timeout, and the chaos command runs, judges and
 replays a few drawn runs; bad input is one line, exit 2.
 
-The runs are the chaos command's own (chaos_exec, chaos_kvserver, judged by chaos_checks), so what
-is asserted here is what the command checks on every drawn run: the exit status, failures[0], and
-that nothing is left behind.
+The runs are the chaos command's own (chaos/launched.py, chaos/kvserver.py, judged by
+chaos/checks.py), so what is asserted here is what the command checks on every drawn run: the exit
+status, failures[0], and that nothing is left behind.
 """
 
 import json
@@ -12,11 +12,12 @@ import subprocess
 
 import pytest
 
+from playground.chaos import kvserver, launched, report, results
+from playground.chaos.checks import judge, parse_headline
+from playground.chaos.kinds import Observation
+from playground.chaos.plan import draw, outside, replay_command
 from playground.cli import main
 from playground.cli.testing import PLAYGROUND, subprocess_env
-from playground.commands import chaos_exec, chaos_kvserver, chaos_report, chaos_results
-from playground.commands.chaos_checks import judge, parse_headline
-from playground.commands.chaos_plan import draw, outside, replay_command
 from playground.core.rundir import EXIT_BAD_INPUT
 from playground.hosts import netns
 
@@ -39,7 +40,7 @@ KINDS = [
 @pytest.mark.parametrize(("workload", "ranks", "rank"), KINDS, ids=[f"{w}-rank{r}" for w, _, r in KINDS])
 def test_a_killed_rank_of_each_kind_is_the_root_cause(tmp_path, workload, ranks, rank):
     run = outside(workload, ranks, "SIGKILL", rank, after_s=1.0)
-    obs = chaos_exec.execute(run, tmp_path)
+    obs = launched.execute(run, tmp_path)
     root = parse_headline(obs.result["failures"][0])
     assert obs.exit_code == 1, obs.stderr[-2000:]
     assert root is not None and root[0] == rank and "killed by SIGKILL" in root[3], obs.result["failures"][:3]
@@ -52,7 +53,7 @@ def test_a_killed_rank_of_each_kind_is_the_root_cause(tmp_path, workload, ranks,
 def test_a_stopped_rank_is_named_by_its_process_state(tmp_path, workload, rank):
     """SIGSTOP: the rank can neither work nor answer; the launcher sees state T, not a timeout."""
     run = outside(workload, 2 if workload == "train" else 3, "SIGSTOP", rank, after_s=0.5)
-    obs = chaos_exec.execute(run, tmp_path)
+    obs = launched.execute(run, tmp_path)
     root = parse_headline(obs.result["failures"][0])
     assert obs.exit_code == 1 and root is not None, obs.stderr[-2000:]
     assert root[0] == rank and "stopped (SIGSTOP or Ctrl-Z: process state T)" in root[3], root
@@ -62,7 +63,7 @@ def test_a_stopped_rank_is_named_by_its_process_state(tmp_path, workload, rank):
 
 def test_a_restarted_server_fails_the_lost_requests_within_the_clients_timeout(tmp_path):
     run = outside("kvserver", 2, "server restarted", 0, after_s=0.3)
-    obs = chaos_kvserver.execute(run, tmp_path)
+    obs = kvserver.execute(run, tmp_path)
     assert obs.fault_at is not None, obs.notes
     assert [c["exit"] for c in obs.clients] == [1, 1], obs.stderr
     for c in obs.clients:
@@ -91,7 +92,7 @@ def test_the_chaos_command_runs_judges_and_writes_every_run(runs_dir):
     ]  # the seed decides
     failed = [r for r in records if not r["verdict"]["ok"]]
     assert proc.returncode == (1 if failed else 0), proc.stderr
-    assert failed == [], chaos_report.failed_lines(failed)
+    assert failed == [], report.failed_lines(failed)
     assert summary["table"][-1]["fault"] == "all" and summary["table"][-1]["runs"] == runs
     assert "chaos: 3 runs, seed 11" in proc.stdout and f"{runs} runs in " in proc.stdout
 
@@ -103,7 +104,7 @@ def test_a_failed_run_is_named_with_the_command_that_replays_it():
         "verdict": {"ok": False, "problems": ["wrong root cause: rank 0 ..."]},
         "replay": replay_command(9, 4, True),
     }
-    (line,) = chaos_report.failed_lines([record])
+    (line,) = report.failed_lines([record])
     assert line.startswith("run 4 (#4 train") and "wrong root cause" in line
     assert line.endswith("replay: python -m playground chaos --seed 9 --only 4 --hosts")
 
@@ -163,11 +164,11 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
     measured_again = tmp_path / "seed-2" / "20261204-010000-chaos"  # a later run of a piece replaces it
     measured_again.mkdir()
     (measured_again / "chaos.json").write_text(json.dumps(pieces["seed-2"]))
-    summaries = chaos_results.read_pieces(tmp_path)
+    summaries = results.read_pieces(tmp_path)
     assert [s["seed"] for s in summaries] == [1, 2, 1]
-    assert chaos_results.finished_piece(tmp_path / "seed-3") is None
+    assert results.finished_piece(tmp_path / "seed-3") is None
     assert summaries[1]["started"] == "2026-12-04 01:00"  # the piece measured again, its own date
-    text = chaos_results.page(summaries[:2], 8)
+    text = results.page(summaries[:2], 8)
     assert text.startswith("2 runs on emulated hosts") and "in 2 of 8 pieces of fixed seeds (1, 2)" in text
     assert "| kill | 2 | 1 | 0 | 1 | 0 | 0 | 0.01 | 0.03 | 0.30 |" in text
     assert (
@@ -180,10 +181,10 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
 def test_a_signal_that_finds_the_command_finished_is_missed_not_failed(fault):
     run = outside("serving", 2, fault, 0, after_s=1.9)
     result = {"ok": True, "t0_monotonic_s": 100.0, "elapsed_s": 1.5, "failures": []}
-    late = chaos_exec.Observation(exit_code=0, fault_at=101.6, exited_at=101.7, result=result)
+    late = Observation(exit_code=0, fault_at=101.6, exited_at=101.7, result=result)
     verdict = judge(run, late, {})
     assert verdict.missed and not verdict.problems
-    during = chaos_exec.Observation(exit_code=0, fault_at=101.2, exited_at=101.7, result=result)
+    during = Observation(exit_code=0, fault_at=101.2, exited_at=101.7, result=result)
     verdict = judge(run, during, {})  # a signal during the run must end it: 0 is a wrong exit
     assert not verdict.missed and "exit status 0, expected 130" in verdict.problems[0]
 

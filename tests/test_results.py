@@ -11,6 +11,12 @@ from playground.core.errors import ScenarioError
 from playground.models.calibration import ENVIRONMENT
 
 
+def _config(sections: str, tmp_path) -> results.ResultsConfig:
+    return results.ResultsConfig.from_flags(
+        sections=sections, quick=True, rounds=1, out=tmp_path / "pages", work=tmp_path / "work"
+    )
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     proc = run_cli(["results", "--sections", "nosuch", "--out", str(tmp_path)], timeout_s=30)
     assert proc.returncode == 2
@@ -19,7 +25,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         == "error: --sections nosuch: allowed: collectives, simulator, labs, training, steptime, serving, parallelism, tensor, chaos"
     )
     with pytest.raises(ScenarioError, match="--rounds 0: expected at least 1"):
-        results.run_results(None, True, 0, tmp_path, tmp_path)
+        results.ResultsConfig.from_flags(quick=True, rounds=0, out=tmp_path, work=tmp_path)
 
 
 def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_path, monkeypatch):
@@ -40,7 +46,7 @@ def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_pat
         raise ScenarioError(f"`python -m playground {' '.join(args)}` exited with 1")
 
     monkeypatch.setattr(results.Context, "run", fake_run)
-    code = results.run_results("labs,simulator", True, 1, tmp_path / "pages", tmp_path / "work")
+    code = results.run_results(_config("labs,simulator", tmp_path))
     assert code == 1
     labs = (tmp_path / "pages" / "labs.md").read_text()
     assert labs.startswith("# The labs beside the lecture\n\nMeasured on ")
@@ -79,7 +85,7 @@ def test_pages_with_model_columns_read_one_calibration_measured_first(tmp_path, 
         return None
 
     monkeypatch.setattr(results.Context, "run", fake_run)
-    assert results.run_results("labs", True, 1, tmp_path / "pages", tmp_path / "work") == 0
+    assert results.run_results(_config("labs", tmp_path)) == 0
     assert seen["lecture"].endswith("calibration/calibration.json")
     labs = (tmp_path / "pages" / "labs.md").read_text()
     assert labs.index("python -m playground calibrate --out") < labs.index("python -m playground lecture")
@@ -165,7 +171,7 @@ def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch
         (out / "latest").symlink_to(run)
 
     monkeypatch.setattr(results.Context, "run", fake_run)
-    assert results.run_results("serving", True, 1, tmp_path / "pages", tmp_path / "work") == 0
+    assert results.run_results(_config("serving", tmp_path)) == 0
     page = (tmp_path / "pages" / "serving.md").read_text()
     assert page.startswith("# Serving a model from the paged KV cache\n\nMeasured on ")
     scenarios = (

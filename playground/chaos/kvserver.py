@@ -1,5 +1,5 @@
 """The chaos command's `kvserver` workload: the standalone KV server (`python -m
-playground.kvcache.server --random-model`) and client processes (`chaos_kvclient`), each in a
+playground.kvcache.server --random-model`) and client processes (`kvclient.py`), each in a
 session of its own, generate requests in flight when the fault comes:
 
 - client killed: SIGKILL to one client; the others must finish, and the server must free the
@@ -16,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from playground.cli.testing import subprocess_env
+from playground.chaos.kinds import ChaosRun, Observation
+from playground.chaos.launched import POLL_S, kill_session
 from playground.comm.addresses import free_tcp_port
-from playground.commands.chaos_exec import POLL_S, Observation, _kill_session
-from playground.commands.chaos_plan import ChaosRun
+from playground.core.child import subprocess_env
 from playground.core.errors import PlaygroundError
 from playground.kvcache.server.client import KVClient
 
@@ -58,7 +58,7 @@ def start_server(address: str, out_dir: Path, name: str) -> subprocess.Popen | N
     proc = _spawn([*SERVER, "--bind", address], out_dir, name)
     if _wait_for_line(proc, out_dir / f"{name}.out", "serving", time.monotonic() + START_DEADLINE_S):
         return proc
-    _kill_session(proc.pid)
+    kill_session(proc.pid)
     proc.wait(5)
     return None
 
@@ -75,7 +75,7 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
             return obs
         obs.sessions.append(servers[0].pid)
         for k in range(1, run.ranks + 1):
-            argv = ["-m", "playground.commands.chaos_kvclient", "--address", address, "--name", f"client-{k}",
+            argv = ["-m", "playground.chaos.kvclient", "--address", address, "--name", f"client-{k}",
                     "--requests", run.size.split()[0], "--max-new-tokens", str(MAX_NEW_TOKENS),
                     "--timeout-s", f"{run.timeout_s:g}"]  # fmt: skip
             clients.append(_spawn(argv, out_dir, f"client-{k}"))
@@ -93,13 +93,13 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
         else:
             obs.fault_at = _fire(run, address, servers, clients, out_dir, obs)
         _wait_clients(run, clients, obs)
-        if run.fault == "client killed":
+        if run.fault.target == "client":
             obs.kv_freed = _freed_after_lease(address, run.timeout_s)
         obs.exit_code, obs.exited_at = _stop(servers[-1])
     finally:
         for p in [*servers, *clients]:
             if p is not None and p.poll() is None:
-                _kill_session(p.pid)
+                kill_session(p.pid)
                 p.wait(5)
         for c in obs.clients:  # filled by _wait_clients (empty if the workload never started)
             c["stderr"] = (out_dir / f"client-{c['client']}.err").read_text(errors="replace")[-2000:]
@@ -113,12 +113,12 @@ def _fire(
     run: ChaosRun, address: str, servers: list, clients: list, out_dir: Path, obs: Observation
 ) -> float:
     at = time.monotonic()
-    if run.fault == "client killed":
+    if run.fault.target == "client":
         clients[run.rank - 1].send_signal(signal.SIGKILL)
         return at
     servers[0].send_signal(signal.SIGKILL)
     servers[0].wait(5)
-    if run.fault == "server restarted":
+    if run.fault.restarts:
         servers.append(start_server(address, out_dir, "server-2"))
         if servers[-1] is None:
             obs.notes.append("the restarted server did not start")

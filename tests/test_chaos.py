@@ -14,8 +14,10 @@ import pytest
 
 from playground.chaos import kvserver, launched, report, results
 from playground.chaos.checks import judge, parse_headline
+from playground.chaos.faults import FAULTS, HOST_FAULTS
 from playground.chaos.kinds import Observation
 from playground.chaos.plan import draw, outside, replay_command
+from playground.chaos.workloads import WORKLOADS
 from playground.cli import main
 from playground.cli.testing import PLAYGROUND, subprocess_env
 from playground.core.rundir import EXIT_BAD_INPUT
@@ -206,3 +208,28 @@ def test_python_m_playground_ignores_a_late_interrupt():
         [PLAYGROUND[0], "-c", code], capture_output=True, text=True, timeout=60, env=subprocess_env()
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_fault_kind_is_drawn_and_a_seed_still_draws_what_it_drew():
+    """The tables are the only place a workload or a fault is named: every fault kind is drawn by a
+    workload (or, with --hosts, by any launched one), an outside fault is a signal, and the draws of
+    a seed are those of the runs measured before (the order of the draws is part of a seed)."""
+    drawn = {f.name for w in WORKLOADS.values() for f in w.faults} | {f.name for f in HOST_FAULTS}
+    assert drawn == set(FAULTS)
+    assert all((f.signal is not None) == (f.source == "outside") for f in FAULTS.values())
+    assert [draw(20, k, False).describe() for k in (1, 3, 4, 6)] == [
+        "#1 kvcache 4 ranks over ipc (5000 requests): server killed rank 0 at 0.39s",
+        "#3 kvserver 3 ranks over tcp (8 generates per client): server restarted at 0.32s",
+        "#4 train 2 ranks over ipc (d_model 64): exit rank 1 at post 132",
+        "#6 train 4 ranks over ipc (d_model 64): launcher SIGKILL at 1.05s",
+    ]
+    run = draw(1, 2, True)
+    assert run.describe() == "#2 kvcache 4 ranks on 2 hosts (20000 requests): kill_host host h1 at 1.88s"
+    assert run.args[-6:] == (
+        "--set",
+        "fault.action=kill_host",
+        "--set",
+        "fault.host=1",
+        "--set",
+        "fault.after_s=1.88",
+    )

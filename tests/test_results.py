@@ -51,7 +51,8 @@ def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_pat
     labs = (tmp_path / "pages" / "labs.md").read_text()
     assert labs.startswith("# The labs beside the lecture\n\nMeasured on ")
     assert "| CPU |" in labs and "| cores |" in labs
-    assert "python -m playground lecture --out" in labs and "--quick" in labs
+    assert "python -m playground lecture --out labs/lecture --quick" in labs  # as typed in the results dir
+    assert str(tmp_path) not in labs
     assert "| 1 | 2 |" in labs and "cache.png" not in labs  # a plot's link would break the site
     assert labs.rstrip().endswith(
         "(The plots are on the lecture's own page, `index.html` in the run directory above.)"
@@ -186,3 +187,19 @@ def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch
         assert f"**{scenario} table**\n\n| A | B |\n|---|---|\n| 1.50 | x |" in page
         assert f"- {scenario} note" in page
     assert "--set params.heads=4 --set params.head_dim=16" in page
+
+
+def test_commands_are_shown_as_typed_in_the_results_directory(tmp_path):
+    """Where this machine put the runs (/tmp/..., runs/<stamp>-results/) is no part of a command a
+    reader types: paths inside the results directory are written relative to it."""
+    work = tmp_path / "20261204-000000-results"
+    line = (
+        f"python -m playground bench allreduce --link {work}/simulator/calibration.json "
+        f"--out {work}/simulator/ipc-n2-r1"
+    )
+    assert results.as_typed(line, work) == (
+        "python -m playground bench allreduce --link simulator/calibration.json --out simulator/ipc-n2-r1"
+    )
+    assert results.as_typed("python -m playground run train --out /elsewhere/runs", work).endswith(
+        "--out /elsewhere/runs"
+    )

@@ -70,7 +70,7 @@ def listening_ports(pids) -> set[int]:
 
 def snapshot_logs(run_dir: Path | None) -> dict:
     """{rank log: (size, sha1 of its bytes)}: what was written so far, to find again afterwards."""
-    out = {}
+    out: dict[str, tuple[int, str]] = {}
     if run_dir is None:
         return out
     for path in sorted(run_dir.glob("rank-*.jsonl")):
@@ -145,15 +145,16 @@ def _fire(run: ChaosRun, proc: subprocess.Popen, obs: Observation) -> float | No
     """Send the run's outside fault; its time, or None if its target was already gone."""
     fault = run.fault
     assert fault.signal is not None  # an outside fault is a signal
+    if fault.target == "launcher":
+        pid: int | None = proc.pid
+    else:
+        pid = obs.rank_pids.get(run.rank) if run.rank is not None else None
     at = time.monotonic()  # before the signal: the launcher may see the death before kill() returns
     try:
-        if fault.target != "launcher":
-            os.kill(obs.rank_pids[run.rank], fault.signal)
-        elif fault.to_group:
-            os.killpg(proc.pid, fault.signal)
-        else:
-            os.kill(proc.pid, fault.signal)
-    except (ProcessLookupError, KeyError):
+        if pid is None:
+            raise ProcessLookupError(run.rank)
+        (os.killpg if fault.to_group else os.kill)(pid, fault.signal)
+    except ProcessLookupError:
         obs.notes.append(f"the fault's target was gone before {run.after_s:.2f}s")
         return None
     return at

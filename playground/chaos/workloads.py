@@ -11,6 +11,7 @@ measured before stay the same only while the earlier entries keep their places).
 """
 
 import random
+from collections.abc import Callable
 from dataclasses import replace
 
 from playground.chaos import checks, kvserver, launched
@@ -104,7 +105,14 @@ def _server_exit(fault: FaultKind) -> int:
     return -9 if fault.target == "server" and not fault.restarts else 0
 
 
-def _launched(name, ranks, faults, command, posts, timeout_s) -> Workload:
+def _launched(
+    name: str,
+    ranks: tuple[int, ...],
+    faults: tuple[FaultKind, ...],
+    command: Callable[[random.Random, ChaosRun, list[str]], ChaosRun],
+    posts: Callable[[ChaosRun, int], int],
+    timeout_s: float,
+) -> Workload:
     """A workload `python -m playground run` runs: chaos starts it, fires the fault and judges the
     launcher's exit and root cause."""
     return Workload(

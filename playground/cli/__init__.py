@@ -109,11 +109,12 @@ def _configured(
     name: str,
     configured: Configured,
     add_flags: Callable[[argparse.ArgumentParser], None],
-    **texts: str,
+    help: str,
+    description: str | None = None,
 ) -> argparse.ArgumentParser:
     """A sub-parser whose flags have no defaults of their own (the config's are the defaults), so
     that the command line and the Python API build the same config from the same flags."""
-    p = sub.add_parser(name, argument_default=argparse.SUPPRESS, **texts)
+    p = sub.add_parser(name, help=help, description=description, argument_default=argparse.SUPPRESS)
     add_flags(p)
     p.set_defaults(func=configured)
     return p

@@ -64,7 +64,7 @@ USAGE_WIDTH = 76  # what a code block on the site shows without scrolling
 
 def _usage(parser: argparse.ArgumentParser) -> str:
     """The usage, wrapped as argparse wraps it in a terminal (between arguments, never inside one)."""
-    formatter = parser.formatter_class(parser.prog, width=USAGE_WIDTH)
+    formatter = argparse.HelpFormatter(parser.prog, width=USAGE_WIDTH)  # what every parser of ours uses
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, prefix="")
     return formatter.format_help().strip("\n")
 
@@ -163,12 +163,17 @@ def field_docs(cls: type) -> dict[str, str]:
 
     docs = {}
     (node,) = ast.parse(source).body
+    if not isinstance(node, ast.ClassDef):
+        return {}
     for stmt in node.body:
         if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
             continue
-        text = " ".join(comments[n] for n in range(stmt.lineno, stmt.end_lineno + 1) if n in comments)
+        text = " ".join(
+            comments[n] for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if n in comments
+        )
         if not text:  # the comment lines right above the field
-            above, n = [], stmt.lineno - 1
+            above: list[str] = []
+            n = stmt.lineno - 1
             while n >= 1 and lines[n - 1].strip().startswith("#"):
                 above.insert(0, comments.get(n, ""))
                 n -= 1
@@ -180,7 +185,7 @@ def field_docs(cls: type) -> dict[str, str]:
 def _nested(tp) -> type | None:
     """The dataclass a field holds (directly, in a tuple, or optionally), if any; not one that
     parses itself from one value (a training `Mode`)."""
-    if dataclasses.is_dataclass(tp) and not parses_itself(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and not parses_itself(tp):
         return tp
     for arg in get_args(tp):
         found = _nested(arg)

@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from playground.core.child import PLAYGROUND, session_processes, subprocess_env
@@ -55,7 +56,7 @@ def run_scenario(
     scenario: str,
     out: Path,
     ranks: int | None = None,
-    sets: list[str] = (),
+    sets: Sequence[str] = (),
     transport: str | None = None,
     timeout_s: float = 60,
     env: dict | None = None,

@@ -95,19 +95,10 @@ class BenchConfig:
         if inplace or (baselines and collective in IN_PLACE):
             said["params.inplace=true"] = "--inplace" if inplace else "--baseline"
         if link:
-            try:
-                model_from_spec(link, transport)
-            except ScenarioError as e:
-                raise ScenarioError(f"--link {link}: {e}") from None
-            said[f"params.link={json.dumps(link)}"] = "--link"
+            said[f"params.link={json.dumps(_checked_link(link, transport))}"] = "--link"
         said.update({text: f"--set {text}" for text in flags.repeated(set)})
         scenario = load_scenario("bench", ranks=ranks, transport=transport, overrides=list(said), said=said)
-        if baselines:
-            from playground.baselines import BASELINES
-
-            for name in baselines:
-                if name not in BASELINES:
-                    raise ScenarioError(f"--baseline {name!r}: allowed: {', '.join(BASELINES)}")
+        _check_baselines(baselines)
         return cls(scenario, collective, size_list, dtype, op, iters, warmup, timeout_s, baselines, Path(out))
 
 
@@ -150,6 +141,24 @@ class P2PConfig:
             "pingpong", ranks=ranks, transport=transport, overrides=list(said), said=said
         )
         return cls(scenario, Path(out))
+
+
+def _checked_link(link: str, transport: str) -> str:
+    """A link the model columns can price (a preset, or a calibration.json)."""
+    try:
+        model_from_spec(link, transport)
+    except ScenarioError as e:
+        raise ScenarioError(f"--link {link}: {e}") from None
+    return link
+
+
+def _check_baselines(baselines: tuple[str, ...]) -> None:
+    if baselines:
+        from playground.baselines import BASELINES
+
+        for name in baselines:
+            if name not in BASELINES:
+                raise ScenarioError(f"--baseline {name!r}: allowed: {', '.join(BASELINES)}")
 
 
 def _choices(command: str, **given: str) -> None:

@@ -189,13 +189,27 @@ def _pingpongs(transport: str, ranks: int, sizes: list[int], budget_s: float, wo
 
 def measure(config: CalibrateConfig, console: Console) -> dict:
     """Everything `calibrate` measures, as the record it writes (see the module)."""
+    started = time.time()
+    record = {
+        "format": FORMAT,
+        "version": VERSION,
+        "machine": this_machine(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": config.command,
+        "host": _host(config),
+        "transports": _transports(config, console),
+    }
+    record["elapsed_s"] = time.time() - started
+    return record
+
+
+def _host(config: CalibrateConfig) -> dict:
+    """The machine: copy and add rates by size (the rounds' mean), the time slice, wake-up, migration."""
     from playground.commands.hostbench import migration_cost_s, rate_curve, time_slice_s, wake_up_s
     from playground.display.report import progress_bar
 
-    sizes, copy_sizes, counts = list(config.sizes), list(config.copy_sizes), list(config.rank_counts)
-    cores, started = usable_cores(), time.time()
-    err = make_console(stderr=True)
-    with progress_bar(err) as progress:
+    copy_sizes, cores = list(config.copy_sizes), usable_cores()
+    with progress_bar(make_console(stderr=True)) as progress:
         task = progress.add_task("copy and add", total=config.rounds * len(copy_sizes))
         rates = mean_rates(
             [
@@ -211,21 +225,19 @@ def measure(config: CalibrateConfig, console: Console) -> dict:
         progress.update(task, completed=config.rounds * len(copy_sizes), description="time slice, wake-up")
         slice_s, wake_s = time_slice_s(), wake_up_s()
         migration_s, migration_from = migration_cost_s()
-    record = {
-        "format": FORMAT,
-        "version": VERSION,
-        "machine": this_machine(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": config.command,
-        "host": {
-            "rates": rates,
-            "slice_s": slice_s,
-            "wake_s": wake_s,
-            "migration_cost_s": migration_s,
-            "migration_cost_from": migration_from,
-        },
-        "transports": {},
+    return {
+        "rates": rates,
+        "slice_s": slice_s,
+        "wake_s": wake_s,
+        "migration_cost_s": migration_s,
+        "migration_cost_from": migration_from,
     }
+
+
+def _transports(config: CalibrateConfig, console: Console) -> dict:
+    """Per transport, the ping-pongs of every rank count, `config.rounds` launches each in alternating
+    order, the median kept (`median_patterns`)."""
+    sizes, counts, cores = list(config.sizes), list(config.rank_counts), usable_cores()
     steps = [(t, n) for t in config.transports for n in counts]
     rounds: dict[tuple[str, int], list[list[dict]]] = {step: [] for step in steps}
     for r in range(config.rounds):  # alternating, as `bench` rounds are: a slow spell hits each step once
@@ -238,8 +250,9 @@ def measure(config: CalibrateConfig, console: Console) -> dict:
             rounds[(transport, ranks)].append(
                 _pingpongs(transport, ranks, sizes, config.budget_s, config.work)
             )
+    out: dict[str, dict] = {}
     for transport, ranks in steps:
-        entry = record["transports"].setdefault(
+        entry = out.setdefault(
             transport,
             {"bounds": BOUNDS[transport], "segment_bytes": SEGMENT_BYTES[transport], "patterns": []},
         )
@@ -248,8 +261,7 @@ def measure(config: CalibrateConfig, console: Console) -> dict:
             {**p, "sleeps": waits_asleep(transport, ranks, cores)}
             for p in median_patterns(rounds[(transport, ranks)], idle)
         ]
-    record["elapsed_s"] = time.time() - started
-    return record
+    return out
 
 
 def mean_rates(rounds: list[list[dict]]) -> list[dict]:
@@ -272,7 +284,7 @@ def median_patterns(rounds: list[list[dict]], idle: list[list[dict]] | None = No
     faster than the idle one-way time is such a spell and is left out while another round has the
     size: the simulator puts a pair's ranks on different cores (rank % cores), as a collective's
     critical path crosses them."""
-    fastest = {}
+    fastest: dict[tuple[str, int], float] = {}
     for rows in idle or []:
         for row in rows:
             key = (row["pattern"], row["size"])

@@ -36,6 +36,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -183,7 +184,7 @@ def run_copy(config: CopyConfig) -> int:
 
     sizes, rank_counts = config.sizes, config.rank_counts
     iters, cores = config.iters, usable_cores()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for size in sizes:
         for kind in KINDS:
             one = measure(kind, size, 1, iters)[0]
@@ -214,10 +215,10 @@ def run_copy(config: CopyConfig) -> int:
     bounds = []
     for size in sizes:
         copies = [r for r in rows if r["size"] == size and r["kind"] != "numpy add"]
-        one, all_ = max(r["one_core"] for r in copies), max(r["all_cores"] for r in copies)
+        one_gbps, all_gbps = max(r["one_core"] for r in copies), max(r["all_cores"] for r in copies)
         for n in rank_counts:
-            rate = rate_for(n, one, all_, cores)
-            ms = bound_ms(n, size, one, all_, cores)
+            rate = rate_for(n, one_gbps, all_gbps, cores)
+            ms = bound_ms(n, size, one_gbps, all_gbps, cores)
             bounds.append({"size": size, "ranks": n, "passes": MIN_PASSES, "rate_gbps": rate, "bound_ms": ms})
             lines.append(f"| {format_size(size)} | {n} | {ring_passes(n):.2f} | {rate:.1f} | {ms:.2f} |")
     text = "\n".join(lines) + "\n"

@@ -337,18 +337,18 @@ def _page(config: ResultsConfig, k: int, work_dir: Path, models: Context, models
         ok = False
         body = f"This section failed: {e}. Rerun `python -m playground results --sections {s.name}`.\n"
     commands = [*models.commands, *ctx.commands] if s.models else ctx.commands
-    typed = [as_typed(c, work_dir) for c in commands]
-    header = machine_header(typed, started, (load0, os.getloadavg()[0]))
+    header = machine_header(commands, started, (load0, os.getloadavg()[0]))
     if s.models:
         header += f"\n{models_line}\n"
-    (config.out / s.page).write_text(f"# {s.title}\n\n{header}\n{as_typed(body, work_dir)}")
+    (config.out / s.page).write_text(as_typed(f"# {s.title}\n\n{header}\n{body}", work_dir))
     console.print(f"written: {config.out / s.page}")
     return ok
 
 
 def as_typed(text: str, work_dir: Path) -> str:
-    """`text` with every path inside the results directory written relative to it: the commands as
-    a reader types them there (`--out labs/lecture`), not where this machine happened to put them."""
+    """`text` (a page) with every path inside the results directory written relative to it: the
+    commands as a reader types them there (`--out labs/lecture`), not where this machine happened
+    to put them."""
     for prefix in {str(work_dir), str(work_dir.resolve())}:
         text = text.replace(prefix + os.sep, "")
     return text

@@ -13,6 +13,7 @@ nodes come from `--intra` and `--inter`.
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from playground.core.sizes import (
 )
 from playground.models.calibration import Calibration, default_path, find_calibration, read_calibration
 from playground.models.costs import PRESETS, Link
+from playground.sim.driver import DATA_MAX_RANKS
 from playground.sim.network import Machine
 
 MAX_RANKS = 1 << 16
@@ -158,22 +160,27 @@ def _checked(calibration: Calibration, transport: str | None) -> Calibration:
 
 
 def _override(link: Link, given: _Links) -> tuple[Link, list[str]]:
-    changed = {}
-    said = []
-    for flag, field, parse, allowed in (
-        ("--alpha", "alpha_s", parse_duration, ALLOWED_DURATION),
-        ("--beta", "beta_bytes_per_s", parse_bandwidth, ALLOWED_BANDWIDTH),
-        ("--gamma", "gamma_bytes_per_s", parse_bandwidth, ALLOWED_BANDWIDTH),
-    ):
-        text = getattr(given, flag[2:])
-        if text is None:
-            continue
-        try:
-            changed[field] = parse(text)
-        except ValueError:
-            raise ScenarioError(f"{flag} {text!r}: expected {allowed}") from None
-        said.append(f"{flag} {text}")
-    return replace(link, **changed), said
+    """`link` with the fields `--alpha`, `--beta`, `--gamma` give; and those flags, as said."""
+    alpha = _parsed("--alpha", given.alpha, parse_duration, ALLOWED_DURATION)
+    beta = _parsed("--beta", given.beta, parse_bandwidth, ALLOWED_BANDWIDTH)
+    gamma = _parsed("--gamma", given.gamma, parse_bandwidth, ALLOWED_BANDWIDTH)
+    changed = replace(
+        link,
+        alpha_s=link.alpha_s if alpha is None else alpha,
+        beta_bytes_per_s=link.beta_bytes_per_s if beta is None else beta,
+        gamma_bytes_per_s=link.gamma_bytes_per_s if gamma is None else gamma,
+    )
+    flags = (("--alpha", given.alpha), ("--beta", given.beta), ("--gamma", given.gamma))
+    return changed, [f"{flag} {text}" for flag, text in flags if text is not None]
+
+
+def _parsed(flag: str, text: str | None, parse: Callable[[str], float], allowed: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except ValueError:
+        raise ScenarioError(f"{flag} {text!r}: expected {allowed}") from None
 
 
 def _topology(text: str) -> tuple[int, int]:
@@ -307,7 +314,8 @@ class SimulateConfig:
         op: str = "sum",
         out: str | Path = "runs",
     ) -> "SimulateConfig":
-        """The validated simulation from `simulate`'s flags; ScenarioError naming the flag otherwise."""
+        """The validated simulation from `simulate`'s flags; ScenarioError naming the flag otherwise.
+        (Longer than most: the signature is every flag with its default, one a line.)"""
         _choices(collective, transport, dtype, op)
         ranks_text = flags.comma(ranks if not isinstance(ranks, int) else str(ranks))
         network = _network(_Links(link, transport, alpha, beta, gamma, topology, intra, inter), ranks_text)
@@ -315,10 +323,7 @@ class SimulateConfig:
         size_list = flags.sizes("--sizes", sizes, flags.integer("simulate", "--step", step))
         segment_bytes = _segment(segment)
         cores_flag = _cores(cores)
-        if data and max(network.ranks) > 64:
-            raise ScenarioError(
-                f"--data: simulating with real bytes is for at most 64 ranks, got {max(network.ranks)}"
-            )
+        _check_data(data, network.ranks)
         calibration = network.calibration
         if calibration is not None:  # this machine: its cores, its transport's segment, unless given
             cores = cores_flag or calibration.cores
@@ -355,6 +360,13 @@ def _choices(collective: str, transport: str | None, dtype: str, op: str) -> Non
     flags.choice("simulate", "--op/-o", op, OPS)
     if transport is not None:
         flags.choice("simulate", "--transport", transport, CALIBRATED)
+
+
+def _check_data(data: bool | None, ranks: tuple[int, ...]) -> None:
+    if data and max(ranks) > DATA_MAX_RANKS:
+        raise ScenarioError(
+            f"--data: simulating with real bytes is for at most {DATA_MAX_RANKS} ranks, got {max(ranks)}"
+        )
 
 
 def _cores(cores: int | None) -> int | None:

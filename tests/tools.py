@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from playground.cli.testing import start_cli
+from playground.core.scratch import OWNER_FILE, scratch_parents
+
 
 def need(available: bool, reason: str) -> None:
     """Skip with `reason` when a tool is missing; fail when PLAYGROUND_REQUIRE_TOOLS is set (CI)."""
@@ -63,3 +66,36 @@ def run_chromium(exe: str, profile: Path, *args: str, timeout_s: float = 60) -> 
         *args,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+
+
+def owned_scratch(pid: int) -> list[str]:
+    """The scratch directories (ipc sockets in /tmp, rings in /dev/shm) that the launcher `pid`
+    claimed (its pid is in their owner file): a run's own, whatever other runs the machine has."""
+    found = []
+    for parent in scratch_parents():
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                if name.startswith("playground-") and Path(
+                    parent, name, OWNER_FILE
+                ).read_text().strip() == str(pid):
+                    found.append(os.path.join(parent, name))
+            except OSError:
+                pass
+    return found
+
+
+def run_owned(args: list[str], env: dict | None = None, timeout_s: float = 60) -> tuple[int, str, str, int]:
+    """(exit code, stdout, stderr, the launcher's pid) of `python -m playground ARGS`: with the pid,
+    `owned_scratch` finds what this run, and no other, left behind."""
+    proc = start_cli(args, env)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate()
+        pytest.fail(f"`playground {' '.join(args)}` did not finish in {timeout_s}s\n{out}\n{err}")
+    return proc.returncode, out, err, proc.pid

@@ -33,6 +33,7 @@ from rich.console import Console
 from playground.api.arguments import configure, override_values
 from playground.api.result import OutputFile, Result
 from playground.core.errors import ParamError, RunFailed, ScenarioError
+from playground.core.flags import choice
 from playground.core.rundir import EXIT_INTERRUPTED, EXIT_OK, Finished
 from playground.launcher.launch import START_METHODS
 
@@ -80,12 +81,7 @@ def bench(
     from playground.commands.bench_commands import BENCH_COMMANDS
 
     _check_start_method(start_method)
-    command = BENCH_COMMANDS.get(collective)
-    if command is None:
-        raise ScenarioError(
-            f"bench: argument bench_command: invalid choice: {collective!r} "
-            f"(choose from {', '.join(map(repr, BENCH_COMMANDS))})"
-        )
+    command = BENCH_COMMANDS[choice("bench", "bench_command", collective, BENCH_COMMANDS)]
     if command.measure is None:
         raise ScenarioError(
             f"bench {collective}: a report of several runs, from the command line only: "

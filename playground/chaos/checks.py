@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from playground.chaos.kinds import ChaosRun, Observation, Verdict
+from playground.chaos.kvclient import error_kind
 from playground.core import scratch
 from playground.core.child import session_processes
 from playground.hosts import netns
@@ -132,7 +133,7 @@ def judge_standalone(run: ChaosRun, obs: Observation, v: Verdict) -> None:
     ended = [c["exited_at"] - fault_at for c in obs.clients if c["exited_at"] is not None]
     if any(c["exit"] is None for c in obs.clients):
         v.problems.append("a client did not exit")
-    if fault.clients_say is None:  # a client killed: the others go on
+    if not fault.clients_fail_with:  # a client killed: the others go on
         survivors = [c for c in obs.clients if c["client"] != run.rank]
         v.root_ok = all(c["exit"] == 0 for c in survivors) and obs.kv_freed is True
         v.root_cause = "; ".join(f"client {c['client']} exit {c['exit']}" for c in obs.clients)
@@ -141,15 +142,20 @@ def judge_standalone(run: ChaosRun, obs: Observation, v: Verdict) -> None:
         if not all(c["exit"] == 0 for c in survivors):
             v.problems.append(f"a surviving client failed: {obs.stderr[:200]}")
         return
-    said = fault.clients_say
-    v.root_ok = all(c["exit"] == 1 and said in c["stderr"] for c in obs.clients)
+    allowed = fault.clients_fail_with
+    wrong = [
+        f"client {c['client']}: exit {c['exit']}, {error_kind(c['stderr']) or 'no error line'}"
+        for c in obs.clients
+        if not (c["exit"] == 1 and error_kind(c["stderr"]) in allowed)
+    ]
+    v.root_ok = not wrong
     v.root_cause = next(
         (c["stderr"].strip().splitlines()[-1] for c in obs.clients if c["stderr"].strip()), ""
     )
     if ended:
         v.detect_s, v.exit_s = min(ended), max(ended)
-    if not v.root_ok:
-        v.problems.append(f"every client must fail saying {said!r}: {obs.stderr[:300]}")
+    if wrong:
+        v.problems.append(f"every client must exit 1 with {' or '.join(allowed)}: {'; '.join(wrong)}")
 
 
 def _log_problems(obs: Observation) -> list[str]:

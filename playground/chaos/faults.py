@@ -1,6 +1,11 @@
 """Every kind of fault chaos fires, in the order of its table's rows: one `FaultKind` each, carrying
 where it comes from, whom it hits, the signal, what the root cause must say and the exit status.
 
+The standalone KV server's clients name their error's class (kvclient.py): a killed server answers
+nothing (WaitTimeout); after a restart a client that hears the new server in its timeout names the
+lost requests (ServerLost), one that does not (a new server slow to start on a loaded machine) can
+only time out, as it would for a dead one.
+
 Adding one: a line here, and its name in the `faults` of the workloads it applies to
 (workloads.py); an inside or a host fault must also be an action the scenarios' `fault:` keys know
 (config/scenario.py).
@@ -28,7 +33,7 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind(
             "server killed",
             "outside: SIGKILL to the KV server rank (rank 0 of serving or kvcache)",
-            "outside", "server", SIGKILL, says="killed by SIGKILL", clients_say="no reply",
+            "outside", "server", SIGKILL, says="killed by SIGKILL", clients_fail_with=("WaitTimeout",),
             standalone_what="outside: SIGKILL to the standalone KV server; its clients can only time out",
         ),
         FaultKind(
@@ -39,7 +44,7 @@ FAULTS: dict[str, FaultKind] = {
             "and the server free its requests and blocks after the lease",
         ),
         FaultKind("server restarted", "outside: the standalone KV server SIGKILLed and started again on its address",
-                  "outside", "server", SIGKILL, restarts=True, clients_say="restarted"),
+                  "outside", "server", SIGKILL, restarts=True, clients_fail_with=("ServerLost", "WaitTimeout")),
         FaultKind("Ctrl-C", "outside: SIGINT to the launcher's process group, as a terminal sends it", "outside",
                   "launcher", int(signal.SIGINT), to_group=True, exit_code=130, interrupts=True),
         FaultKind("SIGTERM", "outside: SIGTERM to the launcher", "outside", "launcher", int(signal.SIGTERM),

@@ -41,7 +41,8 @@ class FaultKind:
     needs_end: bool = False  # the workload must end by itself: the check that finds it runs at the end
     sets: tuple[str, ...] = ()  # scenario keys the fault needs besides its action, host and moment
     restarts: bool = False  # the standalone KV server is started again on its address
-    clients_say: str | None = None  # standalone server killed: what every client's error must say
+    # the standalone server hit: the errors its clients may fail with (kvclient's `error: <class>:`)
+    clients_fail_with: tuple[str, ...] = ()
     standalone_what: str | None = None  # on the standalone server: a table row of its own, so described
 
     @property

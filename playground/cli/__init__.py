@@ -1,6 +1,7 @@
 """`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos."""
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,11 +11,15 @@ from typing import Any
 from playground.comm.registry import LAUNCHED
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_BAD_INPUT
+from playground.display.report import WIDE_HELP
 
 
 def _cmd_run(args) -> int:
     from playground.config.scenario import load_scenario
     from playground.launcher.run import execute
+
+    if args.wide:
+        os.environ["PLAYGROUND_WIDE"] = "1"
 
     baseline = [f"params.baseline={args.baseline}"] if args.baseline else []
     scenario = load_scenario(
@@ -85,8 +90,9 @@ def _cmd_node(args) -> int:
     return run_external(args.scenario, overrides=args.set or [], out=Path(args.out))
 
 
-# The dests that are not a command's flags: which sub-command was chosen, and what runs it.
-_NOT_FLAGS = ("command", "bench_command", "func")
+# The dests that are not a command's flags: which sub-command was chosen, what runs it, and how the
+# terminal shows its tables (--wide).
+_NOT_FLAGS = ("command", "bench_command", "func", "wide")
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,10 @@ class Configured:
         return self.make(**{k: v for k, v in vars(args).items() if k not in _NOT_FLAGS})
 
     def __call__(self, args: argparse.Namespace) -> int:
-        return self.run(self.config(args))
+        config = self.config(args)
+        if getattr(args, "wide", False):
+            os.environ["PLAYGROUND_WIDE"] = "1"
+        return self.run(config)
 
 
 def _configured(
@@ -148,6 +157,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "params.baseline=NAME",
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
+    r.add_argument("--wide", action="store_true", help=WIDE_HELP)
     r.set_defaults(func=_cmd_run)
 
 
@@ -211,9 +221,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "and shm beside Gloo and MPICH), copy (the machine's copy bandwidth and the shm all-reduce's "
         "bound).",
     )
-    leaves = b.add_subparsers(
-        dest="bench_command", required=True, metavar="{" + ",".join(BENCH_COMMANDS) + "}"
-    )
+    leaves = b.add_subparsers(dest="bench_command", required=True)
     for c in BENCH_COMMANDS.values():
         _configured(leaves, c.name, Configured(c.make, c.run), c.add_flags, help=c.help, description=c.help)
 
@@ -315,7 +323,9 @@ def parse_args(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from playground.core.argparser import OneLineParser
+
+    args = parse_args(sys.argv[1:] if argv is None else argv, OneLineParser)
     try:
         return args.func(args)
     except ScenarioError as e:

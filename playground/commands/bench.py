@@ -30,6 +30,7 @@ from playground.collectives.bench_report import (
     FORMS,
     IN_PLACE_COLUMNS,
     add_model_columns,
+    nccl_table,
     with_model_columns,
     wrong_row_failures,
 )
@@ -101,7 +102,7 @@ def _run_baselines(config: BenchConfig, result: dict, console: Console) -> int:
             "ours (best algorithm per size and form) against each baseline, out of place against out of "
             "place and in place against in place: x_B = B's time / ours (above 1: ours is faster)"
         )
-        render_table(Table(title, comparison), console)
+        render_table(Table(title, comparison, keys=("size", "form")), console)
         result["baseline_rows"] = extra_rows
         result["comparison"] = comparison
         if failed:
@@ -117,9 +118,9 @@ def baseline_table(collective: str, ranks: int, rows: list[dict], model: dict | 
     title = f"{collective} baselines, {ranks} ranks (a form the library does not offer: -)"
     columns = {**COLUMNS, **IN_PLACE_COLUMNS} if any("ip_time_us" in r for r in rows) else COLUMNS
     if not model:
-        return Table(title, rows, columns)
+        return nccl_table(title, rows, columns)
     link = Link(model["alpha_s"], model["beta_bytes_per_s"], model["gamma_bytes_per_s"] or math.inf)
-    return Table(
+    return nccl_table(
         f"{title}\n{model['caption']}; a baseline's row is modelled with the model's pick",
         add_model_columns(rows, collective, ranks, link),
         with_model_columns(columns, collective),

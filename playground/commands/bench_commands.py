@@ -21,6 +21,7 @@ from playground.comm.registry import LAUNCHED
 from playground.commands import bench, bench_config, benchtable, copybw
 from playground.commands.bench_config import DTYPES, OPS, BenchConfig, P2PConfig
 from playground.core.rundir import Finished
+from playground.display.report import WIDE_HELP
 from playground.models.costs import PRESETS
 
 
@@ -62,8 +63,11 @@ def _trace_messages(p: argparse.ArgumentParser, who: str) -> None:
 
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
+    """What every sub-command that launches our ranks takes: its timeout, where its runs go, how its
+    tables are shown (`--wide`, not the config's: the terminal's), and any other scenario key."""
     p.add_argument("--timeout", type=float, help="seconds any single wait may take (default 60)")
     p.add_argument("--out", help="directory for run directories (default runs)")
+    p.add_argument("--wide", action="store_true", help=WIDE_HELP)
     p.add_argument(
         "--set",
         action="append",

@@ -73,6 +73,13 @@ VARIABLES: tuple[Variable, ...] = (
         "which the offsets measured at rendezvous must repair in `inspect --trace`",
     ),
     Variable(
+        "PLAYGROUND_WIDE",
+        "user",
+        "tables: `1` prints every table in one piece at its full width, however wide the terminal (`run "
+        "--wide` and `bench --wide` set it); otherwise a table wider than the terminal wraps its headers or "
+        "moves columns to a second table",
+    ),
+    Variable(
         "PLAYGROUND_REQUIRE_TOOLS",
         "CI",
         "tests: a test whose tool (MPICH, Slurm, Chromium, torch, root, the docs toolchain) is missing fails "

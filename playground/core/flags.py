@@ -5,8 +5,8 @@ Each command turns its flags into one frozen config, once (`BenchConfig.from_fla
 `sim.options.simulate_config`, ...): the command line passes what argparse parsed, the Python API
 its keywords, which may be Python values where the command line has text (a list for a comma
 list, a dict for repeated `--set KEY=VALUE`). These helpers read either form and say what is wrong
-in the command line's words: a flag the command line rejects gets argparse's message, any other
-bad value one line naming the flag.
+in the command line's words: a value the command line's parser refuses gets the parser's line
+(core/argparser.py), any other bad value one line naming the flag.
 """
 
 import inspect
@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from playground.core.argparser import PROG, one_line
 from playground.core.errors import ScenarioError
 from playground.core.sizes import parse_size_range
 
@@ -54,32 +55,37 @@ def sizes(flag: str, value: Text, step: int = 2) -> tuple[int, ...]:
         raise ScenarioError(f"{flag} {text!r}: {e}") from None
 
 
+def _refused(command: str, message: str) -> ScenarioError:
+    """The line the command line's parser prints for argparse's `message` about a flag of `command`."""
+    return ScenarioError(one_line(f"{PROG} {command}", message))
+
+
 def choice(command: str, flag: str, value: Any, allowed: Iterable[str]) -> str:
-    """`value` if it is one of `allowed`, else the error argparse gives the command line for it."""
+    """`value` if it is one of `allowed`, else the error the command line's parser gives for it."""
     allowed = list(allowed)
     if value not in allowed:
         listing = ", ".join(map(repr, allowed))
-        raise ScenarioError(f"{command}: argument {flag}: invalid choice: {value!r} (choose from {listing})")
+        raise _refused(command, f"argument {flag}: invalid choice: {value!r} (choose from {listing})")
     return value
 
 
 def integer(command: str, flag: str, value: Any) -> int:
-    """An integer flag's value (an int, or its digits), else the error argparse gives for it."""
+    """An integer flag's value (an int, or its digits), else the error the parser gives for it."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
-    raise ScenarioError(f"{command}: argument {flag}: invalid int value: {value!r}")
+    raise _refused(command, f"argument {flag}: invalid int value: {value!r}")
 
 
 def number(command: str, flag: str, value: Any) -> float:
-    """A float flag's value, else the error argparse gives for it."""
+    """A float flag's value, else the error the parser gives for it."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ScenarioError(f"{command}: argument {flag}: invalid float value: {value!r}") from None
+        raise _refused(command, f"argument {flag}: invalid float value: {value!r}") from None
 
 
 def defaults(make: Callable[..., Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.bench_report import COLUMNS, with_model_columns, wrong_row_failures
+from playground.collectives.bench_report import COLUMNS, LEGEND, with_model_columns, wrong_row_failures
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, Finished, make_run_dir, write_result
 from playground.core.sizes import format_size
@@ -140,7 +140,7 @@ def _result(spec: SimSpec, rows: list[dict], report: Report, run_dir: Path) -> d
         "ranks": max(spec.ranks),
         "transport": "sim",
         "rows": rows,
-        "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
+        "tables": [t.to_dict() for t in report.tables],
         "notes": report.notes,
         "failures": report.failures,
         "files": report.files,
@@ -219,7 +219,15 @@ def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path, crossov
     columns["vs_model"] = "sim/model"
     if any("measured_us" in r for r in rows):
         columns.update(MEASURED_COLUMNS)
-    tables = [Table(title, rows, columns)]
+    legend = {k: v for k, v in LEGEND.items() if k in columns and k != "vs_model"}
+    legend["vs_model"] = "simulated time / the closed form's"
+    legend["mode"] = (
+        "how the row was run: data (real arrays, checked), sizes (message sizes only, no data), "
+        "folded (one rank ran for all, their timelines being identical)"
+    )
+    if "vs_measured" in columns:
+        legend["vs_measured"] = "simulated time / the measured one (--measured)"
+    tables = [Table(title, rows, columns, keys=("ranks", "size", "algorithm"), legend=legend)]
     checked = [r for r in rows if r["wrong"] >= 0]
     notes = [
         f"links: {spec.link_source}"

@@ -116,7 +116,8 @@ class ChaosRun:
             who = f" rank {self.rank}" if self.rank is not None else ""
         inside = self.fault.source == "inside"
         when = f" at post {self.after_ops + 1}" if inside else f" at {self.after_s:.2f}s"
-        return f"#{self.index} {self.workload.name} {self.ranks} ranks{where} ({self.size}): {self.fault.name}{who}{when}"
+        what = f"{self.workload.name} {self.ranks} ranks{where} ({self.size})"
+        return f"#{self.index} {what}: {self.fault.name}{who}{when}"
 
     def to_dict(self) -> dict:
         return {

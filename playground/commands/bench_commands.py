@@ -43,7 +43,8 @@ def _sizes(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument(
         "--sizes",
         "-s",
-        help=f"'8..64MiB' doubles like nccl-tests -b/-e/-f 2, or a comma list '8,1KiB,16MiB' (default {default})",
+        help=f"'8..64MiB' doubles like nccl-tests -b/-e/-f 2, or a comma list '8,1KiB,16MiB' "
+        f"(default {default})",
     )
     p.add_argument("--step", type=int, help="multiply sizes by this factor in a range (default 2)")
 
@@ -140,7 +141,8 @@ def add_copy_flags(p: argparse.ArgumentParser) -> None:
 def _collective(name: str) -> BenchCommand:
     return BenchCommand(
         name,
-        "the collective as nccl-tests times it: our algorithms' time, algbw, busbw (--baseline: Gloo's, MPI's beside)",
+        "the collective as nccl-tests times it: our algorithms' time, algbw, busbw (--baseline: Gloo's, "
+        "MPI's beside)",
         add_collective_flags,
         functools.partial(BenchConfig.from_flags, name),
         bench.run_bench,

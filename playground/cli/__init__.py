@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos, serve."""
 
 import argparse
 import os
@@ -219,7 +219,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         description="What to measure: a collective (our algorithms, nccl-tests' columns, baselines "
         "beside them), p2p (our send/recv beside raw pyzmq), table (the README's table: ours over ipc "
         "and shm beside Gloo and MPICH), copy (the machine's copy bandwidth and the shm all-reduce's "
-        "bound).",
+        "bound), serving (the HTTP server under Poisson load), speculative (speculative decoding's "
+        "speed-up).",
     )
     leaves = b.add_subparsers(dest="bench_command", required=True)
     for c in BENCH_COMMANDS.values():
@@ -228,9 +229,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 def _add_configured(sub: argparse._SubParsersAction) -> None:
     """The commands with a config of their own (besides `bench`): simulate, calibrate, results,
-    chaos, lecture."""
+    chaos, serve, lecture."""
     from playground.chaos import command as chaos
-    from playground.commands import calibrate, results
+    from playground.commands import calibrate, results, serve
     from playground.lecture import command as lecture
     from playground.sim import command as simulate
     from playground.sim.options import SimulateConfig
@@ -271,6 +272,14 @@ def _add_configured(sub: argparse._SubParsersAction) -> None:
         chaos.add_chaos_flags,
         help="short runs with faults fired at random moments; checks exits, root causes, leaks, timing",
         description=(chaos.__doc__ or "").split("\n\n")[1],
+    )
+    _configured(
+        sub,
+        "serve",
+        Configured(serve.serve_config, serve.run_serve),
+        serve.add_serve_flags,
+        help=serve.HELP,
+        description=serve.DESCRIPTION,
     )
     _configured(
         sub,

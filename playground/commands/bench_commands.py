@@ -1,10 +1,11 @@
 """`bench`'s sub-commands, one `BenchCommand` each: `bench allreduce` (and every other collective of
-the registry), `bench p2p`, `bench table`, `bench copy`.
+the registry), `bench p2p`, `bench table`, `bench copy`, `bench serving`, `bench speculative`.
 
 Each names its flags (a function that adds them to its parser, no defaults: those are its
 config's), its config (`from_flags`: flags -> a checked, frozen config) and what it runs. The
 command line makes a sub-parser of each; the Python API (`pg.bench`) builds the same config from
-keywords and calls `measure`, which a command that only prints a report (table, copy) does not have.
+keywords and calls its `measure`. A report of several runs (table, copy, serving, speculative) has
+none and stays on the command line.
 
 Adding a sub-command: its config in bench_config.py (or its own module), a function that runs it,
 its flags below, and one `BenchCommand` line in `BENCH_COMMANDS`.
@@ -18,7 +19,7 @@ from typing import Any
 
 from playground.collectives import ALGORITHMS
 from playground.comm.registry import LAUNCHED
-from playground.commands import bench, bench_config, benchtable, copybw
+from playground.commands import bench, bench_config, bench_serving, benchtable, copybw
 from playground.commands.bench_config import DTYPES, OPS, BenchConfig, P2PConfig
 from playground.core.rundir import Finished
 from playground.display.report import WIDE_HELP
@@ -175,6 +176,20 @@ BENCH_COMMANDS: dict[str, BenchCommand] = {
             add_copy_flags,
             copybw.CopyConfig.from_flags,
             copybw.run_copy,
+        ),
+        BenchCommand(
+            "serving",
+            "the HTTP server (`serve`) under Poisson load: latency against load, the knee beside M/D/1",
+            bench_serving.add_serving_flags,
+            bench_serving.serving_config,
+            bench_serving.run_serving,
+        ),
+        BenchCommand(
+            "speculative",
+            "speculative decoding's speed-up (prompt lookup) at several batch sizes",
+            bench_serving.add_speculative_flags,
+            bench_serving.speculative_config,
+            bench_serving.run_speculative,
         ),
     )
 }

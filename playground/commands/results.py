@@ -21,7 +21,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   contiguous at two row sizes, decode throughput vs batch beside the decode-step model, `run train`
   then `run serving` (the trained model's text, the steps' split, paging's gain predicted and
   measured), paging's throughput on a weight-bound model (serving-throughput), n samples forked vs
-  copied, a shared system prompt with prefix caching.
+  copied, a shared system prompt with prefix caching; then `serve` under Poisson load (`bench
+  serving`: latency against load, the knee beside M/D/1 and the batched model), chunked prefill
+  against prefill-first (`bench serving --workload mixed`), speculative decoding (`bench speculative`).
 - parallelism.md: `run train-pipeline` at 2 and 4 stages, GPipe and 1F1B over 1-16 micro-batches:
   the bubble against its formula and model, the activations held against theirs, torch's
   pipelining schedules beside ours (`parallelism_results`).
@@ -172,7 +174,30 @@ def _serving(ctx: Context) -> str:
         sets = [*(quick if ctx.quick else full).get(scenario, []), *extra]
         ctx.run("run", scenario, "--out", str(runs), *(a for s in sets for a in ("--set", s)), timeout_s=3600)
         parts.append(f"## {title}\n\n" + result_markdown(ctx.latest(runs)))
+    parts += _serving_load(ctx, runs)
     return "\n".join(parts)
+
+
+def _serving_load(ctx: Context, runs: Path) -> list[str]:
+    """The trained model over HTTP under Poisson load (the knee beside the queueing models), chunked
+    prefill against prefill-first on long and short prompts, speculative decoding at batch 1-16."""
+    requests = ["--requests", "20"] if ctx.quick else []
+    steps = [
+        ("The trained model over HTTP under Poisson load: latency against load", ["serving", *requests]),
+        (
+            "Chunked prefill against prefill-first: long and short prompts mixed",
+            ["serving", "--workload", "mixed", *requests],
+        ),
+        (
+            "Speculative decoding (prompt lookup) at batch 1, 4, 16",
+            ["speculative", "--iters", str(ctx.rounds)],
+        ),
+    ]
+    parts = []
+    for title, args in steps:
+        ctx.run("bench", *args, "--out", str(runs), timeout_s=3600)
+        parts.append(f"## {title}\n\n" + result_markdown(ctx.latest(runs)))
+    return parts
 
 
 def result_markdown(run_dir: Path) -> str:
@@ -202,7 +227,7 @@ SECTIONS = [
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
     Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4, True),
-    Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
+    Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 5, 20),
     Section(
         "parallelism",
         "parallelism.md",

@@ -69,13 +69,17 @@ class RunTable:
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
 
-def run_table(policy: AllocationPolicy, seq_ids: list[int]) -> RunTable:
-    """The RunTable of `seq_ids` (in that order) at their current lengths under `policy`."""
+def run_table(policy: AllocationPolicy, seq_ids: list[int], lengths: list[int] | None = None) -> RunTable:
+    """The RunTable of `seq_ids` (in that order) at `lengths` tokens (default: their current
+    lengths under `policy`; a chunk of a prefill or a sequence holding slots past its length
+    reads fewer)."""
     tables = [policy.table(s) for s in seq_ids]
     starts = np.zeros(len(tables) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in tables], out=starts[1:])
     flat = np.fromiter((b for t in tables for b in t), dtype=np.int64, count=int(starts[-1]))
-    lens = np.fromiter((policy.length(s) for s in seq_ids), dtype=np.int64, count=len(tables))
+    if lengths is None:
+        lengths = [policy.length(s) for s in seq_ids]
+    lens = np.asarray(lengths, dtype=np.int64).reshape(len(tables))
     return RunTable(flat, starts, lens, policy.block_size if policy.paged else 0)
 
 

@@ -49,7 +49,7 @@ def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_pat
     code = results.run_results(_config("labs,simulator", tmp_path))
     assert code == 1
     labs = (tmp_path / "pages" / "labs.md").read_text()
-    assert labs.startswith("# The labs beside the lecture\n\nMeasured on ")
+    assert labs.startswith(results.PAGE_FRONT + "# The labs beside the lecture\n\nMeasured on ")
     assert "| CPU |" in labs and "| cores |" in labs
     assert "python -m playground lecture --out labs/lecture --quick" in labs  # as typed in the results dir
     assert str(tmp_path) not in labs
@@ -174,7 +174,7 @@ def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch
     monkeypatch.setattr(results.Context, "run", fake_run)
     assert results.run_results(_config("serving", tmp_path)) == 0
     page = (tmp_path / "pages" / "serving.md").read_text()
-    assert page.startswith("# Serving a model from the paged KV cache\n\nMeasured on ")
+    assert page.startswith(results.PAGE_FRONT + "# Serving a model from the paged KV cache\n\nMeasured on ")
     scenarios = (
         "paged-attention",
         "serving-batch",

@@ -1,7 +1,10 @@
 """What a test needs from the machine (a tool, root, an optional package) and what happens without it.
 
 A test whose tool is missing skips and says why; with PLAYGROUND_REQUIRE_TOOLS set (.ci/run sets
-it, and installs every tool) it fails instead, so CI cannot pass by skipping.
+it, and installs every tool) it fails instead, so CI cannot pass by skipping. With
+PLAYGROUND_SKIPPED_TOOLS naming a file, each test that skipped for a missing tool adds its id to
+it: .ci/run runs the README's test command on a machine without the tools first, then installs
+them and runs exactly those tests again, each tool now required.
 """
 
 import importlib.util
@@ -22,7 +25,19 @@ def need(available: bool, reason: str) -> None:
         return
     if os.environ.get("PLAYGROUND_REQUIRE_TOOLS"):
         pytest.fail(f"{reason}, and PLAYGROUND_REQUIRE_TOOLS is set (.ci/run installs it)")
-    pytest.skip(f"{reason}; set PLAYGROUND_REQUIRE_TOOLS=1 to make this a failure")
+    pytest.skip(f"{reason}; {SKIP_SAYS}")
+
+
+SKIP_SAYS = "set PLAYGROUND_REQUIRE_TOOLS=1 to make this a failure"  # how conftest knows a tool's skip
+
+
+def note_skipped(report) -> None:
+    """A test that skipped for a missing tool, its id one line in the file PLAYGROUND_SKIPPED_TOOLS
+    names (conftest's report hook: also a test skipped by a module fixture that skipped before it)."""
+    path = os.environ.get("PLAYGROUND_SKIPPED_TOOLS")
+    if path and report.skipped and SKIP_SAYS in str(report.longrepr):
+        with open(path, "a") as f:
+            f.write(report.nodeid + "\n")
 
 
 def have(*tools: str) -> bool:

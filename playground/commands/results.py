@@ -200,23 +200,31 @@ def _serving_load(ctx: Context, runs: Path) -> list[str]:
     return parts
 
 
+PAGE_COLUMNS = 110  # characters of a table on a results page (the page is 1440 px wide at most)
+
+
 def result_markdown(run_dir: Path) -> str:
-    """A run's tables and notes as markdown (what its summary printed)."""
-    from playground.display.report import format_cell
+    """A run's tables and notes as markdown (what its summary printed); a table too wide for the
+    page is cut into parts as the terminal cuts it, its legend under its last part."""
+    from playground.display.report import Table, format_cell, legend_lines, table_parts
 
     result = json.loads((run_dir / "result.json").read_text())
     out = []
     for t in result.get("tables") or []:
         if not t["rows"]:
             continue
-        columns = t.get("columns") or {k: k for k in t["rows"][0]}
-        out += [
-            f"**{t['title']}**\n",
-            "| " + " | ".join(columns.values()) + " |",
-            "|" + "---|" * len(columns),
-        ]
-        out += ["| " + " | ".join(format_cell(r.get(k)) for k in columns) + " |" for r in t["rows"]]
-        out.append("")
+        table = Table.from_dict(t)
+        columns = table.columns or {k: k for k in table.rows[0]}
+        for part in table_parts(table, PAGE_COLUMNS):
+            out += [
+                f"**{part.title}**\n",
+                "| " + " | ".join(columns[k] for k in part.keys) + " |",
+                "|" + "---|" * len(part.keys),
+            ]
+            out += ["| " + " | ".join(format_cell(r.get(k)) for k in part.keys) + " |" for r in table.rows]
+            out.append("")
+        out += [f"*{line.partition(': ')[0]}*: {line.partition(': ')[2]}  " for line in legend_lines(table)]
+        out += [""] if table.legend else []
     out += [f"- {n}" for n in result.get("notes") or []]
     return "\n".join(out) + "\n"
 
@@ -282,6 +290,11 @@ def machine_header(commands: list[str], started: float, loads: tuple[float, floa
         f"| machine | |\n|---|---|\n{rows}\n\n"
         f"```bash\n{cmds}\n```\n"
     )
+
+
+# MkDocs Material's front matter on every results page: no table of contents beside the tables of
+# figures, which then get the page's whole width (docs/stylesheets/extra.css widens the page itself).
+PAGE_FRONT = "---\nhide:\n  - toc\n---\n\n"
 
 
 @dataclass(frozen=True)
@@ -365,7 +378,7 @@ def _page(config: ResultsConfig, k: int, work_dir: Path, models: Context, models
     header = machine_header(commands, started, (load0, os.getloadavg()[0]))
     if s.models:
         header += f"\n{models_line}\n"
-    (config.out / s.page).write_text(as_typed(f"# {s.title}\n\n{header}\n{body}", work_dir))
+    (config.out / s.page).write_text(as_typed(f"{PAGE_FRONT}# {s.title}\n\n{header}\n{body}", work_dir))
     console.print(f"written: {config.out / s.page}")
     return ok
 

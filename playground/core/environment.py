@@ -86,6 +86,12 @@ VARIABLES: tuple[Variable, ...] = (
         "instead of skipping (.ci/run sets it)",
     ),
     Variable(
+        "PLAYGROUND_SKIPPED_TOOLS",
+        "CI",
+        "tests: a file each test that skipped for a missing tool adds its id to (.ci/run runs those again "
+        "once it has installed every tool)",
+    ),
+    Variable(
         "PLAYGROUND_ARTIFACTS", "tests", "tests: the browser test also copies its screenshot and page here"
     ),
     Variable(

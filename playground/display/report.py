@@ -133,41 +133,69 @@ def format_cell(value: Any) -> str:
     return str(value)
 
 
-def render_table(table: Table, console: Console) -> None:
-    """The table fitted to the console's width (display/fit.py: headers wrap, columns move to a
-    next part, no value is cut), or in one piece with PLAYGROUND_WIDE; its legend once under it."""
-    if not table.rows:
-        console.print(f"[bold]{table.title}[/bold]: no rows")
-        return
+@dataclass(frozen=True)
+class TablePart:
+    """One piece of a table as it fits a width: its title, its column keys and each one's width."""
+
+    title: str
+    keys: tuple[str, ...]
+    widths: tuple[int, ...]
+
+
+def table_parts(table: Table, width: int | None) -> list[TablePart]:
+    """`table` cut to fit `width` characters (display/fit.py: headers and text wrap, columns move to
+    a next part that starts with the columns naming a row); None: one piece at full width."""
     shown = table.columns or {k: k for k in table.rows[0]}
     named = [k for k in table.keys if k in shown] or naming_columns(table.rows, list(shown))
-    columns = {**{k: shown[k] for k in named}, **{k: h for k, h in shown.items() if k not in named}}
-    keys = list(columns)
+    keys = [*named, *(k for k in shown if k not in named)]
     fitted = [
-        Column(
-            columns[k],
-            tuple(cell_text(k, row.get(k)) for row in table.rows),
-            isinstance(table.rows[0].get(k), (int, float)) and not isinstance(table.rows[0].get(k), bool),
-        )
-        for k in keys
+        Column(shown[k], tuple(cell_text(k, r.get(k)) for r in table.rows), _numeric(table, k)) for k in keys
     ]
-    whole = [Part(tuple(range(len(keys))), tuple(c.natural for c in fitted))]
-    parts = whole if wide() else fit(fitted, console.width, len(named))
+    if width is None:
+        parts = [Part(tuple(range(len(keys))), tuple(c.natural for c in fitted))]
+    else:
+        parts = fit(fitted, width, len(named))
     if len(parts) == 1:  # in one piece, the columns in the table's own order
         order = [keys.index(k) for k in shown]
         parts = [Part(tuple(order), tuple(parts[0].widths[i] for i in order))]
-    for n, part in enumerate(parts):
-        title = table.title if n == 0 else f"{table.title.splitlines()[0]} (continued)"
-        rt = RichTable(title=title, title_justify="left", header_style="bold")
-        for i, w in zip(part.columns, part.widths, strict=True):
-            c = fitted[i]
-            rt.add_column(c.header, justify="right" if c.numeric else "left", width=w, overflow="fold")
-        for r in range(len(table.rows)):
-            rt.add_row(*(fitted[i].cells[r] for i in part.columns))
+    first = table.title.splitlines()[0] if table.title else ""
+    return [
+        TablePart(
+            table.title if n == 0 else f"{first} (continued)", tuple(keys[i] for i in p.columns), p.widths
+        )
+        for n, p in enumerate(parts)
+    ]
+
+
+def _numeric(table: Table, key: str) -> bool:
+    v = table.rows[0].get(key)
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def legend_lines(table: Table) -> list[str]:
+    """The legend under a table: "header: what the column means", once each."""
+    columns = table.columns or {k: k for k in table.rows[0]} if table.rows else {}
+    return [f"{columns.get(k, k)}: {meaning}" for k, meaning in table.legend.items()]
+
+
+def render_table(table: Table, console: Console) -> None:
+    """The table fitted to the console's width (`table_parts`), or in one piece with
+    PLAYGROUND_WIDE; its legend once under it."""
+    if not table.rows:
+        console.print(f"[bold]{table.title}[/bold]: no rows")
+        return
+    columns = table.columns or {k: k for k in table.rows[0]}
+    for part in table_parts(table, None if wide() else console.width):
+        rt = RichTable(title=part.title, title_justify="left", header_style="bold")
+        for key, w in zip(part.keys, part.widths, strict=True):
+            right = _numeric(table, key)
+            rt.add_column(columns[key], justify="right" if right else "left", width=w, overflow="fold")
+        for row in table.rows:
+            rt.add_row(*(cell_text(k, row.get(k)) for k in part.keys))
         with _at_least(console, table_width(part.widths)):
             console.print(rt, crop=False)
-    for key, meaning in table.legend.items():
-        console.print(f"{columns.get(key, key)}: {meaning}", highlight=False)
+    for line in legend_lines(table):
+        console.print(line, highlight=False)
 
 
 def naming_columns(rows: list[dict], keys: list[str], most: int = 4) -> list[str]:

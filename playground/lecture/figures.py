@@ -200,7 +200,7 @@ def beside(checked: Any, other: Any) -> list[tuple[Any, Any]]:
     return list(zip(_numbers(checked), _numbers(other), strict=False))
 
 
-def verdict_of(figure: Figure, lecture: Any, measured: Any, model: Any) -> tuple[str, bool, bool]:
+def verdict_of(figure: Figure, lecture: Any, measured: Any, model: Any) -> tuple[str, str, bool]:
     """An exact row's (status, verdict, outside), each computed from the row's own values.
 
     The `check` column must equal the lecture's figure ("matched"). The column beside it is judged

@@ -33,6 +33,9 @@ from playground.core.rundir import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, make_
 from playground.display.report import make_console, progress_bar, render_table
 from playground.hosts import netns
 
+HELP = "short runs with faults fired at random moments; checks exits, root causes, leaks, timing"
+DESCRIPTION = (__doc__ or "").split("\n\n")[1]
+
 
 def add_chaos_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument("--runs", type=int, metavar="N", help="how many runs (default 20)")

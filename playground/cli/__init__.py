@@ -228,69 +228,23 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_configured(sub: argparse._SubParsersAction) -> None:
-    """The commands with a config of their own (besides `bench`): simulate, calibrate, results,
-    chaos, serve, lecture."""
+    """The commands with a config of their own (besides `bench`), each from its module: its help,
+    its flags, its config's `from_flags`, what runs it."""
     from playground.chaos import command as chaos
     from playground.commands import calibrate, results, serve
     from playground.lecture import command as lecture
     from playground.sim import command as simulate
     from playground.sim.options import SimulateConfig
 
-    _configured(
-        sub,
-        "simulate",
-        Configured(SimulateConfig.from_flags, simulate.run_simulate),
-        simulate.add_simulate_flags,
-        help="run the collectives on a simulated cluster (virtual time, up to thousands of ranks)",
-        description=simulate.DESCRIPTION,
-    )
-    _configured(
-        sub,
-        "calibrate",
-        Configured(calibrate.CalibrateConfig.from_flags, calibrate.run_calibrate),
-        calibrate.add_calibrate_flags,
-        help="measure this machine once for every model and the simulator (writes calibration.json)",
-        description="Copy and reduction rates, the scheduler's time slice, and per transport a ping-pong of "
-        "every pair of ranks at once at 2 ranks and at more ranks than cores; one JSON file that bench, run, "
-        "simulate --link and the lecture read.",
-    )
-    _configured(
-        sub,
-        "results",
-        Configured(results.ResultsConfig.from_flags, results.run_results),
-        results.add_results_flags,
-        help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
-        description="Runs bench table, the simulator against measurements, the lecture, training against "
-        "PyTorch DDP, the training step against its model, the serving lab, pipeline and tensor parallelism "
-        "and chaos runs, one after the other, and writes docs/results/*.md headed by this machine; about "
-        "75 min (--quick: 18).",
-    )
-    _configured(
-        sub,
-        "chaos",
-        Configured(chaos.ChaosConfig.from_flags, chaos.run_chaos),
-        chaos.add_chaos_flags,
-        help="short runs with faults fired at random moments; checks exits, root causes, leaks, timing",
-        description=(chaos.__doc__ or "").split("\n\n")[1],
-    )
-    _configured(
-        sub,
-        "serve",
-        Configured(serve.serve_config, serve.run_serve),
-        serve.add_serve_flags,
-        help=serve.HELP,
-        description=serve.DESCRIPTION,
-    )
-    _configured(
-        sub,
-        "lecture",
-        Configured(lecture.LectureConfig.from_flags, lecture.run_lecture),
-        lecture.add_lecture_flags,
-        help="run every section of the lecture and write one page beside its figures",
-        description="Runs the scenarios of each section of the lecture in its order, one at a time, and "
-        "writes runs/<timestamp>-lecture/index.html (also runs/latest) and summary.md: per section the "
-        "commands, tables, plots, and the lecture's figures beside this machine's and the model's.",
-    )
+    for name, module, make, run, add_flags in (
+        ("simulate", simulate, SimulateConfig.from_flags, simulate.run_simulate, simulate.add_simulate_flags),
+        ("calibrate", calibrate, calibrate.CalibrateConfig.from_flags, calibrate.run_calibrate, calibrate.add_calibrate_flags),
+        ("results", results, results.ResultsConfig.from_flags, results.run_results, results.add_results_flags),
+        ("chaos", chaos, chaos.ChaosConfig.from_flags, chaos.run_chaos, chaos.add_chaos_flags),
+        ("serve", serve, serve.serve_config, serve.run_serve, serve.add_serve_flags),
+        ("lecture", lecture, lecture.LectureConfig.from_flags, lecture.run_lecture, lecture.add_lecture_flags),
+    ):  # fmt: skip
+        _configured(sub, name, Configured(make, run), add_flags, module.HELP, module.DESCRIPTION)
 
 
 def build_parser(

@@ -9,10 +9,14 @@ Each benchmark's logic is its own module with a frozen config and one entry func
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from playground.core import flags
 from playground.core.errors import ParamError, ScenarioError
+
+if TYPE_CHECKING:  # the serve extra's modules (httpx): imported when the command runs
+    from playground.serving.load.bench import ServingBenchConfig
+    from playground.serving.speculative_bench import SpeculativeBenchConfig
 
 SERVE_EXTRA = "pip install -e '.[serve]'"
 # --workload presets: the serve flags and the workload (the chunked-prefill comparison needs a
@@ -80,7 +84,7 @@ def serving_config(
     slo_tbt: float = 0.1,
     seed: int = 0,
     out: str | Path = "runs",
-) -> Any:
+) -> "ServingBenchConfig":
     """The ServingBenchConfig of `bench serving`'s flags (bad values: a ParamError naming the flag);
     without the serve extra, one line saying how to install it."""
     try:
@@ -125,7 +129,7 @@ def speculative_config(
     iters: int = 3,
     seed: int = 0,
     out: str | Path = "runs",
-) -> Any:
+) -> "SpeculativeBenchConfig":
     """The SpeculativeBenchConfig of `bench speculative`'s flags."""
     from playground.serving.speculative_bench import SpeculativeBenchConfig
 
@@ -146,7 +150,7 @@ def speculative_config(
     )
 
 
-def run_serving(config: Any) -> int:
+def run_serving(config: "ServingBenchConfig") -> int:
     from playground.core.errors import LabError
     from playground.serving.load.bench import run_serving_bench
 
@@ -157,7 +161,7 @@ def run_serving(config: Any) -> int:
         return 1
 
 
-def run_speculative(config: Any) -> int:
+def run_speculative(config: "SpeculativeBenchConfig") -> int:
     from playground.serving.speculative_bench import run_speculative_bench
 
     return run_speculative_bench(config)

@@ -66,6 +66,14 @@ DEFAULT_ROUNDS = 5
 MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s")
 
 
+HELP = "measure this machine once for every model and the simulator (writes calibration.json)"
+DESCRIPTION = (
+    "Copy and reduction rates, the scheduler's time slice, and per transport a ping-pong of every pair of "
+    "ranks at once at 2 ranks and at more ranks than cores; one JSON file that bench, run, simulate --link "
+    "and the lecture read."
+)
+
+
 def add_calibrate_flags(c: argparse.ArgumentParser) -> None:
     """`calibrate`'s flags; their defaults are `CalibrateConfig.from_flags`'s."""
     c.add_argument("--transports", help="comma list of ipc, shm, tcp (default ipc,shm)")

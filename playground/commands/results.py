@@ -405,6 +405,14 @@ def _write_index(out: Path) -> None:
     (out / "index.md").write_text("\n".join(lines) + "\n")
 
 
+HELP = "measure the docs' results pages on this machine (benchmarks, simulator, labs)"
+DESCRIPTION = (
+    "Runs bench table, the simulator against measurements, the lecture, training against PyTorch DDP, the "
+    "training step against its model, the serving lab, pipeline and tensor parallelism and chaos runs, one "
+    "after the other, and writes docs/results/*.md headed by this machine; about 75 min (--quick: 18)."
+)
+
+
 def add_results_flags(r: argparse.ArgumentParser) -> None:
     """`results`' flags; their defaults are `ResultsConfig.from_flags`'."""
     r.add_argument(

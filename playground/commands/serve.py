@@ -5,11 +5,14 @@ the command says how to install them (exit 2) and nothing else in the playground
 """
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from playground.core.errors import ParamError, ScenarioError, UsageError
 from playground.kvcache.engine.config import EngineConfig
 from playground.kvcache.engine.policies import POLICIES
+
+if TYPE_CHECKING:  # the serve extra's modules: imported when the command runs
+    from playground.serving.http.server import ServeConfig
 
 SERVE_EXTRA = "pip install -e '.[serve]'"
 
@@ -93,7 +96,7 @@ def serve_config(
     heads: int = 4,
     context: int = 256,
     model_seed: int = 0,
-) -> Any:
+) -> "ServeConfig":
     """The ServeConfig the flags say (bad values: a ParamError naming the flag); without the serve
     extra, one line saying how to install it."""
     try:
@@ -102,19 +105,7 @@ def serve_config(
         raise ScenarioError(f"serve needs the serve extra ({e.name} is missing): {SERVE_EXTRA}") from None
     from playground.transformer.config import ModelConfig
 
-    budget = max_num_batched_tokens or (256 if chunked_prefill else 8192)
-    try:
-        engine = EngineConfig(
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=budget,
-            chunked_prefill=chunked_prefill,
-            num_speculative_tokens=speculative_tokens,
-        )
-    except UsageError as e:
-        flag = {"num_speculative_tokens": "--speculative-tokens"}.get(
-            e.field, "--" + e.field.replace("_", "-")
-        )
-        raise ParamError(flag, e.message) from None
+    engine = _engine(max_num_seqs, max_num_batched_tokens, chunked_prefill, speculative_tokens)
     try:
         shape = ModelConfig(layers=layers, d_model=d_model, heads=heads, context=context)
     except ParamError as e:
@@ -137,7 +128,27 @@ def serve_config(
     )
 
 
-def run_serve(config: Any) -> int:
+def _engine(
+    max_num_seqs: int, max_num_batched_tokens: int | None, chunked_prefill: bool, speculative_tokens: int
+) -> EngineConfig:
+    """The engine's scheduling: its token budget a step by default 8192 prefill tokens, or 256 for
+    the whole step with chunked prefill."""
+    budget = max_num_batched_tokens or (256 if chunked_prefill else 8192)
+    try:
+        return EngineConfig(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=budget,
+            chunked_prefill=chunked_prefill,
+            num_speculative_tokens=speculative_tokens,
+        )
+    except UsageError as e:
+        flag = {"num_speculative_tokens": "--speculative-tokens"}.get(
+            e.field, "--" + e.field.replace("_", "-")
+        )
+        raise ParamError(flag, e.message) from None
+
+
+def run_serve(config: "ServeConfig") -> int:
     from playground.serving.http.server import serve
 
     return serve(config)

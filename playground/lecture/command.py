@@ -86,6 +86,14 @@ def _extra_plots(name: str, run: Run, out_dir: Path, plan: Plan, err) -> dict[Pa
     return drawn if isinstance(drawn, dict) else dict.fromkeys(drawn, "")
 
 
+HELP = "run every section of the lecture and write one page beside its figures"
+DESCRIPTION = (
+    "Runs the scenarios of each section of the lecture in its order, one at a time, and writes "
+    "runs/<timestamp>-lecture/index.html (also runs/latest) and summary.md: per section the commands, "
+    "tables, plots, and the lecture's figures beside this machine's and the model's."
+)
+
+
 def add_lecture_flags(lec: argparse.ArgumentParser) -> None:
     """`lecture`'s flags; their defaults are `LectureConfig.from_flags`'."""
     lec.add_argument("--sections", metavar="1,2,5", help="only these sections (1-5; default: all)")

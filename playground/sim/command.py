@@ -32,6 +32,7 @@ from playground.sim.options import CALIBRATED, DTYPES, OPS, SimSpec, SimulateCon
 TRACE_MESSAGES_MAX_RANKS = 64
 
 
+HELP = "run the collectives on a simulated cluster (virtual time, up to thousands of ranks)"
 DESCRIPTION = (
     "The same algorithm code as `run`/`bench`, on simulated ranks in virtual time: each rank has a "
     "full-duplex port per link kind; a message of n bytes holds the sender's and receiver's ports for "

@@ -119,8 +119,11 @@ def measure(
 
 def python_calls(stats: pstats.Stats, calls: int, ranks: int) -> float:
     """Python-level calls per rank per all-reduce, this module's own frames left out."""
-    own = sum(v[1] for k, v in stats.stats.items() if k[0] == __file__ or "greenlet" in str(k[2]))
-    return (stats.total_calls - own) / calls / ranks
+    # pstats keeps its table and total as plain attributes, which typeshed does not declare
+    table: dict = stats.stats  # type: ignore[attr-defined]
+    total: int = stats.total_calls  # type: ignore[attr-defined]
+    own = sum(v[1] for k, v in table.items() if k[0] == __file__ or "greenlet" in str(k[2]))
+    return (total - own) / calls / ranks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     size = parse_size(args.size)
     what = f"{args.algo} all-reduce of {size} B, {args.ranks} ranks over {args.transport}"
-    labels = {
+    labels: dict[bool | str, str] = {
         False: "tracing off",
         "phases": "as bench traces (phases, no per-message events)",
         True: "with per-message trace events (as in a run)",

@@ -152,6 +152,7 @@ def _serve(comm, p: Params, asked: str | None) -> dict:
                     "policy": policy,
                     "prefix_caching": caching,
                     "resumed": resumed,
+                    "asked": _asked(p),
                     "elapsed_s": time.monotonic() - t0,
                     "stats": srv.stats(),
                     "samples": downsample(srv.samples),
@@ -178,6 +179,14 @@ def _serve(comm, p: Params, asked: str | None) -> dict:
         "shape": shape.to_dict(),
         "setups": per_setup,
     }
+
+
+def _asked(p: Params) -> int:
+    """The requests the clients send in one setup."""
+    own = 1 if p.prompt is not None else 0
+    return {"section46": p.num_requests + own, "prefix": p.num_requests, "samples": 2}.get(
+        p.workload, sum(p.batch_sizes)
+    )
 
 
 def _total(p: Params) -> int:

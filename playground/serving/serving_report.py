@@ -22,6 +22,30 @@ def _name(setup: dict) -> str:
     return setup["policy"] + (" + prefix cache" if setup["prefix_caching"] else "")
 
 
+def run_history(per_setup: list[dict], differs: int) -> dict:
+    """The run as one history, the shape chaos --recover reads from a report's data: requests
+    answered once, run again after a restart, answered twice and never (both must be 0), and those
+    whose tokens differ from the fault-free reference (`differs`: between setups, or from dense
+    generation)."""
+    hs = [serving_stats.history(s) for s in per_setup]
+    return {
+        "asked": sum(h["asked"] for h in hs),
+        "once": sum(h["replied"] for h in hs),
+        "again": sum(h["rerun"] for h in hs),
+        "twice": sum(max(h["twice"], 0) for h in hs),
+        "never": sum(max(h["never"], 0) for h in hs),
+        "differs": differs,
+        "replayed": sum(h["replayed"] for h in hs),
+    }
+
+
+def _differs(per_setup: list[dict]) -> int:
+    mismatched = sum(
+        c.get("verified", {}).get("mismatched", 0) for s in per_setup for c in s["clients"].values()
+    )
+    return mismatched + len(serving_stats.differing_requests(per_setup))
+
+
 def _common_failures(per_setup: list[dict]) -> list[str]:
     failures = []
     for s in per_setup:
@@ -39,11 +63,13 @@ def _common_failures(per_setup: list[dict]) -> list[str]:
                     f"generation ({v['first_mismatch']})"
                 )
         h = serving_stats.history(s)
-        if h["twice"]:
+        if h["twice"] > 0:
             failures.append(
                 f"{_name(s)}: {h['generated']} generations for {h['answered']} requests answered: "
                 f"{h['twice']} generated twice"
             )
+        if h["never"] > 0:
+            failures.append(f"{_name(s)}: {h['never']} of {h['asked']} requests never answered")
     differ = serving_stats.differing_requests(per_setup)
     if differ:
         failures.append(f"requests {differ[:5]} generated different tokens under different setups")
@@ -218,5 +244,6 @@ def report(per_setup: list[dict], params, run_dir, rank0: dict | None = None) ->
             {k: v for k, v in s.items() if k not in ("samples", "step_log", "clients")} for s in per_setup
         ],
         **{k: rank0.get(k) for k in ("model", "model_path", "served", "rates", "shape")},
+        "history": run_history(per_setup, _differs(per_setup)),
     }
     return Report(ok=not failures, tables=tables, notes=notes, failures=failures, data=data, files=files)

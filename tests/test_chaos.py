@@ -127,7 +127,7 @@ def test_recover_draws_only_what_a_restart_mends_and_a_broken_history_fails():
     ]
     obs.result = {"history": {"asked": 10, "once": 10}}
     assert "the fault fired but nothing restarted" in judge(run, obs, {}).problems
-    record = {"run": run.to_dict(), "verdict": verdict.to_dict()}
+    record = {"run": run.to_dict(), "verdict": verdict.to_dict(), "describe": run.describe(), "replay": "r"}
     (row, total) = report.rows([record], recover=True)
     assert row["fault"] == "SIGKILL" and (row["once"], row["twice"], row["never"], row["passed"]) == (
         9,
@@ -137,6 +137,8 @@ def test_recover_draws_only_what_a_restart_mends_and_a_broken_history_fails():
     )
     assert row["recover_p50_s"] == 0.3 and total["runs"] == 1
     assert History.from_dict(verdict.history.to_dict()) == verdict.history
+    page = results.recover_page([{"seed": 1, "records": [record]}], 2)
+    assert "1 runs in 1 of 2 pieces" in page and "| SIGKILL | 1 | 0 | 0 | 9 | 0 | 2 | 1 | 3 | 0.30 |" in page
 
 
 def test_the_chaos_command_runs_judges_and_writes_every_run(runs_dir):

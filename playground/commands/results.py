@@ -34,7 +34,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   and simulated to 64 ranks) and `run train-tensor` at 2 and 4 ranks with torch's tensor parallelism
   beside ours (`tensor_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
-  detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
+  detection times by fault kind; then `chaos --recover` in pieces: each run's history (requests
+  answered once, run again, twice, never, differing) and the time to recover, by fault kind
+  (`chaos/results.py`; `--continue` and `--max-minutes` as above).
 
 The pages with model columns (collectives, alltoall, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that

@@ -88,8 +88,7 @@ def recover_page(summaries: list[dict], planned: int) -> str:
     records = [r for s in summaries for r in s["records"]]
     if not records:
         return "\n## Recovering\n\nNo `chaos --recover` run was measured yet.\n"
-    failed = [r for r in records if not r["verdict"]["ok"]]
-    missed = sum(r["verdict"]["missed"] for r in records)
+    failed, missed = _tally(records)
     lines = [
         "\n## Recovering\n",
         f"`chaos --recover`: {len(records)} runs in {len(summaries)} of {planned} pieces of fixed seeds "
@@ -103,19 +102,26 @@ def recover_page(summaries: list[dict], planned: int) -> str:
         "standalone server up again.\n",
         chaos_report.markdown(records, recover=True),
     ]
-    if failed:
-        lines.append("**Failed runs**\n")
-        lines += [f"- {line.replace(chr(10) + '    ', ' ')}" for line in chaos_report.failed_lines(failed)]
-        lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _failed_runs(failed))
+
+
+def _tally(records: list[dict]) -> tuple[list[dict], int]:
+    """(the failed runs, how many missed)."""
+    return [r for r in records if not r["verdict"]["ok"]], sum(r["verdict"]["missed"] for r in records)
+
+
+def _failed_runs(failed: list[dict]) -> list[str]:
+    if not failed:
+        return []
+    lines = [f"- {line.replace(chr(10) + '    ', ' ')}" for line in chaos_report.failed_lines(failed)]
+    return ["**Failed runs**\n", *lines, ""]
 
 
 def page(summaries: list[dict], planned: int) -> str:
     records = [r for s in summaries for r in s["records"]]
     if not records:
         return "No chaos run was measured yet: rerun `python -m playground results --sections chaos --continue`.\n"
-    failed = [r for r in records if not r["verdict"]["ok"]]
-    missed = sum(r["verdict"]["missed"] for r in records)
+    failed, missed = _tally(records)
     hosts = "on emulated hosts (`--hosts`: host faults too)" if summaries[0]["hosts"] else "on one host"
     lines = [
         f"{len(records)} runs {hosts}, in {len(summaries)} of {planned} pieces of fixed seeds "
@@ -128,8 +134,4 @@ def page(summaries: list[dict], planned: int) -> str:
         "is timed. Percentiles are nearest-rank (p99 of fewer than 100 runs is their maximum).\n",
         chaos_report.markdown(records),
     ]
-    if failed:
-        lines.append("**Failed runs**\n")
-        lines += [f"- {line.replace(chr(10) + '    ', ' ')}" for line in chaos_report.failed_lines(failed)]
-        lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _failed_runs(failed))

@@ -127,19 +127,22 @@ def main(comm, params: Params) -> dict:
     """Each (shape, round) once: a run restarted after a failure (a shard killed) takes the rounds
     every rank finished from the run directory and runs the others (serving/resume.py)."""
     pin_blas_threads(1)  # the ranks share the cores: one BLAS thread each
-    done, shapes = resume.rounds_done(comm), []
+    (done, redone), shapes = resume.rounds_done(comm), []
     for k, shape in enumerate(params.shapes):
         runs, calibration = [], []
         for r in range(params.rounds):
             comm.progress(k * params.rounds + r, len(params.shapes) * params.rounds, f"{shape} round {r + 1}")
             i = k * params.rounds + r
-            record = done[i] if i < len(done) else _round(comm, params, shape, r)
-            if i >= len(done):
+            if i < len(done):
+                record = done[i]
+            else:
+                resume.round_started(comm, i)
+                record = _round(comm, params, shape, r)
                 resume.round_done(comm, record)
             runs += record["runs"]
             calibration += record["calibration"]
         shapes.append({"shape": shape, "runs": runs, "calibration": calibration})
-    return {"ok": True, "shapes": shapes, "resumed_rounds": len(done)}
+    return {"ok": True, "shapes": shapes, "resumed_rounds": len(done), "redone_rounds": redone}
 
 
 @functools.cache

@@ -111,7 +111,8 @@ def test_recover_draws_only_what_a_restart_mends_and_a_broken_history_fails():
         assert run.recover and run.workload.recoverable is not None
         assert run.fault in run.workload.recoverable.faults and run.fault.name != "corrupt"
         assert run.workload.launched == ("--max-restarts" in run.args)
-    assert {r.workload.name for r in runs} == {"serving", "kvserver"}
+    assert {r.workload.name for r in runs} == {"serving", "serving-tensor", "kvserver"}
+    assert all(draw(5, k, False).workload.faults for k in range(1, 40))  # a --recover-only one is not drawn
     assert replay_command(5, 3, False, True).endswith("--only 3 --recover")
     run = outside("serving", 3, "SIGKILL", 1, after_s=1.0, recover=True)
     why = "rank 1 (pid 7 on vm) at 1.20s: killed by SIGKILL"

@@ -104,5 +104,7 @@ def test_a_tensor_shard_killed_mid_round_runs_that_round_again_with_one_process_
     assert 0 < outcome.results[0]["resumed_rounds"] < 3  # kept; the round in flight ran again
     report = summarize(scenario, outcome, tmp_path / "run")
     assert report.ok, report.failures  # every t's tokens equal the one-process run's
+    history = report.data["history"]  # decode runs (round, t): the one in flight ran again, none lost
+    assert history == {"asked": 6, "once": 6, "again": 2, "twice": 0, "never": 0, "differs": 0}
     runs = outcome.results[0]["shapes"][0]["runs"]
     assert sorted((r["round"], r["t"]) for r in runs) == [(r, t) for r in range(3) for t in (1, 2)]

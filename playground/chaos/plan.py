@@ -32,7 +32,7 @@ def draw(seed: int, index: int, hosts: bool, recover: bool = False) -> ChaosRun:
         return _draw_recovering(seed, index)
     rng = random.Random(f"chaos-{seed}-{index}")
     workload = rng.choice(
-        list(WORKLOADS.values())
+        [w for w in WORKLOADS.values() if w.faults]  # those drawn under --recover only have none
     )  # the standalone server runs on this host, with --hosts too
     faults = list(workload.faults) + (list(HOST_FAULTS) * 2 if hosts and workload.launched else [])
     fault = rng.choice(faults)

@@ -80,6 +80,15 @@ def _serving(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
     return replace(run, transport="ipc", size=f"{requests} requests", args=args)
 
 
+def _serving_tensor(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
+    """Tensor-parallel serving (drawn under --recover only): the decode batch on 1 and 2 shards,
+    round after round; a shard killed mid-round makes every shard run that round again."""
+    rounds = rng.choice([8, 16])
+    keys = ["params.shapes=[small]", "params.tensor=[2]", f"params.rounds={rounds}", "params.simulate=[]"]
+    args = ("run", "serving-tensor", *common, *sets(keys))
+    return replace(run, transport="shm", size=f"{rounds} rounds", args=args)
+
+
 def _kvcache(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
     requests = rng.choice([5000, 20000])
     keys = [f"params.num_requests={requests}", f"params.policies=[{rng.choice(['paged', 'contiguous'])}]"]
@@ -148,6 +157,7 @@ _KV_RANK_FAULTS = named(
 )
 _UNENDING = tuple(f for f in _RANK_FAULTS if not f.needs_end)  # buckets runs until it is stopped
 _KV_MENDED = named("raise", "kill", "exit", "hang", "SIGKILL", "SIGSTOP", "server killed", "client killed")
+_SHARD_MENDED = named("raise", "kill", "exit", "SIGKILL", "SIGSTOP")
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -171,6 +181,18 @@ WORKLOADS: dict[str, Workload] = {
             recoverable=Recoverable(
                 named("server restarted"), recovered.standalone_history, recovered.judge_recovered
             ),
+        ),
+        Workload(  # under --recover only: no fault of the plain draws
+            "serving-tensor",
+            (2,),
+            (),
+            _serving_tensor,
+            launched.execute,
+            checks.judge_launched,
+            _launcher_exit,
+            _rank_posts,
+            TIMEOUT_S,
+            recoverable=Recoverable(_SHARD_MENDED, recovered.launched_history, recovered.judge_recovered),
         ),
     )
 }

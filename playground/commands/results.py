@@ -261,7 +261,7 @@ SECTIONS = [
     ),
     # (tensor measures a calibration of its own and names it to its runs)
     Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
-    Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
+    Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 2, 17),
 ]
 
 

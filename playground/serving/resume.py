@@ -7,9 +7,9 @@ engine rank killed, a client rank lost) goes on without losing a request or answ
 - each finished setup's result, `serving-state/setup-<k>.json`, written (a temporary file, renamed)
   once every client has reported: a restarted run begins at the first setup without one;
 - tensor-parallel serving (nodes/serving_tensor.py): each rank's finished rounds, one JSON line a
-  round in `serving-state/tensor-rank-<r>.jsonl`; a restarted run goes on at the first round some
-  rank has not finished, and runs the decode batch of that round again from its prompts (a killed
-  shard took its KV with it).
+  round in `serving-state/tensor-rank-<r>.jsonl` (after a line saying it started); a restarted run
+  goes on at the first round some rank has not finished, and runs the decode batch of that round
+  again from its prompts (a killed shard took its KV with it).
 
 The client ranks keep their routing ids (`rank-<r>`) and name each request after what it is (the
 workload's key), so a restarted client re-sends the same ids and the journal recognises them. A run
@@ -53,28 +53,41 @@ def save(run_dir: Path | None, k: int, result: dict) -> None:
     os.replace(tmp, path)
 
 
-def rounds_done(comm) -> list[dict]:
+def rounds_done(comm) -> tuple[list[dict], int]:
     """This rank's finished tensor-serving rounds, cut to the fewest any rank finished (a rank
-    killed between two ranks' writes: the round is run again by every rank)."""
+    killed between two ranks' writes: the round is run again by every rank), and how many rounds
+    were started before and not kept: run again now."""
     path = _rounds_path(comm)
-    mine = []
+    mine, started = [], 0
     if path is not None and path.exists():
         for line in path.read_text().splitlines():
             try:
-                mine.append(json.loads(line))
+                entry = json.loads(line)
             except ValueError:
                 break  # a torn last line
+            if "started" in entry:
+                started = max(started, entry["started"] + 1)
+            else:
+                mine.append(entry)
     fewest = min(comm.allgather_obj(len(mine)))
-    if path is not None and len(mine) > fewest:
+    if path is not None and (len(mine) > fewest or started > fewest):
         path.write_text("".join(json.dumps(r) + "\n" for r in mine[:fewest]))
-    return mine[:fewest]
+    return mine[:fewest], max(0, started - fewest)
+
+
+def round_started(comm, index: int) -> None:
+    _append(comm, {"started": index})
 
 
 def round_done(comm, record: dict) -> None:
+    _append(comm, record)
+
+
+def _append(comm, entry: dict) -> None:
     path = _rounds_path(comm)
     if path is not None:
         with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(entry) + "\n")
 
 
 def _rounds_path(comm) -> Path | None:

@@ -130,6 +130,9 @@ class Supervisor:
         self.killed: dict[int, float] = {}  # generation -> when the mtbf drill killed one of its ranks
 
     def first_env(self) -> dict:
+        """The first generation's: a resumed run's checkpoint (the stopped run's logs kept aside first)."""
+        if self.resume is not None:
+            self._keep_logs()
         return self._env(self.resume)
 
     @staticmethod
@@ -178,7 +181,7 @@ class Supervisor:
         if len(self.restarts) >= self.recovery.max_restarts or root.error_type in NOT_MENDED_BY_A_RESTART:
             return None
         self.restarts.append(restart)
-        self._keep_logs(generation)
+        self._keep_logs()
         if cluster is not None:
             for host in cluster.restore_links():
                 self.say(f"restart: host h{host}'s link is up again")
@@ -230,8 +233,8 @@ class Supervisor:
             usual = [r["usual_step_s"] for r in reports if r.get("usual_step_s") is not None]
             last.usual_step_s = max(usual) if usual else None
 
-    def _keep_logs(self, generation: int) -> None:
-        """The failed generation's rank logs and stacks into generations/<n>/ (n counts over every
+    def _keep_logs(self) -> None:
+        """The last generation's rank logs and stacks into generations/<n>/ (n counts over every
         launch of this run directory, `run --resume` included), so the next one's start afresh."""
         base = self.run_dir / GENERATIONS
         n = 0

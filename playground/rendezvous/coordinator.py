@@ -160,7 +160,7 @@ class Coordinator(FailureDetection):
             self.num_stale += 1
             if self.num_stale == 1:
                 self._say(
-                    f"coordinator: refused a {msg['type']} message of generation {generation} from "
+                    f"coordinator: refused a {msg['type']!r} message of generation {generation} from "
                     f"{parts[0][:32]!r}: this is generation {self.generation} (further ones are only counted)"
                 )
             return None

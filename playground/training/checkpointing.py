@@ -22,6 +22,7 @@ reductions run in the same order, so the parameters after the last step are bit 
 run without the fault.
 """
 
+import dataclasses
 import os
 import statistics
 import time
@@ -33,6 +34,8 @@ from playground.checkpoint import store
 from playground.checkpoint.writer import PartWriter
 from playground.config.params import params_to_dict
 from playground.core.errors import CheckpointRefused, ParamError
+from playground.core.sizes import format_size
+from playground.display.report import Report
 
 RESUME_VARIABLE = "PLAYGROUND_RESUME"
 POLICY_KEYS = ("checkpoint_every", "checkpoint_async", "checkpoint_keep")
@@ -230,4 +233,27 @@ def restore(trainer, arrays: dict[str, np.ndarray]) -> None:
     params[:] = saved
     trainer.gradients.load_state(
         {k.removeprefix("strategy."): v for k, v in arrays.items() if k.startswith("strategy.")}
+    )
+
+
+def with_checkpoints(report: Report, results: list[dict], every: int) -> Report:
+    """`report` with a line on the run's checkpoints (how many, their size, the stall they cost the
+    step against the write's own time) and every rank's figures in result.json ("checkpoints")."""
+    figures = [r.get("checkpoints") or {} for r in results]
+    if not every or not any(f.get("count") for f in figures):
+        return report
+    stalls = [f["stall_s"]["median"] for f in figures if f.get("stall_s")]
+    worst = max((f["stall_s"]["max"] for f in figures if f.get("stall_s")), default=0.0)
+    writes = [f["write_s"]["median"] for f in figures if f.get("write_s")]
+    first = figures[0]
+    how = "asynchronous: copied, then written by a thread" if first["asynchronous"] else "synchronous"
+    note = (
+        f"checkpoints: {first['count']} every {every} steps and at each run's end, "
+        f"{format_size(max(f.get('bytes', 0) for f in figures))} per rank; the step stood still "
+        f"{1e3 * max(stalls):.2f} ms for each (the slowest rank's median; longest {1e3 * worst:.2f} ms), "
+        f"the write itself took {1e3 * max(writes, default=0.0):.2f} ms ({how}); "
+        f"{first.get('committed', 0)} made whole by rank 0's manifest"
+    )
+    return dataclasses.replace(
+        report, notes=[*report.notes, note], data={**report.data, "checkpoints": figures}
     )

@@ -35,6 +35,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   beside ours (`tensor_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
   detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
+- recovery.md: `run train-recovery`: a checkpoint's stall, synchronous against asynchronous; goodput
+  against the checkpoint interval under a drill that kills a rank at random, beside its model with
+  Young/Daly's optimum marked; each way to recover timed phase by phase (`recovery_results`).
 
 The pages with model columns (collectives, alltoall, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
@@ -57,7 +60,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from playground.commands import accuracy, alltoall_results
+from playground.commands import accuracy, alltoall_results, recovery_results
 from playground.commands.chaos_results import chaos_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
@@ -259,6 +262,14 @@ SECTIONS = [
     # (tensor measures a calibration of its own and names it to its runs)
     Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
+    Section(
+        "recovery",
+        "recovery.md",
+        "Recovery: checkpoints, restarts and goodput",
+        recovery_results.section,
+        2,
+        8,
+    ),
 ]
 
 
@@ -385,13 +396,13 @@ def add_results_parser(sub, func) -> None:
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
         description="Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator "
         "against measurements, the lecture, training against "
-        "PyTorch DDP, the training step against its model, the serving lab, pipeline and tensor parallelism "
-        "and chaos runs, one after the other, and writes docs/results/*.md headed by this machine; about "
+        "PyTorch DDP, the training step against its model, the serving lab, pipeline and tensor parallelism, "
+        "chaos runs and recovery (checkpoints, restarts, goodput), one after the other, and writes docs/results/*.md headed by this machine; about "
         "120 min (--quick: 23).",
     )
     r.add_argument(
         "--sections",
-        metavar="collectives,alltoall,simulator,labs,training,steptime,serving,parallelism,tensor,chaos",
+        metavar="collectives,alltoall,simulator,labs,training,steptime,serving,parallelism,tensor,chaos,recovery",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

@@ -207,8 +207,8 @@ class Coordinator(FailureDetection):
             self.on_register(ident, rank, msg)
         elif kind == "heartbeat":
             self.last_beat[rank] = time.monotonic()
-        elif kind == "resumed":
-            self.resumed[rank] = msg
+        elif kind == "resumed":  # once loaded, then again after its first step
+            self.resumed.setdefault(rank, {}).update(msg)
         elif kind == "fault":
             if self.on_fault is not None:
                 self.on_fault(rank, msg)

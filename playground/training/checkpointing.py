@@ -126,6 +126,8 @@ class Checkpoints:
                 policy.keep,
                 commit_timeout_s=max(60.0, comm.timeout_s),
             )
+        if self.writer is not None and resumed is not None:  # the checkpoints' figures before the restart
+            self.writer.records.extend(resumed.meta.get("checkpoints", []))
         self.runs: list[dict] = []  # each run's record so far: {"steps", "digest", "snapshots"}
         self.offset = 0  # steps of the runs before the current one
         self.steps = 0  # the current run's steps
@@ -134,8 +136,11 @@ class Checkpoints:
     @classmethod
     def open(cls, comm, params, expected: dict) -> "Checkpoints":
         """From a training node's `Params` (its checkpoint keys) and identity; loads this rank's part
-        of the checkpoint to go on from, if the launcher named one."""
-        return cls(comm, CheckpointPolicy.of(params), expected, load_resume(comm.rank, expected))
+        of the checkpoint to go on from, if the launcher named one, and tells the launcher."""
+        checkpoints = cls(comm, CheckpointPolicy.of(params), expected, load_resume(comm.rank, expected))
+        if checkpoints.resumed is not None:
+            checkpoints._tell_loaded()
+        return checkpoints
 
     # -- the loop's hooks --------------------------------------------------------------------
     def begin(self, trainer, log, steps: int) -> int:
@@ -160,7 +165,7 @@ class Checkpoints:
         self.runs[-1]["digest"] = log.digest
         if self.resumed is not None and self.first_step_at is None:
             self.first_step_at = time.monotonic()
-            self._tell_resumed(log)
+            self._tell_first_step(log)
         done = self.offset + step + 1
         if self.writer is not None and (done % self.policy.every == 0 or step + 1 == self.steps):
             self.writer.save(
@@ -195,14 +200,29 @@ class Checkpoints:
             "step": step,
             "global_step": self.offset + step,
             "rank": self.comm.rank,
+            "checkpoints": [dict(r) for r in self.writer.records] if self.writer is not None else [],
             "runs": [
                 {"steps": list(r["steps"]), "digest": r["digest"], "snapshots": len(r["snapshots"])}
                 for r in self.runs
             ],
         }
 
-    def _tell_resumed(self, log) -> None:
-        """Tell the launcher how this rank came back: the load, and its first step against its usual."""
+    def _tell_loaded(self) -> None:
+        """Tell the launcher this rank is back: its checkpoint and how long loading it took."""
+        r = self.resumed
+        assert r is not None
+        self.comm.notify(
+            {
+                "type": "resumed",
+                "rank": self.comm.rank,
+                "step": r.checkpoint.step,
+                "load_s": r.load_s,
+                "loaded_at": r.loaded_at,
+            }
+        )
+
+    def _tell_first_step(self, log) -> None:
+        """And when its first step after the load ended, beside its usual step (warm-up)."""
         r = self.resumed
         assert r is not None
         before = [s["step_s"] for s in log.steps[: r.step] if "step_s" in s]
@@ -211,8 +231,6 @@ class Checkpoints:
                 "type": "resumed",
                 "rank": self.comm.rank,
                 "step": r.checkpoint.step,
-                "load_s": r.load_s,
-                "loaded_at": r.loaded_at,
                 "first_step_at": self.first_step_at,
                 "first_step_s": log.steps[-1].get("step_s", 0.0),
                 "usual_step_s": statistics.median(before) if before else None,

@@ -25,7 +25,7 @@ from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
 from playground.training import ddp_baseline, training_report
-from playground.training.checkpointing import Checkpoints, check_policy, identity
+from playground.training.checkpointing import Checkpoints, check_policy, identity, with_checkpoints
 from playground.training.loop import train_mode
 from playground.training.modes import MODES, NAMES, Mode
 from playground.training.step import TrainingShape, TrainSetup
@@ -160,7 +160,9 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     ddp = ddp_baseline.run(params, len(results), run_dir) if params.baseline == "ddp" else None
-    return training_report.report(results, params, run_dir, ddp)
+    return with_checkpoints(
+        training_report.report(results, params, run_dir, ddp), results, params.checkpoint_every
+    )
 
 
 CONTRACT = NodeContract(

@@ -25,7 +25,7 @@ from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
-from playground.training.checkpointing import Checkpoints, check_policy, identity
+from playground.training.checkpointing import Checkpoints, check_policy, identity, with_checkpoints
 from playground.training.modes import DDP_LIKE, Mode
 from playground.training.pipeline import pipeline_report, torch_baseline
 from playground.training.pipeline.loop import calibrate, reference_gaps, train_schedule
@@ -190,7 +190,8 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
     torch_records = (
         torch_baseline.run(params, len(results), run_dir) if params.baseline == "pipelining" else None
     )
-    return pipeline_report.report(results, params, run_dir, torch_records)
+    report = pipeline_report.report(results, params, run_dir, torch_records)
+    return with_checkpoints(report, results, params.checkpoint_every)
 
 
 CONTRACT = NodeContract(

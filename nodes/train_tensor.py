@@ -23,7 +23,7 @@ from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
-from playground.training.checkpointing import Checkpoints, check_policy, identity
+from playground.training.checkpointing import Checkpoints, check_policy, identity, with_checkpoints
 from playground.training.loop import one_process
 from playground.training.modes import DDP_LIKE, Mode
 from playground.training.step import TrainingShape, TrainSetup
@@ -146,7 +146,8 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
     torch_records = (
         torch_baseline.run(params, len(results), run_dir) if params.baseline == "tensor_parallel" else None
     )
-    return tensor_report.report(results, params, run_dir, torch_records)
+    report = tensor_report.report(results, params, run_dir, torch_records)
+    return with_checkpoints(report, results, params.checkpoint_every)
 
 
 CONTRACT = NodeContract(

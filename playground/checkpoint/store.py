@@ -26,6 +26,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,8 @@ def sync_dir(directory: Path) -> None:
 def encode_part(arrays: dict[str, np.ndarray], meta: dict) -> bytes:
     """An .npz of `arrays` and `meta` (as JSON under "meta"): loadable with numpy alone, no pickle."""
     buffer = io.BytesIO()
-    np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
+    named: dict[str, Any] = {"meta": np.array(json.dumps(meta)), **arrays}
+    np.savez(buffer, **named)
     return buffer.getvalue()
 
 
@@ -225,7 +227,7 @@ class Checkpoint:
             self._read_checked(self.part(rank))
 
 
-def open_checkpoint(path: Path, identity: dict | None = None, verify: bool = True) -> Checkpoint:
+def open_checkpoint(path: str | Path, identity: dict | None = None, verify: bool = True) -> Checkpoint:
     """The checkpoint at `path`, whole (every part's checksum checked, unless `verify` is False)
     and, given `identity`, of this run: else CheckpointRefused saying what is wrong."""
     path = Path(path)
@@ -298,7 +300,7 @@ def newest_whole(root: Path, identity: dict | None = None) -> tuple[Checkpoint |
     """The newest whole checkpoint under `root` (of this run, given `identity`), and one line per
     newer one skipped, saying why. A checkpoint of another run is refused, not skipped: an older one
     would belong to the same other run."""
-    skipped = []
+    skipped: list[str] = []
     for path in candidates(root):
         try:
             return open_checkpoint(path, identity), skipped

@@ -60,7 +60,7 @@ class PartWriter:
         write goes on)."""
         t0 = time.perf_counter()
         self._join()
-        record = {"step": step, "asynchronous": self.asynchronous}
+        record: dict = {"step": step, "asynchronous": self.asynchronous}
         self.records.append(record)
         if self.asynchronous:
             copies = {k: np.array(v, copy=True) for k, v in arrays.items()}

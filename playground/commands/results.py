@@ -37,6 +37,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   detection times by fault kind; then `chaos --recover` in pieces: each run's history (requests
   answered once, run again, twice, never, differing) and the time to recover, by fault kind
   (`chaos/results.py`; `--continue` and `--max-minutes` as above).
+- recovery.md: `run train-recovery`: a checkpoint's stall, synchronous against asynchronous; goodput
+  against the checkpoint interval under a drill that kills a rank at random, beside its model with
+  Young/Daly's optimum marked; each way to recover timed phase by phase (`recovery_results`).
 
 The pages with model columns (collectives, alltoall, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
@@ -60,7 +63,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from playground.chaos.results import chaos_section
-from playground.commands import accuracy, alltoall_results
+from playground.commands import accuracy, alltoall_results, recovery_results
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
 from playground.commands.tensor_results import tensor
@@ -262,6 +265,14 @@ SECTIONS = [
     # (tensor measures a calibration of its own and names it to its runs)
     Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 2, 17),
+    Section(
+        "recovery",
+        "recovery.md",
+        "Recovery: checkpoints, restarts and goodput",
+        recovery_results.section,
+        2,
+        8,
+    ),
 ]
 
 
@@ -423,7 +434,8 @@ HELP = "measure the docs' results pages on this machine (benchmarks, simulator, 
 DESCRIPTION = (
     "Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator against "
     "measurements, the lecture, training against PyTorch DDP, the training step against its model, the "
-    "serving lab, pipeline and tensor parallelism and chaos runs, one after the other, and writes "
+    "serving lab, pipeline and tensor parallelism, chaos runs and recovery (checkpoints, restarts, goodput), "
+    "one after the other, and writes "
     "docs/results/*.md headed by this machine; about 120 min (--quick: 23)."
 )
 
@@ -432,7 +444,7 @@ def add_results_flags(r: argparse.ArgumentParser) -> None:
     """`results`' flags; their defaults are `ResultsConfig.from_flags`'."""
     r.add_argument(
         "--sections",
-        metavar="collectives,alltoall,simulator,labs,training,steptime,serving,parallelism,tensor,chaos",
+        metavar="collectives,alltoall,simulator,labs,training,steptime,serving,parallelism,tensor,chaos,recovery",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

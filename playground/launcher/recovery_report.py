@@ -53,10 +53,11 @@ def with_restarts(report: Report, outcome, resume: store.Checkpoint | None) -> R
     return dataclasses.replace(report, tables=tables, notes=[*report.notes, *notes])
 
 
-def resume_checkpoint(scenario: Scenario, run_dir: Path) -> store.Checkpoint:
+def resume_checkpoint(scenario: Scenario, run_dir: Path) -> tuple[store.Checkpoint, list[str]]:
     """The checkpoint `run --resume RUN_DIR` goes on from: the newest whole one of this run in
-    RUN_DIR, every part's checksum checked; CheckpointRefused (one line, exit 2) when there is none,
-    or when it belongs to another run (naming what differs: world size, model, mode...)."""
+    RUN_DIR, every part's checksum checked, and a line for each newer one skipped (torn, corrupted);
+    CheckpointRefused (one line, exit 2) when there is none, or when it belongs to another run
+    (naming what differs: world size, model, mode...)."""
     contract = scenario.contract
     root = store.checkpoints_dir(run_dir)
     if contract.checkpoint_identity is None:
@@ -68,4 +69,4 @@ def resume_checkpoint(scenario: Scenario, run_dir: Path) -> store.Checkpoint:
         raise CheckpointRefused(root, "checkpoint", f"no whole checkpoint to go on from{why}")
     store.discard_after(root, found.step)  # torn or refused: the resumed run writes them again
     store.sweep(root)
-    return found
+    return found, skipped

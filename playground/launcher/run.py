@@ -215,7 +215,9 @@ def execute(
     err = make_console(stderr=True)
     if scenario.hosts:
         netns.check_can_emulate()  # before anything is made: one line, exit 2
-    resume = resume_checkpoint(scenario, resume_dir) if resume_dir is not None else None
+    resume, skipped = resume_checkpoint(scenario, resume_dir) if resume_dir is not None else (None, [])
+    for line in skipped:
+        err.print(f"resume: skipped {line}", highlight=False, markup=False)
     if resume_dir is not None:
         run_dir = resume_dir
         point_latest(out_base, run_dir)

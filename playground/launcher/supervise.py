@@ -128,8 +128,14 @@ class Supervisor:
         self.restarts: list[Restart] = []
         self.rng = random.Random(self.recovery.seed)
         self.killed: dict[int, float] = {}  # generation -> when the mtbf drill killed one of its ranks
+        self.started_from: dict[int, int] = {
+            0: resume.step if resume is not None else 0
+        }  # generation -> step
 
     def first_env(self) -> dict:
+        """The first generation's: a resumed run's checkpoint (the stopped run's logs kept aside first)."""
+        if self.resume is not None:
+            self._keep_logs()
         return self._env(self.resume)
 
     @staticmethod
@@ -169,7 +175,7 @@ class Supervisor:
             generation,
             root.rank,
             root.headline(),
-            coordinator.progress_done,
+            max(coordinator.progress_done, self.started_from.get(generation, 0)),
             detected_at=coordinator.t0 + root.at_s,
             stopped_at=time.monotonic(),
             fault_at=self._fault_at(coordinator, generation),
@@ -178,12 +184,13 @@ class Supervisor:
         if len(self.restarts) >= self.recovery.max_restarts or root.error_type in NOT_MENDED_BY_A_RESTART:
             return None
         self.restarts.append(restart)
-        self._keep_logs(generation)
+        self._keep_logs()
         if cluster is not None:
             for host in cluster.restore_links():
                 self.say(f"restart: host h{host}'s link is up again")
         checkpoint = self._checkpoint()
         restart.checkpoint_step = checkpoint.step if checkpoint is not None else None
+        self.started_from[generation + 1] = checkpoint.step if checkpoint is not None else 0
         where = (
             f"checkpoint step {checkpoint.step}"
             if checkpoint is not None
@@ -191,7 +198,7 @@ class Supervisor:
         )
         self.say(
             f"restart {len(self.restarts)}/{self.recovery.max_restarts}: {root.headline()}; "
-            f"generation {generation + 1} goes on from {where} (step {coordinator.progress_done} reached)"
+            f"generation {generation + 1} goes on from {where} (step {restart.step_reached} reached)"
         )
         return self._env(checkpoint)
 
@@ -226,12 +233,13 @@ class Supervisor:
         reports = list(coordinator.resumed.values())
         if reports:
             last.load_s = max(r["load_s"] for r in reports)
+        if reports and all("first_step_at" in r for r in reports):
             last.first_step_at = max(r["first_step_at"] for r in reports)
             usual = [r["usual_step_s"] for r in reports if r.get("usual_step_s") is not None]
             last.usual_step_s = max(usual) if usual else None
 
-    def _keep_logs(self, generation: int) -> None:
-        """The failed generation's rank logs and stacks into generations/<n>/ (n counts over every
+    def _keep_logs(self) -> None:
+        """The last generation's rank logs and stacks into generations/<n>/ (n counts over every
         launch of this run directory, `run --resume` included), so the next one's start afresh."""
         base = self.run_dir / GENERATIONS
         n = 0

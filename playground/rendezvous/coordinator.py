@@ -160,7 +160,7 @@ class Coordinator(FailureDetection):
             self.num_stale += 1
             if self.num_stale == 1:
                 self._say(
-                    f"coordinator: refused a {msg['type']} message of generation {generation} from "
+                    f"coordinator: refused a {msg['type']!r} message of generation {generation} from "
                     f"{parts[0][:32]!r}: this is generation {self.generation} (further ones are only counted)"
                 )
             return None
@@ -207,8 +207,8 @@ class Coordinator(FailureDetection):
             self.on_register(ident, rank, msg)
         elif kind == "heartbeat":
             self.last_beat[rank] = time.monotonic()
-        elif kind == "resumed":
-            self.resumed[rank] = msg
+        elif kind == "resumed":  # once loaded, then again after its first step
+            self.resumed.setdefault(rank, {}).update(msg)
         elif kind == "fault":
             if self.on_fault is not None:
                 self.on_fault(rank, msg)

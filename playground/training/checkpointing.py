@@ -22,6 +22,7 @@ reductions run in the same order, so the parameters after the last step are bit 
 run without the fault.
 """
 
+import dataclasses
 import os
 import statistics
 import time
@@ -33,6 +34,8 @@ from playground.checkpoint import store
 from playground.checkpoint.writer import PartWriter
 from playground.config.params import params_to_dict
 from playground.core.errors import CheckpointRefused, ParamError
+from playground.core.sizes import format_size
+from playground.display.report import Report
 
 RESUME_VARIABLE = "PLAYGROUND_RESUME"
 POLICY_KEYS = ("checkpoint_every", "checkpoint_async", "checkpoint_keep")
@@ -123,6 +126,8 @@ class Checkpoints:
                 policy.keep,
                 commit_timeout_s=max(60.0, comm.timeout_s),
             )
+        if self.writer is not None and resumed is not None:  # the checkpoints' figures before the restart
+            self.writer.records.extend(resumed.meta.get("checkpoints", []))
         self.runs: list[dict] = []  # each run's record so far: {"steps", "digest", "snapshots"}
         self.offset = 0  # steps of the runs before the current one
         self.steps = 0  # the current run's steps
@@ -131,8 +136,11 @@ class Checkpoints:
     @classmethod
     def open(cls, comm, params, expected: dict) -> "Checkpoints":
         """From a training node's `Params` (its checkpoint keys) and identity; loads this rank's part
-        of the checkpoint to go on from, if the launcher named one."""
-        return cls(comm, CheckpointPolicy.of(params), expected, load_resume(comm.rank, expected))
+        of the checkpoint to go on from, if the launcher named one, and tells the launcher."""
+        checkpoints = cls(comm, CheckpointPolicy.of(params), expected, load_resume(comm.rank, expected))
+        if checkpoints.resumed is not None:
+            checkpoints._tell_loaded()
+        return checkpoints
 
     # -- the loop's hooks --------------------------------------------------------------------
     def begin(self, trainer, log, steps: int) -> int:
@@ -157,7 +165,7 @@ class Checkpoints:
         self.runs[-1]["digest"] = log.digest
         if self.resumed is not None and self.first_step_at is None:
             self.first_step_at = time.monotonic()
-            self._tell_resumed(log)
+            self._tell_first_step(log)
         done = self.offset + step + 1
         if self.writer is not None and (done % self.policy.every == 0 or step + 1 == self.steps):
             self.writer.save(
@@ -192,14 +200,29 @@ class Checkpoints:
             "step": step,
             "global_step": self.offset + step,
             "rank": self.comm.rank,
+            "checkpoints": [dict(r) for r in self.writer.records] if self.writer is not None else [],
             "runs": [
                 {"steps": list(r["steps"]), "digest": r["digest"], "snapshots": len(r["snapshots"])}
                 for r in self.runs
             ],
         }
 
-    def _tell_resumed(self, log) -> None:
-        """Tell the launcher how this rank came back: the load, and its first step against its usual."""
+    def _tell_loaded(self) -> None:
+        """Tell the launcher this rank is back: its checkpoint and how long loading it took."""
+        r = self.resumed
+        assert r is not None
+        self.comm.notify(
+            {
+                "type": "resumed",
+                "rank": self.comm.rank,
+                "step": r.checkpoint.step,
+                "load_s": r.load_s,
+                "loaded_at": r.loaded_at,
+            }
+        )
+
+    def _tell_first_step(self, log) -> None:
+        """And when its first step after the load ended, beside its usual step (warm-up)."""
         r = self.resumed
         assert r is not None
         before = [s["step_s"] for s in log.steps[: r.step] if "step_s" in s]
@@ -208,8 +231,6 @@ class Checkpoints:
                 "type": "resumed",
                 "rank": self.comm.rank,
                 "step": r.checkpoint.step,
-                "load_s": r.load_s,
-                "loaded_at": r.loaded_at,
                 "first_step_at": self.first_step_at,
                 "first_step_s": log.steps[-1].get("step_s", 0.0),
                 "usual_step_s": statistics.median(before) if before else None,
@@ -230,4 +251,27 @@ def restore(trainer, arrays: dict[str, np.ndarray]) -> None:
     params[:] = saved
     trainer.gradients.load_state(
         {k.removeprefix("strategy."): v for k, v in arrays.items() if k.startswith("strategy.")}
+    )
+
+
+def with_checkpoints(report: Report, results: list[dict], every: int) -> Report:
+    """`report` with a line on the run's checkpoints (how many, their size, the stall they cost the
+    step against the write's own time) and every rank's figures in result.json ("checkpoints")."""
+    figures = [r.get("checkpoints") or {} for r in results]
+    if not every or not any(f.get("count") for f in figures):
+        return report
+    stalls = [f["stall_s"]["median"] for f in figures if f.get("stall_s")]
+    worst = max((f["stall_s"]["max"] for f in figures if f.get("stall_s")), default=0.0)
+    writes = [f["write_s"]["median"] for f in figures if f.get("write_s")]
+    first = figures[0]
+    how = "asynchronous: copied, then written by a thread" if first["asynchronous"] else "synchronous"
+    note = (
+        f"checkpoints: {first['count']} every {every} steps and at each run's end, "
+        f"{format_size(max(f.get('bytes', 0) for f in figures))} per rank; the step stood still "
+        f"{1e3 * max(stalls):.2f} ms for each (the slowest rank's median; longest {1e3 * worst:.2f} ms), "
+        f"the write itself took {1e3 * max(writes, default=0.0):.2f} ms ({how}); "
+        f"{first.get('committed', 0)} made whole by rank 0's manifest"
+    )
+    return dataclasses.replace(
+        report, notes=[*report.notes, note], data={**report.data, "checkpoints": figures}
     )

@@ -65,8 +65,23 @@ def mode_stats(results: list[dict], k: int, global_tokens: int) -> dict:
         "tokens_per_s": global_tokens / med["step_s"] if med["step_s"] > 0 else float("nan"),
         **rank_medians(per_rank, one_clock),
         "losses": losses,
+        **span(per_rank[0]),
         "buckets": results[0]["modes"][k]["buckets"],
         "memory": [res["modes"][k]["memory"] for res in results],
+    }
+
+
+def span(steps: list[dict]) -> dict[str, float]:
+    """A rank's steps on its clock: `wall_s` from the first step's start to the last one's end,
+    restarts included (a resumed run's first steps come from its checkpoint), and `period_s`, the
+    median time from one step's start to the next's (the step with its checks: what a step costs)."""
+    if not steps or "step_start" not in steps[0]:
+        return {}
+    starts = [s["step_start"] for s in steps]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    return {
+        "wall_s": steps[-1]["step_start"] + steps[-1]["step_s"] - starts[0],
+        "period_s": statistics.median(gaps) if gaps else steps[0]["step_s"],
     }
 
 

@@ -230,7 +230,7 @@ class KVClient:
                     sent_s = now
                 if not self._wait(sent_s + every_s - now):
                     if time.monotonic() - heard_s > self.timeout_s:
-                        raise self._no_reply(f"generate requests {sorted(pending)[:5]}")
+                        raise self._no_reply(f"generate requests {sorted(pending, key=str)[:5]}")
                     continue
                 before = self.server_id
                 header, _ = self._recv()
@@ -284,7 +284,9 @@ class KVClient:
         if not header.get("ok") or not isinstance(held, list) or ping_sent is None:
             return  # an older server, which does not say: only the timeout can tell
         held = {h for h in held if _hashable(h)}
-        lost = sorted(r for r in pending if self.sent_at.get(r, ping_sent) < ping_sent and r not in held)
+        lost = sorted(
+            (r for r in pending if self.sent_at.get(r, ping_sent) < ping_sent and r not in held), key=str
+        )
         over = [r for r in lost if self.resent[r] >= self.resends]
         if over:
             raise ServerLost(self.address, over, before, self.server_id, self.resends)

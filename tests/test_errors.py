@@ -66,6 +66,7 @@ def test_errors_py_holds_the_classes_we_document():
         "PeerLost",
         "InvalidPeer",
         "MessageMismatch",
+        "CollectiveMismatch",
         "WireError",
         "FaultInjected",
         "RunFailed",

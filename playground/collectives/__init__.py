@@ -3,7 +3,8 @@
 Every function is collective: all ranks call it in the same order with the same count and
 dtype. Results are bit-identical on all ranks and equal numpy's reduction of the inputs. Each call
 is numbered on its communicator (`comm.collective`), so an error names the collective and its
-sequence number, as NCCL's watchdog does.
+sequence number, as NCCL's watchdog does, and is matched: given its input and op, so ranks that
+called different collectives (another op, size, dtype) fail at once naming both (comm/desync.py).
 """
 
 import numpy as np
@@ -59,14 +60,16 @@ def allreduce(
         algo = _ALLREDUCE[choose_allreduce(np.asarray(x).nbytes, comm.size)]
     if type(op) is not ReduceOp:
         op = ReduceOp.parse(op)
-    comm.begin_collective("allreduce", algo.name)  # not a `with`: this is an 8-byte all-reduce's path
+    comm.begin_collective("allreduce", algo.name, x, op)  # not a `with`: this is an 8-byte all-reduce's path
     try:
         if algo.on_nodes:
             result = algo.run(comm, x, op, segment_bytes, inplace, ranks_per_node)
         else:
             result = algo.run(comm, x, op, segment_bytes, inplace)
-    finally:
-        comm.end_collective()
+    except BaseException:
+        comm.end_collective(False)
+        raise
+    comm.end_collective()
     return x if inplace else result
 
 
@@ -78,7 +81,7 @@ def broadcast(
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     buf = work_buffer(x, inplace)
     if comm.size > 1 and buf.size:
-        with comm.collective("broadcast", "tree"):
+        with comm.collective("broadcast", "tree", buf):
             broadcast_tree_into(comm, buf, root, segment_bytes)
     return x if inplace else buf.reshape(np.shape(x))
 
@@ -95,9 +98,10 @@ def reduce(
     the root's result is written into its `x`, and the other ranks' `x` may be used as scratch."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     buf = work_buffer(x, inplace)
+    op = ReduceOp.parse(op)
     if comm.size > 1 and buf.size:
-        with comm.collective("reduce", "tree"):
-            reduce_tree_into(comm, buf, ReduceOp.parse(op), root, segment_bytes)
+        with comm.collective("reduce", "tree", buf, op):
+            reduce_tree_into(comm, buf, op, root, segment_bytes)
     if comm.rank != root:
         return None
     return x if inplace else buf.reshape(np.shape(x))
@@ -108,7 +112,7 @@ def allgather(comm, x: np.ndarray, segment_bytes: int | None = None, inplace: bo
     whole output (chunks as `ChunkBounds(x.size, N)`) holding this rank's chunk, and the others
     are gathered into it (the inverse of an in-place `reduce_scatter`)."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    with comm.collective("allgather", "ring"):
+    with comm.collective("allgather", "ring", x):
         return allgather_ring(comm, x, segment_bytes, inplace)
 
 
@@ -122,8 +126,9 @@ def reduce_scatter(
     """Chunk `rank` (see `ChunkBounds`) of the reduction of every rank's flat `x`; with `inplace`,
     written over chunk `rank` of `x` itself and returned as a view of it."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    with comm.collective("reduce_scatter", "ring"):
-        return reduce_scatter_ring(comm, x, ReduceOp.parse(op), segment_bytes, inplace)
+    op = ReduceOp.parse(op)
+    with comm.collective("reduce_scatter", "ring", x, op):
+        return reduce_scatter_ring(comm, x, op, segment_bytes, inplace)
 
 
 def run_collective(

@@ -385,11 +385,12 @@ static PyObject *flight_done(CommCore *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-/* _flight_wait(peer, tag): the running collective (or the newest p2p entry) waits for `peer` on `tag`
- * since now; called by a wait that has gone a whole slice without its message. */
+/* _flight_wait(peer, tag, since_s): the running collective (or the newest p2p entry) waits for `peer`
+ * on `tag`, since time.monotonic() was `since_s`; called by a wait that has gone a whole slice
+ * without its message. */
 static PyObject *flight_wait(CommCore *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_flight_wait(peer, tag)");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "_flight_wait(peer, tag, since_s)");
         return NULL;
     }
     if (!self->entries) Py_RETURN_NONE;
@@ -399,9 +400,10 @@ static PyObject *flight_wait(CommCore *self, PyObject *const *args, Py_ssize_t n
     flight_entry *e = slot_of(self, record);
     if (e->record != record) Py_RETURN_NONE;
     long peer = PyLong_AsLong(args[0]), tag = PyLong_AsLong(args[1]);
+    double since = PyFloat_AsDouble(args[2]);
     if (PyErr_Occurred()) return NULL;
     e->peer = (int32_t)peer, e->tag = (int32_t)tag;
-    e->t_wait_ns = now_ns();
+    e->t_wait_ns = (int64_t)(since * 1e9);
     Py_RETURN_NONE;
 }
 
@@ -450,7 +452,7 @@ PyMethodDef oprecord_methods[] = {
      "_flight_p2p(kind, peer, tag, array_or_nbytes, state) -> record: a point-to-point op outside any collective."},
     {"_flight_done", (PyCFunction)(void (*)(void))flight_done, METH_FASTCALL, "_flight_done(record, state)."},
     {"_flight_wait", (PyCFunction)(void (*)(void))flight_wait, METH_FASTCALL,
-     "_flight_wait(peer, tag): the running op waits for peer on tag, since now."},
+     "_flight_wait(peer, tag, since_s): the running op waits for peer on tag since time.monotonic() was since_s."},
     {"_op_details", (PyCFunction)op_details, METH_NOARGS, "_op_details() -> dict of the running collective, or None."},
     {NULL, NULL, 0, NULL},
 };

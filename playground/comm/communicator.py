@@ -78,6 +78,7 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
     ):
         self.rank, self.size = rank, size
         self._init_op_record(size, hosts)
+        self._init_desync()
         if flight_entries is None:
             flight_entries = flight.entries_from_env() if run_dir is not None else flight.IN_PROCESS_ENTRIES
         self.attach_flight(flight_entries, None if run_dir is None else flight.ring_path(run_dir, rank))
@@ -204,26 +205,31 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
         looks at what arrives meanwhile for a peer in another collective (desync.py)."""
         traced = self.tracer.messages
         wire = self._wire_tag(tag)
-        q = self._pending.get((src, wire))
+        pending = self._pending
+        q = pending.get((src, wire))
         record = 0
         if q:
             msg, t0 = q.popleft(), None
+            if not q:  # only pairs with messages stay: `pending` is empty when nothing is parked
+                del pending[(src, wire)]
         else:
             if not 0 <= src < self.size:
                 raise InvalidPeer(self.rank, src, "source", self.size)
             timeout_s = self.timeout_s if timeout_s is None else timeout_s
             t0 = self._clock() if traced else 0
             deadline = time.monotonic() + timeout_s
-            receive, pending = self.transport.receive, self._pending
+            receive = self.transport.receive
             land = self._land if into and not traced else None
             record = 0 if self._depth else self._flight_p2p(RECV, src, tag, None, STARTED)
+            if pending:  # something parked (by a C receive, a drain): is src in another collective?
+                self._check_parked(src, wire)
             waited = False
             while True:
                 msg = receive(SLICE_MS) if land is None else land(src, wire, *into, SLICE_MS)
                 if msg is None:
-                    if not waited:  # a whole slice: the flight ring says whom it waits for
+                    if not waited:  # a whole slice: the flight ring says whom it waits for, since when
                         waited = True
-                        self._flight_wait(src, tag)
+                        self._flight_wait(src, tag, deadline - timeout_s)
                     self._check_parked(src, wire)
                     self.check_abort(src, tag, op)
                     if time.monotonic() >= deadline:
@@ -231,8 +237,7 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
                         raise CommTimeout(self.rank, op, src, tag, timeout_s, context=self.op_context(src))
                 elif msg is True or (msg.src == src and msg.tag == wire):
                     break
-                else:
-                    self._on_arrival(msg, src, wire)
+                elif not self._on_arrival(msg, src, wire):
                     pending[(msg.src, msg.tag)].append(msg)
         if traced:
             msg.landed()  # the simulator's receiver waits for the arrival here

@@ -127,6 +127,15 @@ class Ring:
         return next((e for e in reversed(self.entries) if e["record"] == self.active), None)
 
     @property
+    def current(self) -> dict | None:
+        """The collective it is in, or the one that ended it: the running one, else the newest
+        collective when that one failed (an abort ended it)."""
+        if self.running is not None:
+            return self.running
+        last = next((e for e in reversed(self.entries) if e["kind"] == "collective"), None)
+        return last if last is not None and last["state"] == "failed" else None
+
+    @property
     def last_completed(self) -> dict | None:
         return next(
             (e for e in reversed(self.entries) if e["kind"] == "collective" and e["state"] == "completed"),

@@ -166,8 +166,8 @@ def describe_call(call: dict | None) -> str:
     """ "allreduce ring (sum, float32, 32 bytes) as its collective #3": one side of a mismatch."""
     if not call:
         return "no collective"
-    what = [call[k] for k in ("op", "dtype") if call.get(k)]
-    if call.get("nbytes", -1) >= 0:
+    what = [call[k] for k in ("op", "dtype") if call.get(k) and (k == "op" or call.get("nbytes"))]
+    if call.get("nbytes", -1) > 0:
         what.append(f"{call['nbytes']} bytes")
     algorithm = f" {call['algorithm']}" if call.get("algorithm") else ""
     details = f" ({', '.join(what)})" if what else ""

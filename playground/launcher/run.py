@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from playground.comm import flight_report
 from playground.config.scenario import Scenario, load_node
 from playground.core.rundir import (
     EXIT_FAILED,
@@ -45,7 +46,22 @@ def print_outcome(
         err.print("[bold red]FAILED[/bold red] not every rank finished", highlight=False)
     for line in report.failures:
         err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)
+    if outcome.failures and not outcome.interrupted:
+        print_flight(run_dir, err)
     console.print(f"logs: {run_dir}  (python -m playground inspect {run_dir})", highlight=False)
+
+
+def print_flight(run_dir: Path, err: Console) -> None:
+    """A failed run's flight recorder: every rank's ring into flight.json, and what they say together."""
+    written = flight_report.write_dump(run_dir, "the run failed")
+    if written is None:
+        return
+    path, analysis = written
+    lines = flight_report.summary_lines(analysis)
+    if lines:
+        err.print(f"  flight recorder ({path.name}, `inspect --flight`):", highlight=False)
+        for line in lines:
+            err.print(f"    {line}", highlight=False, markup=False)
 
 
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:

@@ -30,6 +30,7 @@ from playground.display.report import (
 )
 from playground.hosts import netns
 from playground.launcher.launch import Launcher, LaunchOutcome, rank_cpus
+from playground.tracing import stragglers
 
 
 def print_outcome(
@@ -113,6 +114,15 @@ def unfired_fault(scenario: Scenario, results: list[dict]) -> list[str]:
         f"({info['num_posts']} posts in all); choose another fault.rank or a smaller fault.after_ops"
         for rank, info in unfired
     ]
+
+
+def with_stragglers(report: Report, run_dir: Path) -> Report:
+    """The report with a line naming the stragglers (or none) and result.json's "stragglers": each
+    rank scored per section against the fastest and its own best (playground.tracing.stragglers)."""
+    found = stragglers.judge(stragglers.read_judged_events(run_dir))
+    return dataclasses.replace(
+        report, notes=[*report.notes, found.note()], data={**report.data, "stragglers": found.to_dict()}
+    )
 
 
 def result_dict(
@@ -235,6 +245,8 @@ def execute(
         report = dataclasses.replace(report, notes=[*report.notes, f"hosts: {describe_hosts(scenario)}"])
     if scenario.fault is not None and outcome.ok:
         report = dataclasses.replace(report, notes=[*report.notes, *unfired_fault(scenario, outcome.results)])
+    if outcome.ok and scenario.ranks > 1:
+        report = with_stragglers(report, run_dir)
     result = result_dict(scenario, outcome, report, run_dir, cpus)
     write_result(run_dir, result)
     print_outcome(outcome, report, run_dir, console, err)

@@ -21,6 +21,7 @@ from playground.comm.communicator import Communicator
 from playground.comm.control import Heartbeat, LauncherLink, control_identity
 from playground.comm.delay import DelayedTransport
 from playground.comm.faults import FaultyTransport
+from playground.comm.slowdown import Slowdown
 from playground.config.scenario import Scenario, node_function
 from playground.core import interrupts
 from playground.core.errors import CommTimeout, PeerLost, ScenarioMismatch
@@ -95,8 +96,11 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             on_fire = (
                 None if fault.is_host_action else _fired_recorder(run_dir, env)
             )  # hosts: drills.py records
+            slowdown = Slowdown(fault.factor) if fault.action == "slow" else None
+            if slowdown is not None:  # its compute spans are stretched too
+                tracer.span = slowdown.stretch_spans(tracer.span)
             transport = faulty = FaultyTransport(
-                transport, env.rank, fault.action, fault.after_ops, request, on_fire
+                transport, env.rank, fault.action, fault.after_ops, request, on_fire, slowdown
             )
         comm = Communicator(
             env.rank,

@@ -11,15 +11,20 @@ as long, and so does the Python and reduction work of an all-reduce, while the t
 for peers stays what it is (stretching it too would feed back: the straggler's peers would wait for
 it, and it for them, longer and longer).
 
-Short debts are collected until they reach SLEEP_MIN_S: a sleep of a few microseconds takes a timer
-slack's worth (tens of microseconds) instead. The drill costs the slow rank two CPU-clock reads per
+Each post pays for the work before it at once, so the sleep lands in the operation that did the work
+(a collective's time, not the barrier after it): the thread's timer slack is cut to 1 us
+(`precise_sleeps`), and debts under SLEEP_MIN_S, shorter than a sleep can be, wait for the next post.
+A sleep that overruns (the machine is busy) is not paid back by sleeping less later, which would
+bunch the slowness into a few operations: the rank is at least `factor` times slower. The drill costs the slow rank two CPU-clock reads per
 post and receive (a few hundred nanoseconds each); the others pay nothing.
 """
 
 import threading
 import time
 
-SLEEP_MIN_S = 0.0002
+from playground.comm.delay import precise_sleeps
+
+SLEEP_MIN_S = 20e-6
 
 
 class Slowdown:
@@ -37,6 +42,7 @@ class Slowdown:
         st = self._local
         if not hasattr(st, "last_cpu"):
             st.last_cpu, st.excluded, st.debt = time.thread_time(), 0.0, 0.0
+            precise_sleeps()
         return st
 
     def exclude(self, cpu_s: float) -> None:
@@ -56,9 +62,8 @@ class Slowdown:
     def _owe(self, st, seconds: float) -> None:
         st.debt += seconds
         if st.debt >= SLEEP_MIN_S:
-            t0 = time.perf_counter()
             time.sleep(st.debt)
-            st.debt -= time.perf_counter() - t0
+            st.debt = 0.0  # a sleep that overran (a busy machine) is not paid back by later work
 
     def stretch_spans(self, span):
         """`tracer.span` whose compute spans, once armed, last `factor` times their CPU time."""

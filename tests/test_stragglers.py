@@ -7,6 +7,7 @@ from playground.cli.testing import run_scenario
 from playground.comm.slowdown import Slowdown
 from playground.config.scenario import Fault
 from playground.core.errors import ParamError
+from playground.core.machine import usable_cores
 from playground.tracing import stragglers
 
 
@@ -58,6 +59,16 @@ def test_noise_in_one_piece_or_one_sample_names_nobody():
     assert stragglers.judge({0: logs[0]}).named == []  # one rank: nothing to compare
 
 
+def test_ranks_that_share_too_few_cpus_are_not_judged():
+    logs = {r: [e for i in range(12) for e in op(r, i * 1000, 400, 0 if r == 2 else 250)] for r in range(3)}
+    found = stragglers.judge(logs, cpus=2)
+    assert (
+        found.named == []
+        and found.note() == "stragglers: not judged (3 ranks share 2 CPUs: each is a straggler in turn)"
+    )
+    assert stragglers.judge(logs, cpus=3).named == [2]
+
+
 def test_the_slow_drill_needs_a_factor_above_one_and_only_it_takes_one():
     assert Fault(rank=1, action="slow", factor=2).factor == 2
     with pytest.raises(ParamError, match="factor"):
@@ -105,13 +116,15 @@ RING = ["params.sizes=[4KiB]", "params.iters=60", "params.warmup=2"]
 
 @pytest.mark.timeout(120)
 def test_a_twice_slow_rank_is_named_and_a_clean_run_names_none(runs_dir):
+    if usable_cores() < 2:
+        pytest.skip("two ranks need a CPU each to be judged")
     slow = ["fault.rank=1", "fault.action=slow", "fault.factor=2", "fault.after_ops=8"]
-    code, result, out, err = run_scenario("ring", runs_dir, ranks=3, transport="shm", sets=RING + slow)
+    code, result, out, err = run_scenario("ring", runs_dir, ranks=2, transport="shm", sets=RING + slow)
     assert code == 0, out + err
     found = result["stragglers"]
     assert found["named"] == [1], found
     assert found["ranks"]["1"]["relative"] < stragglers.RELATIVE_THRESHOLD
     assert "stragglers: rank 1 (allreduce 4096 B:" in out
-    code, result, out, err = run_scenario("ring", runs_dir, ranks=3, transport="shm", sets=RING)
+    code, result, out, err = run_scenario("ring", runs_dir, ranks=2, transport="shm", sets=RING)
     assert code == 0, out + err
     assert result["stragglers"]["named"] == [] and "stragglers: none" in out

@@ -13,7 +13,7 @@ it, and it for them, longer and longer).
 
 Each post pays for the work before it at once, so the sleep lands in the operation that did the work
 (a collective's time, not the barrier after it): the thread's timer slack is cut to 1 us
-(`precise_sleeps`), and debts under SLEEP_MIN_S, shorter than a sleep can be, wait for the next post.
+(`set_timer_slack_ns`), and debts under SLEEP_MIN_S, shorter than a sleep can be, wait for the next post.
 A sleep that overruns (the machine is busy) is not paid back by sleeping less later, which would
 bunch the slowness into a few operations: the rank is at least `factor` times slower. The drill costs the slow rank two CPU-clock reads per
 post and receive (a few hundred nanoseconds each); the others pay nothing.
@@ -22,7 +22,7 @@ post and receive (a few hundred nanoseconds each); the others pay nothing.
 import threading
 import time
 
-from playground.comm.delay import precise_sleeps
+from playground.core.machine import set_timer_slack_ns
 
 SLEEP_MIN_S = 20e-6
 
@@ -42,7 +42,7 @@ class Slowdown:
         st = self._local
         if not hasattr(st, "last_cpu"):
             st.last_cpu, st.excluded, st.debt = time.thread_time(), 0.0, 0.0
-            precise_sleeps()
+            set_timer_slack_ns(1000)
         return st
 
     def exclude(self, cpu_s: float) -> None:

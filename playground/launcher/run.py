@@ -9,6 +9,7 @@ from rich.console import Console
 
 from playground.comm import flight_report
 from playground.config.scenario import Scenario, load_node
+from playground.core.machine import usable_cores
 from playground.core.rundir import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -116,10 +117,11 @@ def unfired_fault(scenario: Scenario, results: list[dict]) -> list[str]:
     ]
 
 
-def with_stragglers(report: Report, run_dir: Path) -> Report:
+def with_stragglers(report: Report, run_dir: Path, cpus: int | None = None) -> Report:
     """The report with a line naming the stragglers (or none) and result.json's "stragglers": each
-    rank scored per section against the fastest and its own best (playground.tracing.stragglers)."""
-    found = stragglers.judge(stragglers.read_judged_events(run_dir))
+    rank scored per section against the fastest and its own best (playground.tracing.stragglers);
+    `cpus`: how many CPUs the ranks share (all of them run on this machine)."""
+    found = stragglers.judge(stragglers.read_judged_events(run_dir), cpus)
     return dataclasses.replace(
         report, notes=[*report.notes, found.note()], data={**report.data, "stragglers": found.to_dict()}
     )
@@ -246,7 +248,7 @@ def execute(
     if scenario.fault is not None and outcome.ok:
         report = dataclasses.replace(report, notes=[*report.notes, *unfired_fault(scenario, outcome.results)])
     if outcome.ok and scenario.ranks > 1:
-        report = with_stragglers(report, run_dir)
+        report = with_stragglers(report, run_dir, usable_cores())
     result = result_dict(scenario, outcome, report, run_dir, cpus)
     write_result(run_dir, result)
     print_outcome(outcome, report, run_dir, console, err)

@@ -59,6 +59,7 @@ class Stragglers:
     named: list[int]  # the ranks named, slowest first
     scores: list[Score] = field(default_factory=list)  # every judged (section, rank)
     sections: list[str] = field(default_factory=list)
+    not_judged: str = ""  # why nothing was judged, when so
 
     naming: list[str] = field(default_factory=list)  # the sections that may name a rank
 
@@ -69,6 +70,8 @@ class Stragglers:
 
     def note(self) -> str:
         """One line for a run's report."""
+        if self.not_judged:
+            return f"stragglers: not judged ({self.not_judged})"
         if not self.sections:
             return "stragglers: none judged (no section with enough samples on every rank)"
         if not self.named:
@@ -89,6 +92,7 @@ class Stragglers:
         return {
             "named": self.named,
             "threshold": RELATIVE_THRESHOLD,
+            **({"not_judged": self.not_judged} if self.not_judged else {}),
             "sections": self.sections,
             "ranks": {
                 s.rank: {
@@ -216,11 +220,15 @@ def _step_spans(events_by_rank: dict[int, list[dict]]) -> set[str]:
     }
 
 
-def judge(events_by_rank: dict[int, list[dict]]) -> Stragglers:
-    """Score every section every rank has enough samples of, and name the stragglers."""
+def judge(events_by_rank: dict[int, list[dict]], cpus: int | None = None) -> Stragglers:
+    """Score every section every rank has enough samples of, and name the stragglers. With more
+    ranks than `cpus` (the CPUs they share) nothing is judged: each rank then waits for a CPU in
+    turn, a straggler for a while, and the scores would name them all."""
     ranks = sorted(events_by_rank)
     if len(ranks) < 2:
         return Stragglers([])
+    if cpus is not None and len(ranks) > cpus:
+        return Stragglers([], not_judged=f"{len(ranks)} ranks share {cpus} CPUs: each is a straggler in turn")
     by_section = section_samples(events_by_rank)
     ops = op_sections(events_by_rank)
     totals: dict[int, float] = defaultdict(float)
@@ -241,7 +249,7 @@ def judge(events_by_rank: dict[int, list[dict]]) -> Stragglers:
     parts = _step_spans(events_by_rank) if COMPUTE in sections else set()
     naming = [s for s in sections if s not in parts]
     slow = {s.rank for s in scores if s.relative < RELATIVE_THRESHOLD and s.section in naming}
-    out = Stragglers([], scores, sections, naming)
+    out = Stragglers([], scores, sections, naming=naming)
     out.named = sorted(slow, key=lambda r: out.worst(r).relative)
     return out
 

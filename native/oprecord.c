@@ -44,11 +44,11 @@ static uint32_t fnv(uint32_t h, const char *s, Py_ssize_t n) {
     return h;
 }
 
-/* Copy at most size - 1 bytes of `s` into `out`, NUL-padded. */
-static void copy_text(char *out, size_t size, const char *s, Py_ssize_t n) {
+/* Copy at most size - 1 bytes of `s` into `out`, then a NUL (what follows it is left: readers stop there). */
+static inline void copy_text(char *out, size_t size, const char *s, Py_ssize_t n) {
     size_t k = n < 0 ? 0 : ((size_t)n < size - 1 ? (size_t)n : size - 1);
     memcpy(out, s, k);
-    memset(out + k, 0, size - k);
+    out[k] = 0;
 }
 
 /* ------------------------------------------------------------ small caches of dtypes and ops */
@@ -146,7 +146,7 @@ uint64_t record_p2p(CommCore *self, int kind, PyObject *peer, PyObject *tag, PyO
     e->kind = (uint8_t)kind;
     e->state = (uint8_t)state;
     e->nbytes = -1;
-    memset(e->dtype, 0, sizeof e->dtype);
+    e->dtype[0] = 0;
     if (array && PyLong_CheckExact(array)) {
         e->nbytes = PyLong_AsLongLong(array);
     } else if (array && array != Py_None) {
@@ -160,9 +160,7 @@ uint64_t record_p2p(CommCore *self, int kind, PyObject *peer, PyObject *tag, PyO
         if (t) memcpy(e->dtype, t->text, sizeof e->dtype - 1);
         Py_XDECREF(dt);
     }
-    memset(e->op, 0, sizeof e->op);
-    memset(e->algorithm, 0, sizeof e->algorithm);
-    memset(e->name, 0, sizeof e->name);
+    e->op[0] = e->algorithm[0] = 0;
     memcpy(e->name, kind == KIND_SEND ? "send" : "recv", 5);
     if (PyErr_Occurred()) PyErr_Clear(); /* the record never fails the message */
     publish(self, e, record);

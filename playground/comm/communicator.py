@@ -60,7 +60,7 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
     `hosts[r]` names the host rank r runs on (ranks are placed on hosts in blocks); `collective()`
     and `op_context()` (oprecord.py) say in errors which collective ran; small JSON objects and
     the barrier are objects.py's. `flight_entries`: the flight ring's size (None: PLAYGROUND_FLIGHT_ENTRIES
-    or 1024 in a file of `run_dir`, 64 in memory without one; 0: no ring).
+    or 256 in a file of `run_dir`, 64 in memory without one; 0: no ring).
     """
 
     def __init__(

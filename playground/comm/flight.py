@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_ENTRIES = 1024  # per launched rank: 160 KiB (PLAYGROUND_FLIGHT_ENTRIES; 0: no recorder)
+DEFAULT_ENTRIES = 256  # per launched rank: 40 KiB, within a core's L2 (PLAYGROUND_FLIGHT_ENTRIES; 0: none)
 IN_PROCESS_ENTRIES = 64  # per rank of an in-process world (in memory, no file)
 HEADER_BYTES = 256
 MAGIC = b"PGFLIGHT"

@@ -54,13 +54,20 @@ class FlightAnalysis:
         return self.disagreement is None and not self.never_joined and not self.waits
 
 
-def describe(entry: dict | None) -> str:
-    """ "allreduce ring #17 (sum, float32, 32 B)": an entry as the lines below say it."""
+def describe(entry: dict | None, short: bool = False) -> str:
+    """ "allreduce ring #17 (sum, float32, 32 B)": an entry as the lines below say it; `short`:
+    "allreduce #17" (a table's cell)."""
     if entry is None:
         return "none"
     if entry["kind"] != "collective":
         peer = f" {'to' if entry['kind'] == 'send' else 'from'} rank {entry.get('peer', '?')}"
-        return f"{entry['kind']}{peer} tag {entry.get('tag', '?')} #{entry['seq']}"
+        return (
+            f"{entry['kind']}{peer}"
+            + ("" if short else f" tag {entry.get('tag', '?')}")
+            + f" #{entry['seq']}"
+        )
+    if short:
+        return f"{entry['name']} #{entry['seq']}"
     what = [x for x in (entry.get("op"), entry.get("dtype") if entry.get("nbytes") else "") if x]
     if entry.get("nbytes", -1) > 0:
         what.append(f"{entry['nbytes']} B")
@@ -187,13 +194,13 @@ def rank_table(a: FlightAnalysis) -> Table:
             {
                 "rank": rank,
                 "records": ring.records,
-                "last_completed": describe(ring.last_completed),
-                "running": f"{describe(running)} ({running['state']})" if running else "",
-                "waits_for": f"rank {wait[0]} for {_seconds(wait[1])}" if wait else "",
+                "last_completed": describe(ring.last_completed, short=True),
+                "running": f"{describe(running, short=True)}, {running['state']}" if running else "",
+                "waits_for": f"rank {wait[0]}, {_seconds(wait[1])}" if wait else "",
             }
         )
     return Table(
-        "flight recorder: each rank's last completed collective and the one it is in",
+        "flight recorder: where each rank is",
         rows,
         {
             "rank": "rank",
@@ -206,16 +213,18 @@ def rank_table(a: FlightAnalysis) -> Table:
 
 
 def last_entries_table(ring: Ring, count: int = 8) -> Table:
-    """A rank's newest `count` entries, oldest first."""
+    """A rank's newest `count` entries, oldest first (with their group and its number when some
+    ran in a process group)."""
+    entries = ring.entries[-count:]
+    grouped = any(e.get("group") for e in entries)
     rows = [
         {
             "record": e["record"],
             "op": describe(e),
             "state": e["state"],
-            "group": e.get("group", ""),
-            "group_seq": e.get("group_seq", ""),
+            **({"group": e.get("group", ""), "group_seq": e.get("group_seq", "")} if grouped else {}),
         }
-        for e in ring.entries[-count:]
+        for e in entries
     ]
     return Table(f"rank {ring.rank}: its last {len(rows)} operations", rows)
 

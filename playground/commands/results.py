@@ -32,6 +32,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   beside ours (`tensor_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
   detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
+- observability.md: the flight recorder's cost on an 8-byte all-reduce, off against on
+  (`commands/flight_bench.py`), and the straggler scores' hits, misses and false positives over
+  clean and slowed runs (`commands/straggler_bench.py`).
 
 The pages with model columns (collectives, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
@@ -56,6 +59,7 @@ from rich.markup import escape
 
 from playground.commands import accuracy
 from playground.commands.chaos_results import chaos_section
+from playground.commands.observability_results import observability_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
 from playground.commands.tensor_results import tensor
@@ -239,6 +243,14 @@ SECTIONS = [
     # (tensor measures a calibration of its own and names it to its runs)
     Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
+    Section(
+        "observability",
+        "observability.md",
+        "The flight recorder's cost, and stragglers named",
+        observability_section,
+        1,
+        12,
+    ),
 ]
 
 

@@ -124,7 +124,7 @@ def analyze(rings: dict[int, Ring]) -> FlightAnalysis:
 
 def _blocking(waits: dict[int, tuple[int, float]]) -> int | None:
     """The rank most chains of waits end at (one that is not waiting itself)."""
-    ends = Counter()
+    ends: Counter[int] = Counter()
     for rank in waits:
         seen, r = {rank}, waits[rank][0]
         while r in waits and r not in seen:

@@ -49,7 +49,7 @@ def named_ranks(a: flight_report.FlightAnalysis) -> list[int]:
     and the one the others wait for."""
     named: set[int] = set()
     if a.disagreement is not None:  # one rank of each side
-        sides = {}
+        sides: dict[str, int] = {}
         for rank, entry in sorted(a.disagreement.calls.items()):
             sides.setdefault(flight_report.describe(entry), rank)
         named.update(sides.values())

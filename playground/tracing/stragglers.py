@@ -80,12 +80,11 @@ class Stragglers:
                 f"stragglers: none (every rank at least {RELATIVE_THRESHOLD:g} of the fastest rank's speed "
                 f"in {'the' if n == 1 else 'all'} {n} section{'' if n == 1 else 's'} judged)"
             )
-        parts = []
-        for rank in self.named:
-            s = self.worst(rank)
-            parts.append(
-                f"rank {rank} ({s.section}: {s.relative:.2f} of the fastest rank's speed, {s.individual:.2f} of its own best)"
-            )
+        parts = [
+            f"rank {s.rank} ({s.section}: {s.relative:.2f} of the fastest rank's speed, {s.individual:.2f} of its own best)"
+            for s in map(self.worst, self.named)
+            if s is not None
+        ]
         return "stragglers: " + "; ".join(parts)
 
     def to_dict(self) -> dict:
@@ -248,10 +247,11 @@ def judge(events_by_rank: dict[int, list[dict]], cpus: int | None = None) -> Str
         scores += score_section(section, per_rank, lumpy=section in ops)
     parts = _step_spans(events_by_rank) if COMPUTE in sections else set()
     naming = [s for s in sections if s not in parts]
-    slow = {s.rank for s in scores if s.relative < RELATIVE_THRESHOLD and s.section in naming}
-    out = Stragglers([], scores, sections, naming=naming)
-    out.named = sorted(slow, key=lambda r: out.worst(r).relative)
-    return out
+    lowest: dict[int, float] = {}
+    for s in scores:
+        if s.section in naming and s.relative < RELATIVE_THRESHOLD:
+            lowest[s.rank] = min(s.relative, lowest.get(s.rank, 1.0))
+    return Stragglers(sorted(lowest, key=lowest.__getitem__), scores, sections, naming=naming)
 
 
 _JUDGED = ('"cat": "compute"', '"cat": "op"', '"cat": "wait"')

@@ -49,6 +49,13 @@ IN_PLACE_COLUMNS = {
 MODEL_COLUMNS = {"model_us": "model (us)", "vs_model": "measured/model"}
 PICK_COLUMN = {"model_pick": "model pick"}
 BY_COLUMN = {"model_by": "model by"}
+LEGEND = {  # the columns an nccl-tests reader cannot guess, said once under the table
+    "model_pick": "the all-reduce algorithm the model predicts fastest at this size and rank count",
+    "model_us": "the alpha-beta-gamma model's time for the row's algorithm and size (its link: the title)",
+    "vs_model": "time / model time: above 1 the run is slower than the model",
+    "model_by": "what priced the row: the closed form on the calibrated link, or the simulator where ranks "
+    "wait for cores",
+}
 FORMS = (("", "out of place"), ("ip_", "in place"))  # (column prefix, what it measures), nccl-tests' order
 FACTOR_TEXT = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}
 
@@ -178,11 +185,18 @@ def bench_report(
         data = {**(data or {}), "model": model.to_dict()}
     return Report(
         ok=not failures,
-        tables=[Table(title, rows, columns)],
+        tables=[nccl_table(title, rows, columns)],
         failures=failures,
         notes=closing_lines(rows),
         data=data or {},
     )
+
+
+def nccl_table(title: str, rows: list[dict], columns: dict[str, str]) -> Table:
+    """The nccl-tests table: a row is named by its size and algorithm, the model's columns
+    explained under it."""
+    legend = {k: v for k, v in LEGEND.items() if k in columns}
+    return Table(title, rows, columns, keys=("size", "algorithm"), legend=legend)
 
 
 def wrong_row_failures(rows: list[dict], collective: str, label=lambda r: "") -> list[str]:

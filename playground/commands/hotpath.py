@@ -13,7 +13,6 @@ scheduler, and the count of Python-level calls is exact, whatever else runs on t
     python -m playground.commands.hotpath --ranks 8 --algo tree --size 4KiB --transport ipc
 """
 
-import argparse
 import cProfile
 import pstats
 import shutil
@@ -28,6 +27,7 @@ from playground.collectives import ReduceOp, allreduce
 from playground.comm.communicator import Communicator
 from playground.comm.registry import BY_NAME, IN_PROCESS
 from playground.comm.world import open_world
+from playground.core.argparser import OneLineParser
 from playground.core.sizes import parse_size
 from playground.tracing.trace import Tracer
 
@@ -122,14 +122,15 @@ def measure(
 
 def python_calls(stats: pstats.Stats, calls: int, ranks: int) -> float:
     """Python-level calls per rank per all-reduce, this module's own frames left out."""
-    own = sum(v[1] for k, v in stats.stats.items() if k[0] == __file__ or "greenlet" in str(k[2]))
-    return (stats.total_calls - own) / calls / ranks
+    # pstats keeps its table and total as plain attributes, which typeshed does not declare
+    table: dict = stats.stats  # type: ignore[attr-defined]
+    total: int = stats.total_calls  # type: ignore[attr-defined]
+    own = sum(v[1] for k, v in table.items() if k[0] == __file__ or "greenlet" in str(k[2]))
+    return (total - own) / calls / ranks
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m playground.commands.hotpath", description=__doc__.split("\n\n")[0]
-    )
+    ap = OneLineParser(prog="python -m playground.commands.hotpath", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--size", default="8", help="bytes of float32 per rank (default 8)")
     ap.add_argument("--algo", default="rd", help="all-reduce algorithm (default rd)")
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     size = parse_size(args.size)
     what = f"{args.algo} all-reduce of {size} B, {args.ranks} ranks over {args.transport}"
-    labels = {
+    labels: dict[bool | str, str] = {
         False: "tracing off",
         "phases": "as bench traces (phases, no per-message events)",
         True: "with per-message trace events (as in a run)",

@@ -25,6 +25,7 @@ from playground.core.sizes import (
     parse_rate,
     parse_size,
 )
+from playground.core.suggest import did_you_mean
 
 _PARSERS = {Size: parse_size, Rate: parse_rate, Duration: parse_duration}
 
@@ -143,7 +144,10 @@ def build_params(cls: type, raw: dict | None, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(raw) - set(fields))
     if unknown:
-        raise ParamError(prefix + str(unknown[0]), f"unknown key; allowed: {', '.join(sorted(fields))}")
+        raise ParamError(
+            prefix + str(unknown[0]),
+            f"unknown key; {did_you_mean(unknown[0], fields)}allowed: {', '.join(sorted(fields))}",
+        )
     values = {name: coerce(hints[name], raw[name], prefix + name) for name in raw}
     try:
         return cls(**values)

@@ -22,6 +22,7 @@ from playground.comm.registry import LAUNCHED
 from playground.config.params import build_params, params_to_dict
 from playground.core.errors import ParamError, ScenarioError
 from playground.core.sizes import Duration, format_duration
+from playground.core.suggest import did_you_mean
 from playground.core.topology import Link, parse_link_spec, place_blocks, ranks_on
 
 TRANSPORTS = LAUNCHED  # comm/registry.py
@@ -190,8 +191,10 @@ def find_scenario_file(name_or_path: str) -> Path:
     builtin = builtin_dir() / f"{name_or_path}.yaml"
     if builtin.is_file():
         return builtin
+    names = builtin_names()
     raise ScenarioError(
-        f"unknown scenario {name_or_path!r}; built-in: {', '.join(builtin_names())} (or give a path to a .yaml file)"
+        f"unknown scenario {name_or_path!r}; {did_you_mean(name_or_path, names)}built-in: {', '.join(names)} "
+        "(or give a path to a .yaml file)"
     )
 
 
@@ -276,7 +279,9 @@ class _Origins:
 def _check_top(raw: dict, at: _Origins) -> None:
     unknown = sorted(set(raw) - TOP_KEYS)
     if unknown:
-        raise ScenarioError(f"{at(unknown[0])}: unknown key; allowed: {', '.join(sorted(TOP_KEYS))}")
+        raise ScenarioError(
+            f"{at(unknown[0])}: unknown key; {did_you_mean(unknown[0], TOP_KEYS)}allowed: {', '.join(sorted(TOP_KEYS))}"
+        )
     if not isinstance(raw.get("node"), str) or not raw["node"]:
         raise ScenarioError(f"{at('node')}: required, a string like 'nodes.collective:main'")
     ranks = raw.get("ranks", 2)

@@ -18,7 +18,6 @@ does not land on one setting), and prints the median and min-max over the rounds
 Not a test: timed figures depend on the machine and its load (the README shows this machine's).
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -33,6 +32,7 @@ import zmq
 
 from playground.comm.delay import DelayedTransport
 from playground.comm.zmq_transport import ZmqTransport
+from playground.core.argparser import OneLineParser
 from playground.core.errors import LabError
 from playground.core.sizes import format_duration, format_rate, format_size, parse_duration, parse_rate
 from playground.core.topology import host_addr, tbf_burst_bytes
@@ -121,7 +121,7 @@ def _spread(values: list[float], scale: float, fmt: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m playground.hosts.bench", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m playground.hosts.bench", description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--rates", default="100mbit,1gbit,10gbit")
     p.add_argument("--delay", default="200us")

@@ -11,7 +11,7 @@ from pathlib import Path
 from playground.display.report import Report, Table
 from playground.kvcache.plots import plot_memory
 from playground.kvcache.stats import leak_failures, summarize_samples
-from playground.kvcache.workloads import EXERCISE10, SECTION45
+from playground.kvcache.workloads import EXERCISE10, SECTION45, workload_title
 from playground.kvlab import kvcache_stats
 
 
@@ -67,7 +67,7 @@ def _replay_tables(
     )
     tables = [
         Table(
-            f"KV-cache policies, workload {params.workload} ({params.num_requests} requests, "
+            f"KV-cache policies, {workload_title(params.workload)} ({params.num_requests} requests, "
             f"capacity {params.capacity_tokens} tokens, block {params.block_size})",
             rows,
             {
@@ -115,7 +115,16 @@ def _fork_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str]
         f"block {params.block_size}: the lecture expects {expected['unshared']} pages unshared, "
         f"{expected['fork']} with fork + copy-on-write (pages of contiguous policies = allocated slots / block)"
     ]
-    return [Table(f"Sharing a prompt: workload {params.workload}", rows)], notes, failures
+    legend = {
+        "shared_blocks": "blocks referenced by more than one sequence while every branch is alive",
+        "reads_exact": "every branch read back exactly what it wrote",
+        "leaked_slots": "slots still allocated after every sequence was freed",
+    }
+    return (
+        [Table(f"Sharing a prompt: {workload_title(params.workload)}", rows, legend=legend)],
+        notes,
+        failures,
+    )
 
 
 def _bench_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str]]:

@@ -145,7 +145,7 @@ def result_dict(
         "elapsed_s": round(outcome.elapsed_s, 3),
         "t0_monotonic_s": outcome.t0_monotonic_s,
         "rows": report.tables[0].rows if report.tables else [],
-        "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
+        "tables": [t.to_dict() for t in report.tables],
         "notes": report.notes,
         "failures": [f.headline() for f in outcome.failures] + list(report.failures),
         **({"events": outcome.events} if outcome.events else {}),

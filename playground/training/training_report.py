@@ -74,6 +74,17 @@ DDP_COLUMNS = {
     "overlap_ours_pct": "overlap ours (%)",
     "overlap_ddp_pct": "overlap DDP (%)",
 }
+MEMORY_LEGEND = {
+    "states_ratio": "this mode's optimizer states / a replicated mode's (ZeRO-1 shards them: 1 / ranks)",
+}
+MODEL_LEGEND = {
+    "compute_ms": "measured: from the first rank's start of the step to the last rank's end of backward, and "
+    "the optimizer",
+    "cores": "the cores the ranks got (their compute's CPU time over its wall time)",
+    "comm_model_ms": "the model's time of the step's collectives on those cores",
+    "exposed_model_ms": "of which the step waits for (all of it serially; overlapped, the tail that outlasts "
+    "backward)",
+}
 LOSS_ROWS = 10  # rows of the loss table (steps evenly spaced, the last always in)
 
 
@@ -253,13 +264,23 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
     tables = [
         Table(
             f"data-parallel training, {n} ranks, {config.num_params:,} parameters ({params.dtype}), global batch "
-            f"{params.batch} x {params.context} bytes, {params.steps} steps per mode: per step (median of the "
-            "timed steps, slowest rank)",
+            f"{params.batch} x {params.context} bytes, {params.steps} steps{' per mode' if len(modes) > 1 else ''}: "
+            "per step (median of the timed steps, slowest rank)",
             step_rows,
             STEP_COLUMNS,
         ),
-        Table("memory per rank: the arrays' own bytes, and the process", memory_rows, MEMORY_COLUMNS),
-        Table(f"step time: measured against the model ({source.caption})", model_rows, MODEL_COLUMNS),
+        Table(
+            "memory per rank: the arrays' own bytes, and the process",
+            memory_rows,
+            MEMORY_COLUMNS,
+            legend=MEMORY_LEGEND,
+        ),
+        Table(
+            f"step time: measured against the model ({source.caption})",
+            model_rows,
+            MODEL_COLUMNS,
+            legend=MODEL_LEGEND,
+        ),
     ]
     data: dict[str, object] = {
         "modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats],
@@ -287,9 +308,8 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
             f"largest relative loss gap {max(gaps):.2e} over {len(gaps)} steps"
         )
     loss_table, loss_columns = loss_rows(curves)
-    tables.insert(
-        1, Table("loss of the global batch (the modes start from the same weights)", loss_table, loss_columns)
-    )
+    same = " (every curve starts from the same weights)" if len(curves) > 1 else ""
+    tables.insert(1, Table(f"loss of the global batch{same}", loss_table, loss_columns))
     if stats:
         plot_losses(curves, run_dir / "loss.png", f"training on the lecture's text, {n} ranks")
         files.append("loss.png")

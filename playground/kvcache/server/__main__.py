@@ -7,12 +7,12 @@ A KVServer (a ModelServer with --model or --random-model) behind the ROUTER loop
     python -m playground.kvcache.server --model model.npz                   # the training lab's model
 """
 
-import argparse
 import signal
 from dataclasses import replace
 
 import zmq
 
+from playground.core.argparser import OneLineParser
 from playground.core.errors import PlaygroundError, UsageError
 from playground.kvcache.engine.attention import KERNELS
 from playground.kvcache.engine.config import DEFAULT_ENGINE
@@ -40,9 +40,7 @@ def build_model(args) -> Transformer | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0]
-    )
+    ap = OneLineParser(prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0])
     ap.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:*")
     ap.add_argument("--policy", default="paged", choices=list(POLICIES))
     ap.add_argument("--capacity-tokens", type=int, default=200_000)

@@ -165,6 +165,12 @@ def report(
             "per run: median of the timed steps",
             rows,
             RUN_COLUMNS,
+            legend={
+                "held": "micro-batches whose activations each stage held at once at most (stage 0 / 1 / ...), "
+                "beside the schedule's formula",
+                "param_gap": "largest parameter difference to one process on the whole batch, relative to "
+                "the largest parameter",
+            },
         ),
         Table(
             "activations held for backward (the arrays' bytes, counted as kept and dropped)",

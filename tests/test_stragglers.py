@@ -128,3 +128,28 @@ def test_a_twice_slow_rank_is_named_and_a_clean_run_names_none(runs_dir):
     code, result, out, err = run_scenario("ring", runs_dir, ranks=2, transport="shm", sets=RING)
     assert code == 0, out + err
     assert result["stragglers"]["named"] == [] and "stragglers: none" in out
+
+
+def test_chaos_draws_stragglers_from_a_stream_of_their_own_and_judges_them(tmp_path):
+    from playground.chaos import checks, launched
+    from playground.chaos.kinds import Observation
+    from playground.chaos.plan import draw
+
+    runs = [draw(11, k, False) for k in range(1, 21)]
+    slow = [r for r in runs if r.fault.straggler]
+    assert [r.describe() for r in slow][:1] == [
+        "#6 collectives 2 ranks over shm (tree 4KiB): slow rank 0 at post 35"
+    ]
+    assert "fault.factor=2" in " ".join(slow[0].args)
+    if usable_cores() >= 2:
+        obs = launched.execute(slow[0], tmp_path)
+        verdict = checks.judge(slow[0], obs, {})
+        assert verdict.ok and verdict.root_ok and verdict.exit_code == 0, verdict.problems
+        assert verdict.root_cause.startswith("stragglers: rank 0 (allreduce 4096 B:")
+    named_wrong = Observation(exit_code=0, result={"ok": True, "stragglers": {"named": [1], "ranks": {}}})
+    verdict = checks.judge(slow[0], named_wrong, {})
+    assert not verdict.ok and any("slow rank 0 not named" in p for p in verdict.problems)
+    crowded = Observation(
+        exit_code=0, result={"ok": True, "stragglers": {"named": [], "not_judged": "3 ranks"}}
+    )
+    assert checks.judge(slow[0], crowded, {}).missed

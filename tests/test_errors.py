@@ -71,6 +71,7 @@ def test_errors_py_holds_the_classes_we_document():
         "FaultInjected",
         "RunFailed",
         "UsageError",
+        "RequestError",
         "InvariantViolation",
         "OutOfSpace",
         "ToolMissing",

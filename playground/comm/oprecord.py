@@ -70,13 +70,13 @@ class OpRecord:
     def op_context(self, peer: int | None = None) -> str:
         """ "in allreduce ring #17; rank 3 is on host h1": what an error adds to say where it happened."""
         parts = []
-        current = self.current_op  # type: ignore[attr-defined]
-        op = current or self.last_op  # type: ignore[attr-defined]
-        if op is not None:
-            name, algorithm, seq = op
-            parts.append(
-                f"{'in' if current else 'after'} {name}{' ' + algorithm if algorithm else ''} #{seq}"
-            )
+        current, last = self.current_op, self.last_op  # type: ignore[attr-defined]
+        if current is not None:
+            parts.append(f"in {_named(current)}")
+            if last is not None and current[0].startswith("barrier"):  # it marks no work: name the one before
+                parts[-1] += f", after {_named(last)}"
+        elif last is not None:
+            parts.append(f"after {_named(last)}")
         if peer is not None and self.hosts and len(set(self.hosts)) > 1 and 0 <= peer < len(self.hosts):
             parts.append(f"rank {peer} is on host {self.hosts[peer]}")
         return "; ".join(parts)
@@ -85,3 +85,8 @@ class OpRecord:
     def ranks_per_node(self) -> int:
         """How many ranks share this rank's host (what hierarchical algorithms group by)."""
         return self.hosts.count(self.hosts[self.rank])
+
+
+def _named(op: tuple[str, str, int]) -> str:
+    name, algorithm, seq = op
+    return f"{name}{' ' + algorithm if algorithm else ''} #{seq}"

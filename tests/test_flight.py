@@ -141,3 +141,42 @@ def test_a_hung_rank_is_named_by_the_dump_with_its_collective(runs_dir):
     assert (
         proc.returncode == 0 and "the rank the others wait for: rank 1" in out and f"#{hung['seq']}" in out
     ), out
+
+
+@pytest.mark.timeout(60)
+def test_sigusr1_to_the_launcher_dumps_the_rings_while_the_run_goes_on(runs_dir):
+    import os
+    import signal
+    import time
+
+    from playground.cli.testing import session_processes, start_cli
+
+    proc = start_cli(
+        ["run", "ring", "--ranks", "2", "--transport", "shm", "--out", str(runs_dir)]
+        + ["--set", "params.sizes=[8]", "--set", "params.iters=100000000", "--set", "params.warmup=0"]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        rings = []
+        while time.monotonic() < deadline and len(rings) < 2:
+            rings = sorted({p.resolve() for p in runs_dir.glob("*/flight-rank-*.bin")})
+            time.sleep(0.05)
+        assert len(rings) == 2, "the ranks never made their rings"
+        dump = rings[0].parent / "flight.json"
+        while time.monotonic() < deadline and not dump.exists():
+            os.kill(proc.pid, signal.SIGUSR1)  # again until it lands: the launcher may still be starting
+            time.sleep(0.3)
+        assert dump.exists(), "no flight.json after SIGUSR1"
+        written = json.loads(dump.read_text())
+        assert written["reason"] == "on demand (SIGUSR1 to the launcher)" and set(written["ranks"]) == {
+            "0",
+            "1",
+        }
+        assert all(r["records"] > 0 for r in written["ranks"].values())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        for p in session_processes(proc.pid):
+            p.kill()
+    assert proc.returncode == 130, err
+    assert "flight recorder:" in err  # the line the dump printed

@@ -57,6 +57,10 @@ static int CommCore_traverse(CommCore *self, visitproc visit, void *arg) {
     }
     Py_VISIT(self->last.name);
     Py_VISIT(self->last.algorithm);
+    Py_VISIT(self->memo_name);
+    Py_VISIT(self->memo_algorithm);
+    Py_VISIT(self->memo_dtype);
+    Py_VISIT(self->memo_op);
     return 0;
 }
 

@@ -82,6 +82,11 @@ typedef struct {
     long salted_from[4], salted_shift[4]; /* tags salted lately, and what they became (a cache) */
     PyObject *salted_to[4];
     int salted_next;
+    /* the last matched collective's inputs and fingerprint: a loop of the same call hashes nothing */
+    PyObject *memo_name, *memo_algorithm, *memo_dtype, *memo_op; /* owned */
+    int64_t memo_nbytes;
+    op_frame memo; /* its fingerprint, tag_shift, nbytes, dtype and op texts (no names held) */
+    char memo_valid;
     Py_buffer ring_view;     /* the flight ring's memory (a file mapped by flight.py), when attached */
     flight_header *ring;
     flight_entry *entries;

@@ -186,6 +186,11 @@ void oprecord_clear(CommCore *self) {
     for (int i = 0; i < OP_DEPTH; i++) frame_clear(&self->stack[i]);
     frame_clear(&self->last);
     for (int i = 0; i < 4; i++) Py_CLEAR(self->salted_to[i]);
+    Py_CLEAR(self->memo_name);
+    Py_CLEAR(self->memo_algorithm);
+    Py_CLEAR(self->memo_dtype);
+    Py_CLEAR(self->memo_op);
+    self->memo_valid = 0;
     if (self->ring) {
         PyBuffer_Release(&self->ring_view);
         self->ring = NULL, self->entries = NULL;
@@ -194,9 +199,26 @@ void oprecord_clear(CommCore *self) {
 
 static void set_salt(CommCore *self, long tag_shift) { self->tag_shift = tag_shift; }
 
-/* The fingerprint of a matched collective into `f` (x: the input array or None; op: a ReduceOp,
- * a string, or None). -1 on error. */
-static int fingerprint(op_frame *f, PyObject *x, PyObject *op) {
+/* The input's bytes and dtype (a new reference, or NULL for anything but an array). */
+static PyObject *input_dtype(PyObject *x, int64_t *nbytes) {
+    *nbytes = -1;
+    if (x == Py_None) return NULL;
+    PyObject *nb = getset_read(&nbytes_of, x, str_nbytes), *dt = NULL;
+    if (nb) {
+        *nbytes = PyLong_AsLongLong(nb);
+        Py_DECREF(nb);
+        if (*nbytes != -1 || !PyErr_Occurred()) dt = getset_read(&dtype_of, x, str_dtype);
+    }
+    if (!dt) {
+        PyErr_Clear();
+        *nbytes = -1;
+    }
+    return dt;
+}
+
+/* The fingerprint of a matched collective into `f`, from its input's dtype (or NULL) and bytes, and
+ * its op (a ReduceOp, a string, or None). -1 on error. */
+static int fingerprint(op_frame *f, PyObject *dt, int64_t nbytes, PyObject *op) {
     Py_ssize_t n1, n2;
     const char *s1 = PyUnicode_AsUTF8AndSize(f->name, &n1), *s2 = PyUnicode_AsUTF8AndSize(f->algorithm, &n2);
     if (!s1 || !s2) return -1;
@@ -205,22 +227,15 @@ static int fingerprint(op_frame *f, PyObject *x, PyObject *op) {
     f->nbytes = -1;
     memset(f->dtype, 0, sizeof f->dtype);
     memset(f->op, 0, sizeof f->op);
-    if (x != Py_None) { /* an array: its bytes and dtype (anything else: only its being there) */
-        PyObject *nb = getset_read(&nbytes_of, x, str_nbytes);
-        f->nbytes = nb ? PyLong_AsLongLong(nb) : -1;
-        Py_XDECREF(nb);
-        PyObject *dt = nb ? getset_read(&dtype_of, x, str_dtype) : NULL;
-        text_slot *t = dt ? lookup(dtypes, &dtypes_next, dt, str_str) : NULL;
-        Py_XDECREF(dt);
-        if (t) {
-            memcpy(f->dtype, t->text, sizeof f->dtype);
-            h = (h ^ t->hash) * 16777619u;
-            uint64_t b = (uint64_t)f->nbytes;
-            h = fnv(h, (const char *)&b, sizeof b);
-        } else {
-            f->nbytes = -1;
-            PyErr_Clear();
-        }
+    text_slot *t = dt ? lookup(dtypes, &dtypes_next, dt, str_str) : NULL;
+    if (t) { /* an array: its bytes and dtype (anything else: only its being there) */
+        f->nbytes = nbytes;
+        memcpy(f->dtype, t->text, sizeof f->dtype);
+        h = (h ^ t->hash) * 16777619u;
+        uint64_t b = (uint64_t)nbytes;
+        h = fnv(h, (const char *)&b, sizeof b);
+    } else {
+        PyErr_Clear();
     }
     if (op != Py_None) {
         text_slot *t = lookup(ops, &ops_next, op, str_value);
@@ -256,10 +271,30 @@ static PyObject *begin_collective(CommCore *self, PyObject *const *args, Py_ssiz
     f->fingerprint = 0, f->tag_shift = 0, f->group_seq = 0, f->nbytes = -1;
     f->dtype[0] = f->op[0] = 0;
     if (matched) {
-        if (fingerprint(f, x, op) < 0) {
+        int64_t nbytes;
+        PyObject *dt = input_dtype(x, &nbytes);
+        if (self->memo_valid && f->name == self->memo_name && f->algorithm == self->memo_algorithm &&
+            dt == self->memo_dtype && op == self->memo_op && nbytes == self->memo_nbytes) {
+            f->fingerprint = self->memo.fingerprint, f->tag_shift = self->memo.tag_shift;
+            f->nbytes = self->memo.nbytes;
+            memcpy(f->dtype, self->memo.dtype, sizeof f->dtype);
+            memcpy(f->op, self->memo.op, sizeof f->op);
+        } else if (fingerprint(f, dt, nbytes, op) < 0) {
+            Py_XDECREF(dt);
             frame_clear(f);
             return NULL;
+        } else { /* remembered with its inputs held, so no other object can take their addresses */
+            Py_XSETREF(self->memo_name, Py_NewRef(f->name));
+            Py_XSETREF(self->memo_algorithm, Py_NewRef(f->algorithm));
+            Py_XSETREF(self->memo_dtype, Py_XNewRef(dt));
+            Py_XSETREF(self->memo_op, Py_NewRef(op));
+            self->memo_nbytes = nbytes;
+            self->memo.fingerprint = f->fingerprint, self->memo.tag_shift = f->tag_shift, self->memo.nbytes = f->nbytes;
+            memcpy(self->memo.dtype, f->dtype, sizeof f->dtype);
+            memcpy(self->memo.op, f->op, sizeof f->op);
+            self->memo_valid = 1;
         }
+        Py_XDECREF(dt);
         f->group_seq = group ? (uint64_t)group_seq : ++self->group0_seq;
     }
     f->seq = seq, f->group = (int32_t)group, f->record = 0;

@@ -420,8 +420,9 @@ def _write_index(out: Path) -> None:
 HELP = "measure the docs' results pages on this machine (benchmarks, simulator, labs)"
 DESCRIPTION = (
     "Runs bench table, the simulator against measurements, the lecture, training against PyTorch DDP, the "
-    "training step against its model, the serving lab, pipeline and tensor parallelism and chaos runs, one "
-    "after the other, and writes docs/results/*.md headed by this machine; about 75 min (--quick: 18)."
+    "training step against its model, the serving lab, pipeline and tensor parallelism, chaos runs and the "
+    "flight recorder's cost with the straggler scores' hits, one after the other, and writes "
+    "docs/results/*.md headed by this machine; about 90 min (--quick: 20)."
 )
 
 
@@ -429,7 +430,7 @@ def add_results_flags(r: argparse.ArgumentParser) -> None:
     """`results`' flags; their defaults are `ResultsConfig.from_flags`'."""
     r.add_argument(
         "--sections",
-        metavar="collectives,simulator,labs,training,steptime,serving,parallelism,tensor,chaos",
+        metavar="collectives,simulator,labs,training,steptime,serving,parallelism,tensor,chaos,observability",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

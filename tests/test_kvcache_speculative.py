@@ -5,10 +5,10 @@ prefill, under every policy, in a pool tight enough to preempt."""
 from dataclasses import replace
 
 import pytest
+from test_kvcache_chunked_prefill import run_engine
 
 from playground.kvcache.engine.config import EngineConfig
 from playground.kvcache.engine.speculative import accept_greedy, propose_ngram
-from tests.test_kvcache_chunked_prefill import run_engine
 
 REPETITIVE = ["abcabcabcabc", "the cat and the cat and the", list(range(10)) * 3, "no repeats here?"]
 

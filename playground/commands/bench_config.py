@@ -17,12 +17,12 @@ from playground.collectives import ALGORITHMS, IN_PLACE
 from playground.comm.registry import LAUNCHED
 from playground.config.scenario import Scenario, load_scenario
 from playground.core import flags
+from playground.core.dtypes import DTYPES
 from playground.core.errors import ScenarioError
 from playground.core.flags import Repeated, Text
 from playground.models.calibration import model_from_spec
+from playground.sim.options import OPS
 
-DTYPES = ("float32", "float64", "int32", "int64")
-OPS = ("sum", "max", "min")
 COLLECTIVE_SIZES = "8..64MiB"
 P2P_SIZES = "64,4KiB,64KiB,1MiB,4MiB,16MiB"
 
@@ -98,7 +98,7 @@ class BenchConfig:
             said[f"params.link={json.dumps(_checked_link(link, transport))}"] = "--link"
         said.update({text: f"--set {text}" for text in flags.repeated(set)})
         scenario = load_scenario("bench", ranks=ranks, transport=transport, overrides=list(said), said=said)
-        _check_baselines(baselines)
+        _check_baselines(collective, baselines)
         return cls(scenario, collective, size_list, dtype, op, iters, warmup, timeout_s, baselines, Path(out))
 
 
@@ -152,13 +152,16 @@ def _checked_link(link: str, transport: str) -> str:
     return link
 
 
-def _check_baselines(baselines: tuple[str, ...]) -> None:
+def _check_baselines(collective: str, baselines: tuple[str, ...]) -> None:
     if baselines:
         from playground.baselines import BASELINES
+        from playground.baselines import COLLECTIVES as BASELINE_COLLECTIVES
 
         for name in baselines:
             if name not in BASELINES:
                 raise ScenarioError(f"--baseline {name!r}: allowed: {', '.join(BASELINES)}")
+        if collective not in BASELINE_COLLECTIVES:
+            raise ScenarioError(f"--baseline: the baselines run {', '.join(BASELINE_COLLECTIVES)}")
 
 
 def _choices(command: str, **given: str) -> None:

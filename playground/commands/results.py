@@ -6,6 +6,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 
 - collectives.md: `bench table`: ours over ZeroMQ and over shared memory against Gloo and MPICH,
   alternating rounds, medians and min-max, speed ratios.
+- alltoall.md: `bench alltoall|gather|scatter|sendrecv --baseline gloo,mpi` over shared memory at
+  2, 4 and 8 ranks; the calibrated model's all-to-all pick against the fastest measured, and the
+  Bruck/pairwise crossover, on real ranks and in the simulator to 1024 ranks (`alltoall_results`).
 - simulator.md: one `calibrate`, `--rounds` rounds of `bench allreduce` at 2-8 ranks over ipc and
   shm, and `simulate --link calibration.json --measured ...`: every row simulated from the one
   calibration beside its measured median, the rows within 25% and 2x, a plot; and the simulator's own
@@ -36,7 +39,7 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   (`commands/flight_bench.py`), and the straggler scores' hits, misses and false positives over
   clean and slowed runs (`commands/straggler_bench.py`).
 
-The pages with model columns (collectives, labs, steptime, parallelism) read one calibration:
+The pages with model columns (collectives, alltoall, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
 `calibrate` measures first into the work directory (`calibration_for_models`); each page says which.
 
@@ -58,7 +61,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from playground.chaos.results import chaos_section
-from playground.commands import accuracy
+from playground.commands import accuracy, alltoall_results
 from playground.commands.observability_results import observability_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
@@ -235,6 +238,15 @@ def result_markdown(run_dir: Path) -> str:
 
 SECTIONS = [
     Section("collectives", "collectives.md", "Collectives against Gloo and MPICH", _collectives, 2, 12, True),
+    Section(
+        "alltoall",
+        "alltoall.md",
+        "All-to-all, gather, scatter and send/recv against Gloo, MPICH and the model",
+        alltoall_results.section,
+        5,
+        45,
+        True,
+    ),
     Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
@@ -419,10 +431,11 @@ def _write_index(out: Path) -> None:
 
 HELP = "measure the docs' results pages on this machine (benchmarks, simulator, labs)"
 DESCRIPTION = (
-    "Runs bench table, the simulator against measurements, the lecture, training against PyTorch DDP, the "
-    "training step against its model, the serving lab, pipeline and tensor parallelism, chaos runs and the "
-    "flight recorder's cost with the straggler scores' hits, one after the other, and writes "
-    "docs/results/*.md headed by this machine; about 90 min (--quick: 20)."
+    "Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator against "
+    "measurements, the lecture, training against PyTorch DDP, the training step against its model, the "
+    "serving lab, pipeline and tensor parallelism, chaos runs and the flight recorder's cost with the "
+    "straggler scores' hits, one after the other, and writes docs/results/*.md headed by this machine; "
+    "about 135 min (--quick: 25)."
 )
 
 
@@ -430,7 +443,7 @@ def add_results_flags(r: argparse.ArgumentParser) -> None:
     """`results`' flags; their defaults are `ResultsConfig.from_flags`'."""
     r.add_argument(
         "--sections",
-        metavar="collectives,simulator,labs,training,steptime,serving,parallelism,tensor,chaos,observability",
+        metavar="collectives,alltoall,simulator,labs,training,steptime,serving,parallelism,tensor,chaos,observability",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

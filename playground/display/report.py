@@ -22,13 +22,16 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from playground.display.fit import Column, Part, fit, table_width
+
+if TYPE_CHECKING:
+    from playground.display.notebook import NotebookProgress
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,7 @@ def render_report(report: Report, console: Console) -> None:
         console.print(note, highlight=False)
 
 
-def progress_bar(console: Console) -> Progress:
+def progress_bar(console: Console) -> "Progress | NotebookProgress":
     """The bar of a long command (description, bar, done/total, elapsed) on `console`, gone when done;
     in a Jupyter notebook, where rich's live display needs ipywidgets, the same bar drawn as HTML
     (`playground.display.notebook`)."""

@@ -1,7 +1,7 @@
 """Lecture | this machine | model, for each figure: read from the runs, compared, formatted.
 
-A figure's reader (playground/lecture/readers.py) takes what the scenarios wrote and returns a
-`Reading`; `evaluate` turns it into a `FigureRow` the page shows. Nothing here knows a figure's
+A figure's reader (playground/lecture/readers/, a module per section) takes what the scenarios
+wrote and returns a `Reading`; `evaluate` turns it into a `FigureRow` the page shows. Nothing here knows a figure's
 value: the lecture's comes from lecture.yaml, this machine's from the run's result.json.
 """
 
@@ -39,12 +39,25 @@ class Run:
 
     @classmethod
     def from_dir(cls, name: str, run_dir: Path | None) -> "Run":
-        result, params = None, {}
+        result: dict | None = None
+        params: dict = {}
         if run_dir is not None and (run_dir / "result.json").is_file():
             result = json.loads((run_dir / "result.json").read_text())
         if run_dir is not None and (run_dir / "scenario.yaml").is_file():
             params = (yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("params") or {}
         return cls(name, result, params, run_dir, bool(result and result.get("ok")))
+
+    def written(self) -> dict:
+        """The result.json the run wrote; NotMeasured if it wrote none."""
+        if self.result is None:
+            raise NotMeasured(f"scenario {self.name} wrote no result")
+        return self.result
+
+    def directory(self) -> Path:
+        """The run's directory (its logs); NotMeasured if there is none."""
+        if self.run_dir is None:
+            raise NotMeasured(f"scenario {self.name} has no run directory")
+        return self.run_dir
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,7 @@ class Context:
         return run
 
     def result(self, name: str) -> dict:
-        return self.run(name).result
+        return self.run(name).written()
 
     def table(self, name: str, index: int = 0) -> list[dict]:
         tables = self.result(name).get("tables") or []

@@ -89,7 +89,7 @@ def sweep(
             on_progress(k, len(contexts), f"attention at context {context}")
         pool = Pool(context, heads, head_dim, pool_bytes, max(block_sizes), rng)
         cases = _cases(pool, block_sizes, kernels)
-        times = [[] for _ in cases]
+        times: list[list[float]] = [[] for _ in cases]
         for _ in range(rounds + 1):  # the first round warms up, untimed
             for i, (_, _, kernel, streams, runs) in enumerate(cases):
                 t0 = time.perf_counter()

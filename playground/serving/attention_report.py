@@ -7,6 +7,7 @@ slower than a contiguous one, block size 16 the best trade-off; the goal here is
 """
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def report(rows: list[dict], params, run_dir) -> Report:
-    ratio_rows = [{k: r.get(k) for k in RATIO_COLUMNS} for r in ratios(rows)]
+    ratio_rows: list[dict[str, Any]] = [{k: r.get(k) for k in RATIO_COLUMNS} for r in ratios(rows)]
     at16 = [r["paged_x"] for r in ratio_rows if r["block_size"] == 16]
     notes = []
     if at16:

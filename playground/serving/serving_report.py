@@ -173,7 +173,8 @@ def report(per_setup: list[dict], params, run_dir, rank0: dict | None = None) ->
     it served, the decode-step model's rates and shape)."""
     rank0 = rank0 or {}
     failures = _common_failures(per_setup)
-    files, notes = [], []
+    files: list[str] = []
+    notes: list[str] = []
     if params.workload == "samples":
         tables, notes, more = _samples(params, per_setup)
         failures += more

@@ -3,9 +3,10 @@
 For every (ranks, algorithm, size) it runs the collective's own code on simulated ranks
 (driver.py) and prints bench's nccl-tests table with the model's time and sim/model beside each
 row; `--crossover` adds where the ring overtakes the tree, halving-doubling and recursive
-doubling, as a table and crossover.png. It writes a run directory as `run` does: simulation.yaml,
-result.json with bench's row keys, and with one rank count each rank's rank-<r>.jsonl stamped in
-virtual microseconds (per message up to 64 ranks), which `inspect` reads.
+doubling (the pairwise all-to-all exchange Bruck's), as a table and crossover.png. It writes a run
+directory as `run` does: simulation.yaml, result.json with bench's row keys, and with one rank count
+each rank's rank-<r>.jsonl stamped in virtual microseconds (per message up to 64 ranks), which
+`inspect` reads.
 """
 
 import argparse
@@ -24,6 +25,7 @@ from playground.collectives.bench_report import COLUMNS, LEGEND, with_model_colu
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, Finished, make_run_dir, write_result
 from playground.core.sizes import format_size
+from playground.display.notebook import NotebookProgress
 from playground.display.report import Report, Table, make_console, progress_bar, render_report
 from playground.sim import model
 from playground.sim.driver import DATA_MAX_RANKS, simulate, wants_data
@@ -79,7 +81,11 @@ def add_simulate_flags(s: argparse.ArgumentParser) -> None:
         metavar="RUN_DIR",
         help="a bench/run directory of this machine (repeatable): its times beside the simulated ones",
     )
-    s.add_argument("--crossover", action="store_true", help="where the ring overtakes tree, hd, rd (+ plot)")
+    s.add_argument(
+        "--crossover",
+        action="store_true",
+        help="where the ring overtakes tree, hd, rd; the pairwise all-to-all Bruck's (+ plot)",
+    )
     s.add_argument(
         "--fold",
         action="store_true",
@@ -155,7 +161,7 @@ class _Sweep:
     """The simulated points, each run once (`row`), under one progress bar that also counts the
     messages of a long simulation as it runs."""
 
-    def __init__(self, spec: SimSpec, trace_dir, stats: dict, progress: Progress):
+    def __init__(self, spec: SimSpec, trace_dir, stats: dict, progress: "Progress | NotebookProgress"):
         self.spec, self.trace_dir, self.stats, self.progress = spec, trace_dir, stats, progress
         self.task = progress.add_task("simulate", total=None)
         self._rows: dict[tuple[int, str, int], dict] = {}

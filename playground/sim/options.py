@@ -19,6 +19,7 @@ from pathlib import Path
 
 from playground.collectives import registry
 from playground.core import flags
+from playground.core.dtypes import DTYPES
 from playground.core.errors import ScenarioError
 from playground.core.flags import Repeated, Text
 from playground.core.sizes import (
@@ -36,8 +37,7 @@ from playground.sim.network import Machine
 MAX_RANKS = 1 << 16
 DEFAULT_LINK = "ib"
 CALIBRATED = ("ipc", "shm", "tcp")  # the transports `calibrate` measures
-DTYPES = ("float32", "float64", "int32", "int64")
-OPS = ("sum", "max", "min")
+OPS = ("sum", "avg", "max", "min")  # the reductions bench and simulate offer (ReduceOp's, but prod)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ keys and values through the same table and calls the dense reference (`cached_at
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -31,7 +32,8 @@ from playground.kvcache.engine.allocation import AllocationPolicy
 from playground.transformer.generate import cached_attention
 from playground.transformer.layers import softmax
 
-KERNELS = ("native", "numpy")
+Kernel = Literal["native", "numpy"]  # the decode attention kernels: C, or numpy beside it
+KERNELS: tuple[Kernel, ...] = get_args(Kernel)
 
 
 @dataclass(frozen=True)

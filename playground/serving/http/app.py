@@ -18,7 +18,7 @@ import itertools
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
@@ -197,41 +197,57 @@ def _chunk(gen: Generation, i: int, delta: dict | str, finish: str | None) -> di
     return {"index": i, "text": delta, "logprobs": None, "finish_reason": finish}
 
 
+async def _generate(served: Served, ids: Iterator[int], request: Request, chat: bool) -> Response:
+    """A completion or chat request: streamed as server-sent events, or collected into one reply
+    (499 when the client left before it was done)."""
+    req = parse_request(parse_body(await request.body()), served.limits, chat)
+    if served.loop.failure:
+        raise RequestError(served.loop.failure, status=503, code="engine_failed")
+    gen = Generation(served, req, next(ids))
+    kind = "chat.completion" if chat else "text_completion"
+    head = {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}",
+        "created": int(time.time()),
+        "model": served.limits.model,
+    }
+    if req.stream:
+        return EventStream(_sse(gen, {**head, "object": kind + (".chunk" if chat else "")}), gen.close)
+
+    async def collect() -> None:
+        while not gen.done:
+            await gen.next_step()
+
+    try:
+        gone, _ = await until_disconnect(collect(), request.receive)
+    finally:
+        gen.close()
+    if gone:
+        return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
+    choices = [gen.choice(i, t.text, gen.finish[i]) for i, t in enumerate(gen.texts)]
+    return JSONResponse({**head, "object": kind, "choices": choices, "usage": gen.usage()})
+
+
+async def _request_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestError)
+    return JSONResponse(error_body(exc), status_code=exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    e = RequestError(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code)
+    return JSONResponse(error_body(e), status_code=exc.status_code)
+
+
 def build_app(served: Served) -> Starlette:
+    """The ASGI app over `served` (the engine loop, its limits and metrics): OpenAI's completion and
+    chat routes, the model list, /health and Prometheus' /metrics; request ids numbered from 0."""
     ids = itertools.count()
 
-    async def generate(request: Request, chat: bool) -> Response:
-        req = parse_request(parse_body(await request.body()), served.limits, chat)
-        if served.loop.failure:
-            raise RequestError(served.loop.failure, status=503, code="engine_failed")
-        gen = Generation(served, req, next(ids))
-        kind = "chat.completion" if chat else "text_completion"
-        head = {
-            "id": f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}",
-            "created": int(time.time()),
-            "model": served.limits.model,
-        }
-        if req.stream:
-            return EventStream(_sse(gen, {**head, "object": kind + (".chunk" if chat else "")}), gen.close)
-
-        async def collect() -> None:
-            while not gen.done:
-                await gen.next_step()
-
-        try:
-            gone, _ = await until_disconnect(collect(), request.receive)
-        finally:
-            gen.close()
-        if gone:
-            return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
-        choices = [gen.choice(i, t.text, gen.finish[i]) for i, t in enumerate(gen.texts)]
-        return JSONResponse({**head, "object": kind, "choices": choices, "usage": gen.usage()})
-
     async def completions(request: Request) -> Response:
-        return await generate(request, chat=False)
+        return await _generate(served, ids, request, chat=False)
 
     async def chat_completions(request: Request) -> Response:
-        return await generate(request, chat=True)
+        return await _generate(served, ids, request, chat=True)
 
     async def models(request: Request) -> Response:
         card = {
@@ -251,15 +267,6 @@ def build_app(served: Served) -> Starlette:
     async def metrics(request: Request) -> Response:
         return Response(served.metrics.exposition(), media_type=CONTENT_TYPE)
 
-    async def request_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestError)
-        return JSONResponse(error_body(exc), status_code=exc.status)
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        e = RequestError(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code)
-        return JSONResponse(error_body(e), status_code=exc.status_code)
-
     routes = [
         Route("/health", health),
         Route("/metrics", metrics),
@@ -267,5 +274,5 @@ def build_app(served: Served) -> Starlette:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ]
-    handlers = {RequestError: request_error, HTTPException: http_error}
+    handlers = {RequestError: _request_error, HTTPException: _http_error}
     return Starlette(routes=routes, exception_handlers=handlers)

@@ -53,6 +53,7 @@ setup(
                 "native/sim_cpu.c",
                 "native/sim_transport.c",
                 "native/comm_core.c",
+                "native/oprecord.c",
             ],
             extra_compile_args=["-O2", "-std=gnu11"],
         )

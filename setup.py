@@ -51,8 +51,9 @@ setup(
                 "native/sim_cpu.c",
                 "native/sim_transport.c",
                 "native/comm_core.c",
+                "native/transformer.c",
             ],
-            extra_compile_args=["-O2", "-std=gnu11"],
+            extra_compile_args=["-O2", "-std=gnu11", "-fno-math-errno"],
         )
     ],
 )

@@ -73,6 +73,12 @@ VARIABLES: tuple[Variable, ...] = (
         "which the offsets measured at rendezvous must repair in `inspect --trace`",
     ),
     Variable(
+        "PLAYGROUND_KERNELS",
+        "user, tests",
+        "the transformer's kernels when a model names none: native (the default: native/transformer.c's fused "
+        "passes) or numpy (layers.py, the readable reference); an A/B of a whole run",
+    ),
+    Variable(
         "PLAYGROUND_REQUIRE_TOOLS",
         "CI",
         "tests: a test whose tool (MPICH, Slurm, Chromium, torch, root, the docs toolchain) is missing fails "

@@ -11,7 +11,8 @@ runs our send/recv beside raw pyzmq on the same transport. `--link SPEC` names w
 columns price (a preset, or a calibration.json of `calibrate`); without it, this machine's
 calibration (models/calibration.py), else a labelled default.
 `bench table` regenerates the README's table: ours over ipc and shm, Gloo and MPICH, alternately,
-over rounds (benchtable.py).
+over rounds (benchtable.py). `bench compute` is a training rank's compute against torch's
+(compute_bench.py).
 """
 
 import dataclasses
@@ -45,9 +46,10 @@ def add_bench_parser(sub, func) -> None:
     b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
     b.add_argument(
         "collective",
-        choices=[*ALGORITHMS, "p2p", "table", "copy"],
+        choices=[*ALGORITHMS, "p2p", "table", "copy", "compute"],
         help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH; "
-        "`copy`: the machine's copy bandwidth, one core and all, and the shm all-reduce's bound",
+        "`copy`: the machine's copy bandwidth, one core and all, and the shm all-reduce's bound; "
+        "`compute`: a training rank's forward + backward, ours against torch's, and where our time goes",
     )
     b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
     b.add_argument("--algo", default=None, help="comma list of algorithms (allreduce: ring,tree,hd,auto)")
@@ -100,12 +102,25 @@ def add_bench_parser(sub, func) -> None:
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
     t = b.add_argument_group("table")
-    t.add_argument("--rounds", type=int, default=3, help="table: alternating rounds (default 3)")
-    t.add_argument("--rank-counts", default="2,4,8", help="table, copy: rank counts (default 2,4,8)")
+    t.add_argument(
+        "--rounds", type=int, default=None, help="table, compute: alternating rounds (default 3; compute: 5)"
+    )
+    t.add_argument(
+        "--rank-counts",
+        default=None,
+        help="table, copy, compute: rank counts (default 2,4,8; compute: 1,2,4)",
+    )
     t.add_argument(
         "--systems",
         default=None,
-        help="table: comma list of ipc, shm, gloo, mpi (the default) and ipc-sockets (ZeroMQ without rings)",
+        help="table: comma list of ipc, shm, gloo, mpi (the default) and ipc-sockets (ZeroMQ without rings); "
+        "compute: of native, numpy, torch (the default: all three)",
+    )
+    c = b.add_argument_group("compute")
+    c.add_argument(
+        "--scenarios",
+        default="train-modes,train-large",
+        help="compute: the training scenarios whose shapes to run (default train-modes,train-large)",
     )
     b.add_argument(
         "--set",
@@ -125,6 +140,15 @@ def _sizes(text: str, step: int) -> list[int]:
 
 
 def run_bench(args) -> int:
+    compute = args.collective == "compute"
+    if args.rounds is None:
+        args.rounds = 5 if compute else 3
+    if args.rank_counts is None:
+        args.rank_counts = "1,2,4" if compute else "2,4,8"
+    if compute:
+        from playground.commands.compute_bench import run_compute
+
+        return run_compute(args)
     if args.collective == "table":
         from playground.commands.benchtable import run_table
 

@@ -15,6 +15,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   is, beside the same run at a constant learning rate); `run train-modes --baseline ddp` (and
   train-large) at 2 and 4 ranks, alternating round by round: our bucketed step against PyTorch
   DDP's; then tokens/s at 1, 2, 4 ranks and across two emulated hosts (as root).
+- compute.md: `bench compute`: forward + backward of one rank's shapes of train-modes and train-large
+  at 1, 2 and 4 ranks, ours (native kernels, numpy reference) against torch's model, alternating
+  rounds; the optimizer step; each kernel's share and the achieved FLOP/s against the machine's
+  matrix-multiply rate (compute_bench.py); its processes run without OPENBLAS_CORETYPE/L2_SIZE.
 - steptime.md: `run train-modes` at 2 and 4 ranks, every mode's measured step beside the step-time
   model's from the calibration, the ratio per mode and rank count (`steptime_results`).
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
@@ -54,6 +58,7 @@ from rich.markup import escape
 
 from playground.commands import accuracy
 from playground.commands.chaos_results import chaos_section
+from playground.commands.compute_bench import compute_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
 from playground.commands.tensor_results import tensor
@@ -200,6 +205,7 @@ SECTIONS = [
     Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
+    Section("compute", "compute.md", "A training rank's compute against PyTorch", compute_section, 1.5, 5),
     Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4, True),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
     Section(
@@ -334,13 +340,13 @@ def add_results_parser(sub, func) -> None:
         "results",
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
         description="Runs bench table, the simulator against measurements, the lecture, training against "
-        "PyTorch DDP, the training step against its model, the serving lab, pipeline and tensor parallelism "
+        "PyTorch DDP, a training rank's compute against torch's, the training step against its model, the serving lab, pipeline and tensor parallelism "
         "and chaos runs, one after the other, and writes docs/results/*.md headed by this machine; about "
-        "75 min (--quick: 18).",
+        "80 min (--quick: 20).",
     )
     r.add_argument(
         "--sections",
-        metavar="collectives,simulator,labs,training,steptime,serving,parallelism,tensor,chaos",
+        metavar="collectives,simulator,labs,training,compute,steptime,serving,parallelism,tensor,chaos",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

@@ -8,7 +8,7 @@
  * element-wise operations, one pass over the whole array (and often a temporary) per operation:
  * GELU's forward is eight, Adam's fourteen over the whole model. Here each is one pass, row by row
  * (a row of d, T or V elements stays in the L1 cache between the few sweeps over it), with the
- * softmax's masked half never computed. The matrix products stay numpy's (its BLAS).
+ * softmax's masked half never computed. The matrix products are a BLAS's (gemm.c).
  *
  * Every loop is compiled three times (target_clones: AVX-512, AVX2 and the baseline; one build runs
  * anywhere and picks the widest vectors the CPU has when the module loads) at -O3 without floating

@@ -79,6 +79,12 @@ VARIABLES: tuple[Variable, ...] = (
         "passes) or numpy (layers.py, the readable reference); an A/B of a whole run",
     ),
     Variable(
+        "PLAYGROUND_BLAS",
+        "user, tests",
+        "the BLAS the transformer's native kernels call for their matrix products: auto (the default: MKL if the "
+        "mkl package is installed, else numpy's own), numpy, or mkl",
+    ),
+    Variable(
         "PLAYGROUND_REQUIRE_TOOLS",
         "CI",
         "tests: a test whose tool (MPICH, Slurm, Chromium, torch, root, the docs toolchain) is missing fails "

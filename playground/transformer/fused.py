@@ -1,14 +1,16 @@
 """The native twin of layers.py: the same functions, each one pass of native/transformer.c where numpy
-makes one pass per operation, and the same matrix products (numpy's BLAS) around them.
+makes one pass per operation, and the matrix products through the BLAS native/gemm.c is bound to
+(blas.py: MKL if installed, else numpy's own OpenBLAS), a linear layer's bias and residual added
+by the product itself.
 
 Each function has layers.py's signature and contract and is tested against it
 (tests/test_transformer_kernels.py): layernorm, GELU's algebra, the loss's gradient, the embedding's
 gradient and Adam give numpy's bits exactly; softmax, cross-entropy and GELU's tanh use the C file's
-own exp (agreeing to rounding). Differences in how they treat their arguments, all documented where
-they apply: `cross_entropy_forward` turns the logits into the probabilities in place and
-`cross_entropy_backward` the probabilities into the gradient (the model never reads either again),
-and attention writes y and the input gradients straight into the layouts the model wants (no
-transposing copies).
+own exp, and the products another BLAS or another order of additions (agreeing to rounding).
+Differences in how they treat their arguments, all documented where they apply:
+`cross_entropy_forward` turns the logits into the probabilities in place and `cross_entropy_backward`
+the probabilities into the gradient (the model never reads either again), and attention writes y
+and the input gradients straight into the layouts the model wants (no transposing copies).
 """
 
 import math
@@ -16,14 +18,42 @@ import math
 import numpy as np
 
 from playground.core.native import load_native
-from playground.transformer.layers import LAYERNORM_EPS
-
-# the products are numpy's (its BLAS) in both sets: re-exported so that this module is a whole set
-from playground.transformer.layers import linear_backward as linear_backward
-from playground.transformer.layers import linear_forward as linear_forward
-from playground.transformer.layers import matmul as matmul
+from playground.transformer import layers
+from playground.transformer.blas import bound_blas
+from playground.transformer.layers import LAYERNORM_EPS, flat_rows
 
 _C = load_native()
+
+
+def matmul(a, b, out=None):
+    """a @ b through the bound BLAS, into `out` if given (layers.matmul): 2-d, or a batch of
+    matrices alike in both (attention's); a (..., k) with a 2-d b as one (rows, k) matrix. numpy's
+    matmul where the BLAS cannot read the views in place."""
+    if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous and (out is None or out.flags.c_contiguous):
+        res = matmul(flat_rows(a), b, None if out is None else flat_rows(out))
+        return res.reshape(*a.shape[:-1], b.shape[1]) if out is None else out
+    if out is None:
+        out = np.empty((*a.shape[:-1], b.shape[-1]), dtype=np.result_type(a, b))
+    if bound_blas() is None or not _C.matmul(a, b, out):
+        np.matmul(a, b, out=out)
+    return out
+
+
+def linear_forward(x, weight, bias, residual=None):
+    """layers.linear_forward in one pass over the output: it is filled with the bias (and the
+    residual) and the BLAS adds the product to it (beta = 1)."""
+    out = np.empty((*x.shape[:-1], weight.shape[1]), dtype=x.dtype)
+    res = None if residual is None else np.ascontiguousarray(residual)
+    if bound_blas() is None or not _C.linear_forward(np.ascontiguousarray(x), weight, bias, res, out):
+        return layers.linear_forward(x, weight, bias, residual)
+    return out
+
+
+def linear_backward(dout, x, weight, dweight, dbias):
+    dout2 = flat_rows(dout)
+    np.sum(dout2, axis=0, out=dbias)
+    matmul(flat_rows(x).T, dout2, out=dweight)
+    return matmul(dout, weight.T)
 
 
 def layernorm_forward(x, weight, bias):
@@ -70,12 +100,12 @@ def causal_attention_forward(q, k, v):
     kt = k.transpose(0, 1, 3, 2)
     probs = np.empty((B, H, T, T), dtype=q.dtype)  # above the diagonal: written 0 by the softmax
     for a, b in _blocks(T):
-        np.matmul(q[:, :, a:b], kt[:, :, :, :b], out=probs[:, :, a:b, :b])
+        matmul(q[:, :, a:b], kt[:, :, :, :b], out=probs[:, :, a:b, :b])
     _C.causal_softmax_forward(probs, T, 1 / math.sqrt(hd))
     y = np.empty((B, T, H, hd), dtype=q.dtype)
     yt = y.transpose(0, 2, 1, 3)
     for a, b in _blocks(T):
-        np.matmul(probs[:, :, a:b, :b], v[:, :, :b], out=yt[:, :, a:b])
+        matmul(probs[:, :, a:b, :b], v[:, :, :b], out=yt[:, :, a:b])
     return y, probs
 
 
@@ -89,13 +119,13 @@ def causal_attention_backward(dy, q, k, v, probs, out=None):
     dscores = np.empty_like(probs)  # d probs, then in place d scores
     vt = v.transpose(0, 1, 3, 2)
     for a, b in blocks:
-        np.matmul(dy[:, :, a:b], vt[:, :, :, :b], out=dscores[:, :, a:b, :b])
-        np.matmul(probs_t[:, :, a:b, a:], dy[:, :, a:], out=dv[:, :, a:b])  # keys [a, b): queries from a
+        matmul(dy[:, :, a:b], vt[:, :, :, :b], out=dscores[:, :, a:b, :b])
+        matmul(probs_t[:, :, a:b, a:], dy[:, :, a:], out=dv[:, :, a:b])  # keys [a, b): queries from a
     _C.causal_softmax_backward(dscores, probs, T, 1 / math.sqrt(hd))
     dscores_t = dscores.transpose(0, 1, 3, 2)
     for a, b in blocks:
-        np.matmul(dscores[:, :, a:b, :b], k[:, :, :b], out=dq[:, :, a:b])
-        np.matmul(dscores_t[:, :, a:b, a:], q[:, :, a:], out=dk[:, :, a:b])
+        matmul(dscores[:, :, a:b, :b], k[:, :, :b], out=dq[:, :, a:b])
+        matmul(dscores_t[:, :, a:b, a:], q[:, :, a:], out=dk[:, :, a:b])
     return tuple(a.transpose(0, 2, 1, 3) for a in (dq, dk, dv))
 
 

@@ -59,10 +59,13 @@ def matmul(a, b, out=None):
     return np.matmul(a, b, out=out)
 
 
-def linear_forward(x, weight, bias):
-    """x (..., in) @ weight (in, out) + bias (out,)."""
+def linear_forward(x, weight, bias, residual=None):
+    """x (..., in) @ weight (in, out) + bias (out,), plus `residual` (..., out) if given (a block's
+    skip connection around the layer)."""
     out = x @ weight
     out += bias
+    if residual is not None:
+        out += residual
     return out
 
 

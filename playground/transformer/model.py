@@ -288,23 +288,29 @@ class Transformer:
         return x
 
     def _block_forward(self, layer: int, x: np.ndarray, attend: Attend) -> tuple[np.ndarray, BlockSaved]:
-        p, reduce, k = self._block_views(self.p, layer), self.all_reduce, self.kernels
+        p, k = self._block_views(self.p, layer), self.kernels
         ln_1_out, ln_1 = k.layernorm_forward(x, p["ln_1.weight"], p["ln_1.bias"])
         qkv = k.linear_forward(ln_1_out, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
         q, k_, v = split_heads(qkv, self.heads, self.config.head_dim)
         attn_y = attend(layer, q, k_, v).reshape(*x.shape[:-1], -1)
-        where = f"h.{layer}."
-        h = reduce(k.matmul(attn_y, p["attn.c_proj.weight"]), where + "attn.c_proj")  # g
-        h += p["attn.c_proj.bias"]
-        h += x  # the residual: x + (attn_y W + b), in place on the product
-        x = h
+        x = self._projection(attn_y, p, "attn.c_proj", x, f"h.{layer}.attn.c_proj")
         ln_2_out, ln_2 = k.layernorm_forward(x, p["ln_2.weight"], p["ln_2.bias"])
         fc_out = k.linear_forward(ln_2_out, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"])
         gelu_out, gelu_tanh = k.gelu_forward(fc_out)
-        h = reduce(k.matmul(gelu_out, p["mlp.c_proj.weight"]), where + "mlp.c_proj")
-        h += p["mlp.c_proj.bias"]
+        x = self._projection(gelu_out, p, "mlp.c_proj", x, f"h.{layer}.mlp.c_proj")
+        return x, BlockSaved(ln_1, ln_1_out, attn_y, ln_2, ln_2_out, fc_out, gelu_tanh, gelu_out)
+
+    def _projection(self, y: np.ndarray, p: dict, name: str, x: np.ndarray, where: str) -> np.ndarray:
+        """The residual stream after a c_proj: x + (y W + b), in one kernel call; on a tensor-parallel
+        shard the product is a partial sum, which the group completes (g) before the bias and the
+        residual are added."""
+        weight, bias = p[name + ".weight"], p[name + ".bias"]
+        if not self.plan.tensor.is_split:
+            return self.kernels.linear_forward(y, weight, bias, residual=x)
+        h = self.all_reduce(self.kernels.matmul(y, weight), where)
+        h += bias
         h += x
-        return h, BlockSaved(ln_1, ln_1_out, attn_y, ln_2, ln_2_out, fc_out, gelu_tanh, gelu_out)
+        return h
 
     def _block_backward(
         self, layer: int, dx: np.ndarray, s: BlockSaved, attention: CausalAttention, ready: GradReady

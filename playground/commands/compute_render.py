@@ -14,6 +14,7 @@ def render(machine: dict, results: list[dict], systems: list[str], rounds: int, 
     parts = [
         _what_ran(machine, openblas_env),
         _against_torch(results, systems, rounds),
+        _products(results, machine, rounds),
         _optimizer(results, systems),
         _shares(results),
         _roofline(results, machine),
@@ -40,11 +41,19 @@ def _what_ran(m: dict, openblas_env: dict) -> str:
         f"- torch {torch['version']} ({torch['blas']}, {torch['threads']} thread);"
         if torch
         else "- no torch;",
-        f"- our kernels: native/transformer.c, compiled for {m['kernel_isa']} here;",
+        f"- our kernels: native/transformer.c, compiled for {m['kernel_isa']} here; their products: "
+        + (
+            f"{m['bound_blas']} (native/gemm.c; PLAYGROUND_BLAS picks it: transformer/blas.py)"
+            if m["bound_blas"]
+            else "numpy's matmul (no CBLAS could be bound)"
+        )
+        + ("" if m["bound_is_mkl"] else "; with the mkl extra installed they would be MKL's")
+        + ";",
         f"- OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE: {env}.",
         "",
-        f"The ceilings, on one thread: a {1024}^3 product at {m['numpy_gflops']:.1f} GFLOP/s (numpy's BLAS)"
-        + (f" and {m['torch_gflops']:.1f} (torch's)" if "torch_gflops" in m else "")
+        f"The ceilings, on one thread: a 1024^3 product at {m['numpy_gflops']:.1f} GFLOP/s (numpy's BLAS), "
+        f"{m['native_gflops']:.1f} (ours: the bound BLAS)"
+        + (f", {m['torch_gflops']:.1f} (torch's)" if "torch_gflops" in m else "")
         + f"; a 64 MiB copy at {m['copy_gbps']:.1f} GB/s (read + written).",
         "",
     ]
@@ -87,6 +96,28 @@ def _against_torch(results: list[dict], systems: list[str], rounds: int) -> str:
             "",
             f"Ours (native) at least as fast as torch in {faster} of {len(results)} rows (the medians).",
         ]
+    return "\n".join(lines) + "\n"
+
+
+def _products(results: list[dict], machine: dict, rounds: int) -> str:
+    """The twelve products of one block on each BLAS: the part of the step the kernels do not change."""
+    shown = [s for s in ("numpy", "native", "torch") if s in results[0]["products_s"]]
+    labels = {"numpy": "numpy's BLAS", "native": "ours (bound BLAS)", "torch": "torch"}
+    lines = [
+        "## The products alone",
+        "",
+        "One block's twelve matrix products (its four linear layers: x W forward, x^T dy and dy W^T "
+        "backward) on the rank's tokens, by numpy's matmul (its own BLAS), by our native matmul (the "
+        f"BLAS it is bound to: {machine['bound_blas'] or 'none'}) and by torch; ms, median (min-max) "
+        f"over {rounds} rounds. Most of a step is these; what the kernels change is the rest.",
+        "",
+        "| scenario | ranks | " + " | ".join(labels[s] for s in shown) + " |",
+        "|---|---:|" + "---:|" * len(shown),
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['scenario']} | {r['ranks']} | " + " | ".join(_ms(r["products_s"][s]) for s in shown) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -134,12 +165,12 @@ def _shares(results: list[dict]) -> str:
 
 
 def _roofline(results: list[dict], machine: dict) -> str:
-    peak, copy = machine["numpy_gflops"], machine["copy_gbps"]
+    peak, copy = machine["native_gflops"], machine["copy_gbps"]
     lines = [
         "## Against the machine's ceilings (native kernels)",
         "",
         f"GFLOP/s of the model's arithmetic (the products; attention counted as its full T x T) and its "
-        f"share of the matrix-multiply rate ({peak:.1f}); for the pieces that do next to no arithmetic "
+        f"share of the matrix-multiply rate of the BLAS our products call ({peak:.1f}); for the pieces that do next to no arithmetic "
         f"(layernorm, GELU, the loss, the embedding), the bytes they read and write per second against "
         f"the copy rate ({copy:.1f} GB/s).",
         "",

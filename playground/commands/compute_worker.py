@@ -25,8 +25,8 @@ import numpy as np
 from threadpoolctl import threadpool_info
 
 from playground.core.machine import keep_freed_memory
-from playground.transformer import BatchSampler, ModelConfig, Transformer, lecture_bytes
-from playground.transformer.blas import pin_blas_threads
+from playground.transformer import BatchSampler, ModelConfig, Transformer, fused, lecture_bytes
+from playground.transformer.blas import bound_blas, pin_blas_threads
 from playground.transformer.fused import kernel_isa
 from playground.transformer.init import init_params
 from playground.transformer.optim import Adam, AdamConfig
@@ -52,14 +52,17 @@ def _best_s(fn: Callable, repeats: int) -> float:
 
 
 def machine(dtype: str, with_torch: bool) -> dict:
-    """The ceilings and what ran: GFLOP/s of a MATMUL_SIZE^3 product (numpy's BLAS, and torch's
-    if `with_torch`), GB/s of a copy (bytes read + written), the BLAS libraries threadpoolctl finds,
-    our kernels' ISA."""
+    """The ceilings and what ran: GFLOP/s of a MATMUL_SIZE^3 product (numpy's BLAS, the one our
+    native products are bound to, and torch's if `with_torch`), GB/s of a copy (bytes read +
+    written), the BLAS libraries threadpoolctl finds, our kernels' ISA."""
     n = MATMUL_SIZE
     rng = np.random.default_rng(SEED)
     a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
     flops = 2.0 * n**3
-    out: dict = {"numpy_gflops": flops / _best_s(lambda: a @ b, MATMUL_REPEATS) / 1e9}
+    out: dict = {
+        "numpy_gflops": flops / _best_s(lambda: a @ b, MATMUL_REPEATS) / 1e9,
+        "native_gflops": flops / _best_s(lambda: fused.matmul(a, b), MATMUL_REPEATS) / 1e9,
+    }
     src = np.ones(COPY_BYTES // 8, dtype=np.float64)
     dst = np.empty_like(src)
     out["copy_gbps"] = 2 * COPY_BYTES / _best_s(lambda: np.copyto(dst, src), COPY_REPEATS) / 1e9
@@ -79,6 +82,9 @@ def machine(dtype: str, with_torch: bool) -> dict:
     ]
     out["kernel_isa"] = kernel_isa()
     out["numpy"] = np.__version__
+    bound = bound_blas()
+    out["bound_blas"] = None if bound is None else bound.describe()
+    out["bound_is_mkl"] = bound is not None and bound.name == "MKL"
     return out
 
 
@@ -138,6 +144,32 @@ def _rounds(fns: dict[str, Callable], rounds: int, repeats: int) -> dict[str, li
     return out
 
 
+def _block_products(config: ModelConfig, rows: int, systems: list[str]) -> dict[str, Callable]:
+    """Per system, the twelve products of one block's four linear layers on `rows` tokens: forward
+    (x W), and backward (x^T dy, dy W^T): numpy's matmul (numpy's BLAS), our native matmul (the
+    bound BLAS), torch's."""
+    d, rng = config.d_model, np.random.default_rng(SEED)
+    arrays = [
+        tuple(rng.standard_normal(shape).astype(config.dtype) for shape in ((rows, i), (i, o), (rows, o)))
+        for i, o in ((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d))
+    ]
+
+    def products(mm: Callable, layers: list[tuple]) -> Callable:
+        def run() -> None:
+            for x, w, dy in layers:
+                mm(x, w)
+                mm(x.T, dy)
+                mm(dy, w.T)
+
+        return run
+
+    fns = {"numpy": products(np.matmul, arrays), "native": products(fused.matmul, arrays)}
+    if "torch" in systems:
+        torch = _torch()
+        fns["torch"] = products(torch.matmul, [tuple(torch.from_numpy(a) for a in t) for t in arrays])
+    return fns
+
+
 def shape(spec: dict) -> dict:
     """Forward + backward and the optimizer step of each system, alternating; the losses of the
     first step (they must agree: the same weights and batch); a profile of each of our kernel sets."""
@@ -154,6 +186,8 @@ def shape(spec: dict) -> dict:
     repeats = _repeats(steps)
     step_s = _rounds(steps, spec["rounds"], repeats)
     optimizer_s = _rounds(optimizers, spec["rounds"], _repeats(optimizers))
+    products = _block_products(config, tokens.size, spec["systems"])
+    products_s = _rounds(products, spec["rounds"], _repeats(products))
     profiles = {
         name: profile_steps(config, params, tokens, targets, repeats, kernels=name).to_dict()
         for name in spec["systems"]
@@ -164,6 +198,7 @@ def shape(spec: dict) -> dict:
         "losses": losses,
         "step_s": step_s,
         "optimizer_s": optimizer_s,
+        "products_s": products_s,
         "profiles": profiles,
         "num_params": config.num_params,
     }

@@ -42,11 +42,13 @@ setup(
             sources=[
                 "native/native.c",
                 "native/mailbox.c",
+                "native/mailbox_type.c",
                 "native/stream.c",
                 "native/swap.c",
                 "native/attention.c",
                 "native/reduce.c",
                 "native/span.c",
+                "native/sim_events.c",
                 "native/sim_network.c",
                 "native/sim_engine.c",
                 "native/sim_cpu.c",

@@ -80,7 +80,10 @@ static inline double mono_ns(void) {
 
 static inline Bell *bell_of(char *file) { return (Bell *)file; }
 
-PyTypeObject *mbox_type(void);                   /* Mailboxes */
+/* mailbox.c: the mailboxes (each with the GIL held unless it says otherwise) */
+int mbox_create(Mailboxes *self, const char *dir, int rank, int size, unsigned int slots, unsigned int slot_bytes);
+void mbox_unmap_all(Mailboxes *self);             /* every file unmapped, this rank's removed */
+PyObject *mbox_receive(Mailboxes *self, double timeout_ms, double pause_ns, double yield_ns); /* bytes or None */
 void mbox_ring(Bell *b);                          /* bump the bell; wake its rank if it sleeps */
 char *mbox_peer_file(Mailboxes *self, int rank);  /* mapped on first use; NULL if not there (yet) */
 int mbox_shares_cpu(Mailboxes *self, int cpu);    /* another rank last waited on `cpu` */
@@ -93,5 +96,6 @@ PyObject *mbox_land_into(Mailboxes *self, double timeout_ms, double pause_ns, do
 int reduce_small(int code, void *out, const void *a, const void *b, size_t nbytes); /* reduce.c */
 PyObject *Mailboxes_stream(Mailboxes *self, PyObject *const *args, Py_ssize_t nargs); /* stream.c */
 extern const char Mailboxes_stream_doc[];
+PyTypeObject *mbox_type(void); /* mailbox_type.c: Mailboxes */
 
 #endif

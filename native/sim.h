@@ -33,7 +33,8 @@
  * message delivered and not yet taken; messages hold their engine. Engine.run calls close() at
  * the end, which drops what is left (after a deadlock or an error) and the greenlets.
  *
- * Files: sim_network.c (SimNetwork), sim_cpu.c (shared cores), sim_engine.c (SimEngine),
+ * Files, each calling only those before it (tests/test_layers.py holds it): sim_events.c (the event
+ * queue), sim_network.c (SimNetwork), sim_cpu.c (shared cores), sim_engine.c (SimEngine),
  * sim_transport.c (SimMessage, SimTransport), as playground/sim/network.py, engine.py and transport.py.
  */
 #ifndef PLAYGROUND_SIM_H
@@ -171,18 +172,22 @@ void net_transmit(SimNetwork *net, int src, int dst, int in_rank, long long nbyt
                   double *arrival_s);
 int host_range(const HostCosts *h, long long nbytes); /* the range of an n-byte message */
 
-/* sim_cpu.c: shared cores (each returns 0, or -1 with an exception set) */
-int cpu_request(SimEngine *e, int rank);           /* EV_CPU: `rank` asks for its request */
-int cpu_update(SimEngine *e, double gen);          /* EV_CORE: an activity ends or its slice does */
-int sim_work(SimEngine *e, int rank, double fixed_s, double mem_s, double demand); /* blocks `rank` */
-
-/* sim_engine.c: the event queue; each returns 0, or -1 with an exception set */
+/* sim_events.c: the event queue, the bottom of the event core (0, or -1 with an exception set) */
 int sim_post_event(SimEngine *e, double t, int kind, int rank, SimMessage *msg, double seconds);
-int sim_transmit(SimEngine *e, SimMessage *msg);
-int sim_block(SimEngine *e, int me);
-int sim_compute(SimEngine *e, int rank, double seconds); /* a reduction: memory-bound */
+Event sim_pop_event(SimEngine *e); /* the earliest; the heap is not empty */
+
+/* sim_cpu.c: shared cores, over the event queue only (each returns 0, or -1 with an exception set) */
+int cpu_request(SimEngine *e, int rank);  /* EV_CPU: `rank` asks for its request */
+int cpu_update(SimEngine *e, double gen); /* EV_CORE: an activity ends or its slice does */
+int cpu_ask(SimEngine *e, int rank, double fixed_s, double mem_s, double demand); /* 1: now block `rank` */
 void py_charge(SimNetwork *net, int rank); /* timed Python: what `rank` ran since its last return */
 void py_mark(SimNetwork *net, int rank);   /* timed Python: `rank` returns to its own code now */
+
+/* sim_engine.c: running the events, blocking a rank; each returns 0, or -1 with an exception set */
+int sim_transmit(SimEngine *e, SimMessage *msg);
+int sim_block(SimEngine *e, int me);
+int sim_work(SimEngine *e, int rank, double fixed_s, double mem_s, double demand); /* blocks `rank` */
+int sim_compute(SimEngine *e, int rank, double seconds); /* a reduction: memory-bound */
 
 int add_sim_types(PyObject *module); /* sim_transport.c: every type above, into the module */
 

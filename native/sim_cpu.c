@@ -215,9 +215,10 @@ void py_charge(SimNetwork *net, int rank) {
     net->py_mark[rank] = now;
 }
 
-/* `rank` (running) does `fixed_s` of CPU work and `mem_s` of memory-bound work: on its own CPU its
- * clock just moves; on shared cores it asks the scheduler at its time and waits until the work is done. */
-int sim_work(SimEngine *e, int rank, double fixed_s, double mem_s, double demand) {
+/* `rank` (running) asks for `fixed_s` of CPU work and `mem_s` of memory-bound work: 0 when it is done at
+ * once (on its own CPU its clock just moves), 1 when it asked the scheduler at its time (an EV_CPU
+ * event) and must now block until the work is done (sim_engine.c's `sim_work` blocks it), -1 on error. */
+int cpu_ask(SimEngine *e, int rank, double fixed_s, double mem_s, double demand) {
     SimNetwork *net = e->net;
     if (net->python_scale > 0) { /* its own code since its last call runs first */
         fixed_s += net->py_owed[rank];
@@ -230,6 +231,5 @@ int sim_work(SimEngine *e, int rank, double fixed_s, double mem_s, double demand
     }
     double *req = &net->request[3 * rank];
     req[0] = fixed_s, req[1] = mem_s, req[2] = demand;
-    if (sim_post_event(e, e->ranks[rank].t, EV_CPU, rank, NULL, 0.0) < 0) return -1;
-    return sim_block(e, rank);
+    return sim_post_event(e, e->ranks[rank].t, EV_CPU, rank, NULL, 0.0) < 0 ? -1 : 1;
 }

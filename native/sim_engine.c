@@ -1,56 +1,11 @@
 /*
- * SimEngine: the event queue (a binary heap of 40-byte Event records, by time then posting order),
- * the ranks' records (clock, inbox, greenlet) and the blocking that switches straight to the rank
- * the next event wakes, as playground/sim/engine.py's docstring states them. Shared cores: sim_cpu.c.
+ * SimEngine: the ranks' records (clock, inbox, greenlet), the running of events in order (the queue
+ * itself is sim_events.c's) and the blocking that switches straight to the rank the next event wakes,
+ * as playground/sim/engine.py's docstring states them. Shared cores: sim_cpu.c, which this file calls
+ * (a rank's work, the EV_CPU and EV_CORE events) and which calls nothing of it: the scheduler posts
+ * events, and the caller of its `cpu_ask` blocks.
  */
 #include "sim.h"
-
-static inline int ev_before(const Event *a, const Event *b) {
-    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
-}
-
-int sim_post_event(SimEngine *e, double t, int kind, int rank, SimMessage *msg, double seconds) {
-    if (e->heap_len == e->heap_cap) {
-        Py_ssize_t cap = e->heap_cap ? 2 * e->heap_cap : 64;
-        Event *h = PyMem_Realloc(e->heap, cap * sizeof(Event));
-        if (!h) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        e->heap = h, e->heap_cap = cap;
-    }
-    Event ev = {t, ++e->seq, msg, seconds, kind, rank};
-    Py_XINCREF(msg);
-    Event *h = e->heap;
-    Py_ssize_t i = e->heap_len++;
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) / 2;
-        if (!ev_before(&ev, &h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = ev;
-    return 0;
-}
-
-static Event pop_event(SimEngine *e) {
-    Event *h = e->heap, top = h[0];
-    Py_ssize_t n = --e->heap_len;
-    if (n > 0) {
-        Event last = h[n];
-        Py_ssize_t i = 0;
-        for (;;) {
-            Py_ssize_t c = 2 * i + 1;
-            if (c >= n) break;
-            if (c + 1 < n && ev_before(&h[c + 1], &h[c])) c++;
-            if (!ev_before(&h[c], &last)) break;
-            h[i] = h[c];
-            i = c;
-        }
-        h[i] = last;
-    }
-    return top;
-}
 
 /* The event of a message's transmission: reserve its ports, deliver it to the receiver stamped with
  * its arrival, complete the send. A rank waiting for it (the receiver for a message, the sender for
@@ -130,7 +85,7 @@ static int call_switch(PyObject *glet) {
 static int block(SimEngine *e, int me) {
     if (e->starting) return call_switch(e->main_greenlet);
     while (e->heap_len) {
-        Event ev = pop_event(e);
+        Event ev = sim_pop_event(e);
         int nxt = run_event(e, &ev);
         if (nxt == -2) return -1;
         if (nxt < 0) continue;
@@ -148,6 +103,14 @@ int sim_block(SimEngine *e, int me) {
     e->current = me;
     py_mark(e->net, me); /* timed Python: what ran meanwhile was others' */
     return err;
+}
+
+/* `rank` (running) does `fixed_s` of CPU work and `mem_s` of memory-bound work: on its own CPU its
+ * clock just moves; on shared cores it asks the scheduler (sim_cpu.c) at its time and waits until the
+ * work is done. */
+int sim_work(SimEngine *e, int rank, double fixed_s, double mem_s, double demand) {
+    int asked = cpu_ask(e, rank, fixed_s, mem_s, demand);
+    return asked == 1 ? sim_block(e, rank) : asked;
 }
 
 /* `rank` (running) reduces for `seconds` (alone): memory-bound work, on a free core if they are shared. */
@@ -268,7 +231,7 @@ static PyObject *SimEngine_set_greenlet(SimEngine *self, PyObject *args) {
 
 static PyObject *SimEngine_run_events(SimEngine *self, PyObject *unused) {
     while (self->heap_len && !self->failed) {
-        Event ev = pop_event(self);
+        Event ev = sim_pop_event(self);
         int nxt = run_event(self, &ev);
         if (nxt == -2) return NULL;
         if (nxt >= 0) {

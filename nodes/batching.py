@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models import queueing as qm
@@ -30,10 +30,6 @@ from playground.queueing.loadgen import (
     OpenLoopClient,
     run_server_and_client,
 )
-
-THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
-
-RANKS = Ranks(2, "batching runs one server and one client")
 
 
 @dataclass(frozen=True)
@@ -142,3 +138,11 @@ def _load(comm, ctx: zmq.Context, p: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return batching_report.report(results[1]["rows"], params, run_dir)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    ranks=Ranks(2, "batching runs one server and one client"),
+    threaded=True,  # threads beside the rank's own (server, load generator)
+)

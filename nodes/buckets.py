@@ -22,16 +22,15 @@ from playground.collectives import registry
 from playground.collectives.bucketing import Bucket
 from playground.collectives.check import Tally
 from playground.collectives.comm_thread import allreduce_bucket
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
 from playground.models.pingpong import measure_alpha_beta
 
-THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
-
 ITEMSIZE = 4  # float32 gradients
 Strategy = Literal["per_tensor", "bucketed", "single"]
-Algorithm = Literal[registry.flat_allreduce()]
+Algorithm = registry.FlatAllreduceName
 
 
 @dataclass(frozen=True)
@@ -160,3 +159,10 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return buckets_report.report(results, params, run_dir)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    threaded=True,  # a communication thread beside the compute
+)

@@ -11,13 +11,11 @@ method and the differences.
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import LabError, ParamError, ToolMissing
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
 from playground.memlab import cache_report, chase, lmbench
-
-RANKS = Ranks(1, "the cache lab measures one core")
 
 
 @dataclass(frozen=True)
@@ -107,3 +105,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return cache_report.report(results[0], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "the cache lab measures one core"))

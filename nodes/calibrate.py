@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError, ResultMismatch
 from playground.core.sizes import Size, format_size
 
@@ -146,3 +147,6 @@ def summarize(results: list[dict], params: Params, run_dir):
 
     rows = pattern_rows(results)
     return Report(ok=True, tables=[Table("pairs", rows)], data={"patterns": rows})
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

@@ -9,23 +9,30 @@ Beside every row, the model's time with the link named by `link`: a preset (ib, 
 nvlink) or a calibration.json written by `python -m playground calibrate`; by default this machine's
 calibration (playground.models.calibration). The closed form (playground.models.costs) gives every
 rank a CPU of its own: where ranks outnumber the calibrated cores, the row's model is the simulator
-on the calibrated host instead (`model_by`: sim), which shares the cores as this machine does. It is
-resolved once, in `summarize`, not on the ranks.
+on the calibrated host instead (`model_by`: sim), which shares the cores as this machine does
+(sim/calibrated.py). It is resolved once, in `summarize`, not on the ranks; only an all-to-all's
+`auto` asks it on rank 0 before the first call, for the algorithm to run at each size.
 """
 
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from playground.collectives import ALGORITHMS, IN_PLACE, registry
+from playground.collectives.alltoall import check_counts
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
-from playground.core.errors import ParamError
+from playground.config.node import NodeContract
+from playground.core.dtypes import DtypeName
+from playground.core.errors import ParamError, UsageError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec, load_model, run_network
+from playground.sim.calibrated import calibrated_model, install_alltoall_picks
 
-Collective = Literal[registry.COLLECTIVES]
-Algorithm = Literal[registry.all_names()]
+Collective = registry.CollectiveName
+Algorithm = registry.AlgorithmName
 
 
 @dataclass(frozen=True)
@@ -36,9 +43,11 @@ class Params:
     algorithm: tuple[Algorithm, ...] = ("ring",)
     # bytes as nccl-tests counts them: the whole buffer (all-gather's output, the others' input)
     sizes: tuple[Size, ...] = (8, 1024, 32768, 1 << 20, 4 << 20)
-    dtype: Literal["float32", "float64", "int32", "int64"] = "float32"  # element type of the buffers
-    # reduction of allreduce, reduce_scatter, reduce; with max or min a corrupt drill can go unseen
-    op: Literal["sum", "max", "min"] = "sum"
+    # element type of the buffers (bfloat16: ml_dtypes'; the half types reduce in numpy, in their type)
+    dtype: DtypeName = "float32"
+    # reduction of allreduce, reduce_scatter, reduce (avg: the sum divided by the rank count, once);
+    # with max or min a corrupt drill can go unseen
+    op: Literal["sum", "avg", "max", "min"] = "sum"
     iters: int = 10  # timed calls per algorithm and size, each after a barrier; the row is their median
     warmup: int = 2  # untimed calls before them (their results are checked too)
     check: bool = True  # count wrong elements of every result (nccl-tests' #wrong); false: not checked (-1)
@@ -49,6 +58,9 @@ class Params:
     # nccl-tests' second column set, beside the out-of-place one
     inplace: bool = False
     ranks_per_node: int | None = None  # hier: group ranks into nodes of this many (default: by host)
+    # alltoallv: counts[r][d] elements rank r sends rank d, each row adding up to the size's elements
+    # (one size); null: an uneven layout with zeros, scaled to every size (check.uneven_counts)
+    counts: tuple[tuple[int, ...], ...] | None = None
     # what the model column prices: a link preset, or a calibration.json of `calibrate`; null: this
     # machine's calibration (./calibration.json or $PLAYGROUND_CALIBRATION), else a labelled default
     link: LinkSpec | None = None
@@ -70,6 +82,8 @@ class Params:
             raise ParamError("segment_bytes", f"must be >= 1, got {self.segment_bytes}")
         if self.inplace and self.collective not in IN_PLACE:
             raise ParamError("inplace", f"only {', '.join(IN_PLACE)} work in place, not {self.collective}")
+        if self.counts is not None and self.collective != "alltoallv":
+            raise ParamError("counts", f"only alltoallv takes counts, not {self.collective}")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ParamError("ranks_per_node", f"must be >= 1, got {self.ranks_per_node}")
         offered = ALGORITHMS[self.collective]
@@ -84,10 +98,18 @@ def check_scenario(params: Params, ranks: int) -> None:
             "params.ranks_per_node",
             f"must divide the {ranks} ranks into whole nodes, got {params.ranks_per_node}",
         )
+    if params.counts is not None:
+        itemsize = np.dtype(params.dtype).itemsize
+        try:
+            check_counts(params.counts, ranks, [s // itemsize for s in params.sizes])
+        except UsageError as e:
+            raise ParamError("params.counts", f"{e.message} ({params.dtype})") from None
 
 
 def main(comm, params: Params) -> dict:
     comm.tracer.messages = comm.tracer.messages and params.trace_messages
+    if params.collective == "alltoall" and "auto" in params.algorithm:  # auto runs the model's picks
+        install_alltoall_picks(comm, load_model(params.link, run_network(comm.run_dir)), params.sizes)
     rows = []
     todo = [(a, s) for a in params.algorithm for s in params.sizes]
     for k, (algorithm, size) in enumerate(todo):
@@ -99,34 +121,6 @@ def main(comm, params: Params) -> dict:
         rows.append(row)
     comm.progress(len(todo), len(todo), "done")
     return {"rows": rows, "ok": all(r["wrong"] <= 0 and r.get("ip_wrong", 0) <= 0 for r in rows)}
-
-
-def calibrated_model(model, collective: str, num_ranks: int):
-    """With a calibrated model, (algorithm, size) -> (seconds, "closed form" | "sim"): the closed form
-    on the calibrated link (its size ranges; copy and reduction rates for the row's footprint) while
-    ranks do not outnumber the calibrated cores, else the simulator on the calibrated host, which
-    shares them; None for what neither models. Without a calibration, None."""
-    calibration = model.calibration
-    if calibration is None:
-        return None
-    from playground.sim.driver import simulate
-    from playground.sim.network import Machine
-    from playground.sim.transport import NO_SEGMENTS
-
-    def seconds(algorithm: str, size: int) -> tuple[float, str] | None:
-        algo = registry.BY_KEY.get((collective, algorithm))
-        if algo is None or algo.on_nodes:
-            return None
-        if num_ranks <= calibration.cores:
-            link = calibration.link(model.transport, num_ranks, size)
-            return algo.cost(size, num_ranks, link), "closed form"
-        host = calibration.host(model.transport, num_ranks, size)
-        machine = Machine(1, num_ranks, model.link, model.link, host.gamma_bytes_per_s, host.cores, host)
-        segment = calibration.segment_bytes(model.transport) or NO_SEGMENTS
-        row, _ = simulate(machine, collective, algorithm, size, data=False, segment_bytes=segment)
-        return row["time_us"] * 1e-6, "sim"
-
-    return seconds
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
@@ -142,3 +136,6 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         model=model,
         modelled=calibrated_model(model, params.collective, len(results)),
     )
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from playground.concurrency import concurrency_report
 from playground.concurrency.runners import run_processes, run_serial, run_threads
 from playground.concurrency.timing import calibrate_iterations, cpu_work
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.core.machine import load_note, usable_cores
 from playground.display.report import Report
-
-THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
 
 _shared = {"x": 0}
 
@@ -151,3 +150,10 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return concurrency_report.report(results[0], params)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    threaded=True,  # threads beside the rank's own (server, load generator)
+)

@@ -7,13 +7,11 @@ enough); paging fails only when pages run out and wastes the tail of each block'
 
 from dataclasses import dataclass
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.memlab import fragmentation_report
 from playground.models.allocation import ContiguousAllocator, PagedAllocator, make_workload, run_workload
-
-RANKS = Ranks(1, "fragmentation is a single-process model")
 
 
 @dataclass(frozen=True)
@@ -73,3 +71,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return fragmentation_report.report(results[0], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "fragmentation is a single-process model"))

@@ -6,19 +6,18 @@ once with idx = 0, 1, 2, ... and once with a random permutation, in C
 each line and let the prefetcher run ahead; random ones pay a miss for 4 useful bytes.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.core.native import load_native
 from playground.core.sizes import Size
 from playground.display.report import Report
 from playground.memlab import gather_report
-
-RANKS = Ranks(1, "the gather lab measures one core")
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Params:
             raise ParamError("repeats", f"must be >= 1, got {self.repeats}")
 
 
-def _pick(times_ns: list[float], statistic: str) -> float:
+def _pick(times_ns: Sequence[float], statistic: str) -> float:
     return min(times_ns) if statistic == "min" else float(np.median(times_ns))
 
 
@@ -82,3 +81,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return gather_report.report(results[0], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "the gather lab measures one core"))

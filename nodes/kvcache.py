@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
@@ -20,8 +21,6 @@ from playground.kvcache.server.kv_ops import KVServer
 from playground.kvcache.server.thread import TAG_RESULT, collect_results, rank_client, start_server_thread
 from playground.kvcache.stats import downsample
 from playground.kvlab import kvcache_report, replay
-
-THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
 
 
 @dataclass(frozen=True)
@@ -159,3 +158,11 @@ def _client(comm, p: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return kvcache_report.report(results[0]["policies"], params, run_dir)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    check_scenario=check_scenario,
+    threaded=True,  # threads beside the rank's own (server, load generator)
+)

@@ -11,7 +11,7 @@ their sum for (a), the two-stage pipeline for (b). Results are checked against n
 """
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any
 
 import numpy as np
 
@@ -23,14 +23,13 @@ from playground.collectives import registry
 from playground.collectives.bucketing import MIB, Bucket, plan_buckets
 from playground.collectives.check import Tally
 from playground.collectives.comm_thread import CommThread
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
 
-THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
-
 ITEMSIZE = 4
-Algorithm = Literal[registry.flat_allreduce()]
+Algorithm = registry.FlatAllreduceName
 
 
 @dataclass(frozen=True)
@@ -86,14 +85,14 @@ def main(comm, params: Params) -> dict:
     units_per_ms = calibrate(comm, burner)
     steps_total = len(params.settings) * len(MODES) * (params.warmup + params.iters)
     done = 0
-    out = []
+    out: list[dict] = []
     for si, s in enumerate(params.settings):
         layer_elems = int(s.layer_bytes) // ITEMSIZE
         base = make_base(layer_elems * s.layers, params.seed + si)
         grads = np.zeros_like(base)
         buckets = s.buckets()
         views = [b.view(grads) for b in buckets]
-        ctx = {
+        ctx: dict[str, Any] = {  # the step's buffers and helpers (buckets.backward.run_step)
             "burner": burner,
             "units": round(s.compute_ms * units_per_ms),
             "base": base,
@@ -103,7 +102,8 @@ def main(comm, params: Params) -> dict:
             "views": views,
             "algorithm": params.algorithm,
         }
-        per_mode, checked = {}, {}
+        per_mode: dict[str, list[dict]] = {}
+        checked: dict[str, Tally] = {}
         for mode in MODES:
             if mode == "overlap":
                 ctx["thread"] = CommThread(comm, views, params.algorithm, {"setting": s.name, "mode": mode})
@@ -136,3 +136,10 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return overlap_report.report(results, params, run_dir)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    threaded=True,  # a communication thread beside the compute
+)

@@ -8,24 +8,21 @@ the C kernel does not make).
 """
 
 from dataclasses import dataclass
-from typing import Literal
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
-from playground.kvcache.engine.attention import KERNELS
+from playground.kvcache.engine.attention import KERNELS, Kernel
 from playground.serving import attention_bench, attention_report
 from playground.transformer.blas import pin_blas_threads
-
-RANKS = Ranks(1, "the attention kernel is timed on one core")
 
 
 @dataclass(frozen=True)
 class Params:
     contexts: tuple[int, ...] = (128, 512, 2048, 8192)  # tokens per sequence
     block_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)  # paged block sizes
-    kernels: tuple[Literal[KERNELS], ...] = KERNELS  # native (C) always; numpy beside it at block 16
+    kernels: tuple[Kernel, ...] = KERNELS  # native (C) always; numpy beside it at block 16
     heads: int = 8  # heads of one layer's keys and values
     head_dim: int = 64  # floats per head
     pool_bytes: Size = 64 * 2**20  # keys and values in the pool, beyond the last-level cache
@@ -64,3 +61,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return attention_report.report(results[0]["rows"], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "the attention kernel is timed on one core"))

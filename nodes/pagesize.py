@@ -7,16 +7,13 @@ A second table checks exercise 9 (700 tokens at 16 and 256 tokens a page).
 
 from dataclasses import asdict, dataclass
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.memlab import pagesize_report
 from playground.memlab.pagesize import pages_and_waste, random_blocks, tradeoff
 
 EXERCISE_9 = [(700, 16, 44, 4), (700, 256, 3, 68)]  # (size, page, pages, waste) from the seed
-
-
-RANKS = Ranks(1, "the page-size model runs in one process")
 
 
 @dataclass(frozen=True)
@@ -63,3 +60,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return pagesize_report.report(results[0], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "the page-size model runs in one process"))

@@ -11,16 +11,13 @@ import mmap
 from dataclasses import dataclass
 from typing import Literal
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
 from playground.memlab import paging, paging_report
 
 MIB = 1024 * 1024
-
-
-RANKS = Ranks(1, "the paging lab runs in one process (plus its fork)")
 
 
 @dataclass(frozen=True)
@@ -67,3 +64,8 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return paging_report.report(results[0], params, run_dir)
+
+
+CONTRACT = NodeContract(
+    Params, summarize, ranks=Ranks(1, "the paging lab runs in one process (plus its fork)")
+)

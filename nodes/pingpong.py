@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
@@ -170,7 +171,7 @@ def main(comm, params: Params) -> dict:
                 run_left_s = params.budget_s * len(params.sizes) - (time.perf_counter() - t_start)
                 left_s = run_left_s / (len(params.sizes) - k)
             c = _counts(comm, peer, ours_send, ours_recv, buf, out, params, left_s)
-            row = {"size": n, "iters": c.iters, "window": c.window, "bursts": c.bursts}
+            row: dict[str, float] = {"size": n, "iters": c.iters, "window": c.window, "bursts": c.bursts}
             for name, send, recv in (("ours", ours_send, ours_recv), ("raw", raw.send, raw.recv)):
                 with comm.tracer.span(f"pingpong.{name}", cat="op", bytes=n):
                     row[f"{name}_oneway_us"] = (
@@ -198,3 +199,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return pingpong_report.report(results, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

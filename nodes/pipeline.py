@@ -19,6 +19,7 @@ from typing import Literal
 
 import numpy as np
 
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.core.machine import set_timer_slack_ns, sleep_until
 from playground.display.report import Report
@@ -145,3 +146,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return pipeline_report.report(results, params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

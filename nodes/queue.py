@@ -15,12 +15,12 @@ replies. For each load rho the client sends `num_requests` at rate rho / S, wait
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import zmq
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.queueing import queue_report
@@ -33,10 +33,6 @@ from playground.queueing.loadgen import (
     service_times_s,
 )
 from playground.queueing.queue_stats import load_stats
-
-THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
-
-RANKS = Ranks(2, "queue runs one server and one client")
 
 
 @dataclass(frozen=True)
@@ -96,7 +92,8 @@ def _load(comm, ctx: zmq.Context, p: Params) -> dict:
     client.connect(addresses[0])
     rng = np.random.default_rng(p.seed)
     service_s = p.service_ms / 1000
-    rows, raw = [], {}
+    rows = []
+    raw: dict[str, Any] = {}  # name -> the load's requests' stamps, for np.savez
     try:
         for k, rho in enumerate(p.loads):
             first = k * n
@@ -135,3 +132,11 @@ def _load(comm, ctx: zmq.Context, p: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return queue_report.report(results[1]["loads"], params, run_dir)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    ranks=Ranks(2, "queue runs one server and one client"),
+    threaded=True,  # threads beside the rank's own (server, load generator)
+)

@@ -21,15 +21,17 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from playground.concurrency import race_report
 from playground.concurrency.interleavings import describe, lecture_rows
+from playground.config.node import NodeContract
 from playground.core.errors import LabError, ParamError
 from playground.core.machine import load_note
 from playground.display.report import Report
 
-VARIANTS = ("no lock", "lock", "atomic (kernel O_APPEND)", "sharded")
+Variant = Literal["no lock", "lock", "atomic (kernel O_APPEND)", "sharded"]
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Params:
     increments: int = 100_000  # increments each process makes
     # run in this order, any of: "no lock" (read, add, write), "lock" (under a multiprocessing.Lock),
     # "atomic (kernel O_APPEND)" (a one-byte write(2) to an O_APPEND file), "sharded" (private counts, summed)
-    variants: tuple[Literal[VARIANTS], ...] = VARIANTS
+    variants: tuple[Variant, ...] = VARIANTS
 
     def __post_init__(self):
         if not 2 <= self.num_procs <= 64:
@@ -88,7 +90,7 @@ def run_variant(variant: str, num_procs: int, n: int) -> dict:
     """Start `num_procs` processes, release them together, and count what reached the counter."""
     ctx = multiprocessing.get_context("fork")
     start = ctx.Barrier(num_procs + 1)  # released when every process is ready, so they really race
-    tmp = None
+    tmp = ""  # the atomic variant's file
     if variant == "no lock":
         counter = ctx.RawValue("q", 0)
         procs = [ctx.Process(target=_no_lock, args=(counter, start, n)) for _ in range(num_procs)]
@@ -150,3 +152,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return race_report.report(results[0], params)
+
+
+CONTRACT = NodeContract(Params, summarize)

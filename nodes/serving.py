@@ -12,18 +12,15 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
-from playground.kvcache.engine.attention import KERNELS
+from playground.kvcache.engine.attention import Kernel
 from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
 from playground.kvcache.server.thread import TAG_RESULT, collect_results, rank_client, start_server_thread
 from playground.kvcache.stats import downsample
 from playground.serving import served, serving_clients, serving_report, serving_stats, step_model
 from playground.transformer.blas import pin_blas_threads
-
-THREADED = True  # threads beside the rank's own (server, load generator): `bind: auto` leaves ranks unpinned
-
-Kernel = Literal[KERNELS]
 
 
 @dataclass(frozen=True)
@@ -197,3 +194,11 @@ def _client(comm, p: Params) -> dict:
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     r0 = results[0]
     return serving_report.report(r0["setups"], params, run_dir, r0)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    check_scenario=check_scenario,
+    threaded=True,  # threads beside the rank's own (server, load generator)
+)

@@ -21,9 +21,10 @@ from typing import Literal
 
 from playground.collectives import registry
 from playground.comm.group import new_group
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
-from playground.kvcache.engine.attention import KERNELS
+from playground.kvcache.engine.attention import Kernel
 from playground.models.calibration import LinkSpec
 from playground.serving.tensor import tensor_report
 from playground.serving.tensor.decode import DecodeBatch, decode_batch
@@ -31,19 +32,19 @@ from playground.transformer import ModelConfig, pin_blas_threads
 from playground.transformer.init import init_params
 from playground.transformer.tensor_plan import check_tensor
 
-SHAPES = {  # the serving lab's default model, and serving-batch's (and train-large's) 25M-parameter one
+Shape = Literal["small", "large"]
+SHAPES: dict[
+    Shape, dict[str, int]
+] = {  # the serving lab's default model, and serving-batch's (and train-large's) 25M-parameter one
     "small": {"layers": 2, "d_model": 64, "heads": 4},
     "large": {"layers": 8, "d_model": 512, "heads": 8},
 }
-Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
+Algorithm = registry.AllreduceChoice
 
 
 @dataclass(frozen=True)
 class Params:
-    shapes: tuple[Literal[tuple(SHAPES)], ...] = (
-        "small",
-        "large",
-    )  # model shapes, each with fixed random weights
+    shapes: tuple[Shape, ...] = ("small", "large")  # model shapes, each with fixed random weights
     context: int = 64  # positions of both shapes
     seed: int = 0  # the weights
     tensor: tuple[int, ...] | None = (
@@ -55,7 +56,7 @@ class Params:
     new_tokens: int = 16  # each request's output: one prefill step, then new_tokens - 1 decode steps
     temperature: float = 1.0  # request b samples with seed b: the tokens depend on every logit (0: greedy)
     block_size: int = 16  # the paged pool's block, in tokens
-    kernel: Literal[KERNELS] = "native"  # decode attention: native (C) or numpy
+    kernel: Kernel = "native"  # decode attention: native (C) or numpy
     algorithm: Algorithm = "auto"  # the tensor all-reduce
     simulate: tuple[int, ...] = (
         1,
@@ -90,7 +91,7 @@ class Params:
                     f"{config.heads} heads the simulation cuts d_model into more heads), got {list(self.simulate)}",
                 )
 
-    def config(self, shape: str) -> ModelConfig:
+    def config(self, shape: Shape) -> ModelConfig:
         return ModelConfig(**SHAPES[shape], context=self.context, dtype="float32")
 
     @property
@@ -99,7 +100,7 @@ class Params:
             self.batch, self.prompt_tokens, self.new_tokens, self.temperature, self.block_size, self.kernel
         )
 
-    def sizes(self, shape: str, ranks: int) -> tuple[int, ...]:
+    def sizes(self, shape: Shape, ranks: int) -> tuple[int, ...]:
         """The t run for `shape`: 1 (one process: the reference) and `tensor`, or every t up to the
         ranks dividing its heads."""
         if self.tensor is not None:
@@ -149,3 +150,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return tensor_report.report(results, params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

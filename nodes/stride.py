@@ -11,7 +11,7 @@ from typing import Literal
 
 import numpy as np
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core import machine
 from playground.core.errors import ParamError
 from playground.core.native import load_native
@@ -19,8 +19,6 @@ from playground.core.sizes import Size
 from playground.display.report import Report
 from playground.memlab import stride_report
 from playground.memlab.strides import EXACT_FLOAT_SUM, lines_touched
-
-RANKS = Ranks(1, "the stride lab measures one core")
 
 
 @dataclass(frozen=True)
@@ -76,3 +74,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return stride_report.report(results[0], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "the stride lab measures one core"))

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from playground.collectives import registry
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
@@ -38,9 +39,7 @@ from playground.transformer import (
     save_model,
 )
 
-THREADED = True  # a communication thread beside the compute: `bind: auto` leaves ranks unpinned
-
-Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
+Algorithm = registry.AllreduceChoice
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ def main(comm, params: Params) -> dict:
         record, dp = train_mode(comm, mode, setup, sampler, steps, tick)
         modes.append(record)
     out = {"ok": True, "modes": modes}
-    if comm.rank == 0:
+    if comm.rank == 0 and dp is not None:  # dp: the last mode's (Params has at least one)
         if comm.run_dir is not None:
             save_model(comm.run_dir / "model.npz", setup.config, dp.model.params)
         tokens = generate(
@@ -148,3 +147,11 @@ def main(comm, params: Params) -> dict:
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     ddp = ddp_baseline.run(params, len(results), run_dir) if params.baseline == "ddp" else None
     return training_report.report(results, params, run_dir, ddp)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    check_scenario=check_scenario,
+    threaded=True,  # a communication thread beside the compute
+)

@@ -21,6 +21,7 @@ from typing import Literal
 
 from playground.collectives import registry
 from playground.comm.group import Grid
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
@@ -33,9 +34,7 @@ from playground.training.step import TrainingShape, TrainSetup
 from playground.transformer import AdamConfig, BatchSampler, lecture_bytes, pin_blas_threads
 from playground.transformer.plan import pipeline_plan
 
-THREADED = True  # bucketed's communication thread: `bind: auto` leaves ranks unpinned
-
-Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
+Algorithm = registry.AllreduceChoice
 
 
 @dataclass(frozen=True)
@@ -106,10 +105,7 @@ def check_scenario(params: Params, ranks: int) -> None:
             f"each count must divide a replica's rows: batch {params.batch} / data {data} = {rows:g}; "
             f"{', '.join(map(str, odd))} do not",
         )
-    if params.baseline == "pipelining":
-        missing = torch_baseline.available()
-        if missing:
-            raise ParamError("params.baseline", f"pipelining needs PyTorch: {missing}")
+    if params.baseline == "pipelining":  # torch's own limits first: they hold with or without torch here
         few = [m for m in params.micro_batches if m < p]
         if "1f1b" in params.schedule and few:
             raise ParamError(
@@ -117,6 +113,9 @@ def check_scenario(params: Params, ranks: int) -> None:
                 f"torch's Schedule1F1B needs at least p = {p} micro-batches, got {', '.join(map(str, few))} "
                 "(ours runs them: 1F1B is then GPipe)",
             )
+        missing = torch_baseline.available()
+        if missing:
+            raise ParamError("params.baseline", f"pipelining needs PyTorch: {missing}")
 
 
 def main(comm, params: Params) -> dict:
@@ -168,3 +167,11 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         torch_baseline.run(params, len(results), run_dir) if params.baseline == "pipelining" else None
     )
     return pipeline_report.report(results, params, run_dir, torch_records)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    check_scenario=check_scenario,
+    threaded=True,  # bucketed's communication thread
+)

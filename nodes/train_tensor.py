@@ -19,19 +19,19 @@ from typing import Literal
 
 from playground.collectives import registry
 from playground.comm.group import Grid
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
+from playground.training.loop import one_process
 from playground.training.modes import DDP_LIKE, Mode
 from playground.training.step import TrainingShape, TrainSetup
 from playground.training.tensor import tensor_report, torch_baseline
-from playground.training.tensor.loop import one_process, train_tensor
+from playground.training.tensor.loop import train_tensor
 from playground.transformer import AdamConfig, BatchSampler, lecture_bytes, pin_blas_threads
 from playground.transformer.tensor_plan import check_tensor
 
-THREADED = True  # bucketed's communication thread: `bind: auto` leaves ranks unpinned
-
-Algorithm = Literal[(*registry.flat_allreduce(), registry.AUTO)]
+Algorithm = registry.AllreduceChoice
 
 
 @dataclass(frozen=True)
@@ -135,3 +135,11 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         torch_baseline.run(params, len(results), run_dir) if params.baseline == "tensor_parallel" else None
     )
     return tensor_report.report(results, params, run_dir, torch_records)
+
+
+CONTRACT = NodeContract(
+    Params,
+    summarize,
+    check_scenario=check_scenario,
+    threaded=True,  # bucketed's communication thread
+)

@@ -9,7 +9,7 @@ far apart, and two processes using the same virtual address for different physic
 
 from dataclasses import dataclass, field
 
-from playground.config.params import Ranks
+from playground.config.node import NodeContract, Ranks
 from playground.core.errors import ParamError
 from playground.core.sizes import Size
 from playground.display.report import Report
@@ -23,9 +23,6 @@ def _default_tables() -> dict:
 
 def _default_expect() -> dict:
     return {"A:0xC123": "0x134123"}
-
-
-RANKS = Ranks(1, "translation is a single-process model")
 
 
 @dataclass(frozen=True)
@@ -89,3 +86,6 @@ def main(comm, params: Params) -> dict:
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     return translation_report.report(results[0], params, run_dir)
+
+
+CONTRACT = NodeContract(Params, summarize, ranks=Ranks(1, "translation is a single-process model"))

@@ -10,7 +10,19 @@ from playground.core.version import VERSION as __version__  # noqa: F401 - the p
 _EXPORTS = {
     **dict.fromkeys(("run", "bench", "simulate", "launch", "Result", "OutputFile"), "playground.api"),
     **dict.fromkeys(
-        ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "ReduceOp"),
+        (
+            "allreduce",
+            "broadcast",
+            "reduce",
+            "allgather",
+            "reduce_scatter",
+            "alltoall",
+            "alltoallv",
+            "gather",
+            "scatter",
+            "sendrecv",
+            "ReduceOp",
+        ),
         "playground.collectives",
     ),
     **dict.fromkeys(

@@ -3,6 +3,13 @@ from pathlib import Path
 import pytest
 
 
+def pytest_runtest_logreport(report):
+    """Each test that skipped for a missing tool is noted for .ci/run's second step (tests/tools.py)."""
+    from tools import note_skipped
+
+    note_skipped(report)
+
+
 @pytest.fixture(autouse=True)
 def no_calibration(tmp_path_factory, monkeypatch):
     """No test reads the calibration.json of the directory it happens to run in (a developer's own):

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import usernode_raise
+from tools import owned_scratch
 
 import playground as pg
 from playground.cli.testing import run_cli, session_processes, subprocess_env
@@ -116,20 +117,6 @@ SCRIPT = textwrap.dedent(
         print("KeyboardInterrupt", [c for c in left if "resource_tracker" not in " ".join(c)], flush=True)
     """
 )
-
-
-def owned_scratch(pid: int) -> list[str]:
-    """The scratch directories (ipc sockets in /tmp, rings in /dev/shm) the launcher `pid` claimed."""
-    found = []
-    for parent in ("/tmp", "/dev/shm"):
-        for name in os.listdir(parent):
-            owner = os.path.join(parent, name, ".owner")
-            try:
-                if name.startswith("playground-") and Path(owner).read_text().strip() == str(pid):
-                    found.append(os.path.join(parent, name))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.mark.timeout(60)

@@ -32,7 +32,7 @@ def test_bus_factors(n, allreduce, gather):
 
 def test_bus_factor_unknown_collective():
     with pytest.raises(ValueError, match="allowed: allreduce"):
-        bus_factor("alltoall", 4)
+        bus_factor("alltoallv", 4)
 
 
 def test_layout_sizes_follow_nccl_tests():
@@ -237,7 +237,7 @@ def test_median_us():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"collective": "alltoall"}, "allowed: allreduce, allgather"),
+        ({"collective": "alltoallv"}, "allowed: allreduce, allgather"),
         ({"dtype": "float16"}, "allowed: float32, float64, int32, int64"),
         ({"op": "prod"}, "allowed: sum, max, min"),
         ({"ranks": 0}, "ranks must be"),
@@ -400,7 +400,12 @@ REAL_CASES = [  # (collective, op, dtype): every collective, op and dtype at lea
     ("reduce_scatter", "max", "int64"),
     ("broadcast", "sum", "int32"),
     ("reduce", "min", "float32"),
+    ("alltoall", "sum", "float32"),
 ]
+# MPI's in-place gather is the whole output on every rank, MPI_IN_PLACE at the root only (its
+# scatter and Sendrecv_replace are simpler); torch's are plain out-of-place calls like its
+# all_to_all_single, and each Gloo run costs a torch import per rank: one case of the four is Gloo's
+MPI_ONLY_CASES = [("gather", "sum", "int32")]
 
 
 REAL_SIZES = [8, 4096, 65536]
@@ -408,7 +413,12 @@ REAL_SIZES = [8, 4096, 65536]
 
 # The forms each library offers: (out of place, in place)
 FORMS_OFFERED = {
-    "gloo": {"allreduce": (False, True), "allgather": (True, False), "reduce_scatter": (True, False)},
+    "gloo": {
+        "allreduce": (False, True),
+        **dict.fromkeys(
+            ("allgather", "reduce_scatter", "alltoall", "gather", "scatter", "sendrecv"), (True, False)
+        ),
+    },
     "mpi": {"broadcast": (False, True)},
 }
 
@@ -442,7 +452,7 @@ def test_gloo_two_ranks(collective, op, dtype):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("collective, op, dtype", REAL_CASES)
+@pytest.mark.parametrize("collective, op, dtype", REAL_CASES + MPI_ONLY_CASES)
 def test_mpi_two_ranks(collective, op, dtype):
     need(importable("mpi4py"), NO_MPI4PY)
     need(have("mpiexec"), NO_MPICH)
@@ -467,7 +477,7 @@ def test_mpi_worker_failure_is_one_line(tmp_path):
     }
     with pytest.raises(
         BaselineError,
-        match=r"^mpi: rank \d failed: UsageError: unknown reduce op 'no-such-op'; allowed: sum, prod, max, min$",
+        match=r"^mpi: rank \d failed: UsageError: unknown reduce op 'no-such-op'; allowed: sum, prod, max, min, avg$",
     ):
         mpi.run(spec, 2, tmp_path)
     # the first rank to fail aborts the job, so the other may not get to write its own error

@@ -198,7 +198,8 @@ def test_in_place_is_not_for_allgather(tmp_path):
     proc = run_cli(["bench", "allgather", "--inplace", "--ranks", "2", "--out", str(tmp_path)], timeout_s=25)
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith(
-        "key 'params.inplace': only allreduce, broadcast, reduce work in place, not allgather"
+        "key 'params.inplace': only allreduce, broadcast, reduce, alltoall, gather, scatter, sendrecv work in "
+        "place, not allgather"
     )
     assert len(proc.stderr.strip().splitlines()) == 1
 

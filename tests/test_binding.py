@@ -2,6 +2,7 @@
 host when each has a CPU of its own and the node runs no threads of its own; a pinned rank's
 threads (started after the pin) stay on its CPU; result.json and the header line say where."""
 
+import dataclasses
 import json
 import os
 
@@ -39,6 +40,14 @@ def test_which_runs_are_pinned_and_where(scenario, ranks, transport, bind, pinne
         assert cpus is None
     else:
         assert cpus == [CPUS[r % len(CPUS)] for r in range(ranks)]
+
+
+def test_auto_pins_the_kinds_the_registry_calls_pinnable(monkeypatch):
+    """`bind: auto` asks the transport's registry entry whether its ranks poll on their own thread."""
+    from playground.comm import registry
+
+    monkeypatch.setitem(registry.BY_NAME, "ipc", dataclasses.replace(registry.BY_NAME["ipc"], pinnable=True))
+    assert rank_cpus(load_scenario("bench", ranks=2, transport="ipc")) == [CPUS[0], CPUS[1 % len(CPUS)]]
 
 
 def test_a_pinned_rank_runs_on_its_cpu_only(tmp_path):

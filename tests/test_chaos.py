@@ -16,6 +16,7 @@ from playground.cli import main
 from playground.cli.testing import PLAYGROUND, subprocess_env
 from playground.commands import chaos_exec, chaos_kvserver, chaos_report, chaos_results
 from playground.commands.chaos_checks import judge, parse_headline
+from playground.commands.chaos_kvclient import error_kind
 from playground.commands.chaos_plan import draw, outside, replay_command
 from playground.core.rundir import EXIT_BAD_INPUT
 from playground.hosts import netns
@@ -65,8 +66,8 @@ def test_a_restarted_server_fails_the_lost_requests_within_the_clients_timeout(t
     obs = chaos_kvserver.execute(run, tmp_path)
     assert obs.fault_at is not None, obs.notes
     assert [c["exit"] for c in obs.clients] == [1, 1], obs.stderr
-    for c in obs.clients:
-        assert "ServerLost" in c["stderr"] and "restarted" in c["stderr"], c["stderr"]
+    for c in obs.clients:  # the client's guarantee: the class of its error, and the restart it heard
+        assert error_kind(c["stderr"]) == "ServerLost" and "the server restarted" in c["stderr"], c["stderr"]
         # a deadline per request: the lost ones fail within the timeout, not never
         assert c["exited_at"] - obs.fault_at < run.timeout_s + 2.0
     assert obs.exit_code == 0  # the new server goes on, and stops on SIGINT
@@ -94,6 +95,34 @@ def test_the_chaos_command_runs_judges_and_writes_every_run(runs_dir):
     assert failed == [], chaos_report.failed_lines(failed)
     assert summary["table"][-1]["fault"] == "all" and summary["table"][-1]["runs"] == runs
     assert "chaos: 3 runs, seed 11" in proc.stdout and f"{runs} runs in " in proc.stdout
+
+
+def _kv_observation(fault: str, *stderrs: str, code: int = 1) -> chaos_exec.Observation:
+    obs = chaos_exec.Observation(
+        fired=True, fault_at=10.0, exit_code=0 if fault == "server restarted" else -9
+    )
+    obs.clients = [
+        {"client": k + 1, "exit": code, "exited_at": 12.0, "stderr": err} for k, err in enumerate(stderrs)
+    ]
+    return obs
+
+
+def test_the_kv_judge_reads_the_class_of_each_clients_error_not_its_words():
+    """After a restart a client fails with ServerLost if it heard the new server in its timeout,
+    else with WaitTimeout (the new server slow to start on a loaded machine); a killed server
+    leaves only the timeout. A client that said nothing, or exited otherwise, is named."""
+    lost = (
+        "error: ServerLost: kvcache client: generate requests 1, 2 to tcp://x are lost: the server restarted"
+    )
+    silent = "error: WaitTimeout: kvcache client: no reply to generate requests [1] from tcp://x in 6.0s"
+    restarted = outside("kvserver", 2, "server restarted", 0, after_s=0.3)
+    assert judge(restarted, _kv_observation("server restarted", lost, silent), {}).root_ok
+    killed = outside("kvserver", 2, "server killed", 0, after_s=0.3)
+    verdict = judge(killed, _kv_observation("server killed", silent, lost), {})
+    assert not verdict.root_ok
+    assert "every client must exit 1 with WaitTimeout: client 2: exit 1, ServerLost" in verdict.problems
+    verdict = judge(restarted, _kv_observation("server restarted", lost, "", code=0), {})
+    assert "client 1: exit 0, ServerLost; client 2: exit 0, no error line" in verdict.problems[-1]
 
 
 def test_a_failed_run_is_named_with_the_command_that_replays_it():

@@ -79,6 +79,22 @@ HAND_US = {
     ("broadcast", "tree"): {2: 1010, 4: 2020, 8: 3030, 5: 3030},
     # L (10 + 1000 + 500)
     ("reduce", "tree"): {2: 1510, 4: 3020, 8: 4530, 5: 4530},
+    # (N-1) (10 + 1000/N), S each rank's input
+    ("alltoall", "pairwise"): {2: 510, 4: 3 * 260, 8: 7 * 135, 5: 4 * 210},
+    # sum_k (10 + B_k 1000/N): B = [1], [2, 2], [4, 4, 4], and at N = 5 [2, 2, 1] (indices 1,3; 2,3; 4)
+    ("alltoall", "bruck"): {2: 510, 4: 2 * 510, 8: 3 * 510, 5: 410 + 410 + 210},
+    # 10 + 3(N-1) 1000/N (one block at N = 2): the ports' queues
+    ("alltoall", "scattered"): {2: 510, 4: 10 + 9 * 250, 8: 10 + 21 * 125, 5: 10 + 12 * 200},
+    ("alltoallv", "pairwise"): {2: 510, 4: 3 * 260, 8: 7 * 135, 5: 4 * 210},
+    ("alltoallv", "scattered"): {2: 510, 4: 10 + 9 * 250, 8: 10 + 21 * 125, 5: 10 + 12 * 200},
+    # 10 + (N-1) 1000/N: one port takes every block
+    ("gather", "linear"): {2: 510, 4: 760, 8: 885, 5: 810},
+    ("scatter", "linear"): {2: 510, 4: 760, 8: 885, 5: 810},
+    # sum_{k<L} (10 + 2^k 1000/N)
+    ("gather", "tree"): {2: 510, 4: 260 + 510, 8: 135 + 260 + 510, 5: 210 + 410 + 810},
+    ("scatter", "tree"): {2: 510, 4: 260 + 510, 8: 135 + 260 + 510, 5: 210 + 410 + 810},
+    # 10 + 1000
+    ("sendrecv", "ring"): {2: 1010, 4: 1010, 8: 1010, 5: 1010},
 }
 
 
@@ -187,3 +203,18 @@ def test_hierarchical_carries_a_kth_of_the_bytes_between_nodes():
     assert costs.allreduce_hier_time_s(size, 16, 8, nv, ib) == pytest.approx(2 * inside + across)
     flat_ring = costs.allreduce_ring_time_s(size, 128, ib)
     assert costs.allreduce_hier_time_s(size, 16, 8, nv, ib) < flat_ring / 4  # 8.8 ms against 41 ms
+
+
+def test_bruck_crossover_is_where_the_pairwise_exchange_catches_up():
+    from playground.models import exchange_costs
+
+    for n in (4, 5, 8, 64, 1024):
+        s_star = exchange_costs.bruck_crossover_bytes(n, HAND)
+        t = lambda algo, s, n=n: collective_time_s("alltoall", algo, s, n, HAND)  # noqa: E731
+        assert t("bruck", s_star) == pytest.approx(t("pairwise", s_star))
+        assert t("bruck", s_star / 2) < t("pairwise", s_star / 2)
+        assert t("bruck", s_star * 2) > t("pairwise", s_star * 2)
+    # 8 ranks: (7 - 3) alpha / ((12 - 7) / 8 / beta) = 40 us x 1.6 GB/s = 64 kB
+    assert exchange_costs.bruck_crossover_bytes(8, HAND) == pytest.approx(64e3)
+    assert exchange_costs.bruck_crossover_bytes(2, HAND) is None  # one message either way
+    assert exchange_costs.bruck_crossover_bytes(3, HAND) is None  # two messages either way

@@ -2,6 +2,8 @@
 and docs/ parses with the real parser (a stale flag fails), names a scenario that exists, the
 reference pages build from the code, and the site builds strictly."""
 
+import html
+import json
 import re
 import shlex
 import subprocess
@@ -9,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tools import have, need
+from tools import chromium, have, importable, need, run_chromium
 
 from playground.cli import _attach_signed_values, build_parser
 from playground.cli.reference import PAGES, builtin_scenarios, undocumented_fields
@@ -144,3 +146,46 @@ def test_the_site_builds_strictly(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "reference" / "scenarios" / "index.html").exists()
+
+
+FIT_PROBE = """<script>
+window.addEventListener("load", () => setTimeout(() => {
+  const clipped = [...document.querySelectorAll(".md-typeset__scrollwrap")]
+    .filter(w => w.scrollWidth > w.clientWidth + 1)
+    .map(w => w.querySelector("tr").textContent.trim().replace(/\\s+/g, " ").slice(0, 80));
+  const code = [...document.querySelectorAll(".md-typeset pre > code")]
+    .filter(c => c.scrollWidth > c.clientWidth + 1)
+    .map(c => c.textContent.trim().split("\\n")[0].slice(0, 80));
+  const out = document.createElement("pre");
+  out.id = "fit-report";
+  out.textContent = JSON.stringify({tables: document.querySelectorAll(".md-typeset table").length, clipped, code});
+  document.body.appendChild(out);
+}, 0));
+</script>"""
+WIDE_PAGES = ["", "getting-started", "parallelism", "results/collectives", "results/labs", "results/serving"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_result_tables_and_code_blocks_fit_a_1400px_window(tmp_path):
+    """In a 1400 px window nothing hides behind a scrollbar on the pages a newcomer reads first and
+    on the results pages with the widest tables: code wraps its long lines (docs/stylesheets),
+    result tables fit the page or come in parts (results.PAGE_COLUMNS)."""
+    exe = chromium()
+    need(importable("mkdocs"), "the docs toolchain is not installed (pip install '.[docs]')")
+    site = tmp_path / "site"
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=150)  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    for path in WIDE_PAGES:
+        page = site / path / "index.html"
+        probed = page.with_name("fit-probed.html")  # beside it: the page's relative links still resolve
+        probed.write_text(page.read_text().replace("</body>", FIT_PROBE + "</body>"))
+        dom = run_chromium(exe, tmp_path / "profile", "--window-size=1400,900", "--virtual-time-budget=5000",
+                           "--dump-dom", probed.as_uri())  # fmt: skip
+        found = re.search(r'<pre id="fit-report">(.*?)</pre>', dom.stdout, re.S)
+        assert found, f"{path or 'index'}: the page did not finish loading\n{dom.stderr[-2000:]}"
+        report = json.loads(html.unescape(found.group(1)))
+        assert report["clipped"] == [], f"{path}: tables behind a scrollbar: {report['clipped']}"
+        assert report["code"] == [], f"{path}: code lines cut at the right: {report['code']}"
+    assert report["tables"] > 0

@@ -75,6 +75,7 @@ def test_errors_py_holds_the_classes_we_document():
         "ToolMissing",
         "LabError",
         "WaitTimeout",
+        "RequestError",
     }
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tools import owned_scratch
 
 from playground.cli.testing import run_scenario, session_processes, start_cli
 
@@ -160,14 +161,9 @@ def test_hung_rank_is_named_with_its_stack(runs_dir, transport):
     assert "_fire_if_due" in err  # the hung rank's own stack shows where it was stuck
 
 
-def shm_dirs() -> set[str]:
-    return {d for d in os.listdir("/dev/shm") if d.startswith("playground-")}
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_ctrl_c_leaves_no_process_behind(runs_dir, transport):
-    before = shm_dirs()
     proc = launch(
         [
             "run",
@@ -193,4 +189,4 @@ def test_ctrl_c_leaves_no_process_behind(runs_dir, transport):
     assert "interrupted" in err
     assert "root cause" not in err  # Ctrl-C is not a failure to blame on a rank
     assert not leftovers
-    assert shm_dirs() <= before  # rings and pipes in /dev/shm are gone too
+    assert owned_scratch(proc.pid) == []  # its sockets, rings and pipes are gone too (only its own count)

@@ -43,7 +43,7 @@ def test_prefix_workload_matches_the_lecture_pages():
     rows = [fork_row("unshared", 28), fork_row("fork", 10), fork_row("prefix_cache", 10)]
     rep = report([policy(clients={"1": {"fork_rows": rows}})], Params(workload="prefix"), "/nonexistent")
     assert rep.ok and rep.failures == [] and rep.tables[0].rows == rows
-    assert rep.tables[0].title == "Sharing a prompt: workload prefix"
+    assert rep.tables[0].title == "Sharing a prompt: 4.5's shared 100-token prefix"
     assert rep.notes[0].startswith(
         "100-token prompt, 4 branches writing 10 each, block 16: the lecture expects 28 pages"
     )

@@ -243,3 +243,116 @@ def test_the_checks_catch_what_they_should():
         ["nodes.train", "playground.training.loop"],
         ["playground.sim.engine", "playground.sim.transport"],
     ]
+
+
+# -- native/: the C sources of the native module ---------------------------------------------------
+# A C file depends on a header it includes ("x.h") and on another C file whose function or object
+# (not `static`) it names; the graph of those may hold no cycle, as the Python one may not.
+
+NATIVE = ROOT / "native"
+_C_NOISE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+_C_PREPROCESSOR = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)  # with its continued lines
+_C_ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
+_C_NAME = re.compile(r"(->|\.)?\s*\b([A-Za-z_]\w*)")
+_NOT_EXPORTED = ("static", "extern", "typedef", "struct", "enum", "union")
+
+
+def _c_code(text: str) -> str:
+    """C text without comments, string and character literals (kept apart by a space)."""
+    return _C_NOISE.sub(" ", text)
+
+
+def c_includes(text: str) -> set[str]:
+    """The local headers a C file includes: `#include "x.h"` (not `<x.h>`)."""
+    return set(re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M))
+
+
+def _last_name(text: str) -> str | None:
+    names = re.findall(r"[A-Za-z_]\w*", re.sub(r"\[[^\]]*\]", " ", text))
+    return names[-1] if names else None
+
+
+def c_definitions(text: str) -> set[str]:
+    """The functions and objects a C file defines for other files: at file scope, not `static`
+    (a prototype, a type, a macro or a name inside a body is none)."""
+    code = _C_ATTRIBUTE.sub(" ", _C_PREPROCESSOR.sub(" ", _c_code(text)))
+    names, depth, start, in_function = set(), 0, 0, False
+    for i, ch in enumerate(code):
+        if ch == "{":
+            head = code[start:i].strip()
+            if depth == 0 and "(" in head.split("=")[0] and not head.startswith(_NOT_EXPORTED[2:]):
+                in_function = True  # a function's body: the definition ends with it
+                if not head.startswith("static"):
+                    names.add(_last_name(head.split("(")[0]))
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0 and in_function:
+                start, in_function = i + 1, False
+        elif ch == ";" and depth == 0:
+            statement = code[start:i].strip()
+            start = i + 1
+            declared = statement.split("=")[0]
+            if statement and "(" not in declared and not statement.startswith(_NOT_EXPORTED):
+                names.add(_last_name(declared))
+    return names - {None}
+
+
+def c_graph(root: Path = NATIVE) -> dict[str, set[str]]:
+    """file -> the native files it depends on: the headers it includes and, for a C file, the C
+    files whose definitions it names (a header's declarations are the interface, not a use; a
+    struct member of the same name, after `->` or `.`, is no use either)."""
+    files = {p.name: p.read_text() for p in sorted(root.iterdir()) if p.suffix in (".c", ".h")}
+    defined_in = {name: f for f, text in files.items() if f.endswith(".c") for name in c_definitions(text)}
+    graph = {}
+    for f, text in files.items():
+        named = {m.group(2) for m in _C_NAME.finditer(_c_code(text)) if not m.group(1)}
+        uses = {defined_in[n] for n in named & set(defined_in)} if f.endswith(".c") else set()
+        graph[f] = c_includes(text) | uses - {f}
+    return graph
+
+
+def test_native_includes_exist_and_nothing_in_native_calls_in_a_circle():
+    graph = c_graph()
+    missing = sorted(f"{f} includes {h}" for f, deps in graph.items() for h in deps if h not in graph)
+    assert not missing, f"includes of headers that are not in native/: {missing}"
+    cycles = _cycles(graph)
+    assert not cycles, f"native files that call each other in a circle (move the shared part down): {cycles}"
+
+
+def test_the_native_check_finds_calls_includes_and_circles(tmp_path):
+    """Synthetic C: a definition is found at file scope only (not a static, a prototype, a macro, a
+    type, or a name inside a body, a comment or a string); a struct member of a function's name is
+    not a call of it; an include names its header; two files that call each other are a cycle."""
+    _write(
+        tmp_path,
+        {
+            "q.h": "typedef struct { int cpu_work; } Queue;\nint q_post(int t);\n",
+            "q.c": """
+                #include "q.h"
+                #define TWICE(x) \\
+                    do { x; x; } while (0)
+                typedef struct { int depth; } Stats;
+                static int helper(void) { return 0; }
+                int q_count = 0;
+                PyTypeObject QType = {.tp_name = "q"};
+                __attribute__((optimize("O3"))) int q_post(int t) { /* cpu_work(t): a comment */ return t; }
+                int q_wait(Queue *q) { return q->cpu_work + helper(); }
+            """,
+            "cpu.c": """
+                #include "q.h"
+                #include <stdint.h>
+                int cpu_work(int t) { const char *s = "q_count"; return q_post(t); }
+            """,
+            "engine.c": """
+                int engine_run(int t) { return cpu_work(t) + q_count; }
+            """,
+        },
+    )
+    assert c_definitions((tmp_path / "q.c").read_text()) == {"q_count", "QType", "q_post", "q_wait"}
+    assert c_includes((tmp_path / "cpu.c").read_text()) == {"q.h"}
+    graph = c_graph(tmp_path)
+    assert graph == {"q.h": set(), "q.c": {"q.h"}, "cpu.c": {"q.h", "q.c"}, "engine.c": {"cpu.c", "q.c"}}
+    assert _cycles(graph) == []
+    (tmp_path / "q.c").write_text("int q_post(int t) { return cpu_work(t); }\n")  # now q.c calls back
+    assert _cycles(c_graph(tmp_path)) == [["cpu.c", "q.c"]]

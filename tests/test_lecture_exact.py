@@ -7,9 +7,11 @@ row is then built from their result.json files, as the page builds it, and must 
 from pathlib import Path
 
 import pytest
+from verdicts import check_summary
 
 from playground.cli.testing import run_scenario
 from playground.lecture.figures import Context, NotMeasured, Run, evaluate
+from playground.lecture.page import Page, SectionBlock, build_markdown
 from playground.lecture.plan import load_plan
 from playground.lecture.readers import READERS
 
@@ -82,3 +84,17 @@ def test_the_rows_hold_what_the_results_hold(runs):
         r for r in runs["kvcache-ex10"].result["rows"] if r["policy"] == "paged" and r["mode"] == "fork"
     )
     assert row.measured[1:] == [fork["pages"], fork["cow_copies"], fork["shared_blocks"]]
+
+
+@pytest.mark.slow
+def test_every_verdict_agrees_with_the_values_on_its_row(runs, tmp_path):
+    """Read back from summary.md's own cells (tests/verdicts.py): a "matched" row's checked values
+    are the lecture's, and the values beside them are within the band or the row says outside."""
+    blocks = [
+        SectionBlock(
+            s, [evaluate(s, f, READERS[f.id], Context(runs, s.constants, {})) for f in s.figures], []
+        )
+        for s in PLAN.sections
+    ]
+    md = build_markdown(Page("quick", 0.0, 1.0, {}, blocks), tmp_path)
+    assert check_summary(md) == len(EXACT)

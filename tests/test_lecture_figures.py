@@ -267,3 +267,67 @@ def test_the_bucket_count_is_read_from_the_buckets_run(plan):
     row = evaluate(section, figure, READERS["bucket-count"], ctx)
     assert (row.status, row.lecture, row.measured, row.model) == ("measured", 4, 5, 4)  # 100 MB / 25 MiB
     assert "first bucket of 1 MiB" in row.why
+
+
+# -- verdicts: computed from the values on their own row -----------------------------------------
+
+
+def _figure(plan, figure_id: str):
+    return next((s, f) for s in plan.sections for f in s.figures if f.id == figure_id)
+
+
+FORMULA = [75.0, 42.857142857142854, 15.789473684210526, 1.1583011583011582]  # (p-1)/(m+p-1), p = 4
+
+
+def test_a_checked_model_beside_a_measurement_outside_its_band_says_so(plan):
+    """The bubbles of 4 equal stages: the formula matches the lecture, the measured pipeline's
+    bubbles at 4, 16 and 256 micro-batches are well over it, and the row says so with its values."""
+    section, figure = _figure(plan, "bubbles")
+    measured = [76.11, 54.63, 20.30, 4.65]
+    row = evaluate(
+        section, figure, lambda ctx: Reading(measured, FORMULA, values={"extra_ms": 0.41}), _ctx(None)
+    )
+    assert (row.status, row.outside, row.failed) == ("matched", True, False)
+    assert row.verdict == (
+        "matched (the model); this machine outside 25% of it at 3 of 4: 54.63 vs 42.86, 20.30 vs 15.79, "
+        "4.65 vs 1.16 %"
+    )
+    close = [76.11, 45.0, 17.0, 1.3]
+    row = evaluate(section, figure, lambda ctx: Reading(close, FORMULA, values={"extra_ms": 0.1}), _ctx(None))
+    assert (row.status, row.outside) == ("matched", False)
+    assert row.verdict == "matched (the model); this machine within 25% of it"
+    wrong = [76.0, *FORMULA[1:]]
+    row = evaluate(section, figure, lambda ctx: Reading(measured, wrong), _ctx(None))
+    assert row.status == "not matched" and row.failed and row.verdict.startswith("not matched (the model)")
+
+
+def test_the_pipeline_schedules_row_shows_no_measurement_as_its_own(plan):
+    """The schedule in simulated time is the model; the stage processes' measured bubble belongs to
+    the next row, not beside the schedule's "matched"."""
+    runs = [
+        {"schedule": "1f1b", "m": m, "bubble_pct": b, "ideal_pct": i, "model_pct": b}
+        for m, b, i in zip((1, 4, 16), (76.11, 54.63, 62.08), FORMULA, strict=False)
+    ]
+    result = {
+        "ok": True,
+        "grid": {"pipeline": 4},
+        "runs": runs,
+        "cores": 2,
+        "stage_compute_ms": {"16": [1, 2]},
+    }
+    ctx = Context({"train-pipeline": Run("train-pipeline", result, {}, None, True)}, {}, {})
+    section, figure = _figure(plan, "pp-bubble")
+    row = evaluate(section, figure, READERS["pp-bubble"], ctx)
+    assert (row.status, row.verdict, row.measured) == ("matched", "matched (the model)", None)
+    assert row.cells()["this machine"].startswith("not a measurement")
+    section, figure = _figure(plan, "pp-bubble-measured")
+    row = evaluate(section, figure, READERS["pp-bubble-measured"], ctx)
+    assert (row.status, row.measured, row.verdict) == ("measured", [76.11, 54.63, 62.08], "")
+
+
+def test_a_checked_measurement_beside_a_different_model_says_so():
+    row = evaluate(_section(EXACT), EXACT, lambda ctx: Reading([924, 702, 216, 6], 925), _ctx(RESULT))
+    assert row.status == "matched" and row.outside
+    assert row.verdict == "matched; the model differs: 925 where this machine has 924"
+    row = evaluate(_section(EXACT), EXACT, READERS["interleavings"], _ctx(RESULT))
+    assert (row.verdict, row.outside) == ("matched", False)

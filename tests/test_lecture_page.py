@@ -5,13 +5,17 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import matplotlib
+import pytest
+import verdicts
+from verdicts import check_row, check_summary
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from playground.lecture.figures import FigureRow  # noqa: E402
+from playground.lecture.figures import Context, FigureRow, Reading, evaluate  # noqa: E402
 from playground.lecture.page import Page, ScenarioBlock, SectionBlock, build_html, build_markdown  # noqa: E402
-from playground.lecture.plan import Expected, Figure, ScenarioRun, Section  # noqa: E402
+from playground.lecture.plan import Expected, Figure, ScenarioRun, Section, load_plan  # noqa: E402
+from playground.lecture.readers import READERS  # noqa: E402
 from playground.lecture.runner import Outcome  # noqa: E402
 
 
@@ -127,3 +131,49 @@ def test_a_diagram_is_embedded_as_svg_with_its_sentence(tmp_path):
     assert "<figcaption>Ring all-reduce: 24 messages in 6 steps &lt;2(N-1)&gt;.</figcaption>" in text
     md = build_markdown(page, tmp_path)
     assert "![ring-diagram](ring-diagram.svg)" in md and f"*{sentence}*" in md
+
+
+def _exact_page(rows: list[FigureRow]) -> Page:
+    sections = [
+        SectionBlock(Section(1, "one", "First", "§1", "intro", (), tuple(r.figure for r in rows)), rows, [])
+    ]
+    return Page("quick", 0.0, 1.0, {}, sections)
+
+
+def test_every_verdict_on_the_page_agrees_with_the_values_on_its_row(tmp_path):
+    """The rows of the issue (a measured bubble over the formula, the schedule's row) and every
+    other exact figure of the plan with its lecture values as this machine's: each verdict of
+    summary.md, read back from its own cells (tests/verdicts.py), holds; the outside row says why."""
+    plan = load_plan(readers=READERS)
+    formula = [75.0, 42.857142857142854, 15.789473684210526, 1.1583011583011582]
+    readings = {
+        "bubbles": Reading([76.11, 54.63, 20.30, 4.65], formula, values={"extra_ms": 0.41}),
+        "pp-bubble": Reading(None, formula[:3]),
+        "batching-capacity": Reading([45.3, 560.0], [47.61904761904761, 615.3846153846154]),
+    }
+    rows = []
+    for s in plan.sections:
+        for f in s.figures:
+            if f.kind == "exact":
+                reading = readings.get(f.id) or Reading(1 if f.id == "lost-update" else f.lecture)
+                rows.append(evaluate(s, f, lambda ctx, r=reading: r, Context({}, {}, {})))
+    md = build_markdown(_exact_page(rows), tmp_path)
+    assert check_summary(md) == len(rows) >= 10
+    bubbles = next(line for line in md.splitlines() if line.startswith("| bubble of 4 equal stages"))
+    assert "outside 25% of it at 3 of 4: 54.63 vs 42.86, 20.30 vs 15.79, 4.65 vs 1.16 %**" in bubbles
+    assert "every hand-off costs about 0.41 ms here" in bubbles  # why, beside the values outside
+    assert "not a measurement" in next(line for line in md.splitlines() if "the schedule itself" in line)
+    assert 'class="outside"' in build_html(_exact_page(rows))
+
+
+def test_the_verdict_check_catches_a_matched_beside_values_that_contradict_it():
+    ok = "| b | 75 / 42.9 % | 76.11 / 45.00 % | 75.00 / 42.86 % | **matched (the model); this machine within 25% of it** |"
+    check_row(verdicts.rows("\n".join([verdicts.HEADER, "|---|", ok]))[0])
+    for bad in (
+        ok.replace("76.11 / 45.00", "76.11 / 54.63"),  # within, yet 54.63 is 27% over 42.86
+        ok.replace("75.00 / 42.86 % |", "75.00 / 43.86 % |"),  # matched, yet the model says 43.9
+        "| b | 75 / 15.8 % | 76.11 / 62.08 % | 75.00 / 15.79 % | **matched (the model)** |",  # nothing said
+        "| i | 924 / 6 | 924 / 6 | 925 | **matched** |",  # the model beside differs
+    ):
+        with pytest.raises(AssertionError):
+            check_row(verdicts.rows("\n".join([verdicts.HEADER, "|---|", bad]))[0])

@@ -16,7 +16,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert (
         proc.stderr.strip()
-        == "error: --sections nosuch: allowed: collectives, simulator, labs, training, compute, steptime, serving, parallelism, tensor, chaos"
+        == "error: --sections nosuch: allowed: collectives, alltoall, simulator, labs, training, compute, steptime, serving, parallelism, tensor, chaos"
     )
     with pytest.raises(ScenarioError, match="--rounds 0: expected at least 1"):
         results.run_results(None, True, 0, tmp_path, tmp_path)
@@ -43,7 +43,7 @@ def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_pat
     code = results.run_results("labs,simulator", True, 1, tmp_path / "pages", tmp_path / "work")
     assert code == 1
     labs = (tmp_path / "pages" / "labs.md").read_text()
-    assert labs.startswith("# The labs beside the lecture\n\nMeasured on ")
+    assert labs.startswith(results.PAGE_FRONT + "# The labs beside the lecture\n\nMeasured on ")
     assert "| CPU |" in labs and "| cores |" in labs
     assert "python -m playground lecture --out" in labs and "--quick" in labs
     assert "| 1 | 2 |" in labs and "cache.png" not in labs  # a plot's link would break the site
@@ -167,7 +167,7 @@ def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch
     monkeypatch.setattr(results.Context, "run", fake_run)
     assert results.run_results("serving", True, 1, tmp_path / "pages", tmp_path / "work") == 0
     page = (tmp_path / "pages" / "serving.md").read_text()
-    assert page.startswith("# Serving a model from the paged KV cache\n\nMeasured on ")
+    assert page.startswith(results.PAGE_FRONT + "# Serving a model from the paged KV cache\n\nMeasured on ")
     scenarios = (
         "paged-attention",
         "serving-batch",

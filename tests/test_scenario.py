@@ -1,6 +1,7 @@
 """Scenario loading and validation: every bad input is one line naming where it came from (the file
 and key, or the flag that overrode it) and what is allowed."""
 
+import dataclasses
 import re
 
 import pytest
@@ -41,14 +42,14 @@ def test_load_and_override(tmp_path):
         (
             GOOD + "  bogus: 1\n",
             [],
-            "key 'params.bogus': unknown key; allowed: algorithm, check, collective, dtype",
+            "key 'params.bogus': unknown key; allowed: algorithm, check, collective, counts, dtype",
         ),
         (GOOD, ["params.iters=many"], "key 'params.iters': expected an integer, got 'many'"),
         (GOOD, ["params.sizes=[8,12XB]"], "key 'params.sizes[1]': expected a byte count"),
         (GOOD, ["ranks=0"], "key 'ranks': expected an integer from 1 to 64, got 0"),
         (GOOD, ["ranks=65"], "key 'ranks': expected an integer from 1 to 64"),
         (GOOD, ["transport=udp"], "key 'transport': expected one of ipc, tcp, shm"),
-        (GOOD, ["params.dtype=float16"], "key 'params.dtype': expected one of 'float32'"),
+        (GOOD, ["params.dtype=float8"], "key 'params.dtype': expected one of 'float32'"),
         (GOOD, ["params.iters=0"], "key 'params.iters': must be >= 1, got 0"),
         (GOOD, ["colour=red"], "key 'colour': unknown key; allowed:"),
         (GOOD, ["fault.rank=9"], "key 'fault.rank': expected 0..2, got 9"),
@@ -194,6 +195,23 @@ def test_bad_hosts_input_is_one_clear_line(tmp_path, overrides, fragment):
         load_scenario(in_file)
     assert fragment in str(e.value) and in_file in str(e.value) and "\n" not in str(e.value)
     assert_names_the_flag(write(tmp_path, HOSTS), overrides, fragment)
+
+
+def test_the_transports_registry_says_which_kinds_cross_hosts(tmp_path, monkeypatch):
+    """The scenario check asks the transport's registry entry, not its name: a launched kind without
+    an end across hosts is refused with hosts, whatever it is called."""
+    from playground.comm import registry
+
+    for kind in registry.LAUNCHED:
+        if registry.BY_NAME[kind].crosses_hosts:
+            assert load_scenario(write(tmp_path, HOSTS), transport=kind).transport == kind
+        else:
+            with pytest.raises(ScenarioError, match=f"--transport: with hosts, .*; {kind} is one host only"):
+                load_scenario(write(tmp_path, HOSTS), transport=kind)
+    one_host_tcp = dataclasses.replace(registry.BY_NAME["tcp"], open_end_across_hosts=None)
+    monkeypatch.setitem(registry.BY_NAME, "tcp", one_host_tcp)
+    with pytest.raises(ScenarioError, match="tcp is one host only"):
+        load_scenario(write(tmp_path, HOSTS), transport="tcp")
 
 
 def test_host_faults_need_hosts(tmp_path):

@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from tools import owned_scratch
 
 from playground.cli.testing import PLAYGROUND, run_cli, subprocess_env
 from playground.core import scratch
@@ -36,13 +37,12 @@ def test_sweep_removes_only_directories_whose_owner_is_gone(tmp_path):
     assert not dead.exists() and alive.exists() and unowned.exists() and other.exists()
 
 
-def _shm_dirs() -> set[str]:
-    return {d for d in os.listdir("/dev/shm") if d.startswith("playground-")}
+def _own_shm(pid: int) -> list[str]:
+    return [d for d in owned_scratch(pid) if d.startswith("/dev/shm/")]
 
 
 @pytest.mark.timeout(90)
 def test_a_killed_launchers_shared_memory_is_freed_by_the_next_run(runs_dir):
-    before = _shm_dirs()
     proc = subprocess.Popen(
         [
             *PLAYGROUND,
@@ -65,19 +65,19 @@ def test_a_killed_launchers_shared_memory_is_freed_by_the_next_run(runs_dir):
         start_new_session=True,
     )
     deadline = time.monotonic() + 30
-    while not any(os.path.exists(f"/dev/shm/{d}/mbox-2") for d in _shm_dirs() - before):
+    while not any(os.path.exists(f"{d}/mbox-2") for d in _own_shm(proc.pid)):  # its own, not another run's
         assert time.monotonic() < deadline and proc.poll() is None, "the ranks never started"
         time.sleep(0.05)  # waiting for the ranks to exist, not papering over a race
-    (left,) = _shm_dirs() - before
+    (left,) = _own_shm(proc.pid)
     proc.send_signal(signal.SIGKILL)  # the launcher only: it cannot clean up
     proc.wait(10)
     try:
-        assert os.path.isdir(f"/dev/shm/{left}")
+        assert os.path.isdir(left)
         done = run_cli(
             ["run", "ring", "--ranks", "2", "--out", str(runs_dir), "--set", "params.sizes=[8]"], timeout_s=60
         )
         assert done.returncode == 0, done.stderr
-        assert not os.path.exists(f"/dev/shm/{left}")
+        assert not os.path.exists(left)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # the ranks die with the launcher; belt and braces

@@ -118,6 +118,10 @@ def test_paged_attention_sweep_times_every_layout(tmp_path):
     ratios = result["rows"]  # the first table: paged / contiguous per context and block
     assert {(r["context"], r["block_size"]) for r in ratios} == {(16, 8), (16, 16), (64, 8), (64, 16)}
     assert all(r["paged_x"] > 0 and r["in_order_x"] > 0 for r in ratios)
+    (note,) = [n for n in result["notes"] if n.startswith("block 16:")]  # its verdict, from its rows
+    over = [str(r["context"]) for r in ratios if r["block_size"] == 16 and r["paged_x"] > 1.2]
+    assert ("goal: within 1.20x, met;" in note) == (not over)
+    assert all(f"context {c}" in note or f", {c} (" in note for c in over)
     layouts = {r["layout"] for r in result["tables"][1]["rows"]}
     assert layouts == {"contiguous", "paged", "paged in order", "paged (one block at a time)"}
     assert (tmp_path / "latest" / "attention.png").stat().st_size > 0

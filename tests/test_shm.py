@@ -1,12 +1,16 @@
 """The shared-memory data path: ring-buffer bookkeeping, and real runs that go through it."""
 
+import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tools import owned_scratch, run_owned
 
-from playground.cli.testing import run_scenario
+from playground.cli.testing import start_cli
 from playground.comm.shm import ShmChannels
 
 TESTS = Path(__file__).resolve().parent
@@ -65,36 +69,74 @@ def test_release_out_of_order_frees_only_a_prefix(channels):
     assert try_put(sender, np.ones(75)) is not None
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
-def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm):
+@pytest.fixture(scope="module")
+def another_run(tmp_path_factory):
+    """Another playground run over shared memory, alive while this module's runs come and go (as
+    a user's run, or another test's, may be on any machine): its /dev/shm directory, which holds
+    ring files too. Each run here must count only its own leftovers and leave this one's alone;
+    stopped with Ctrl-C at the end, it must leave nothing either."""
+    out = tmp_path_factory.mktemp("beside")
+    scenario = out / "beside.yaml"
+    scenario.write_text("name: beside\nnode: usernode_beside:main\nranks: 2\ntransport: shm\ntimeout_s: 20\n")
+    env = {"PYTHONPATH": str(TESTS), "PLAYGROUND_SHM_MIN_BYTES": "8"}
+    proc = start_cli(["run", str(scenario), "--out", str(out)], env)
+    try:
+        deadline = time.monotonic() + 30
+        while not all((out / "latest" / f"ready-{r}").exists() for r in (0, 1)):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run beside did not start"
+            time.sleep(0.05)  # waiting for its ranks to say ready, not papering over a race
+        (shm,) = [d for d in owned_scratch(proc.pid) if d.startswith("/dev/shm/")]
+        assert os.path.exists(os.path.join(shm, "0-1"))
+        yield shm
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stdout + stderr
+    assert owned_scratch(proc.pid) == []
+
+
+def run_grid(tmp_path: Path, runs_dir: Path, env: dict, **params) -> tuple[dict, list[str]]:
+    """The grid node over shared memory: (result.json, what this run, by its launcher's pid, left)."""
     p = tmp_path / "g.yaml"
+    ranks = params.pop("ranks")
+    lines = "".join(f"  {k}: {v}\n" for k, v in params.items())
     p.write_text(
-        f"name: grid\nnode: usernode_grid:main\nranks: 5\ntransport: shm\ntimeout_s: 20\n"
-        f"params:\n  algorithm: {algorithm}\n  segment_bytes: 64\n  big: 3001\n"
+        f"name: grid\nnode: usernode_grid:main\nranks: {ranks}\ntransport: shm\ntimeout_s: 20\nparams:\n{lines}"
     )
-    code, result, out, err = run_scenario(
-        str(p), runs_dir, env={"PYTHONPATH": str(TESTS), "PLAYGROUND_SHM_MIN_BYTES": "8"}
+    code, out, err, pid = run_owned(
+        ["run", str(p), "--out", str(runs_dir)], {"PYTHONPATH": str(TESTS), **env}
     )
     assert code == 0, out + err
+    return json.loads((runs_dir / "latest" / "result.json").read_text()), owned_scratch(pid)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
+def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm, another_run):
+    result, left = run_grid(
+        tmp_path,
+        runs_dir,
+        {"PLAYGROUND_SHM_MIN_BYTES": "8"},
+        ranks=5,
+        algorithm=algorithm,
+        segment_bytes=64,
+        big=3001,
+    )
     assert len(result["rows"]) == 4 * 3 * len({0, 1, 4, 6, 3001})  # dtypes x ops x lengths at 5 ranks
     assert result["transport"] == "shm" and all(row["wrong"] == 0 for row in result["rows"])
-    leftovers = [d for d in os.listdir("/dev/shm") if d.startswith("playground-")]
-    assert not any(Path("/dev/shm", d, "0-1").exists() for d in leftovers)
+    assert left == []  # its rings and pipes are gone; the run beside keeps its own
+    assert os.path.exists(os.path.join(another_run, "0-1"))
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "ranks", [3, 8]
 )  # 3: receivers poll before sleeping; 8 on 2 cores: they sleep at once
-def test_grid_over_shared_memory_default_split(tmp_path, runs_dir, ranks):
+def test_grid_over_shared_memory_default_split(tmp_path, runs_dir, ranks, another_run):
     """Default thresholds: small arrays inline in pipe records, large ones (big: 3001) through rings."""
-    p = tmp_path / "g.yaml"
-    p.write_text(
-        f"name: grid\nnode: usernode_grid:main\nranks: {ranks}\ntransport: shm\ntimeout_s: 20\n"
-        f"params:\n  algorithm: ring\n  segment_bytes: 4096\n  big: 3001\n"
+    result, left = run_grid(
+        tmp_path, runs_dir, {}, ranks=ranks, algorithm="ring", segment_bytes=4096, big=3001
     )
-    code, result, out, err = run_scenario(str(p), runs_dir, env={"PYTHONPATH": str(TESTS)})
-    assert code == 0, out + err
     assert len(result["rows"]) == 4 * 3 * len({0, 1, ranks - 1, ranks + 1, 3001})
     assert all(row["wrong"] == 0 for row in result["rows"])
+    assert left == [] and os.path.exists(os.path.join(another_run, "0-1"))

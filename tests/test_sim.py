@@ -13,11 +13,11 @@ import pytest
 
 from playground.cli.testing import run_scenario
 from playground.collectives import ALGORITHMS, ReduceOp, run_collective
-from playground.collectives.check import input_count, pattern
+from playground.collectives.check import PER_RANK, input_count, pattern
 from playground.collectives.chunks import phantom
 from playground.comm.transport import NoRoom
 from playground.comm.world import run_local
-from playground.models import costs
+from playground.models import costs, exchange_costs
 from playground.models.costs import PRESETS, Link
 from playground.sim.driver import simulate
 from playground.sim.engine import SimDeadlock
@@ -135,6 +135,34 @@ def test_other_collectives_equal_their_closed_forms(collective, algorithm, formu
     assert row["time_us"] / 1e6 == pytest.approx(formula(size, n, LINK), rel=1e-9)
 
 
+EXCHANGES = {
+    ("alltoall", "pairwise"): exchange_costs.alltoall_pairwise_time_s,
+    ("alltoall", "bruck"): exchange_costs.alltoall_bruck_time_s,
+    ("alltoall", "scattered"): exchange_costs.alltoall_scattered_time_s,
+    ("gather", "linear"): exchange_costs.gather_linear_time_s,
+    ("scatter", "linear"): exchange_costs.gather_linear_time_s,
+    ("gather", "tree"): exchange_costs.gather_tree_time_s,
+    ("scatter", "tree"): exchange_costs.gather_tree_time_s,
+    ("sendrecv", "ring"): exchange_costs.sendrecv_ring_time_s,
+}
+
+
+@pytest.mark.parametrize("key", list(EXCHANGES), ids=lambda k: "-".join(k))
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 64])
+def test_exchanges_equal_their_closed_forms(key, n):
+    """The all-to-alls (the scattered one's queueing included), gather, scatter and send/recv; the
+    binomial trees exactly at powers of two and within their bound elsewhere. Data where small."""
+    collective, algorithm = key
+    size = 64 * n * 4
+    row, _ = simulate(flat(n), collective, algorithm, size, data=n <= 8)
+    assert row["wrong"] == (0 if n <= 8 else -1)
+    want = EXCHANGES[key](size, n, LINK)
+    if algorithm == "tree" and n & (n - 1):
+        assert want / 2 < row["time_us"] / 1e6 <= want
+    else:
+        assert row["time_us"] / 1e6 == pytest.approx(want, rel=1e-9)
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "hd", "rd"])
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 7, 12, 13])
 def test_with_data_results_are_exact_at_any_rank_count(algorithm, n):
@@ -245,9 +273,10 @@ def test_the_simulator_sends_what_a_real_multi_process_run_sends(runs_dir, colle
     """Every collective and algorithm, 6 ranks in 6 processes over ipc (uneven chunks, many
     segments, hier in 2 nodes of 3): each rank's posts, as its log records them, are the posts
     the simulated communicator makes, in the same order."""
-    n, count, segment_bytes, per_node = 6, 4 * 6 + 3, 8, 3
+    n, segment_bytes, per_node = 6, 8, 3
     algorithms = ALGORITHMS[collective]
-    size_bytes = 4 * count * (n if collective == "allgather" else 1)  # nccl-tests' size
+    size_bytes = 4 * (4 * n + 3) * (n if collective in PER_RANK else 1)  # nccl-tests' size
+    count = input_count(collective, size_bytes, 4, n)  # (all-to-all, scatter: whole blocks)
     sets = [f"params.collective={collective}", f"params.algorithm=[{','.join(algorithms)}]"]
     sets += [f"params.sizes=[{size_bytes}]", "params.iters=1", "params.warmup=0", "params.dtype=float32"]
     sets += [
@@ -373,6 +402,9 @@ def _end_times(
         ("allgather", "ring", [3, 8, 12]),
         ("allreduce", "rd", [2, 4, 8, 32]),
         ("allreduce", "hd", [2, 4, 8, 32]),
+        ("alltoall", "pairwise", [2, 3, 8, 12]),
+        ("alltoall", "bruck", [2, 3, 8, 12]),
+        ("sendrecv", "ring", [2, 5]),
     ],
 )
 @pytest.mark.parametrize("segment_bytes", [None, 48])
@@ -395,5 +427,7 @@ def test_folding_only_where_every_rank_has_the_same_timeline():
     assert symmetry(ring, "allreduce", "tree", 8 * 5, data=False) == 0  # the root is not like the others
     assert symmetry(flat(12), "allreduce", "hd", 12 * 5, data=False) == 0  # 4 ranks fold in first
     assert symmetry(flat(8, cores=2), "allreduce", "ring", 8 * 5, data=False) == 0  # shared CPUs
+    assert symmetry(ring, "alltoall", "bruck", 8 * 5, data=False) == ROTATION
+    assert symmetry(ring, "alltoall", "scattered", 8 * 5, data=False) == 0  # ports delay rank r by 2r
     two_kinds_of_link = Machine(2, 4, LINK, LINK)
     assert symmetry(two_kinds_of_link, "allreduce", "ring", 8 * 5, data=False) == 0

@@ -211,7 +211,7 @@ def test_the_report_has_every_table_and_the_plot(tmp_path):
     titles = [t.title for t in rep.tables]
     assert titles[0].startswith("data-parallel training, 4 ranks")
     assert [t.title.split(":")[0] for t in rep.tables[1:]] == [
-        "loss of the global batch (the modes start from the same weights)",
+        "loss of the global batch (every curve starts from the same weights)",
         "memory per rank",
         "step time",
     ]
@@ -309,3 +309,11 @@ def test_each_window_of_the_ddp_table_has_its_own_overlap(tmp_path):
     assert [r["steps"] for r in rows] == ["0-0", "1-1", "2-2", "3-3", "4-4"]
     assert [r["overlap_ours_pct"] for r in rows] == pytest.approx([0, 25, 50, 75, 100])
     assert [r["overlap_ddp_pct"] for r in rows] == pytest.approx([0, 20, 40, 60, 80])
+
+
+def test_one_mode_says_neither_per_mode_nor_that_modes_share_weights(tmp_path):
+    """`run train` trains one mode: its titles speak of it alone."""
+    results = [rank_result(r, ["bucketed"]) for r in range(4)]
+    rep = training_report.report(results, params_of(["bucketed"]), tmp_path)
+    titles = " ".join(t.title for t in rep.tables)
+    assert "per mode" not in titles and "modes start" not in titles and "same weights" not in titles

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from playground.config.scenario import TOP_KEYS
+from playground.core.argparser import OneLineParser
 from playground.core.errors import ScenarioError
 
 REPEATABLE = ("set", "measured")
@@ -36,11 +37,12 @@ def override_values(overrides: dict[str, Any], params: dict | None = None) -> di
     return values
 
 
-class RaisingParser(argparse.ArgumentParser):
-    """The command line's parser, raising a ScenarioError where the command would exit with status 2."""
+class RaisingParser(OneLineParser):
+    """The command line's parser, raising a ScenarioError with the line the command would print
+    before it exits with status 2."""
 
     def error(self, message: str):
-        raise ScenarioError(f"{self.prog.removeprefix('python -m playground ')}: {message}")
+        raise ScenarioError(self.one_line(message))
 
 
 def command_args(command: str, positional: list[str], keywords: dict[str, Any]) -> argparse.Namespace:

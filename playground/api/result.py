@@ -138,7 +138,7 @@ class Result(Mapping):
         console = Console(file=out, width=120, force_jupyter=False, force_terminal=False)
         console.print(self.headline(), highlight=False, markup=False)
         for t in self.tables:
-            render_table(Table(t.get("title", ""), t.get("rows") or [], t.get("columns")), console)
+            render_table(Table.from_dict(t), console)
         for line in [*self.notes, *(f"FAILED {f}" for f in self.failures)]:
             console.print(line, highlight=False, markup=False)
         return out.getvalue().rstrip()

@@ -8,8 +8,11 @@ definition of what a size means, what every rank sends and what the right answer
 
 Sizes follow nccl-tests so our table and theirs read the same way:
   allreduce, broadcast, reduce   size = the buffer (input = output) in bytes
-  allgather                      size = the total output; each rank contributes size / N
+  allgather, gather              size = the total output; each rank contributes size / N
   reduce_scatter                 size = the total input; each rank receives size / N
+  alltoall                       size = each rank's input (= its output): N blocks of size / N
+  scatter                        size = the root's input; each rank receives size / N
+  sendrecv                       size = the buffer each rank sends (and receives)
 A size that is not a whole number of elements (per rank, where it is split) is rounded down, as
 nccl-tests does; the row reports the bytes really moved.
 
@@ -22,18 +25,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from playground.collectives.bench_report import build_row
-from playground.collectives.check import COLLECTIVES, ROOT, busbw_factor, expected_output, pattern
+from playground.collectives.check import ROOT, SENTINEL, busbw_factor, expected_output, pattern
 from playground.collectives.ops import ReduceOp
 from playground.core.errors import ScenarioError, UsageError
 
 OPS = ("sum", "max", "min")
 DTYPES = ("float32", "float64", "int32", "int64")
+# What both workers run: every collective of ours but alltoallv (torch's all_to_all_single takes
+# split sizes, MPI has Alltoallv; neither is wired here yet).
+COLLECTIVES = (
+    "allreduce",
+    "allgather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "gather",
+    "scatter",
+    "sendrecv",
+)
 
 __all__ = [  # with ROOT and pattern from collectives.check: what every rank sends, and the root
     "COLLECTIVES",
     "DTYPES",
     "OPS",
     "ROOT",
+    "SENTINEL",
     "Layout",
     "bus_factor",
     "combine",
@@ -89,12 +106,13 @@ def validate(
 
 def layout(collective: str, size_bytes: int, nranks: int, dtype: str) -> Layout:
     itemsize = np.dtype(dtype).itemsize
-    if collective == "allgather":
-        per_rank = size_bytes // (itemsize * nranks)
+    per_rank = size_bytes // (itemsize * nranks)
+    if collective in ("allgather", "gather"):
         return Layout(collective, nranks, itemsize, per_rank, per_rank * nranks)
-    if collective == "reduce_scatter":
-        per_rank = size_bytes // (itemsize * nranks)
+    if collective in ("reduce_scatter", "scatter"):
         return Layout(collective, nranks, itemsize, per_rank * nranks, per_rank)
+    if collective == "alltoall":
+        return Layout(collective, nranks, itemsize, per_rank * nranks, per_rank * nranks)
     count = size_bytes // itemsize
     return Layout(collective, nranks, itemsize, count, count)
 
@@ -141,5 +159,6 @@ def combine(
         missing = [rank for rank, rec in enumerate(recs) if rec is None]
         if missing:
             raise UsageError(f"ranks {missing} reported nothing for size {lay.size_bytes}")
-        rows.append(build_row(lay.collective, recs, lay.size_bytes, lay.count, dtype, op, algorithm))
+        found = [rec for rec in recs if rec is not None]  # every rank's: none is missing
+        rows.append(build_row(lay.collective, found, lay.size_bytes, lay.count, dtype, op, algorithm))
     return rows

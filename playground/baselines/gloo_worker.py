@@ -4,7 +4,8 @@ Started by `playground.baselines.gloo` with RANK, WORLD_SIZE, MASTER_ADDR and MA
 env:// rendezvous torchrun uses). Tensors wrap numpy arrays (torch.from_numpy shares memory), so
 the shared timing loop and check in `measure` see the very buffers Gloo wrote. torch offers one
 form of each collective: all_reduce, broadcast and reduce in place (the form PyTorch DDP's bucket
-all-reduce uses), all-gather and reduce-scatter out of place; the other form's columns stay empty.
+all-reduce uses), all-gather, reduce-scatter, all_to_all_single, gather, scatter and the send/recv
+ring (batch_isend_irecv) out of place; the other form's columns stay empty.
 
     python -m playground.baselines.gloo_worker --spec JSON --out DIR
 """
@@ -19,6 +20,15 @@ from playground.baselines import common
 from playground.baselines.measure import Call, measure, parse_worker_args
 from playground.core.errors import UsageError
 from playground.launcher.procs import record_error
+
+OUT_OF_PLACE = (
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "gather",
+    "scatter",
+    "sendrecv",
+)  # torch's one form
 
 
 class GlooBackend:
@@ -46,12 +56,8 @@ class GlooBackend:
         src = self.torch.from_numpy(inp)
         out_np = np.empty(lay.out_count, dtype=inp.dtype)
         out = self.torch.from_numpy(out_np)
-        if c in ("allgather", "reduce_scatter"):
-            if inplace:
-                return None
-            if c == "allgather":
-                return Call(lambda: None, lambda: self.all_gather(out, src), lambda: out_np)
-            return Call(lambda: None, lambda: self.reduce_scatter(out, src, op=red), lambda: out_np)
+        if c in OUT_OF_PLACE:
+            return None if inplace else self._out_of_place(c, lay, src, out, out_np, red)
         if not inplace:
             return None
         reset = lambda: out.copy_(src)  # noqa: E731
@@ -64,6 +70,28 @@ class GlooBackend:
                 out_np if self.rank == common.ROOT else None
             )  # elsewhere the buffer holds nothing defined
             return Call(reset, lambda: dist.reduce(out, dst=common.ROOT, op=red), lambda: root_out)
+        raise UsageError(f"unknown collective {c!r}")
+
+    def _out_of_place(self, c: str, lay: common.Layout, src, out, out_np: np.ndarray, red) -> Call:
+        dist, nothing, result = self.dist, lambda: None, lambda: out_np
+        if c == "allgather":
+            return Call(nothing, lambda: self.all_gather(out, src), result)
+        if c == "reduce_scatter":
+            return Call(nothing, lambda: self.reduce_scatter(out, src, op=red), result)
+        if c == "alltoall":
+            return Call(nothing, lambda: dist.all_to_all_single(out, src), result)
+        at_root = self.rank == common.ROOT
+        if c == "gather":  # into the root's blocks of one tensor (views of it)
+            blocks = list(out.chunk(self.nranks)) if at_root else None
+            run = lambda: dist.gather(src, gather_list=blocks, dst=common.ROOT)  # noqa: E731
+            return Call(nothing, run, lambda: out_np if at_root else None)
+        if c == "scatter":
+            blocks = list(src.chunk(self.nranks)) if at_root else None
+            return Call(nothing, lambda: dist.scatter(out, scatter_list=blocks, src=common.ROOT), result)
+        if c == "sendrecv":
+            right, left = (self.rank + 1) % self.nranks, (self.rank - 1) % self.nranks
+            ops = [dist.P2POp(dist.isend, src, right), dist.P2POp(dist.irecv, out, left)]
+            return Call(nothing, lambda: [req.wait() for req in dist.batch_isend_irecv(ops)], result)
         raise UsageError(f"unknown collective {c!r}")
 
     def close(self) -> None:

@@ -39,9 +39,9 @@ class Call:
     """One prepared collective: `reset` restores its buffers, `run` is the timed part, `result` reads the
     output (None where the collective defines none: reduce on a rank other than the root, as ours)."""
 
-    reset: Callable[[], None]
-    run: Callable[[], None]
-    result: Callable[[], np.ndarray]
+    reset: Callable[[], object]
+    run: Callable[[], object]
+    result: Callable[[], np.ndarray | None]
 
 
 class Backend(Protocol):

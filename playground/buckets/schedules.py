@@ -19,7 +19,7 @@ def schedules(
     """(label, cap in MiB or None, buckets) for every strategy ("per_tensor": a cap of 0 bytes,
     "bucketed" once per cap in `bucket_mb`, "single": no cap), in the order given; caps are scaled
     like the tensors."""
-    out = []
+    out: list[tuple[str, float | None, list[Bucket]]] = []
     for s in strategies:
         if s == "per_tensor":
             out.append(("per-tensor", None, plan_buckets(tensor_bytes, 0)))

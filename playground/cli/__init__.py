@@ -1,6 +1,7 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos, serve."""
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -8,10 +9,15 @@ from playground.comm.registry import LAUNCHED
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_BAD_INPUT
 
+WIDE_HELP = "print each table in one piece at its full width, however wide the terminal (PLAYGROUND_WIDE=1)"
+
 
 def _cmd_run(args) -> int:
     from playground.config.scenario import load_scenario
     from playground.launcher.run import execute
+
+    if args.wide:
+        os.environ["PLAYGROUND_WIDE"] = "1"
 
     baseline = [f"params.baseline={args.baseline}"] if args.baseline else []
     scenario = load_scenario(
@@ -100,6 +106,12 @@ def _cmd_calibrate(args) -> int:
     return run_calibrate(args)
 
 
+def _cmd_serve(args) -> int:
+    from playground.commands.serve import run_serve
+
+    return run_serve(args)
+
+
 def _cmd_results(args) -> int:
     from playground.commands.results import run_results
 
@@ -155,6 +167,7 @@ def build_parser(
         "params.baseline=NAME",
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
+    r.add_argument("--wide", action="store_true", help=WIDE_HELP)
     r.set_defaults(func=_cmd_run)
 
     sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
@@ -207,6 +220,7 @@ def build_parser(
     from playground.commands.calibrate import add_calibrate_parser
     from playground.commands.chaos import add_chaos_parser
     from playground.commands.results import add_results_parser
+    from playground.commands.serve import add_serve_parser
     from playground.sim.command import add_simulate_parser
 
     add_bench_parser(sub, _cmd_bench)
@@ -214,6 +228,7 @@ def build_parser(
     add_calibrate_parser(sub, _cmd_calibrate)
     add_results_parser(sub, _cmd_results)
     add_chaos_parser(sub, _cmd_chaos)
+    add_serve_parser(sub, _cmd_serve)
 
     lec = sub.add_parser(
         "lecture",
@@ -255,7 +270,9 @@ def parse_args(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from playground.core.argparser import OneLineParser
+
+    args = parse_args(sys.argv[1:] if argv is None else argv, OneLineParser)
     try:
         return args.func(args)
     except ScenarioError as e:

@@ -196,17 +196,19 @@ def undocumented_fields(cls: type, prefix: str = "") -> list[str]:
 
 def builtin_scenarios() -> list[tuple[str, dict, type | None, object]]:
     """(name, raw YAML, Params class or None, node module) of every built-in scenario."""
-    from playground.config.scenario import builtin_dir, builtin_names, load_node
+    from playground.config.node import load_node
+    from playground.config.scenario import builtin_dir, builtin_names
 
     out = []
     for name in builtin_names():
         raw = yaml.safe_load((builtin_dir() / f"{name}.yaml").read_text()) or {}
-        module, _ = load_node(raw["node"])
-        out.append((name, raw, getattr(module, "Params", None), module))
+        node = load_node(raw["node"])
+        out.append((name, raw, node.contract.params, node.module))
     return out
 
 
 def scenario_reference() -> str:
+    from playground.config.node import contract_of
     from playground.config.scenario import Fault, Scenario
     from playground.core.topology import Link
 
@@ -234,7 +236,7 @@ def scenario_reference() -> str:
         out.append(f"## `{node}`: {names}\n")
         doc = (inspect.getdoc(module) or "").split("\n\n")[0]
         out.append(f"{_text(' '.join(doc.split()))}\n")
-        ranks = getattr(module, "RANKS", None)
+        ranks = contract_of(module).ranks
         out.append(
             _table(
                 ["scenario", "ranks", "what", "params it sets"],

@@ -1,4 +1,4 @@
-"""`algorithm: auto`: pick the all-reduce algorithm by message size and rank count.
+"""`algorithm: auto`: pick the all-reduce (and the all-to-all) algorithm by message size and rank count.
 
 Small messages are latency-bound, so the algorithm with the fewest sequential steps wins:
 recursive doubling (log2 p steps, + 2 when N is not a power of two) against the tree's
@@ -21,6 +21,8 @@ Checked again over shm at 1-8 MiB, 3 runs: at 4 ranks hd best at 1-4 MiB (4 MiB:
 the ring at 8 MiB (14858 against tree 18463).
 """
 
+from collections.abc import Sequence
+
 # Per rank count (up to and including `max_ranks`): (below this many bytes, use this), in order;
 # at or above the last bound, the ring.
 CROSSOVERS: tuple[tuple[int, tuple[tuple[int, str], ...]], ...] = (
@@ -38,3 +40,20 @@ def choose_allreduce(nbytes: int, n: int) -> str:
                     return algorithm
             return "ring"
     return "ring"
+
+
+# All-to-all without a model's picks: MPICH's rule (MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE 256 B and
+# MEDIUM_MSG_SIZE 32 KiB a block; Bruck only from 8 ranks), by the bytes of one block.
+BRUCK_BELOW_BLOCK_BYTES, SCATTERED_BELOW_BLOCK_BYTES, BRUCK_FROM_RANKS = 257, 32 << 10, 8
+
+
+def choose_alltoall(nbytes: int, n: int, picks: Sequence[tuple[int, str]] | None = None) -> str:
+    """The all-to-all algorithm for `nbytes` a rank puts in, on `n` ranks: the calibrated model's
+    pick where the communicator was given its table (`picks`: (from_bytes, algorithm) bands, from
+    sim/calibrated.py's `install_alltoall_picks`), else MPICH's rule."""
+    if picks:
+        return next((algorithm for start, algorithm in reversed(picks) if nbytes >= start), picks[0][1])
+    block = nbytes // max(1, n)
+    if block < BRUCK_BELOW_BLOCK_BYTES and n >= BRUCK_FROM_RANKS:
+        return "bruck"
+    return "scattered" if block < SCATTERED_BELOW_BLOCK_BYTES else "pairwise"

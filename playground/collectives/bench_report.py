@@ -15,15 +15,20 @@ has no bandwidth: algbw and busbw are None (JSON null, "-" in the table), never 
 
 Beside the measurement, `add_model_columns` puts the alpha-beta-gamma model's time for the same
 collective, algorithm (for `auto->rd`, the one auto ran), rank count and size (`model_us`, from
-`playground.models.costs`), measured / model (`vs_model`), and for all-reduce the algorithm the
-model would pick (`model_pick`); the table's title says where the model's link came from. With a
-calibration the caller passes `modelled` instead, which prices each row itself: the closed form on
+`playground.models.costs`), measured / model (`vs_model`), and for all-reduce and all-to-all the
+algorithm the model would pick (`model_pick`; the all-to-all's by the calibrated prices where there
+are); the table's title says where the model's link came from. With a calibration the caller passes `modelled` instead, which prices each row itself: the closed form on
 the calibrated link for the row's size, or, where ranks outnumber the calibrated cores and the
 closed forms (every rank a CPU of its own) do not hold, the simulator (`model_by` says which).
 """
 
-from playground.collectives.check import busbw_factor, describe_first_wrong, earliest_first_wrong
-from playground.collectives.registry import BY_KEY, best_algorithm, collective_time_s, names
+from playground.collectives.check import (
+    ONE_LINK_SHARE,
+    busbw_factor,
+    describe_first_wrong,
+    earliest_first_wrong,
+)
+from playground.collectives.registry import AUTO_FOR, BY_KEY, best_algorithm, collective_time_s, flat, names
 from playground.display.report import Report, Table
 from playground.models.calibration import ModelSource
 from playground.models.costs import Link
@@ -49,8 +54,15 @@ IN_PLACE_COLUMNS = {
 MODEL_COLUMNS = {"model_us": "model (us)", "vs_model": "measured/model"}
 PICK_COLUMN = {"model_pick": "model pick"}
 BY_COLUMN = {"model_by": "model by"}
+LEGEND = {  # the columns an nccl-tests reader cannot guess, said once under the table
+    "model_pick": "the all-reduce algorithm the model predicts fastest at this size and rank count",
+    "model_us": "the alpha-beta-gamma model's time for the row's algorithm and size (its link: the title)",
+    "vs_model": "time / model time: above 1 the run is slower than the model",
+    "model_by": "what priced the row: the closed form on the calibrated link, or the simulator where ranks "
+    "wait for cores",
+}
 FORMS = (("", "out of place"), ("ip_", "in place"))  # (column prefix, what it measures), nccl-tests' order
-FACTOR_TEXT = {"allreduce": "2(N-1)/N", "allgather": "(N-1)/N", "reduce_scatter": "(N-1)/N"}
+FACTOR_TEXT = {"allreduce": "2(N-1)/N", **dict.fromkeys(ONE_LINK_SHARE, "(N-1)/N")}
 
 
 def build_row(
@@ -97,8 +109,8 @@ def model_algorithm(collective: str, algorithm: str, size: int, num_ranks: int, 
     algorithm = algorithm.rpartition("->")[2]
     if (collective, algorithm) in BY_KEY:
         return algorithm
-    if collective == "allreduce":
-        return best_algorithm(size, num_ranks, link)
+    if collective in AUTO_FOR:
+        return best_algorithm(size, num_ranks, link, collective=collective)
     return names(collective, auto=False)[0]
 
 
@@ -129,8 +141,19 @@ def add_model_columns(
             extra["model_by"] = by
         if collective == "allreduce":
             extra["model_pick"] = best_algorithm(row["size"], num_ranks, link)
+        elif collective in AUTO_FOR:
+            extra["model_pick"] = _pick(collective, row["size"], num_ranks, link, modelled)
         out.append({**row, **extra})
     return out
+
+
+def _pick(collective: str, size: int, num_ranks: int, link: Link, modelled) -> str:
+    """The model's fastest algorithm of `collective` at `size`: by `modelled`'s prices where it has
+    them all (a calibration: closed form or simulator), else by the closed forms on `link`."""
+    prices = {a: modelled(a, size) for a in flat(collective)} if modelled is not None else {}
+    if not prices or any(p is None for p in prices.values()):
+        return best_algorithm(size, num_ranks, link, collective=collective)
+    return min(prices, key=lambda a: prices[a][0])
 
 
 def with_model_columns(columns: dict[str, str], collective: str, by: bool = False) -> dict[str, str]:
@@ -139,7 +162,7 @@ def with_model_columns(columns: dict[str, str], collective: str, by: bool = Fals
     out = {}
     for key, header in columns.items():
         out[key] = header
-        if key == "algorithm" and collective == "allreduce":
+        if key == "algorithm" and collective in AUTO_FOR:
             out.update(PICK_COLUMN)
     return {**out, **MODEL_COLUMNS, **(BY_COLUMN if by else {})}
 
@@ -178,11 +201,18 @@ def bench_report(
         data = {**(data or {}), "model": model.to_dict()}
     return Report(
         ok=not failures,
-        tables=[Table(title, rows, columns)],
+        tables=[nccl_table(title, rows, columns)],
         failures=failures,
         notes=closing_lines(rows),
         data=data or {},
     )
+
+
+def nccl_table(title: str, rows: list[dict], columns: dict[str, str]) -> Table:
+    """The nccl-tests table: a row is named by its size and algorithm, the model's columns
+    explained under it."""
+    legend = {k: v for k, v in LEGEND.items() if k in columns}
+    return Table(title, rows, columns, keys=("size", "algorithm"), legend=legend)
 
 
 def wrong_row_failures(rows: list[dict], collective: str, label=lambda r: "") -> list[str]:

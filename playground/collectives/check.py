@@ -1,8 +1,14 @@
 """Inputs with a closed-form answer, so every rank can check a collective without communicating.
 
-Rank r's input is a pattern of small integers ((7 i + 13 r) mod 17) - 8: every partial sum over up to
-64 ranks is exact in every dtype, so the result must equal numpy's bit for bit, whatever the
-reduction order.
+Rank r's input is a pattern of small integers ((7 i + 13 r) mod 17) - 8: over any 17 consecutive
+ranks element i takes every value from -8 to 8 once, so a partial sum over up to 68 ranks stays
+within +-144, exact in every dtype (bfloat16 holds every integer to 256), and the result must equal
+numpy's bit for bit, whatever the reduction order: nccl-tests' checks ask the same (exact sums in the
+element type; they allow 2 units in the last place only for a floating `avg`, which NCCL
+premultiplies and ours divides once: ops.py). The tolerance is 0.
+
+The blocks that move without reduction (all-to-all, gather, scatter, send/recv) are checked the
+same way: which rank's pattern, at which offset, each output element must hold.
 """
 
 from dataclasses import dataclass
@@ -10,54 +16,98 @@ from dataclasses import dataclass
 import numpy as np
 
 from playground.collectives.chunks import ChunkBounds
-from playground.collectives.ops import ReduceOp
+from playground.collectives.ops import ReduceOp, average_into
 from playground.collectives.registry import COLLECTIVES
+from playground.core import dtypes  # noqa: F401 - registers bfloat16 with numpy: "bfloat16" names it
 from playground.core.errors import UsageError
 
 ROOT = 0
-
-
 PERIOD = 17
+SENTINEL = 99  # in-place gather: what a block not gathered yet holds (no rank's pattern has it)
+PER_RANK = ("allgather", "gather")  # nccl-tests' size is the whole output: each rank puts in size / N
+WHOLE_BLOCKS = ("alltoall", "scatter")  # the input is N equal blocks: its count a multiple of N
+# nccl-tests' bus-bandwidth factors, (N-1)/N for these, 2(N-1)/N for all-reduce, 1 for the others
+ONE_LINK_SHARE = ("allgather", "reduce_scatter", "alltoall", "alltoallv", "gather", "scatter")
 
 
-def pattern(rank: int, count: int, dtype: str) -> np.ndarray:
-    """Rank `rank`'s input: ((7 i + 13 rank) mod 17) - 8 for i < count (periodic in i: built from
-    one period, which keeps a 1 GiB input cheap to make)."""
-    cycle = (((7 * np.arange(PERIOD) + 13 * rank) % PERIOD) - 8).astype(dtype)
+def pattern(rank: int, count: int, dtype, start: int = 0) -> np.ndarray:
+    """Elements start..start+count-1 of rank `rank`'s input: ((7 i + 13 rank) mod 17) - 8 (periodic
+    in i: built from one period, which keeps a 1 GiB input cheap to make)."""
+    i = start + np.arange(PERIOD)
+    cycle = (((7 * i + 13 * rank) % PERIOD) - 8).astype(dtype)
     return np.resize(cycle, count)
 
 
-def expected_result(size: int, count: int, dtype: str, op: ReduceOp) -> np.ndarray:
-    """The op-reduction over `size` ranks of their patterns of `count` elements (periodic too)."""
+def expected_result(size: int, count: int, dtype, op: ReduceOp) -> np.ndarray:
+    """The op-reduction over `size` ranks of their patterns of `count` elements (periodic too); avg
+    divides the sum by `size` once, in `dtype`, as the collectives do (ops.average_into)."""
     acc = pattern(0, PERIOD, "int64")
     for r in range(1, size):
         op.ufunc(acc, pattern(r, PERIOD, "int64"), out=acc)
-    return np.resize(acc.astype(dtype), count)
+    result = acc.astype(dtype)
+    if op.averages:
+        average_into(result, size)
+    return np.resize(result, count)
 
 
 def busbw_factor(collective: str, n: int) -> float:
     """nccl-tests' bus-bandwidth factor: what each link carries relative to algbw."""
     if collective == "allreduce":
         return 2 * (n - 1) / n
-    if collective in ("allgather", "reduce_scatter"):
+    if collective in ONE_LINK_SHARE:
         return (n - 1) / n
     return 1.0
 
 
 def input_count(collective: str, size_bytes: int, itemsize: int, n: int) -> int:
-    """Elements each rank passes in, with `size_bytes` as nccl-tests defines it for the collective."""
+    """Elements each rank passes in (out of place), with `size_bytes` as nccl-tests defines it for
+    the collective: rounded down to a multiple of N where the input is N equal blocks."""
     total = size_bytes // itemsize
-    return total // n if collective == "allgather" else total
+    if collective in PER_RANK:
+        return total // n
+    return total // n * n if collective in WHOLE_BLOCKS else total
+
+
+def reported_count(collective: str, count: int, n: int) -> int:
+    """A row's count as nccl-tests prints it, from each rank's input count: the whole output where
+    each rank puts in a part of it."""
+    return count * n if collective in PER_RANK else count
+
+
+def make_input(collective: str, rank: int, n: int, count: int, dtype, inplace: bool = False) -> np.ndarray:
+    """Rank `rank`'s input of `count` elements: its pattern; an in-place gather's is the whole
+    output, this rank's block in its place and `SENTINEL` elsewhere (nccl-tests' in-place layout)."""
+    if collective == "gather" and inplace:
+        buf = np.full(count * n, SENTINEL, dtype=dtype)
+        buf[rank * count : (rank + 1) * count] = pattern(rank, count, dtype)
+        return buf
+    return pattern(rank, count, dtype)
+
+
+def uneven_counts(n: int, count: int) -> list[list[int]]:
+    """The benchmark's alltoallv layout: row s holds what rank s sends each rank, adding up to `count`,
+    in shares of weight (s + 2 d) mod 3 (0, 1 or 2: zeros included, every row some non-zero)."""
+    out = []
+    for s in range(n):
+        weights = [(s + 2 * d) % 3 for d in range(n)] if n > 1 else [1]
+        total = sum(weights)
+        row = [count * w // total for w in weights]
+        row[weights.index(max(weights))] += count - sum(row)
+        out.append(row)
+    return out
 
 
 def expected_output(
-    collective: str, rank: int, n: int, count: int, dtype: str, op: ReduceOp
+    collective: str, rank: int, n: int, count: int, dtype, op: ReduceOp, counts=None
 ) -> np.ndarray | None:
-    """What rank `rank` must hold after the collective on inputs of `count` elements (None: nothing)."""
+    """What rank `rank` must hold after the collective on inputs of `count` elements (None: nothing).
+    In place the same holds (an in-place gather's input is N blocks: pass its block's count).
+    alltoallv's layout is `counts` (row s: what rank s sends each rank), else `uneven_counts`."""
     if collective == "allreduce":
         return expected_result(n, count, dtype, op)
-    if collective == "allgather":
-        return np.concatenate([pattern(r, count, dtype) for r in range(n)]) if n else pattern(0, 0, dtype)
+    if collective in PER_RANK:
+        gathered = np.concatenate([pattern(r, count, dtype) for r in range(n)]) if n else pattern(0, 0, dtype)
+        return gathered if collective == "allgather" or rank == ROOT else None
     if collective == "reduce_scatter":
         a, b = ChunkBounds(count, n)[rank]
         return expected_result(n, count, dtype, op)[a:b]
@@ -65,6 +115,17 @@ def expected_output(
         return pattern(ROOT, count, dtype)
     if collective == "reduce":
         return expected_result(n, count, dtype, op) if rank == ROOT else None
+    if collective == "alltoall":
+        c = count // n
+        return np.concatenate([pattern(s, c, dtype, start=rank * c) for s in range(n)])
+    if collective == "alltoallv":
+        rows = counts if counts is not None else uneven_counts(n, count)
+        return np.concatenate([pattern(s, rows[s][rank], dtype, start=sum(rows[s][:rank])) for s in range(n)])
+    if collective == "scatter":
+        c = count // n
+        return pattern(ROOT, c, dtype, start=rank * c)
+    if collective == "sendrecv":
+        return pattern((rank - 1) % n, count, dtype)
     raise UsageError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
 
 

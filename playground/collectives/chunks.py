@@ -73,6 +73,22 @@ def copy(x: np.ndarray) -> np.ndarray:
     return _copied(x) if is_phantom(x) else x.copy()
 
 
+def local_copy_cost(nbytes: int) -> None:
+    """What a local copy of `nbytes` costs a simulated host (nothing elsewhere): for a move of a
+    phantom, which moves nothing."""
+    if local_copy is not None and nbytes:
+        local_copy(nbytes)
+
+
+def copy_into(out: np.ndarray, x: np.ndarray) -> None:
+    """out[...] = x (same length): a local move of an algorithm's own block. Into a phantom it moves
+    nothing and costs, on a simulated host, what the copy would."""
+    if is_phantom(out) or is_phantom(x):
+        local_copy_cost(x.size * x.itemsize)
+        return
+    np.copyto(out, x)
+
+
 def work_buffer(x: np.ndarray, inplace: bool) -> np.ndarray:
     """The flat buffer an algorithm reduces into: a new copy of `x`, or with `inplace` `x`'s own
     memory (nccl-tests' in-place: the send and receive buffers are one)."""
@@ -120,3 +136,13 @@ def segment_bounds(start: int, stop: int, segment_elems: int) -> list[tuple[int,
 
 def segment_elems_for(segment_bytes: int, itemsize: int) -> int:
     return max(1, segment_bytes // max(1, itemsize))
+
+
+def packed_bounds(counts) -> tuple[tuple[int, int], ...]:
+    """[start, stop) of blocks of `counts` elements laid end to end (MPI's displacements of a packed
+    buffer: torch's split sizes); an all-to-all's equal blocks are `packed_bounds([c] * N)`."""
+    out, start = [], 0
+    for c in counts:
+        out.append((start, start + c))
+        start += c
+    return tuple(out)

@@ -148,50 +148,52 @@ def allreduce_halving_doubling(
 
     def core(new_rank: int, p: int) -> None:
         blocks = ChunkBounds(buf.size, p)
-
-        def span(block_range):
-            return blocks[block_range[0]][0], blocks[block_range[1] - 1][1]
-
         steps = halving_steps(new_rank, p)
         with comm.tracer.span("hd.reduce_scatter", CAT_PHASE, steps=len(steps)):
-            sent, forwards = False, []  # sent: this step's half went out during the step before
-            for k, (peer_new, send_blocks, keep_blocks) in enumerate(steps):
-                peer = old_rank(peer_new, comm.size)
-                send, keep = span(send_blocks), span(keep_blocks)
-                # what this rank, and what its peer, forwards
-                ahead: frozenset[tuple[int, int]] = frozenset()
-                theirs: frozenset[tuple[int, int]] = frozenset()
-                if k == 0 and len(steps) > 1:  # (later steps would need the orders of three steps to agree)
-                    next_peer, ahead_range = old_rank(steps[1][0], comm.size), span(steps[1][1])
-                    ahead = forwardable(keep, ahead_range, seg)
-                    theirs = forwardable(send, span(halving_steps(peer_new, p)[1][1]), seg)
-                if not ahead and not theirs:
-                    exchange(
-                        comm,
-                        buf,
-                        None if sent else send,
-                        peer,
-                        keep,
-                        peer,
-                        seg,
-                        op,
-                        TAG_HD,
-                        "hd.reduce_scatter",
-                    )
-                else:
-                    order = [] if sent else forwarding_order(send, theirs, seg)
-                    sends = [comm.isend(buf[a:b], peer, TAG_HD) for a, b in order]
-                    forwards += reduce_forwarding(comm, buf, keep, peer, seg, op, TAG_HD, ahead, next_peer)
-                    for req in sends:
-                        req.wait()
-                sent = bool(ahead)
-            for req in forwards:
-                req.wait()
+            _reduce_scatter(comm, buf, op, seg, blocks, new_rank, p)
         with comm.tracer.span("hd.all_gather", CAT_PHASE, steps=len(steps)):
             for peer_new, send_blocks, keep_blocks in reversed(steps):
                 peer = old_rank(peer_new, comm.size)
-                send, keep = span(keep_blocks), span(send_blocks)
+                send, keep = _span(blocks, keep_blocks), _span(blocks, send_blocks)
                 exchange(comm, buf, send, peer, keep, peer, seg, None, TAG_HD, "hd.all_gather")
 
     run_folded(comm, buf, op, seg, TAG_HD, "hd", core)
     return buf.reshape(x.shape)
+
+
+def _span(blocks: ChunkBounds, block_range: tuple[int, int]) -> tuple[int, int]:
+    """The elements of blocks [first, stop) of the buffer."""
+    return blocks[block_range[0]][0], blocks[block_range[1] - 1][1]
+
+
+def _reduce_scatter(
+    comm, buf: np.ndarray, op: ReduceOp, seg: int, blocks: ChunkBounds, new_rank: int, p: int
+) -> None:
+    """The halving steps of rank `new_rank` of the `p` that remain after folding: send one half,
+    reduce the other into `buf`. The first step forwards, segment by segment, what the second step
+    sends on (`forwarding`), so the second step's half goes out while the first is still arriving."""
+    steps = halving_steps(new_rank, p)
+    sent, forwards = False, []  # sent: this step's half went out during the step before
+    for k, (peer_new, send_blocks, keep_blocks) in enumerate(steps):
+        peer = old_rank(peer_new, comm.size)
+        send, keep = _span(blocks, send_blocks), _span(blocks, keep_blocks)
+        # what this rank, and what its peer, forwards
+        ahead: frozenset[tuple[int, int]] = frozenset()
+        theirs: frozenset[tuple[int, int]] = frozenset()
+        if k == 0 and len(steps) > 1:  # (later steps would need the orders of three steps to agree)
+            next_peer, ahead_range = old_rank(steps[1][0], comm.size), _span(blocks, steps[1][1])
+            ahead = forwardable(keep, ahead_range, seg)
+            theirs = forwardable(send, _span(blocks, halving_steps(peer_new, p)[1][1]), seg)
+        if not ahead and not theirs:
+            exchange(
+                comm, buf, None if sent else send, peer, keep, peer, seg, op, TAG_HD, "hd.reduce_scatter"
+            )
+        else:
+            order = [] if sent else forwarding_order(send, theirs, seg)
+            sends = [comm.isend(buf[a:b], peer, TAG_HD) for a, b in order]
+            forwards += reduce_forwarding(comm, buf, keep, peer, seg, op, TAG_HD, ahead, next_peer)
+            for req in sends:
+                req.wait()
+        sent = bool(ahead)
+    for req in forwards:
+        req.wait()

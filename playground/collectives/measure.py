@@ -14,8 +14,8 @@ import numpy as np
 import numpy.ma  # noqa: F401 - np.median imports it on first use: once here, before the fork, not in every rank
 
 from playground.collectives import ReduceOp, run_collective
-from playground.collectives.auto import choose_allreduce
-from playground.collectives.check import Tally, expected_output, input_count, pattern
+from playground.collectives.auto import choose_allreduce, choose_alltoall
+from playground.collectives.check import Tally, expected_output, input_count, make_input, reported_count
 from playground.tracing.trace import CAT_OP
 
 
@@ -26,8 +26,11 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
     itemsize = np.dtype(p.dtype).itemsize
     count = input_count(p.collective, size_bytes, itemsize, comm.size)
     op = ReduceOp.parse(p.op)
-    x = pattern(comm.rank, count, p.dtype)
-    want = expected_output(p.collective, comm.rank, comm.size, count, p.dtype, op) if p.check else None
+    counts = getattr(p, "counts", None)  # alltoallv's layout, if the scenario gives one
+    x = make_input(p.collective, comm.rank, comm.size, count, p.dtype, inplace)
+    want = (
+        expected_output(p.collective, comm.rank, comm.size, count, p.dtype, op, counts) if p.check else None
+    )
     tally = Tally(warmup=p.warmup)
     work = x.copy() if inplace else x  # in place: refilled with the input (untimed) before each call
     times_us = []
@@ -40,7 +43,7 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
         if timed:
             comm.barrier()
             t0_ns = clock_ns()
-        out = run_collective(comm, collective, work, op, algorithm, seg, inplace, per_node)
+        out = run_collective(comm, collective, work, op, algorithm, seg, inplace, per_node, counts)
         if timed:
             t1_ns = clock_ns()
             dur = (t1_ns - t0_ns) / 1000.0
@@ -63,18 +66,24 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
             tally.check(out, want, it)
         del out  # before the next call allocates its result: the peak stays one result
     comm.tracer.flush()
-    total = count * comm.size if p.collective == "allgather" else count
-    chosen = (
-        choose_allreduce(count * itemsize, comm.size)
-        if algorithm == "auto" and p.collective == "allreduce"
-        else ""
-    )
+    total = reported_count(p.collective, count, comm.size)
     return {
         "size": total * itemsize,
         "count": total,
-        "algorithm": algorithm + (f"->{chosen}" if chosen else ""),
+        "algorithm": algorithm + auto_choice(comm, p.collective, algorithm, count * itemsize),
         "median_us": float(np.median(times_us)),
         "mean_us": float(np.mean(times_us)),
         "min_us": float(np.min(times_us)),
         **(tally.record() if p.check else {"wrong": -1}),
     }
+
+
+def auto_choice(comm, collective: str, algorithm: str, size_bytes: int) -> str:
+    """'->rd': what `auto` ran at this size (its row's algorithm then reads 'auto->rd'); '' otherwise."""
+    if algorithm != "auto":
+        return ""
+    if collective == "allreduce":
+        return "->" + choose_allreduce(size_bytes, comm.size)
+    if collective == "alltoall":
+        return "->" + choose_alltoall(size_bytes, comm.size, getattr(comm, "alltoall_picks", None))
+    return ""

@@ -12,14 +12,21 @@ formula in `playground/models/costs.py`, and one `Algorithm(...)` line below.
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
+from playground.collectives.bruck import alltoall_bruck_into
+from playground.collectives.gather import gather_linear, gather_tree
 from playground.collectives.halving_doubling import allreduce_halving_doubling
 from playground.collectives.hierarchical import allreduce_hierarchical
+from playground.collectives.pairwise import alltoall_pairwise, pairwise_into
 from playground.collectives.recursive_doubling import allreduce_recursive_doubling
 from playground.collectives.ring import allgather_ring, allreduce_ring, reduce_scatter_ring
+from playground.collectives.scatter import scatter_linear, scatter_tree
+from playground.collectives.scattered import alltoall_scattered, scattered_into
+from playground.collectives.sendrecv import sendrecv_ring
 from playground.collectives.tree import allreduce_tree, broadcast_tree_into, reduce_tree_into
 from playground.core.errors import UsageError
-from playground.models import costs
+from playground.models import costs, exchange_costs
 from playground.models.costs import Link
 
 AUTO = "auto"
@@ -91,10 +98,66 @@ REGISTRY: tuple[Algorithm, ...] = (
         "broadcast", "tree", broadcast_tree_into, costs.broadcast_tree_time_s, "binomial tree from the root"
     ),
     Algorithm("reduce", "tree", reduce_tree_into, costs.reduce_tree_time_s, "binomial tree to the root"),
+    Algorithm(
+        "alltoall",
+        "pairwise",
+        alltoall_pairwise,
+        exchange_costs.alltoall_pairwise_time_s,
+        "pairwise exchange: N-1 steps, one block to rank+k and one from rank-k each",
+    ),
+    Algorithm(
+        "alltoall",
+        "bruck",
+        alltoall_bruck_into,
+        exchange_costs.alltoall_bruck_time_s,
+        "Bruck: ceil(log2 N) messages of about half the blocks each, for short blocks",
+    ),
+    Algorithm(
+        "alltoall",
+        "scattered",
+        alltoall_scattered,
+        exchange_costs.alltoall_scattered_time_s,
+        "every block sent at once (isend), received as it comes",
+    ),
+    Algorithm(
+        "alltoallv",
+        "pairwise",
+        pairwise_into,
+        exchange_costs.alltoall_pairwise_time_s,
+        "pairwise exchange of blocks of any length (counts per peer, zeros too)",
+    ),
+    Algorithm(
+        "alltoallv",
+        "scattered",
+        scattered_into,
+        exchange_costs.alltoall_scattered_time_s,
+        "every block of any length sent at once, received as it comes",
+    ),
+    Algorithm(
+        "gather", "linear", gather_linear, exchange_costs.gather_linear_time_s, "every rank sends to the root"
+    ),
+    Algorithm("gather", "tree", gather_tree, exchange_costs.gather_tree_time_s, "binomial tree to the root"),
+    Algorithm(
+        "scatter",
+        "linear",
+        scatter_linear,
+        exchange_costs.gather_linear_time_s,
+        "the root sends to every rank",
+    ),
+    Algorithm(
+        "scatter", "tree", scatter_tree, exchange_costs.gather_tree_time_s, "binomial tree from the root"
+    ),
+    Algorithm(
+        "sendrecv",
+        "ring",
+        sendrecv_ring,
+        exchange_costs.sendrecv_ring_time_s,
+        "each rank sends to rank+1 and receives from rank-1 at once",
+    ),
 )
 BY_KEY: dict[tuple[str, str], Algorithm] = {(a.collective, a.name): a for a in REGISTRY}
 COLLECTIVES: tuple[str, ...] = tuple(dict.fromkeys(a.collective for a in REGISTRY))
-AUTO_FOR = ("allreduce",)  # collectives whose `auto` picks an algorithm by size (collectives/auto.py)
+AUTO_FOR = ("allreduce", "alltoall")  # collectives whose `auto` picks by size (collectives/auto.py)
 
 
 def names(collective: str, auto: bool = True) -> tuple[str, ...]:
@@ -111,7 +174,27 @@ def all_names() -> tuple[str, ...]:
 def flat_allreduce() -> tuple[str, ...]:
     """The all-reduce algorithms that run on any flat set of ranks (not `hier`): what the model
     picks among and the simulator compares by default."""
-    return tuple(a.name for a in REGISTRY if a.collective == "allreduce" and not a.on_nodes)
+    return flat("allreduce")
+
+
+def flat(collective: str) -> tuple[str, ...]:
+    """`collective`'s algorithms that run on any flat set of ranks: what the model picks among."""
+    return tuple(a.name for a in REGISTRY if a.collective == collective and not a.on_nodes)
+
+
+# The registry's names as parameter types: a node's `Params` field of one takes exactly these names
+# (`build_params` reads the Literal at run time, and the reference lists them); to the type
+# checker, which cannot evaluate a Literal built from the table, they are strings.
+if TYPE_CHECKING:
+    CollectiveName = str
+    AlgorithmName = str
+    FlatAllreduceName = str
+    AllreduceChoice = str
+else:
+    CollectiveName = Literal[COLLECTIVES]
+    AlgorithmName = Literal[all_names()]  # any collective's algorithm, or auto
+    FlatAllreduceName = Literal[flat_allreduce()]
+    AllreduceChoice = Literal[(*flat_allreduce(), AUTO)]  # a flat all-reduce, or auto: the model picks
 
 
 def get(collective: str, algorithm: str) -> Algorithm:
@@ -140,14 +223,18 @@ def collective_time_s(
 
 
 def best_algorithm(
-    size_bytes: float, num_ranks: int, link: Link, algorithms: Iterable[str] | None = None
+    size_bytes: float,
+    num_ranks: int,
+    link: Link,
+    algorithms: Iterable[str] | None = None,
+    collective: str = "allreduce",
 ) -> str:
-    """The all-reduce algorithm the model predicts fastest (among `algorithms`, default the flat
-    ones); ties (within 1e-9 relative) go to the first listed, so the choice does not hang on
+    """The algorithm of `collective` the model predicts fastest (among `algorithms`, default the
+    flat ones); ties (within 1e-9 relative) go to the first listed, so the choice does not hang on
     rounding."""
     times = {
-        a: collective_time_s("allreduce", a, size_bytes, num_ranks, link)
-        for a in (flat_allreduce() if algorithms is None else algorithms)
+        a: collective_time_s(collective, a, size_bytes, num_ranks, link)
+        for a in (flat(collective) if algorithms is None else algorithms)
     }
     fastest = min(times.values())
     return next(a for a, t in times.items() if t <= fastest * (1 + 1e-9))

@@ -42,16 +42,19 @@ def exchange(
     tag: int,
     what: str,
     step: int | None = None,
+    source: np.ndarray | None = None,
 ) -> None:
-    """Send buf[send] to `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or
-    copy. `what` (and `step`, when the caller has steps) names the exchange in errors."""
+    """Send buf[send] (or `source`[send]: a buffer of its own, as an all-to-all's input is) to
+    `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or copy. `what` (and
+    `step`, when the caller has steps) names the exchange in errors."""
     sends: Sequence[PendingOp] = ()
     if send is not None:
+        src = buf if source is None else source
         a, b = send
         if b - a <= segment_elems:  # one message: the common case for small buffers, kept lean
-            sends = (comm.isend(buf[a:b], send_to, tag),)
+            sends = (comm.isend(src[a:b], send_to, tag),)
         else:
-            sends = [comm.isend(buf[a:b], send_to, tag) for a, b in segment_bounds(a, b, segment_elems)]
+            sends = [comm.isend(src[a:b], send_to, tag) for a, b in segment_bounds(a, b, segment_elems)]
     if recv is not None:
         ufunc = None if op is None else op.ufunc
         a, b = recv

@@ -220,6 +220,9 @@ class Grid:
     block). Collective over `comm` (one all-gather agrees on the three offsets)."""
 
     AXES = ("data", "pipeline", "tensor")
+    data: "Group"
+    pipeline: "Group"
+    tensor: "Group"
 
     def __init__(self, comm, data: int = 1, pipeline: int = 1, tensor: int = 1):
         self.shape = GridShape(data, pipeline, tensor)

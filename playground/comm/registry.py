@@ -5,12 +5,15 @@ the launched kinds (`LAUNCHED`); tests open in-process worlds of any kind with a
 (`comm/world.py`). Adding a transport is its module (the `Transport` protocol of transport.py) and
 one `TransportKind(...)` line below: `open_end(rank, world_size, places)` makes a rank's local end
 (its address goes into the rendezvous table; `end.connect(endpoints)` then gives the transport).
+The rest of the framework asks an entry what it can do (`uses_shm`, `pinnable`, `crosses_hosts`),
+never compares its name.
 
 `sim` is listed for its name and words; the simulator builds its own transports (playground/sim/).
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import zmq
 
@@ -36,7 +39,17 @@ class TransportKind:
     launched: bool  # a run can use it: `run --transport NAME`
     uses_zmq: bool = False  # its ends need a ZeroMQ context
     uses_shm: bool = False  # it keeps files in the run's /dev/shm directory
+    # its ranks poll their mailboxes on their own thread, with no I/O thread of the transport's: a
+    # rank with a CPU of its own gains (launch.rank_cpus pins it, join.open_end nudges it there)
+    pinnable: bool = False
     open_end: Callable[[int, int, Places], End] | None = None
+    # a rank's end when the run has emulated hosts (inside a host as itself, tcp across them);
+    # None: the kind is one host only, and a scenario with `hosts:` cannot use it
+    open_end_across_hosts: Callable[[int, int, Places], End] | None = None
+
+    @property
+    def crosses_hosts(self) -> bool:
+        return self.open_end_across_hosts is not None
 
 
 def _context(at: Places) -> zmq.Context:
@@ -46,6 +59,12 @@ def _context(at: Places) -> zmq.Context:
     return at.ctx
 
 
+def _zmq_end(kind: str) -> Callable[[int, int, Places], End]:
+    """The opener of a ZeroMQ end of ZmqEnd's `kind`: ipc, tcp, or ipc+tcp (ipc inside a host,
+    tcp across emulated hosts)."""
+    return lambda rank, size, at: ZmqEnd(_context(at), rank, kind, at.ipc_dir, at.master_addr, at.shm_dir)
+
+
 KINDS: tuple[TransportKind, ...] = (
     TransportKind(
         "ipc",
@@ -53,22 +72,23 @@ KINDS: tuple[TransportKind, ...] = (
         launched=True,
         uses_zmq=True,
         uses_shm=True,
-        open_end=lambda rank, size, at: ZmqEnd(
-            _context(at), rank, "ipc", at.ipc_dir, at.master_addr, at.shm_dir
-        ),
+        open_end=_zmq_end("ipc"),
+        open_end_across_hosts=_zmq_end("ipc+tcp"),
     ),
     TransportKind(
         "tcp",
         "ZeroMQ over TCP: any hosts (external launchers always use it)",
         launched=True,
         uses_zmq=True,
-        open_end=lambda rank, size, at: ZmqEnd(_context(at), rank, "tcp", at.ipc_dir, at.master_addr),
+        open_end=_zmq_end("tcp"),
+        open_end_across_hosts=_zmq_end("tcp"),
     ),
     TransportKind(
         "shm",
         "shared-memory mailboxes and rings, one host: no ZeroMQ in the data path",
         launched=True,
         uses_shm=True,
+        pinnable=True,
         open_end=lambda rank, size, at: ShmEnd(rank, size, at.shm_dir),
     ),
     TransportKind("local", "threads in one process, a queue per rank (fast tests)", launched=False),
@@ -76,4 +96,8 @@ KINDS: tuple[TransportKind, ...] = (
 )
 BY_NAME: dict[str, TransportKind] = {k.name: k for k in KINDS}
 LAUNCHED: tuple[str, ...] = tuple(k.name for k in KINDS if k.launched)
+if TYPE_CHECKING:  # a scenario's `transport:` type: a Literal of LAUNCHED at run time, a string to mypy
+    LaunchedKind = str
+else:
+    LaunchedKind = Literal[LAUNCHED]
 IN_PROCESS: tuple[str, ...] = tuple(k.name for k in KINDS if k.name != "sim")  # comm/world.py opens these

@@ -1,7 +1,8 @@
 """Encoding of data-plane message headers: pure functions, no sockets.
 
 A data message starts with a fixed-layout header: src u16, tag i32, kind u8, ndim u8, dtype as an
-8-byte string (numpy `dtype.str`), shape as i64 x ndim. `kind` says where the payload is:
+8-byte string (numpy's `dtype.str`, or the name of a type numpy has no letter for: bfloat16,
+core/dtypes.py), shape as i64 x ndim. `kind` says where the payload is:
 INLINE       the array's bytes follow the header in the same frame (small arrays: one frame is
              cheaper than two)
 ARRAY_FRAME  the array's bytes are the next frame (large arrays, sent zero-copy)
@@ -26,6 +27,7 @@ import struct
 
 import numpy as np
 
+from playground.core.dtypes import wire_name
 from playground.core.errors import WireError
 
 KIND_ARRAY_FRAME = 0
@@ -49,7 +51,7 @@ _SHAPE = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]
 def encode_header(src: int, tag: int, kind: int, dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     dt = _DTYPE_STRS.get(dtype)
     if dt is None:
-        dt = _DTYPE_STRS[dtype] = dtype.str.encode()
+        dt = _DTYPE_STRS[dtype] = wire_name(dtype)
     return _FIXED.pack(src, tag, kind, len(shape), dt) + _SHAPE[len(shape)].pack(*shape)
 
 
@@ -99,7 +101,7 @@ def _decode(
 
 
 def _parse_dtype(dt: bytes) -> np.dtype:
-    """A plain numpy dtype from its 8-byte `dtype.str`; never an object dtype (no pointers on the wire)."""
+    """A plain numpy dtype from its 8-byte `dtype.str` (or name: `wire_name`); never an object dtype (no pointers on the wire)."""
     try:
         dtype = np.dtype(dt.rstrip(b"\0").decode("ascii"))
     except (TypeError, ValueError, UnicodeDecodeError, SyntaxError):

@@ -46,6 +46,12 @@ RING_MIN_BYTES = 64 * 1024  # on one host, arrays from here up go through a shar
 _U1 = np.dtype("u1")
 
 
+def as_bytes(x: np.ndarray) -> np.ndarray:
+    """`x` as a buffer ZeroMQ can take: itself, or its bytes where the buffer protocol has no letter
+    for its dtype (bfloat16's, from ml_dtypes)."""
+    return x.view(np.uint8) if x.dtype.kind == "V" else x
+
+
 class _Tracked:
     """A zero-copy send's completion: ZeroMQ's tracker says when the frame has left."""
 
@@ -106,7 +112,7 @@ class _FrameMessage(Message):
             sock, self.sock = self.sock, None
             # Lands in the caller's buffer: no extra copy. (An ndarray is a buffer; numpy's stubs say
             # so only from Python 3.12, where the buffer protocol got its Python-level type.)
-            self._check(sock.recv_into(out), sock)  # type: ignore[arg-type]
+            self._check(sock.recv_into(as_bytes(out)), sock)  # type: ignore[arg-type]
             return
         super().copy_into(out)
 
@@ -159,7 +165,7 @@ class ZmqTransport(PlainReserve):
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY_FRAME, x.dtype, x.shape), zmq.SNDMORE)
-        tracker = sock.send(x, copy=False, track=True)  # type: ignore[call-overload]  # as recv_into: a buffer
+        tracker = sock.send(as_bytes(x), copy=False, track=True)  # type: ignore[call-overload]  # a buffer
         return _Tracked(tracker)
 
     def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing:

@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 
 from playground.core.sizes import format_size
+from playground.models.band import BAND
+from playground.models.band import within as ratio_within
 
 SIZES = "4KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB"
 RANKS = (2, 3, 4, 5, 6, 7, 8)
 ALGOS = "ring,tree,hd,rd"
 TRANSPORTS = ("ipc", "shm")
-BAND = 0.25  # within 25%
 SIM_ROUNDS = 3  # simulations per transport, each row their median
 GAP_S = 300  # commands further apart than this were measured in another sitting
 
@@ -80,7 +81,7 @@ def median_simulation(runs: list[dict]) -> dict:
 
 def within(rows: list[dict], factor: float) -> int:
     """Rows whose simulated time is within `factor` of the measured one (1.25: 25%, both ways)."""
-    return sum(1 / factor <= r["ratio"] <= factor for r in rows)
+    return sum(ratio_within(r["ratio"], factor - 1) for r in rows)
 
 
 def summary(rows: list[dict]) -> list[str]:

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -29,11 +30,13 @@ from playground.collectives.bench_report import (
     FORMS,
     IN_PLACE_COLUMNS,
     add_model_columns,
+    nccl_table,
     with_model_columns,
     wrong_row_failures,
 )
 from playground.comm.registry import LAUNCHED
 from playground.config.scenario import load_scenario
+from playground.core.dtypes import DTYPES
 from playground.core.errors import ScenarioError
 from playground.core.rundir import Finished
 from playground.core.sizes import format_size, parse_size_range
@@ -46,9 +49,10 @@ def add_bench_parser(sub, func) -> None:
     b = sub.add_parser("bench", help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)")
     b.add_argument(
         "collective",
-        choices=[*ALGORITHMS, "p2p", "table", "copy", "compute"],
+        choices=[*ALGORITHMS, "p2p", "table", "copy", "serving", "speculative", "compute"],
         help="what to measure; `table`: the README's table, ours (ipc, shm) beside Gloo and MPICH; "
         "`copy`: the machine's copy bandwidth, one core and all, and the shm all-reduce's bound; "
+        "`serving`: the HTTP server under Poisson load; `speculative`: speculative decoding's speed-up; "
         "`compute`: a training rank's forward + backward, ours against torch's, and where our time goes",
     )
     b.add_argument("--ranks", "-n", type=int, default=None, help="rank processes (default 8; p2p: 2)")
@@ -61,8 +65,8 @@ def add_bench_parser(sub, func) -> None:
     )
     b.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
     b.add_argument("--transport", choices=LAUNCHED, default="ipc")
-    b.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
-    b.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
+    b.add_argument("--dtype", "-d", choices=DTYPES, default="float32")
+    b.add_argument("--op", "-o", choices=["sum", "avg", "max", "min"], default="sum")
     b.add_argument(
         "--iters",
         "-i",
@@ -101,6 +105,11 @@ def add_bench_parser(sub, func) -> None:
     )
     b.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     b.add_argument("--out", default="runs", help="directory for run directories")
+    b.add_argument(
+        "--wide",
+        action="store_true",
+        help="print each table in one piece at its full width (PLAYGROUND_WIDE=1)",
+    )
     t = b.add_argument_group("table")
     t.add_argument(
         "--rounds", type=int, default=None, help="table, compute: alternating rounds (default 3; compute: 5)"
@@ -119,7 +128,7 @@ def add_bench_parser(sub, func) -> None:
     c = b.add_argument_group("compute")
     c.add_argument(
         "--scenarios",
-        default="train-modes,train-large",
+        default=None,
         help="compute: the training scenarios whose shapes to run (default train-modes,train-large)",
     )
     b.add_argument(
@@ -129,6 +138,9 @@ def add_bench_parser(sub, func) -> None:
         metavar="KEY=VALUE",
         help="any other scenario key, as for `run` (e.g. fault.rank=1 fault.action=corrupt)",
     )
+    from playground.commands.bench_serving import add_serving_arguments
+
+    add_serving_arguments(b)
     b.set_defaults(func=func)
 
 
@@ -139,13 +151,38 @@ def _sizes(text: str, step: int) -> list[int]:
         raise ScenarioError(f"--sizes {text!r}: {e}") from None
 
 
+# flags of some forms of `bench` only: flag -> (its argument's name, {form: its default there})
+FORM_FLAGS = {
+    "--rounds": ("rounds", {"table": 3, "compute": 5}),
+    "--rank-counts": ("rank_counts", {"table": "2,4,8", "copy": "2,4,8", "compute": "1,2,4"}),
+    "--systems": ("systems", {"table": None, "compute": None}),
+    "--scenarios": ("scenarios", {"compute": "train-modes,train-large"}),
+}
+
+
+def check_form_flags(args) -> None:
+    """A flag of another form of `bench` is bad input, not a flag silently ignored; the given
+    form's own flags get their defaults."""
+    for flag, (name, defaults) in FORM_FLAGS.items():
+        if args.collective not in defaults and getattr(args, name) is not None:
+            raise ScenarioError(
+                f"{flag}: only for bench {' and bench '.join(defaults)}, not bench {args.collective}"
+            )
+        if args.collective in defaults and getattr(args, name) is None:
+            setattr(args, name, defaults[args.collective])
+
+
 def run_bench(args) -> int:
-    compute = args.collective == "compute"
-    if args.rounds is None:
-        args.rounds = 5 if compute else 3
-    if args.rank_counts is None:
-        args.rank_counts = "1,2,4" if compute else "2,4,8"
-    if compute:
+    check_form_flags(args)
+    if args.wide:
+        os.environ["PLAYGROUND_WIDE"] = "1"
+    if args.collective in ("serving", "speculative"):
+        from playground.commands import bench_serving
+
+        return (bench_serving.run_serving if args.collective == "serving" else bench_serving.run_speculative)(
+            args
+        )
+    if args.collective == "compute":
         from playground.commands.compute_bench import run_compute
 
         return run_compute(args)
@@ -167,6 +204,7 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
     from playground.launcher.run import execute
 
     console = console or make_console()
+    check_form_flags(args)
     args.iters = 20 if args.iters is None else args.iters
     args.warmup = 5 if args.warmup is None else args.warmup
     if args.collective == "p2p":
@@ -198,14 +236,21 @@ def benchmark(args, console: Console | None = None, start_method: str = "fork") 
         sets[f"params.link={json.dumps(args.link)}"] = "--link"
     sets.update({text: f"--set {text}" for text in args.set})
     scenario = load_scenario(
-        "bench", ranks=args.ranks or 8, transport=args.transport, overrides=list(sets), said=sets
+        "bench",
+        ranks=8 if args.ranks is None else args.ranks,
+        transport=args.transport,
+        overrides=list(sets),
+        said=sets,
     )
     if baselines:
         from playground.baselines import BASELINES
+        from playground.baselines import COLLECTIVES as BASELINE_COLLECTIVES
 
         for name in baselines:
             if name not in BASELINES:
                 raise ScenarioError(f"--baseline {name!r}: allowed: {', '.join(BASELINES)}")
+        if args.collective not in BASELINE_COLLECTIVES:
+            raise ScenarioError(f"--baseline: the baselines run {', '.join(BASELINE_COLLECTIVES)}")
     finished = execute(scenario, Path(args.out), console=console, start_method=start_method)
     if finished.code != 0 or not baselines:
         _plot(finished.result, [], console)
@@ -254,7 +299,7 @@ def _run_baselines(args, scenario, sizes, baselines, result, console: Console) -
             "ours (best algorithm per size and form) against each baseline, out of place against out of "
             "place and in place against in place: x_B = B's time / ours (above 1: ours is faster)"
         )
-        render_table(Table(title, comparison), console)
+        render_table(Table(title, comparison, keys=("size", "form")), console)
         result["baseline_rows"] = extra_rows
         result["comparison"] = comparison
         if failed:
@@ -270,9 +315,9 @@ def baseline_table(collective: str, ranks: int, rows: list[dict], model: dict | 
     title = f"{collective} baselines, {ranks} ranks (a form the library does not offer: -)"
     columns = {**COLUMNS, **IN_PLACE_COLUMNS} if any("ip_time_us" in r for r in rows) else COLUMNS
     if not model:
-        return Table(title, rows, columns)
+        return nccl_table(title, rows, columns)
     link = Link(model["alpha_s"], model["beta_bytes_per_s"], model["gamma_bytes_per_s"] or math.inf)
-    return Table(
+    return nccl_table(
         f"{title}\n{model['caption']}; a baseline's row is modelled with the model's pick",
         add_model_columns(rows, collective, ranks, link),
         with_model_columns(columns, collective),
@@ -331,6 +376,10 @@ def _run_p2p(args, execute) -> Finished:
         **{text: f"--set {text}" for text in args.set},
     }
     scenario = load_scenario(
-        "pingpong", ranks=args.ranks or 2, transport=args.transport, overrides=list(sets), said=sets
+        "pingpong",
+        ranks=2 if args.ranks is None else args.ranks,
+        transport=args.transport,
+        overrides=list(sets),
+        said=sets,
     )
     return execute(scenario, Path(args.out))

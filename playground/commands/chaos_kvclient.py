@@ -8,10 +8,20 @@ stderr and exit 1: the server silent for the timeout (WaitTimeout), or requests 
 """
 
 import argparse
+import re
 import sys
 
 from playground.core.errors import PlaygroundError
 from playground.kvcache.server.client import KVClient
+
+ERROR_LINE = re.compile(r"^error: (\w+): ", re.MULTILINE)
+
+
+def error_kind(stderr: str) -> str | None:
+    """The error class a client failed with, read from its one line `error: <class>: <message>`
+    (what `main` prints for a PlaygroundError); None when there is no such line."""
+    found = ERROR_LINE.search(stderr)
+    return found[1] if found else None
 
 
 def main(argv=None) -> int:

@@ -13,7 +13,6 @@ scheduler, and the count of Python-level calls is exact, whatever else runs on t
     python -m playground.commands.hotpath --ranks 8 --algo tree --size 4KiB --transport ipc
 """
 
-import argparse
 import cProfile
 import pstats
 import shutil
@@ -28,6 +27,7 @@ from playground.collectives import ReduceOp, allreduce
 from playground.comm.communicator import Communicator
 from playground.comm.registry import BY_NAME, IN_PROCESS
 from playground.comm.world import open_world
+from playground.core.argparser import OneLineParser
 from playground.core.sizes import parse_size
 from playground.tracing.trace import Tracer
 
@@ -124,9 +124,7 @@ def python_calls(stats: pstats.Stats, calls: int, ranks: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m playground.commands.hotpath", description=__doc__.split("\n\n")[0]
-    )
+    ap = OneLineParser(prog="python -m playground.commands.hotpath", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--size", default="8", help="bytes of float32 per rank (default 8)")
     ap.add_argument("--algo", default="rd", help="all-reduce algorithm (default rd)")

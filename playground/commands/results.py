@@ -6,6 +6,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 
 - collectives.md: `bench table`: ours over ZeroMQ and over shared memory against Gloo and MPICH,
   alternating rounds, medians and min-max, speed ratios.
+- alltoall.md: `bench alltoall|gather|scatter|sendrecv --baseline gloo,mpi` over shared memory at
+  2, 4 and 8 ranks; the calibrated model's all-to-all pick against the fastest measured, and the
+  Bruck/pairwise crossover, on real ranks and in the simulator to 1024 ranks (`alltoall_results`).
 - simulator.md: one `calibrate`, `--rounds` rounds of `bench allreduce` at 2-8 ranks over ipc and
   shm, and `simulate --link calibration.json --measured ...`: every row simulated from the one
   calibration beside its measured median, the rows within 25% and 2x, a plot; and the simulator's own
@@ -25,7 +28,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   contiguous at two row sizes, decode throughput vs batch beside the decode-step model, `run train`
   then `run serving` (the trained model's text, the steps' split, paging's gain predicted and
   measured), paging's throughput on a weight-bound model (serving-throughput), n samples forked vs
-  copied, a shared system prompt with prefix caching.
+  copied, a shared system prompt with prefix caching; then `serve` under Poisson load (`bench
+  serving`: latency against load, the knee beside M/D/1 and the batched model), chunked prefill
+  against prefill-first (`bench serving --workload mixed`), speculative decoding (`bench speculative`).
 - parallelism.md: `run train-pipeline` at 2 and 4 stages, GPipe and 1F1B over 1-16 micro-batches:
   the bubble against its formula and model, the activations held against theirs, torch's
   pipelining schedules beside ours (`parallelism_results`).
@@ -35,7 +40,7 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
   detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
 
-The pages with model columns (collectives, labs, steptime, parallelism) read one calibration:
+The pages with model columns (collectives, alltoall, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
 `calibrate` measures first into the work directory (`calibration_for_models`); each page says which.
 
@@ -56,7 +61,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from playground.commands import accuracy
+from playground.commands import accuracy, alltoall_results
 from playground.commands.chaos_results import chaos_section
 from playground.commands.compute_bench import compute_section
 from playground.commands.parallelism_results import parallelism
@@ -176,38 +181,78 @@ def _serving(ctx: Context) -> str:
         sets = [*(quick if ctx.quick else full).get(scenario, []), *extra]
         ctx.run("run", scenario, "--out", str(runs), *(a for s in sets for a in ("--set", s)), timeout_s=3600)
         parts.append(f"## {title}\n\n" + result_markdown(ctx.latest(runs)))
+    parts += _serving_load(ctx, runs)
     return "\n".join(parts)
 
 
+def _serving_load(ctx: Context, runs: Path) -> list[str]:
+    """The trained model over HTTP under Poisson load (the knee beside the queueing models), chunked
+    prefill against prefill-first on long and short prompts, speculative decoding at batch 1-16."""
+    requests = ["--requests", "20"] if ctx.quick else []
+    steps = [
+        ("The trained model over HTTP under Poisson load: latency against load", ["serving", *requests]),
+        (
+            "Chunked prefill against prefill-first: long and short prompts mixed",
+            ["serving", "--workload", "mixed", *requests],
+        ),
+        (
+            "Speculative decoding (prompt lookup) at batch 1, 4, 16",
+            ["speculative", "--iters", str(ctx.rounds)],
+        ),
+    ]
+    parts = []
+    for title, args in steps:
+        ctx.run("bench", *args, "--out", str(runs), timeout_s=3600)
+        parts.append(f"## {title}\n\n" + result_markdown(ctx.latest(runs)))
+    return parts
+
+
+PAGE_COLUMNS = 110  # characters of a table on a results page (the page is 1440 px wide at most)
+
+
 def result_markdown(run_dir: Path) -> str:
-    """A run's tables and notes as markdown (what its summary printed)."""
-    from playground.display.report import format_cell
+    """A run's tables and notes as markdown (what its summary printed); a table too wide for the
+    page is cut into parts as the terminal cuts it, its legend under its last part."""
+    from playground.display.report import Table, format_cell, legend_lines, table_parts
 
     result = json.loads((run_dir / "result.json").read_text())
     out = []
     for t in result.get("tables") or []:
         if not t["rows"]:
             continue
-        columns = t.get("columns") or {k: k for k in t["rows"][0]}
-        out += [
-            f"**{t['title']}**\n",
-            "| " + " | ".join(columns.values()) + " |",
-            "|" + "---|" * len(columns),
-        ]
-        out += ["| " + " | ".join(format_cell(r.get(k)) for k in columns) + " |" for r in t["rows"]]
-        out.append("")
+        table = Table.from_dict(t)
+        columns = table.columns or {k: k for k in table.rows[0]}
+        for part in table_parts(table, PAGE_COLUMNS):
+            out += [
+                f"**{part.title}**\n",
+                "| " + " | ".join(columns[k] for k in part.keys) + " |",
+                "|" + "---|" * len(part.keys),
+            ]
+            out += ["| " + " | ".join(format_cell(r.get(k)) for k in part.keys) + " |" for r in table.rows]
+            out.append("")
+        out += [f"*{line.partition(': ')[0]}*: {line.partition(': ')[2]}  " for line in legend_lines(table)]
+        out += [""] if table.legend else []
     out += [f"- {n}" for n in result.get("notes") or []]
     return "\n".join(out) + "\n"
 
 
 SECTIONS = [
     Section("collectives", "collectives.md", "Collectives against Gloo and MPICH", _collectives, 2, 12, True),
+    Section(
+        "alltoall",
+        "alltoall.md",
+        "All-to-all, gather, scatter and send/recv against Gloo, MPICH and the model",
+        alltoall_results.section,
+        5,
+        45,
+        True,
+    ),
     Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
     Section("compute", "compute.md", "A training rank's compute against PyTorch", compute_section, 1.5, 5),
     Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4, True),
-    Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 3, 12),
+    Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 5, 20),
     Section(
         "parallelism",
         "parallelism.md",
@@ -264,6 +309,11 @@ def machine_header(commands: list[str], started: float, loads: tuple[float, floa
     )
 
 
+# MkDocs Material's front matter on every results page: no table of contents beside the tables of
+# figures, which then get the page's whole width (docs/stylesheets/extra.css widens the page itself).
+PAGE_FRONT = "---\nhide:\n  - toc\n---\n\n"
+
+
 def run_results(
     sections: str | None,
     quick: bool,
@@ -281,13 +331,13 @@ def run_results(
         )
     if rounds < 1:
         raise ScenarioError(f"--rounds {rounds}: expected at least 1")
+    if max_minutes is not None and not max_minutes > 0:
+        raise ScenarioError(f"--max-minutes {max_minutes}: expected minutes > 0")
     console = Console(stderr=True, highlight=False)
     minutes = sum(s.quick_minutes if quick else s.full_minutes for s in chosen)
     console.print(
         f"results: {', '.join(s.name for s in chosen)}: about {minutes:.0f} min here; keep the machine quiet"
     )
-    if max_minutes is not None and not max_minutes > 0:
-        raise ScenarioError(f"--max-minutes {max_minutes}: expected minutes > 0")
     out.mkdir(parents=True, exist_ok=True)
     earlier = sorted(p for p in work.glob("*-results*") if p.is_dir()) if resume else []
     work_dir = earlier[-1] if earlier else make_run_dir(work, "results")
@@ -311,7 +361,7 @@ def run_results(
             header = machine_header(commands, started, (load0, os.getloadavg()[0]))
             if s.models:
                 header += f"\n{models_line}\n"
-            (out / s.page).write_text(f"# {s.title}\n\n{header}\n{body}")
+            (out / s.page).write_text(f"{PAGE_FRONT}# {s.title}\n\n{header}\n{body}")
             console.print(f"written: {out / s.page}")
     finally:
         if named is None:
@@ -339,14 +389,15 @@ def add_results_parser(sub, func) -> None:
     r = sub.add_parser(
         "results",
         help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
-        description="Runs bench table, the simulator against measurements, the lecture, training against "
+        description="Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator "
+        "against measurements, the lecture, training against "
         "PyTorch DDP, a training rank's compute against torch's, the training step against its model, the serving lab, pipeline and tensor parallelism "
         "and chaos runs, one after the other, and writes docs/results/*.md headed by this machine; about "
-        "80 min (--quick: 20).",
+        "125 min (--quick: 25).",
     )
     r.add_argument(
         "--sections",
-        metavar="collectives,simulator,labs,training,compute,steptime,serving,parallelism,tensor,chaos",
+        metavar="collectives,alltoall,simulator,labs,training,compute,steptime,serving,parallelism,tensor,chaos",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

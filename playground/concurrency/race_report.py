@@ -66,7 +66,10 @@ def report(r: dict, p) -> Report:
         ok=not failed,
         tables=[
             Table(
-                f"{p.num_procs} processes x {p.increments:,} increments of one shared counter", rows, COLUMNS
+                f"{p.num_procs} processes x {p.increments:,} increments of one shared counter",
+                rows,
+                COLUMNS,
+                legend={"vs_no_lock": "this variant's time / the variant without a lock"},
             ),
             Table("Every interleaving of read / add / write (exhaustive)", inter, INTERLEAVING_COLUMNS),
         ],

@@ -24,7 +24,7 @@ def flatten(d, prefix: str = "") -> dict[str, object]:
     """{'params': {'iters': 3}} -> {'params.iters': 3}; lists stay values."""
     if not isinstance(d, dict):
         return {prefix: d}
-    out = {}
+    out: dict[str, object] = {}
     for k, v in d.items():
         key = f"{prefix}.{k}" if prefix else str(k)
         out.update(flatten(v, key) if isinstance(v, dict) and v else {key: v})

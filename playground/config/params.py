@@ -10,7 +10,7 @@ exception there is a bug in the node and surfaces as one.
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Literal, Union, get_args, get_origin
 
 from playground.core.errors import ParamError
@@ -25,22 +25,9 @@ from playground.core.sizes import (
     parse_rate,
     parse_size,
 )
+from playground.core.suggest import did_you_mean
 
 _PARSERS = {Size: parse_size, Rate: parse_rate, Duration: parse_duration}
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """The rank count a node runs on, declared once in its module and checked by the scenario
-    loader before any process starts: `RANKS = Ranks(1, "the cache lab measures one core")` makes
-    `--ranks 2` one line, "...: the cache lab measures one core, needs 1, got 2"."""
-
-    exactly: int
-    why: str
-
-    def check(self, ranks: int) -> None:
-        if ranks != self.exactly:
-            raise ParamError("ranks", f"{self.why}, needs {self.exactly}, got {ranks}")
 
 
 def describe_type(tp: Any) -> str:
@@ -82,56 +69,80 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
             return value
         raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
     if origin in (Union, types.UnionType):
-        if value is None and type(None) in get_args(tp):
-            return None
-        choices = [a for a in get_args(tp) if a is not type(None)]
-        if len(choices) == 1 and parses_itself(choices[0]):  # its own error says more
-            return coerce(choices[0], value, key)
-        for arg in get_args(tp):
-            if arg is type(None):
-                continue
-            try:
-                return coerce(arg, value, key)
-            except ParamError:
-                pass
-        raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
+        return _coerce_union(tp, value, key)
     if origin in (tuple, list):
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            value = [value]
-        if not isinstance(value, (list, tuple)):
-            raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
-        args = get_args(tp)
-        if origin is tuple and len(args) != 2 and args:
-            return tuple(
-                coerce(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
-            )
-        item = args[0] if args else Any
-        return tuple(coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value))
+        return _coerce_sequence(tp, value, key)
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise ParamError(key, f"expected a mapping, got {value!r}")
         return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ParamError(key, f"expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ParamError(key, f"expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ParamError(key, f"expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ParamError(key, f"expected a string, got {value!r}")
-    if dataclasses.is_dataclass(tp):
+    if tp in _SCALARS:
+        return _SCALARS[tp](value, key)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build_params(tp, value, prefix=f"{key}.")
     raise ParamError(key, f"unsupported parameter type {tp!r}")
+
+
+def _coerce_union(tp: Any, value: Any, key: str) -> Any:
+    """`X | Y | None`: None if allowed, else the first member the value converts to."""
+    if value is None and type(None) in get_args(tp):
+        return None
+    choices = [a for a in get_args(tp) if a is not type(None)]
+    if len(choices) == 1 and parses_itself(choices[0]):  # its own error says more
+        return coerce(choices[0], value, key)
+    for arg in choices:
+        try:
+            return coerce(arg, value, key)
+        except ParamError:
+            pass
+    raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
+
+
+def _coerce_sequence(tp: Any, value: Any, key: str) -> tuple:
+    """`tuple[X, ...]` (one value alone is a list of one), or a fixed `tuple[X, Y, Z]`."""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ParamError(key, f"expected {describe_type(tp)}, got {value!r}")
+    args = get_args(tp)
+    if get_origin(tp) is tuple and len(args) != 2 and args:
+        return tuple(coerce(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+    item = args[0] if args else Any
+    return tuple(coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+def _as_bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ParamError(key, f"expected true or false, got {value!r}")
+
+
+def _as_int(value: Any, key: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ParamError(key, f"expected an integer, got {value!r}")
+
+
+def _as_float(value: Any, key: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ParamError(key, f"expected a number, got {value!r}")
+
+
+def _as_str(value: Any, key: str) -> str:
+    if isinstance(value, str):
+        return value
+    raise ParamError(key, f"expected a string, got {value!r}")
+
+
+_SCALARS: dict[Any, Callable[[Any, str], Any]] = {
+    bool: _as_bool,
+    int: _as_int,
+    float: _as_float,
+    str: _as_str,
+}
 
 
 def build_params(cls: type, raw: dict | None, prefix: str = "") -> Any:
@@ -143,7 +154,10 @@ def build_params(cls: type, raw: dict | None, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(raw) - set(fields))
     if unknown:
-        raise ParamError(prefix + str(unknown[0]), f"unknown key; allowed: {', '.join(sorted(fields))}")
+        raise ParamError(
+            prefix + str(unknown[0]),
+            f"unknown key; {did_you_mean(unknown[0], fields)}allowed: {', '.join(sorted(fields))}",
+        )
     values = {name: coerce(hints[name], raw[name], prefix + name) for name in raw}
     try:
         return cls(**values)

@@ -85,10 +85,23 @@ VARIABLES: tuple[Variable, ...] = (
         "mkl package is installed, else numpy's own), numpy, or mkl",
     ),
     Variable(
+        "PLAYGROUND_WIDE",
+        "user",
+        "tables: `1` prints every table in one piece at its full width, however wide the terminal (`run "
+        "--wide` and `bench --wide` set it); otherwise a table wider than the terminal wraps its headers or "
+        "moves columns to a second table",
+    ),
+    Variable(
         "PLAYGROUND_REQUIRE_TOOLS",
         "CI",
         "tests: a test whose tool (MPICH, Slurm, Chromium, torch, root, the docs toolchain) is missing fails "
         "instead of skipping (.ci/run sets it)",
+    ),
+    Variable(
+        "PLAYGROUND_SKIPPED_TOOLS",
+        "CI",
+        "tests: a file each test that skipped for a missing tool adds its id to (.ci/run runs those again "
+        "once it has installed every tool)",
     ),
     Variable(
         "PLAYGROUND_ARTIFACTS", "tests", "tests: the browser test also copies its screenshot and page here"

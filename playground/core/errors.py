@@ -186,6 +186,15 @@ class UsageError(PlaygroundError, ValueError):
         super().__init__(f"{field}: {message}" if field else message)
 
 
+class RequestError(PlaygroundError, ValueError):
+    """A request a server refuses (an HTTP 4xx): `status`, the field it is about (`param`, "" for
+    the whole body) and a machine-readable `code`, as OpenAI's error bodies carry them."""
+
+    def __init__(self, message: str, *, param: str = "", status: int = 400, code: str = ""):
+        self.message, self.param, self.status, self.code = message, param, status, code
+        super().__init__(f"{param}: {message}" if param else message)
+
+
 class InvariantViolation(PlaygroundError, AssertionError):
     """A model's `check_invariants` found its own state inconsistent: a bug in the model, never
     bad input. An AssertionError too, so a test that checks invariants fails as on an assert."""

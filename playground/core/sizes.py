@@ -7,6 +7,7 @@ as a ParamError or ScenarioError naming the key or flag the value came from.
 """
 
 import re
+from typing import TYPE_CHECKING
 
 from playground.core.errors import UsageError
 
@@ -30,8 +31,22 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 ALLOWED_SIZE = "a byte count such as 8, 4096, 64KiB, 1MiB, 2GiB (K/M/G = 1000s, Ki/Mi/Gi = 1024s)"
 
 
-class Size(int):
-    """Annotation marker: a parameter holding a byte count parsed by `parse_size`."""
+if TYPE_CHECKING:
+    # To the type checker a parameter annotated Size, Rate or Duration holds the plain number
+    # `build_params` leaves in it; the classes below exist for `build_params` to tell them apart.
+    Size = int
+    Rate = int
+    Duration = float
+else:
+
+    class Size(int):
+        """Annotation marker: a parameter holding a byte count parsed by `parse_size`."""
+
+    class Rate(int):
+        """Annotation marker: a parameter holding a rate in bits per second, parsed by `parse_rate`."""
+
+    class Duration(float):
+        """Annotation marker: a parameter holding a duration in seconds, parsed by `parse_duration`."""
 
 
 def parse_size(value: int | str) -> int:
@@ -87,14 +102,6 @@ ALLOWED_DURATION = "a duration such as 0, 200us, 1.5ms, 2s (units ns, us, ms, s)
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 _PER_SECOND = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}  # divide: 200 / 1e6 is exactly 0.0002
 _NUMBER_UNIT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
-
-
-class Rate(int):
-    """Annotation marker: a parameter holding a rate in bits per second, parsed by `parse_rate`."""
-
-
-class Duration(float):
-    """Annotation marker: a parameter holding a duration in seconds, parsed by `parse_duration`."""
 
 
 def parse_rate(value: int | str) -> int:

@@ -130,9 +130,9 @@ def inside_calls(flows: list[Flow], chosen: list[Call]) -> list[Flow]:
     for call in chosen:
         for rank, w in call.windows.items():
             windows[rank].append(w)
-    for w in windows.values():
-        w.sort()
-    starts = {r: [a for a, _ in w] for r, w in windows.items()}
+    for spans in windows.values():
+        spans.sort()
+    starts = {r: [a for a, _ in spans] for r, spans in windows.items()}
 
     def within(rank: int, t: float) -> bool:
         i = bisect.bisect_right(starts.get(rank, []), t) - 1
@@ -201,6 +201,48 @@ def lamport_ticks(flows: list[Flow]) -> tuple[list[int], list[int], list[int]]:
     return send_tick, recv_tick, chain
 
 
+class _Extent:
+    """Where a window [lo, hi] of a rank lies: in logical time from its first to its last event
+    drawn (half a tick around them), in real time the window, cut to what is drawn."""
+
+    def __init__(self, points: dict[int, list[tuple[float, float]]], logical: bool, t0: float, t_end: float):
+        self.points, self.logical, self.t0, self.t_end = points, logical, t0, t_end
+
+    def __call__(self, rank: int, lo: float, hi: float) -> tuple[float, float] | None:
+        if self.logical:
+            inside = [y for t, y in self.points[rank] if lo <= t <= hi]
+            return (min(inside) - 0.5, max(inside) + 0.5) if inside else None
+        lo, hi = max(lo, self.t0), min(hi, self.t_end)
+        return (lo - self.t0, hi - self.t0) if lo < hi else None
+
+
+def _bands(chosen: list[Call], extent: _Extent) -> list[Band]:
+    """A band across the lanes for each timed operation, over what its ranks drew inside it."""
+    bands = []
+    for call in chosen:
+        spans = [s for rank, (lo, hi) in call.windows.items() if (s := extent(rank, lo, hi))]
+        if spans:
+            y0, y1 = min(s[0] for s in spans), max(s[1] for s in spans)
+            bands.append(Band(y0, y1, call.name, call_detail(call.args)))
+    return bands
+
+
+def _bars(
+    events_by_rank: dict[int, list[dict]], chosen: list, ops: str | None, extent: _Extent
+) -> list["Bar"]:
+    """A bar on its rank's lane for each phase span drawn (with `ops`, only inside the operations)."""
+    windows = [(rank, w) for c in chosen for rank, w in c.windows.items()]
+    bars = []
+    for rank, events in sorted(events_by_rank.items()):
+        for e in events:
+            lo, hi = e["ts"], e["ts"] + e["dur"]
+            if e.get("cat") != CAT_PHASE or (s := extent(rank, lo, hi)) is None:
+                continue
+            if ops is None or any(r == rank and a <= lo <= b for r, (a, b) in windows):
+                bars.append(Bar(rank, *s, e["name"]))
+    return bars
+
+
 def call_detail(args: dict) -> str:
     """'ring 1 KiB' from an op event's args (what the collective node and the simulator record)."""
     parts = [str(args["algorithm"])] if args.get("algorithm") else []
@@ -240,31 +282,9 @@ def layout(
         arrows.append(Arrow(f.src, f.dst, y0, y1, f.tag, f.seq, nbytes, message_label(f.tag, nbytes)))
     for pts in points.values():
         pts.sort()
-
-    def extent(rank: int, lo: float, hi: float) -> tuple[float, float] | None:
-        """Where a window [lo, hi] of a rank lies: in logical time from its first to its last
-        event drawn (half a tick around them), in real time the window, cut to what is drawn."""
-        if logical:
-            inside = [y for t, y in points[rank] if lo <= t <= hi]
-            return (min(inside) - 0.5, max(inside) + 0.5) if inside else None
-        lo, hi = max(lo, t0), min(hi, t_end)
-        return (lo - t0, hi - t0) if lo < hi else None
-
-    bands = []
-    for call in chosen if drawn else []:
-        spans = [s for rank, (lo, hi) in call.windows.items() if (s := extent(rank, lo, hi))]
-        if spans:
-            y0, y1 = min(s[0] for s in spans), max(s[1] for s in spans)
-            bands.append(Band(y0, y1, call.name, call_detail(call.args)))
-    windows = [(rank, w) for c in chosen for rank, w in c.windows.items()]
-    bars = []
-    for rank, events in sorted(events_by_rank.items()) if drawn else []:
-        for e in events:
-            lo, hi = e["ts"], e["ts"] + e["dur"]
-            if e.get("cat") != CAT_PHASE or (s := extent(rank, lo, hi)) is None:
-                continue
-            if ops is None or any(r == rank and a <= lo <= b for r, (a, b) in windows):
-                bars.append(Bar(rank, *s, e["name"]))
+    extent = _Extent(points, logical, t0, t_end)
+    bands = _bands(chosen, extent) if drawn else []
+    bars = _bars(events_by_rank, chosen, ops, extent) if drawn else []
     rows = max(recv_tick, default=0)
     y_max = float(rows) if logical else t_end - t0
     return Layout(

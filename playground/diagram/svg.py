@@ -12,6 +12,7 @@ crosses every other arrow of its step) finds room between the others' labels.
 
 import math
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
@@ -119,6 +120,7 @@ def place_label(x0: float, y0: float, x1: float, y1: float, text: str, taken: Ta
             if hit == 0:
                 taken.add(box)
                 return box
+    assert best is not None  # ALONG and ACROSS_PX are not empty
     taken.add(best[1])
     return best[1]
 
@@ -142,7 +144,7 @@ def _wrap(text: str, width_px: float) -> list[str]:
     return textwrap.wrap(text, max(int(width_px / CHAR_PX), 20))
 
 
-def render_svg(lay: Layout, title: str, notes: list[str] = ()) -> str:
+def render_svg(lay: Layout, title: str, notes: Sequence[str] = ()) -> str:
     """The SVG text of a layout: lanes, bands, phase bars, one `<g class="message">` per arrow."""
     n = len(lay.ranks)
     width = max(LEFT_PX + LANE_PX * n + RIGHT_PX, 560)
@@ -200,12 +202,13 @@ def render_svg(lay: Layout, title: str, notes: list[str] = ()) -> str:
     return "\n".join(out)
 
 
-def _legend(tags: dict, phases: dict, width: float) -> list[tuple[float, float, str]]:
-    """(x, line, element) of each legend entry: every tag's colour, then every phase's, wrapped
+def _legend(tags: dict, phases: dict, width: float) -> list[tuple[float, int, str, str]]:
+    """(x, line, element, name) of each legend entry: every tag's colour, then every phase's, wrapped
     to `width`."""
     items = [("tag", tag_name(tag), color) for tag, color in tags.items()]
     items += [("phase", name, color) for name, color in phases.items()]
-    out, x, line = [], 12.0, 0
+    out: list[tuple[float, int, str, str]] = []
+    x, line = 12.0, 0
     for kind, name, color in items:
         w = 30 + len(name) * CHAR_PX
         if x + w > width - 12 and x > 12:

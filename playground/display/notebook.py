@@ -11,6 +11,8 @@ terminal's, it is gone when the block ends.
 import html
 import time
 
+from rich.progress import TaskID
+
 REDRAW_S = 0.2  # at most this often: each redraw is a message from the kernel to the browser
 
 
@@ -32,7 +34,7 @@ class NotebookProgress:
         if self.handle is not None:
             self.handle.update(HTML(""))
 
-    def add_task(self, description: str, total: float | None = None, **_) -> int:
+    def add_task(self, description: str, total: float | None = None, **_) -> TaskID:
         task = len(self.tasks)
         self.tasks[task] = {
             "description": description,
@@ -41,7 +43,7 @@ class NotebookProgress:
             "t0": time.monotonic(),
         }
         self.redraw(force=True)
-        return task
+        return TaskID(task)
 
     def update(
         self,

@@ -14,24 +14,52 @@ Without `summarize`, the launcher shows rank 0's `rows` under the same rule.
 """
 
 import base64
+import contextlib
 import dataclasses
 import html
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
+from playground.display.fit import Column, Part, fit, table_width
+
+if TYPE_CHECKING:
+    from playground.display.notebook import NotebookProgress
+
 
 @dataclass(frozen=True)
 class Table:
+    """Rows under a title. `keys`: the columns that name a row (default the first), which start
+    every part of a table too wide for the terminal; `legend`: column key -> what a column a reader
+    cannot guess means, said once under the table."""
+
     title: str
     rows: list[dict]
     columns: dict[str, str] | None = None  # key -> header, in display order; None: keys of row 0
+    keys: tuple[str, ...] = ()
+    legend: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """As result.json keeps it."""
+        out = {"title": self.title, "rows": self.rows, "columns": self.columns}
+        return {**out, "keys": list(self.keys), "legend": self.legend} if self.legend or self.keys else out
+
+    @classmethod
+    def from_dict(cls, table: dict) -> "Table":
+        return cls(
+            table.get("title", ""),
+            table.get("rows") or [],
+            table.get("columns"),
+            tuple(table.get("keys") or ()),
+            table.get("legend") or {},
+        )
 
 
 @dataclass(frozen=True)
@@ -66,10 +94,20 @@ def default_report(results: list[dict], title: str) -> Report:
     return with_rank_checks(Report(ok=True, tables=[Table(title, rows)]), results)
 
 
+PIPED_WIDTH = 200  # output to a file or pipe: no terminal to fit, and a log is read in an editor
+
+
 def make_console(stderr: bool = False) -> Console:
-    """A console that never wraps tables when output goes to a file or pipe."""
+    """A console as wide as the terminal, or as $COLUMNS says; piped, `PIPED_WIDTH`."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 200)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
+    return Console(stderr=stderr, width=None if stream.isatty() else width)
+
+
+def wide() -> bool:
+    """PLAYGROUND_WIDE=1 (`--wide`): every table in one piece at its full width."""
+    return os.environ.get("PLAYGROUND_WIDE", "") not in ("", "0")
 
 
 def format_cell(value: Any) -> str:
@@ -95,20 +133,92 @@ def format_cell(value: Any) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class TablePart:
+    """One piece of a table as it fits a width: its title, its column keys and each one's width."""
+
+    title: str
+    keys: tuple[str, ...]
+    widths: tuple[int, ...]
+
+
+def table_parts(table: Table, width: int | None) -> list[TablePart]:
+    """`table` cut to fit `width` characters (display/fit.py: headers and text wrap, columns move to
+    a next part that starts with the columns naming a row); None: one piece at full width."""
+    shown = table.columns or {k: k for k in table.rows[0]}
+    named = [k for k in table.keys if k in shown] or naming_columns(table.rows, list(shown))
+    keys = [*named, *(k for k in shown if k not in named)]
+    fitted = [
+        Column(shown[k], tuple(cell_text(k, r.get(k)) for r in table.rows), _numeric(table, k)) for k in keys
+    ]
+    if width is None:
+        parts = [Part(tuple(range(len(keys))), tuple(c.natural for c in fitted))]
+    else:
+        parts = fit(fitted, width, len(named))
+    if len(parts) == 1:  # in one piece, the columns in the table's own order
+        order = [keys.index(k) for k in shown]
+        parts = [Part(tuple(order), tuple(parts[0].widths[i] for i in order))]
+    first = table.title.splitlines()[0] if table.title else ""
+    return [
+        TablePart(
+            table.title if n == 0 else f"{first} (continued)", tuple(keys[i] for i in p.columns), p.widths
+        )
+        for n, p in enumerate(parts)
+    ]
+
+
+def _numeric(table: Table, key: str) -> bool:
+    v = table.rows[0].get(key)
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def legend_lines(table: Table) -> list[str]:
+    """The legend under a table: "header: what the column means", once each."""
+    columns = table.columns or {k: k for k in table.rows[0]} if table.rows else {}
+    return [f"{columns.get(k, k)}: {meaning}" for k, meaning in table.legend.items()]
+
+
 def render_table(table: Table, console: Console) -> None:
+    """The table fitted to the console's width (`table_parts`), or in one piece with
+    PLAYGROUND_WIDE; its legend once under it."""
     if not table.rows:
         console.print(f"[bold]{table.title}[/bold]: no rows")
         return
     columns = table.columns or {k: k for k in table.rows[0]}
-    rt = RichTable(title=table.title, title_justify="left", header_style="bold")
-    for key, header in columns.items():
-        numeric = isinstance(table.rows[0].get(key), (int, float)) and not isinstance(
-            table.rows[0].get(key), bool
-        )
-        rt.add_column(header, justify="right" if numeric else "left")
-    for row in table.rows:
-        rt.add_row(*(cell_text(k, row.get(k)) for k in columns))
-    console.print(rt)
+    for part in table_parts(table, None if wide() else console.width):
+        rt = RichTable(title=part.title, title_justify="left", header_style="bold")
+        for key, w in zip(part.keys, part.widths, strict=True):
+            right = _numeric(table, key)
+            rt.add_column(columns[key], justify="right" if right else "left", width=w, overflow="fold")
+        for row in table.rows:
+            rt.add_row(*(cell_text(k, row.get(k)) for k in part.keys))
+        with _at_least(console, table_width(part.widths)):
+            console.print(rt, crop=False)
+    for line in legend_lines(table):
+        console.print(line, highlight=False)
+
+
+def naming_columns(rows: list[dict], keys: list[str], most: int = 4) -> list[str]:
+    """The fewest leading columns (at most `most`) whose values tell every row apart, which a part
+    of a split table starts with; the first column when none do."""
+    for n in range(1, min(most, len(keys) - 1) + 1):
+        seen = {tuple(cell_text(k, r.get(k)) for k in keys[:n]) for r in rows}
+        if len(seen) == len(rows):
+            return keys[:n]
+    return keys[:1]
+
+
+@contextlib.contextmanager
+def _at_least(console: Console, width: int):
+    """The console at least `width` wide while a table of that width is printed (PLAYGROUND_WIDE:
+    wider than the terminal, which then wraps the lines rather than the table cutting values)."""
+    saved = console._width  # None: the terminal's own width
+    if width > console.width:
+        console.width = width
+    try:
+        yield
+    finally:
+        console._width = saved
 
 
 def cell_text(key: str, value: Any) -> str:
@@ -142,6 +252,11 @@ def html_table(table: dict) -> str:
             )
         out.append("</tr>")
     out.append("</table></div>")
+    legend = table.get("legend") or {}
+    if legend:
+        out.append('<p class="legend">')
+        out += [f"<b>{esc(str(columns.get(k, k)))}</b>: {esc(str(v))}<br>" for k, v in legend.items()]
+        out.append("</p>")
     return "".join(out)
 
 
@@ -161,7 +276,7 @@ def render_report(report: Report, console: Console) -> None:
         console.print(note, highlight=False)
 
 
-def progress_bar(console: Console) -> Progress:
+def progress_bar(console: Console) -> "Progress | NotebookProgress":
     """The bar of a long command (description, bar, done/total, elapsed) on `console`, gone when done;
     in a Jupyter notebook, where rich's live display needs ipywidgets, the same bar drawn as HTML
     (`playground.display.notebook`)."""

@@ -18,7 +18,6 @@ does not land on one setting), and prints the median and min-max over the rounds
 Not a test: timed figures depend on the machine and its load (the README shows this machine's).
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -32,8 +31,10 @@ import numpy as np
 import zmq
 
 from playground.comm.delay import DelayedTransport
+from playground.comm.transport import Transport
 from playground.comm.zmq_transport import ZmqTransport
-from playground.core.errors import LabError
+from playground.core.argparser import OneLineParser
+from playground.core.errors import LabError, WaitTimeout
 from playground.core.sizes import format_duration, format_rate, format_size, parse_duration, parse_rate
 from playground.core.topology import host_addr, tbf_burst_bytes
 from playground.hosts import netns
@@ -90,6 +91,10 @@ def spaced_one_way_us(gap_s: float, delay_s: float = 0.0, count: int = 300) -> f
                 lat = []
                 for _ in range(count):
                     msg = receiver.receive(10_000)
+                    if msg is None:
+                        raise WaitTimeout(
+                            "the probe's receiver got nothing for 10 s", what="a probe", waited_s=10.0
+                        )
                     lat.append(time.monotonic() - msg.array()[0] - delay_s)
                 os.write(write, f"{statistics.median(lat[count // 10 :]) * 1e6:.3f}".encode())
             finally:
@@ -98,7 +103,7 @@ def spaced_one_way_us(gap_s: float, delay_s: float = 0.0, count: int = 300) -> f
         with netns.entered(cluster.host_ns[0]):  # ZeroMQ's I/O threads are born inside, and gone after
             ctx = zmq.Context()
             pull = ctx.socket(zmq.PULL)
-            sender = ZmqTransport(0, ctx, pull, endpoints, "tcp")
+            sender: Transport = ZmqTransport(0, ctx, pull, endpoints, "tcp")
             if delay_s:
                 sender = DelayedTransport(sender, 0, ctx, endpoints, ["h0", "h1"], delay_s)
             for _ in range(count):
@@ -120,8 +125,12 @@ def _spread(values: list[float], scale: float, fmt: str) -> str:
     return f"{statistics.median(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})"
 
 
+Setting = tuple[str, str, tuple[int, ...], int]  # (alpha or beta, link spec, message sizes, ping-pongs)
+Fit = tuple[float, float] | None  # (alpha_s, beta bytes/s) of one run, None without a fit
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m playground.hosts.bench", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m playground.hosts.bench", description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--rates", default="100mbit,1gbit,10gbit")
     p.add_argument("--delay", default="200us")
@@ -131,52 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     rates = [parse_rate(r) for r in args.rates.split(",")]
     delay_s = parse_duration(args.delay)
     delays = ["", f",delay={format_duration(delay_s)}", f",delay={format_duration(2 * delay_s)}"]
-    settings = [("beta", format_rate(r), beta_sizes(r), args.iters) for r in rates]
+    settings: list[Setting] = [("beta", format_rate(r), beta_sizes(r), args.iters) for r in rates]
     settings += [("alpha", f"{ALPHA_RATE}{d}", SMALL_SIZES, 10 * args.iters) for d in delays]
     if args.probe:
         settings = []
-    measured: dict[tuple[str, str], list[tuple[float, float] | None]] = {
-        (what, link): [] for what, link, _, _ in settings
-    }
-    spaced: dict[tuple[float, float], list[float]] = {(g, d): [] for g in GAPS_S for d in (0.0, delay_s)}
-    with tempfile.TemporaryDirectory() as tmp:
-        for k in range(args.repeats):
-            for (gap, d), got in spaced.items():
-                got.append(spaced_one_way_us(gap, d))
-            shown = [round(v[-1], 1) for v in spaced.values()]
-            print(f"round {k + 1}: one way after a gap, undelayed and delayed (us): {shown}", flush=True)
-            turn = k % max(1, len(settings))
-            for what, link, sizes, iters in settings[turn:] + settings[:turn]:
-                got = pingpong(link, sizes, iters, Path(tmp))
-                measured[what, link].append(got)
-                shown = (
-                    f"alpha {got[0] * 1e6:8.1f} us, beta {got[1] * 8 / 1e9:7.3f} Gbit/s" if got else "no fit"
-                )
-                print(f"round {k + 1}: {link:>22}: {shown}", flush=True)
+    measured, spaced = measure(settings, delay_s, args.repeats)
     if settings:
         print(f"\n{args.repeats} rounds, settings alternating; median (min-max)")
-        print("| link | sizes | beta (Gbit/s) | beta / rate |")
-        print("|---|---|---|---|")
-        for rate in rates:
-            link = format_rate(rate)
-            betas = [got[1] * 8 for got in measured["beta", link] if got]
-            sizes = ", ".join(format_size(s) for s in beta_sizes(rate))
-            print(f"| {link} | {sizes} | {_spread(betas, 1e-9, '.3f')} | {_spread(betas, 1 / rate, '.3f')} |")
-        runs = [measured["alpha", f"{ALPHA_RATE}{d}"] for d in delays]
-        sizes = ", ".join(format_size(s) for s in SMALL_SIZES)
-        print(
-            f"\n| link ({sizes}) | alpha (us) | rise over the row above, same round (us) | runs without a fit |"
-        )
-        print("|---|---|---|---|")
-        for k, d in enumerate(delays):
-            alphas = [got[0] for got in runs[k] if got]
-            rises = (
-                [] if k == 0 else [b[0] - a[0] for a, b in zip(runs[k - 1], runs[k], strict=True) if a and b]
-            )
-            rise = _spread(rises, 1e6, ".1f") if k else ""
-            print(
-                f"| {ALPHA_RATE}{d.replace(',', ', ')} | {_spread(alphas, 1e6, '.1f')} | {rise} | {len(runs[k]) - len(alphas)} |"
-            )
+        print_beta_table(measured, rates)
+        print_alpha_table(measured, delays)
     print(
         f"\n| 8 B messages posted this long after the previous one | one way (us) | delayed {format_duration(delay_s)}, less the delay (us) |"
     )
@@ -186,6 +158,57 @@ def main(argv: list[str] | None = None) -> int:
             f"| {format_duration(gap)} | {_spread(spaced[gap, 0.0], 1, '.1f')} | {_spread(spaced[gap, delay_s], 1, '.1f')} |"
         )
     return 0
+
+
+def measure(
+    settings: list[Setting], delay_s: float, repeats: int
+) -> tuple[dict[tuple[str, str], list[Fit]], dict[tuple[float, float], list[float]]]:
+    """`repeats` rounds, each the one-way probes after every gap (undelayed and delayed) then every
+    setting's ping-pongs, the settings' order turned by one each round; each line printed as it comes."""
+    measured: dict[tuple[str, str], list[Fit]] = {(what, link): [] for what, link, _, _ in settings}
+    spaced: dict[tuple[float, float], list[float]] = {(g, d): [] for g in GAPS_S for d in (0.0, delay_s)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(repeats):
+            for (gap, d), got in spaced.items():
+                got.append(spaced_one_way_us(gap, d))
+            shown = [round(v[-1], 1) for v in spaced.values()]
+            print(f"round {k + 1}: one way after a gap, undelayed and delayed (us): {shown}", flush=True)
+            turn = k % max(1, len(settings))
+            for what, link, sizes, iters in settings[turn:] + settings[:turn]:
+                fit = pingpong(link, sizes, iters, Path(tmp))
+                measured[what, link].append(fit)
+                line = (
+                    f"alpha {fit[0] * 1e6:8.1f} us, beta {fit[1] * 8 / 1e9:7.3f} Gbit/s" if fit else "no fit"
+                )
+                print(f"round {k + 1}: {link:>22}: {line}", flush=True)
+    return measured, spaced
+
+
+def print_beta_table(measured: dict[tuple[str, str], list[Fit]], rates: list[int]) -> None:
+    print("| link | sizes | beta (Gbit/s) | beta / rate |")
+    print("|---|---|---|---|")
+    for rate in rates:
+        link = format_rate(rate)
+        betas = [got[1] * 8 for got in measured["beta", link] if got]
+        sizes = ", ".join(format_size(s) for s in beta_sizes(rate))
+        print(f"| {link} | {sizes} | {_spread(betas, 1e-9, '.3f')} | {_spread(betas, 1 / rate, '.3f')} |")
+
+
+def print_alpha_table(measured: dict[tuple[str, str], list[Fit]], delays: list[str]) -> None:
+    """alpha per added delay, and how much each delay step raised it within one round."""
+    runs = [measured["alpha", f"{ALPHA_RATE}{d}"] for d in delays]
+    sizes = ", ".join(format_size(s) for s in SMALL_SIZES)
+    print(
+        f"\n| link ({sizes}) | alpha (us) | rise over the row above, same round (us) | runs without a fit |"
+    )
+    print("|---|---|---|---|")
+    for k, d in enumerate(delays):
+        alphas = [got[0] for got in runs[k] if got]
+        rises = [] if k == 0 else [b[0] - a[0] for a, b in zip(runs[k - 1], runs[k], strict=True) if a and b]
+        rise = _spread(rises, 1e6, ".1f") if k else ""
+        print(
+            f"| {ALPHA_RATE}{d.replace(',', ', ')} | {_spread(alphas, 1e6, '.1f')} | {rise} | {len(runs[k]) - len(alphas)} |"
+        )
 
 
 if __name__ == "__main__":

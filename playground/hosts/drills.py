@@ -31,7 +31,7 @@ class HostDrill:
 
     def arm(self) -> None:
         f = self.fault
-        if f.action == "delay_link":
+        if f.action == "delay_link" and f.delay is not None:
             what = f"delay of {format_duration(f.delay)} added to host {host_name(self.host)}'s link"
             self.coordinator.timers.append((f.after_s or 0.0, lambda: self._record(what)))
         elif f.after_s is not None:

@@ -15,6 +15,20 @@ import numpy as np
 
 from playground.transformer.data import lecture_bytes
 
+WORKLOAD_TITLES = {  # a workload's name (params.workload) as a table's title says it
+    "section46": "the lecture's 4.6 requests",
+    "prefix": "4.5's shared 100-token prefix",
+    "ex10": "exercise 10's 8 samples of a 1000-token prompt",
+    "samples": "parallel samples (exercise 10)",
+    "batch": "a batch sweep",
+    "bench": "the op benchmark",
+}
+
+
+def workload_title(name: str) -> str:
+    """What a table's title calls a workload: the lecture's words, not the parameter's value."""
+    return WORKLOAD_TITLES.get(name, name)
+
 
 def kv_rows(keys, positions, width: int) -> np.ndarray:
     """The KV vector of each (key, position) pair, one row each: a batch in one numpy pass."""

@@ -11,8 +11,25 @@ from pathlib import Path
 from playground.display.report import Report, Table
 from playground.kvcache.plots import plot_memory
 from playground.kvcache.stats import leak_failures, summarize_samples
-from playground.kvcache.workloads import EXERCISE10, SECTION45
+from playground.kvcache.workloads import EXERCISE10, SECTION45, workload_title
 from playground.kvlab import kvcache_stats
+
+REPLAY_COLUMNS = {
+    "policy": "policy",
+    "peak_seqs": "peak seqs",
+    "mean_seqs": "mean seqs",
+    "util_pct": "util %",
+    "peak_util_pct": "peak util %",
+    "internal_pct": "internal frag %",
+    "external_pct": "external frag %",
+    "completed": "done",
+    "waited": "waited",
+    "preempted": "preempted",
+    "failed": "failed",
+    "cow_copies": "COW copies",
+    "moved_slots": "moved slots",
+    "elapsed_s": "time s",
+}
 
 
 def _replay_tables(
@@ -20,40 +37,17 @@ def _replay_tables(
 ) -> tuple[list[Table], list[str], list[str], list]:
     rows, lat_rows, failures, notes = [], [], [], []
     for pol in per_policy:
-        st, clients = pol["stats"], list(pol["clients"].values())
-        frag = summarize_samples(pol["samples"], st["capacity_slots"])
-
-        def total(key: str, clients=clients) -> int:
-            return sum(c.get(key, 0) for c in clients)
-
-        rows.append(
-            {
-                "policy": pol["policy"],
-                "peak_seqs": st["peak_live_seqs"],
-                "mean_seqs": frag["mean_live_seqs"],
-                "util_pct": 100 * frag["utilisation"],
-                "peak_util_pct": 100 * frag["peak_utilisation"],
-                "internal_pct": 100 * frag["internal_frag"],
-                "external_pct": 100 * frag["external_frag"],
-                "completed": total("completed"),
-                "waited": total("waited"),
-                "preempted": total("preempted"),
-                "failed": total("failed"),
-                "cow_copies": st["cow_copies"],
-                "moved_slots": st["moved_slots"],
-                "elapsed_s": pol["elapsed_s"],
-            }
-        )
+        clients = list(pol["clients"].values())
+        rows.append(_replay_row(pol, clients))
         lat = kvcache_stats.merge_latencies([c.get("latencies_us", {}) for c in clients])
         for op in ("create", "append", "read", "free", "all"):
             q = kvcache_stats.percentiles_us(lat.get(op, []))
             lat_rows.append(
                 {"policy": pol["policy"], "op": op, "n": q["n"], "p50_us": q["p50_us"], "p99_us": q["p99_us"]}
             )
-        if total("read_mismatches"):
-            failures.append(
-                f"{pol['policy']}: {total('read_mismatches')} reads differed from what was written"
-            )
+        mismatches = sum(c.get("read_mismatches", 0) for c in clients)
+        if mismatches:
+            failures.append(f"{pol['policy']}: {mismatches} reads differed from what was written")
         failures += leak_failures(pol)
     by = {r["policy"]: r for r in rows}
     if "paged" in by and "reserve_max" in by and by["reserve_max"]["peak_seqs"]:
@@ -67,29 +61,40 @@ def _replay_tables(
     )
     tables = [
         Table(
-            f"KV-cache policies, workload {params.workload} ({params.num_requests} requests, "
+            f"KV-cache policies, {workload_title(params.workload)} ({params.num_requests} requests, "
             f"capacity {params.capacity_tokens} tokens, block {params.block_size})",
             rows,
-            {
-                "policy": "policy",
-                "peak_seqs": "peak seqs",
-                "mean_seqs": "mean seqs",
-                "util_pct": "util %",
-                "peak_util_pct": "peak util %",
-                "internal_pct": "internal frag %",
-                "external_pct": "external frag %",
-                "completed": "done",
-                "waited": "waited",
-                "preempted": "preempted",
-                "failed": "failed",
-                "cow_copies": "COW copies",
-                "moved_slots": "moved slots",
-                "elapsed_s": "time s",
-            },
+            REPLAY_COLUMNS,
         ),
         Table("op latency as the clients measured it", lat_rows),
     ]
     return tables, notes, failures, ["kvcache-memory.png"]
+
+
+def _replay_row(pol: dict, clients: list[dict]) -> dict:
+    """One policy's replay: the server's peak and time-averaged memory, the clients' counts summed."""
+    st = pol["stats"]
+    frag = summarize_samples(pol["samples"], st["capacity_slots"])
+
+    def total(key: str) -> int:
+        return sum(c.get(key, 0) for c in clients)
+
+    return {
+        "policy": pol["policy"],
+        "peak_seqs": st["peak_live_seqs"],
+        "mean_seqs": frag["mean_live_seqs"],
+        "util_pct": 100 * frag["utilisation"],
+        "peak_util_pct": 100 * frag["peak_utilisation"],
+        "internal_pct": 100 * frag["internal_frag"],
+        "external_pct": 100 * frag["external_frag"],
+        "completed": total("completed"),
+        "waited": total("waited"),
+        "preempted": total("preempted"),
+        "failed": total("failed"),
+        "cow_copies": st["cow_copies"],
+        "moved_slots": st["moved_slots"],
+        "elapsed_s": pol["elapsed_s"],
+    }
 
 
 def _fork_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str], list[str]]:
@@ -115,7 +120,16 @@ def _fork_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str]
         f"block {params.block_size}: the lecture expects {expected['unshared']} pages unshared, "
         f"{expected['fork']} with fork + copy-on-write (pages of contiguous policies = allocated slots / block)"
     ]
-    return [Table(f"Sharing a prompt: workload {params.workload}", rows)], notes, failures
+    legend = {
+        "shared_blocks": "blocks referenced by more than one sequence while every branch is alive",
+        "reads_exact": "every branch read back exactly what it wrote",
+        "leaked_slots": "slots still allocated after every sequence was freed",
+    }
+    return (
+        [Table(f"Sharing a prompt: {workload_title(params.workload)}", rows, legend=legend)],
+        notes,
+        failures,
+    )
 
 
 def _bench_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str]]:
@@ -152,7 +166,8 @@ def _bench_tables(params, per_policy: list[dict]) -> tuple[list[Table], list[str
 def report(per_policy: list[dict], params, run_dir) -> Report:
     """The report from rank 0's per-policy results (server stats, samples and every client's
     result); `params` is the node's Params."""
-    files, notes = [], []
+    files: list[str] = []
+    notes: list[str] = []
     if params.workload == "section46":
         tables, notes, failures, files = _replay_tables(params, per_policy, Path(run_dir))
         plot_memory(

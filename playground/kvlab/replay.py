@@ -40,7 +40,7 @@ class _Job:
     spec: RequestSpec
     generated: int = 0
     waited: bool = False
-    first_refused_s: float | None = None
+    first_refused_s: float = 0.0  # when it was first refused or last preempted (once `waited`)
 
     @property
     def length(self) -> int:
@@ -59,7 +59,12 @@ class ReplayStats:
 
 def _verify(client: KVClient, seq_id: int, key: int, length: int, width: int) -> bool:
     header, kv = client.check("read", seq_id=seq_id)
-    return header["num_tokens"] == length and np.array_equal(kv, kv_for(key, 0, length, width))
+    return header["num_tokens"] == length and _same(kv, kv_for(key, 0, length, width))
+
+
+def _same(got: np.ndarray | None, want: np.ndarray) -> bool:
+    """A read's KV equals `want` (a reply without KV does not)."""
+    return got is not None and np.array_equal(got, want)
 
 
 def replay(
@@ -73,110 +78,127 @@ def replay(
     verify_every: int = 1,
     on_done=lambda n: None,
 ) -> ReplayStats:
-    stats, rule = ReplayStats(), AdmissionRule(max_running, admit_watermark_slots)
-    waiting = deque(_Job(r) for r in requests)
-    running: dict[int, _Job] = {}  # seq_id -> job, in admission order
-    free_slots = 0  # what the server's last reply said (read only once something runs)
-    pressure = False  # preempted since the last finish
-    while waiting or running:
-        admitting = rule.is_open(len(running), pressure)
-        while waiting and admitting:
-            job = waiting[0]
-            if not rule.admits(len(running), free_slots, job.length):  # a client counts tokens, not blocks
-                break
-            header, _ = client.call(
-                "create", kv_for(job.spec.req_id, 0, job.length, width), num_tokens=job.length
-            )
+    """Replay `requests` to the end (module doc): admit, then one decode step of every running
+    sequence, preempting when the server refuses it; `on_done(n)` after each finished or failed."""
+    r = _Replay(client, width, AdmissionRule(max_running, admit_watermark_slots), max_wait_s, on_done)
+    r.waiting.extend(_Job(spec) for spec in requests)
+    while r.waiting or r.running:
+        r.admit()
+        if not r.running:
+            time.sleep(0.002)  # the pool is full of other clients' sequences: back off, retry
+            continue
+        r.decode_step(decode_tokens_per_step, verify_every)
+    return r.stats
+
+
+class _Replay:
+    """`replay`'s state: the waiting jobs, the running ones by sequence id in admission order, what
+    the server's last reply said of its free slots, and whether a preemption happened since the last
+    finish (the admission rule's pressure)."""
+
+    def __init__(self, client: KVClient, width: int, rule: AdmissionRule, max_wait_s: float, on_done):
+        self.client, self.width, self.rule, self.max_wait_s, self.on_done = (
+            client,
+            width,
+            rule,
+            max_wait_s,
+            on_done,
+        )
+        self.stats = ReplayStats()
+        self.waiting: deque[_Job] = deque()
+        self.running: dict[int, _Job] = {}  # seq_id -> job, in admission order
+        self.free_slots = 0  # what the server's last reply said (read only once something runs)
+        self.pressure = False  # preempted since the last finish
+
+    def admit(self) -> None:
+        """Create the waiting jobs, in order, while the rule admits them and the server has room;
+        a refused one waits, or fails when it can never fit or has waited `max_wait_s`."""
+        if not self.rule.is_open(len(self.running), self.pressure):
+            return
+        while self.waiting:
+            job = self.waiting[0]
+            if not self.rule.admits(len(self.running), self.free_slots, job.length):  # tokens, not blocks
+                return
+            kv = kv_for(job.spec.req_id, 0, job.length, self.width)
+            header, _ = self.client.call("create", kv, num_tokens=job.length)
             if header["ok"]:
-                running[header["seq_id"]] = waiting.popleft()
-                free_slots = header["free_slots"]
+                self.running[header["seq_id"]] = self.waiting.popleft()
+                self.free_slots = header["free_slots"]
                 continue
             if header["error"] != P.OUT_OF_MEMORY:
                 raise KVServerError(header, op="create")
             now = time.monotonic()
             if not job.waited:
                 job.waited, job.first_refused_s = True, now
-                stats.waited += 1
-            if not header.get("fits_when_empty", True) or now - job.first_refused_s > max_wait_s:
-                waiting.popleft()
-                stats.failed += 1
-                stats.errors.append(f"request {job.spec.req_id} failed: {header['message']}")
-                on_done(stats.completed + stats.failed)
+                self.stats.waited += 1
+            if not header.get("fits_when_empty", True) or now - job.first_refused_s > self.max_wait_s:
+                self.waiting.popleft()
+                self.stats.failed += 1
+                self.stats.errors.append(f"request {job.spec.req_id} failed: {header['message']}")
+                self.on_done(self.stats.completed + self.stats.failed)
                 continue
-            break
-        if not running:
-            time.sleep(0.002)  # the pool is full of other clients' sequences: back off, retry
-            continue
-        steps = {s: min(decode_tokens_per_step, j.spec.output_len - j.generated) for s, j in running.items()}
+            return
+
+    def decode_step(self, tokens_per_step: int, verify_every: int) -> None:
+        """Append the next tokens of every running sequence in one request; refused, preempt."""
+        running = self.running
+        steps = {s: min(tokens_per_step, j.spec.output_len - j.generated) for s, j in running.items()}
         jobs = [running[s] for s in steps]
         kv = kv_for_batch(
-            [j.spec.req_id for j in jobs], [j.length for j in jobs], list(steps.values()), width
+            [j.spec.req_id for j in jobs], [j.length for j in jobs], list(steps.values()), self.width
         )
-        header, _ = client.call("append", kv, seq_ids=list(steps), num_tokens=list(steps.values()))
+        header, _ = self.client.call("append", kv, seq_ids=list(steps), num_tokens=list(steps.values()))
         if not header["ok"]:
             if header["error"] != P.OUT_OF_MEMORY:
                 raise KVServerError(header, op="append")
-            victims, room = [], 0  # newest first, until what they free covers this step's tokens
-            for victim in reversed(running):
-                victims.append(victim)
-                room += running[victim].length
-                if room >= sum(steps.values()):
-                    break
-            free_slots = client.check("free", seq_ids=victims)[0]["free_slots"]
-            for victim in victims:
-                job = running.pop(victim)
-                if not job.waited:
-                    job.waited = True
-                    stats.waited += 1
-                job.first_refused_s = time.monotonic()
-                waiting.appendleft(job)
-            stats.preempted += len(victims)
-            pressure = True
-            continue
-        free_slots = header["free_slots"]
-        finished = []
+            self.preempt(sum(steps.values()))
+            return
+        self.free_slots = header["free_slots"]
         for s, n in steps.items():
             running[s].generated += n
-            if running[s].generated >= running[s].spec.output_len:
-                finished.append(s)
+        self.finish([s for s in steps if running[s].generated >= running[s].spec.output_len], verify_every)
+
+    def preempt(self, tokens: int) -> None:
+        """Free the newest sequences until what they free covers `tokens`; they wait first in line."""
+        victims, room = [], 0
+        for victim in reversed(self.running):
+            victims.append(victim)
+            room += self.running[victim].length
+            if room >= tokens:
+                break
+        self.free_slots = self.client.check("free", seq_ids=victims)[0]["free_slots"]
+        for victim in victims:
+            job = self.running.pop(victim)
+            if not job.waited:
+                job.waited = True
+                self.stats.waited += 1
+            job.first_refused_s = time.monotonic()
+            self.waiting.appendleft(job)
+        self.stats.preempted += len(victims)
+        self.pressure = True
+
+    def finish(self, finished: list[int], verify_every: int) -> None:
+        """Read back (every `verify_every`-th request), count and free the finished sequences."""
         for s in finished:
-            job = running.pop(s)
+            job = self.running.pop(s)
             if verify_every and job.spec.req_id % verify_every == 0:
-                if not _verify(client, s, job.spec.req_id, job.length, width):
-                    stats.read_mismatches += 1
-            stats.completed += 1
+                if not _verify(self.client, s, job.spec.req_id, job.length, self.width):
+                    self.stats.read_mismatches += 1
+            self.stats.completed += 1
         if finished:
-            pressure = False
-            free_slots = client.check("free", seq_ids=finished)[0]["free_slots"]
-            on_done(stats.completed + stats.failed)
-    return stats
+            self.pressure = False
+            self.free_slots = self.client.check("free", seq_ids=finished)[0]["free_slots"]
+            self.on_done(self.stats.completed + self.stats.failed)
 
 
 def run_fork_workload(client: KVClient, spec: ForkSpec, width: int, prefix_caching: bool) -> list[dict]:
     """Each way of holding N samples of one prompt, measured by the server's own counters."""
     rows = []
     prompt_kv = kv_for(1_000_000, 0, spec.prompt_len, width)
-    tokens = list(range(spec.prompt_len))
     modes = ["unshared", "fork"] + (["prefix_cache"] if prefix_caching else [])
     for mode in modes:
         base = client.check("stats")[0]
-        if mode == "fork":
-            parent = client.check(
-                "create", prompt_kv, num_tokens=spec.prompt_len, max_new_tokens=spec.branch_tokens
-            )[0]["seq_id"]
-            children = client.check("fork", seq_id=parent, num_children=spec.num_branches)[0]["child_ids"]
-        else:
-            extra = {"tokens": tokens} if mode == "prefix_cache" else {}
-            children = [
-                client.check(
-                    "create",
-                    prompt_kv,
-                    num_tokens=spec.prompt_len,
-                    max_new_tokens=spec.branch_tokens,
-                    **extra,
-                )[0]["seq_id"]
-                for _ in range(spec.num_branches)
-            ]
+        children, parent = _samples(client, spec, mode, prompt_kv)
         branch_kv = [
             kv_for(2_000_000 + b, spec.prompt_len, spec.branch_tokens, width)
             for b in range(spec.num_branches)
@@ -187,11 +209,11 @@ def run_fork_workload(client: KVClient, spec: ForkSpec, width: int, prefix_cachi
             seq_ids=children,
             num_tokens=[spec.branch_tokens] * spec.num_branches,
         )
-        if mode == "fork":
+        if parent is not None:
             client.check("free", seq_ids=[parent])
         st = client.check("stats")[0]
         ok = all(
-            np.array_equal(client.check("read", seq_id=c)[1], np.concatenate([prompt_kv, branch_kv[b]]))
+            _same(client.check("read", seq_id=c)[1], np.concatenate([prompt_kv, branch_kv[b]]))
             for b, c in enumerate(children)
         )
         client.check("free", seq_ids=children)
@@ -213,6 +235,27 @@ def run_fork_workload(client: KVClient, spec: ForkSpec, width: int, prefix_cachi
             }
         )
     return rows
+
+
+def _samples(
+    client: KVClient, spec: ForkSpec, mode: str, prompt_kv: np.ndarray
+) -> tuple[list[int], int | None]:
+    """The N samples' sequences, held `mode`'s way: forked from one parent (returned, to free once
+    the children wrote), created apart, or created apart with the prompt's tokens for the prefix
+    cache to share."""
+    if mode == "fork":
+        parent = client.check(
+            "create", prompt_kv, num_tokens=spec.prompt_len, max_new_tokens=spec.branch_tokens
+        )[0]["seq_id"]
+        return client.check("fork", seq_id=parent, num_children=spec.num_branches)[0]["child_ids"], parent
+    extra = {"tokens": list(range(spec.prompt_len))} if mode == "prefix_cache" else {}
+    children = [
+        client.check(
+            "create", prompt_kv, num_tokens=spec.prompt_len, max_new_tokens=spec.branch_tokens, **extra
+        )[0]["seq_id"]
+        for _ in range(spec.num_branches)
+    ]
+    return children, None
 
 
 def run_bench(

@@ -89,10 +89,9 @@ def rank_cpus(scenario: Scenario) -> list[int] | None:
     available = sorted(os.sched_getaffinity(0))
     bind = scenario.bind
     if bind == "auto":
-        node_module = sys.modules.get(scenario.node.partition(":")[0])  # loaded with the scenario
-        one_thread = not getattr(node_module, "THREADED", False)
-        one_host_shm = scenario.transport == "shm" and not scenario.hosts
-        bind = "core" if one_thread and one_host_shm and scenario.ranks <= len(available) else "none"
+        one_thread = not scenario.contract.threaded
+        polls_on_one_host = BY_NAME[scenario.transport].pinnable and not scenario.hosts
+        bind = "core" if one_thread and polls_on_one_host and scenario.ranks <= len(available) else "none"
     if bind == "none":
         return None
     return [available[rank % len(available)] for rank in range(scenario.ranks)]
@@ -117,7 +116,7 @@ class Launcher:
         self.scenario = scenario
         self.run_dir = run_dir
         self.n = scenario.ranks
-        self.procs = []
+        self.procs: list = []  # the ranks' processes (multiprocessing's, or multiprocess's when spawned)
         self.coordinator = Coordinator(
             self.n,
             scenario.timeout_s,
@@ -170,7 +169,7 @@ class Launcher:
         interrupted = False
         try:
             if self.scenario.hosts:
-                self._build_cluster()
+                self._build_cluster(self.scenario.hosts)
             # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
             with interrupts.held(), self._without_main():
                 for rank in range(self.n):
@@ -239,8 +238,8 @@ class Launcher:
 
         return multiprocess.get_context(self.start_method)
 
-    def _build_cluster(self) -> None:
-        self.cluster = netns.Cluster(self.scenario.hosts, self.scenario.link)
+    def _build_cluster(self, hosts: int) -> None:
+        self.cluster = netns.Cluster(hosts, self.scenario.link)
         self.cluster.create()
         fault = self.scenario.fault
         if fault is not None and fault.is_host_action:

@@ -135,7 +135,7 @@ def run_workers(
         for log in logs:
             log.close()
     per_rank = [_read_records(rank_file(out_dir, r)) for r in range(nranks)]
-    if failed == "timeout":
+    if isinstance(failed, str):  # "timeout"
         raise BaselineError(
             f"{name}: timed out after {timeout_s:.0f}s{_progress(per_rank)}; logs in {out_dir}"
         )
@@ -156,9 +156,9 @@ def _watch(procs: list[subprocess.Popen], deadline: float) -> int | str | None:
     failed because it died (a peer's connection reset), not the other way round."""
     while True:
         codes = [p.poll() for p in procs]
-        failed = [i for i, code in enumerate(codes) if code is not None and code != 0]
+        failed = {i: code for i, code in enumerate(codes) if code is not None and code != 0}
         if failed:
-            return min(failed, key=lambda i: (codes[i] >= 0, i))
+            return min(failed, key=lambda i: (failed[i] >= 0, i))
         if all(code is not None for code in codes):
             return None
         if time.monotonic() > deadline:
@@ -218,7 +218,8 @@ def _first_error(per_rank: list[list[dict]], proc: subprocess.Popen, log: Path, 
     errors = _errors(per_rank)
     if errors:
         return errors[0]
-    return f"{Path(proc.args[0]).name} {how}: {_last_line(log)}"
+    program = proc.args[0] if isinstance(proc.args, list) else proc.args  # run_workers gives lists
+    return f"{Path(str(program)).name} {how}: {_last_line(log)}"
 
 
 def _last_line(log: Path) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from playground.config.scenario import Scenario, load_node
+from playground.config.scenario import Scenario
 from playground.core.rundir import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -50,19 +50,19 @@ def print_outcome(
 
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
     """The node's report, made only from ranks that succeeded (see `playground.display.report`)."""
-    module = load_node(scenario.node)[0] if scenario.function is None else None
+    contract = scenario.contract
     if not outcome.ok:
         return Report(ok=False, tables=[])
-    failed = failed_ranks(outcome.results)
+    results = [r for r in outcome.results if r is not None]  # every rank's: the run is ok
+    failed = failed_ranks(results)
     if failed:
         return Report(ok=False, tables=[], failures=failed)
     if scenario.function is not None:
-        return function_report(outcome.results, scenario.name)
-    hook = getattr(module, "summarize", None)
-    if hook is None:
-        return default_report(outcome.results, scenario.name)
+        return function_report(results, scenario.name)
+    if contract.summarize is None:
+        return default_report(results, scenario.name)
     try:
-        return with_rank_checks(hook(outcome.results, scenario.params, run_dir), outcome.results)
+        return with_rank_checks(contract.summarize(results, scenario.params, run_dir), results)
     except Exception as e:  # noqa: BLE001 - a broken summary fails the run, it does not crash the CLI
         tb = traceback.format_exc().rstrip().splitlines()
         where = next((ln.strip() for ln in reversed(tb) if ln.strip().startswith("File ")), "")
@@ -86,10 +86,12 @@ def function_report(results: list[dict], name: str) -> Report:
     return dataclasses.replace(report, data={"returned": results})
 
 
-def unfired_fault(scenario: Scenario, results: list[dict]) -> list[str]:
+def unfired_fault(scenario: Scenario, results: list[dict | None]) -> list[str]:
     """A note when the scenario's rank fault never fired (its rank posted too few messages, or, for
     `corrupt`, no array after `after_ops`), so a drill that tested nothing does not look passed."""
     fault = scenario.fault
+    if fault is None:
+        return []
     unfired = [(r, res["fault_unfired"]) for r, res in enumerate(results) if res and "fault_unfired" in res]
     what = "posted no array from then on" if fault.action == "corrupt" else "posted no more"
     return [
@@ -117,7 +119,7 @@ def result_dict(
         "elapsed_s": round(outcome.elapsed_s, 3),
         "t0_monotonic_s": outcome.t0_monotonic_s,
         "rows": report.tables[0].rows if report.tables else [],
-        "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
+        "tables": [t.to_dict() for t in report.tables],
         "notes": report.notes,
         "failures": [f.headline() for f in outcome.failures] + list(report.failures),
         **({"events": outcome.events} if outcome.events else {}),
@@ -148,9 +150,10 @@ def hosts_dict(scenario: Scenario) -> dict:
 
 def describe_hosts(scenario: Scenario) -> str:
     """ "4 hosts (h0: ranks 0-1, ...), links 1gbit each way, delay 200us; ipc inside a host, tcp across"."""
-    inside = "tcp" if scenario.transport == "tcp" else "ipc"
+    inside = scenario.transport  # ipc or tcp: a kind that crosses hosts runs as itself inside one
+    hosts = scenario.hosts or 1
     return (
-        f"{scenario.hosts} host{'s' if scenario.hosts > 1 else ''} ({describe_placement(scenario.placement)}), "
+        f"{hosts} host{'s' if hosts > 1 else ''} ({describe_placement(scenario.placement)}), "
         f"links {(scenario.link or Link()).describe()}; {inside} inside a host, tcp across"
     )
 

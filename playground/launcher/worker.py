@@ -64,61 +64,14 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
     ctrl.connect(env.coordinator)
     heartbeat = Heartbeat(ctx, env.coordinator, env.rank) if scenario.hosts else None
-    end = None
     tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
     comm = None
     try:
-        tracer.clock_ns = clock_ns = clocks.rank_clock_ns(env.rank)  # skewed on purpose in drills
-        end = rendezvous.open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
-        peers, clock = rendezvous.join(
-            ctrl,
-            env,
-            end.endpoint,
-            max(30.0, scenario.timeout_s),
-            scenario.to_dict(),
-            clock_ns,
-            end.local_endpoint,
-        )
-        # Raw times stay in the log, the offset beside them: `inspect` shifts them onto rank 0's clock.
-        if clock is not None:
-            tracer.add("clock", CAT_META, tracer.now_us(), 0.0, {**clock.to_args(), "endpoint": end.endpoint})
-        endpoints = rendezvous.pick_endpoints(peers, env.rank)
-        transport = end.connect(endpoints)
-        end = None  # the transport owns it now
-        transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
-        fault, faulty = scenario.fault, None
-        if fault is not None and fault.counting_rank(scenario.placement) == env.rank:
-
-            def request(action: str) -> None:
-                rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
-
-            on_fire = (
-                None if fault.is_host_action else _fired_recorder(run_dir, env)
-            )  # hosts: drills.py records
-            transport = faulty = FaultyTransport(
-                transport, env.rank, fault.action, fault.after_ops, request, on_fire
-            )
-        comm = Communicator(
-            env.rank,
-            env.world_size,
-            transport,
-            tracer=tracer,
-            timeout_s=scenario.timeout_s,
-            control=LauncherLink(ctrl, env.rank),
-            run_dir=run_dir,
-            hosts=peers.hosts,
-        )
+        comm, faulty = _connect(scenario, run_dir, env, ctx, ctrl, tracer)
         comm.barrier()
         result = node_function(scenario)(comm, scenario.params)
         tracer.flush()
-        if result is None:
-            result = {}
-        if not isinstance(result, dict):
-            result = {"value": result}
-        result.setdefault("bytes_sent", comm.bytes_sent)
-        result.setdefault("bytes_received", comm.bytes_received)
-        if faulty is not None and faulty.armed:  # the drill never fired: the report says so
-            result["fault_unfired"] = {"num_posts": faulty.num_ops}
+        result = _as_reported(result, comm, faulty)
         rendezvous.send_ctrl(ctrl, {"type": "done", "rank": env.rank, "result": result})
         rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0
@@ -135,8 +88,6 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     finally:
         if comm is not None:
             comm.close()
-        if end is not None:
-            end.close()
         if heartbeat is not None:
             heartbeat.stop()
         ctrl.close()
@@ -148,11 +99,84 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
             stack_path.unlink()
 
 
+def _connect(
+    scenario: Scenario,
+    run_dir: Path,
+    env: rendezvous.RankEnv,
+    ctx: zmq.Context,
+    ctrl: zmq.Socket,
+    tracer: Tracer,
+) -> tuple[Communicator, FaultyTransport | None]:
+    """Join the run (open the transport's end, register, get the table and this rank's clock
+    offset), connect to the peers, wrap the transport in the run's link delay and drill, and build
+    the communicator; also the drill's wrapper, when this rank's posts trigger it."""
+    tracer.clock_ns = clock_ns = clocks.rank_clock_ns(env.rank)  # skewed on purpose in drills
+    end = rendezvous.open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
+    try:
+        peers, clock = rendezvous.join(
+            ctrl,
+            env,
+            end.endpoint,
+            max(30.0, scenario.timeout_s),
+            scenario.to_dict(),
+            clock_ns,
+            end.local_endpoint,
+        )
+        # Raw times stay in the log, the offset beside them: `inspect` shifts them onto rank 0's clock.
+        if clock is not None:
+            tracer.add("clock", CAT_META, tracer.now_us(), 0.0, {**clock.to_args(), "endpoint": end.endpoint})
+        endpoints = rendezvous.pick_endpoints(peers, env.rank)
+        transport = end.connect(endpoints)  # the transport owns the end from here
+    except BaseException:
+        end.close()
+        raise
+    transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
+    faulty = _with_fault(transport, scenario, run_dir, env, ctrl)
+    comm = Communicator(
+        env.rank,
+        env.world_size,
+        faulty or transport,
+        tracer=tracer,
+        timeout_s=scenario.timeout_s,
+        control=LauncherLink(ctrl, env.rank),
+        run_dir=run_dir,
+        hosts=peers.hosts,
+    )
+    return comm, faulty
+
+
+def _with_fault(transport, scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv, ctrl: zmq.Socket):
+    """The scenario's drill around `transport` when this rank's posts trigger it, else None."""
+    fault = scenario.fault
+    if fault is None or fault.counting_rank(scenario.placement) != env.rank:
+        return None
+
+    def request(action: str) -> None:
+        rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
+
+    on_fire = None if fault.is_host_action else _fired_recorder(run_dir, env)  # hosts: drills.py records
+    return FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request, on_fire)
+
+
+def _as_reported(result, comm: Communicator, faulty: FaultyTransport | None) -> dict:
+    """What the node returned as the `done` message's result: a dict (None: {}, another value
+    under "value"), with the bytes this rank moved and, when its drill never fired, that it did not."""
+    if result is None:
+        result = {}
+    if not isinstance(result, dict):
+        result = {"value": result}
+    result.setdefault("bytes_sent", comm.bytes_sent)
+    result.setdefault("bytes_received", comm.bytes_received)
+    if faulty is not None and faulty.armed:  # the drill never fired: the report says so
+        result["fault_unfired"] = {"num_posts": faulty.num_ops}
+    return result
+
+
 def _fired_recorder(run_dir: Path, env: rendezvous.RankEnv):
     """The drill's `on_fire`: FAULT_FIRED_FILE in the run directory, written once, whole (a
     rename), before the fault acts: the launcher adds it to result.json's events, so the time from
     a drill to its first error can be read, also when the rank killed itself."""
-    fired = []
+    fired: list[str] = []
 
     def record(action: str, post: int) -> None:
         if fired:
@@ -177,7 +201,7 @@ def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[s
     delay, or a delay_link drill); else itself."""
     link_delay_s = scenario.link.delay if scenario.link else 0.0
     fault, extra = scenario.fault, None
-    if fault is not None and fault.action == "delay_link":
+    if fault is not None and fault.action == "delay_link" and fault.delay is not None:
         host = host_name(fault.target_host(scenario.placement))
         extra = (host, fault.delay, time.monotonic() + (fault.after_s or 0.0))
     if not scenario.hosts or (not link_delay_s and extra is None):

@@ -168,6 +168,7 @@ def _page_json(page: Page) -> dict:
                 "measured": r.measured,
                 "model": r.model,
                 "status": r.status,
+                "verdict": r.verdict,
                 "error": r.error,
                 **{k: v for k, v in dataclasses.asdict(r.figure).items() if k in ("where", "what", "unit")},
             }

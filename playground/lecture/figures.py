@@ -1,7 +1,7 @@
 """Lecture | this machine | model, for each figure: read from the runs, compared, formatted.
 
-A figure's reader (playground/lecture/readers.py) takes what the scenarios wrote and returns a
-`Reading`; `evaluate` turns it into a `FigureRow` the page shows. Nothing here knows a figure's
+A figure's reader (playground/lecture/readers/, a module per section) takes what the scenarios
+wrote and returns a `Reading`; `evaluate` turns it into a `FigureRow` the page shows. Nothing here knows a figure's
 value: the lecture's comes from lecture.yaml, this machine's from the run's result.json.
 """
 
@@ -19,6 +19,7 @@ from playground.core.errors import PlaygroundError
 from playground.core.sizes import format_size
 from playground.display.report import format_cell
 from playground.lecture.plan import Figure, Section
+from playground.models.band import within
 
 
 class NotMeasured(PlaygroundError):
@@ -38,12 +39,25 @@ class Run:
 
     @classmethod
     def from_dir(cls, name: str, run_dir: Path | None) -> "Run":
-        result, params = None, {}
+        result: dict | None = None
+        params: dict = {}
         if run_dir is not None and (run_dir / "result.json").is_file():
             result = json.loads((run_dir / "result.json").read_text())
         if run_dir is not None and (run_dir / "scenario.yaml").is_file():
             params = (yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("params") or {}
         return cls(name, result, params, run_dir, bool(result and result.get("ok")))
+
+    def written(self) -> dict:
+        """The result.json the run wrote; NotMeasured if it wrote none."""
+        if self.result is None:
+            raise NotMeasured(f"scenario {self.name} wrote no result")
+        return self.result
+
+    def directory(self) -> Path:
+        """The run's directory (its logs); NotMeasured if there is none."""
+        if self.run_dir is None:
+            raise NotMeasured(f"scenario {self.name} has no run directory")
+        return self.run_dir
 
 
 @dataclass(frozen=True)
@@ -65,7 +79,7 @@ class Context:
         return run
 
     def result(self, name: str) -> dict:
-        return self.run(name).result
+        return self.run(name).written()
 
     def table(self, name: str, index: int = 0) -> list[dict]:
         tables = self.result(name).get("tables") or []
@@ -94,6 +108,8 @@ class FigureRow:
     model_note: str = ""
     why: str = ""
     error: str = ""
+    verdict: str = ""  # an exact row's last cell: its status and how the column beside it compares
+    outside: bool = False  # the unchecked column beside is outside its band (see `verdict_of`)
 
     @property
     def failed(self) -> bool:
@@ -106,7 +122,9 @@ class FigureRow:
         return {
             "figure": f"{f.what} ({f.where})",
             "lecture": _join(format_value(self.lecture, f.unit, as_given=True), self.lecture_note),
-            "this machine": format_value(self.measured, f.unit) if self.error == "" else self.error,
+            "this machine": _join(format_value(self.measured, f.unit), f.measured_note)
+            if self.error == ""
+            else self.error,
             "model": _join(format_value(self.model, f.unit), self.model_note),
             "status": self.status,
         }
@@ -178,6 +196,56 @@ def matches(lecture: Any, value: Any) -> bool:
     return round(float(value), decimals_of(lecture)) == float(lecture)
 
 
+def _numbers(value: Any) -> list:
+    """A value as a list (a scalar is a list of one)."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def beside(checked: Any, other: Any) -> list[tuple[Any, Any]]:
+    """The pairs (checked, other) of two columns, element by element (an `other` shorter than
+    `checked` stands beside its first elements, as 924 orders beside [924, 702, 216, 6])."""
+    if checked is None or other is None:
+        return []
+    return list(zip(_numbers(checked), _numbers(other), strict=False))
+
+
+def verdict_of(figure: Figure, lecture: Any, measured: Any, model: Any) -> tuple[str, str, bool]:
+    """An exact row's (status, verdict, outside), each computed from the row's own values.
+
+    The `check` column must equal the lecture's figure ("matched"). The column beside it is judged
+    too, so that no verdict contradicts a number on its row: beside a checked model, this machine's
+    values must be within `figure.band` of the model's (a measured bubble over the formula's is
+    "outside" and the verdict names those values); beside a checked measurement, an exact model must
+    be equal to it."""
+    checked, other = (model, measured) if figure.check == "model" else (measured, model)
+    status = "matched" if matches(lecture, checked) else "not matched"
+    if figure.check == "model":
+        words = f"{status} (the model)"
+        pairs = [(c, o) for c, o in beside(checked, other) if _is_number(c) and _is_number(o)]
+        off = [(c, o) for c, o in pairs if not (c > 0 and within(o / c, figure.band))]
+        if not pairs:
+            return status, words, False
+        band = f"{100 * figure.band:.0f}%"
+        if not off:
+            return status, f"{words}; this machine within {band} of it", False
+        values = ", ".join(f"{format_value(o)} vs {format_value(c)}" for c, o in off)
+        unit = f" {figure.unit}" if figure.unit else ""
+        return (
+            status,
+            f"{words}; this machine outside {band} of it at {len(off)} of {len(pairs)}: {values}{unit}",
+            True,
+        )
+    off = [(c, o) for c, o in beside(checked, other) if not matches(c, o)]
+    if not off:
+        return status, status, False
+    values = ", ".join(f"{format_value(o)} where this machine has {format_value(c)}" for c, o in off)
+    return status, f"{status}; the model differs: {values}", True
+
+
 def _times_lecture(measured: Any, lecture: Any) -> dict:
     """{"x_lecture": measured / lecture} when both are plain positive numbers: how far this machine's
     figure is from the lecture's (a `why` may say it as {x_lecture:.0f}x)."""
@@ -205,9 +273,9 @@ def evaluate(section: Section, figure: Figure, reader, ctx: Context) -> FigureRo
         )
     lecture = figure.lecture if figure.lecture is not None else reading.lecture
     values = {**ctx.machine, **ctx.constants, **_times_lecture(reading.measured, lecture), **reading.values}
+    verdict, outside = "", False
     if figure.kind == "exact":
-        checked = reading.model if figure.check == "model" else reading.measured
-        status = "matched" if matches(lecture, checked) else "not matched"
+        status, verdict, outside = verdict_of(figure, lecture, reading.measured, reading.model)
     else:
         status = "measured"
     return FigureRow(
@@ -220,4 +288,6 @@ def evaluate(section: Section, figure: Figure, reader, ctx: Context) -> FigureRo
         lecture_note=fill(figure.lecture_note, values),
         model_note=fill(figure.model_note, values),
         why=fill(figure.why, values),
+        verdict=verdict,
+        outside=outside,
     )

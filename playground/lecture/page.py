@@ -81,19 +81,27 @@ caption { text-align: left; font-weight: 600; padding: .2em 0; }
 th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
 th { background: #f4f4f6; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .wide { overflow-x: auto; } .figures td:nth-child(5) { max-width: 28em; }
-.matched { color: #0a7a2f; font-weight: 600; } .failed, .error { color: #b00020; font-weight: 600; }
+.matched { color: #0a7a2f; font-weight: 600; } .outside { color: #8a5a00; } .failed, .error { color: #b00020; font-weight: 600; }
 .measured { color: #555; } pre { background: #f6f6f8; padding: .5em .8em; overflow-x: auto; }
 pre.error { color: #b00020; background: #fff3f3; font-weight: normal; }
 figure { margin: .6em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figure.diagram { display: inline-block; vertical-align: top; width: 49%; margin-right: 1%; }
 figure.diagram img { width: 100%; height: auto; }
-figcaption, .notes, details { color: #555; font-size: 13px; }
+figcaption, .notes, .legend, details { color: #555; font-size: 13px; }
 nav a { margin-right: 1em; } .scenario { border-left: 3px solid #e4e4ea; padding-left: 1em; }
 """
 
 
 def _esc(value) -> str:
     return html.escape(str(value))
+
+
+def exact_cell(row: FigureRow) -> tuple[str, str]:
+    """An exact row's last cell: its verdict, and why when the column beside the checked one is
+    outside its band."""
+    if row.error:
+        return row.status, ""
+    return row.verdict or row.status, row.why if row.outside else ""
 
 
 def _html_figures(rows: list[FigureRow]) -> str:
@@ -113,8 +121,9 @@ def _html_figures(rows: list[FigureRow]) -> str:
         out.append(f"<tr><td>{_esc(cells['figure'])}{quote}</td>")
         out += [f"<td>{_esc(cells[c])}</td>" for c in FIGURE_COLUMNS[1:]]
         if r.figure.kind == "exact":
-            css = "matched" if r.status == "matched" else "failed"
-            out.append(f'<td class="{css}">{_esc(r.status)}</td>')
+            css = "failed" if r.status != "matched" else "outside" if r.outside else "matched"
+            verdict, why = exact_cell(r)
+            out.append(f'<td class="{css}">{_esc(verdict)}{_esc(". " + why) if why else ""}</td>')
         elif r.error:
             out.append(f'<td class="failed">{_esc(r.status)}</td>')
         else:
@@ -198,10 +207,11 @@ def build_markdown(page: Page, base: Path) -> str:
             rows = []
             for r in b.figures:
                 c = r.cells()
-                last = r.status if r.figure.kind == "exact" or r.error else r.why
-                rows.append([c["figure"], c["lecture"], c["this machine"], c["model"], last])
+                last = r.status if r.error else r.why
                 if r.figure.kind == "exact":
-                    rows[-1][4] = f"**{r.status}**"
+                    verdict, why = exact_cell(r)
+                    last = f"**{verdict}**" + (f". {why}" if why else "")
+                rows.append([c["figure"], c["lecture"], c["this machine"], c["model"], last])
             out += _md_table([*FIGURE_COLUMNS, "matched, or where they differ and why"], rows)
         for sb in b.scenarios:
             o = sb.outcome
@@ -228,5 +238,6 @@ def build_markdown(page: Page, base: Path) -> str:
                 out += _md_table(
                     list(cols.values()), [[format_cell(r.get(k)) for k in cols] for r in t["rows"]]
                 )
+                out += [f"*{cols.get(k, k)}*: {v}  " for k, v in (t.get("legend") or {}).items()]
             out += [f"- {n}" for n in (sb.result or {}).get("notes") or []] + [""]
     return "\n".join(out)

@@ -13,6 +13,7 @@ import yaml
 
 from playground.config.params import build_params
 from playground.core.errors import ParamError, ScenarioError
+from playground.models.band import BAND
 
 PLAN_FILE = Path(__file__).with_name("lecture.yaml")
 
@@ -57,8 +58,10 @@ class ScenarioRun:
 
 @dataclass(frozen=True)
 class Figure:
-    """A figure of the lecture. `exact`: the run's `check` value must equal `lecture`; `timed`:
-    this machine's value is shown beside the lecture's machine's and the model's, with `why`."""
+    """A figure of the lecture. `exact`: the run's `check` value must equal `lecture`, and the
+    other value beside it agree (a model equal to the measurement; a measurement within `band` of
+    the model: measured / model within 1/(1 + band) .. 1 + band); `timed`: this machine's value is
+    shown beside the lecture's machine's and the model's, with `why`."""
 
     id: str
     where: str
@@ -69,8 +72,10 @@ class Figure:
     check: Literal["measured", "model"] = "measured"
     quote: str = ""  # the lecture's words, verbatim ("……" marks a cut)
     lecture_note: str = ""
+    measured_note: str = ""
     model_note: str = ""
     why: str = ""
+    band: float = BAND
 
     def __post_init__(self):
         if self.kind == "timed" and not self.why:

@@ -20,22 +20,23 @@ def overlap_timeline(run: Run, out_dir: Path) -> list[Path]:
     from playground.commands.inspect import load_run
 
     path = out_dir / "overlap-timeline.png"
-    plot_timeline(load_run(run.run_dir), path)
+    plot_timeline(load_run(run.directory()), path)
     return [path]
 
 
 def ring_vs_tree(run: Run, out_dir: Path) -> list[Path]:
     path = out_dir / "ring-vs-tree-busbw.png"
-    rows = run.result["rows"]
-    plot_busbw(rows, path, f"all-reduce, {run.result['ranks']} ranks")
+    result = run.written()
+    plot_busbw(result["rows"], path, f"all-reduce, {result['ranks']} ranks")
     return [path]
 
 
 def alpha_beta(run: Run, out_dir: Path, lecture_link: AlphaBeta | None) -> list[Path]:
-    rows = run.result["rows"]
+    result = run.written()
+    rows = result["rows"]
     sizes = [r["size"] for r in rows]
     fit = fit_alpha_beta(sizes, [r["ours_us"] * 1e-6 for r in rows])
-    over = run.result.get("transport", "")
+    over = result.get("transport", "")
     series = {
         f"this machine over {over}, measured": [r["ours_us"] for r in rows],
         f"this machine, fit (alpha {fit.alpha_s * 1e6:.3g} us, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s)": [
@@ -76,12 +77,13 @@ def message_diagrams(run: Run, out_dir: Path) -> dict[Path, str]:
     sentence that counts its messages and steps against the algorithm's closed form."""
     from playground.diagram import draw_diagram
 
-    n = run.result["ranks"]
+    result, run_dir = run.written(), run.directory()
+    n = result["ranks"]
     out = {}
-    for row in run.result["rows"]:
+    for row in result["rows"]:
         algo, size = row["algorithm"], format_size(row["size"])
         info = draw_diagram(
-            run.run_dir,
+            run_dir,
             out_dir / f"{algo}-diagram.svg",
             ops=algo,
             title=f"{algo} all-reduce of {size}, {n} ranks",

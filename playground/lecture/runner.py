@@ -231,7 +231,7 @@ class LectureRunner:
         if o.ctrl_c:
             o.error = "interrupted (Ctrl-C)"
         elif not o.ok and not o.error:
-            failures = []
+            failures: list[str] = []
             if o.run_dir is not None and (o.run_dir / "result.json").is_file():
                 failures = json.loads((o.run_dir / "result.json").read_text()).get("failures") or []
             o.error = _error_text(o, failures)

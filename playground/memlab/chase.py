@@ -106,7 +106,7 @@ class ChaseBuffer:
             pass
         raw = np.frombuffer(self._map, dtype=np.uint8)
         skew = (-raw.ctypes.data) % HUGE_PAGE_BYTES
-        self.array = raw[skew : skew + size_bytes]
+        self.array: np.ndarray | None = raw[skew : skew + size_bytes]
         self.array[:: mmap.PAGESIZE] = 0  # fault every page in now, outside any timed region
 
     def huge_page_bytes(self) -> int:
@@ -190,7 +190,8 @@ def working_sets(
     min_bytes: int, max_bytes: int, points_per_octave: int, align_bytes: int = 4096
 ) -> list[int]:
     """Sizes from min to max, `points_per_octave` per doubling, rounded to `align_bytes`."""
-    sizes, k = [], 0
+    sizes: list[int] = []
+    k = 0
     while True:
         size = int(round(min_bytes * 2 ** (k / points_per_octave) / align_bytes)) * align_bytes
         if size > max_bytes:

@@ -19,6 +19,7 @@ so callers pass another `repeat_suffix`.
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from playground.core.errors import UsageError
@@ -72,7 +73,7 @@ def _fits(values: list[float], rel_tol: float) -> bool:
 def detect_levels(
     sizes_bytes: list[int],
     ns_per_load: list[float],
-    caches: list[tuple[str, int]] = (),
+    caches: Sequence[tuple[str, int]] = (),
     rel_tol: float = 0.15,
     min_points: int = 2,
     dram_min_ns: float = 60.0,

@@ -128,10 +128,10 @@ def copy_on_write(size_bytes: int, child_write_bytes: int, timeout_s: float = 30
             uss0, faults0, t0 = uss_bytes(), minor_faults(), time.perf_counter()
             array[:child_write_bytes:page] = 9
             elapsed, faults, uss1 = time.perf_counter() - t0, minor_faults() - faults0, uss_bytes()
-            msg = {"uss0": uss0, "uss1": uss1, "faults": faults, "elapsed": elapsed}
+            said: dict[str, object] = {"uss0": uss0, "uss1": uss1, "faults": faults, "elapsed": elapsed}
         except BaseException as e:  # noqa: BLE001 - the parent must hear about any failure
-            msg = {"error": repr(e)}
-        os.write(write_fd, json.dumps(msg).encode())
+            said = {"error": repr(e)}
+        os.write(write_fd, json.dumps(said).encode())
         os._exit(0)
     os.close(write_fd)
     try:
@@ -161,7 +161,8 @@ def copy_on_write(size_bytes: int, child_write_bytes: int, timeout_s: float = 30
 def _read_all(fd: int, timeout_s: float) -> bytes:
     import select
 
-    chunks, deadline = [], time.monotonic() + timeout_s
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
     while True:
         left = deadline - time.monotonic()
         if left <= 0:

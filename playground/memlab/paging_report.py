@@ -38,6 +38,29 @@ def check_cow(cow: dict, write_bytes: int) -> list[str]:
     return failures
 
 
+STEP_COLUMNS = {
+    "pages": "pages",
+    "step": "step",
+    "touched_mib": "touched MiB",
+    "rss_mib": "RSS MiB",
+    "rss_delta_mib": "RSS delta MiB",
+    "minor_faults": "minor faults",
+    "faults_if_4k": "4 KiB pages touched",
+    "us_per_fault": "us/fault",
+}
+COW_COLUMNS = {
+    "array": "parent array",
+    "child_wrote": "child wrote",
+    "uss_before_mib": "USS before MiB",
+    "uss_after_mib": "USS after MiB",
+    "uss_delta_mib": "USS delta MiB",
+    "expected_mib": "pages x 4 KiB",
+    "minor_faults": "minor faults",
+    "us_per_fault": "us/fault",
+    "parent_unchanged": "parent unchanged",
+}
+
+
 def report(res: dict, params, run_dir: Path) -> Report:
     """The report from rank 0's result `res` (`params`: the node's Params)."""
     rows, cow, write_bytes, page = res["rows"], res["cow"], res["cow_write_bytes"], res["page_bytes"]
@@ -47,18 +70,7 @@ def report(res: dict, params, run_dir: Path) -> Report:
         r["rss_delta_mib"] = r["rss_delta_bytes"] / MIB
         r["faults_if_4k"] = r["touched_bytes"] // page
     failures = check_steps(rows) + check_cow(cow, write_bytes)
-    cow_row = {
-        "array": format_size(params.cow_size_bytes),
-        "child_wrote": f"{cow['child_pages_written']} bytes, 1 per page",
-        "pages_written": cow["child_pages_written"],
-        "uss_before_mib": cow["child_uss_before_bytes"] / MIB,
-        "uss_after_mib": cow["child_uss_after_bytes"] / MIB,
-        "uss_delta_mib": cow["child_uss_delta_bytes"] / MIB,
-        "expected_mib": write_bytes / MIB,
-        "minor_faults": cow["child_minor_faults"],
-        "us_per_fault": cow["child_us_per_fault"],
-        "parent_unchanged": cow["parent_unchanged"],
-    }
+    cow_row = cow_row_of(cow, write_bytes, params.cow_size_bytes)
     labels = [f"{r['pages']}: {r['step']}" for r in rows] + ["child after COW writes"]
     plot_xy(
         labels,
@@ -75,35 +87,8 @@ def report(res: dict, params, run_dir: Path) -> Report:
     return Report(
         ok=not failures,
         tables=[
-            Table(
-                "demand paging (RSS from psutil, minor faults from getrusage)",
-                rows,
-                {
-                    "pages": "pages",
-                    "step": "step",
-                    "touched_mib": "touched MiB",
-                    "rss_mib": "RSS MiB",
-                    "rss_delta_mib": "RSS delta MiB",
-                    "minor_faults": "minor faults",
-                    "faults_if_4k": "4 KiB pages touched",
-                    "us_per_fault": "us/fault",
-                },
-            ),
-            Table(
-                "copy-on-write in a forked child (USS = private memory)",
-                [cow_row],
-                {
-                    "array": "parent array",
-                    "child_wrote": "child wrote",
-                    "uss_before_mib": "USS before MiB",
-                    "uss_after_mib": "USS after MiB",
-                    "uss_delta_mib": "USS delta MiB",
-                    "expected_mib": "pages x 4 KiB",
-                    "minor_faults": "minor faults",
-                    "us_per_fault": "us/fault",
-                    "parent_unchanged": "parent unchanged",
-                },
-            ),
+            Table("demand paging (RSS from psutil, minor faults from getrusage)", rows, STEP_COLUMNS),
+            Table("copy-on-write in a forked child (USS = private memory)", [cow_row], COW_COLUMNS),
         ],
         notes=[
             "allocation reserves addresses only: RSS grows at the first write to each page (one minor fault per page;"
@@ -114,3 +99,19 @@ def report(res: dict, params, run_dir: Path) -> Report:
         data={"cow": cow_row},
         files=["paging.png"],
     )
+
+
+def cow_row_of(cow: dict, write_bytes: int, array_bytes: int) -> dict:
+    """The copy-on-write table's row: the child's private memory before and after its writes."""
+    return {
+        "array": format_size(array_bytes),
+        "child_wrote": f"{cow['child_pages_written']} bytes, 1 per page",
+        "pages_written": cow["child_pages_written"],
+        "uss_before_mib": cow["child_uss_before_bytes"] / MIB,
+        "uss_after_mib": cow["child_uss_after_bytes"] / MIB,
+        "uss_delta_mib": cow["child_uss_delta_bytes"] / MIB,
+        "expected_mib": write_bytes / MIB,
+        "minor_faults": cow["child_minor_faults"],
+        "us_per_fault": cow["child_us_per_fault"],
+        "parent_unchanged": cow["parent_unchanged"],
+    }

@@ -48,6 +48,10 @@ def report(res: dict, params, run_dir: Path) -> Report:
                     "line_gb_s": "GB/s of lines",
                     "checksum_ok": "sum ok",
                 },
+                legend={
+                    "time_vs_first": "this stride's time per pass / stride 1's",
+                    "line_gb_s": "the bytes of the cache lines fetched per second (lines x line size / time)",
+                },
             )
         ],
         notes=[

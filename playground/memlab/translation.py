@@ -61,6 +61,8 @@ def translate_all(tables: dict[str, PageTable], addresses: list[tuple[str, int]]
     for process, vaddr in addresses:
         table = tables[process]
         vpn, offset = table.split(vaddr)
+        paddr: int | None
+        pfn: int | None
         try:
             paddr = table.translate(vaddr)
             pfn = table.entries[vpn]

@@ -171,7 +171,7 @@ class ModelSource:
     @property
     def caption(self) -> str:
         what = self.link.describe()
-        if self.kind == "calibration":
+        if self.kind == "calibration" and self.calibration is not None:
             return (
                 f"model: calibration {_short(self.name)} ({self.transport}, {what}); where ranks outnumber "
                 f"its {self.calibration.cores} cores the simulator on it (model by: sim)"

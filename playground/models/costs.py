@@ -26,6 +26,8 @@ scheduler, contention for memory bandwidth and cores, and NCCL's per-collective 
 | broadcast tree           | L (alpha + S/beta)                                                |
 | reduce tree              | L (alpha + S/beta + S/gamma)                                      |
 
+All-to-all, gather, scatter and send/recv, which reduce nothing, are in exchange_costs.py.
+
 With gamma = inf these are the lecture's section 5.4 forms. In this model halving-doubling never
 loses to the ring at a power of two (same bytes, log2 p instead of N-1 alphas) and recursive
 doubling never loses to the tree: real rings win on real networks through pipelining and
@@ -92,6 +94,13 @@ class Link:
         if self.pieces:
             return piece_for(self.pieces, num_bytes).time_s(num_bytes)
         return self.alpha_s + num_bytes / self.beta_bytes_per_s
+
+    def wire_time_s(self, num_bytes: float) -> float:
+        """The bytes' part of one message: n/beta (its range's, with pieces); what a port cannot
+        overlap when messages leave back to back."""
+        if self.pieces:
+            return num_bytes * piece_for(self.pieces, num_bytes).s_per_byte
+        return num_bytes / self.beta_bytes_per_s
 
     def reduce_time_s(self, num_bytes: float) -> float:
         """Reducing n received bytes into a buffer: n/gamma."""

@@ -49,19 +49,19 @@ def _line(points: list[tuple[float, float, float]]) -> tuple[float, float]:
     """(intercept, slope) of the weighted least-squares line through (x, y, weight) points, clipped
     as the module says."""
     weights = [w for _, _, w in points]
-    points = [(x, y) for x, y, _ in points]
+    xy = [(x, y) for x, y, _ in points]
     total = sum(weights)
-    mean_x = sum(w * x for w, (x, _) in zip(weights, points, strict=True)) / total
-    mean_y = sum(w * y for w, (_, y) in zip(weights, points, strict=True)) / total
-    sxx = sum(w * (x - mean_x) ** 2 for w, (x, _) in zip(weights, points, strict=True))
-    sxy = sum(w * (x - mean_x) * (y - mean_y) for w, (x, y) in zip(weights, points, strict=True))
+    mean_x = sum(w * x for w, (x, _) in zip(weights, xy, strict=True)) / total
+    mean_y = sum(w * y for w, (_, y) in zip(weights, xy, strict=True)) / total
+    sxx = sum(w * (x - mean_x) ** 2 for w, (x, _) in zip(weights, xy, strict=True))
+    sxy = sum(w * (x - mean_x) * (y - mean_y) for w, (x, y) in zip(weights, xy, strict=True))
     slope = sxy / sxx if sxx > 0 else 0.0
     intercept = mean_y - slope * mean_x
     if slope < 0:
         return max(0.0, mean_y), 0.0
     if intercept < 0:
-        sxy0 = sum(w * x * y for w, (x, y) in zip(weights, points, strict=True))
-        sxx0 = sum(w * x * x for w, (x, _) in zip(weights, points, strict=True))
+        sxy0 = sum(w * x * y for w, (x, y) in zip(weights, xy, strict=True))
+        sxx0 = sum(w * x * x for w, (x, _) in zip(weights, xy, strict=True))
         return 0.0, max(0.0, sxy0 / sxx0)
     return intercept, slope
 

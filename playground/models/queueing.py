@@ -164,3 +164,23 @@ def batch_departures(arrivals_s: np.ndarray, fixed_s: float, per_item_s: float, 
         out[i:j] = free_at
         i = j
     return out
+
+
+def batched_sojourn_s(
+    arrival_rate_per_s: float, alone_s: float, decode_steps: int, per_seq_step_s: float
+) -> float:
+    """Mean time in a continuously batching server (an LLM engine), fluid model.
+
+    A request alone takes `alone_s`; each of its `decode_steps` steps costs `per_seq_step_s` more
+    for every other sequence in the batch. By Little the batch holds b = lambda W, so
+    W = alone + steps c lambda W, i.e. W = alone / (1 - rho) with rho = lambda steps c: the lecture's
+    1 / (1 - rho), where a request's cost to the server is steps x c (what it adds to the others'
+    steps) instead of its whole time alone. Infinite at rho >= 1 (the queue grows without bound).
+    """
+    rho = arrival_rate_per_s * decode_steps * per_seq_step_s
+    return alone_s / (1.0 - rho) if rho < 1 else math.inf
+
+
+def batched_capacity_per_s(decode_steps: int, per_seq_step_s: float) -> float:
+    """The arrival rate at which `batched_sojourn_s` diverges: 1 / (steps x c)."""
+    return 1.0 / (decode_steps * per_seq_step_s) if per_seq_step_s > 0 else math.inf

@@ -19,11 +19,12 @@ class RawPair:
         self.ctx = zmq.Context()
         self.pull = self.ctx.socket(zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, 0)
+        self.timeout_s = comm.timeout_s
         self.pull.setsockopt(zmq.RCVTIMEO, int(comm.timeout_s * 1000))  # every blocking receive has a timeout
         self.peer = 1 - comm.rank
         if transport == "tcp":  # on the address other hosts reach us at (127.0.0.1 on one host)
             self.pull.bind(f"tcp://{local_ip_towards(os.environ.get('MASTER_ADDR', '127.0.0.1'))}:*")
-            endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
+            endpoint = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
         else:
             endpoint = f"ipc://{comm.run_dir.resolve()}/raw-{comm.rank}-{os.getpid()}.sock"
             if len(endpoint) > 100:
@@ -36,18 +37,16 @@ class RawPair:
         self.endpoint = endpoint
 
     def send(self, buf: np.ndarray) -> None:
-        if buf.nbytes >= 65536:
-            self.push.send(buf, copy=False, track=True).wait()
+        if buf.nbytes >= 65536:  # an ndarray is a buffer (numpy's stubs before Python 3.12 do not say so)
+            self.push.send(buf, copy=False, track=True).wait()  # type: ignore[call-overload]
         else:
-            self.push.send(buf)
+            self.push.send(buf)  # type: ignore[call-overload]
 
     def recv(self, out: np.ndarray) -> None:
         try:
             frame = self.pull.recv(copy=False)
         except zmq.Again:
-            raise CommTimeout(
-                1 - self.peer, "raw pyzmq recv", self.peer, None, self.pull.getsockopt(zmq.RCVTIMEO) / 1000
-            ) from None
+            raise CommTimeout(1 - self.peer, "raw pyzmq recv", self.peer, None, self.timeout_s) from None
         out[:] = np.frombuffer(frame.buffer, dtype=out.dtype)
 
     def close(self):

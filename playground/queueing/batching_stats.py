@@ -56,7 +56,7 @@ def rate_stats(
         "p99_ms": float(np.percentile(latency, 99)) * MS if latency.size else math.nan,
         "replay_mean_ms": float(np.mean(replay_lat)) * MS if replay_lat.size else math.nan,
         "mean_batch": float(np.mean(batch[done])) if latency.size else math.nan,
-        "replay_batch": float(np.sum(replay_sizes**2) / max(1, np.sum(replay_sizes))),
+        "replay_batch": float(np.sum(replay_sizes**2)) / max(1, int(np.sum(replay_sizes))),
         "fluid_batch": qm.batch_steady_size(lam, fixed_s, per_item_s, mode),
         "sent": int(len(offsets)),
         "dropped": int(dropped),

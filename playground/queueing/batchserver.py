@@ -61,75 +61,101 @@ def run_batch_server(
     and so the load rho -- stays what was asked; each single service may be off by the debt.
     Raises WaitTimeout when nothing arrives for `idle_timeout_s`.
     """
-    inbox: deque[tuple[float, bytes]] = deque()  # read off the socket, not yet looked at
-    queue: deque[tuple[float, Item]] = deque()  # (when it was seen, the request), in arrival order
+    server = _Server(pull, push, cost_s, max_batch_of, spin_tail_s, compensate)
     poller = zmq.Poller()
     poller.register(pull, zmq.POLLIN)
-    served = dropped = batches = 0
-    busy_s = 0.0
-    overshoot_s = 0.0
-    debt_s = 0.0  # service delivered beyond what was asked, still to pay back
-    busy_from = None  # end of the previous service when the next request was already waiting
     idle_since = time.monotonic()
     while True:
-        if not queue and not inbox:
+        if not server.queue and not server.inbox:
             if not poller.poll(200):
                 if check_alive is not None:
                     check_alive()
                 if time.monotonic() - idle_since > idle_timeout_s:
                     raise WaitTimeout(
-                        f"server: no request for {idle_timeout_s:.0f}s (served {served})",
+                        f"server: no request for {idle_timeout_s:.0f}s (served {server.served})",
                         what="a request",
                         waited_s=idle_timeout_s,
                     )
                 continue
-        take_delivered(pull, inbox)
-        while inbox:  # in the order they came: a control message applies to what came before it
-            seen_s, buf = inbox.popleft()
+        take_delivered(pull, server.inbox)
+        if server.take_inbox():
+            return server.counts()
+        if server.busy_from is not None and (not server.queue or server.queue[0][0] > server.busy_from):
+            server.busy_from = None  # what was waiting when the last service ended was dropped (ABORT)
+        if not server.queue:
+            continue
+        last_load = server.serve_batch()
+        idle_since = time.monotonic()
+        if on_served is not None:
+            on_served(server.served, last_load)
+
+
+class _Server:
+    """`run_batch_server`'s state between services: what was read and what waits, the counts, the
+    debt of late wake-ups, and when the current busy period's last service ended."""
+
+    def __init__(self, pull, push, cost_s, max_batch_of, spin_tail_s: float, compensate: bool):
+        self.pull, self.push, self.cost_s, self.max_batch_of = pull, push, cost_s, max_batch_of
+        self.spin_tail_s, self.compensate = spin_tail_s, compensate
+        self.inbox: deque[tuple[float, bytes]] = deque()  # read off the socket, not yet looked at
+        self.queue: deque[tuple[float, Item]] = deque()  # (when it was seen, the request), in arrival order
+        self.served = self.dropped = self.batches = 0
+        self.busy_s = self.overshoot_s = 0.0
+        self.debt_s = 0.0  # service delivered beyond what was asked, still to pay back
+        self.busy_from: float | None = None  # end of the previous service when the next request was waiting
+
+    def take_inbox(self) -> bool:
+        """Queue what was read, in the order it came (a control message applies to what came before
+        it): ABORT drops its load's queued requests and is acknowledged; True on STOP."""
+        while self.inbox:
+            seen_s, buf = self.inbox.popleft()
             req_id, load_id, value = decode_request(buf)
             if req_id == STOP:
-                return {
-                    "served": served,
-                    "dropped": dropped,
-                    "batches": batches,
-                    "busy_s": busy_s,
-                    "mean_overshoot_s": overshoot_s / max(batches, 1),
-                }
+                return True
             if req_id == ABORT:
-                kept = deque(entry for entry in queue if entry[1][1] != load_id)
-                dropped += len(queue) - len(kept)
-                queue = kept
-                push.send(encode_reply(ABORT, load_id, 0.0, 0.0, 0))
+                kept = deque(entry for entry in self.queue if entry[1][1] != load_id)
+                self.dropped += len(self.queue) - len(kept)
+                self.queue = kept
+                self.push.send(encode_reply(ABORT, load_id, 0.0, 0.0, 0))
                 continue
-            queue.append((seen_s, (req_id, load_id, value)))
-        if busy_from is not None and (not queue or queue[0][0] > busy_from):
-            busy_from = None  # what was waiting when the last service ended was dropped (ABORT)
-        if not queue:
-            continue
+            self.queue.append((seen_s, (req_id, load_id, value)))
+        return False
+
+    def serve_batch(self) -> int:
+        """One service of the requests queued when it starts (up to the batch cap), the replies
+        sent; returns the load id of its last request."""
         # In a busy period the next service starts when the previous one ended: the server's own
         # messaging (replies, draining the socket) is part of its service time, not free time.
-        t_start = busy_from if busy_from is not None else time.monotonic()
-        size = max(1, min(len(queue), max_batch_of(queue[0][1])))
-        batch = []
+        t_start = self.busy_from if self.busy_from is not None else time.monotonic()
+        queue = self.queue
+        size = max(1, min(len(queue), self.max_batch_of(queue[0][1])))
+        batch: list[Item] = []
         while queue and len(batch) < size and queue[0][0] <= t_start:  # queued when it started
             batch.append(queue.popleft()[1])
         size = len(batch)
-        want_s = cost_s(batch)
-        pay_s = min(debt_s, want_s) if compensate else 0.0
-        sleep_until(t_start + want_s - pay_s, spin_tail_s)
-        take_delivered(pull, inbox)  # what arrived during the service: queued before it ended
+        want_s = self.cost_s(batch)
+        pay_s = min(self.debt_s, want_s) if self.compensate else 0.0
+        sleep_until(t_start + want_s - pay_s, self.spin_tail_s)
+        take_delivered(self.pull, self.inbox)  # what arrived during the service: queued before it ended
         t_end = time.monotonic()
-        debt_s += t_end - t_start - want_s
-        busy_from = t_end if (queue or inbox) else None
+        self.debt_s += t_end - t_start - want_s
+        self.busy_from = t_end if (queue or self.inbox) else None
         for req_id, load_id, _ in batch:
-            push.send(encode_reply(req_id, load_id, t_start, t_end, size))
-        served += size
-        batches += 1
-        busy_s += t_end - t_start
-        overshoot_s += t_end - t_start - want_s
-        idle_since = time.monotonic()
-        if on_served is not None:
-            on_served(served, batch[-1][1])
+            self.push.send(encode_reply(req_id, load_id, t_start, t_end, size))
+        self.served += size
+        self.batches += 1
+        self.busy_s += t_end - t_start
+        self.overshoot_s += t_end - t_start - want_s
+        return batch[-1][1]
+
+    def counts(self) -> dict:
+        return {
+            "served": self.served,
+            "dropped": self.dropped,
+            "batches": self.batches,
+            "busy_s": self.busy_s,
+            "mean_overshoot_s": self.overshoot_s / max(self.batches, 1),
+        }
 
 
 def serve_client(comm, ctx: zmq.Context, **server: Any) -> dict:

@@ -28,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -81,8 +82,10 @@ class Coordinator(FailureDetection):
         self.arrived_ns = 0  # when the message being handled was taken off the socket
         self.last_beat: dict[int, float] = {}
         self.started_at: float | None = None  # when every rank had registered (the table went out)
-        self.timers: list[tuple[float, object]] = []  # (seconds after started_at, callable), in order
-        self.on_fault = None  # callable(rank, msg): a rank asks for its drill (cut its link, ...)
+        self.timers: list[tuple[float, Callable[[], None]]] = []  # (seconds after started_at, call), in order
+        self.on_fault: Callable[[int, dict], None] | None = (
+            None  # a rank asks for its drill (cut its link, ...)
+        )
 
     def outcome(self, interrupted: bool = False) -> LaunchOutcome:
         failures = link_waits_first(self.failures, self.hosts, self.host_notes)
@@ -106,7 +109,7 @@ class Coordinator(FailureDetection):
         while len(self.exited) < self.n and not (stop is not None and stop.is_set()):
             for sock, _ in poller.poll(POLL_MS):
                 if sock is router:
-                    self.drain()
+                    self.drain(router)
                 else:
                     poller.unregister(sock)
                     watch.pop(sock)()
@@ -115,12 +118,12 @@ class Coordinator(FailureDetection):
         if self.num_ignored > 1:
             self._say(f"coordinator: ignored {self.num_ignored} malformed control messages in all")
 
-    def drain(self) -> None:
+    def drain(self, router: zmq.Socket) -> None:
         """Handle the control messages waiting on the router (at most MAX_DRAIN)."""
         for _ in range(MAX_DRAIN):
-            if not self.router.poll(0):
+            if not router.poll(0):
                 return
-            parts = self.router.recv_multipart()
+            parts = router.recv_multipart()
             self.arrived_ns = time.monotonic_ns()
             msg = self.parse(parts)
             if msg is not None:
@@ -131,11 +134,12 @@ class Coordinator(FailureDetection):
         that reports its error and exits can be seen gone (its sentinel) before its report is read
         off the socket: without this, its root cause would read "exited before finishing"."""
         deadline = time.monotonic() + timeout_s
-        while rank not in self.reported and self.router is not None:
+        router = self.router
+        while rank not in self.reported and router is not None:
             left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0 or not self.router.poll(left_ms):
+            if left_ms <= 0 or not router.poll(left_ms):
                 break
-            self.drain()
+            self.drain(router)
         return rank in self.reported
 
     def parse(self, parts: list[bytes]) -> dict | None:
@@ -143,7 +147,8 @@ class Coordinator(FailureDetection):
         try:
             return parse_control(parts)
         except MalformedControl as e:
-            return self.ignore(parts[0], str(e))
+            self.ignore(parts[0], str(e))
+            return None
 
     def ignore(self, ident: bytes, why: str) -> None:
         self.num_ignored += 1
@@ -152,19 +157,23 @@ class Coordinator(FailureDetection):
                 f"coordinator: ignored a malformed control message from {ident[:32]!r}: {why} "
                 f"(further ones are only counted)"
             )
-        return None
 
     @staticmethod
     def _say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     def on_message(self, ident: bytes, msg: dict) -> None:
-        kind, rank = msg.get("type"), msg.get("rank")
-        if kind in ("register", "done", "error") and not (isinstance(rank, int) and 0 <= rank < self.n):
+        kind = msg["type"]
+        if kind == "progress":
+            if self.on_progress:
+                self.on_progress(msg)
+            return
+        rank: int = msg["rank"]  # every other kind carries one, an int (messages.py checked)
+        if kind in ("register", "done", "error") and not 0 <= rank < self.n:
             if self.abort_message is None or kind == "register":
                 self.fail(
                     RankFailure(
-                        rank if isinstance(rank, int) else -1,
+                        rank,
                         self.elapsed_s(),
                         "register",
                         f"sent {kind} as rank {rank!r}, but the run has {self.n} ranks "
@@ -172,35 +181,21 @@ class Coordinator(FailureDetection):
                         pid=msg.get("pid"),
                     )
                 )
-            if kind == "register":  # that process waits for a table: tell it why none will come
+            if (
+                kind == "register" and self.abort_message is not None
+            ):  # it waits for a table: say why none comes
                 self._send(ident, self.abort_message)
             return
         if kind == "register":
-            if self.abort_message is not None:  # registered after the abort went out: tell it now
-                self._send(ident, self.abort_message)
-                self.last_told = time.monotonic()
-            self.identities[rank], self.endpoints[rank] = ident, msg["endpoint"]
-            self.local_endpoints[rank] = msg.get("local_endpoint", "")
-            self.hosts[rank] = msg.get("host", "")
-            self.fingerprints[rank] = msg.get("scenario_hash", "")
-            self.scenarios[rank] = msg.get("scenario") or {}
-            if msg.get("pid") is not None:
-                self.pids.setdefault(rank, msg["pid"])
-            if len(self.endpoints) == self.n and self.abort_message is None and not self.check_scenarios():
-                self.probes = ProbeRound(range(self.n))
-                self.probe_next()
+            self.on_register(ident, rank, msg)
         elif kind == "heartbeat":
-            if isinstance(rank, int):
-                self.last_beat[rank] = time.monotonic()
+            self.last_beat[rank] = time.monotonic()
         elif kind == "fault":
-            if self.on_fault is not None and isinstance(rank, int):
+            if self.on_fault is not None:
                 self.on_fault(rank, msg)
         elif kind == "clock":
             if self.probes is not None and self.probes.answer(rank, msg["seq"], msg["t_us"], self.arrived_ns):
                 self.probe_next()
-        elif kind == "progress":
-            if self.on_progress:
-                self.on_progress(msg)
         elif kind == "done":
             self.results[rank] = msg.get("result") or {}
             self.reported.add(rank)
@@ -215,15 +210,33 @@ class Coordinator(FailureDetection):
                 self.exited.add(rank)
             self.on_error(rank, msg)
 
+    def on_register(self, ident: bytes, rank: int, msg: dict) -> None:
+        """Rank `rank`'s endpoints, host and scenario; once every rank has registered (with the same
+        scenario), the clock probes begin."""
+        if self.abort_message is not None:  # registered after the abort went out: tell it now
+            self._send(ident, self.abort_message)
+            self.last_told = time.monotonic()
+        self.identities[rank], self.endpoints[rank] = ident, msg["endpoint"]
+        self.local_endpoints[rank] = msg.get("local_endpoint", "")
+        self.hosts[rank] = msg.get("host", "")
+        self.fingerprints[rank] = msg.get("scenario_hash", "")
+        self.scenarios[rank] = msg.get("scenario") or {}
+        if msg.get("pid") is not None:
+            self.pids.setdefault(rank, msg["pid"])
+        if len(self.endpoints) == self.n and self.abort_message is None and not self.check_scenarios():
+            self.probes = ProbeRound(range(self.n))
+            self.probe_next()
+
     def probe_next(self) -> None:
         """Send the next clock probe; after the last one, every rank's table with its clock offset."""
-        if self.abort_deadline is not None:
+        probes = self.probes
+        if self.abort_deadline is not None or probes is None:
             return
-        probe = self.probes.next_probe()
+        probe = probes.next_probe()
         if probe is not None:
             self._send(self.identities[probe[0]], {"type": "clock", "seq": probe[1]})
             return
-        clocks = self.probes.estimates()
+        clocks = probes.estimates()
         endpoints = [self.endpoints[r] for r in range(self.n)]
         local_endpoints = [self.local_endpoints[r] for r in range(self.n)]
         hosts = [self.hosts[r] for r in range(self.n)]
@@ -264,8 +277,8 @@ class Coordinator(FailureDetection):
             while self.timers and now >= self.started_at + self.timers[0][0]:
                 self.timers.pop(0)[1]()
             if self.heartbeat_lost_s is not None:
-                self.check_heartbeats(now)
-        return self.abort_deadline is not None and self.abort_settled(now)
+                self.check_heartbeats(now, self.started_at, self.heartbeat_lost_s)
+        return self.abort_settled(now)
 
     # -- failing the run ---------------------------------------------------------------------
     def check_scenarios(self) -> bool:

@@ -88,8 +88,8 @@ class LaunchOutcome:
 
     @property
     def root_cause(self) -> RankFailure | None:
-        primary = [f for f in self.failures if not f.secondary]
-        return (primary or self.failures or [None])[0]
+        primary = [f for f in self.failures if not f.secondary] or self.failures
+        return primary[0] if primary else None
 
 
 def is_explained(failures: list[RankFailure]) -> bool:
@@ -188,18 +188,22 @@ class FailureDetection:
         At the abort deadline in any case; sooner (SETTLE_S after the abort went out) once every rank
         that reported has also gone, if a silent rank may be the root cause: a hung rank would never
         answer, so waiting longer only delays the verdict. A failure that explains the run without
-        them leaves the silent ranks the whole grace, to answer the abort as the others did."""
+        them leaves the silent ranks the whole grace, to answer the abort as the others did. Before an
+        abort there is nothing to settle."""
+        deadline = self.abort_deadline
+        if deadline is None:
+            return False
         everyone = set(range(self.n))
         silent = everyone - self.exited - self.reported - self.lost
         # Under another launcher a rank that never registered may just be late: it was never told
         # of the abort, so it is not blamed as hung, and the grace is kept for it to register
         # and hear of the abort (a rank that never comes times out on its own).
         unregistered = set() if self.watch_exits else silent - set(self.identities)
-        settled = now > self.abort_deadline or (
+        settled = now > deadline or (
             not unregistered
             and self.exited | self.lost | silent == everyone
             and not (silent and is_explained(self.failures))
-            and now > max(self.abort_deadline - ABORT_GRACE_S, self.last_told) + SETTLE_S
+            and now > max(deadline - ABORT_GRACE_S, self.last_told) + SETTLE_S
         )
         if settled:
             self.blame_silent(silent - unregistered)
@@ -225,13 +229,14 @@ class FailureDetection:
             failure.waiting_for = msg["waiting_for"]
         self.fail(failure)
 
-    def check_heartbeats(self, now: float) -> None:
-        """Declare lost every rank still at work that has been silent for heartbeat_lost_s."""
+    def check_heartbeats(self, now: float, started_at: float, lost_s: float) -> None:
+        """Declare lost every rank still at work that has been silent for `lost_s` (heartbeat_lost_s)
+        since its last heartbeat, or since every rank registered (`started_at`)."""
         for rank in range(self.n):
             if rank in self.exited or rank in self.reported or rank in self.lost:
                 continue
-            silence = now - max(self.last_beat.get(rank, 0.0), self.started_at)
-            if silence <= self.heartbeat_lost_s:
+            silence = now - max(self.last_beat.get(rank, 0.0), started_at)
+            if silence <= lost_s:
                 continue
             self.lost.add(rank)
             host = self.hosts.get(rank, "")

@@ -25,7 +25,6 @@ import zmq
 
 from playground.comm.addresses import ipc_dir, shm_dir_for
 from playground.comm.mailbox import nudge_to_own_core
-from playground.comm.opening import ZmqEnd
 from playground.comm.registry import BY_NAME, Places
 from playground.config.fingerprint import fingerprint
 from playground.core.errors import CommTimeout, PeerLost, ScenarioMismatch, UsageError, WireError
@@ -95,11 +94,15 @@ def open_end(kind: str, env: RankEnv, ctx: zmq.Context, hosts: bool = False):
     """The local end of transport `kind` (comm/registry.py) for this rank of a launched run, in the
     run's directories; with emulated `hosts`, "ipc" means ipc inside a host and tcp across."""
     places = Places(ipc_dir(env.master_port), shm_dir_for(env.master_port), env.master_addr, ctx)
-    if hosts and kind == "ipc":
-        return ZmqEnd(ctx, env.rank, "ipc+tcp", places.ipc_dir, places.master_addr, places.shm_dir)
-    if kind == "shm":
+    entry = BY_NAME[kind]
+    opener = entry.open_end_across_hosts if hosts else entry.open_end
+    if opener is None:
+        raise UsageError(
+            f"transport {kind!r}: a launched rank cannot open it{' across hosts' if hosts else ''}"
+        )
+    if entry.pinnable:
         nudge_to_own_core(env.rank, env.world_size)
-    return BY_NAME[kind].open_end(env.rank, env.world_size, places)
+    return opener(env.rank, env.world_size, places)
 
 
 def pick_endpoints(peers: Peers, rank: int) -> list[str]:

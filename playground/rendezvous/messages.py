@@ -19,8 +19,11 @@ class MalformedControl(ValueError):
 
 # The fields each message type must carry (name -> allowed types), checked before it is used. A
 # message type that is not here is ignored: a new one must be added.
-_INT, _STR, _NUM = (int,), (str,), (int, float)
-_REQUIRED = {
+Types = tuple[type, ...]
+_INT: Types = (int,)
+_STR: Types = (str,)
+_NUM: Types = (int, float)
+_REQUIRED: dict[str, dict[str, Types]] = {
     "register": {"rank": _INT, "endpoint": _STR},
     "clock": {"rank": _INT, "seq": _INT, "t_us": _NUM},
     "progress": {},
@@ -29,7 +32,7 @@ _REQUIRED = {
     "heartbeat": {"rank": _INT},  # emulated hosts: from the rank's heartbeat socket
     "fault": {"rank": _INT, "action": _STR},  # a host drill's request, from the counting rank
 }
-_OPTIONAL = {
+_OPTIONAL: dict[str, Types] = {
     "host": _STR,
     "local_endpoint": _STR,
     "pid": _INT,

@@ -17,11 +17,11 @@ the median over the rounds of a call's time over its sequences: microseconds per
 one layer, with the min-max beside it.
 """
 
-import argparse
 import time
 
 import numpy as np
 
+from playground.core.argparser import OneLineParser
 from playground.display.report import Table, make_console, render_table
 from playground.kvcache.engine.attention import KERNELS, RunTable, decode_attention
 from playground.transformer.blas import pin_blas_threads
@@ -89,7 +89,7 @@ def sweep(
             on_progress(k, len(contexts), f"attention at context {context}")
         pool = Pool(context, heads, head_dim, pool_bytes, max(block_sizes), rng)
         cases = _cases(pool, block_sizes, kernels)
-        times = [[] for _ in cases]
+        times: list[list[float]] = [[] for _ in cases]
         for _ in range(rounds + 1):  # the first round warms up, untimed
             for i, (_, _, kernel, streams, runs) in enumerate(cases):
                 t0 = time.perf_counter()
@@ -141,7 +141,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = OneLineParser(
         prog="python -m playground.serving.attention_bench", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--contexts", default="128,512,2048,8192", help="tokens per sequence (comma list)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from playground.display.report import Report, Table
 from playground.kvcache.plots import plot_memory
 from playground.kvcache.stats import leak_failures
-from playground.kvcache.workloads import ForkSpec
+from playground.kvcache.workloads import ForkSpec, workload_title
 from playground.serving import serving_stats, serving_steps
 
 
@@ -87,7 +87,7 @@ def _replay(params, per_setup: list[dict], run_dir: Path) -> tuple[list[Table], 
             f"{paged['ttft_p50_s'] * 1e3:.0f} -> {cached['ttft_p50_s'] * 1e3:.0f} ms"
         )
     title = (
-        f"Serving {params.workload}: {rows[0]['requests'] if rows else 0} requests per setup, KV budget "
+        f"Serving {workload_title(params.workload)}: {rows[0]['requests'] if rows else 0} requests per setup, KV budget "
         f"{params.capacity_tokens} tokens, block {params.block_size}"
     )
     files = []
@@ -152,18 +152,19 @@ def _samples(params, per_setup: list[dict]) -> tuple[list[Table], list[str], lis
 
 
 def _batch(params, per_setup: list[dict], rank0: dict) -> tuple[list[Table], list[str]]:
-    tables, notes = [], []
+    tables, notes, ratios = [], [], {}
     for s in per_setup:
         rows = serving_steps.with_model(
             serving_stats.batch_figures(s["clients"]["1"]["batches"]), s.get("split", {}).get("by_batch", {})
         )
         tables.append(Table(f"Decode throughput vs batch ({_name(s)})", rows))
+        ratios.update({f"{_name(s)} batch {r['batch']}": r["measured_over_model"] for r in rows})
         if len(rows) > 1 and rows[0]["tokens_per_s"]:
             notes.append(
                 f"{_name(s)}: batch {rows[-1]['batch']} decodes {rows[-1]['tokens_per_s'] / rows[0]['tokens_per_s']:.1f}x "
                 f"the tokens/s of batch {rows[0]['batch']} (lecture 2.4: 48 -> 615 items/s, 12.8x)"
             )
-    notes += serving_steps.model_notes(rank0)
+    notes += serving_steps.model_notes(rank0, ratios)
     return tables, notes
 
 
@@ -172,7 +173,8 @@ def report(per_setup: list[dict], params, run_dir, rank0: dict | None = None) ->
     it served, the decode-step model's rates and shape)."""
     rank0 = rank0 or {}
     failures = _common_failures(per_setup)
-    files, notes = [], []
+    files: list[str] = []
+    notes: list[str] = []
     if params.workload == "samples":
         tables, notes, more = _samples(params, per_setup)
         failures += more

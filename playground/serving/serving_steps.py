@@ -7,7 +7,10 @@ Pure functions over what rank 0 returned: each setup's `split` (serving_stats.st
 the rates and shape the model used (step_model.MachineRates, StepShape).
 """
 
+import math
+
 from playground.display.report import Table
+from playground.models.band import band_words, within
 
 
 def _ratio(a: float, b: float) -> float:
@@ -33,19 +36,32 @@ def with_model(rows: list[dict], by_batch: dict) -> list[dict]:
     return out
 
 
-def model_notes(rank0: dict) -> list[str]:
+def band_note(ratios: dict[str, float]) -> str:
+    """How many rows' measured / model (`ratios`, by row name) are inside the band the model is
+    held to, and the ones outside with their values."""
+    ratios = {k: v for k, v in ratios.items() if not math.isnan(v)}
+    off = {k: v for k, v in ratios.items() if not within(v)}
+    words = f"measured / model {band_words()} is the band the model is held to: {len(ratios) - len(off)} of {len(ratios)} rows"
+    if off:
+        words += "; outside it: " + ", ".join(f"{k} {v:.2f}" for k, v in off.items())
+    return words
+
+
+def model_notes(rank0: dict, ratios: dict[str, float]) -> list[str]:
+    """The decode-step model's formula and rates, and the verdict on `ratios` (measured / model by
+    row name) from those values."""
     rates, shape = rank0.get("rates"), rank0.get("shape")
     if not rates or not shape:
         return []
-    return [
+    notes = [
         "model (step_model.py): step = weights (one row: weight bytes / read rate; more rows: weight bytes / "
         "pack rate + 2 x params x rows / GEMM rate) + KV bytes / read rate + per-sequence and per-step work; "
         f"weights {shape['weight_bytes'] / 1e6:.1f} MB, KV {shape['kv_bytes_per_token'] / 1024:.1f} KiB a token; "
         f"rates: read {rates['read_bytes_per_s'] / 1e9:.1f} GB/s, pack {rates['pack_bytes_per_s'] / 1e9:.1f} GB/s, "
         f"GEMM {rates['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s, {rates['per_seq_s'] * 1e6:.0f} us a sequence + "
-        f"{rates['per_step_s'] * 1e6:.0f} us a step ({rates['source']}); measured / model within 0.8-1.25 is "
-        "the 25% the model is held to"
+        f"{rates['per_step_s'] * 1e6:.0f} us a step ({rates['source']})"
     ]
+    return notes + ([band_note(ratios)] if ratios else [])
 
 
 SPLIT_COLUMNS = {
@@ -130,4 +146,5 @@ def split_notes(params, per_setup: list[dict], rank0: dict) -> list[str]:
             "inside them (decode kernel and prefill); bookkeeping = scheduling, the step's metadata, sampling, "
             "finishing (time.perf_counter around each)"
         )
-    return notes + model_notes(rank0)
+    ratios = {r["policy"]: r["measured_over_model"] for r in split_rows(per_setup)}
+    return notes + model_notes(rank0, ratios)

@@ -207,4 +207,6 @@ def rates_from_calibration(record: dict, overheads: tuple[float, float], source:
     every one of RATE_KEYS, with the engine's overheads measured here; None otherwise."""
     if not all(isinstance(record.get(k), (int, float)) and record[k] > 0 for k in RATE_KEYS):
         return None
-    return MachineRates(*(float(record[k]) for k in RATE_KEYS), *overheads, source)
+    rates = {k: float(record[k]) for k in RATE_KEYS}
+    per_seq_s, per_step_s = overheads
+    return MachineRates(**rates, per_seq_s=per_seq_s, per_step_s=per_step_s, source=source)

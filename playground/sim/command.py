@@ -3,7 +3,7 @@
 For every (ranks, algorithm, size) it runs the collective's own code on simulated ranks
 (driver.py) and prints bench's nccl-tests table with the model's time and sim/model beside each
 row; `--crossover` adds where the ring overtakes the tree, halving-doubling and recursive
-doubling, as a table and crossover.png. It writes a run directory as `run` does: simulation.yaml,
+doubling (the pairwise all-to-all exchange Bruck's), as a table and crossover.png. It writes a run directory as `run` does: simulation.yaml,
 result.json with bench's row keys, and with one rank count each rank's rank-<r>.jsonl stamped in
 virtual microseconds (per message up to 64 ranks), which `inspect` reads.
 """
@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
-from playground.collectives.bench_report import COLUMNS, with_model_columns, wrong_row_failures
+from playground.collectives.bench_report import COLUMNS, LEGEND, with_model_columns, wrong_row_failures
+from playground.core.dtypes import DTYPES
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, Finished, make_run_dir, write_result
 from playground.core.sizes import format_size
@@ -77,15 +78,19 @@ def add_simulate_parser(sub, func) -> None:
         metavar="RUN_DIR",
         help="a bench/run directory of this machine (repeatable): its times beside the simulated ones",
     )
-    s.add_argument("--crossover", action="store_true", help="where the ring overtakes tree, hd, rd (+ plot)")
+    s.add_argument(
+        "--crossover",
+        action="store_true",
+        help="where the ring overtakes tree, hd, rd; the pairwise all-to-all Bruck's (+ plot)",
+    )
     s.add_argument(
         "--fold",
         action="store_true",
         help="one rank runs for all where the algorithm and the links make every rank's timeline the same "
         "(ring; rd, hd on a power of two); exact, data-free; the others run as usual",
     )
-    s.add_argument("--dtype", "-d", choices=["float32", "float64", "int32", "int64"], default="float32")
-    s.add_argument("--op", "-o", choices=["sum", "max", "min"], default="sum")
+    s.add_argument("--dtype", "-d", choices=DTYPES, default="float32")
+    s.add_argument("--op", "-o", choices=["sum", "avg", "max", "min"], default="sum")
     s.add_argument("--out", default="runs", help="directory for run directories")
     s.set_defaults(func=func)
 
@@ -133,7 +138,7 @@ def simulate_sweep(args, console: Console | None = None) -> Finished:
         "ranks": max(spec.ranks),
         "transport": "sim",
         "rows": rows,
-        "tables": [{"title": t.title, "rows": t.rows, "columns": t.columns} for t in report.tables],
+        "tables": [t.to_dict() for t in report.tables],
         "notes": report.notes,
         "failures": report.failures,
         "files": report.files,
@@ -215,7 +220,15 @@ def _report(spec: SimSpec, rows: list[dict], stats: dict, run_dir: Path, crossov
     columns["vs_model"] = "sim/model"
     if any("measured_us" in r for r in rows):
         columns.update(MEASURED_COLUMNS)
-    tables = [Table(title, rows, columns)]
+    legend = {k: v for k, v in LEGEND.items() if k in columns and k != "vs_model"}
+    legend["vs_model"] = "simulated time / the closed form's"
+    legend["mode"] = (
+        "how the row was run: data (real arrays, checked), sizes (message sizes only, no data), "
+        "folded (one rank ran for all, their timelines being identical)"
+    )
+    if "vs_measured" in columns:
+        legend["vs_measured"] = "simulated time / the measured one (--measured)"
+    tables = [Table(title, rows, columns, keys=("ranks", "size", "algorithm"), legend=legend)]
     checked = [r for r in rows if r["wrong"] >= 0]
     notes = [
         f"links: {spec.link_source}"

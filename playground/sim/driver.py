@@ -19,7 +19,7 @@ import numpy as np
 
 from playground.collectives import ReduceOp, run_collective
 from playground.collectives.bench_report import build_row
-from playground.collectives.check import Tally, expected_output, input_count, pattern
+from playground.collectives.check import Tally, expected_output, input_count, make_input, reported_count
 from playground.collectives.chunks import phantom
 from playground.sim.fold import symmetry
 from playground.sim.network import Machine
@@ -78,7 +78,7 @@ def simulate(
         )
 
     def body(comm):
-        x = pattern(comm.rank, count, dtype) if data else phantom(count, dtype)
+        x = make_input(collective, comm.rank, n, count, dtype) if data else phantom(count, dtype)
         if machine.host is not None:  # as bench: a warm-up call (timed Python runs warm), a barrier
             call(comm, x)
             comm.barrier()
@@ -96,6 +96,6 @@ def simulate(
         per_rank = world.run(
             body, trace_dir=None if world.folded else trace_dir, trace_messages=trace_messages
         )
-    total = count * n if collective == "allgather" else count
+    total = reported_count(collective, count, n)
     row = build_row(collective, per_rank, total * itemsize, total, dtype, op, algorithm)
     return {"ranks": n, **row}, world

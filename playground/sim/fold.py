@@ -6,7 +6,10 @@ other gives every rank the same virtual timeline:
 - the ring (all-reduce, reduce-scatter, all-gather) under rotations r -> r + c (mod N), when
   every rank's chunk has the same length (the count a multiple of N; always for all-gather);
 - recursive doubling and halving-doubling under XOR translations r -> r ^ c, when N is a power
-  of two (for hd also the count a multiple of N, so that every half is the same length).
+  of two (for hd also the count a multiple of N, so that every half is the same length);
+- the pairwise and Bruck all-to-alls and the send/recv ring under rotations: at each step rank r
+  sends to r + k and receives from r - k. (Not the scattered all-to-all: its ports' queues delay
+  rank r's blocks by 2r, so every rank's timeline is its own.)
 Rank 0 then runs alone, the algorithm's own code through the ordinary Communicator. A message it
 sends to rank d reserves its own out-port and, standing for d's in-port (in the same state, by
 the symmetry), its own in-port, and comes back to rank 0 as the message rank 0's image sends it:
@@ -32,6 +35,8 @@ def symmetry(machine: Machine, collective: str, algorithm: str, count: int, data
     one_link = machine.num_nodes == 1 or machine.ranks_per_node == 1
     if data or n == 1 or machine.cores is not None or not one_link:
         return 0
+    if (collective, algorithm) in (("alltoall", "pairwise"), ("alltoall", "bruck"), ("sendrecv", "ring")):
+        return ROTATION
     if algorithm == "ring" and (collective == "allgather" or count % n == 0):
         return ROTATION if collective in ("allreduce", "reduce_scatter", "allgather") else 0
     power_of_two = n & (n - 1) == 0

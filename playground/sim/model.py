@@ -48,10 +48,10 @@ def affine(fn) -> tuple[float, float]:
     return t1 - b * s, b
 
 
-def crossover_bytes(spec, num_ranks: int, other: str) -> float | None:
-    """The size above which the ring all-reduce is faster than `other` by the model: 0 if it always
-    is, None if it never is."""
-    a_ring, b_ring = affine(lambda s: model_time_s(spec, "ring", num_ranks, s))
+def crossover_bytes(spec, num_ranks: int, other: str, reference: str = "ring") -> float | None:
+    """The size above which `reference` (the ring all-reduce; the pairwise all-to-all) is faster than
+    `other` by the model: 0 if it always is, None if it never is."""
+    a_ring, b_ring = affine(lambda s: model_time_s(spec, reference, num_ranks, s))
     a_other, b_other = affine(lambda s: model_time_s(spec, other, num_ranks, s))
     if a_ring <= a_other and b_ring <= b_other:
         return 0.0

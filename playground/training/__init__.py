@@ -10,12 +10,16 @@ The node is `nodes.train`; what it runs, one concept per module:
   thread as backward hands the gradients over when the mode overlaps, then Adam (`AllReduceBuckets`);
 - `zero`: zero1's strategy: reduce-scatter, Adam on this rank's shard, all-gather (`ZeroOne`);
 - `checks`: every result checked against the ranks' checksums, every rank's parameters hashed;
-- `loop`: one mode's steps on one rank, checked and recorded; `memory`: what a rank holds;
+- `loop`: the lab's one loop: a trainer's steps on one rank (data-parallel here, a pipeline stage
+  in `pipeline/`, a tensor shard in `tensor/`), checked and recorded; one process trained beside a
+  run and the gaps to it, with their tolerance; `memory`: what a rank holds;
 - `training_stats`, `steptime_model` (with `comm_cost`: a collective on the calibrated host),
   `training_report`, `plots`: the ranks' records and logs -> figures, the model beside them,
   tables and the loss plot (tested on synthetic records);
 - `ddp_baseline` (parent), `ddp_worker`, `ddp_model` (torch, imported by the workers only): the
-  same training with torch.nn.parallel.DistributedDataParallel over Gloo.
+  same training with torch.nn.parallel.DistributedDataParallel over Gloo; `torch_rank`: what the
+  DDP, pipelining and tensor-parallel workers do alike (Gloo, our weights and batches, Adam, the
+  replicas' average).
 
 Shared with the buckets lab, in lower layers: the one `Bucket`, its planner and the communication
 thread with the one traced all-reduce of a bucket (`playground.collectives.bucketing`,

@@ -25,14 +25,13 @@ of one buffer.
     python -m playground.training.ddp_worker --spec JSON --out DIR
 """
 
-import datetime
 import time
 from pathlib import Path
 
 from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
 from playground.tracing.timeline import covered
-from playground.transformer import BatchSampler, LRSchedule, ModelConfig, lecture_bytes
-from playground.transformer.init import init_params
+from playground.training.torch_rank import adam, gloo_group, model_and_batches
+from playground.transformer import LRSchedule
 
 MIB = 1 << 20
 
@@ -46,50 +45,64 @@ def _ddp(torch, model, spec: dict):
     return torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
 
 
+class _Stamps:
+    """What the hooks see of one step: each all-reduce's (launch, completion) span, each bucket's
+    bytes, and when the last gradient was accumulated."""
+
+    def __init__(self, dist, ddp, model, world: int):
+        self.dist, self.world = dist, world
+        self.spans: list[tuple[float, float]] = []
+        self.bucket_bytes: dict[int, int] = {}
+        self.last_grad = 0.0
+        ddp.register_comm_hook(None, self.timed_allreduce)
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(self.stamp)
+
+    def timed_allreduce(self, state, bucket):
+        """torch's default hook (divide by the world size, all-reduce, take the result), timed."""
+        t0 = time.perf_counter()
+        tensor = bucket.buffer()
+        self.bucket_bytes[bucket.index()] = tensor.numel() * tensor.element_size()
+        tensor.div_(self.world)
+
+        def done(fut):
+            self.spans.append((t0, time.perf_counter()))
+            return fut.value()[0]
+
+        return self.dist.all_reduce(tensor, async_op=True).get_future().then(done)
+
+    def stamp(self, _param) -> None:
+        self.last_grad = max(self.last_grad, time.perf_counter())
+
+    def clear(self) -> None:
+        self.spans.clear()
+        self.last_grad = 0.0
+
+
 def train(spec: dict, out_dir: Path) -> None:
     import torch
     import torch.distributed as dist
+
+    with gloo_group(torch, dist, spec["timeout_s"]):
+        _train(torch, dist, spec, out_dir)
+
+
+def _train(torch, dist, spec: dict, out_dir: Path) -> None:
     import torch.nn.functional as F
 
     from playground.training.ddp_model import build
 
-    torch.set_num_threads(1)  # ranks share the cores, as ours pin their BLAS to one thread
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=spec["timeout_s"]))
     rank, world = dist.get_rank(), dist.get_world_size()
-    config = ModelConfig.from_dict(spec["config"])
-    model = build(config, init_params(config, spec["seed"]))
+    config, params, sampler = model_and_batches(spec)
+    model = build(config, params)
     ddp = _ddp(torch, model, spec)
-    spans: list[tuple[float, float]] = []
-    bucket_bytes: dict[int, int] = {}
-
-    def timed_allreduce(state, bucket):
-        t0 = time.perf_counter()
-        tensor = bucket.buffer()
-        bucket_bytes[bucket.index()] = tensor.numel() * tensor.element_size()
-        tensor.div_(world)
-
-        def done(fut):
-            spans.append((t0, time.perf_counter()))
-            return fut.value()[0]
-
-        return dist.all_reduce(tensor, async_op=True).get_future().then(done)
-
-    ddp.register_comm_hook(None, timed_allreduce)
-    last_grad = [0.0]
-
-    def stamp(_param) -> None:
-        last_grad[0] = max(last_grad[0], time.perf_counter())
-
-    for p in model.parameters():
-        p.register_post_accumulate_grad_hook(stamp)
-    optimizer = torch.optim.Adam(ddp.parameters(), lr=spec["lr"], betas=(0.9, 0.95), eps=1e-8)
-    sampler = BatchSampler(lecture_bytes(), config.context, spec["batch"], spec["seed"])
+    stamps = _Stamps(dist, ddp, model, world)
+    optimizer = adam(torch, ddp.parameters(), spec["lr"])
     schedule = LRSchedule(**spec["schedule"])
     with open(rank_file(out_dir, rank), "a") as f:
         for step in range(spec["steps"]):
             inputs, targets = (torch.from_numpy(a) for a in sampler.rank_batch(step, rank, world))
-            spans.clear()
-            last_grad[0] = 0.0
+            stamps.clear()
             t0 = time.perf_counter()
             logits = ddp(inputs)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -101,7 +114,7 @@ def train(spec: dict, out_dir: Path) -> None:
             optimizer.step()
             optimizer.zero_grad()
             t3 = time.perf_counter()
-            end = last_grad[0] or t2
+            end = stamps.last_grad or t2
             write_record(
                 f,
                 {
@@ -113,14 +126,12 @@ def train(spec: dict, out_dir: Path) -> None:
                     "comm_s": t2 - end,
                     "optimizer_s": t3 - t2,
                     "step_s": t3 - t0,
-                    "allreduce_s": covered(spans),
+                    "allreduce_s": covered(stamps.spans),
                     "backward_span": [t1, end],
-                    "allreduce_spans": sorted(spans),
-                    "bucket_bytes": [bucket_bytes[i] for i in sorted(bucket_bytes)],
+                    "allreduce_spans": sorted(stamps.spans),
+                    "bucket_bytes": [stamps.bucket_bytes[i] for i in sorted(stamps.bucket_bytes)],
                 },
             )
-    dist.barrier()  # no rank tears Gloo down while a peer's last bucket is still in flight
-    dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

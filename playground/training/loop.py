@@ -1,62 +1,194 @@
-"""One mode's training on one rank: every step trained, checked and recorded.
+"""The training lab's one loop: every step of a run on one rank trained, checked and recorded,
+whether the run is data-parallel, pipeline-parallel or tensor-parallel; and the one process every
+run is compared with.
 
-Between a step's gradient reduction and its update the ranks exchange their loss shares and
-checksums (`checks.check_gradients`), after the update their parameter hashes
-(`checks.check_params`): a step that breaks an invariant stops the run there, naming the step and
-the ranks. The records are what the report is made of (each rank returns its own; the
-report reads the slowest rank's phases, as a step ends with its slowest rank).
+A `Trainer` (`step.DataParallel`, `pipeline.step.PipelineParallel`, `tensor.step.TensorParallel`)
+trains one step on this rank's rows and checks what only it knows (the tied embedding's copies,
+the shards' replicated parameters). `train_steps` runs its steps: between a step's gradient
+reduction and its update the data group exchanges its loss shares and checksums
+(`checks.check_gradients`), after the update its parameter hashes (`checks.check_params`); a step
+that breaks an invariant stops the run there, naming the step and the ranks. Each step's record
+is the step, the global loss, the trainer's phase times and the checks' time; the reports read the
+slowest rank's phases, as a step ends with its slowest rank.
+
+`one_process` trains one process on the whole batch (`transformer.train_one_process`) and keeps
+its parameters after every step; `gaps_to_one_process` compares a rank's run with it, cut to the
+rank's part of the model (a stage's layers, a shard's slices).
 """
 
+import math
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from playground.training.checks import StepChecks
+import numpy as np
+
+from playground.training.checks import Reduction, StepChecks
 from playground.training.memory import memory_record
 from playground.training.modes import Mode
-from playground.training.step import DataParallel, TrainSetup
-from playground.transformer import BatchSampler
+from playground.training.step import DataParallel, PhaseTimes, TrainSetup
+from playground.transformer import BatchSampler, Transformer, train_one_process
+from playground.transformer.plan import StagePlan
+
+# How far a run may drift from one process, relative to the largest parameter (and a loss to
+# one process's loss). Float64: the ranks add the same terms in another order than one process
+# (micro-batches, stages, shards' partial products), and Adam carries the differences from step to
+# step: measured within 1e-15 after 3 steps; the bound leaves room for other BLAS builds' orders.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-3}
+LOSS_TOLERANCE = {"float64": 1e-12, "float32": 1e-4}
+
+Check = Callable[[float, list[Reduction]], None]
+Batch = Callable[[int], tuple[np.ndarray, np.ndarray]]  # step -> this rank's (inputs, targets)
+
+
+class Trainer(Protocol):
+    """One rank's part of a training run: `model.params` is what the checks hash."""
+
+    comm: Any
+    model: Transformer
+
+    def train_step(
+        self, step: int, inputs: np.ndarray, targets: np.ndarray, check: Check | None
+    ) -> PhaseTimes:
+        """One step; `check(loss, reductions)` between the gradients' reduction and the update."""
+        ...
+
+    def check_step(self, step: int, times: PhaseTimes) -> None:
+        """The trainer's own checks after the update (ResultMismatch naming the step)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class StepLog:
+    """What `train_steps` recorded: one record a step, the parameters' hash after the last, and
+    the parameters after every step when they were kept."""
+
+    steps: list[dict] = field(default_factory=list)
+    digest: str = ""
+    snapshots: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def losses(self) -> list[float]:
+        return [s["loss"] for s in self.steps]
+
+
+def train_steps(
+    trainer: Trainer,
+    group,
+    mode: Mode,
+    batch: Batch,
+    steps: int,
+    keep_params: bool = False,
+    on_step: Callable[[int], None] | None = None,
+) -> StepLog:
+    """`steps` steps of `trainer`, checked over its data-parallel `group` (module doc), then the
+    trainer closed; `on_step(step)` runs after each step's checks, on this thread (progress)."""
+    log = StepLog()
+    try:
+        for step in range(steps):
+            inputs, targets = batch(step)
+            checks = StepChecks(group, step, mode, trainer.model.params.dtype)
+            times = trainer.train_step(step, inputs, targets, checks.gradients)
+            log.digest = checks.params(trainer.model.params)
+            trainer.check_step(step, times)
+            log.steps.append({"step": step, "loss": checks.loss, **times.record(), "check_s": checks.seconds})
+            if keep_params:
+                log.snapshots.append(trainer.model.params.copy())
+            trainer.comm.tracer.flush()
+            if on_step is not None:
+                on_step(step)
+    finally:
+        trainer.close()
+    return log
 
 
 def train_mode(
     comm, mode: Mode, setup: TrainSetup, sampler: BatchSampler, steps: int, on_step=None
 ) -> tuple[dict, DataParallel]:
-    """(this rank's record of `steps` steps of `mode`, the trained DataParallel); `on_step(step)`
-    runs after each step's check, on this thread (progress)."""
+    """(this rank's record of `steps` data-parallel steps of `mode`, the trained DataParallel)."""
     dp = DataParallel(comm, mode, setup)
-    records, digest = [], ""
-    try:
-        for step in range(steps):
-            inputs, targets = sampler.rank_batch(step, comm.rank, comm.size)
-            checks = StepChecks(comm, step, mode, dp.model.params.dtype)
-            t = dp.train_step(step, inputs, targets, checks.gradients)
-            digest = checks.params(dp.model.params)
-            records.append(
-                {
-                    "step": step,
-                    "loss": checks.loss,
-                    "forward_s": t.forward_s,
-                    "backward_s": t.backward_s,
-                    "comm_s": t.comm_s,
-                    "optimizer_s": t.optimizer_s,
-                    "step_s": t.step_s,
-                    "allreduce_s": t.allreduce_s,
-                    "compute_cpu_s": t.compute_cpu_s,
-                    "check_s": checks.seconds,
-                    "step_start": t.step_start,
-                    "backward_end": t.backward_end,
-                }
-            )
-            comm.tracer.flush()
-            if on_step is not None:
-                on_step(step)
-    finally:
-        dp.close()
+    log = train_steps(
+        dp, comm, mode, lambda s: sampler.rank_batch(s, comm.rank, comm.size), steps, on_step=on_step
+    )
     model = dp.model
     record = {
         "mode": mode.name,
         "host": socket.gethostname(),
-        "steps": records,
-        "hash": digest,
+        "steps": log.steps,
+        "hash": log.digest,
         "buckets": [b.num_bytes for b in dp.gradients.buckets],
         "memory": memory_record(model.params.nbytes, model.grads.nbytes, dp.gradients.state_bytes),
     }
     return record, dp
+
+
+@dataclass(frozen=True)
+class OneProcess:
+    """One process trained on the whole batch: its loss before and its parameters after each step."""
+
+    losses: list[float]
+    params: list[np.ndarray]
+
+
+def one_process(setup: TrainSetup, sampler: BatchSampler, steps: int) -> OneProcess:
+    """`steps` steps of one process from the runs' start, at the runs' learning rates."""
+    params: list[np.ndarray] = []
+    _, losses = train_one_process(
+        setup.config,
+        sampler,
+        steps,
+        adam=setup.adam,
+        seed=setup.seed,
+        schedule=setup.schedule,
+        on_step=lambda step, loss, model: params.append(model.params.copy()),
+    )
+    return OneProcess(losses, params)
+
+
+def gaps_to_one_process(
+    setup: TrainSetup,
+    plan: StagePlan,
+    reference: OneProcess,
+    losses: list[float] | None,
+    snapshots: list[np.ndarray],
+) -> dict:
+    """A rank's run against one process's, on the rank's part of the model (`plan.take`): the
+    largest parameter difference relative to the largest parameter over the steps, the largest
+    relative loss gap (None without `losses`: a stage that holds no loss), and whether every
+    parameter is bit for bit the same."""
+    mine = [plan.take(setup.config, p) for p in reference.params]
+    pairs = list(zip(snapshots, mine, strict=True))
+    return {
+        "param_gap": max(float(np.max(np.abs(got - ref)) / np.max(np.abs(ref))) for got, ref in pairs),
+        "loss_gap": None
+        if losses is None
+        else max(abs(a - b) / abs(b) for a, b in zip(losses, reference.losses, strict=True)),
+        "bitwise": all(np.array_equal(got, ref) for got, ref in pairs),
+    }
+
+
+def gap_failures(name: str, param_gap: float | None, loss_gap: float | None, dtype: str) -> list[str]:
+    """A run's failures against one process: its parameters beyond `TOLERANCE`, its losses beyond
+    `LOSS_TOLERANCE` (a gap that is None was not measured)."""
+    out = []
+    if param_gap is not None and not param_gap <= TOLERANCE[dtype]:
+        out.append(f"{name}: parameters {param_gap:.2e} from one process's (allowed {TOLERANCE[dtype]:g})")
+    if loss_gap is not None and not loss_gap <= LOSS_TOLERANCE[dtype]:
+        out.append(f"{name}: losses {loss_gap:.2e} from one process's (allowed {LOSS_TOLERANCE[dtype]:g})")
+    return out
+
+
+def one_process_note(rows: list[dict], why: str) -> list[str]:
+    """The note on the runs' largest gaps to one process (`param_gap`, `loss_gap` of the report's
+    rows, NaN where not measured) and `why` they are not zero; none if no run was compared."""
+    gaps = [r["param_gap"] for r in rows if not math.isnan(r["param_gap"])]
+    if not gaps:
+        return []
+    loss_gaps = [r["loss_gap"] for r in rows if not math.isnan(r["loss_gap"])]
+    return [
+        f"checked against one process on the whole batch after every step: parameters within "
+        f"{max(gaps):.1e} of the largest, losses within {max(loss_gaps, default=math.nan):.1e} ({why})"
+    ]

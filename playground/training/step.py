@@ -20,6 +20,7 @@ a `bucket.allreduce` span on the thread that ran it, each with its `mode` and `s
 the report reads from the trace how much of the all-reduces ran during backward.
 """
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -95,14 +96,23 @@ class TrainSetup:
 
 
 @dataclass(frozen=True)
-class StepTimes:
-    """One step on one rank: its share of the loss and each phase in seconds. `comm_s` is the
-    communication the step waited for (exposed); `allreduce_s` is the time the all-reduces (or
-    ZeRO's collectives) took wherever they ran, hidden or not."""
+class PhaseTimes:
+    """A step on one rank: its share of the loss, and the phases a trainer's subclass adds, which
+    the loop records (`record`)."""
 
     loss: float
-    step_start: float  # time.monotonic() when the step began: one clock for the ranks of one host
-    backward_end: float  # and when backward ended
+
+    def record(self) -> dict:
+        """Every field but the loss (the loop records the global batch's, from the checks)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "loss"}
+
+
+@dataclass(frozen=True)
+class StepTimes(PhaseTimes):
+    """A data-parallel step, each phase in seconds. `comm_s` is the communication the step waited
+    for (exposed); `allreduce_s` is the time the all-reduces (or ZeRO's collectives) took wherever
+    they ran, hidden or not."""
+
     forward_s: float
     backward_s: float
     comm_s: float
@@ -110,16 +120,20 @@ class StepTimes:
     step_s: float
     allreduce_s: float
     compute_cpu_s: float  # the CPU time of forward, backward and the optimizer on this thread
+    step_start: float  # time.monotonic() when the step began: one clock for the ranks of one host
+    backward_end: float  # and when backward ended
 
 
 @dataclass(frozen=True)
 class Update:
-    """What a step does after backward, each part timed: the reduction it waits for, the optimizer,
-    the gather (ZeRO-1's all-gather of the updated parameters; nothing in the other modes)."""
+    """What a step does after backward, each part timed: the reduction it waits for, the optimizer
+    (and its CPU time on this thread), the gather (ZeRO-1's all-gather of the updated parameters;
+    nothing in the other modes)."""
 
     reduce_s: float
     optimizer_s: float
     gather_s: float
+    optimizer_cpu_s: float
 
     @property
     def comm_s(self) -> float:
@@ -127,12 +141,12 @@ class Update:
 
 
 def reduce_and_update(gradients, loss: float, check=None, span=None, layout=None) -> Update:
-    """The step after backward of a pipeline stage or a tensor-parallel shard, in every mode: `gradients.reduce()`, `check(loss, reductions)`
-    (untimed: the checks are not part of the step), the update (traced as `span("optimizer")` if
-    given), the gather. With `layout`, every gradient is first handed to a strategy that takes them
-    as they are final (`on_grad_ready`), at once and in backward order, timed with the reduction:
-    after a backward that could not hand them over as it went (a pipeline stage's micro-batches, a
-    tensor-parallel shard's all-reduces on the same communicator)."""
+    """The step after backward, in every mode and every trainer: `gradients.reduce()`,
+    `check(loss, reductions)` (untimed: the checks are not part of the step), the update (traced as
+    `span("optimizer")` if given), the gather. With `layout`, every gradient is first handed to a
+    strategy that takes them as they are final (`on_grad_ready`), at once and in backward order,
+    timed with the reduction: after a backward that could not hand them over as it went (a
+    pipeline stage's micro-batches, a tensor-parallel shard's all-reduces on the same communicator)."""
     t0 = time.perf_counter()
     if layout is not None and gradients.on_grad_ready is not None:
         for spec in reversed(layout.specs):
@@ -141,15 +155,15 @@ def reduce_and_update(gradients, loss: float, check=None, span=None, layout=None
     t1 = time.perf_counter()
     if check is not None:
         check(loss, gradients.reductions())
-    t2 = time.perf_counter()
+    t2, cpu2 = time.perf_counter(), time.thread_time()
     if span is None:
         gradients.update()
     else:
         with span("optimizer"):
             gradients.update()
-    t3 = time.perf_counter()
+    t3, cpu3 = time.perf_counter(), time.thread_time()
     gradients.gather()
-    return Update(t1 - t0, t3 - t2, time.perf_counter() - t3)
+    return Update(t1 - t0, t3 - t2, time.perf_counter() - t3, cpu3 - cpu2)
 
 
 class DataParallel:
@@ -175,31 +189,22 @@ class DataParallel:
         gradients.begin(step)
         self.model.backward(gradients.on_grad_ready, span=span)
         t2, backward_end, cpu2 = time.perf_counter(), time.monotonic(), time.thread_time()
-        gradients.reduce()
-        reduced = time.perf_counter()
-        if check is not None:
-            check(loss, gradients.reductions())
-        t3 = time.perf_counter()
-        cpu3 = time.thread_time()
-        with span("optimizer"):
-            gradients.update()
-        t4, cpu4 = time.perf_counter(), time.thread_time()
-        gradients.gather()
-        t5 = time.perf_counter()
-        comm_s = (reduced - t2) + (t5 - t4)
-        step_s = (t5 - t0) - (t3 - reduced)
+        u = reduce_and_update(gradients, loss, check, span)
         return StepTimes(
             loss,
-            step_start,
-            backward_end,
-            t1 - t0,
-            t2 - t1,
-            comm_s,
-            t4 - t3,
-            step_s,
-            gradients.collective_s,
-            (cpu2 - cpu0) + (cpu4 - cpu3),
+            forward_s=t1 - t0,
+            backward_s=t2 - t1,
+            comm_s=u.comm_s,
+            optimizer_s=u.optimizer_s,
+            step_s=(t2 - t0) + u.comm_s + u.optimizer_s,
+            allreduce_s=gradients.collective_s,
+            compute_cpu_s=(cpu2 - cpu0) + u.optimizer_cpu_s,
+            step_start=step_start,
+            backward_end=backward_end,
         )
+
+    def check_step(self, step: int, times: PhaseTimes) -> None:
+        """Nothing beyond the loop's checks: every rank holds the whole model."""
 
     def close(self) -> None:
         self.gradients.close()

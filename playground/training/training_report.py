@@ -74,6 +74,17 @@ DDP_COLUMNS = {
     "overlap_ours_pct": "overlap ours (%)",
     "overlap_ddp_pct": "overlap DDP (%)",
 }
+MEMORY_LEGEND = {
+    "states_ratio": "this mode's optimizer states / a replicated mode's (ZeRO-1 shards them: 1 / ranks)",
+}
+MODEL_LEGEND = {
+    "compute_ms": "measured: from the first rank's start of the step to the last rank's end of backward, and "
+    "the optimizer",
+    "cores": "the cores the ranks got (their compute's CPU time over its wall time)",
+    "comm_model_ms": "the model's time of the step's collectives on those cores",
+    "exposed_model_ms": "of which the step waits for (all of it serially; overlapped, the tail that outlasts "
+    "backward)",
+}
 LOSS_ROWS = 10  # rows of the loss table (steps evenly spaced, the last always in)
 
 
@@ -219,77 +230,34 @@ def sample_notes(rank0: dict, params) -> list[str]:
 
 
 def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[dict]] | None = None) -> Report:
-    n = len(results)
-    run_dir = Path(run_dir)
-    config = params.model_config
+    """Per mode the step, the loss, memory and the model (`mode_tables`); the DDP baseline's table
+    (`ddp_part`); the loss plot and the notes that explain the columns."""
+    n, run_dir = len(results), Path(run_dir)
     tokens = params.batch * params.context
-    itemsize = config.np_dtype.itemsize
-    modes = params.mode
-    stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(modes))]
+    stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(params.mode))]
     for k, s in enumerate(stats):
         s["slowest"] = training_stats.slowest_steps([res["modes"][k]["steps"] for res in results])
     step_overlaps = training_stats.traced_step_overlaps(run_dir, n, params.steps)
     overlap = {mode: training_stats.overlap_over(per_step) for mode, per_step in step_overlaps.items()}
-    source = load_model(params.model, run_network(run_dir))
-    replicated = next(
-        (s["memory"][0]["optimizer_bytes"] for mode, s in zip(modes, stats, strict=True) if not mode.sharded),
-        None,
+    tables, model_rows, notes = mode_tables(
+        stats, params, n, overlap, load_model(params.model, run_network(run_dir))
     )
-    if replicated is None:
-        replicated = 2 * config.num_params * itemsize  # Adam's m and v of every parameter
-    alone = next((s["backward_s"] for mode, s in zip(modes, stats, strict=True) if not mode.overlaps), None)
-    cost = collective_cost(source)
-    cores = source.calibration.cores if source.calibration is not None else usable_cores()
-    step_rows, memory_rows, model_rows, notes = [], [], [], []
-    for mode, s in zip(modes, stats, strict=True):
-        step_rows.append(step_row(s, overlap.get(mode.name)))
-        memory_rows.append(memory_row(s, replicated))
-        model_rows.append(model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores))
-        if n > 1:
-            notes.append(
-                f"{mode.name}: {departure(mode.overlaps, s, model_rows[-1]['comm_model_ms'] / 1e3, alone if mode.overlaps else None)}"
-            )
-    curves = {s["mode"]: s["losses"] for s in stats}
-    tables = [
-        Table(
-            f"data-parallel training, {n} ranks, {config.num_params:,} parameters ({params.dtype}), global batch "
-            f"{params.batch} x {params.context} bytes, {params.steps} steps per mode: per step (median of the "
-            "timed steps, slowest rank)",
-            step_rows,
-            STEP_COLUMNS,
-        ),
-        Table("memory per rank: the arrays' own bytes, and the process", memory_rows, MEMORY_COLUMNS),
-        Table(f"step time: measured against the model ({source.caption})", model_rows, MODEL_COLUMNS),
-    ]
     data: dict[str, object] = {
         "modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats],
         "overlap": overlap,
         "step_model": model_rows,
     }
-    files = []
+    curves = {s["mode"]: s["losses"] for s in stats}
     if ddp_records is not None:
-        ddp = training_stats.ddp_stats(ddp_records, tokens)
-        ours = next((s for mode, s in zip(modes, stats, strict=True) if mode == DDP_LIKE), stats[0])
-        rows = ddp_rows(ours, step_overlaps.get(ours["mode"], {}), ddp, ddp_records)
-        tables.append(
-            Table(
-                f"ours ({ours['mode']}) against PyTorch DDP over Gloo, same weights and batches, "
-                "each all-reducing its buckets in place",
-                rows,
-                DDP_COLUMNS,
-            )
-        )
+        table, ddp, note = ddp_part(stats, params, step_overlaps, ddp_records, tokens)
+        tables.append(table)
         curves[ddp["mode"]] = ddp["losses"]
-        gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
-        data["ddp"] = {**ddp, "loss_gaps": gaps, "ours": ours["mode"]}
-        notes.append(
-            f"DDP: {len(ddp['buckets'])} buckets ({', '.join(format_size(b) for b in ddp['buckets'])}); "
-            f"largest relative loss gap {max(gaps):.2e} over {len(gaps)} steps"
-        )
+        data["ddp"] = ddp
+        notes.append(note)
     loss_table, loss_columns = loss_rows(curves)
-    tables.insert(
-        1, Table("loss of the global batch (the modes start from the same weights)", loss_table, loss_columns)
-    )
+    same = " (every curve starts from the same weights)" if len(curves) > 1 else ""
+    tables.insert(1, Table(f"loss of the global batch{same}", loss_table, loss_columns))
+    files = []
     if stats:
         plot_losses(curves, run_dir / "loss.png", f"training on the lecture's text, {n} ranks")
         files.append("loss.png")
@@ -300,7 +268,90 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
             else ""
         )
         notes.append(f"loss plot: {run_dir / 'loss.png'} (the loss of every step{agree})")
+    notes += column_notes(stats, params)
+    notes += sample_notes(results[0], params)
+    if "sample" in results[0]:
+        data["sample"] = results[0]["sample"]
+        data["sample_likeness"] = results[0].get("sample_likeness")
+    if (run_dir / "model.npz").exists():
+        notes.append(f"weights: {run_dir / 'model.npz'}")
+        files.append("model.npz")
+    return Report(ok=True, tables=tables, notes=notes, data=data, files=files)
+
+
+def mode_tables(
+    stats: list[dict], params, n: int, overlap: dict, source
+) -> tuple[list[Table], list[dict], list[str]]:
+    """The step, memory and model tables, a row per mode; the model's rows; where each mode
+    departs from its model (with more than one rank)."""
+    config, modes = params.model_config, params.mode
+    itemsize = config.np_dtype.itemsize
+    replicated = next(
+        (s["memory"][0]["optimizer_bytes"] for mode, s in zip(modes, stats, strict=True) if not mode.sharded),
+        2 * config.num_params * itemsize,  # without a replicated mode: Adam's m and v of every parameter
+    )
+    alone = next((s["backward_s"] for mode, s in zip(modes, stats, strict=True) if not mode.overlaps), None)
+    cost = collective_cost(source)
+    cores = source.calibration.cores if source.calibration is not None else usable_cores()
+    step_rows, memory_rows, model_rows, notes = [], [], [], []
     for mode, s in zip(modes, stats, strict=True):
+        step_rows.append(step_row(s, overlap.get(mode.name)))
+        memory_rows.append(memory_row(s, replicated))
+        model_rows.append(model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores))
+        if n > 1:
+            comm_s = model_rows[-1]["comm_model_ms"] / 1e3
+            notes.append(
+                f"{mode.name}: {departure(mode.overlaps, s, comm_s, alone if mode.overlaps else None)}"
+            )
+    tables = [
+        Table(
+            f"data-parallel training, {n} ranks, {config.num_params:,} parameters ({params.dtype}), global batch "
+            f"{params.batch} x {params.context} bytes, {params.steps} steps{' per mode' if len(modes) > 1 else ''}: "
+            "per step (median of the timed steps, slowest rank)",
+            step_rows,
+            STEP_COLUMNS,
+        ),
+        Table(
+            "memory per rank: the arrays' own bytes, and the process",
+            memory_rows,
+            MEMORY_COLUMNS,
+            legend=MEMORY_LEGEND,
+        ),
+        Table(
+            f"step time: measured against the model ({source.caption})",
+            model_rows,
+            MODEL_COLUMNS,
+            legend=MODEL_LEGEND,
+        ),
+    ]
+    return tables, model_rows, notes
+
+
+def ddp_part(
+    stats: list[dict], params, step_overlaps: dict, ddp_records: list[list[dict]], tokens: int
+) -> tuple[Table, dict, str]:
+    """PyTorch DDP beside our mode most like it (bucketed): its table, its data for result.json
+    (with its loss curve under `losses`), and the note on its buckets and loss gaps."""
+    ddp = training_stats.ddp_stats(ddp_records, tokens)
+    ours = next((s for mode, s in zip(params.mode, stats, strict=True) if mode == DDP_LIKE), stats[0])
+    table = Table(
+        f"ours ({ours['mode']}) against PyTorch DDP over Gloo, same weights and batches, "
+        "each all-reducing its buckets in place",
+        ddp_rows(ours, step_overlaps.get(ours["mode"], {}), ddp, ddp_records),
+        DDP_COLUMNS,
+    )
+    gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
+    note = (
+        f"DDP: {len(ddp['buckets'])} buckets ({', '.join(format_size(b) for b in ddp['buckets'])}); "
+        f"largest relative loss gap {max(gaps):.2e} over {len(gaps)} steps"
+    )
+    return table, {**ddp, "loss_gaps": gaps, "ours": ours["mode"]}, note
+
+
+def column_notes(stats: list[dict], params) -> list[str]:
+    """Each overlapping mode's all-reduces, what was checked, what the columns mean, the load."""
+    notes = []
+    for mode, s in zip(params.mode, stats, strict=True):
         if mode.overlaps:  # the modes with many all-reduces: which ones
             sizes = s["buckets"]
             notes.append(
@@ -308,7 +359,7 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
                 + ", ".join(format_size(b) for b in sizes[:6])
                 + (" ..." if len(sizes) > 6 else "")
             )
-    checked = params.steps * len(modes)
+    checked = params.steps * len(params.mode)
     notes.append(
         f"checks: after each of the {checked} steps every rank's parameters hashed and compared, every "
         "reduction's result checked against the ranks' own checksums (docs/training.md#the-checks)"
@@ -321,11 +372,4 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         "the trace; checks: the per-step exchange of hashes and checksums"
     )
     notes.append(load_note())
-    notes += sample_notes(results[0], params)
-    if "sample" in results[0]:
-        data["sample"] = results[0]["sample"]
-        data["sample_likeness"] = results[0].get("sample_likeness")
-    if (run_dir / "model.npz").exists():
-        notes.append(f"weights: {run_dir / 'model.npz'}")
-        files.append("model.npz")
-    return Report(ok=True, tables=tables, notes=notes, data=data, files=files)
+    return notes

@@ -16,6 +16,8 @@ from playground.core.errors import ParamError
 from playground.transformer.config import ModelConfig
 from playground.transformer.layout import ParamLayout
 
+ZIP_MAGIC = b"PK\x03\x04"  # an .npz is a zip archive: its first local file header
+
 
 def save_model(path: str | Path, config: ModelConfig, params: np.ndarray) -> None:
     layout = ParamLayout.for_config(config)
@@ -31,7 +33,11 @@ def load_model(
 ) -> tuple[ModelConfig, np.ndarray]:
     """(config, flat params) from `path`. `expect` (a config, or a mapping of some of its keys)
     is what the caller needs: a file that differs in any of those keys raises a ParamError
-    naming the key, the file's value and the expected one."""
+    naming the key, the file's value and the expected one; a file that is no .npz archive at all
+    (which numpy would take for a pickle it refuses to load, and say so) is "not a model file"."""
+    with open(path, "rb") as raw:  # OSError (no such file, no permission) is the caller's to name
+        if raw.read(4) != ZIP_MAGIC:
+            raise ParamError("model", f"{path} is not a model file (the model.npz that `run train` writes)")
     with np.load(path, allow_pickle=False) as f:
         missing = {"params", "config", "layout"} - set(f.files)
         if missing:

@@ -21,7 +21,7 @@ finishes the gradients in exactly the reverse of this order (ln_f.bias first, wt
 in backward order is one contiguous slice.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +29,9 @@ import numpy as np
 from playground.core.errors import UsageError
 from playground.transformer.config import ModelConfig
 
-BLOCK_PARAMS = (  # suffix, shape as a function of d: forward order inside a block
+BLOCK_PARAMS: tuple[
+    tuple[str, Callable[[int], tuple[int, ...]]], ...
+] = (  # suffix, shape of d, in forward order
     ("ln_1.weight", lambda d: (d,)),
     ("ln_1.bias", lambda d: (d,)),
     ("attn.c_attn.weight", lambda d: (d, 3 * d)),
@@ -48,7 +50,7 @@ BLOCK_PARAMS = (  # suffix, shape as a function of d: forward order inside a blo
 def param_shapes(config: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
     """Every parameter's (name, shape), in forward order."""
     d = config.d_model
-    named = [("wte", (config.vocab_size, d)), ("wpe", (config.context, d))]
+    named: list[tuple[str, tuple[int, ...]]] = [("wte", (config.vocab_size, d)), ("wpe", (config.context, d))]
     for layer in range(config.layers):
         named += [(f"h.{layer}.{suffix}", shape(d)) for suffix, shape in BLOCK_PARAMS]
     return [*named, ("ln_f.weight", (d,)), ("ln_f.bias", (d,))]

@@ -129,6 +129,8 @@ class Transformer:
         are then its share, and their SUM over ranks is exactly the global mean."""
         self._whole("forward")
         loss, self._saved = self.forward_stage(tokens, targets, loss_denominator=loss_denominator, span=span)
+        if not isinstance(loss, float):  # the whole model ends in its head: a loss, not an activation
+            raise UsageError(f"forward: the model's last stage returned an activation {np.shape(loss)}")
         return loss
 
     def backward(self, on_grad_ready: GradReady | None = None, *, span: Span = no_span) -> None:
@@ -170,9 +172,12 @@ class Transformer:
             with span(f"forward.h.{layer}"):
                 x, saved = self._block_forward(layer, x, attention)
             blocks.append(saved)
-        denominator = targets.size if loss_denominator is None and targets is not None else loss_denominator
+        if loss_denominator is not None:
+            denominator = loss_denominator
+        else:
+            denominator = targets.size if targets is not None else 0
         if not plan.head:
-            return x, Activations(tokens, None, denominator or 0, attention, blocks, None)
+            return x, Activations(tokens, None, denominator, attention, blocks, None)
         with span("forward.head"):
             k = self.kernels
             xf, ln_f = k.layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
@@ -194,6 +199,8 @@ class Transformer:
         plan, ready, k = self.plan, on_grad_ready or (lambda index: None), self.kernels
         p, g, index = self.p, self.g, self.layout
         if plan.head:
+            if saved.head is None:
+                raise UsageError("backward_stage: the forward it follows kept no head (another stage's?)")
             xf, ln_f, probs = saved.head
             with span("backward.head"):
                 dlogits = k.cross_entropy_backward(probs, saved.targets, saved.denominator)
@@ -213,8 +220,10 @@ class Transformer:
             if plan.head:
                 ready(index["wte"].index)  # the head's part only: its partner stage adds the embedding's
             return dx
+        tokens = saved.tokens
+        if tokens is None:
+            raise UsageError("backward_stage: the forward it follows kept no tokens (another stage's?)")
         with span("backward.embedding"):
-            tokens = saved.tokens
             T = tokens.shape[1]
             np.sum(dx, axis=0, out=g["wpe"][:T])
             g["wpe"][T:] = 0

@@ -11,11 +11,11 @@ Adam in milliseconds, the model's size, and the CPU time and page faults per ste
 machine take the figures from alternating runs or a quiet machine: this is wall-clock time.
 """
 
-import argparse
 import resource
 import statistics
 import time
 
+from playground.core.argparser import OneLineParser
 from playground.core.machine import keep_freed_memory
 from playground.transformer.blas import blas_threads, pin_blas_threads
 from playground.transformer.config import ModelConfig
@@ -57,7 +57,7 @@ def time_steps(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m playground.transformer.steptime", description=__doc__.split("\n")[0]
     )
     defaults = ModelConfig()

@@ -22,10 +22,10 @@ def train_one_process(
     adam: AdamConfig | None = None,
     seed: int = 0,
     schedule: LRSchedule | None = None,
-    on_step: Callable[[int, float], None] | None = None,
+    on_step: Callable[[int, float, Transformer], None] | None = None,
 ) -> tuple[Transformer, list[float]]:
     """A model initialised from `seed`, trained for `steps` steps; returns it and the loss of
-    every step (before that step's update)."""
+    every step (before that step's update). `on_step(step, loss, model)` runs after each update."""
     model = Transformer(config, seed=seed)
     optimizer = Adam(model.params.size, config.np_dtype, adam or AdamConfig())
     losses = []
@@ -35,5 +35,5 @@ def train_one_process(
         model.backward()
         optimizer.step(model.params, model.grads, schedule.lr_at(step) if schedule else None)
         if on_step:
-            on_step(step, losses[-1])
+            on_step(step, losses[-1], model)
     return model, losses

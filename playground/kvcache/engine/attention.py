@@ -22,6 +22,7 @@ keys and values through the same table and calls the dense reference (`cached_at
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -31,7 +32,8 @@ from playground.kvcache.engine.allocation import AllocationPolicy
 from playground.transformer.generate import cached_attention
 from playground.transformer.layers import softmax
 
-KERNELS = ("native", "numpy")
+Kernel = Literal["native", "numpy"]  # the decode attention kernels: C, or numpy beside it
+KERNELS: tuple[Kernel, ...] = get_args(Kernel)
 
 
 @dataclass(frozen=True)
@@ -69,13 +71,17 @@ class RunTable:
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
 
-def run_table(policy: AllocationPolicy, seq_ids: list[int]) -> RunTable:
-    """The RunTable of `seq_ids` (in that order) at their current lengths under `policy`."""
+def run_table(policy: AllocationPolicy, seq_ids: list[int], lengths: list[int] | None = None) -> RunTable:
+    """The RunTable of `seq_ids` (in that order) at `lengths` tokens (default: their current
+    lengths under `policy`; a chunk of a prefill or a sequence holding slots past its length
+    reads fewer)."""
     tables = [policy.table(s) for s in seq_ids]
     starts = np.zeros(len(tables) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in tables], out=starts[1:])
     flat = np.fromiter((b for t in tables for b in t), dtype=np.int64, count=int(starts[-1]))
-    lens = np.fromiter((policy.length(s) for s in seq_ids), dtype=np.int64, count=len(tables))
+    if lengths is None:
+        lengths = [policy.length(s) for s in seq_ids]
+    lens = np.asarray(lengths, dtype=np.int64).reshape(len(tables))
     return RunTable(flat, starts, lens, policy.block_size if policy.paged else 0)
 
 

@@ -5,6 +5,8 @@
              -> one model step for every scheduled sequence (model_runner.py)
              -> sample each sequence's next token; fork the n samples of a just-prefilled prompt;
                 finish the sequences that have max_new_tokens, free their memory
+                (a chunk of a longer prefill samples nothing; a speculative step keeps the drafts
+                greedy decoding agrees with, and greedy's next token: scheduler.py, speculative.py)
 
 The n samples of a request share the prompt: it is prefilled once, as one sequence, and forked
 into n after its first step (`policy.fork`: the paged policy shares every block and copies the
@@ -27,6 +29,7 @@ from playground.kvcache.engine.kv_pool import KVPool
 from playground.kvcache.engine.model_runner import ModelRunner
 from playground.kvcache.engine.scheduler import Scheduled, Scheduler
 from playground.kvcache.engine.sequence import GenerateRequest, SamplingParams, Sequence, SequenceStatus
+from playground.kvcache.engine.speculative import accept_greedy
 from playground.transformer.generate import sample_token
 from playground.transformer.model import Transformer
 
@@ -74,6 +77,8 @@ class LLMEngine:
         self.num_generated_tokens = 0
         self.num_prefill_tokens = 0
         self.num_finished_requests = 0
+        self.num_draft_tokens = 0  # speculative decoding: drafted, and accepted by verification
+        self.num_accepted_tokens = 0
         self.peak_running = 0
         self.peak_allocated_slots = 0
         self.peak_used_slots = 0
@@ -119,17 +124,25 @@ class LLMEngine:
         now = self.clock()
         greedy = np.argmax(logits, axis=1).tolist()  # every row's greedy token, in one call
         finished = []
-        for s, row, first_max in zip(step.scheduled, logits, greedy, strict=True):
-            finished += self._postprocess(s, row, first_max, now)
+        row = 0
+        for s in step.scheduled:
+            row += s.num_new
+            if not s.completes_window:  # a chunk of a prefill: its KV is in, nothing to sample
+                s.seq.num_cached_tokens = s.length
+            elif s.draft:
+                finished += self._verify(s, greedy[row - s.num_new : row], now)
+            else:
+                finished += self._postprocess(s, logits[row - 1], greedy[row - 1], now)
         self.num_steps += 1
-        decodes = sum(1 for s in step.scheduled if s.is_decode)
-        self.num_prefill_tokens += step.num_tokens - decodes
+        decodes = sum(1 for s in step.scheduled if s.is_decode or s.draft)  # sequences decoding
+        verified = sum(len(s.draft) for s in step.scheduled)  # their drafts: not prefill either
+        self.num_prefill_tokens += step.num_tokens - decodes - verified
         times = self.runner.last
         self.step_log.append(
             (
                 t0 - self.start_s,
                 decodes,
-                step.num_tokens - decodes,
+                step.num_tokens - decodes - verified,
                 len(self.scheduler.running),
                 len(self.scheduler.waiting),
                 now - t0,
@@ -180,6 +193,26 @@ class LLMEngine:
             return [request]
         return []
 
+    def _verify(self, s: Scheduled, greedy: list[int], now: float) -> list[GenerateRequest]:
+        """A speculative step's tokens (speculative.py): the accepted drafts, then greedy's next."""
+        seq, request = s.seq, s.seq.request
+        tokens = accept_greedy(list(s.draft), greedy)
+        self.num_draft_tokens += len(s.draft)
+        self.num_accepted_tokens += len(tokens) - 1
+        seq.num_cached_tokens = s.first_position + len(tokens)  # the last token and the accepted drafts
+        seq.token_ids += tokens
+        seq.token_times_s += [now] * len(tokens)
+        self.num_generated_tokens += len(tokens)
+        if not seq.is_done:
+            return []
+        self.scheduler.finish(seq)
+        if request.is_finished:
+            request.finished_s = now
+            del self.requests[request.request_id]
+            self.num_finished_requests += 1
+            return [request]
+        return []
+
     def _fork(self, parent: Sequence, k: int) -> list[Sequence]:
         """k children of `parent` (before its first token is appended), sharing its KV if they
         are to run; if the policy cannot hold them now, they wait and are recomputed later."""
@@ -199,6 +232,16 @@ class LLMEngine:
                 child.restart_window(self.model.config.context)
                 sched.waiting.appendleft(child)
         return children
+
+    def abort_request(self, request_id: int) -> int:
+        """Drop one request wherever it is and free its sequences' memory now (its client went
+        away, or it met a stop string); returns how many of its sequences were live."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return 0
+        seqs = [s for s in request.seqs if s.status is not SequenceStatus.FINISHED]
+        self.scheduler.abort(seqs)
+        return len(seqs)
 
     def abort(self, client: bytes | None = None) -> tuple[list[GenerateRequest], int]:
         """Drop every request of `client` (of every client if None) and free its sequences'
@@ -224,6 +267,8 @@ class LLMEngine:
             "prefill_tokens": self.num_prefill_tokens,
             "preempted": self.scheduler.num_preempted,
             "window_restarts": self.scheduler.num_window_restarts,
+            "draft_tokens": self.num_draft_tokens,
+            "accepted_tokens": self.num_accepted_tokens,
         }
 
     def reset_peaks(self) -> None:

@@ -32,13 +32,16 @@ class PoolAttention:
         write_slots: list[int] = []
         decode_rows: list[int] = []
         decode_ids: list[int] = []
+        decode_lens: list[int] = []
         decode_writes: list[bool] = []  # False: a cached window's last token, computed again unwritten
         prefills: list[tuple[slice, int]] = []  # (rows, first position) of each prefill
         prefill_ids: list[int] = []
+        prefill_lens: list[int] = []
         for s in scheduled:
             if s.is_decode:
                 decode_rows.append(rows)
                 decode_ids.append(s.seq.seq_id)
+                decode_lens.append(s.length)
                 decode_writes.append(s.write_from == s.first_position)
             else:
                 stop = s.first_position + s.num_new
@@ -47,15 +50,16 @@ class PoolAttention:
                     write_rows += range(rows + s.write_from - s.first_position, rows + s.num_new)
                 prefills.append((slice(rows, rows + s.num_new), s.first_position))
                 prefill_ids.append(s.seq.seq_id)
+                prefill_lens.append(s.length)
             rows += s.num_new
         self.decode_rows = np.asarray(decode_rows, dtype=np.int64)
-        self.decode_runs = run_table(policy, decode_ids)
+        self.decode_runs = run_table(policy, decode_ids, decode_lens)
         writes = np.asarray(decode_writes, dtype=bool)
         self.write_rows = np.concatenate([self.decode_rows[writes], np.asarray(write_rows, dtype=np.int64)])
         self.write_slots = np.concatenate(
             [self.decode_runs.last_slots()[writes], np.asarray(write_slots, dtype=np.int64)]
         )
-        self.prefills, self.prefill_runs = prefills, run_table(policy, prefill_ids)
+        self.prefills, self.prefill_runs = prefills, run_table(policy, prefill_ids, prefill_lens)
         self.elapsed_s = 0.0  # in __call__, over the step's layers
 
     @property
@@ -100,19 +104,19 @@ class ModelRunner:
         self.last = RunTimes(0.0, 0.0, 0.0, 0)
 
     def run(self, scheduled: list[Scheduled], policy: AllocationPolicy) -> np.ndarray:
-        """The logits (len(scheduled), vocab) of each scheduled sequence's last new token;
-        `last` says where the time went."""
+        """The logits (num_tokens, vocab) of every new token, packed in the order of `scheduled`
+        (a speculative sequence's last token, then its draft); `last` says where the time went."""
         t0 = time.perf_counter()
         tokens: list[int] = []
         positions: list[int] = []
         for s in scheduled:
             start = s.seq.window_start + s.first_position
-            tokens += s.seq.token_ids[start : start + s.num_new]
+            tokens += s.seq.token_ids[start : start + s.num_new - len(s.draft)]
+            tokens += s.draft
             positions += range(s.first_position, s.first_position + s.num_new)
         attention = PoolAttention(self.pool, policy, scheduled, self.kernel)
         t1 = time.perf_counter()
         logits = self.model.step(np.asarray(tokens, dtype=np.int64), np.asarray(positions), attention)
         t2 = time.perf_counter()
         self.last = RunTimes(t1 - t0, t2 - t1 - attention.elapsed_s, attention.elapsed_s, attention.kv_tokens)
-        last = np.cumsum([s.num_new for s in scheduled]) - 1
-        return logits[last]
+        return logits

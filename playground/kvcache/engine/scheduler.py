@@ -18,16 +18,33 @@ the allocation policy (a refused `can_*` changes nothing):
 With prefix caching a new window shares the cached blocks of its leading full blocks; their KV is
 already in the pool and is not computed again. If the whole window is cached, its last token is
 computed once more for its logits, without writing its KV (the block is shared).
+
+Chunked prefill (`config.chunked_prefill`, Sarathi-Serve's stall-free batching): a step holds at
+most `max_num_batched_tokens` tokens in all. Decodes go first (a token each); then the prompts
+already admitted and partly prefilled go on, then new ones are admitted, each taking a chunk of
+what is left of the budget. A long prompt so runs over several steps beside the decodes instead of
+stalling them for one long step: the time between two tokens of a running sequence stays near a
+decode step. Admission allocates the whole window at once (check-then-act as before); a partly
+prefilled sequence runs with `num_cached_tokens < len(window) - 1` and samples nothing until its
+last chunk. It is not combined with prefix caching: a cached block's KV would be found by
+another prompt before its chunk has written it.
+
+Speculative decoding (`config.num_speculative_tokens` = k > 0, speculative.py): a running greedy
+sequence decodes its last token and up to k drafted tokens in one step; its slots are appended for
+all of them (if the batch does not fit with the drafts, the step decodes without them). Slots of
+rejected drafts stay allocated past the sequence's length and are overwritten later, so a
+sequence may hold more slots than tokens: `Scheduled.length` is what attention reads.
 """
 
 from collections import deque
 from dataclasses import dataclass
 
-from playground.core.errors import InvariantViolation
+from playground.core.errors import InvariantViolation, UsageError
 from playground.kvcache.engine.admission import AdmissionRule
 from playground.kvcache.engine.allocation import AllocationPolicy, Copy
 from playground.kvcache.engine.config import EngineConfig
 from playground.kvcache.engine.sequence import Sequence, SequenceStatus
+from playground.kvcache.engine.speculative import propose_ngram
 
 
 @dataclass(frozen=True)
@@ -39,12 +56,23 @@ class Scheduled:
     first_position: int
     num_new: int
     write_from: int
+    draft: tuple[int, ...] = ()  # speculative tokens after the last one (num_new = 1 + len(draft))
 
     @property
     def is_decode(self) -> bool:
         """One query over every token up to it: the decode kernel's shape (also a one-token
         prefill, and a cached window's recomputed last token)."""
         return self.num_new == 1
+
+    @property
+    def length(self) -> int:
+        """Tokens attention reads after this step: the sequence's KV up to its last new token."""
+        return self.first_position + self.num_new
+
+    @property
+    def completes_window(self) -> bool:
+        """Whether this step reaches the window's last token (false: a chunk of a longer prefill)."""
+        return self.draft != () or self.length >= len(self.seq.window)
 
 
 @dataclass
@@ -65,6 +93,12 @@ class Scheduler:
     ):
         self.policy, self.context, self.config = policy, context, config
         self.prefix_caching = prefix_caching
+        if prefix_caching and config.chunked_prefill:
+            raise UsageError(
+                "chunked prefill and prefix caching do not combine here: a prompt's cached blocks "
+                "would be found before its chunks have written them",
+                field="chunked_prefill",
+            )
         self.admission = AdmissionRule.with_watermark(
             config.max_num_seqs, config.watermark, policy.capacity_slots
         )
@@ -122,8 +156,14 @@ class Scheduler:
         restarts = self._restart_full_windows()
         preempted_before = self.num_preempted
         scheduled, copies = self._schedule_decodes()
+        budget = self.config.max_num_batched_tokens
+        if self.config.chunked_prefill:
+            budget -= sum(s.num_new for s in scheduled)
+            chunks = self._continue_prefills(budget)
+            budget -= sum(s.num_new for s in chunks)
+            scheduled += chunks
         if self.admission.is_open(len(self.running), self.pressure):
-            scheduled += self._admit()
+            scheduled += self._admit(budget)
         return Step(scheduled, copies, self.num_preempted - preempted_before, restarts)
 
     def _restart_full_windows(self) -> int:
@@ -132,28 +172,79 @@ class Scheduler:
             self.preempt(seq, window_full=True)
         return len(full)
 
+    def is_prefilling(self, seq: Sequence) -> bool:
+        """A running sequence whose window is not all in the pool yet (chunked prefill)."""
+        return seq.num_cached_tokens < len(seq.window) - 1
+
+    def _drafts(self, decoding: list[Sequence]) -> dict[int, list[int]]:
+        """Each greedy sequence's prompt-lookup draft, cut to its window and its max_new_tokens."""
+        k, drafts = self.config.num_speculative_tokens, {}
+        for seq in decoding if k else []:
+            params = seq.request.params
+            room = min(k, self.context - len(seq.window), params.max_new_tokens - seq.num_generated - 1)
+            if params.temperature == 0 and room > 0:
+                draft = propose_ngram(seq.token_ids, self.config.prompt_lookup_max, room)
+                if draft:
+                    drafts[seq.seq_id] = draft
+        return drafts
+
+    def _appends(self, decoding: list[Sequence], drafts: dict[int, list[int]]) -> dict[int, int]:
+        """Slots each decoding sequence needs beyond those it holds (drafts' slots may be held)."""
+        return {
+            s.seq_id: max(
+                0, s.num_cached_tokens + 1 + len(drafts.get(s.seq_id, ())) - self.policy.length(s.seq_id)
+            )
+            for s in decoding
+        }
+
     def _schedule_decodes(self) -> tuple[list[Scheduled], list[Copy]]:
-        while self.running and not self.policy.can_append_batch({s.seq_id: 1 for s in self.running}):
+        def decoding() -> list[Sequence]:
+            return [s for s in self.running if not self.is_prefilling(s)]
+
+        drafts = self._drafts(decoding())
+        if drafts and not self.policy.can_append_batch(self._appends(decoding(), drafts)):
+            drafts = {}  # no room for the drafts: plain decoding this step
+        while self.running and not self.policy.can_append_batch(self._appends(decoding(), drafts)):
             self.preempt(self.running[-1])
-        if not self.running:
+        seqs = decoding()
+        if not seqs:
             return [], []
-        copies = self.policy.append_batch({s.seq_id: 1 for s in self.running})
+        copies = self.policy.append_batch(self._appends(seqs, drafts))
         if copies is None:
             raise InvariantViolation(
                 f"{self.policy.name}: append_batch refused what can_append_batch allowed"
             )
-        scheduled = [Scheduled(s, s.num_cached_tokens, 1, s.num_cached_tokens) for s in self.running]
+        scheduled = []
+        for s in seqs:
+            draft = tuple(drafts.get(s.seq_id, ()))
+            scheduled.append(Scheduled(s, s.num_cached_tokens, 1 + len(draft), s.num_cached_tokens, draft))
         return scheduled, copies
 
-    def _admit(self) -> list[Scheduled]:
-        policy, prefilled = self.policy, 0
+    def _continue_prefills(self, budget: int) -> list[Scheduled]:
+        """The next chunk of each partly prefilled sequence, in admission order, within `budget`."""
+        scheduled = []
+        for seq in self.running:
+            if budget <= 0:
+                break
+            if self.is_prefilling(seq):
+                n = min(len(seq.window) - seq.num_cached_tokens, budget)
+                scheduled.append(Scheduled(seq, seq.num_cached_tokens, n, seq.num_cached_tokens))
+                budget -= n
+        return scheduled
+
+    def _admit(self, budget: int) -> list[Scheduled]:
+        """Admissions in order; prefill-first: whole windows while they fit `budget` (a longer
+        one runs alone); chunked: each takes a chunk of what is left of it."""
+        policy, prefilled, chunked = self.policy, 0, self.config.chunked_prefill
         scheduled: list[Scheduled] = []
         while self.waiting:
             seq = self.waiting[0]
             seq.restart_window(self.context)
             window = seq.window
             n = len(window)
-            if scheduled and prefilled + n > self.config.max_num_batched_tokens:
+            if chunked and prefilled >= budget:
+                break
+            if not chunked and scheduled and prefilled + n > budget:
                 break
             keys = window if self.prefix_caching else None
             free = policy.capacity_slots - policy.allocated_slots()
@@ -164,8 +255,9 @@ class Scheduler:
             self.waiting.popleft()
             cached = policy.allocate(seq.seq_id, n, keys)
             first = min(cached, n - 1)  # a window found whole in the cache recomputes its last token
-            scheduled.append(Scheduled(seq, first, n - first, cached))
-            prefilled += n - first
+            num_new = min(n - first, budget - prefilled) if chunked else n - first
+            scheduled.append(Scheduled(seq, first, num_new, cached))
+            prefilled += num_new
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
         return scheduled

@@ -7,12 +7,12 @@ A KVServer (a ModelServer with --model or --random-model) behind the ROUTER loop
     python -m playground.kvcache.server --model model.npz                   # the training lab's model
 """
 
-import argparse
 import signal
 from dataclasses import replace
 
 import zmq
 
+from playground.core.argparser import OneLineParser
 from playground.core.errors import PlaygroundError, UsageError
 from playground.kvcache.engine.attention import KERNELS
 from playground.kvcache.engine.config import DEFAULT_ENGINE
@@ -39,10 +39,8 @@ def build_model(args) -> Transformer | None:
     return None
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0]
-    )
+def build_parser() -> OneLineParser:
+    ap = OneLineParser(prog="python -m playground.kvcache.server", description=__doc__.split("\n")[0])
     ap.add_argument("--bind", default="tcp://127.0.0.1:5555", help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:*")
     ap.add_argument("--policy", default="paged", choices=list(POLICIES))
     ap.add_argument("--capacity-tokens", type=int, default=200_000)
@@ -64,44 +62,53 @@ def main(argv=None) -> int:
     m.add_argument("--context", type=int, default=1024, help="random model: context (default 1024)")
     m.add_argument("--seed", type=int, default=0, help="random model: the weights' seed")
     m.add_argument("--kernel", choices=KERNELS, default="native", help="decode attention kernel")
+    return ap
+
+
+def build_server(args) -> KVServer:
+    """The server the flags describe: a ModelServer with a model, else a KVServer of KV slots (with
+    a layout that attention can read when --layers or --heads are given); UsageError if they do
+    not fit."""
+    model = build_model(args)
+    if model is not None:
+        return ModelServer(
+            args.policy,
+            args.capacity_tokens,
+            args.block_size,
+            model,
+            lease_s=args.lease_s,
+            enable_prefix_caching=args.prefix_caching,
+            max_new_tokens=args.max_new_tokens,
+            engine_config=replace(DEFAULT_ENGINE, kernel=args.kernel),
+        )
+    width = args.width if args.width is not None else 8
+    layout = None
+    if args.layers or args.heads:
+        layers, heads = args.layers or 1, args.heads or 1
+        if width % (2 * layers * heads):
+            raise UsageError(
+                f"{width} is not layers x 2 x heads x head_dim for {layers} layers, {heads} heads",
+                field="--width",
+            )
+        layout = KVLayout(layers, heads, width // (2 * layers * heads))
+    return KVServer(
+        args.policy,
+        args.capacity_tokens,
+        args.block_size,
+        width,
+        args.lease_s,
+        args.prefix_caching,
+        args.max_new_tokens,
+        layout=layout,
+        kernel=args.kernel,
+    )
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     try:
-        model = build_model(args)
-        layout = None
-        width = args.width if args.width is not None else (None if model is not None else 8)
-        if model is None and (args.layers or args.heads):
-            layers, heads = args.layers or 1, args.heads or 1
-            assert width is not None  # no model: the width given, or 8
-            if width % (2 * layers * heads):
-                raise UsageError(
-                    f"{width} is not layers x 2 x heads x head_dim for {layers} layers, {heads} heads",
-                    field="--width",
-                )
-            layout = KVLayout(layers, heads, width // (2 * layers * heads))
-        server: KVServer
-        if model is not None:
-            server = ModelServer(
-                args.policy,
-                args.capacity_tokens,
-                args.block_size,
-                model,
-                lease_s=args.lease_s,
-                enable_prefix_caching=args.prefix_caching,
-                max_new_tokens=args.max_new_tokens,
-                engine_config=replace(DEFAULT_ENGINE, kernel=args.kernel),
-            )
-        else:
-            server = KVServer(
-                args.policy,
-                args.capacity_tokens,
-                args.block_size,
-                width,
-                args.lease_s,
-                args.prefix_caching,
-                args.max_new_tokens,
-                layout=layout,
-                kernel=args.kernel,
-            )
+        server = build_server(args)
     except (UsageError, PlaygroundError) as e:
         ap.error(str(e))
     ctx = zmq.Context()

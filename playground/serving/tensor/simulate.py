@@ -122,7 +122,7 @@ def simulate_sizes(
     one_rank: dict[int, dict] = {}  # by heads: that model on one rank (also the t = 1 row)
     rows = []
     for t in sizes:
-        model = config if config.heads % t == 0 else wide
+        model = config if config.heads % t == 0 or wide is None else wide
         if model.heads not in one_rank:
             one_rank[model.heads] = simulate_decode(model, workload, 1, link, seed, whole)
         row = (

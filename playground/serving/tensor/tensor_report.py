@@ -145,40 +145,16 @@ def plot_decode(path: Path, rows_by_shape: dict[str, list[dict]], params) -> Non
 
 
 def report(results: list[dict], params, run_dir: Path) -> Report:
+    """A table per model shape (`shape_table`), the plot, the notes on how each column was made."""
     run_dir = Path(run_dir)
     source = load_model(params.model, run_network(run_dir))
-    workload, cores = params.workload, usable_cores()
+    cores = usable_cores()
     tables, failures, rows_by_shape = [], [], {}
     for k, shape in enumerate(params.shapes):
-        config = params.config(shape)
-        failures += token_failures(results, k, shape)
-        simulated = (
-            simulate_sizes(config, workload, params.simulate, source.link, params.seed)
-            if params.simulate
-            else []
-        )
-        failures += [
-            f"{shape} model simulated at t={s['t']}: tokens differ from its one rank's"
-            for s in simulated
-            if not s["equal"]
-        ]
-        rows = shape_rows(results, k, params, source.link, simulated)
-        rows_by_shape[shape] = rows
-        wide = split_heads(config, params.simulate)
-        tables.append(
-            Table(
-                f"{shape} model ({config.num_params:,} parameters: {config.layers} layers, d {config.d_model}, "
-                f"{config.heads} heads), decode steps of {params.batch} sequences on t ranks of {len(results)} "
-                f"({cores} cores), {params.rounds} rounds"
-                + (
-                    ""
-                    if wide is None
-                    else f"; simulated beyond {config.heads} heads: d cut into {wide.heads}"
-                ),
-                rows,
-                COLUMNS,
-            )
-        )
+        table, shape_failures = shape_table(results, k, shape, params, source, cores)
+        tables.append(table)
+        failures += shape_failures
+        rows_by_shape[shape] = table.rows
     plot_decode(run_dir / "tensor-decode.png", rows_by_shape, params)
     notes = [
         "every rank runs the engine over its own heads' pool and the same deterministic scheduler; its tokens "
@@ -207,3 +183,30 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
     return Report(
         ok=not failures, tables=tables, notes=notes, failures=failures, data=data, files=["tensor-decode.png"]
     )
+
+
+def shape_table(
+    results: list[dict], k: int, shape: str, params, source, cores: int
+) -> tuple[Table, list[str]]:
+    """Shape `k`'s table (measured, model, simulated per t) and its failures: a rank's tokens, or a
+    simulated run's, that differ from one rank's."""
+    config = params.config(shape)
+    failures = token_failures(results, k, shape)
+    simulated = (
+        simulate_sizes(config, params.workload, params.simulate, source.link, params.seed)
+        if params.simulate
+        else []
+    )
+    failures += [
+        f"{shape} model simulated at t={s['t']}: tokens differ from its one rank's"
+        for s in simulated
+        if not s["equal"]
+    ]
+    wide = split_heads(config, params.simulate)
+    title = (
+        f"{shape} model ({config.num_params:,} parameters: {config.layers} layers, d {config.d_model}, "
+        f"{config.heads} heads), decode steps of {params.batch} sequences on t ranks of {len(results)} "
+        f"({cores} cores), {params.rounds} rounds"
+        + ("" if wide is None else f"; simulated beyond {config.heads} heads: d cut into {wide.heads}")
+    )
+    return Table(title, shape_rows(results, k, params, source.link, simulated), COLUMNS), failures

@@ -9,8 +9,8 @@ The node is `nodes.train_pipeline`; what it runs, one concept per module:
 - `stage`: the thin I/O loop that runs one stage's actions over the pipeline group;
 - `step`: one step of a stage: the schedule, the tied embedding's gradient, the data-parallel
   mode's strategy over the data group, the optimizer (`PipelineParallel`);
-- `loop`: a schedule's steps trained and checked, the stages' compute calibrated, one process's
-  training beside it;
+- `loop`: a schedule's steps in the training lab's loop, the stages' compute calibrated, one
+  process's training beside it;
 - `steptime_model`: a schedule run in simulated time (calibrated compute, alpha-beta messages,
   shared cores);
 - `pipeline_stats`, `pipeline_report`, `plots`: the trace and the records -> the bubble, the

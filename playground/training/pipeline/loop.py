@@ -2,14 +2,13 @@
 compute calibrated; one process's training beside it.
 
 - `train_schedule`: `steps` steps of one schedule at one micro-batch count, from the same start as
-  every other; after each step the training lab's checks (`checks.StepChecks` over the data group)
-  and the tied embedding's; returns the records (loss, phases, activations held) and, when asked,
-  this stage's parameters after every step.
+  every other, in the training lab's loop (`training.loop.train_steps`: its checks over the data
+  group, then the tied embedding's); returns the records (loss, phases, activations held) and, when
+  asked, this stage's parameters after every step.
 - `calibrate`: each stage's forward and backward of one micro-batch, timed with the stages taking
   turns (so no two stages share a core while timed): the compute of the step-time model.
-- `reference_gaps`: one process trained on the whole batch (`transformer.train`'s loop), its
-  parameters after every step compared with this stage's: the largest difference, relative to the
-  largest parameter, and the losses' relative gaps.
+- `reference_gaps`: one process trained on the whole batch (`training.loop.one_process`), its
+  parameters after every step compared with this stage's (`training.loop.gaps_to_one_process`).
 """
 
 import statistics
@@ -17,12 +16,12 @@ import time
 
 import numpy as np
 
-from playground.training.checks import StepChecks
+from playground.training.loop import gaps_to_one_process, one_process, train_steps
 from playground.training.modes import Mode
 from playground.training.pipeline.schedules import ScheduleKind
 from playground.training.pipeline.step import PipelineParallel
 from playground.training.step import TrainSetup
-from playground.transformer import Adam, BatchSampler, Transformer
+from playground.transformer import BatchSampler, Transformer
 from playground.transformer.plan import StagePlan
 
 
@@ -41,35 +40,16 @@ def train_schedule(
     on_step=None,
 ) -> tuple[dict, list[np.ndarray]]:
     """(this rank's record of the run, its parameters after each step if `keep_params`)."""
-    pp = PipelineParallel(comm, grid, plan, mode, setup, schedule, num_micro_batches)
-    records, snapshots, digest = [], [], ""
-    try:
-        for step in range(steps):
-            inputs, targets = sampler.rank_batch(step, grid.data_index, grid.shape.data)
-            checks = StepChecks(grid.data, step, mode, pp.model.params.dtype)
-            t = pp.train_step(step, run, inputs, targets, checks.gradients)
-            digest = checks.params(pp.buffers.params)
-            pp.check_tied(step)
-            records.append(
-                {
-                    "step": step,
-                    "loss": checks.loss,
-                    "pipeline_s": t.pipeline_s,
-                    "tied_s": t.tied_s,
-                    "comm_s": t.comm_s,
-                    "optimizer_s": t.optimizer_s,
-                    "step_s": t.step_s,
-                    "peak_bytes": t.peak_bytes,
-                    "peak_micro_batches": t.peak_micro_batches,
-                }
-            )
-            if keep_params:
-                snapshots.append(pp.buffers.params.copy())
-            comm.tracer.flush()
-            if on_step is not None:
-                on_step(step)
-    finally:
-        pp.close()
+    pp = PipelineParallel(comm, grid, plan, mode, setup, schedule, num_micro_batches, run)
+    log = train_steps(
+        pp,
+        grid.data,
+        mode,
+        lambda step: sampler.rank_batch(step, grid.data_index, grid.shape.data),
+        steps,
+        keep_params,
+        on_step,
+    )
     record = {
         "run": run,
         "schedule": schedule.name,
@@ -77,12 +57,12 @@ def train_schedule(
         "rows": sampler.batch // grid.shape.data,  # this replica's sequences per step
         "stage": plan.stage,
         "data_index": grid.data_index,
-        "hash": digest,
-        "steps": records,
+        "hash": log.digest,
+        "steps": log.steps,
         "params_bytes": int(pp.buffers.params.nbytes),
         "optimizer_bytes": int(pp.gradients.state_bytes),
     }
-    return record, snapshots
+    return record, log.snapshots
 
 
 def calibrate(
@@ -126,35 +106,11 @@ def reference_gaps(
     steps: int,
     runs: list[tuple[list[float], list[np.ndarray]]],
 ) -> list[dict]:
-    """One process trained for `steps` steps on the whole batch; for each run's (losses, this
-    stage's parameters after each step): the largest parameter difference relative to the largest
-    parameter, and the largest relative loss gap (losses only on the last stage), over the steps."""
-    model = Transformer(setup.config, seed=setup.seed)
-    optimizer = Adam(model.params.size, setup.config.np_dtype, setup.adam)
-    names = [s.name for s in plan.layout(setup.config)]
-    ref_losses, ref_params = [], []
-    for step in range(steps):
-        inputs, targets = sampler.rank_batch(step)
-        ref_losses.append(model.forward(inputs, targets))
-        model.backward()
-        optimizer.step(model.params, model.grads)
-        ref_params.append(np.concatenate([model.p[n].ravel() for n in names]))
-    out = []
-    for losses, snapshots in runs:
-        param_gap = max(
-            float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
-            for got, ref in zip(snapshots, ref_params, strict=True)
-        )
-        loss_gap = (
-            max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses, strict=True)) if plan.head else None
-        )
-        out.append(
-            {
-                "param_gap": param_gap,
-                "loss_gap": loss_gap,
-                "bitwise": all(
-                    np.array_equal(got, ref) for got, ref in zip(snapshots, ref_params, strict=True)
-                ),
-            }
-        )
-    return out
+    """One process trained once for `steps` steps on the whole batch; each run's (losses, this
+    stage's parameters after each step) against it (`loop.gaps_to_one_process`; losses only on the
+    last stage)."""
+    reference = one_process(setup, sampler, steps)
+    return [
+        gaps_to_one_process(setup, plan, reference, losses if plan.head else None, snapshots)
+        for losses, snapshots in runs
+    ]

@@ -10,7 +10,8 @@ collectives, and the optimizer as measured. The formula's bubble assumes equal s
 messages and a core per stage.
 
 The report fails the run if a stage held other than its formula's bytes of activations, or if a
-run's parameters drifted from one process's by more than `TOLERANCE` (relative to the largest).
+run's parameters drifted from one process's by more than `training.loop.TOLERANCE` (relative to the
+largest).
 """
 
 import math
@@ -22,6 +23,7 @@ from playground.core.machine import load_note, usable_cores
 from playground.core.sizes import format_size
 from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
+from playground.training.loop import gap_failures, one_process_note
 from playground.training.pipeline import pipeline_stats as stats
 from playground.training.pipeline.plots import plot_bubbles, plot_schedule
 from playground.training.pipeline.steptime_model import after_pipeline_s
@@ -42,6 +44,12 @@ RUN_COLUMNS = {
     "step_model_ms": "model ",
     "param_gap": "params vs 1 process",
 }
+RUN_LEGEND = {
+    "held": "micro-batches whose activations each stage held at once at most (stage 0 / 1 / ...), "
+    "beside the schedule's formula",
+    "param_gap": "largest parameter difference to one process on the whole batch, relative to "
+    "the largest parameter",
+}
 MEMORY_COLUMNS = {
     "schedule": "schedule",
     "m": "m",
@@ -59,7 +67,6 @@ TORCH_COLUMNS = {
     "step_ours_ms": "step ours (ms)",
     "step_torch_ms": "step torch (ms)",
 }
-TOLERANCE = {"float64": 1e-10, "float32": 1e-3}  # largest parameter gap to one process, relative
 
 
 def _slash(values, fmt=str) -> str:
@@ -114,49 +121,35 @@ def memory_row(f: dict) -> dict:
 
 
 def failures_of(f: dict, dtype: str) -> list[str]:
+    """Activations held other than the formula's, parameters beyond `loop.TOLERANCE` of one process."""
     out = []
     name = f"{f['schedule']} m={f['m']}"
     if not all(h["bytes"] == h["formula_bytes"] for h in f["held"]):
         got, want = [h["bytes"] for h in f["held"]], [h["formula_bytes"] for h in f["held"]]
         out.append(f"{name}: activations held per stage {got} bytes, the formula says {want}")
-    if f["param_gap"] is not None and not f["param_gap"] <= TOLERANCE[dtype]:
-        out.append(
-            f"{name}: parameters {f['param_gap']:.2e} from one process's (allowed {TOLERANCE[dtype]:g})"
-        )
-    return out
+    return out + gap_failures(name, f["param_gap"], None, dtype)
 
 
 def report(
     results: list[dict], params, run_dir: Path, torch_records: list[list[dict]] | None = None
 ) -> Report:
+    """The runs' table and their activations' (`run_row`, `memory_row`), the schedules drawn
+    (`plots`), the data (`run_data`), the notes on the model, the messages and one process
+    (`model_notes`); torch.distributed.pipelining's table when it ran."""
     run_dir, p, config = Path(run_dir), params.pipeline, params.model_config
     shape = GridShape(len(results) // p, p)
     results = sorted(results, key=lambda r: (r["stage"], r["data_index"]))
     events = stats.load_events(run_dir)
     traced = stats.traced_actions(events, shape)
-    hops = stats.waiting_hops_s(events, tuple(results[0]["pipeline_tags"]))
     source = load_model(params.model, run_network(run_dir))
     cores = usable_cores()
-    after_s = after_pipeline_s(params.setup(), params.mode, p, shape.data, source.link)
     row_bytes = config.context * config.d_model * config.np_dtype.itemsize
-    last_step = max(timed_steps(params.steps))
     figures = [
         stats.run_figures(results, k, params.steps, shape, traced, source.link, cores, row_bytes)
         for k in range(len(results[0]["runs"]))
     ]
+    after_s = after_pipeline_s(params.setup(), params.mode, p, shape.data, source.link)
     rows = [run_row(f, after_s) for f in figures]
-    failures = [line for f in figures for line in failures_of(f, params.dtype)]
-    files = []
-    for k, f in enumerate(figures):
-        if (k, last_step, 0) in traced:
-            name = f"schedule-{f['schedule']}-m{f['m']}.png"
-            title = f"{f['schedule']}, p={p}, m={f['m']}, step {last_step}"
-            plot_schedule(run_dir / name, traced[(k, last_step, 0)], f["model_spans"], p, f["m"], title)
-            files.append(name)
-    if rows:
-        plot_bubbles(run_dir / "bubble.png", rows, p, f"bubble of {p} stages on {cores} cores")
-        files.insert(0, "bubble.png")
-    plans = [r["plan"] for r in results if r["data_index"] == 0]
     replicas = f"{shape.data} replica{'s' if shape.data > 1 else ''}"
     tables = [
         Table(
@@ -165,6 +158,7 @@ def report(
             "per run: median of the timed steps",
             rows,
             RUN_COLUMNS,
+            legend=RUN_LEGEND,
         ),
         Table(
             "activations held for backward (the arrays' bytes, counted as kept and dropped)",
@@ -172,51 +166,15 @@ def report(
             MEMORY_COLUMNS,
         ),
     ]
-    data = {
-        "runs": rows,
-        "plan": plans,
-        "grid": {"data": shape.data, "pipeline": p},
-        "parameters": config.num_params,
-        "model": source.to_dict(),
-        "cores": cores,
-        "stage_compute_ms": {  # forward + backward of one micro-batch, per stage, as calibrated
-            m: [1e3 * (c["forward_s"] + c["backward_s"]) for c in calibration]
-            for m, calibration in results[0]["calibration"].items()
-        },
-    }
-    notes = [
-        "plan: " + "; ".join(plans),
-        f"model: each stage's forward and backward of one micro-batch timed alone; a replica's stages on "
-        f"{cores / shape.data:g} of the {cores} cores, shared when more compute at once; messages on the "
-        f"link of the {source.caption}",
-        "bubble: from the trace, the share of stages x step time in which no forward or backward ran "
-        "(waiting for an activation or a gradient, or handing one over); the formula assumes equal stages, "
-        "free messages and a core per stage (the schedules simulated under it give exactly the formula)",
-    ]
-    largest = max(params.micro_batches)
-    compute = data["stage_compute_ms"][str(largest)]
-    notes.append(
-        f"compute of one micro-batch at m = {largest}, forward + backward per stage (calibrated): "
-        f"{_slash(compute, lambda x: f'{x:.2f}')} ms; the first stage also embeds, the last also computes "
-        "the output layer and the loss: the stages are not equal"
-    )
+    files = plots(run_dir, figures, rows, traced, params, cores)
+    data = run_data(results, rows, shape, config.num_params, source, cores)
+    hops = stats.waiting_hops_s(events, tuple(results[0]["pipeline_tags"]))
     if hops:
-        largest_message = (params.batch // shape.data) // min(params.micro_batches) * row_bytes
         data["hop_ms"] = 1e3 * statistics.median(hops)
-        notes.append(
-            f"messages: an activation or gradient reached a stage already waiting for it "
-            f"{data['hop_ms']:.2f} ms (median of {len(hops)}) after its send began, wake-up included; the "
-            f"model's alpha + bytes / beta: {1e3 * source.link.message_time_s(row_bytes):.3f} ms for one "
-            f"sequence's, {1e3 * source.link.message_time_s(largest_message):.3f} ms for the largest"
-        )
-    gaps = [r["param_gap"] for r in rows if not math.isnan(r["param_gap"])]
-    if gaps:
-        loss_gaps = [r["loss_gap"] for r in rows if not math.isnan(r["loss_gap"])]
-        notes.append(
-            f"checked against one process on the whole batch after every step: parameters within "
-            f"{max(gaps):.1e} of the largest, losses within {max(loss_gaps, default=math.nan):.1e} "
-            "(micro-batches and stages add the same terms in another order; wte's two halves are added last)"
-        )
+    notes = model_notes(data, params, shape, source, row_bytes, len(hops))
+    notes += one_process_note(
+        rows, "micro-batches and stages add the same terms in another order; wte's two halves are added last"
+    )
     if torch_records is not None:
         torch_table, loss_gaps = torch_rows(torch_records, rows, shape)
         tables.append(
@@ -230,4 +188,70 @@ def report(
         notes.append(f"torch.distributed.pipelining: largest relative loss gap {max(loss_gaps):.2e}")
     notes.append(f"plots: {', '.join(files)}")
     notes.append(load_note())
+    failures = [line for f in figures for line in failures_of(f, params.dtype)]
     return Report(ok=not failures, tables=tables, notes=notes, failures=failures, data=data, files=files)
+
+
+def plots(
+    run_dir: Path, figures: list[dict], rows: list[dict], traced: dict, params, cores: int
+) -> list[str]:
+    """Each run's last timed step drawn (stage 0's replica), and the bubbles against m: the files."""
+    p, last_step = params.pipeline, max(timed_steps(params.steps))
+    files = []
+    for k, f in enumerate(figures):
+        if (k, last_step, 0) in traced:
+            name = f"schedule-{f['schedule']}-m{f['m']}.png"
+            title = f"{f['schedule']}, p={p}, m={f['m']}, step {last_step}"
+            plot_schedule(run_dir / name, traced[(k, last_step, 0)], f["model_spans"], p, f["m"], title)
+            files.append(name)
+    if rows:
+        plot_bubbles(run_dir / "bubble.png", rows, p, f"bubble of {p} stages on {cores} cores")
+        files.insert(0, "bubble.png")
+    return files
+
+
+def run_data(
+    results: list[dict], rows: list[dict], shape: GridShape, num_params: int, source, cores: int
+) -> dict:
+    """What result.json keeps beside the tables: the runs, plans, grid, model and calibration."""
+    return {
+        "runs": rows,
+        "plan": [r["plan"] for r in results if r["data_index"] == 0],
+        "grid": {"data": shape.data, "pipeline": shape.pipeline},
+        "parameters": num_params,
+        "model": source.to_dict(),
+        "cores": cores,
+        "stage_compute_ms": {  # forward + backward of one micro-batch, per stage, as calibrated
+            m: [1e3 * (c["forward_s"] + c["backward_s"]) for c in calibration]
+            for m, calibration in results[0]["calibration"].items()
+        },
+    }
+
+
+def model_notes(data: dict, params, shape: GridShape, source, row_bytes: int, num_hops: int) -> list[str]:
+    """The plan, what the model assumes, the bubble's two readings, the stages' compute, and how long
+    a message took to reach a stage waiting for it (`hop_ms`, measured over `num_hops`)."""
+    cores = data["cores"]
+    largest = max(params.micro_batches)
+    compute = data["stage_compute_ms"][str(largest)]
+    notes = [
+        "plan: " + "; ".join(data["plan"]),
+        f"model: each stage's forward and backward of one micro-batch timed alone; a replica's stages on "
+        f"{cores / shape.data:g} of the {cores} cores, shared when more compute at once; messages on the "
+        f"link of the {source.caption}",
+        "bubble: from the trace, the share of stages x step time in which no forward or backward ran "
+        "(waiting for an activation or a gradient, or handing one over); the formula assumes equal stages, "
+        "free messages and a core per stage (the schedules simulated under it give exactly the formula)",
+        f"compute of one micro-batch at m = {largest}, forward + backward per stage (calibrated): "
+        f"{_slash(compute, lambda x: f'{x:.2f}')} ms; the first stage also embeds, the last also computes "
+        "the output layer and the loss: the stages are not equal",
+    ]
+    if "hop_ms" in data:
+        largest_message = (params.batch // shape.data) // min(params.micro_batches) * row_bytes
+        notes.append(
+            f"messages: an activation or gradient reached a stage already waiting for it "
+            f"{data['hop_ms']:.2f} ms (median of {num_hops}) after its send began, wake-up included; the "
+            f"model's alpha + bytes / beta: {1e3 * source.link.message_time_s(row_bytes):.3f} ms for one "
+            f"sequence's, {1e3 * source.link.message_time_s(largest_message):.3f} ms for the largest"
+        )
+    return notes

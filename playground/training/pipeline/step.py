@@ -28,7 +28,7 @@ from playground.training.checks import params_hash
 from playground.training.modes import Mode
 from playground.training.pipeline.schedules import ScheduleKind
 from playground.training.pipeline.stage import Stage
-from playground.training.step import TrainSetup, reduce_and_update
+from playground.training.step import PhaseTimes, TrainSetup, reduce_and_update
 from playground.transformer import Transformer
 from playground.transformer.plan import StagePlan
 
@@ -47,8 +47,7 @@ class StageBuffers:
 
 
 @dataclass(frozen=True)
-class PipelineStepTimes:
-    loss: float  # this rank's share (the last stage's; 0 elsewhere)
+class PipelineStepTimes(PhaseTimes):  # loss: this rank's share (the last stage's; 0 elsewhere)
     pipeline_s: float
     tied_s: float
     comm_s: float
@@ -71,9 +70,13 @@ class PipelineParallel:
         setup: TrainSetup,
         schedule: ScheduleKind,
         num_micro_batches: int,
+        run: int = 0,
     ):
         self.comm, self.grid, self.plan, self.setup = comm, grid, plan, setup
-        self.num_micro_batches = num_micro_batches
+        self.num_micro_batches, self.run = (
+            num_micro_batches,
+            run,
+        )  # run: which of the node's, in the tags and trace
         self.model = Transformer(setup.config, seed=setup.seed, plan=plan)
         self.buffers = StageBuffers(self.model.params, np.zeros_like(self.model.params), self.model.layout)
         self.stage = Stage(comm, grid.pipeline, self.model, self.buffers.grads)
@@ -116,13 +119,13 @@ class PipelineParallel:
                 f"stage {partner} ({theirs}) after the update",
             )
 
-    def train_step(self, step: int, run: int, inputs, targets, check=None) -> PipelineStepTimes:
+    def train_step(self, step: int, inputs, targets, check=None) -> PipelineStepTimes:
         """One step on this replica's rows (`inputs`, `targets`: (rows, T)); `check(loss, reductions)`
         runs between the reduction and the update, untimed."""
         gradients = self.gradients
         t0 = time.perf_counter()
         result = self.stage.run(
-            self.actions, self.micro_batches(inputs, targets), self.setup.global_tokens, step, run
+            self.actions, self.micro_batches(inputs, targets), self.setup.global_tokens, step, self.run
         )
         t1 = time.perf_counter()
         self._tie()
@@ -139,6 +142,9 @@ class PipelineParallel:
             result.peak_bytes,
             result.peak_micro_batches,
         )
+
+    def check_step(self, step: int, times: PhaseTimes) -> None:
+        self.check_tied(step)
 
     def close(self) -> None:
         self.gradients.close()

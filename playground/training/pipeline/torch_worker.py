@@ -15,14 +15,13 @@ stage) and the step's time, from the schedule's start to the optimizer's end.
     python -m playground.training.pipeline.torch_worker --spec JSON --out DIR
 """
 
-import datetime
 import time
 from pathlib import Path
 
 from playground.comm.group import GridShape
 from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
-from playground.transformer import BatchSampler, ModelConfig, lecture_bytes
-from playground.transformer.init import init_params
+from playground.training.torch_rank import adam, average_over_replicas, gloo_group, model_and_batches
+from playground.transformer import ModelConfig
 from playground.transformer.plan import StagePlan, pipeline_plan
 
 
@@ -84,27 +83,23 @@ def train(spec: dict, out_dir: Path) -> None:
     import torch.nn.functional as F
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    torch.set_num_threads(1)  # ranks share the cores, as ours pin their BLAS to one thread
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=spec["timeout_s"]))
-    rank = dist.get_rank()
-    shape = GridShape(spec["data"], spec["pipeline"])
-    d, s, _ = shape.coords(rank)
-    pipes, datas, tied = groups(dist, shape)
-    config = ModelConfig.from_dict(spec["config"])
-    plan = pipeline_plan(config, shape.pipeline)[s]
-    params = init_params(config, spec["seed"])
-    sampler = BatchSampler(lecture_bytes(), config.context, spec["batch"], spec["seed"])
     classes = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
     def loss_fn(logits, targets):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
-    with open(rank_file(out_dir, rank), "a") as f:
+    with gloo_group(torch, dist, spec["timeout_s"]), open(rank_file(out_dir, dist.get_rank()), "a") as f:
+        rank = dist.get_rank()
+        shape = GridShape(spec["data"], spec["pipeline"])
+        d, s, _ = shape.coords(rank)
+        pipes, datas, tied = groups(dist, shape)
+        config, params, sampler = model_and_batches(spec)
+        plan = pipeline_plan(config, shape.pipeline)[s]
         for run, (name, m) in enumerate(spec["runs"]):
             module = stage_module(torch, config, plan, params)
             stage = PipelineStage(module, s, shape.pipeline, torch.device("cpu"), group=pipes[d])
             schedule = classes[name](stage, n_microbatches=m, loss_fn=loss_fn)
-            optimizer = torch.optim.Adam(module.parameters(), lr=spec["lr"], betas=(0.9, 0.95), eps=1e-8)
+            optimizer = adam(torch, module.parameters(), spec["lr"])
             for step in range(spec["steps"]):
                 inputs, targets = (torch.from_numpy(a) for a in sampler.rank_batch(step, d, shape.data))
                 losses: list = []
@@ -119,21 +114,15 @@ def train(spec: dict, out_dir: Path) -> None:
                     schedule.step()
                 if plan.tied_partner is not None:
                     dist.all_reduce(module.wte.grad, group=tied[d])
-                if shape.data > 1:
-                    for p in module.parameters():
-                        dist.all_reduce(p.grad, group=datas[s])
-                        p.grad /= shape.data
+                average_over_replicas(dist, (p.grad for p in module.parameters()), datas[s], shape.data)
                 optimizer.step()
                 optimizer.zero_grad()
                 t1 = time.perf_counter()
                 loss = torch.stack(losses).mean() if losses else torch.zeros((), dtype=torch.float64)
-                if plan.head and shape.data > 1:
-                    dist.all_reduce(loss, group=datas[s])
-                    loss /= shape.data
+                if plan.head:
+                    average_over_replicas(dist, [loss], datas[s], shape.data)
                 write_record(f, {"rank": rank, "run": run, "schedule": name, "m": m, "step": step,
                                  "loss": loss.item(), "step_s": t1 - t0})  # fmt: skip
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

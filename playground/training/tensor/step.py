@@ -27,15 +27,14 @@ from playground.collectives.tensor_allreduce import TensorAllReduce
 from playground.core.errors import ResultMismatch
 from playground.training.checks import params_hash
 from playground.training.modes import Mode
-from playground.training.step import TrainSetup, reduce_and_update
+from playground.training.step import PhaseTimes, TrainSetup, reduce_and_update
 from playground.transformer import Transformer
 from playground.transformer.plan import StagePlan
 from playground.transformer.tensor_plan import TensorPlan, split_of
 
 
 @dataclass(frozen=True)
-class TensorStepTimes:
-    loss: float  # this replica's share (the same on each of its shards)
+class TensorStepTimes(PhaseTimes):  # loss: this replica's share (the same on each of its shards)
     forward_s: float
     backward_s: float
     tensor_s: float  # the tensor all-reduces' own time, inside forward and backward
@@ -102,6 +101,9 @@ class TensorParallel:
                 f"of replica {self.grid.data_index} differ from shard 0 in loss or replicated parameters: "
                 + ", ".join(f"shard {r} {theirs[r]}" for r in [0, *differ]),
             )
+
+    def check_step(self, step: int, times: PhaseTimes) -> None:
+        self.check_shards(step, times.loss)
 
     def close(self) -> None:
         self.gradients.close()

@@ -5,8 +5,8 @@ process; torch.distributed.tensor.parallel beside it when it ran; step time agai
 A step ends with its slowest rank, so each step is read from the rank whose step took longest; a
 run's figure is the median over its timed steps (all but the first), with their min-max.
 
-The report fails the run if a run's parameters drifted from one process's by more than `TOLERANCE`
-(relative to the largest parameter) or its losses by more than `LOSS_TOLERANCE`.
+The report fails the run if a run's parameters drifted from one process's by more than
+`training.loop.TOLERANCE` (relative to the largest parameter) or its losses by more than `LOSS_TOLERANCE`.
 """
 
 import math
@@ -17,14 +17,9 @@ from playground.core.machine import load_note, usable_cores
 from playground.display.plot import figure
 from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
+from playground.training.loop import gap_failures, one_process_note
 from playground.training.tensor.steptime_model import predict_step_s
 from playground.training.training_stats import relative_gaps, slowest_steps, timed_steps
-
-# Float64: the shards' partial sums are added in another order than one process's products, and
-# Adam carries the differences from step to step: measured within 1e-15 of the largest parameter
-# after 3 steps; the bound leaves room for other BLAS builds' summation orders.
-TOLERANCE = {"float64": 1e-10, "float32": 1e-3}
-LOSS_TOLERANCE = {"float64": 1e-12, "float32": 1e-4}
 
 RUN_COLUMNS = {
     "t": "t",
@@ -105,17 +100,7 @@ def _row(f: dict, model: dict | None) -> dict:
 
 
 def failures_of(f: dict, dtype: str) -> list[str]:
-    out = []
-    name = f"t={f['tensor']}"
-    if f["param_gap"] is not None and not f["param_gap"] <= TOLERANCE[dtype]:
-        out.append(
-            f"{name}: parameters {f['param_gap']:.2e} from one process's (allowed {TOLERANCE[dtype]:g})"
-        )
-    if f["loss_gap"] is not None and not f["loss_gap"] <= LOSS_TOLERANCE[dtype]:
-        out.append(
-            f"{name}: losses {f['loss_gap']:.2e} from one process's (allowed {LOSS_TOLERANCE[dtype]:g})"
-        )
-    return out
+    return gap_failures(f"t={f['tensor']}", f["param_gap"], f["loss_gap"], dtype)
 
 
 def plot_step_times(path: Path, rows: list[dict], title: str, torch_rows: list[dict] | None) -> None:
@@ -202,14 +187,9 @@ def report(
         f"parameters, 4 all-reduces per block of rows x context x d on the link of the {source.caption}, "
         "and the mode's collectives over the data group",
     ]
-    gaps = [r["param_gap"] for r in rows if not math.isnan(r["param_gap"])]
-    if gaps:
-        loss_gaps = [r["loss_gap"] for r in rows if not math.isnan(r["loss_gap"])]
-        notes.append(
-            f"checked against one process on the whole batch after every step: parameters within "
-            f"{max(gaps):.1e} of the largest, losses within {max(loss_gaps):.1e} (the shards' partial "
-            "products are summed in another order than one process's matrix products)"
-        )
+    notes += one_process_note(
+        rows, "the shards' partial products are summed in another order than one process's matrix products"
+    )
     torch_rows = None
     if torch_records is not None:
         torch_rows, loss_gaps = torch_table(torch_records, rows)

@@ -18,7 +18,6 @@ step's time, from the forward's start to the optimizer's end.
     python -m playground.training.tensor.torch_worker --spec JSON --out DIR
 """
 
-import datetime
 import time
 from pathlib import Path
 
@@ -26,8 +25,8 @@ import numpy as np
 
 from playground.comm.group import GridShape
 from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
-from playground.transformer import BatchSampler, ModelConfig, ParamLayout, lecture_bytes
-from playground.transformer.init import init_params
+from playground.training.torch_rank import adam, average_over_replicas, gloo_group, model_and_batches
+from playground.transformer import ModelConfig, ParamLayout
 
 PLAN = {  # module -> torch's parallel style: Megatron's split, torchtitan's names
     "attn.q": "colwise",
@@ -132,20 +131,16 @@ def train(spec: dict, out_dir: Path) -> None:
     import torch.nn.functional as F
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.set_num_threads(1)  # ranks share the cores, as ours pin their BLAS to one thread
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=spec["timeout_s"]))
-    rank, size = dist.get_rank(), dist.get_world_size()
-    config = ModelConfig.from_dict(spec["config"])
-    params = init_params(config, spec["seed"])
-    sampler = BatchSampler(lecture_bytes(), config.context, spec["batch"], spec["seed"])
-    with open(rank_file(out_dir, rank), "a") as f:
+    with gloo_group(torch, dist, spec["timeout_s"]), open(rank_file(out_dir, dist.get_rank()), "a") as f:
+        rank, size = dist.get_rank(), dist.get_world_size()
+        config, params, sampler = model_and_batches(spec)
         for run, t in enumerate(spec["tensor"]):
             shape = GridShape(size // t, 1, t)
             d_index, _, _ = shape.coords(rank)
             mesh = init_device_mesh("cpu", (shape.data, t), mesh_dim_names=("data", "tensor"))
             model = build(torch, config, params)
             parallelize(model, mesh["tensor"])
-            optimizer = torch.optim.Adam(model.parameters(), lr=spec["lr"], betas=(0.9, 0.95), eps=1e-8)
+            optimizer = adam(torch, model.parameters(), spec["lr"])
             data_group = mesh["data"].get_group()
             for step in range(spec["steps"]):
                 inputs, targets = (torch.from_numpy(a) for a in sampler.rank_batch(step, d_index, shape.data))
@@ -153,22 +148,16 @@ def train(spec: dict, out_dir: Path) -> None:
                 logits = model(inputs)
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
                 loss.backward()
-                if shape.data > 1:
-                    for p in model.parameters():
-                        g = local(p.grad)
-                        dist.all_reduce(g, group=data_group)
-                        g /= shape.data
+                average_over_replicas(
+                    dist, (local(p.grad) for p in model.parameters()), data_group, shape.data
+                )
                 optimizer.step()
                 optimizer.zero_grad()
                 t1 = time.perf_counter()
                 value = loss.detach().clone()
-                if shape.data > 1:
-                    dist.all_reduce(value, group=data_group)
-                    value /= shape.data
+                average_over_replicas(dist, [value], data_group, shape.data)
                 write_record(f, {"rank": rank, "run": run, "t": t, "step": step, "loss": value.item(),
                                  "step_s": t1 - t0})  # fmt: skip
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ first product, with as many threads as numpy's BLAS has then (so a rank's pin ca
 import importlib.metadata
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
@@ -109,5 +110,5 @@ def _mkl_library() -> tuple[str, str] | None:
             or file.name.startswith("libmkl_rt.")
             and file.suffix == ".dylib"
         ):
-            return str(dist.locate_file(file).resolve()), dist.version
+            return str(Path(str(dist.locate_file(file))).resolve()), dist.version
     return None

@@ -24,7 +24,9 @@ def render(machine: dict, results: list[dict], systems: list[str], rounds: int, 
 
 def _what_ran(m: dict, openblas_env: dict) -> str:
     blas = ", ".join(
-        f"{b['internal_api']} {b['version']} ({b['architecture']} kernel, {b['num_threads']} thread)"
+        f"{b['internal_api']} {b['version']} ("
+        + (f"{b['architecture']} kernel, " if b["architecture"] else "")
+        + f"{b['num_threads']} thread{'s' * (b['num_threads'] != 1)})"
         for b in m["blas"]
     )
     torch = m.get("torch")
@@ -37,7 +39,8 @@ def _what_ran(m: dict, openblas_env: dict) -> str:
     lines = [
         "## What ran",
         "",
-        f"- numpy {m['numpy']} with {blas}, as threadpoolctl reports it inside the measuring process;",
+        f"- numpy {m['numpy']}; the BLAS libraries loaded, as threadpoolctl reports them inside the "
+        f"measuring process: {blas};",
         f"- torch {torch['version']} ({torch['blas']}, {torch['threads']} thread);"
         if torch
         else "- no torch;",

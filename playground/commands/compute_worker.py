@@ -55,6 +55,7 @@ def machine(dtype: str, with_torch: bool) -> dict:
     """The ceilings and what ran: GFLOP/s of a MATMUL_SIZE^3 product (numpy's BLAS, the one our
     native products are bound to, and torch's if `with_torch`), GB/s of a copy (bytes read +
     written), the BLAS libraries threadpoolctl finds, our kernels' ISA."""
+    bound = bound_blas()  # opened first, so that its pool is among threadpoolctl's below
     n = MATMUL_SIZE
     rng = np.random.default_rng(SEED)
     a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
@@ -82,7 +83,6 @@ def machine(dtype: str, with_torch: bool) -> dict:
     ]
     out["kernel_isa"] = kernel_isa()
     out["numpy"] = np.__version__
-    bound = bound_blas()
     out["bound_blas"] = None if bound is None else bound.describe()
     out["bound_is_mkl"] = bound is not None and bound.name == "MKL"
     return out

@@ -1,14 +1,16 @@
 """Which code computes the model's pieces: `numpy` (layers.py, the readable reference) or `native`
 (fused.py: one pass of native/transformer.c per piece, the default). One table, `KERNELS`; a
 `Transformer` and an `Adam` take a name from it (or a `Kernels` of one's own: a timed copy is how
-`kernel_profile` sees where a step's time goes).
+`profile.profile_steps` sees where a step's time goes).
 
-The matrix products are numpy's in both (its BLAS: OpenBLAS's kernel for this CPU; nothing here
-is faster at a product). What the native set changes is everything between them: numpy runs
+The matrix products are a BLAS's in both: numpy's matmul in the reference; in the native set the
+CBLAS gemm native/gemm.c is bound to (blas.py: MKL if installed, else numpy's own), which also adds
+a linear layer's bias and residual in the same pass. The rest is where the two differ: numpy runs
 GELU's forward as eight passes over the widest activation and Adam as fourteen over the model,
 the attention's softmax over the masked half too; the native set makes each one pass. Both are
 tested equal (tests/test_transformer_kernels.py), bit for bit where the arithmetic is only
-additions, products, divisions and square roots, to rounding where it takes exp or tanh.
+additions, products, divisions and square roots in the same order, to rounding where it takes exp
+or tanh or another BLAS.
 
 PLAYGROUND_KERNELS=numpy makes `numpy` every model's default (an A/B of a whole run).
 """

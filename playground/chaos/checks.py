@@ -89,6 +89,9 @@ def judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
         return
     if not fault.blames:
         return
+    if fault.straggler:
+        _judge_straggler(run, obs, v)
+        return
     if fault.found_by:
         v.root_ok = any(re.search(fault.found_by, f) for f in failures)
         v.detect_s = None  # the result check reports at the end of the run
@@ -96,6 +99,23 @@ def judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
         v.root_ok = names_the_fault(run, parse_headline(v.root_cause) if v.root_cause else None)
     if not v.root_ok:
         v.problems.append(f"wrong root cause: {v.root_cause[:200] or 'none'}")
+
+
+def _judge_straggler(run: ChaosRun, obs: Observation, v: Verdict) -> None:
+    """A slowed rank fails nothing: the run ends well, and its report names the rank a straggler
+    (or, just above the threshold on a busy machine, scores it the slowest); with more ranks than
+    CPUs nothing is judged, and the run is missed."""
+    found = obs.result.get("stragglers") or {}
+    v.detect_s = None  # named at the end of the run
+    v.root_cause = next((n for n in obs.result.get("notes") or [] if n.startswith("stragglers:")), "")
+    if found.get("not_judged"):
+        v.missed = True
+        return
+    scores = found.get("ranks") or {}
+    slowest = min(scores, key=lambda r: scores[r]["relative"]) if scores else None
+    v.root_ok = found.get("named") == [run.rank] or (not found.get("named") and slowest == str(run.rank))
+    if not v.root_ok:
+        v.problems.append(f"slow rank {run.rank} not named: {v.root_cause or 'no straggler scores'}")
 
 
 def _finished_before(obs: Observation) -> bool:

@@ -42,6 +42,16 @@ FAULTS: dict[str, FaultKind] = {
             found_by=r"wrong elements|ResultMismatch",
             needs_end=True,
         ),
+        FaultKind(
+            "slow",
+            "inside: the rank works twice as slowly from a post on; the report must name it a straggler",
+            "inside",
+            "rank",
+            exit_code=0,
+            needs_end=True,
+            sets=("fault.factor=2",),
+            straggler=True,
+        ),
         FaultKind("SIGKILL", "outside: SIGKILL to a rank", "outside", "rank", SIGKILL, says=_RANK_KILLED),
         FaultKind("SIGSTOP", "outside: SIGSTOP to a rank", "outside", "rank", SIGSTOP, says="stopped"),
         FaultKind(

@@ -44,6 +44,9 @@ class FaultKind:
     # the standalone server hit: the errors its clients may fail with (kvclient's `error: <class>:`)
     clients_fail_with: tuple[str, ...] = ()
     standalone_what: str | None = None  # on the standalone server: a table row of its own, so described
+    # a straggler, not a failure: the run ends well, and its report must name the rank (slow); drawn
+    # from a stream of its own (plan.py), so the other draws of a seed stay what they were
+    straggler: bool = False
 
     @property
     def blames(self) -> bool:

@@ -8,6 +8,11 @@ What each workload runs is its own (workloads.py); what each fault does, its own
 The order of the draws below is part of every seed's meaning: change it and a replay of a run
 measured before is another run. `--recover` draws from its own stream (the workloads a restart
 mends, and their faults), so the plain draws of a seed stay what they were.
+
+A straggler (a fault kind that slows a rank instead of failing it) is drawn from a stream of its
+own, after the others: one run in STRAGGLER_ONE_IN whose workload can slow a rank becomes one, on
+STRAGGLER_RANKS ranks (it is judged only when every rank has a CPU of its own), and every other run
+of a seed stays what it was before stragglers were drawn.
 """
 
 import random
@@ -34,7 +39,11 @@ def draw(seed: int, index: int, hosts: bool, recover: bool = False) -> ChaosRun:
     workload = rng.choice(
         [w for w in WORKLOADS.values() if w.faults]  # those drawn under --recover only have none
     )  # the standalone server runs on this host, with --hosts too
-    faults = list(workload.faults) + (list(HOST_FAULTS) * 2 if hosts and workload.launched else [])
+    straggler = _straggler(seed, index, workload, hosts)
+    if straggler is not None:
+        return straggler
+    faults = [f for f in workload.faults if not f.straggler]
+    faults += list(HOST_FAULTS) * 2 if hosts and workload.launched else []
     fault = rng.choice(faults)
     ranks = rng.choice(workload.ranks)
     num_hosts = None
@@ -52,6 +61,20 @@ def _draw_recovering(seed: int, index: int) -> ChaosRun:
     assert workload.recoverable is not None
     fault = rng.choice(workload.recoverable.faults)
     run = ChaosRun(index, seed, workload, rng.choice(workload.ranks), fault, recover=True)
+    return _with_target(rng, _with_workload(rng, run))
+
+
+STRAGGLER_ONE_IN = 8
+STRAGGLER_RANKS = 2
+
+
+def _straggler(seed: int, index: int, workload, hosts: bool) -> ChaosRun | None:
+    """Run `index` as a straggler of `workload`, drawn from its own stream; None for most runs."""
+    kinds = [f for f in workload.faults if f.straggler]
+    rng = random.Random(f"chaos-straggler-{seed}-{index}")
+    if not kinds or hosts or rng.randrange(STRAGGLER_ONE_IN):
+        return None
+    run = ChaosRun(index, seed, workload, STRAGGLER_RANKS, rng.choice(kinds))
     return _with_target(rng, _with_workload(rng, run))
 
 
@@ -103,6 +126,11 @@ def _with_target(rng: random.Random, run: ChaosRun) -> ChaosRun:
         rank = rng.randrange(run.ranks)
     if fault.source == "inside":
         after_ops = rng.randrange(run.workload.posts(run, rank))
-        keys = [f"fault.rank={rank}", f"fault.action={fault.name}", f"fault.after_ops={after_ops}"]
+        keys = [
+            f"fault.rank={rank}",
+            f"fault.action={fault.name}",
+            f"fault.after_ops={after_ops}",
+            *fault.sets,
+        ]
         return replace(run, rank=rank, after_ops=after_ops, args=(*run.args, *sets(keys)))
     return replace(run, rank=rank, after_s=after_s)

@@ -62,7 +62,7 @@ def _train(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
         "params.layers=1",
         "params.context=32",
         f"params.batch={4 * run.ranks}",
-        "params.steps=1000000",
+        f"params.steps={30 if run.fault.needs_end else 1_000_000}",
         f"params.mode=[{rng.choice(['per_tensor', 'bucketed', 'zero1'])}]",
         "params.sample_bytes=0",
     ]
@@ -151,7 +151,7 @@ def _launched(
 
 
 _LAUNCHER = ("Ctrl-C", "SIGTERM", "launcher SIGKILL")
-_RANK_FAULTS = named("raise", "kill", "exit", "hang", "corrupt", "SIGKILL", "SIGSTOP", *_LAUNCHER)
+_RANK_FAULTS = named("raise", "kill", "exit", "hang", "corrupt", "SIGKILL", "SIGSTOP", *_LAUNCHER, "slow")
 _KV_RANK_FAULTS = named(
     "raise", "kill", "exit", "hang", "SIGSTOP", "server killed", "client killed", *_LAUNCHER
 )

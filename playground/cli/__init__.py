@@ -83,6 +83,11 @@ def _cmd_inspect(args) -> int:
     from playground.commands.inspect import inspect_run
     from playground.core.errors import ParamError
 
+    if args.flight:
+        from playground.commands.inspect_flight import inspect_flight
+
+        return inspect_flight(Path(args.run_dir))
+
     if args.diagram is None:
         given = [
             f for f, v in (("--diagram-time", args.diagram_time), ("--diagram-ops", args.diagram_ops)) if v
@@ -201,6 +206,12 @@ def _add_inspect(sub: argparse._SubParsersAction) -> None:
     i.add_argument("run_dir", nargs="?", default="runs/latest")
     i.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
     i.add_argument("--plot", metavar="FILE.png", help="draw the per-rank timeline")
+    i.add_argument(
+        "--flight",
+        action="store_true",
+        help="what the ranks' flight recorders say: the first collective they disagree on, ranks that "
+        "never joined one, each rank's last completed one, the rank the others wait for",
+    )
     i.add_argument(
         "--diagram",
         metavar="FILE.svg",

@@ -70,10 +70,12 @@ def measure(
     calls: int = 5000,
     traced: bool | str = True,
     profile: cProfile.Profile | None = None,
+    flight_entries: int | None = None,
 ) -> float:
     """CPU microseconds per rank per all-reduce of `size_bytes` float32 (MAX, in place). `traced`:
     True records what a run records (phases and one event per message), "phases" what `bench`
-    records (phases, no message events), False nothing."""
+    records (phases, no message events), False nothing. `flight_entries`: the flight recorder's
+    ring (None: an in-process world's default; 0: none)."""
     directory = tempfile.mkdtemp(prefix="playground-hotpath-", dir="/dev/shm")
     ctx = zmq.Context() if BY_NAME[transport].uses_zmq else None
     transports = open_world(transport, ranks, directory, ctx)
@@ -85,6 +87,7 @@ def measure(
                 ranks,
                 _Cooperative(t, scheduler),
                 tracer=Tracer(r, None, enabled=bool(traced), messages=traced is True),
+                flight_entries=flight_entries,
             )
             for r, t in enumerate(transports)
         ]

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from playground.transformer.layers import causal_attention_backward, causal_attention_forward
+from playground.transformer.kernels import Kernels, get_kernels
 
 
 class BlockSaved(NamedTuple):
@@ -26,20 +26,24 @@ class BlockSaved(NamedTuple):
 
 class CausalAttention:
     """Training's `attend`: full causal attention within each sequence of a (B, T) batch, keeping
-    q, k, v and the probabilities for backward if `keep`."""
+    q, k, v and the probabilities for backward if `keep`; computed by `kernels` (kernels.py)."""
 
-    def __init__(self, keep: bool = True):
+    def __init__(self, keep: bool = True, kernels: str | Kernels | None = None):
         self.keep = keep
+        self.kernels = get_kernels(kernels)
         self.saved: dict[int, tuple] = {}
 
     def __call__(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-        y, probs = causal_attention_forward(q, k, v)
+        y, probs = self.kernels.causal_attention_forward(q, k, v)
         if self.keep:
             self.saved[layer] = (q, k, v, probs)
         return y
 
-    def backward(self, layer: int, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return causal_attention_backward(dy, *self.saved.pop(layer))
+    def backward(
+        self, layer: int, dy: np.ndarray, out: tuple | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """dq, dk, dv (into `out`'s three arrays if given) of the forward's layer `layer`."""
+        return self.kernels.causal_attention_backward(dy, *self.saved.pop(layer), out=out)
 
 
 @dataclass

@@ -88,5 +88,6 @@ def train_experts(
         "params_bytes": int(ep.model.params.nbytes),
     }
     if reference is not None:
-        record["reference"] = gaps_to_one_process(setup, ep.plan, reference, log.losses, log.snapshots)
+        gaps = gaps_to_one_process(setup, ep.plan, reference, log.losses, log.snapshots)
+        record["reference"] = {**gaps, "loads": reference.loads}
     return record

@@ -40,12 +40,12 @@ WorkloadName = Literal["balanced", "hot_expert", "hot_rank", "moving", "learned"
 class Params(TrainingShape):
     layers: int = 2  # transformer blocks, each with its own experts
     d_model: int = 64  # width of the residual stream; each expert is d -> 4d -> d
-    heads: int = 4
+    heads: int = 4  # attention heads; must divide d_model
     context: int = 32  # tokens per sequence: capacity and the balancing loss are counted per sequence
     batch: int = 8  # the global batch in sequences, split over every rank
     steps: int = 3  # per workload and permutation (the first untimed)
-    lr: float = 5e-3
-    seed: int = 0
+    lr: float = 5e-3  # Adam's learning rate
+    seed: int = 0  # initial weights and batch order: the same in every run and in one process
     dtype: Literal["float32", "float64"] = "float64"  # float64: equal to one process to rounding
     experts: int = 8  # E: experts per block
     top_k: int = 2  # experts per token
@@ -56,11 +56,13 @@ class Params(TrainingShape):
     expert_parallel: int | None = (
         None  # P, ranks per expert group (dividing ranks and experts); null: every rank
     )
+    # the routing workloads to run, each from the same start (training/experts/workloads.py)
     workloads: tuple[WorkloadName, ...] = ("balanced", "hot_expert", "hot_rank", "moving")
+    # how tokens reach their experts: sorted by expert, or gathered in place (transformer/moe/permute.py)
     permutes: tuple[Literal["sorted", "gathered"], ...] = ("sorted", "gathered")
     mode: Mode = DDP_LIKE  # the gradients over the ranks that hold the same experts (the lab's modes)
-    bucket_cap_mb: float = 25.0
-    first_bucket_mb: float | None = 1.0
+    bucket_cap_mb: float = 25.0  # bucketed: DDP's bucket_cap_mb, in MiB
+    first_bucket_mb: float | None = 1.0  # bucketed: the first bucket's cap; null: bucket_cap_mb
     algorithm: Algorithm = "ring"  # the data-parallel all-reduces
     alltoall_algorithm: registry.AlltoallvName = "scattered"  # the expert group's all-to-alls of rows
     reference: bool = True  # compare every rank with one process trained on the whole batch

@@ -4,12 +4,15 @@
 process does; bad configurations are one line naming the key, exit 2; a killed rank is the root
 cause, named by the all-to-all its peer waited in, and leaves nothing behind."""
 
+import json
+
 import numpy as np
 import pytest
 from test_failures import finish, launch
 
 from playground.cli.testing import run_scenario
 from playground.comm.world import run_local
+from playground.commands import moe_results
 from playground.config.scenario import load_scenario
 from playground.core.errors import ScenarioError
 from playground.training.experts.grid import ExpertGrid
@@ -91,6 +94,33 @@ def test_a_run_on_2_ranks_dropless_equals_one_process_both_permutations(runs_dir
     assert [r["workload"] for r in result["permute"]] == ["balanced", "hot_rank"]
     assert (runs_dir / "latest" / "moe-steps.png").stat().st_size > 0
     assert "the permutation both ways" in " ".join(out.split())
+    page = _results_page(result)
+    assert "| balanced | 128 128 128 128 | 256 256 | 1.00 | 1.00 | 0.0 | yes |" in page
+    assert "| hot_rank | gathered | " in page and "routed and dropped exactly one process's" in page
+
+
+class _Context:
+    """`results.Context` for the moe section, its runs answered with one run's result (no calibrate)."""
+
+    def __init__(self, work, result: dict):
+        self.work, self.quick, self.rounds, self.result = work, True, 1, result
+
+    def run(self, *args, timeout_s=0):
+        assert args[0] in ("calibrate", "run")
+
+    def latest(self, runs):
+        runs.mkdir(parents=True, exist_ok=True)
+        (runs / "result.json").write_text(json.dumps(self.result))
+        return runs
+
+
+def _results_page(result: dict) -> str:
+    """The body of `results --sections moe` built from `result` for both of its runs."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as work:
+        return moe_results.moe(_Context(Path(work), result))
 
 
 @pytest.mark.timeout(90)

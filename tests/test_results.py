@@ -16,7 +16,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert (
         proc.stderr.strip()
-        == "error: --sections nosuch: allowed: collectives, alltoall, simulator, labs, training, steptime, serving, parallelism, tensor, chaos"
+        == "error: --sections nosuch: allowed: collectives, alltoall, simulator, labs, training, steptime, serving, parallelism, tensor, moe, chaos"
     )
     with pytest.raises(ScenarioError, match="--rounds 0: expected at least 1"):
         results.run_results(None, True, 0, tmp_path, tmp_path)

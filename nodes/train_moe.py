@@ -119,7 +119,8 @@ def main(comm, params: Params) -> dict:
     pin_blas_threads(1)  # the ranks share the cores: one BLAS thread each
     setup, sampler, moe = params.setup(), params.sampler, params.moe_config
     grid = ExpertGrid(comm, expert_parallel(params, comm.size))
-    runs, total = [], len(params.workloads) * len(params.permutes) * params.steps
+    runs: list[dict] = []
+    total = len(params.workloads) * len(params.permutes) * params.steps
     for workload in (WORKLOADS[w] for w in params.workloads):
         reference = (
             one_process_moe(setup, sampler, params.steps, moe, workload, grid.expert_size)

@@ -28,8 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 from playground.collectives import allreduce
-from playground.core.errors import ResultMismatch
-from playground.training.checks import params_hash
+from playground.training.checks import check_same_in_group, params_hash
 from playground.training.experts.exchange import ExpertAllToAll
 from playground.training.experts.workloads import Workload
 from playground.training.modes import Mode
@@ -147,15 +146,11 @@ class ExpertParallel:
         (CRC-32 of them), or ResultMismatch naming the ranks."""
         if self.grid.expert_size == 1:
             return
-        theirs = self.grid.expert.allgather_obj(params_hash(self.model.params[self.dense]))
-        differ = [r for r, h in enumerate(theirs) if h != theirs[0]]
-        if differ:
-            raise ResultMismatch(
-                self.comm.rank,
-                f"step {step}: rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} of expert "
-                f"group {self.grid.replica} differ from its rank 0 in the parameters outside the experts: "
-                + ", ".join(f"rank {r} {theirs[r]}" for r in [0, *differ]),
-            )
+        mine = params_hash(self.model.params[self.dense])
+        where = f"expert group {self.grid.replica}"
+        check_same_in_group(
+            self.grid.expert, self.comm.rank, step, mine, "the parameters outside the experts", "rank", where
+        )
 
     def close(self) -> None:
         self.gradients.close()

@@ -55,6 +55,15 @@ MODEL_LEGEND = {
     "slowest_experts_ms": "the experts' time of the rank whose experts took longest",
     "exchange_ms": "the all-to-alls of the rank that waited least in them (the others wait there for it)",
 }
+STEP_LOAD_COLUMNS = {
+    "workload": "workload",
+    "step": "step",
+    "hottest": "hottest expert",
+    "hottest_share": "its share %",
+    "expert_imbalance": "max/mean expert",
+    "rank_imbalance": "max/mean rank",
+    "drop_pct": "dropped %",
+}
 PERMUTE_COLUMNS = {
     "workload": "workload",
     "sorted_ms": "sorted (ms)",
@@ -78,6 +87,26 @@ def load_row(f: dict) -> dict:
         "drop_pct": 100 * f["drop_rate"],
         "same_routing": "-" if f["same_routing"] is None else ("yes" if f["same_routing"] else "NO"),
     }
+
+
+def step_load_rows(f: dict) -> list[dict]:
+    """Each step's loads of a run: its hottest expert and that expert's share of the assignments."""
+    rows = []
+    for step, loads in enumerate(f["step_loads"]):
+        per_expert = loads["per_expert"]
+        hottest = max(range(len(per_expert)), key=per_expert.__getitem__)
+        rows.append(
+            {
+                "workload": f["workload"],
+                "step": step,
+                "hottest": hottest,
+                "hottest_share": 100 * per_expert[hottest] / sum(per_expert) if sum(per_expert) else 0.0,
+                "expert_imbalance": loads["expert_imbalance"],
+                "rank_imbalance": loads["rank_imbalance"],
+                "drop_pct": 100 * loads["drop_rate"],
+            }
+        )
+    return rows
 
 
 def step_row(f: dict, model: dict) -> dict:
@@ -144,7 +173,9 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
     c_row = seconds_per_row(base)
     models = [predict_step_s(f, c_row, source.link) for f in figures]
     rows = [step_row(f, m) for f, m in zip(figures, models, strict=True)]
-    loads = [load_row(f) for f in {f["workload"]: f for f in reversed(figures)}.values()][::-1]
+    first_of_workload = list({f["workload"]: f for f in reversed(figures)}.values())[::-1]
+    loads = [load_row(f) for f in first_of_workload]
+    per_step = [row for f in first_of_workload for row in step_load_rows(f)]
     failures = [line for f in figures for line in failures_of(f, params.dtype)]
     first = figures[0]
     ranks, moe = len(results), params.moe_config
@@ -156,6 +187,7 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
     )
     tables = [
         Table(f"{title}: loads per step (mean of the timed steps, all blocks)", loads, LOAD_COLUMNS),
+        Table("loads step by step (all blocks)", per_step, STEP_LOAD_COLUMNS, keys=("workload", "step")),
         Table(
             "the step and its split: median of the timed steps, slowest rank (ms)",
             rows,
@@ -194,5 +226,12 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
         f"plot: {', '.join(files)}",
         load_note(),
     ]
-    data = {"runs": rows, "loads": loads, "permute": permutes, "model": source.to_dict(), "c_row_s": c_row}
+    data = {
+        "runs": rows,
+        "loads": loads,
+        "step_loads": per_step,
+        "permute": permutes,
+        "model": source.to_dict(),
+        "c_row_s": c_row,
+    }
     return Report(ok=not failures, tables=tables, notes=notes, failures=failures, data=data, files=files)

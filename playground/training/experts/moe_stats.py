@@ -76,6 +76,7 @@ def run_figures(results: list[dict], k: int) -> dict:
         "losses": [s["loss"] for s in per_rank[0]],
         "aux_loss": statistics.median(sum(r[i]["aux_loss"] for r in per_rank) for i in steps),
         **load_figures(per_rank, steps),
+        "step_loads": [load_figures(per_rank, range(i, i + 1)) for i in range(len(per_rank[0]))],
         "same_routing": None if reference_loads is None else same_routing(per_rank, reference_loads),
         "param_gap": max((g["param_gap"] for g in gaps), default=None),
         "loss_gap": max((g["loss_gap"] for g in gaps), default=None),

@@ -6,7 +6,8 @@ rank of a run route alike:
 - balanced: token t of a sequence chooses experts (t k + j) mod E, j < k: every expert the same
   T k / E assignments of every sequence, the ideal the others are measured against;
 - hot_expert: every token's first choice is expert 0 (its k - 1 others as the router likes);
-- hot_rank: every choice among the experts of the expert group's first rank (all of them on one rank);
+- hot_rank: every choice among the experts of the expert group's first rank (all of them on one rank;
+  among the first k experts when a rank holds fewer than k);
 - moving: every token's first choice is expert (step mod E), a hotspot that moves each step;
 - learned: no push: the router as it learns (at the start, near uniform at random).
 """

@@ -65,7 +65,7 @@ def _steps(title: str, rounds: list[dict]) -> list[str]:
     lines = [
         f"**{title}: the step, its split and the model (ms)**\n",
         "| workload | permute | step | router | permute | all-to-all | experts | un-permute | rest | model | "
-        "experts, slowest rank | model | all-to-all, least wait | model |",
+        "experts, slowest rank | model | all-to-all, no wait | model |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for k, row in enumerate(rounds[0]["runs"]):

@@ -3,12 +3,16 @@
 of rows per peer, zeros allowed: `collectives.alltoallv`), over the expert group of the grid, a
 process group like any other.
 
-Each call is a named collective on the group ("moe.rows alltoallv[expert] scattered #12"), so a rank
-that died in a layer is reported by the all-to-all its peers waited in, and is traced as one
+Each call is a collective named on the group ("alltoallv[expert0] scattered #12": expert group 0), so
+a rank that died in a step is reported by the all-to-all its peers waited in, and is traced as one
 `moe.alltoall` span with its bytes. It records what this rank sent to and received from the others
-(`calls`: [bytes out, bytes in] per call, its own block left out), which is what the alpha-beta model
-of the step's all-to-alls reads (`steptime_model`).
+(`calls`: [bytes out, bytes in, seconds] per call, its own block left out), which is what the
+alpha-beta model of the step's all-to-alls reads (`steptime_model`); a call's seconds include the wait
+for the last rank to arrive, so the rank that waited least in a call (the last to arrive) timed the
+exchange itself.
 """
+
+import time
 
 import numpy as np
 
@@ -23,10 +27,10 @@ class ExpertAllToAll:
     def __init__(self, group, algorithm: str = "scattered"):
         self.group, self.algorithm = group, algorithm
         self.size = group.size
-        self.calls: list[list[int]] = []
+        self.calls: list[list[float]] = []
 
-    def reset(self) -> list[list[int]]:
-        """The calls since the last reset ([bytes out, bytes in] each), and none again."""
+    def reset(self) -> list[list[float]]:
+        """The calls since the last reset ([bytes out, bytes in, seconds] each), and none again."""
         out, self.calls = self.calls, []
         return out
 
@@ -34,9 +38,10 @@ class ExpertAllToAll:
         """(P, c) int64, row r for rank r -> (P, c), row s from rank s."""
         send = np.ascontiguousarray(send, dtype=np.int64)
         others = (send.nbytes // self.size) * (self.size - 1)
+        t0 = time.perf_counter()
         with self.group.tracer.span(SPAN, cat="comm", bytes=send.nbytes, what="counts"):
             out = alltoall(self.group, send)
-        self.calls.append([others, others])
+        self.calls.append([others, others, time.perf_counter() - t0])
         return out.reshape(send.shape)
 
     def rows(self, x: np.ndarray, send_rows: np.ndarray, recv_rows: np.ndarray) -> np.ndarray:
@@ -44,8 +49,9 @@ class ExpertAllToAll:
         width, me = x.shape[-1], self.group.rank
         send = [int(n) * width for n in send_rows]
         recv = [int(n) * width for n in recv_rows]
-        itemsize = x.dtype.itemsize
+        itemsize, t0 = x.dtype.itemsize, time.perf_counter()
         with self.group.tracer.span(SPAN, cat="comm", bytes=sum(send) * itemsize, what="rows"):
             out = alltoallv(self.group, np.ascontiguousarray(x), send, recv, self.algorithm)
-        self.calls.append([(sum(send) - send[me]) * itemsize, (sum(recv) - recv[me]) * itemsize])
+        out_bytes, in_bytes = (sum(send) - send[me]) * itemsize, (sum(recv) - recv[me]) * itemsize
+        self.calls.append([out_bytes, in_bytes, time.perf_counter() - t0])
         return out.reshape(-1, width)

@@ -70,7 +70,6 @@ def run_figures(results: list[dict], k: int) -> dict:
         **{f"{p}_s": v for p, v in phases.items()},
         "rest_s": _median(timed, "step_s") - sum(phases.values()),  # attention, the reductions, Adam
         "rank_experts_s": [statistics.median(r[i]["experts_s"] for i in steps) for r in per_rank],
-        "rank_alltoall_s": [statistics.median(r[i]["alltoall_s"] for i in steps) for r in per_rank],
         "rank_rows": [statistics.mean(sum(r[i]["received"]) for i in steps) for r in per_rank],
         "exchanges": [[r[i]["exchanges"] for r in per_rank] for i in steps],  # step -> rank -> calls
         "losses": [s["loss"] for s in per_rank[0]],

@@ -55,7 +55,7 @@ class MoEStepTimes(PhaseTimes):  # loss: this rank's share (cross-entropy and ba
     routed: list = field(default_factory=list)  # per block: this rank's assignments per expert
     kept: list = field(default_factory=list)  # per block: of them, kept under the capacity
     received: list = field(default_factory=list)  # per block: rows this rank's experts computed
-    exchanges: list = field(default_factory=list)  # per all-to-all: [bytes out, bytes in]
+    exchanges: list = field(default_factory=list)  # per all-to-all: [bytes out, bytes in, seconds]
 
 
 def moe_plan(setup: TrainSetup, moe: MoEConfig, grid) -> StagePlan:

@@ -29,13 +29,20 @@ def seconds_per_row(figures: dict) -> float:
     return sum(figures["rank_experts_s"]) / rows if rows else 0.0
 
 
-def alltoall_model_s(exchanges: list[list[list[list[int]]]], link: Link) -> float:
+def alltoall_model_s(exchanges: list[list[list[list[float]]]], link: Link) -> float:
     """The median over the timed steps of the sum over the step's all-to-alls of the slowest rank's
-    alpha-beta time; `exchanges[step][rank]`: that rank's calls, [bytes out, bytes in] each."""
+    alpha-beta time; `exchanges[step][rank]`: that rank's calls, [bytes out, bytes in, seconds] each."""
     per_step = []
     for ranks in exchanges:
-        calls = list(zip(*ranks, strict=True))  # per call: every rank's [out, in]
-        per_step.append(sum(alltoallv_time_s([(o, i) for o, i in call], link) for call in calls))
+        calls = list(zip(*ranks, strict=True))  # per call: every rank's [out, in, seconds]
+        per_step.append(sum(alltoallv_time_s([(c[0], c[1]) for c in call], link) for call in calls))
+    return statistics.median(per_step) if per_step else 0.0
+
+
+def exchange_s(exchanges: list[list[list[list[float]]]]) -> float:
+    """The all-to-alls' own time: per call the seconds of the rank that waited least in it (the last
+    to arrive), summed over the step's calls; the median over the timed steps."""
+    per_step = [sum(min(c[2] for c in call) for call in zip(*ranks, strict=True)) for ranks in exchanges]
     return statistics.median(per_step) if per_step else 0.0
 
 

@@ -37,6 +37,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - tensor.md: `run serving-tensor` at 2 and 4 ranks (decode step time against t, measured, modelled
   and simulated to 64 ranks) and `run train-tensor` at 2 and 4 ranks with torch's tensor parallelism
   beside ours (`tensor_results`).
+- moe.md: `run train-moe` on 2 ranks (dropless) and 4 (2 x 2, capacity factor 1.25): loads and drops
+  per routing workload, the step's split beside the all-to-all model and the slowest rank's work, the
+  permutation sorted against gathered (`moe_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
   detection times by fault kind; then `chaos --recover` in pieces: each run's history (requests
   answered once, run again, twice, never, differing) and the time to recover, by fault kind
@@ -72,6 +75,7 @@ from rich.markup import escape
 from playground.chaos.results import chaos_section
 from playground.commands import accuracy, alltoall_results, recovery_results
 from playground.commands.compute_bench import compute_section
+from playground.commands.moe_results import moe
 from playground.commands.observability_results import observability_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
@@ -274,6 +278,8 @@ SECTIONS = [
     ),
     # (tensor measures a calibration of its own and names it to its runs)
     Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
+    # (moe measures a calibration of its own and names it to its runs)
+    Section("moe", "moe.md", "Mixture of experts: expert parallelism under skewed routing", moe, 1.5, 4),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 2, 17),
     Section(
         "recovery",
@@ -452,9 +458,10 @@ HELP = "measure the docs' results pages on this machine (benchmarks, simulator, 
 DESCRIPTION = (
     "Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator against "
     "measurements, the lecture, training against PyTorch DDP, a training rank's compute against torch's, the "
-    "training step against its model, the serving lab, pipeline and tensor parallelism, chaos runs and "
-    "recovery (checkpoints, restarts, goodput), the flight recorder's cost with the straggler scores' hits, "
-    "one after the other, and writes docs/results/*.md headed by this machine; about 145 min (--quick: 27)."
+    "training step against its model, the serving lab, pipeline and tensor parallelism, the mixture of "
+    "experts, chaos runs and recovery (checkpoints, restarts, goodput), the flight recorder's cost with the "
+    "straggler scores' hits, one after the other, and writes docs/results/*.md headed by this machine; "
+    "about 190 min (--quick: 32)."
 )
 
 
@@ -462,7 +469,7 @@ def add_results_flags(r: argparse.ArgumentParser) -> None:
     """`results`' flags; their defaults are `ResultsConfig.from_flags`'."""
     r.add_argument(
         "--sections",
-        metavar="collectives,alltoall,simulator,labs,training,compute,steptime,serving,parallelism,tensor,chaos,recovery,observability",
+        metavar="collectives,alltoall,simulator,labs,training,compute,steptime,serving,parallelism,tensor,moe,chaos,recovery,observability",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

@@ -7,7 +7,8 @@ fused.py (the same, native: native/transformer.c, native/gemm.c), one chosen by 
 model.py (Transformer:
 forward, backward with gradients handed over as they are final, step with pluggable attention;
 forward_stage / backward_stage of the part a plan gives it) ; plan.py (StagePlan: which blocks and
-ends a rank holds, pipeline_plan) ; activations.py (what a forward keeps for its backward)
+ends a rank holds, pipeline_plan; with tensor_plan.py's shards and moe/'s experts: a mixture of
+experts in place of every block's MLP, docs/moe.md) ; activations.py (what a forward keeps for its backward)
 -> generate.py (DenseKVCache, sampling) ; optim.py (Adam on any slice, the learning-rate
 schedule) ; data.py (the lecture's bytes, the batch sampler) ; text.py (a sample as text, and how
 much it looks like the lecture) ; checkpoint.py (model.npz) ; blas.py (what a training rank sets

@@ -4,7 +4,7 @@ activation memory a pipeline schedule multiplies (`plan.StagePlan.activation_byt
 """
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -12,16 +12,18 @@ from playground.transformer.kernels import Kernels, get_kernels
 
 
 class BlockSaved(NamedTuple):
-    """What a block's backward needs from its forward."""
+    """What a block's backward needs from its forward (a block of experts: `experts`, the MoE layer's
+    record, in place of the MLP's three arrays)."""
 
     ln_1: tuple
     ln_1_out: np.ndarray
     attn_y: np.ndarray
     ln_2: tuple
     ln_2_out: np.ndarray
-    fc_out: np.ndarray
-    gelu_tanh: np.ndarray
-    gelu_out: np.ndarray
+    fc_out: np.ndarray | None
+    gelu_tanh: np.ndarray | None
+    gelu_out: np.ndarray | None
+    experts: Any = None  # moe.layer.MoESaved
 
 
 class CausalAttention:
@@ -63,12 +65,18 @@ class Activations:
         """The bytes of every array held, each counted by its own size (q, k and v are views of
         one (.., 3 d) array and count as it does): `plan.StagePlan.activation_bytes`."""
         arrays = [a for a in (self.tokens, self.targets) if a is not None]
+        extra = 0
         for block in self.blocks:
             arrays += [block.ln_1[0], block.ln_1[1], block.ln_1_out, block.attn_y, block.ln_2[0]]
-            arrays += [block.ln_2[1], block.ln_2_out, block.fc_out, block.gelu_tanh, block.gelu_out]
+            arrays += [
+                a
+                for a in (block.ln_2[1], block.ln_2_out, block.fc_out, block.gelu_tanh, block.gelu_out)
+                if a is not None
+            ]
+            extra += block.experts.nbytes if block.experts is not None else 0
         for saved in self.attention.saved.values():
             arrays += list(saved)
         if self.head is not None:
             xf, (xhat, rstd), probs = self.head
             arrays += [xf, xhat, rstd, probs]
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in arrays) + extra

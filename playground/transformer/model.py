@@ -27,6 +27,11 @@ column- then row-parallel pairs) runs each block on this rank's heads and MLP un
 products forward and the input gradients of the two column-parallel ones backward. Without a split it is the identity, and the
 model runs exactly the operations it always did.
 
+Mixture of experts: a plan with `experts` (`moe.ExpertPlan`) runs each block's MLP as a router and E
+experts (`moe.MoELayer`: router, permute, all-to-all, experts, all-to-all, un-permute), the experts
+spread over an expert group whose all-to-all is `exchange`; the loss adds the balancing loss. The
+experts' parameters lead the layout and are handed over after wte, when every block's are final.
+
 Decoding: `step(tokens, positions, attend)` runs the same blocks over packed tokens (several
 sequences, any number of new tokens each) with attention left to the caller: `attend(layer, q,
 k, v)` gets the queries, keys and values (num_tokens, heads, head_dim) of this step's tokens,
@@ -42,10 +47,10 @@ import numpy as np
 from playground.core.errors import UsageError
 from playground.transformer.activations import Activations, BlockSaved, CausalAttention
 from playground.transformer.config import ModelConfig
-from playground.transformer.init import init_params
 from playground.transformer.kernels import Kernels, get_kernels
 from playground.transformer.layers import flat_rows
 from playground.transformer.layout import BLOCK_PARAMS
+from playground.transformer.moe import Exchange, MoELayer, is_expert
 from playground.transformer.plan import StagePlan
 
 Attend = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -66,8 +71,10 @@ class Transformer:
     blocks and ends this model holds and runs (`plan.StagePlan`); its initial parameters are the
     whole model's from `seed`, picked by name (and cut to this rank's shards), so the stages of a
     pipeline and the shards of a tensor-parallel layer start as one process. A plan that splits
-    matrices needs `all_reduce`: its tensor group's sum (see the module doc). `kernels`: the code
-    that computes each piece (kernels.py: native, the default, or numpy's reference)."""
+    matrices needs `all_reduce`: its tensor group's sum (see the module doc). A plan with experts
+    spread over several ranks needs `exchange`, its expert group's all-to-all; `permute` says how the
+    tokens reach their experts (moe/permute.py: sorted or gathered). `kernels`: the code that
+    computes each piece (kernels.py: native, the default, or numpy's reference)."""
 
     def __init__(
         self,
@@ -79,6 +86,8 @@ class Transformer:
         plan: StagePlan | None = None,
         all_reduce: AllReduce | None = None,
         kernels: str | Kernels | None = None,
+        exchange: Exchange | None = None,
+        permute: str = "sorted",
     ):
         self.config = config
         self.kernels = get_kernels(kernels)
@@ -93,9 +102,10 @@ class Transformer:
             )
         self.all_reduce = all_reduce or unsplit
         self.heads = self.plan.tensor.heads(config)  # the attention heads this rank computes
+        self.moe = MoELayer(self.plan.experts, exchange, permute) if self.plan.experts else None
         self.layout = self.plan.layout(config)
         if params is None:
-            params = self.plan.take(config, init_params(config, seed))
+            params = self.plan.initial_params(config, seed)
         else:
             params = self._checked(params, "params")
         self.params = params
@@ -182,6 +192,8 @@ class Transformer:
             k = self.kernels
             xf, ln_f = k.layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
             loss, probs = k.cross_entropy_forward(k.matmul(xf, self.p["wte"].T), targets, denominator)
+        if self.moe is not None:
+            loss += self.moe.aux_loss([b.experts for b in blocks], denominator)
         return loss, Activations(tokens, targets, denominator, attention, blocks, (xf, ln_f, probs))
 
     def backward_stage(
@@ -214,7 +226,12 @@ class Transformer:
         for layer in reversed(plan.layers):
             with span(f"backward.h.{layer}"):
                 dx = self._block_backward(
-                    layer, dx, saved.blocks[layer - plan.first_layer], saved.attention, ready
+                    layer,
+                    dx,
+                    saved.blocks[layer - plan.first_layer],
+                    saved.attention,
+                    ready,
+                    saved.denominator,
                 )
         if not plan.embedding:
             if plan.head:
@@ -232,6 +249,10 @@ class Transformer:
                 g["wte"][...] = 0  # the output layer's part is on the last stage
             k.embedding_backward(g["wte"], tokens, dx)
             ready(index["wte"].index)
+        if self.moe is not None:  # the experts lead the layout: last, once every block's are final
+            for spec in reversed(index.specs):
+                if is_expert(spec.name):
+                    ready(spec.index)
         return None
 
     def _whole(self, what: str) -> None:
@@ -304,6 +325,9 @@ class Transformer:
         attn_y = attend(layer, q, k_, v).reshape(*x.shape[:-1], -1)
         x = self._projection(attn_y, p, "attn.c_proj", x, f"h.{layer}.attn.c_proj")
         ln_2_out, ln_2 = k.layernorm_forward(x, p["ln_2.weight"], p["ln_2.bias"])
+        if self.moe is not None:  # the plan's experts in place of the MLP
+            y, experts = self.moe.forward(layer, ln_2_out, self.p)
+            return x + y, BlockSaved(ln_1, ln_1_out, attn_y, ln_2, ln_2_out, None, None, None, experts)
         fc_out = k.linear_forward(ln_2_out, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"])
         gelu_out, gelu_tanh = k.gelu_forward(fc_out)
         x = self._projection(gelu_out, p, "mlp.c_proj", x, f"h.{layer}.mlp.c_proj")
@@ -322,9 +346,16 @@ class Transformer:
         return h
 
     def _block_backward(
-        self, layer: int, dx: np.ndarray, s: BlockSaved, attention: CausalAttention, ready: GradReady
+        self,
+        layer: int,
+        dx: np.ndarray,
+        s: BlockSaved,
+        attention: CausalAttention,
+        ready: GradReady,
+        denominator: int = 1,
     ) -> np.ndarray:
-        """dx of the block's output -> dx of its input; parameters announced in reverse layout order."""
+        """dx of the block's output -> dx of its input; parameters announced in reverse layout order
+        (`denominator`: the loss's, which the experts' balancing loss is divided by)."""
         p, g = self._block_views(self.p, layer), self._block_views(self.g, layer)
         first = self.layout[f"h.{layer}.ln_1.weight"].index
 
@@ -333,15 +364,19 @@ class Transformer:
                 ready(first + BLOCK_INDEX[suffix])
 
         k = self.kernels
-        dgelu = k.linear_backward(
-            dx, s.gelu_out, p["mlp.c_proj.weight"], g["mlp.c_proj.weight"], g["mlp.c_proj.bias"]
-        )
-        done("mlp.c_proj.bias", "mlp.c_proj.weight")
-        dfc = k.gelu_backward(dgelu, s.fc_out, s.gelu_tanh, out=dgelu)
-        dln_2 = k.linear_backward(
-            dfc, s.ln_2_out, p["mlp.c_fc.weight"], g["mlp.c_fc.weight"], g["mlp.c_fc.bias"]
-        )
-        done("mlp.c_fc.bias", "mlp.c_fc.weight")
+        if self.moe is not None:  # the router's gradient, and this rank's experts' (announced at the end)
+            dln_2 = self.moe.backward(layer, dx, s.experts, self.p, self.g, denominator)
+            ready(self.layout[f"h.{layer}.mlp.router.weight"].index)
+        else:
+            dgelu = k.linear_backward(
+                dx, s.gelu_out, p["mlp.c_proj.weight"], g["mlp.c_proj.weight"], g["mlp.c_proj.bias"]
+            )
+            done("mlp.c_proj.bias", "mlp.c_proj.weight")
+            dfc = k.gelu_backward(dgelu, s.fc_out, s.gelu_tanh, out=dgelu)
+            dln_2 = k.linear_backward(
+                dfc, s.ln_2_out, p["mlp.c_fc.weight"], g["mlp.c_fc.weight"], g["mlp.c_fc.bias"]
+            )
+            done("mlp.c_fc.bias", "mlp.c_fc.weight")
         dln_2 = self.all_reduce(dln_2, f"h.{layer}.mlp.c_fc gradient")  # f's backward: the shards' partials
         # the skip connection: the block's output gradient plus the layernorm's input gradient
         dx = k.layernorm_backward(
@@ -368,7 +403,7 @@ class Transformer:
 
     def _block_views(self, views: dict[str, np.ndarray], layer: int) -> dict[str, np.ndarray]:
         prefix = f"h.{layer}."
-        return {suffix: views[prefix + suffix] for suffix, _ in BLOCK_PARAMS}
+        return {suffix: views[prefix + suffix] for suffix, _ in BLOCK_PARAMS if prefix + suffix in views}
 
 
 BLOCK_INDEX = {suffix: i for i, (suffix, _) in enumerate(BLOCK_PARAMS)}

@@ -55,7 +55,7 @@ def dense(prompt: str, max_new: int, temperature: float = 0.0, seed: int = 0, n:
 
 
 @pytest.mark.timeout(90)
-def test_a_restarted_server_answers_every_in_flight_id_once_with_the_fault_free_tokens(tmp_path):
+def test_a_restarted_server_answers_each_in_flight_request_id_exactly_once(tmp_path):
     with servers(tmp_path) as (endpoint, journal, procs):
         procs.append(start(endpoint, journal, "server-1", tmp_path))
         client = KVClient(endpoint, timeout_s=30.0)

@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 
 from playground.collectives import registry
-from playground.comm.group import new_group
+from playground.comm.group import Group, new_group
 from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
@@ -128,6 +128,7 @@ def main(comm, params: Params) -> dict:
     every rank finished from the run directory and runs the others (serving/resume.py)."""
     pin_blas_threads(1)  # the ranks share the cores: one BLAS thread each
     (done, redone), shapes = resume.rounds_done(comm), []
+    groups: dict[int, Group | None] = {}  # one group a t, made when first needed (15 a process at most)
     for k, shape in enumerate(params.shapes):
         runs, calibration = [], []
         for r in range(params.rounds):
@@ -137,7 +138,7 @@ def main(comm, params: Params) -> dict:
                 record = done[i]
             else:
                 resume.round_started(comm, i)
-                record = _round(comm, params, shape, r)
+                record = _round(comm, params, shape, r, groups)
                 resume.round_done(comm, record)
             runs += record["runs"]
             calibration += record["calibration"]
@@ -150,14 +151,17 @@ def _weights(config: ModelConfig, seed: int) -> np.ndarray:
     return init_params(config, seed)
 
 
-def _round(comm, params: Params, shape: Shape, r: int) -> dict:
+def _round(comm, params: Params, shape: Shape, r: int, groups: dict[int, Group | None]) -> dict:
     """One round of `shape`: the decode batch on every t (alternating their order), and on rank 0
-    through one layer (the model's calibration)."""
+    through one layer (the model's calibration). `groups`: each t's group, kept across rounds (every
+    rank makes them in the same order, as new_group asks)."""
     config, sizes, workload = params.config(shape), params.sizes(shape, comm.size), params.workload
     whole = _weights(config, params.seed)
     runs, calibration = [], []
     for t in sizes if r % 2 == 0 else reversed(sizes):
-        group = new_group(comm, list(range(t)), f"tensor{t}")
+        if t not in groups:
+            groups[t] = new_group(comm, list(range(t)), f"tensor{t}")
+        group = groups[t]
         if group is not None:
             run = decode_batch(
                 group, config, workload, whole=whole, seed=params.seed, algorithm=params.algorithm,

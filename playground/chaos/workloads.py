@@ -13,7 +13,10 @@ measured before stay the same only while the earlier entries keep their places).
 how the run is read as a history (recovered.py); their command function and runner see
 `run.recover` and add what a run that recovers needs (serving: a second setup, so that the tokens
 of the setup hit are compared with a fault-free one's, and dense generation checked; the
-standalone server: a journal, clients that re-send and check their tokens).
+standalone server: a journal, clients that re-send and check their tokens). A launched workload
+joins by passing its `recover_faults` to `_launched`, its node putting a `history` (kinds.History's
+counts: training's steps committed, redone, duplicated, lost, parameters differing) in its
+report's data; `recovered.launched_history` reads it with the launcher's restarts.
 """
 
 import random

@@ -85,9 +85,9 @@ def _serving(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
 
 def _serving_tensor(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
     """Tensor-parallel serving (drawn under --recover only): the decode batch on 1 and 2 shards,
-    round after round; a shard killed mid-round makes every shard run that round again. Two seconds
-    of rounds or more, so that an outside fault (0.2 to 2 s after the ranks exist) seldom misses."""
-    rounds = rng.choice([24, 32])
+    round after round; a shard killed mid-round makes every shard run that round again. Rounds of
+    about 55 ms: over 2.5 s of them, so that an outside fault (0.2 to 2 s in) seldom misses."""
+    rounds = rng.choice([48, 64])
     keys = ["params.shapes=[small]", "params.tensor=[2]", f"params.rounds={rounds}", "params.simulate=[]"]
     args = ("run", "serving-tensor", *common, *sets(keys))
     return replace(run, transport="shm", size=f"{rounds} rounds", args=args)

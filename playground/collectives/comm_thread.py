@@ -62,6 +62,7 @@ class CommThread:
         self.reduce = reduce or self._allreduce
         self.ready: queue.Queue = queue.Queue()
         self.done: queue.Queue = queue.Queue()
+        self._finished: dict = {}  # what `wait_for` took off `done` before its own key came
         self._thread = threading.Thread(target=self._run, name="comm", daemon=True)
         self._thread.start()
 
@@ -106,6 +107,25 @@ class CommThread:
                 raise out
             results[bucket] = (out, dt)
         return results
+
+    def wait_for(self, key, timeout_s: float) -> tuple[object, float]:
+        """(result, seconds) of the job submitted as `key`, whatever finished before it kept for its
+        own `wait_for` (jobs that finish in any order: a gather waited for while an earlier
+        reduce-scatter is still queued); raises what the thread raised."""
+        deadline = time.monotonic() + timeout_s
+        while key not in self._finished:
+            try:
+                got, out, dt = self.done.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise WaitTimeout(
+                    f"rank {self.comm.rank}: the communication thread did not finish {key!r} in {timeout_s:.0f}s",
+                    what=f"the communication thread's {key!r}",
+                    waited_s=timeout_s,
+                ) from None
+            if isinstance(out, BaseException):
+                raise out
+            self._finished[got] = (out, dt)
+        return self._finished.pop(key)
 
     def close(self) -> None:
         self.ready.put(None)

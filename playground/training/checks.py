@@ -62,6 +62,14 @@ def element_sum(x: np.ndarray) -> float:
     return float(sum(float(x[s : s + BLOCK_ELEMENTS].sum()) for s in range(0, x.size, BLOCK_ELEMENTS)))
 
 
+def exact_sum(x: np.ndarray) -> int:
+    """The sum of `x`'s words as unsigned integers modulo 2^64: exact in any order and at any address
+    (a float sum is neither), so a shard's owner and a rank that received it compute the same number,
+    and a flipped bit changes it. What ZeRO-3's ranks check every gathered shard against."""
+    words = np.ascontiguousarray(x).view(np.uint64 if x.itemsize == 8 else np.uint32)
+    return int(words.sum(dtype=np.uint64))
+
+
 def params_hash(params: np.ndarray) -> str:
     """CRC-32 of the buffer's bytes, as 8 hex digits (50 ms for 100 MB here; any bit differs)."""
     return f"{zlib.crc32(np.ascontiguousarray(params).data.cast('B')):08x}"
@@ -146,7 +154,7 @@ def check_params(comm, step: int, params: np.ndarray, mode: str = "") -> str:
 
 class StepChecks:
     """One step's two checks, traced and timed: `gradients` (hand it to `DataParallel.train_step`,
-    which calls it between the reduction and the update), then `params` after the update; traced
+    which calls it between the reduction and the update), then `params(strategy)` after the update; traced
     with the name of `mode` (a `modes.Mode`)."""
 
     def __init__(self, comm, step: int, mode, dtype):
@@ -160,9 +168,11 @@ class StepChecks:
             self.loss = check_gradients(self.comm, self.step, loss, reductions, self.dtype, self.mode)
         self.seconds += time.perf_counter() - t0
 
-    def params(self, params: np.ndarray) -> str:
+    def params(self, strategy) -> str:
+        """After the update: the data group agrees on its parameters (`strategy.agree_params`: the
+        hashes of whole parameters compared, or ZeRO-3's shard sums exchanged)."""
         t0 = time.perf_counter()
         with self.comm.tracer.span("check.params", cat="phase", mode=self.mode, step=self.step):
-            digest = check_params(self.comm, self.step, params, self.mode)
+            digest = strategy.agree_params(self.step, self.mode)
         self.seconds += time.perf_counter() - t0
         return digest

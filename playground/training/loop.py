@@ -26,7 +26,7 @@ import numpy as np
 
 from playground.training.checks import Reduction, StepChecks
 from playground.training.memory import memory_record
-from playground.training.modes import Mode
+from playground.training.modes import GradientStrategy, Mode
 from playground.training.step import DataParallel, PhaseTimes, TrainSetup
 from playground.transformer import BatchSampler, Transformer, train_one_process
 from playground.transformer.plan import StagePlan
@@ -43,10 +43,13 @@ Batch = Callable[[int], tuple[np.ndarray, np.ndarray]]  # step -> this rank's (i
 
 
 class Trainer(Protocol):
-    """One rank's part of a training run: `model.params` is what the checks hash."""
+    """One rank's part of a training run: its `gradients` (the mode's `GradientStrategy`) hold the
+    parameters the checks agree on and the snapshots copy; `comm` is the rank's communicator, whose
+    count of bytes sent each step's record takes."""
 
     comm: Any
     model: Transformer
+    gradients: GradientStrategy
 
     def train_step(
         self, step: int, inputs: np.ndarray, targets: np.ndarray, check: Check | None
@@ -87,16 +90,27 @@ def train_steps(
     """`steps` steps of `trainer`, checked over its data-parallel `group` (module doc), then the
     trainer closed; `on_step(step)` runs after each step's checks, on this thread (progress)."""
     log = StepLog()
+    root = getattr(trainer.comm, "parent", trainer.comm)  # a group's bytes are its root's
     try:
         for step in range(steps):
             inputs, targets = batch(step)
-            checks = StepChecks(group, step, mode, trainer.model.params.dtype)
+            checks = StepChecks(group, step, mode, trainer.model.config.np_dtype)
+            sent = root.bytes_sent
             times = trainer.train_step(step, inputs, targets, checks.gradients)
-            log.digest = checks.params(trainer.model.params)
+            sent = root.bytes_sent - sent
+            log.digest = checks.params(trainer.gradients)
             trainer.check_step(step, times)
-            log.steps.append({"step": step, "loss": checks.loss, **times.record(), "check_s": checks.seconds})
+            log.steps.append(
+                {
+                    "step": step,
+                    "loss": checks.loss,
+                    **times.record(),
+                    "check_s": checks.seconds,
+                    "sent_bytes": sent,
+                }
+            )
             if keep_params:
-                log.snapshots.append(trainer.model.params.copy())
+                log.snapshots.append(trainer.gradients.full_params())
             trainer.comm.tracer.flush()
             if on_step is not None:
                 on_step(step)
@@ -113,14 +127,13 @@ def train_mode(
     log = train_steps(
         dp, comm, mode, lambda s: sampler.rank_batch(s, comm.rank, comm.size), steps, on_step=on_step
     )
-    model = dp.model
     record = {
         "mode": mode.name,
         "host": socket.gethostname(),
         "steps": log.steps,
         "hash": log.digest,
         "buckets": [b.num_bytes for b in dp.gradients.buckets],
-        "memory": memory_record(model.params.nbytes, model.grads.nbytes, dp.gradients.state_bytes),
+        "memory": memory_record(dp.gradients.memory()),
     }
     return record, dp
 

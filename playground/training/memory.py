@@ -13,12 +13,11 @@ import resource
 import psutil
 
 
-def memory_record(params_bytes: int, grads_bytes: int, optimizer_bytes: int) -> dict:
-    """The arrays' bytes and this process's RSS now and at its peak."""
+def memory_record(state: dict) -> dict:
+    """The model state a strategy keeps (`GradientStrategy.memory()`: its arrays' bytes, the units
+    whole at once at most) and this process's RSS now and at its peak."""
     return {
-        "params_bytes": int(params_bytes),
-        "grads_bytes": int(grads_bytes),
-        "optimizer_bytes": int(optimizer_bytes),
+        **state,
         "rss_bytes": int(psutil.Process().memory_info().rss),
         "peak_rss_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,  # KiB on Linux
     }

@@ -42,7 +42,7 @@ def train_tensor(
         "data_index": grid.data_index,
         "plan": tp.plan.describe(),
         "steps": log.steps,
-        "params_bytes": int(tp.model.params.nbytes),
+        "params_bytes": int(tp.gradients.memory()["params_bytes"]),
         "optimizer_bytes": int(tp.gradients.state_bytes),
         "bucket_bytes": [b.num_bytes for b in tp.gradients.buckets],
     }

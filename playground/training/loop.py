@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from playground.training.checks import Reduction, StepChecks
-from playground.training.memory import memory_record
+from playground.training.memory import memory_record, rss_bytes
 from playground.training.modes import GradientStrategy, Mode
 from playground.training.step import DataParallel, PhaseTimes, TrainSetup
 from playground.transformer import BatchSampler, Transformer, train_one_process
@@ -123,6 +123,7 @@ def train_mode(
     comm, mode: Mode, setup: TrainSetup, sampler: BatchSampler, steps: int, on_step=None
 ) -> tuple[dict, DataParallel]:
     """(this rank's record of `steps` data-parallel steps of `mode`, the trained DataParallel)."""
+    start_rss = rss_bytes()
     dp = DataParallel(comm, mode, setup)
     log = train_steps(
         dp, comm, mode, lambda s: sampler.rank_batch(s, comm.rank, comm.size), steps, on_step=on_step
@@ -133,7 +134,7 @@ def train_mode(
         "steps": log.steps,
         "hash": log.digest,
         "buckets": [b.num_bytes for b in dp.gradients.buckets],
-        "memory": memory_record(dp.gradients.memory()),
+        "memory": memory_record(dp.gradients.memory(), start_rss),
     }
     return record, dp
 

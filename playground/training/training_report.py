@@ -1,9 +1,10 @@
-"""The training lab's report: per mode the step's phases, memory and the step-time model; the loss
-curve; PyTorch DDP beside ours when it ran.
+"""The training lab's report: per mode the step's phases, memory, the model state and traffic
+against ZeRO's formulas (`sharding_report`) and the step-time model; the loss curve; PyTorch DDP or
+FSDP2 beside ours when it ran.
 
-`params` is the node's Params (sizes, its `Mode`s, steps, the model's link); `ddp` the baseline's
-per-rank step records, or None. The ranks' records name each mode (`Mode.name`), in the order of
-`params.mode`.
+`params` is the node's Params (sizes, its `Mode`s, steps, the model's link); `ddp` and `fsdp` the
+baselines' per-rank step records, or None. The ranks' records name each mode (`Mode.name`), in the
+order of `params.mode`.
 """
 
 import statistics
@@ -17,6 +18,7 @@ from playground.training import training_stats
 from playground.training.comm_cost import collective_cost
 from playground.training.modes import DDP_LIKE
 from playground.training.plots import largest_difference, plot_losses
+from playground.training.sharding_report import fsdp_part, zero_table
 from playground.training.steptime_model import (
     Contention,
     bucket_tail_s,
@@ -25,6 +27,9 @@ from playground.training.steptime_model import (
     departure,
     predicted_step_s,
 )
+from playground.training.unit_steptime import unit_step_comm_s
+from playground.training.units import UnitPlan
+from playground.transformer import ParamLayout
 from playground.transformer.text import LIKE_NGRAMS_FOUND, LIKE_VALID_UTF8, Likeness
 
 STEP_COLUMNS = {
@@ -75,7 +80,7 @@ DDP_COLUMNS = {
     "overlap_ddp_pct": "overlap DDP (%)",
 }
 MEMORY_LEGEND = {
-    "states_ratio": "this mode's optimizer states / a replicated mode's (ZeRO-1 shards them: 1 / ranks)",
+    "states_ratio": "this mode's optimizer states / a replicated mode's (ZeRO-1, -2 and -3 shard them: 1 / ranks)",
 }
 MODEL_LEGEND = {
     "compute_ms": "measured: from the first rank's start of the step to the last rank's end of backward, and "
@@ -124,7 +129,9 @@ def memory_row(stats: dict, replicated_states: int | None) -> dict:
     }
 
 
-def model_row(mode, stats: dict, num_ranks: int, total_bytes: int, algorithm: str, cost, cores: int) -> dict:
+def model_row(
+    mode, stats: dict, num_ranks: int, total_bytes: int, algorithm: str, cost, cores: int, units=None
+) -> dict:
     """The step-time model of one mode (`steptime_model`): measured, the step's path up to the
     collectives (from the first rank's start to the last rank's end of backward, `last_compute_s`)
     of which the last backward is the window the buckets become ready in; modelled, the
@@ -136,6 +143,8 @@ def model_row(mode, stats: dict, num_ranks: int, total_bytes: int, algorithm: st
     wall = stats.get("rank_forward_s", stats["forward_s"]) + backward + stats["optimizer_s"]
     cpu = stats.get("compute_cpu_s", wall)
     contention = Contention(cores_for(num_ranks, cores, cpu, wall))
+    if mode.stage >= 2 and units is not None:
+        return unit_model_row(mode, stats, units, cost, contention)
     times = collective_times_s(
         mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.cores
     )
@@ -159,6 +168,47 @@ def model_row(mode, stats: dict, num_ranks: int, total_bytes: int, algorithm: st
         "measured_ms": _ms(stats["step_s"]),
         "ratio": stats["step_s"] / model_s if model_s > 0 else float("nan"),
     }
+
+
+def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention) -> dict:
+    """ZeRO-2's or ZeRO-3's model (`unit_steptime`): each piece's compute as the trace measured it,
+    scaled to the ranks' forward and backward (their waits for gathers left out), the collectives
+    replayed on the two threads in the strategies' order; serial: every collective waited for."""
+    plan, itemsize, params = units["plan"], units["itemsize"], units["params"]
+    forward = stats.get("rank_forward_s", stats["forward_s"])
+    backward = stats.get("rank_backward_s", stats["backward_s"])
+    m = params.micro_batches
+    compute = scaled_pieces(units["pieces"], forward / m, backward / m)
+    comm = unit_step_comm_s(
+        mode.stage, plan, compute, itemsize, cost, contention.cores, contention.overlapped_cores,
+        params.prefetch, params.reshard_after_forward, m,
+    )  # fmt: skip
+    serial_comm = unit_step_comm_s(
+        mode.stage, plan, compute, itemsize, cost, contention.cores, contention.cores, 0, True, m
+    )["comm_s"]
+    pred = predicted_step_s(forward, backward, stats["optimizer_s"], serial_comm, comm["exposed_s"])
+    return {
+        "mode": mode.name,
+        "compute_ms": _ms(forward + backward + stats["optimizer_s"]),
+        "cores": contention.cores,
+        "comm_model_ms": _ms(comm["comm_s"]),
+        "exposed_model_ms": _ms(comm["exposed_s"]),
+        "serial_ms": _ms(pred["serial_s"]),
+        "overlapped_ms": _ms(pred["overlapped_s"]),
+        "model_ms": _ms(pred["overlapped_s"]),
+        "measured_ms": _ms(stats["step_s"]),
+        "ratio": stats["step_s"] / pred["overlapped_s"] if pred["overlapped_s"] > 0 else float("nan"),
+    }
+
+
+def scaled_pieces(pieces: dict[str, float], forward_s: float, backward_s: float) -> dict[str, float]:
+    """The trace's piece times scaled so each pass sums to the given one (the ranks' medians)."""
+    out = {}
+    for direction, total in (("forward.", forward_s), ("backward.", backward_s)):
+        mine = {p: t for p, t in pieces.items() if p.startswith(direction)}
+        scale = total / sum(mine.values()) if sum(mine.values()) > 0 else 0.0
+        out |= {p: t * scale for p, t in mine.items()}
+    return out
 
 
 def loss_rows(curves: dict[str, list[float]]) -> tuple[list[dict], dict[str, str]]:
@@ -229,9 +279,16 @@ def sample_notes(rank0: dict, params) -> list[str]:
     return notes
 
 
-def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[dict]] | None = None) -> Report:
-    """Per mode the step, the loss, memory and the model (`mode_tables`); the DDP baseline's table
-    (`ddp_part`); the loss plot and the notes that explain the columns."""
+def report(
+    results: list[dict],
+    params,
+    run_dir: Path,
+    ddp_records: list[list[dict]] | None = None,
+    fsdp: list[list[dict]] | None = None,
+) -> Report:
+    """Per mode the step, the loss, memory, the formulas and the model (`mode_tables`); the DDP or
+    FSDP2 baseline's table (`ddp_part`, `sharding_report.fsdp_part`); the loss plot and the notes
+    that explain the columns."""
     n, run_dir = len(results), Path(run_dir)
     tokens = params.batch * params.context
     stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(params.mode))]
@@ -239,8 +296,9 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         s["slowest"] = training_stats.slowest_steps([res["modes"][k]["steps"] for res in results])
     step_overlaps = training_stats.traced_step_overlaps(run_dir, n, params.steps)
     overlap = {mode: training_stats.overlap_over(per_step) for mode, per_step in step_overlaps.items()}
+    pieces = training_stats.piece_times(run_dir, n, params.steps, params.micro_batches)
     tables, model_rows, notes = mode_tables(
-        stats, params, n, overlap, load_model(params.model, run_network(run_dir))
+        stats, params, n, overlap, load_model(params.model, run_network(run_dir)), pieces
     )
     data: dict[str, object] = {
         "modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats],
@@ -253,6 +311,12 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         tables.append(table)
         curves[ddp["mode"]] = ddp["losses"]
         data["ddp"] = ddp
+        notes.append(note)
+    if fsdp is not None:
+        table, theirs, note = fsdp_part(params.mode, stats, fsdp, tokens)
+        tables.append(table)
+        curves[theirs["mode"]] = theirs["losses"]
+        data["fsdp"] = theirs
         notes.append(note)
     loss_table, loss_columns = loss_rows(curves)
     same = " (every curve starts from the same weights)" if len(curves) > 1 else ""
@@ -280,10 +344,11 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
 
 
 def mode_tables(
-    stats: list[dict], params, n: int, overlap: dict, source
+    stats: list[dict], params, n: int, overlap: dict, source, pieces: dict | None = None
 ) -> tuple[list[Table], list[dict], list[str]]:
-    """The step, memory and model tables, a row per mode; the model's rows; where each mode
-    departs from its model (with more than one rank)."""
+    """The step, memory, formulas and model tables, a row per mode; the model's rows; where each
+    mode departs from its model (with more than one rank). `pieces`: each mode's piece times from
+    the trace (`training_stats.piece_times`), which the unit modes' model replays."""
     config, modes = params.model_config, params.mode
     itemsize = config.np_dtype.itemsize
     replicated = next(
@@ -293,16 +358,25 @@ def mode_tables(
     alone = next((s["backward_s"] for mode, s in zip(modes, stats, strict=True) if not mode.overlaps), None)
     cost = collective_cost(source)
     cores = source.calibration.cores if source.calibration is not None else usable_cores()
+    plan = UnitPlan(ParamLayout.for_config(config), params.unit_blocks, n)
     step_rows, memory_rows, model_rows, notes = [], [], [], []
     for mode, s in zip(modes, stats, strict=True):
         step_rows.append(step_row(s, overlap.get(mode.name)))
         memory_rows.append(memory_row(s, replicated))
-        model_rows.append(model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores))
+        units = (
+            {"plan": plan, "itemsize": itemsize, "params": params, "pieces": pieces[mode.name]}
+            if pieces and mode.name in pieces
+            else None
+        )
+        model_rows.append(
+            model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores, units)
+        )
         if n > 1:
             comm_s = model_rows[-1]["comm_model_ms"] / 1e3
             notes.append(
                 f"{mode.name}: {departure(mode.overlaps, s, comm_s, alone if mode.overlaps else None)}"
             )
+    zero, zero_notes = zero_table(modes, stats, params, n)
     tables = [
         Table(
             f"data-parallel training, {n} ranks, {config.num_params:,} parameters ({params.dtype}), global batch "
@@ -317,6 +391,7 @@ def mode_tables(
             MEMORY_COLUMNS,
             legend=MEMORY_LEGEND,
         ),
+        zero,
         Table(
             f"step time: measured against the model ({source.caption})",
             model_rows,
@@ -324,7 +399,7 @@ def mode_tables(
             legend=MODEL_LEGEND,
         ),
     ]
-    return tables, model_rows, notes
+    return tables, model_rows, notes + zero_notes
 
 
 def ddp_part(
@@ -352,24 +427,31 @@ def column_notes(stats: list[dict], params) -> list[str]:
     """Each overlapping mode's all-reduces, what was checked, what the columns mean, the load."""
     notes = []
     for mode, s in zip(params.mode, stats, strict=True):
-        if mode.overlaps:  # the modes with many all-reduces: which ones
+        if mode.overlaps:  # the modes with many collectives: which ones
             sizes = s["buckets"]
+            what = (
+                "all-reduces"
+                if mode.stage < 2
+                else f"units ({params.unit_blocks} blocks each) reduce-scattered"
+            )
             notes.append(
-                f"{s['mode']}: {len(sizes)} all-reduces per step, in backward order: "
+                f"{s['mode']}: {len(sizes)} {what} per step, in backward order: "
                 + ", ".join(format_size(b) for b in sizes[:6])
                 + (" ..." if len(sizes) > 6 else "")
             )
     checked = params.steps * len(params.mode)
     notes.append(
-        f"checks: after each of the {checked} steps every rank's parameters hashed and compared, every "
-        "reduction's result checked against the ranks' own checksums (docs/training.md#the-checks)"
+        f"checks: after each of the {checked} steps every rank's parameters hashed and compared (zero3: the "
+        "sums of the shards exchanged, every gathered unit checked against them), every reduction's result "
+        "checked against the ranks' own checksums (docs/training.md#the-checks)"
     )
     notes.append(
         "exposed comm: the time the step waited for communication after backward's last compute "
-        "(zero1: its reduce-scatter and all-gather); rank skew: how far apart the ranks ended backward "
+        "(zero1: its reduce-scatter and all-gather; zero2: the last reduce-scatters and the all-gather; "
+        "zero3: also its waits for gathers during forward and backward); rank skew: how far apart the ranks ended backward "
         "(the first collective after it waits for the last); all-reduce: the collectives' own time "
-        "wherever they ran; overlap: the share of that time during which backward was computing, from "
-        "the trace; checks: the per-step exchange of hashes and checksums"
+        "wherever they ran; overlap: the share of that time during which forward or backward was computing, "
+        "from the trace; checks: the per-step exchange of hashes and checksums"
     )
     notes.append(load_note())
     return notes

@@ -6,10 +6,11 @@ longest; a mode's figure is the median over its timed steps (all but the first, 
 first touches of memory and, in DDP, for building the buckets). The loss is the global batch's
 (the sum of the ranks' shares), the same on every rank.
 
-Overlap from the trace: for every rank and timed step, the time during which some all-reduce of
-the step was running (`bucket.allreduce`, on whichever thread) and backward was computing
-(`backward.*` spans on the main thread), over the time some all-reduce was running: the share of
-the communication hidden under backward. The same definition is applied to DDP's records
+Overlap from the trace: for every rank and timed step, the time during which some collective of
+the step was running (`bucket.allreduce`, ZeRO-2 and -3's `unit.allgather` and `unit.reduce_scatter`,
+on whichever thread) and the model was computing (`forward.*` and `backward.*` spans on the main
+thread), over the time some collective was running: the share of the communication hidden under
+compute (DDP's all-reduces can only hide under backward; ZeRO-3's gathers under forward too). The same definition is applied to DDP's records
 (`ddp_stats`), where the all-reduces are timed by a communication hook. Both are kept step by step
 (`traced_step_overlaps`, `ddp_step_overlaps`), so a range of steps has its own overlap
 (`overlap_over`): the report's windows of steps each show theirs.
@@ -33,6 +34,8 @@ PHASES = (
     "compute_cpu_s",
 )
 WARMUP_STEPS = 1
+COMM_SPANS = ("bucket.allreduce", "unit.allgather", "unit.reduce_scatter")  # a step's collectives
+COMPUTE_SPANS = ("forward.", "backward.")  # the model's pieces, on the main thread
 
 
 def timed_steps(num_steps: int) -> range:
@@ -67,6 +70,7 @@ def mode_stats(results: list[dict], k: int, global_tokens: int) -> dict:
         "losses": losses,
         "buckets": results[0]["modes"][k]["buckets"],
         "memory": [res["modes"][k]["memory"] for res in results],
+        "sent_bytes": [res["modes"][k]["steps"][-1].get("sent_bytes", 0) for res in results],
     }
 
 
@@ -157,9 +161,9 @@ def traced_step_overlaps(run_dir: Path, num_ranks: int, num_steps: int) -> dict[
                 continue
             span = (e["ts"], e["ts"] + e["dur"])
             kind = None
-            if e["name"].startswith("backward.") and e.get("tid", 0) == 0:
+            if e["name"].startswith(COMPUTE_SPANS) and e.get("tid", 0) == 0:
                 kind = "backward"
-            elif e["name"] == "bucket.allreduce":
+            elif e["name"] in COMM_SPANS:
                 kind = "comm"
             if kind:
                 spans.setdefault((mode, r, step), {"backward": [], "comm": []})[kind].append(span)
@@ -168,6 +172,26 @@ def traced_step_overlaps(run_dir: Path, num_ranks: int, num_steps: int) -> dict[
         hidden, comm = step_overlap(s["backward"], s["comm"])
         _add(per_mode.setdefault(mode, {}), step, hidden / 1e6, comm / 1e6)
     return per_mode
+
+
+def piece_times(run_dir: Path, num_ranks: int, num_steps: int, micro_batches: int = 1) -> dict[str, dict]:
+    """mode -> {piece: seconds}: each of the model's pieces (`forward.h.3`, ...) on the main thread,
+    one pass's, the median over the ranks' timed steps (what the unit modes' model replays)."""
+    timed = set(timed_steps(num_steps))
+    sums: dict[tuple, float] = {}
+    for r in range(num_ranks):
+        path = Path(run_dir) / f"rank-{r}.jsonl"
+        if not path.exists():
+            continue
+        for e in read_events(path):
+            a = e.get("args") or {}
+            if a.get("step") in timed and e.get("tid", 0) == 0 and e["name"].startswith(COMPUTE_SPANS):
+                key = (a.get("mode"), e["name"], r, a["step"])
+                sums[key] = sums.get(key, 0.0) + e["dur"] / 1e6 / micro_batches
+    per: dict[str, dict[str, list[float]]] = {}
+    for (mode, piece, _, _), seconds in sums.items():
+        per.setdefault(mode, {}).setdefault(piece, []).append(seconds)
+    return {mode: {p: statistics.median(v) for p, v in pieces.items()} for mode, pieces in per.items()}
 
 
 def ddp_step_overlaps(per_rank: list[list[dict]]) -> StepOverlaps:

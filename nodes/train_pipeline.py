@@ -128,6 +128,7 @@ def main(comm, params: Params) -> dict:
         m: calibrate(comm, grid, plan, setup, sampler, rows // m, params.calibration_repeats)
         for m in params.micro_batches
     }
+    # every replica takes the snapshots (ZeRO-3's is an all-gather over the data group); one compares
     keep = params.reference and grid.data_index == 0
     runs, kept = [], []
     combos = [(SCHEDULES[s], m) for s in params.schedule for m in params.micro_batches]
@@ -138,7 +139,18 @@ def main(comm, params: Params) -> dict:
             comm.progress(run * params.steps + step + 1, total, f"{schedule.name} m={m} step {step + 1}")
 
         record, snapshots = train_schedule(
-            comm, grid, plan, params.mode, setup, sampler, params.steps, schedule, m, run, keep, tick
+            comm,
+            grid,
+            plan,
+            params.mode,
+            setup,
+            sampler,
+            params.steps,
+            schedule,
+            m,
+            run,
+            params.reference,
+            tick,
         )
         runs.append(record)
         kept.append(([s["loss"] for s in record["steps"]], snapshots))

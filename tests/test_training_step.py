@@ -179,7 +179,8 @@ def test_every_mode_carries_its_strategy():
     ]
     assert Mode.parse_param("zero1") is BY_NAME["zero1"] and BY_NAME["zero1"].to_param() == "zero1"
     with pytest.raises(
-        ValueError, match="expected one of 'per_tensor', 'bucketed', 'after_backward', 'zero1', 'zero2', 'zero3'"
+        ValueError,
+        match="expected one of 'per_tensor', 'bucketed', 'after_backward', 'zero1', 'zero2', 'zero3'",
     ):
         Mode.parse_param("ddp")
 

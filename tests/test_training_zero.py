@@ -21,8 +21,8 @@ from playground.training.loop import one_process, train_mode
 from playground.training.modes import BY_NAME, NAMES
 from playground.training.pipeline.loop import reference_gaps, train_schedule
 from playground.training.pipeline.schedules import SCHEDULES
-from playground.training.tensor.loop import train_tensor
 from playground.training.step import TrainSetup
+from playground.training.tensor.loop import train_tensor
 from playground.training.unit_steptime import unit_timeline
 from playground.training.units import Sharding, UnitPlan
 from playground.training.zero_formulas import (

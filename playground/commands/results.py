@@ -19,7 +19,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   train-large) at 2 and 4 ranks, alternating round by round: our bucketed step against PyTorch
   DDP's; then tokens/s at 1, 2, 4 ranks and across two emulated hosts (as root).
 - steptime.md: `run train-modes` at 2 and 4 ranks, every mode's measured step beside the step-time
-  model's from the calibration, the ratio per mode and rank count (`steptime_results`).
+  model's from the calibration, the ratio per mode and rank count (`steptime_results`); then ZeRO-2
+  and ZeRO-3's trade: every mode with and without prefetch beside the model, the two pathologies (no
+  unit wrapping, ZeRO-2 with accumulation), ZeRO-3 against FSDP2, and the simulator's answer to
+  where ZeRO-3 stops paying (`sharding_results`).
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
   contiguous at two row sizes, decode throughput vs batch beside the decode-step model, `run train`
   then `run serving` (the trained model's text, the steps' split, paging's gain predicted and
@@ -245,7 +248,7 @@ SECTIONS = [
     Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
-    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4, True),
+    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 4, 25, True),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 5, 20),
     Section(
         "parallelism",
@@ -387,7 +390,7 @@ def add_results_parser(sub, func) -> None:
         "against measurements, the lecture, training against "
         "PyTorch DDP, the training step against its model, the serving lab, pipeline and tensor parallelism "
         "and chaos runs, one after the other, and writes docs/results/*.md headed by this machine; about "
-        "120 min (--quick: 23).",
+        "141 min (--quick: 26).",
     )
     r.add_argument(
         "--sections",

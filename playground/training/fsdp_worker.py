@@ -21,6 +21,7 @@ state this rank holds: its local shards of the parameters, their gradients and A
 import resource
 import time
 from pathlib import Path
+from typing import Any
 
 from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
 from playground.training.torch_rank import adam, gloo_group, model_and_batches
@@ -47,7 +48,7 @@ def shard(model, spec: dict) -> None:
     """`fully_shard` every unit and the root, with the spec's resharding and prefetch."""
     from torch.distributed.fsdp import fully_shard
 
-    units = [fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=spec["reshard_after_forward"])
+    units: list[Any] = [fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=spec["reshard_after_forward"])
              for group in units_of(model, spec["unit_blocks"])]  # fmt: skip
     fully_shard(model, reshard_after_forward=spec["reshard_after_forward"])
     depth = spec["prefetch"]

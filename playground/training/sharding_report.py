@@ -66,10 +66,12 @@ def zero_row(mode, stats: dict, params, n: int) -> dict:
         "state_formula": f"{model_state_formula(mode.stage, b)} = {format_size(round(formula_state))}",
         "state_ratio": state / formula_state,
         "whole_params": _units(
-            max(m.get("peak_param_units", 0) for m in memory), max(m.get("peak_param_unit_bytes", 0) for m in memory)
+            max(m.get("peak_param_units", 0) for m in memory),
+            max(m.get("peak_param_unit_bytes", 0) for m in memory),
         ),
         "whole_grads": _units(
-            max(m.get("peak_grad_units", 0) for m in memory), max(m.get("peak_grad_unit_bytes", 0) for m in memory)
+            max(m.get("peak_grad_units", 0) for m in memory),
+            max(m.get("peak_grad_unit_bytes", 0) for m in memory),
         ),
         "sent": format_size(round(sent)),
         "sent_formula": f"{sent_formula(mode.stage, params.micro_batches, params.sharding)} = "

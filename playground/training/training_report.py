@@ -203,7 +203,7 @@ def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention)
 
 def scaled_pieces(pieces: dict[str, float], forward_s: float, backward_s: float) -> dict[str, float]:
     """The trace's piece times scaled so each pass sums to the given one (the ranks' medians)."""
-    out = {}
+    out: dict[str, float] = {}
     for direction, total in (("forward.", forward_s), ("backward.", backward_s)):
         mine = {p: t for p, t in pieces.items() if p.startswith(direction)}
         scale = total / sum(mine.values()) if sum(mine.values()) > 0 else 0.0

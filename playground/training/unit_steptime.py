@@ -102,7 +102,7 @@ def piece_compute_s(
 ) -> dict:
     """Each piece's compute when only the passes' totals are known: `forward_s` and `backward_s`
     shared out by `weights[piece]` (relative, e.g. FLOPs; a piece without a weight gets the mean)."""
-    out = {}
+    out: dict[str, float] = {}
     for direction, total in ((FORWARD, forward_s), (BACKWARD, backward_s)):
         pieces = plan.pieces(direction)
         known = [weights[p.partition(".")[2]] for p in pieces if p.partition(".")[2] in weights]

@@ -7,6 +7,7 @@ a copy of it is the model, and the model's trace spans need nothing from it. ZeR
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 
@@ -18,10 +19,10 @@ Span = Callable[[str], AbstractContextManager]
 class WholeParams:
     """Mixin: needs `comm`, `params`, `grads` (flat, the model's), `optimizer` (an `Adam`)."""
 
-    comm: object
+    comm: Any
     params: np.ndarray
     grads: np.ndarray
-    optimizer: object
+    optimizer: Any
     # each micro-batch's gradients add up in a local buffer; the reduction runs once per step
     reduces_every_micro_batch = False
 
@@ -51,7 +52,7 @@ class WholeParams:
         return {
             "params_bytes": int(self.params.nbytes),
             "grads_bytes": int(self.grads.nbytes),
-            "optimizer_bytes": int(self.optimizer.state_bytes),  # type: ignore[attr-defined]
+            "optimizer_bytes": int(self.optimizer.state_bytes),
             "peak_param_units": 0,
             "peak_param_unit_bytes": 0,
             "peak_grad_units": 0,
@@ -60,4 +61,4 @@ class WholeParams:
 
     @property
     def state_bytes(self) -> int:
-        return int(self.optimizer.state_bytes)  # type: ignore[attr-defined]
+        return int(self.optimizer.state_bytes)

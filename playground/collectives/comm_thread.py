@@ -64,7 +64,8 @@ class CommThread:
         self.reduce = reduce or self._allreduce
         self.ready: queue.Queue = queue.Queue()
         self.done: queue.Queue = queue.Queue()
-        self._finished: dict[Hashable, tuple[object, float]] = {}  # what `wait_for` took off `done` before its own key came
+        # what `wait_for` took off `done` before its own key came
+        self._finished: dict[Hashable, tuple[object, float]] = {}
         self._thread = threading.Thread(target=self._run, name="comm", daemon=True)
         self._thread.start()
 

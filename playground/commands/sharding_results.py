@@ -60,7 +60,7 @@ def trade_rows(ctx) -> dict[tuple, list[dict]]:
                     rows.setdefault((scenario, n, row["mode"], prefetch), []).append(row)
                 for label, extra in ZERO3_VARIANTS[: 1 if ctx.quick else None]:
                     only = (*sets, "params.mode=[zero3]", *extra)
-                    (row,) = _run(ctx, runs, scenario, n, *only)["step_model"]
+                    row = _mode(_run(ctx, runs, scenario, n, *only), "zero3", "step_model")
                     rows.setdefault((scenario, n, "zero3", label), []).append(row)
     return rows
 
@@ -84,8 +84,13 @@ def trade_table(rows: dict[tuple, list[dict]]) -> list[str]:
     return [*lines, "", f"{inside} of {len(rows)} rows within 15% (the median ratio)."]
 
 
-def _mode(data: dict, name: str) -> dict:
-    return next(m for m in data["modes"] if m["mode"] == name)
+def _mode(data: dict, name: str, key: str = "modes") -> dict:
+    """Mode `name`'s entry of a result's `modes` (or `step_model`, ...)."""
+    return next(m for m in data[key] if m["mode"] == name)
+
+
+def _zero_rows(data: dict) -> list[dict]:
+    return next(t for t in data["tables"] if t["title"].startswith("model state and traffic"))["rows"]
 
 
 def pathologies(ctx) -> list[str]:
@@ -104,8 +109,8 @@ def pathologies(ctx) -> list[str]:
     ]
     for label, blocks in (("a block each", 1), ("one (no wrapping)", 0)):
         data = _run(ctx, runs, scenario, 2, *sets, "params.mode=[zero3]", f"params.unit_blocks={blocks}")
-        mode, model = data["modes"][0], data["step_model"][0]
-        zero = next(t for t in data["tables"] if t["title"].startswith("model state and traffic"))["rows"][0]
+        mode, model = _mode(data, "zero3"), _mode(data, "zero3", "step_model")
+        zero = next(r for r in _zero_rows(data) if r["mode"] == "zero3")
         overlap = data["overlap"].get("zero3", {}).get("overlap_pct", 0.0)
         lines.append(
             f"| {label} | {mode['step_s'] * 1e3:.1f} | {mode['comm_s'] * 1e3:.1f} | {overlap:.0f} | "
@@ -124,8 +129,7 @@ def pathologies(ctx) -> list[str]:
     for n in RANKS:
         data = _run(ctx, runs, "train-modes", n, "params.sample_bytes=0", "params.mode=[bucketed,zero2]",
                     "params.micro_batches=4")  # fmt: skip
-        zero = next(t for t in data["tables"] if t["title"].startswith("model state and traffic"))["rows"]
-        for row in zero:
+        for row in _zero_rows(data):
             lines.append(
                 f"| {n} | {row['mode']} | {row['sent']} | {row['sent_formula']} | "
                 f"{_mode(data, row['mode'])['step_s'] * 1e3:.1f} |"
@@ -144,7 +148,7 @@ def against_fsdp(ctx) -> list[str]:
         for scenario, sets in scenarios:
             for n in RANKS:
                 data = _run(ctx, runs, scenario, n, *sets, "params.mode=[zero3]", "params.baseline=fsdp")
-                ours, theirs = data["modes"][0], data["fsdp"]
+                ours, theirs = _mode(data, "zero3"), data["fsdp"]
                 mem = next(t for t in data["tables"] if t["title"].startswith("ours against PyTorch FSDP2"))[
                     "rows"
                 ]

@@ -183,5 +183,5 @@ def fsdp_stats(per_rank: list[list[dict]], global_tokens: int) -> dict:
         "tokens_per_s": global_tokens / step_s if step_s > 0 else float("nan"),
         "losses": [statistics.fmean(r[i]["loss"] for r in per_rank) for i in range(len(slowest))],
         "state_bytes": max(r["params_bytes"] + r["grads_bytes"] + r["optimizer_bytes"] for r in last),
-        "peak_growth_bytes": max(r["peak_rss_bytes"] - r["start_rss_bytes"] for r in last),
+        "peak_growth_bytes": max(0, max(r["peak_rss_bytes"] - r["start_rss_bytes"] for r in last)),
     }

@@ -134,6 +134,7 @@ class StepTimes(PhaseTimes):
     step_s: float
     allreduce_s: float
     compute_cpu_s: float  # the CPU time of forward, backward and the optimizer on this thread
+    waited_s: float  # of comm_s, what forward and backward waited for (ZeRO-3's gathers)
     step_start: float  # time.monotonic() when the step began: one clock for the ranks of one host
     backward_end: float  # and when backward ended
 
@@ -225,6 +226,7 @@ class DataParallel:
             step_s=(t2 - t0) + u.comm_s + u.optimizer_s,
             allreduce_s=gradients.collective_s,
             compute_cpu_s=(cpu2 - cpu0) + u.optimizer_cpu_s,
+            waited_s=sum(waited.values()),
             step_start=step_start,
             backward_end=backward_end,
         )

@@ -171,12 +171,17 @@ def model_row(
 
 
 def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention) -> dict:
-    """ZeRO-2's or ZeRO-3's model (`unit_steptime`): each piece's compute as the trace measured it,
-    scaled to the ranks' forward and backward (their waits for gathers left out), the collectives
-    replayed on the two threads in the strategies' order; serial: every collective waited for."""
+    """ZeRO-2's or ZeRO-3's model (`unit_steptime`): the step's path to its last collective as
+    measured (from the first rank's start to the last rank's end of backward, as the other modes'),
+    less what forward and backward waited for gathers, shared out over the pieces as the trace
+    measured them; the collectives replayed on the two threads in the strategies' order, their
+    exposed part added; serial: every collective waited for."""
     plan, itemsize, params = units["plan"], units["itemsize"], units["params"]
-    forward = stats.get("rank_forward_s", stats["forward_s"])
-    backward = stats.get("rank_backward_s", stats["backward_s"])
+    rank_forward = stats.get("rank_forward_s", stats["forward_s"])
+    rank_backward = stats.get("rank_backward_s", stats["backward_s"])
+    path = stats.get("last_compute_s", rank_forward + rank_backward) - stats.get("waited_s", 0.0)
+    share = rank_forward / (rank_forward + rank_backward) if rank_forward + rank_backward > 0 else 0.5
+    forward, backward = path * share, path * (1 - share)
     m = params.micro_batches
     compute = scaled_pieces(units["pieces"], forward / m, backward / m)
     comm = unit_step_comm_s(

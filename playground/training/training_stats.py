@@ -32,6 +32,7 @@ PHASES = (
     "check_s",
     "allreduce_s",
     "compute_cpu_s",
+    "waited_s",
 )
 WARMUP_STEPS = 1
 COMM_SPANS = ("bucket.allreduce", "unit.allgather", "unit.reduce_scatter")  # a step's collectives

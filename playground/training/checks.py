@@ -29,8 +29,13 @@ Two kinds of damage and what catches each:
    exponent bit of one element, which changes it by at least 2 or makes it inf or NaN (comm/
    faults.py), far beyond the tolerance of this lab's buckets; a non-finite sum always fails.
 
+3. ZeRO-3, where no two ranks hold the same parameters: after the update each rank sends every rank
+   the exact sum of each shard it owns (`exact_sum`: its words as unsigned integers modulo 2^64, the
+   same on any rank and at any address, changed by any flipped bit), and every unit a rank gathers is
+   checked chunk by chunk against its owner's sum before the model reads it (`zero3.ZeroThree`).
+
 Both travel as small JSON objects (`allgather_obj`): two exchanges per step (the checksums and
-loss shares before the update, the hashes after it), not a collective over the data.
+loss shares before the update, the hashes or shard sums after it), not a collective over the data.
 """
 
 import time

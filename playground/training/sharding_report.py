@@ -1,5 +1,5 @@
 """The training report's sharded-data-parallel part: every mode's model state and traffic against
-the ZeRO formulas (`zero_formulas`), the units whole at once, and PyTorch FSDP2 beside our ZeRO-3.
+the ZeRO formulas (`zero_formulas`), the units whole at once (FSDP2 beside ZeRO-3: `baseline_report`).
 
 `stats` are `training_stats.mode_stats` of each mode (their `memory`: every rank's
 `GradientStrategy.memory()` and RSS; `sent_bytes`: every rank's bytes sent in the last step);
@@ -10,7 +10,6 @@ import statistics
 
 from playground.core.sizes import format_size
 from playground.display.report import Table
-from playground.training import training_stats
 from playground.training.zero_formulas import (
     model_state_bytes,
     model_state_formula,
@@ -35,15 +34,6 @@ ZERO_LEGEND = {
     "whole_grads": "ZeRO-2 and -3: the most units whose gradients were whole at once (before their "
     "reduce-scatter)",
     "sent": "the bytes a rank's communicator sent during the last step, the mean over the ranks",
-}
-FSDP_COLUMNS = {
-    "run": "run",
-    "step_ms": "step (ms)",
-    "optimizer_ms": "optimizer",
-    "state": "model state",
-    "peak_growth": "peak RSS growth",
-    "loss_first": "loss step 0",
-    "loss_last": "loss last",
 }
 
 
@@ -114,74 +104,3 @@ def zero_table(modes, stats: list[dict], params, n: int) -> tuple[Table, list[st
             "(not counted in the model state) and reduce once"
         )
     return table, notes
-
-
-def fsdp_part(
-    modes, stats: list[dict], fsdp_records: list[list[dict]], tokens: int
-) -> tuple[Table, dict, str]:
-    """Our zero3 (or the first mode) beside FSDP2: step, model state, peak RSS growth and loss; its
-    data for result.json (its losses under `losses`), and the note on the loss gap."""
-    k = next((i for i, m in enumerate(modes) if m.stage == 3), 0)
-    ours = stats[k]
-    theirs = fsdp_stats(fsdp_records, tokens)
-    gaps = training_stats.relative_gaps(ours["losses"], theirs["losses"])
-    ours_memory = ours["memory"]
-    rows = [
-        {
-            "run": f"ours ({ours['mode']})",
-            "step_ms": ours["step_s"] * 1e3,
-            "optimizer_ms": ours["optimizer_s"] * 1e3,
-            "state": format_size(
-                max(m["params_bytes"] + m["grads_bytes"] + m["optimizer_bytes"] for m in ours_memory)
-            ),
-            "peak_growth": format_size(
-                max(m["peak_rss_bytes"] - m.get("start_rss_bytes", 0) for m in ours_memory)
-            ),
-            "loss_first": ours["losses"][0],
-            "loss_last": ours["losses"][-1],
-        },
-        {
-            "run": "torch FSDP2",
-            "step_ms": theirs["step_s"] * 1e3,
-            "optimizer_ms": theirs["optimizer_s"] * 1e3,
-            "state": format_size(theirs["state_bytes"]),
-            "peak_growth": format_size(theirs["peak_growth_bytes"]),
-            "loss_first": theirs["losses"][0],
-            "loss_last": theirs["losses"][-1],
-        },
-    ]
-    table = Table(
-        "ours against PyTorch FSDP2 (fully_shard per unit, over Gloo), same weights, batches, units, prefetch "
-        "and resharding: per step (median of the timed steps, slowest rank), per rank",
-        rows,
-        FSDP_COLUMNS,
-        legend={
-            "state": "parameters + gradients + Adam's states this rank holds (FSDP2: its DTensors' local shards)",
-            "peak_growth": "the process's peak RSS above its RSS before the model was built (the largest rank's)",
-        },
-    )
-    note = (
-        f"FSDP2: largest relative loss gap to ours ({ours['mode']}) {max(gaps):.2e} over {len(gaps)} steps "
-        f"({'float64: the same update to rounding' if max(gaps) < 1e-9 else 'the dtype rounds differently in each'})"
-    )
-    return table, {**theirs, "loss_gaps": gaps, "ours": ours["mode"]}, note
-
-
-def fsdp_stats(per_rank: list[list[dict]], global_tokens: int) -> dict:
-    """FSDP2's per-step records -> its medians (slowest rank), losses (the ranks' mean), the model state
-    of its largest rank and its peak RSS growth."""
-    slowest = training_stats.slowest_steps(per_rank)
-    timed = [slowest[i] for i in training_stats.timed_steps(len(slowest))]
-    step_s = statistics.median(s["step_s"] for s in timed)
-    last = [records[-1] for records in per_rank]
-    return {
-        "mode": "torch FSDP2",
-        "step_s": step_s,
-        "forward_s": statistics.median(s["forward_s"] for s in timed),
-        "backward_s": statistics.median(s["backward_s"] for s in timed),
-        "optimizer_s": statistics.median(s["optimizer_s"] for s in timed),
-        "tokens_per_s": global_tokens / step_s if step_s > 0 else float("nan"),
-        "losses": [statistics.fmean(r[i]["loss"] for r in per_rank) for i in range(len(slowest))],
-        "state_bytes": max(r["params_bytes"] + r["grads_bytes"] + r["optimizer_bytes"] for r in last),
-        "peak_growth_bytes": max(0, max(r["peak_rss_bytes"] - r["start_rss_bytes"] for r in last)),
-    }

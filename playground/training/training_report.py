@@ -7,7 +7,6 @@ baselines' per-rank step records, or None. The ranks' records name each mode (`M
 order of `params.mode`.
 """
 
-import statistics
 from pathlib import Path
 
 from playground.core.machine import load_note, usable_cores
@@ -15,19 +14,12 @@ from playground.core.sizes import format_size
 from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
 from playground.training import training_stats
+from playground.training.baseline_report import ddp_part, fsdp_part
 from playground.training.comm_cost import collective_cost
-from playground.training.modes import DDP_LIKE
 from playground.training.plots import largest_difference, plot_losses
-from playground.training.sharding_report import fsdp_part, zero_table
-from playground.training.steptime_model import (
-    Contention,
-    bucket_tail_s,
-    collective_times_s,
-    cores_for,
-    departure,
-    predicted_step_s,
-)
-from playground.training.unit_steptime import unit_step_comm_s
+from playground.training.sharding_report import zero_table
+from playground.training.step_model_report import MODEL_COLUMNS, MODEL_LEGEND, model_row
+from playground.training.steptime_model import departure
 from playground.training.units import UnitPlan
 from playground.transformer import ParamLayout
 from playground.transformer.text import LIKE_NGRAMS_FOUND, LIKE_VALID_UTF8, Likeness
@@ -56,39 +48,8 @@ MEMORY_COLUMNS = {
     "rss": "RSS (rank 0)",
     "peak_rss": "peak RSS (max rank)",
 }
-MODEL_COLUMNS = {
-    "mode": "mode",
-    "compute_ms": "path + optimizer (ms)",
-    "cores": "cores",
-    "comm_model_ms": "comm model",
-    "exposed_model_ms": "exposed model",
-    "serial_ms": "serial model",
-    "overlapped_ms": "overlapped model",
-    "measured_ms": "measured",
-    "ratio": "measured / model",
-}
-DDP_COLUMNS = {
-    "steps": "steps",
-    "loss_ours": "loss (ours)",
-    "loss_ddp": "loss (DDP)",
-    "loss_gap": "max rel. gap",
-    "step_ours_ms": "step ours (ms)",
-    "step_ddp_ms": "step DDP",
-    "exposed_ours_ms": "exposed ours",
-    "exposed_ddp_ms": "exposed DDP",
-    "overlap_ours_pct": "overlap ours (%)",
-    "overlap_ddp_pct": "overlap DDP (%)",
-}
 MEMORY_LEGEND = {
     "states_ratio": "this mode's optimizer states / a replicated mode's (ZeRO-1, -2 and -3 shard them: 1 / ranks)",
-}
-MODEL_LEGEND = {
-    "compute_ms": "measured: from the first rank's start of the step to the last rank's end of backward, and "
-    "the optimizer",
-    "cores": "the cores the ranks got (their compute's CPU time over its wall time)",
-    "comm_model_ms": "the model's time of the step's collectives on those cores",
-    "exposed_model_ms": "of which the step waits for (all of it serially; overlapped, the tail that outlasts "
-    "backward)",
 }
 LOSS_ROWS = 10  # rows of the loss table (steps evenly spaced, the last always in)
 
@@ -129,134 +90,11 @@ def memory_row(stats: dict, replicated_states: int | None) -> dict:
     }
 
 
-def model_row(
-    mode, stats: dict, num_ranks: int, total_bytes: int, algorithm: str, cost, cores: int, units=None
-) -> dict:
-    """The step-time model of one mode (`steptime_model`): measured, the step's path up to the
-    collectives (from the first rank's start to the last rank's end of backward, `last_compute_s`)
-    of which the last backward is the window the buckets become ready in; modelled, the
-    collectives on the cores the ranks got (their compute's CPU over its wall time), all after
-    backward (serial) or the tail that outlasts it (overlapped)."""
-    backward = stats.get("rank_backward_s", stats["backward_s"])
-    compute = stats.get("last_compute_s", stats["forward_s"] + stats["backward_s"])
-    forward = max(0.0, compute - backward)  # forward, and the wait for the last rank to start
-    wall = stats.get("rank_forward_s", stats["forward_s"]) + backward + stats["optimizer_s"]
-    cpu = stats.get("compute_cpu_s", wall)
-    contention = Contention(cores_for(num_ranks, cores, cpu, wall))
-    if mode.stage >= 2 and units is not None:
-        return unit_model_row(mode, stats, units, cost, contention)
-    times = collective_times_s(
-        mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.cores
-    )
-    exposed = None
-    if mode.overlaps:
-        during = collective_times_s(
-            mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.overlapped_cores
-        )
-        exposed = bucket_tail_s(backward, stats["buckets"], during)
-    pred = predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), exposed)
-    model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
-    return {
-        "mode": mode.name,
-        "compute_ms": _ms(compute + stats["optimizer_s"]),
-        "cores": contention.cores,
-        "comm_model_ms": _ms(sum(times)),
-        "exposed_model_ms": _ms(exposed if exposed is not None else sum(times)),
-        "serial_ms": _ms(pred["serial_s"]),
-        "overlapped_ms": _ms(pred["overlapped_s"]) if mode.overlaps else float("nan"),
-        "model_ms": _ms(model_s),
-        "measured_ms": _ms(stats["step_s"]),
-        "ratio": stats["step_s"] / model_s if model_s > 0 else float("nan"),
-    }
-
-
-def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention) -> dict:
-    """ZeRO-2's or ZeRO-3's model (`unit_steptime`): the step's path to its last collective as
-    measured (from the first rank's start to the last rank's end of backward, as the other modes'),
-    less what forward and backward waited for gathers, shared out over the pieces as the trace
-    measured them; the collectives replayed on the two threads in the strategies' order, their
-    exposed part added; serial: every collective waited for."""
-    plan, itemsize, params = units["plan"], units["itemsize"], units["params"]
-    rank_forward = stats.get("rank_forward_s", stats["forward_s"])
-    rank_backward = stats.get("rank_backward_s", stats["backward_s"])
-    path = stats.get("last_compute_s", rank_forward + rank_backward) - stats.get("waited_s", 0.0)
-    share = rank_forward / (rank_forward + rank_backward) if rank_forward + rank_backward > 0 else 0.5
-    forward, backward = path * share, path * (1 - share)
-    m = params.micro_batches
-    compute = scaled_pieces(units["pieces"], forward / m, backward / m)
-    comm = unit_step_comm_s(
-        mode.stage, plan, compute, itemsize, cost, contention.cores, contention.overlapped_cores,
-        params.prefetch, params.reshard_after_forward, m,
-    )  # fmt: skip
-    serial_comm = unit_step_comm_s(
-        mode.stage, plan, compute, itemsize, cost, contention.cores, contention.cores, 0, True, m
-    )["comm_s"]
-    pred = predicted_step_s(forward, backward, stats["optimizer_s"], serial_comm, comm["exposed_s"])
-    return {
-        "mode": mode.name,
-        "compute_ms": _ms(forward + backward + stats["optimizer_s"]),
-        "cores": contention.cores,
-        "comm_model_ms": _ms(comm["comm_s"]),
-        "exposed_model_ms": _ms(comm["exposed_s"]),
-        "serial_ms": _ms(pred["serial_s"]),
-        "overlapped_ms": _ms(pred["overlapped_s"]),
-        "model_ms": _ms(pred["overlapped_s"]),
-        "measured_ms": _ms(stats["step_s"]),
-        "ratio": stats["step_s"] / pred["overlapped_s"] if pred["overlapped_s"] > 0 else float("nan"),
-    }
-
-
-def scaled_pieces(pieces: dict[str, float], forward_s: float, backward_s: float) -> dict[str, float]:
-    """The trace's piece times scaled so each pass sums to the given one (the ranks' medians)."""
-    out: dict[str, float] = {}
-    for direction, total in (("forward.", forward_s), ("backward.", backward_s)):
-        mine = {p: t for p, t in pieces.items() if p.startswith(direction)}
-        scale = total / sum(mine.values()) if sum(mine.values()) > 0 else 0.0
-        out |= {p: t * scale for p, t in mine.items()}
-    return out
-
-
 def loss_rows(curves: dict[str, list[float]]) -> tuple[list[dict], dict[str, str]]:
     steps = len(next(iter(curves.values())))
     picks = sorted({round(i * (steps - 1) / max(1, LOSS_ROWS - 1)) for i in range(LOSS_ROWS)})
     rows = [{"step": s, **{label: c[s] for label, c in curves.items() if s < len(c)}} for s in picks]
     return rows, {"step": "step", **{label: label for label in curves}}
-
-
-def ddp_rows(
-    ours: dict, ours_overlaps: training_stats.StepOverlaps, ddp: dict, ddp_records: list[list[dict]]
-) -> list[dict]:
-    """One row per range of steps: losses at the range's last step, the largest relative gap of the
-    losses within it, the median phases over the range (slowest rank), and the range's own overlap
-    (`ours_overlaps`: our mode's per step, from the trace; DDP's from its records)."""
-    steps = min(len(ours["losses"]), len(ddp["losses"]))
-    gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
-    per_ours = ours["slowest"]
-    per_ddp = training_stats.slowest_steps(ddp_records)
-    ddp_overlaps = training_stats.ddp_step_overlaps(ddp_records)
-    bounds = sorted({round(i * steps / min(steps, 5)) for i in range(min(steps, 5) + 1)})
-    rows = []
-
-    def med(records: list[dict], key: str, steps_in: list[int]) -> float:
-        return statistics.median(records[i][key] for i in steps_in)
-
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        timed = [i for i in range(a, b) if i in training_stats.timed_steps(steps)] or list(range(a, b))
-        rows.append(
-            {
-                "steps": f"{a}-{b - 1}",
-                "loss_ours": ours["losses"][b - 1],
-                "loss_ddp": ddp["losses"][b - 1],
-                "loss_gap": max(gaps[a:b]),
-                "step_ours_ms": _ms(med(per_ours, "step_s", timed)),
-                "step_ddp_ms": _ms(med(per_ddp, "step_s", timed)),
-                "exposed_ours_ms": _ms(med(per_ours, "comm_s", timed)),
-                "exposed_ddp_ms": _ms(med(per_ddp, "comm_s", timed)),
-                "overlap_ours_pct": training_stats.overlap_over(ours_overlaps, timed)["overlap_pct"],
-                "overlap_ddp_pct": training_stats.overlap_over(ddp_overlaps, timed)["overlap_pct"],
-            }
-        )
-    return rows
 
 
 def sample_notes(rank0: dict, params) -> list[str]:
@@ -405,27 +243,6 @@ def mode_tables(
         ),
     ]
     return tables, model_rows, notes + zero_notes
-
-
-def ddp_part(
-    stats: list[dict], params, step_overlaps: dict, ddp_records: list[list[dict]], tokens: int
-) -> tuple[Table, dict, str]:
-    """PyTorch DDP beside our mode most like it (bucketed): its table, its data for result.json
-    (with its loss curve under `losses`), and the note on its buckets and loss gaps."""
-    ddp = training_stats.ddp_stats(ddp_records, tokens)
-    ours = next((s for mode, s in zip(params.mode, stats, strict=True) if mode == DDP_LIKE), stats[0])
-    table = Table(
-        f"ours ({ours['mode']}) against PyTorch DDP over Gloo, same weights and batches, "
-        "each all-reducing its buckets in place",
-        ddp_rows(ours, step_overlaps.get(ours["mode"], {}), ddp, ddp_records),
-        DDP_COLUMNS,
-    )
-    gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
-    note = (
-        f"DDP: {len(ddp['buckets'])} buckets ({', '.join(format_size(b) for b in ddp['buckets'])}); "
-        f"largest relative loss gap {max(gaps):.2e} over {len(gaps)} steps"
-    )
-    return table, {**ddp, "loss_gaps": gaps, "ours": ours["mode"]}, note
 
 
 def column_notes(stats: list[dict], params) -> list[str]:

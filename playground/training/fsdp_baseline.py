@@ -9,19 +9,17 @@ torch is imported only by the workers; `ddp_baseline.available()` says how to in
 
 from pathlib import Path
 
-from playground.training.ddp_baseline import model_spec, run_baseline
+from playground.training.ddp_baseline import run_baseline, training_spec
 
 
 def spec_of(params) -> dict:
     """What every worker needs to train exactly what our ranks trained, sharded as ours."""
-    return {
-        **model_spec(params),
-        "schedule": params.schedule.to_dict(),
-        "unit_blocks": params.unit_blocks,
-        "prefetch": params.prefetch,
-        "reshard_after_forward": params.reshard_after_forward,
-        "timeout_s": max(60.0, 10.0 * params.steps),
-    }
+    return training_spec(
+        params,
+        unit_blocks=params.unit_blocks,
+        prefetch=params.prefetch,
+        reshard_after_forward=params.reshard_after_forward,
+    )
 
 
 def run(params, ranks: int, run_dir: Path) -> list[list[dict]]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
-from playground.training.torch_rank import adam, gloo_group, model_and_batches
+from playground.training.torch_rank import adam, gloo_worker, model_and_batches
 from playground.transformer import LRSchedule
 
 
@@ -69,14 +69,6 @@ def state_bytes(model, optimizer) -> dict:
         "grads_bytes": sum(local_bytes(p.grad) for p in params),
         "optimizer_bytes": sum(local_bytes(t) for t in states),
     }
-
-
-def train(spec: dict, out_dir: Path) -> None:
-    import torch
-    import torch.distributed as dist
-
-    with gloo_group(torch, dist, spec["timeout_s"]):
-        _train(torch, dist, spec, out_dir)
 
 
 def _train(torch, dist, spec: dict, out_dir: Path) -> None:
@@ -127,6 +119,9 @@ def _train(torch, dist, spec: dict, out_dir: Path) -> None:
 
 def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+
+
+train = gloo_worker(_train)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ compute (DDP's all-reduces can only hide under backward; ZeRO-3's gathers under 
 """
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from playground.tracing.timeline import covered, intersection_s
@@ -146,28 +146,34 @@ def _add(per_step: StepOverlaps, step: int, hidden_s: float, comm_s: float) -> N
     total[2] += 1
 
 
+def timed_events(run_dir: Path, num_ranks: int, num_steps: int) -> Iterator[tuple[int, dict]]:
+    """(rank, event) of every traced event of a mode's timed step, rank by rank, from the logs."""
+    timed = set(timed_steps(num_steps))
+    for r in range(num_ranks):
+        path = Path(run_dir) / f"rank-{r}.jsonl"
+        if path.exists():
+            for e in read_events(path):
+                a = e.get("args") or {}
+                if a.get("mode") is not None and a.get("step") in timed:
+                    yield r, e
+
+
+def is_compute(event: dict) -> bool:
+    """One of the model's pieces, on the main thread."""
+    return event["name"].startswith(COMPUTE_SPANS) and event.get("tid", 0) == 0
+
+
 def traced_step_overlaps(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, StepOverlaps]:
     """mode -> each timed step's hidden and communicating seconds, summed over the ranks, read from
     the ranks' logs."""
-    timed = set(timed_steps(num_steps))
     spans: dict[tuple, dict[str, list]] = {}
-    for r in range(num_ranks):
-        path = Path(run_dir) / f"rank-{r}.jsonl"
-        if not path.exists():
-            continue
-        for e in read_events(path):
-            a = e.get("args") or {}
-            mode, step = a.get("mode"), a.get("step")
-            if mode is None or step not in timed:
-                continue
-            span = (e["ts"], e["ts"] + e["dur"])
-            kind = None
-            if e["name"].startswith(COMPUTE_SPANS) and e.get("tid", 0) == 0:
-                kind = "backward"
-            elif e["name"] in COMM_SPANS:
-                kind = "comm"
-            if kind:
-                spans.setdefault((mode, r, step), {"backward": [], "comm": []})[kind].append(span)
+    for r, e in timed_events(run_dir, num_ranks, num_steps):
+        kind = "backward" if is_compute(e) else "comm" if e["name"] in COMM_SPANS else None
+        if kind:
+            a = e["args"]
+            spans.setdefault((a["mode"], r, a["step"]), {"backward": [], "comm": []})[kind].append(
+                (e["ts"], e["ts"] + e["dur"])
+            )
     per_mode: dict[str, StepOverlaps] = {}
     for (mode, _, step), s in sorted(spans.items()):
         hidden, comm = step_overlap(s["backward"], s["comm"])
@@ -178,17 +184,11 @@ def traced_step_overlaps(run_dir: Path, num_ranks: int, num_steps: int) -> dict[
 def piece_times(run_dir: Path, num_ranks: int, num_steps: int, micro_batches: int = 1) -> dict[str, dict]:
     """mode -> {piece: seconds}: each of the model's pieces (`forward.h.3`, ...) on the main thread,
     one pass's, the median over the ranks' timed steps (what the unit modes' model replays)."""
-    timed = set(timed_steps(num_steps))
     sums: dict[tuple, float] = {}
-    for r in range(num_ranks):
-        path = Path(run_dir) / f"rank-{r}.jsonl"
-        if not path.exists():
-            continue
-        for e in read_events(path):
-            a = e.get("args") or {}
-            if a.get("step") in timed and e.get("tid", 0) == 0 and e["name"].startswith(COMPUTE_SPANS):
-                key = (a.get("mode"), e["name"], r, a["step"])
-                sums[key] = sums.get(key, 0.0) + e["dur"] / 1e6 / micro_batches
+    for r, e in timed_events(run_dir, num_ranks, num_steps):
+        if is_compute(e):
+            key = (e["args"]["mode"], e["name"], r, e["args"]["step"])
+            sums[key] = sums.get(key, 0.0) + e["dur"] / 1e6 / micro_batches
     per: dict[str, dict[str, list[float]]] = {}
     for (mode, piece, _, _), seconds in sums.items():
         per.setdefault(mode, {}).setdefault(piece, []).append(seconds)

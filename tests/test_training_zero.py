@@ -310,3 +310,36 @@ def test_fsdp2_on_the_same_weights_and_batches_loses_the_same(tmp_path):
     assert theirs == pytest.approx(losses, rel=1e-12)
     state = sum(records[0][-1][k] for k in ("params_bytes", "grads_bytes", "optimizer_bytes"))
     assert state == pytest.approx(model_state_bytes(3, CONFIG.num_params, 2, 8), rel=0.01)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["zero2", "zero3"])
+def test_a_strategy_taken_up_from_its_state_goes_on_bit_for_bit(mode):
+    """A checkpoint's part (`state()`, plus the model's parameters for ZeRO-2): a fresh strategy given
+    it after step 1 takes step 2 exactly as the one that never stopped (ZeRO-3 exchanges its shards'
+    sums again before its first gather)."""
+    batch = lambda step, comm: SAMPLER.rank_batch(step, comm.rank, comm.size)  # noqa: E731
+
+    def body(comm):
+        from playground.training.checks import StepChecks
+        from playground.training.step import DataParallel
+
+        def step(dp, s):
+            checks = StepChecks(comm, s, BY_NAME[mode], np.float64)
+            dp.train_step(s, *batch(s, comm), checks.gradients)
+            checks.params(dp.gradients)
+
+        first, again = DataParallel(comm, BY_NAME[mode], SETUP), DataParallel(comm, BY_NAME[mode], SETUP)
+        step(first, 0)
+        state = {k: v.copy() for k, v in first.gradients.state().items()}
+        again.model.params[...] = first.model.params  # ZeRO-2's whole parameters (ZeRO-3's: empty)
+        again.gradients.load_state(state)
+        step(first, 1)
+        step(again, 1)
+        out = first.gradients.full_params(), again.gradients.full_params()
+        first.close(), again.close()
+        return out
+
+    with pin_blas_threads(1):
+        for went_on, restarted in run_local(2, body):
+            assert np.array_equal(went_on, restarted)

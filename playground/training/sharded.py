@@ -34,6 +34,7 @@ import numpy as np
 from playground.collectives import reduce_scatter
 from playground.collectives.bucketing import Bucket
 from playground.collectives.comm_thread import CommThread
+from playground.core.errors import UsageError
 from playground.training.checks import Reduction, checksum, element_sum
 from playground.training.units import BACKWARD, FORWARD, UnitPlan
 from playground.training.whole_params import Span
@@ -240,6 +241,29 @@ class UnitStrategy:
         assert self.grad_views is not None
         self.grad_views.update(unit_views(self.layout, unit, buf))
         self.residency.add(GRAD, u, buf.nbytes)
+
+    # -- a checkpoint's part ------------------------------------------------------------------------
+    def state(self) -> dict[str, np.ndarray]:
+        """What a checkpoint keeps of this rank besides the model's parameters: per unit, its chunk's
+        bounds (checked on load) and Adam's m, v (views) and step count."""
+        out: dict[str, np.ndarray] = {}
+        for u, (optimizer, chunk) in enumerate(zip(self.optimizers, self.chunks, strict=True)):
+            out[f"unit{u}.chunk"] = np.array(chunk, dtype=np.int64)
+            out |= {f"unit{u}.adam.m": optimizer.m, f"unit{u}.adam.v": optimizer.v}
+            out[f"unit{u}.adam.steps"] = np.array(optimizer.steps, dtype=np.int64)
+        return out
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Go on from `state()`'s: the next step is bit for bit the one this rank would have taken."""
+        for u, (optimizer, chunk) in enumerate(zip(self.optimizers, self.chunks, strict=True)):
+            saved = [int(x) for x in state[f"unit{u}.chunk"]]
+            if saved != list(chunk):
+                raise UsageError(
+                    f"rank {self.comm.rank}: the saved chunk of unit {self.units.units[u].label} is {saved}, "
+                    f"this rank's is {list(chunk)} (another world size or unit_blocks?)"
+                )
+            optimizer.m[...], optimizer.v[...] = state[f"unit{u}.adam.m"], state[f"unit{u}.adam.v"]
+            optimizer.steps = int(state[f"unit{u}.adam.steps"])
 
     # -- what the report and the checks read ------------------------------------------------------
     def params_bytes(self) -> int:

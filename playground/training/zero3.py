@@ -71,11 +71,23 @@ class ZeroThree(UnitStrategy):
     def gather(self) -> None:
         """Nothing after the update: the next forward gathers what it needs."""
 
+    def state(self) -> dict[str, np.ndarray]:
+        """ZeRO-2's, and this rank's chunk of every unit's parameters (no rank holds them whole)."""
+        return super().state() | {f"unit{u}.params": shard for u, shard in enumerate(self.param_shards)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state(state)
+        for u, shard in enumerate(self.param_shards):
+            shard[...] = state[f"unit{u}.params"]
+        self.expected = []  # the shards' sums are exchanged again before the next gather
+
     # -- gathering and freeing around the model's pieces ------------------------------------------
     def _before(self, piece: str) -> None:
         needed = self.units.needs(piece)
         if not needed:
             return
+        if not self.expected:  # after a checkpoint was loaded: every rank is here, the thread idle
+            self.agree_params(self.step, self.mode_name)
         direction = piece.partition(".")[0]
         if piece == self.first_piece[direction]:
             self.issued_upto[direction] = -1

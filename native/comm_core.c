@@ -18,29 +18,19 @@
  * (a transport's post that returned NoRoom has done nothing, so trying again there is safe). A
  * test runs the collectives with the fast path and without it (`fast = False`) and compares.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "comm_core.h"
 
+#include <structmember.h>
 #include <string.h>
 
 #include "getset_cache.h"
 
-/* Every field Python reads is an object member (T_OBJECT_EX): Python 3.11 specialises those into a
- * load at an offset (LOAD_ATTR_SLOT), not int members, which a collective's `comm.rank` and
- * `comm.size` would then pay for on every read. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *rank, *size, *bytes_sent, *bytes_received; /* ints */
-    PyObject *tracer, *transport, *land, *exchange, *pending;
-    PyObject *num_collectives, *current_op, *last_op; /* the op record (comm/oprecord.py) */
-    char fast; /* 0: every call takes the Python path (a test compares both) */
-} CommCore;
+/* The struct (CommCore) and the op record it keeps are in comm_core.h and oprecord.c. */
 
 /* What the Python side hands over once (configure_comm): the DONE and COMPLETE singletons, the
  * request type, NoRoom, numpy's dtype type, the receive slice. */
 static PyObject *done_req, *complete, *no_room_type, *send_request_type, *dtype_type, *slice_ms;
-static PyObject *zero, *one, *empty_str, *str_messages, *str_send, *str_reserve, *str_send_reserved, *str_array, *str_nbytes, *str_size,
+static PyObject *zero, *str_messages, *str_send, *str_reserve, *str_send_reserved, *str_array, *str_nbytes, *str_size,
     *str_isend, *str_recv_reduce, *str_post, *str_append, *str_sendrecv_reduce;
 
 static int CommCore_clear(CommCore *self);
@@ -61,9 +51,16 @@ static int CommCore_traverse(CommCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->land);
     Py_VISIT(self->exchange);
     Py_VISIT(self->pending);
-    Py_VISIT(self->num_collectives);
-    Py_VISIT(self->current_op);
-    Py_VISIT(self->last_op);
+    for (int i = 0; i < OP_DEPTH; i++) {
+        Py_VISIT(self->stack[i].name);
+        Py_VISIT(self->stack[i].algorithm);
+    }
+    Py_VISIT(self->last.name);
+    Py_VISIT(self->last.algorithm);
+    Py_VISIT(self->memo_name);
+    Py_VISIT(self->memo_algorithm);
+    Py_VISIT(self->memo_dtype);
+    Py_VISIT(self->memo_op);
     return 0;
 }
 
@@ -77,9 +74,7 @@ static int CommCore_clear(CommCore *self) {
     Py_CLEAR(self->land);
     Py_CLEAR(self->exchange);
     Py_CLEAR(self->pending);
-    Py_CLEAR(self->num_collectives);
-    Py_CLEAR(self->current_op);
-    Py_CLEAR(self->last_op);
+    oprecord_clear(self);
     return 0;
 }
 
@@ -121,13 +116,16 @@ static int add_nbytes(PyObject **counter, PyObject *array) {
 typedef struct {
     PyObject_HEAD
     PyObject *comm, *completion, *peer, *tag;
+    uint64_t record; /* its entry in the flight ring, marked completed once the send is (0: none) */
 } SendRequestCore;
 
 static PyTypeObject SendRequestCoreType;
 
 /* DONE for a complete send, else a SendRequest for its completion, made without a call to its
  * constructor (its fields are SendRequestCore's). Steals `got`. */
-static PyObject *request_for(CommCore *self, PyObject *got, PyObject *dst, PyObject *tag) {
+static PyObject *request_for(CommCore *self, PyObject *got, PyObject *dst, PyObject *tag, PyObject *array) {
+    /* a send outside any collective is its own entry in the flight ring */
+    uint64_t record = self->depth ? 0 : record_p2p(self, KIND_SEND, dst, tag, array, got == complete ? STATE_COMPLETED : STATE_SCHEDULED);
     if (got == complete) {
         Py_DECREF(got);
         return Py_NewRef(done_req);
@@ -142,6 +140,7 @@ static PyObject *request_for(CommCore *self, PyObject *got, PyObject *dst, PyObj
     req->completion = got;
     req->peer = Py_NewRef(dst);
     req->tag = Py_NewRef(tag);
+    req->record = record;
     return (PyObject *)req;
 }
 
@@ -161,8 +160,11 @@ static PyObject *CommCore_isend(CommCore *self, PyObject *const *args, Py_ssize_
     int fast = untraced(self);
     if (fast < 0) return NULL;
     if (!fast || peer_in_range(self, dst) < 0) return slow(self, str_isend, args, nargs, NULL);
-    PyObject *call[4] = {self->transport, dst, tag, x};
+    PyObject *wtag = wire_tag(self, tag);
+    if (!wtag) return NULL;
+    PyObject *call[4] = {self->transport, dst, wtag, x};
     PyObject *got = PyObject_VectorcallMethod(str_send, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(wtag);
     if (!got) return NULL;
     if (PyObject_TypeCheck(got, (PyTypeObject *)no_room_type)) { /* nothing was posted: wait for room there */
         Py_DECREF(got);
@@ -172,7 +174,7 @@ static PyObject *CommCore_isend(CommCore *self, PyObject *const *args, Py_ssize_
         Py_DECREF(got);
         return NULL;
     }
-    return request_for(self, got, dst, tag);
+    return request_for(self, got, dst, tag, x);
 }
 
 /* _try_reserve(dst, count, dtype) -> the transport's Outgoing, or None: isend_computed's first half when
@@ -208,14 +210,19 @@ static PyObject *CommCore_post_reserved(CommCore *self, PyObject *const *args, P
     PyObject *out = args[0], *dst = args[1], *tag = args[2], *got = NULL, *res = NULL;
     PyObject *array = getset_read(&array_of, out, str_array);
     if (!array) return NULL;
+    PyObject *wtag = wire_tag(self, tag);
+    if (!wtag) {
+        Py_DECREF(array);
+        return NULL;
+    }
     int fast = untraced(self);
     if (fast < 0) goto done;
     if (fast) {
-        PyObject *post[3] = {self->transport, out, tag};
+        PyObject *post[3] = {self->transport, out, wtag};
         got = PyObject_VectorcallMethod(str_send_reserved, post, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (!got) goto done;
         if (!PyObject_TypeCheck(got, (PyTypeObject *)no_room_type)) {
-            if (add_nbytes(&self->bytes_sent, array) == 0) res = request_for(self, got, dst, tag);
+            if (add_nbytes(&self->bytes_sent, array) == 0) res = request_for(self, got, dst, tag, array);
             else Py_DECREF(got);
             got = NULL;
             goto done;
@@ -223,7 +230,7 @@ static PyObject *CommCore_post_reserved(CommCore *self, PyObject *const *args, P
     }
     PyObject *nb = PyObject_GetAttr(array, str_nbytes), *sr = NULL; /* the whole path: room, count, trace */
     if (nb && (sr = PyObject_GetAttr(self->transport, str_send_reserved))) {
-        PyObject *again[8] = {(PyObject *)self, dst, tag, nb, Py_True, sr, out, tag};
+        PyObject *again[8] = {(PyObject *)self, dst, tag, nb, Py_True, sr, out, wtag};
         res = PyObject_VectorcallMethod(str_post, again, 8, NULL);
     }
     Py_XDECREF(nb);
@@ -231,6 +238,7 @@ static PyObject *CommCore_post_reserved(CommCore *self, PyObject *const *args, P
 done:
     Py_XDECREF(got);
     Py_DECREF(array);
+    Py_DECREF(wtag);
     return res;
 }
 
@@ -279,15 +287,21 @@ static PyObject *CommCore_recv_reduce(CommCore *self, PyObject *const *args, Py_
     if (fast < 0) return NULL;
     if (!fast || !self->land || self->land == Py_None || !self->pending || peer_in_range(self, src) < 0)
         return slow(self, str_recv_reduce, args, nargs, kwnames);
-    int p = parked(self, src, tag);
-    if (p < 0) return NULL;
-    if (p) return slow(self, str_recv_reduce, args, nargs, kwnames);
-    PyObject *call[6] = {src, tag, target, ufunc, base, slice_ms};
+    PyObject *wtag = wire_tag(self, tag);
+    if (!wtag) return NULL;
+    int p = parked(self, src, wtag);
+    if (p) {
+        Py_DECREF(wtag);
+        return p < 0 ? NULL : slow(self, str_recv_reduce, args, nargs, kwnames);
+    }
+    PyObject *call[6] = {src, wtag, target, ufunc, base, slice_ms};
     PyObject *got = PyObject_Vectorcall(self->land, call, 6, NULL);
+    Py_DECREF(wtag);
     if (!got) return NULL;
     if (got == Py_True) {
         Py_DECREF(got);
         if (add_nbytes(&self->bytes_received, target) < 0) return NULL;
+        if (!self->depth) record_p2p(self, KIND_RECV, src, tag, target, STATE_COMPLETED);
         return getset_read(&size_of, target, str_size);
     }
     if (got != Py_None) { /* a message: parked (it is the next from its pair), the Python path takes it from there */
@@ -312,11 +326,16 @@ static PyObject *CommCore_sendrecv_reduce(CommCore *self, PyObject *const *args,
     if (!fast || !self->exchange || self->exchange == Py_None || !self->pending || peer_in_range(self, dst) < 0 ||
         peer_in_range(self, src) < 0)
         return slow(self, str_sendrecv_reduce, args, nargs, NULL);
-    int p = parked(self, src, tag); /* a message from src parked earlier is the one to take first */
-    if (p < 0) return NULL;
-    if (p) return slow(self, str_sendrecv_reduce, args, nargs, NULL);
-    PyObject *call[6] = {dst, src, tag, buf, ufunc, slice_ms};
+    PyObject *wtag = wire_tag(self, tag);
+    if (!wtag) return NULL;
+    int p = parked(self, src, wtag); /* a message from src parked earlier is the one to take first */
+    if (p) {
+        Py_DECREF(wtag);
+        return p < 0 ? NULL : slow(self, str_sendrecv_reduce, args, nargs, NULL);
+    }
+    PyObject *call[6] = {dst, src, wtag, buf, ufunc, slice_ms};
     PyObject *got = PyObject_Vectorcall(self->exchange, call, 6, NULL);
+    Py_DECREF(wtag);
     if (!got) return NULL;
     if (got == Py_None) { /* nothing posted: the Python path posts it the usual way */
         Py_DECREF(got);
@@ -326,9 +345,11 @@ static PyObject *CommCore_sendrecv_reduce(CommCore *self, PyObject *const *args,
         Py_DECREF(got);
         return NULL;
     }
+    if (!self->depth) record_p2p(self, KIND_SEND, dst, tag, buf, STATE_COMPLETED);
     if (got == Py_True) {
         Py_DECREF(got);
         if (add_nbytes(&self->bytes_received, buf) < 0) return NULL;
+        if (!self->depth) record_p2p(self, KIND_RECV, src, tag, buf, STATE_COMPLETED);
         return getset_read(&size_of, buf, str_size);
     }
     if (got != Py_False) {
@@ -342,41 +363,7 @@ static PyObject *CommCore_sendrecv_reduce(CommCore *self, PyObject *const *args,
     return CommCore_recv_reduce(self, rest, 4, NULL);
 }
 
-/* begin_collective(name, algorithm="") and end_collective(): the op record's two halves (oprecord.py
- * has the contract), in C: a Python method call each cost 0.07 us of an 8-byte all-reduce's ~2. */
-static PyObject *CommCore_begin_collective(CommCore *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "begin_collective(name, algorithm='')");
-        return NULL;
-    }
-    PyObject *n = self->num_collectives ? PyNumber_Add(self->num_collectives, one) : NULL;
-    if (!n) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "begin_collective: the op record is not set up");
-        return NULL;
-    }
-    PyObject *op = PyTuple_Pack(3, args[0], nargs > 1 ? args[1] : empty_str, n);
-    if (!op) {
-        Py_DECREF(n);
-        return NULL;
-    }
-    Py_SETREF(self->num_collectives, n);
-    Py_XSETREF(self->current_op, op);
-    Py_RETURN_NONE;
-}
-
-static PyObject *CommCore_end_collective(CommCore *self, PyObject *unused) {
-    PyObject *op = self->current_op ? self->current_op : Py_NewRef(Py_None);
-    self->current_op = Py_NewRef(Py_None);
-    Py_XSETREF(self->last_op, op);
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef CommCore_methods[] = {
-    {"begin_collective", (PyCFunction)(void (*)(void))CommCore_begin_collective, METH_FASTCALL,
-     "begin_collective(name, algorithm='') -> None: what follows is collective number num_collectives "
-     "(from 1), for error messages, until end_collective() (comm/oprecord.py)."},
-    {"end_collective", (PyCFunction)CommCore_end_collective, METH_NOARGS,
-     "end_collective() -> None: the collective that ran becomes last_op (also when it raised)."},
     {"isend", (PyCFunction)(void (*)(void))CommCore_isend, METH_FASTCALL | METH_KEYWORDS,
      "isend(x, dst, tag=0) -> PendingOp: start sending `x`; do not modify it until the request completes "
      "(it may go zero-copy)."},
@@ -403,10 +390,8 @@ static PyMemberDef CommCore_members[] = {
     {"_land", T_OBJECT_EX, offsetof(CommCore, land), 0, NULL},
     {"_exchange", T_OBJECT_EX, offsetof(CommCore, exchange), 0, NULL},
     {"_pending", T_OBJECT_EX, offsetof(CommCore, pending), 0, NULL},
-    {"num_collectives", T_OBJECT_EX, offsetof(CommCore, num_collectives), 0, "collectives begun so far"},
-    {"current_op", T_OBJECT_EX, offsetof(CommCore, current_op), 0, "(collective, algorithm, seq) while one runs"},
-    {"last_op", T_OBJECT_EX, offsetof(CommCore, last_op), 0, "the one that ran last"},
     {"fast", T_BOOL, offsetof(CommCore, fast), 0, "take the C path for the common case (default True)"},
+    {"_depth", T_INT, offsetof(CommCore, depth), READONLY, "collectives running now, nested (0: none)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -479,7 +464,12 @@ static PyObject *SendRequestCore_test(SendRequestCore *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "SendRequest: no completion");
         return NULL;
     }
-    return getset_read(&done_of, self->completion, str_done);
+    PyObject *done = getset_read(&done_of, self->completion, str_done);
+    if (done == Py_True && self->record && PyObject_TypeCheck(self->comm, &CommCoreType)) { /* its flight entry, once */
+        record_done((CommCore *)self->comm, self->record, STATE_COMPLETED);
+        self->record = 0;
+    }
+    return done;
 }
 
 /* wait(timeout_s=None) -> None */
@@ -506,6 +496,7 @@ static PyMethodDef SendRequestCore_methods[] = {
 };
 
 static PyMemberDef SendRequestCore_members[] = {
+    {"record", T_ULONGLONG, offsetof(SendRequestCore, record), 0, "its entry in the flight ring (0: none)"},
     {"comm", T_OBJECT_EX, offsetof(SendRequestCore, comm), 0, NULL},
     {"completion", T_OBJECT_EX, offsetof(SendRequestCore, completion), 0, NULL},
     {"peer", T_OBJECT_EX, offsetof(SendRequestCore, peer), 0, NULL},
@@ -553,6 +544,20 @@ static PyMethodDef comm_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* CommCore's methods are its own (above) and the op record's (oprecord.c): one table, made once. */
+static int join_methods(void) {
+    size_t a = 0, b = 0;
+    while (CommCore_methods[a].ml_name) a++;
+    while (oprecord_methods[b].ml_name) b++;
+    PyMethodDef *all = PyMem_Calloc(a + b + 1, sizeof(PyMethodDef));
+    if (!all) return -1;
+    memcpy(all, CommCore_methods, a * sizeof(PyMethodDef));
+    memcpy(all + a, oprecord_methods, b * sizeof(PyMethodDef));
+    CommCoreType.tp_methods = all;
+    CommCoreType.tp_getset = oprecord_getset;
+    return 0;
+}
+
 int add_comm_core(PyObject *module) {
     struct {
         PyObject **slot;
@@ -566,8 +571,8 @@ int add_comm_core(PyObject *module) {
                  {&str_done, "done"},           {&str_wait_slow, "_wait"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text))) return -1;
-    if (!(zero = PyLong_FromLong(0)) || !(one = PyLong_FromLong(1)) || !(empty_str = PyUnicode_FromString("")) ||
-        PyType_Ready(&CommCoreType) < 0 || PyType_Ready(&SendRequestCoreType) < 0)
+    if (!(zero = PyLong_FromLong(0)) || oprecord_init() < 0 ||
+        join_methods() < 0 || PyType_Ready(&CommCoreType) < 0 || PyType_Ready(&SendRequestCoreType) < 0)
         return -1;
     PyTypeObject *types[2] = {&CommCoreType, &SendRequestCoreType};
     for (int i = 0; i < 2; i++) {

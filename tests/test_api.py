@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import playground as pg
-from playground.api.arguments import command_args, override_values
+from playground.api.arguments import override_values
 from playground.api.result import Result
 from playground.cli import parse_args
 from playground.cli.testing import run_cli, subprocess_env
@@ -101,7 +101,9 @@ def test_a_flag_the_parser_rejects_is_its_own_message(tmp_path):
 
 
 def test_unknown_keywords_and_values_are_bad_input():
-    with pytest.raises(ScenarioError, match=r"bench: unknown keyword 'colour'; allowed: .*\balgo\b"):
+    with pytest.raises(
+        ScenarioError, match=r"bench allreduce: unknown keyword 'colour'; allowed: .*\balgo\b"
+    ):
         pg.bench("allreduce", colour="red")
     with pytest.raises(ScenarioError, match="bench table: .*command line only"):
         pg.bench("table")
@@ -139,22 +141,47 @@ def test_a_keyword_is_a_top_level_key_by_name_and_else_a_param():
     assert scenario == via_set and scenario.params.sizes == (8, 1024) and scenario.timeout_s == 5.0
 
 
-def test_bench_keywords_are_its_flags():
-    args = command_args(
-        "bench",
-        ["allreduce"],
-        {
-            "ranks": 4,
-            "algo": ["ring", "tree"],
-            "sizes": "8..16MiB",
-            "no_check": True,
-            "set": {"fault.rank": 1},
-        },
-    )
+def _cli_config(argv: list[str]):
+    """The config the command line builds from `argv`."""
+    args = parse_args(argv)
+    return args.func.config(args)
+
+
+def test_keywords_build_the_config_the_command_line_builds(tmp_path):
+    """The API does not go through the parser: it gives its keywords to the command's config, and
+    gets the very config the command line gets from the same flags."""
+    from playground.commands.bench_config import BenchConfig
+    from playground.sim.options import SimulateConfig
+
+    keywords = {
+        "ranks": 4,
+        "algo": ["ring", "tree"],
+        "sizes": "8..16MiB",
+        "no_check": True,
+        "set": {"fault.rank": 1},
+    }
     argv = ["bench", "allreduce", "--ranks", "4", "--algo", "ring,tree", "--sizes", "8..16MiB", "--no-check"]
-    assert vars(args) == vars(parse_args([*argv, "--set", "fault.rank=1"]))
-    sim = command_args("simulate", ["allreduce"], {"data": False, "alpha": "-1us", "measured": ["a", "b"]})
-    assert sim.data is False and sim.alpha == "-1us" and sim.measured == ["a", "b"]
+    assert BenchConfig.from_flags("allreduce", **keywords) == _cli_config([*argv, "--set", "fault.rank=1"])
+    sim = SimulateConfig.from_flags("allreduce", data=False, alpha="2us", measured=["a", "b"], ranks=16)
+    argv = [
+        "simulate",
+        "allreduce",
+        "--no-data",
+        "--alpha",
+        "2us",
+        "--measured",
+        "a",
+        "--measured",
+        "b",
+        "-n",
+        "16",
+    ]
+    assert sim == _cli_config(argv)
+    assert sim.spec.data is False and sim.measured == ("a", "b") and sim.spec.ranks == (16,)
+    with pytest.raises(ScenarioError, match="simulate: unknown keyword 'no_check'"):
+        pg.simulate("allreduce", no_check=True)
+    with pytest.raises(ScenarioError, match=r"bench allreduce: no_check: expected True or False, got 'yes'"):
+        pg.bench("allreduce", no_check="yes")
 
 
 # -- importing it -----------------------------------------------------------------------------

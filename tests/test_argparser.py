@@ -13,7 +13,19 @@ from playground.core.rundir import EXIT_BAD_INPUT
 from playground.core.suggest import closest, did_you_mean
 
 PARSER = build_parser(OneLineParser)
-COMMANDS = next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _commands(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> dict[str, argparse.ArgumentParser]:
+    """Every command that runs, by its words (`bench table`): a command with sub-commands is theirs."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {" ".join(words): parser}
+    return {k: v for name, sub in subs[0].choices.items() for k, v in _commands(sub, (*words, name)).items()}
+
+
+COMMANDS = _commands(PARSER)
 
 
 def _positionals(sub: argparse.ArgumentParser) -> list[str]:
@@ -29,11 +41,18 @@ def _bad_arguments() -> list[tuple[str, list[str], str]]:
     """(case id, argv, what the one line must say) for every option argparse itself can refuse."""
     cases = [("no-command", [], "the following arguments are required: command")]
     cases.append(("misspelt-command", ["rnu", "ring"], "unknown command 'rnu'; did you mean 'run'?"))
+    cases.append(
+        (
+            "misspelt-bench-command",
+            ["bench", "alreduce"],
+            "unknown bench command 'alreduce'; did you mean 'allreduce'?",
+        )
+    )
     for name, sub in COMMANDS.items():
-        base = [name, *_positionals(sub)]
+        base = [*name.split(), *_positionals(sub)]
         cases.append((f"{name}-unknown-flag", [*base, "--no-such-flag"], "unknown argument --no-such-flag"))
-        if len(base) > 1:
-            cases.append((f"{name}-missing-positional", [name], "the following arguments are required"))
+        if len(base) > len(name.split()):
+            cases.append((f"{name}-missing-positional", name.split(), "the following arguments are required"))
         for a in sub._actions:
             if not a.option_strings or a.nargs == 0 or a.dest == "help":
                 continue
@@ -50,7 +69,7 @@ def _bad_arguments() -> list[tuple[str, list[str], str]]:
         if any(not a.option_strings and a.choices for a in sub._actions):
             positional = next(a for a in sub._actions if not a.option_strings and a.choices)
             first = sorted(positional.choices)[0]
-            cases.append((f"{name}-choice", [name, first[:-1] + "x"], "expected one of"))
+            cases.append((f"{name}-choice", [*name.split(), first[:-1] + "x"], "expected one of"))
     return cases
 
 
@@ -70,7 +89,8 @@ def test_every_bad_argument_of_every_command_is_one_line_and_exit_2(capsys, argv
 def test_the_cases_cover_every_command_and_typed_option():
     ids = " ".join(c[0] for c in CASES)
     assert all(f"{name}-unknown-flag" in ids for name in COMMANDS) and len(COMMANDS) >= 10
-    assert "chaos--seed-type" in ids and "run--transport-choice" in ids and "bench--rounds-type" in ids
+    assert "chaos--seed-type" in ids and "run--transport-choice" in ids and "bench table--rounds-type" in ids
+    assert "bench allreduce--ranks-type" in ids and "misspelt-bench-command" in ids
 
 
 @pytest.mark.parametrize(
@@ -89,6 +109,11 @@ def test_the_cases_cover_every_command_and_typed_option():
             "unknown argument --transprot shm; did you mean --transport?",
         ),
         (["inspect", "--diagram-time", "reel"], "'reel': did you mean 'real'? expected one of logical, real"),
+        (  # a flag of another sub-command
+            ["bench", "allreduce", "--rounds", "2"],
+            "error: bench allreduce: unknown argument --rounds 2; did you mean --ranks?",
+        ),
+        (["bench", "p2p", "--rank-counts", "2,4"], "bench p2p: unknown argument --rank-counts 2,4"),
     ],
 )
 def test_argparse_errors_read_as_the_playgrounds(capsys, argv, says):
@@ -104,11 +129,6 @@ def test_argparse_errors_read_as_the_playgrounds(capsys, argv, says):
         (["run", "ring", "--set", "params.itres=5"], "unknown key; did you mean 'iters'? allowed: "),
         (["run", "ring", "--set", "transprot=shm"], "unknown key; did you mean 'transport'? allowed: "),
         (["bench", "allreduce", "--ranks", "0"], "error: --ranks: expected an integer from 1 to 64, got 0"),
-        (
-            ["bench", "allreduce", "--rounds", "2"],
-            "error: --rounds: only for bench table, not bench allreduce",
-        ),
-        (["bench", "p2p", "--rank-counts", "2,4"], "--rank-counts: only for bench table and bench copy"),
         (["run", "serving", "--set", "params.model=/etc/passwd"], "/etc/passwd is not a model file"),
     ],
 )

@@ -7,6 +7,7 @@ import calibrations
 import pytest
 from tools import NO_MPI4PY, NO_MPICH, have, importable, need
 
+from playground.cli import parse_args
 from playground.cli.testing import run_cli
 from playground.core.sizes import format_size
 from playground.models.calibration import read_calibration
@@ -249,3 +250,18 @@ def test_bench_against_mpi_compares_each_form_with_its_own(tmp_path):
         assert c["ours_us"] == ours[prefix + "time_us"] and c["mpi_us"] == mpi[prefix + "time_us"]
         assert c["x_mpi"] == round(mpi[prefix + "time_us"] / ours[prefix + "time_us"], 2)
     assert "out of place against out of place and in place against in place" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "table", "--transport", "shm"],
+        ["bench", "p2p", "--algo", "ring"],
+        ["bench", "copy", "--ranks", "4"],
+    ],
+)
+def test_a_flag_a_sub_command_does_not_use_is_refused(argv, capsys):
+    """Each sub-command has its own flags: one that would do nothing there is bad input, exit 2."""
+    with pytest.raises(SystemExit) as refused:
+        parse_args(argv)
+    assert refused.value.code == 2 and argv[2] in capsys.readouterr().err

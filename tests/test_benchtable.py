@@ -155,6 +155,10 @@ def test_the_command_runs_ours_alternately_and_writes_the_table(tmp_path):
     saved = json.loads((table_dir / "table.json").read_text())
     runs = saved["runs"]
     assert saved["counts"] == {"time": [2, 1], "busbw": [2, 1]}  # --iters and --warmup: every size
+    assert saved["command"] == (  # as a reader types it: the flags given, not where the files went
+        "python -m playground bench table --sizes 8,1MiB --algo rd,ring --iters 2 --warmup 1 --rounds 2 "
+        "--rank-counts 2 --systems ipc,shm"
+    )
     assert "median of 2 iterations after 1 warm-up." in proc.stdout
     assert len(runs) == 4 and all(set(r["best"]) == {"in place", "out of place"} for r in runs)
     assert all(b["wrong"] == 0 for r in runs for rows in r["best"].values() for b in rows.values())

@@ -2,9 +2,9 @@
 the requests a restarted server lost within its timeout, and the chaos command runs, judges and
 replays a few drawn runs; bad input is one line, exit 2.
 
-The runs are the chaos command's own (chaos_exec, chaos_kvserver, judged by chaos_checks), so what
-is asserted here is what the command checks on every drawn run: the exit status, failures[0], and
-that nothing is left behind.
+The runs are the chaos command's own (chaos/launched.py, chaos/kvserver.py, judged by
+chaos/checks.py), so what is asserted here is what the command checks on every drawn run: the exit
+status, failures[0], and that nothing is left behind.
 """
 
 import json
@@ -12,12 +12,15 @@ import subprocess
 
 import pytest
 
+from playground.chaos import kvserver, launched, report, results
+from playground.chaos.checks import judge, parse_headline
+from playground.chaos.faults import FAULTS, HOST_FAULTS
+from playground.chaos.kinds import Observation
+from playground.chaos.kvclient import error_kind
+from playground.chaos.plan import draw, outside, replay_command
+from playground.chaos.workloads import WORKLOADS
 from playground.cli import main
 from playground.cli.testing import PLAYGROUND, subprocess_env
-from playground.commands import chaos_exec, chaos_kvserver, chaos_report, chaos_results
-from playground.commands.chaos_checks import judge, parse_headline
-from playground.commands.chaos_kvclient import error_kind
-from playground.commands.chaos_plan import draw, outside, replay_command
 from playground.core.rundir import EXIT_BAD_INPUT
 from playground.hosts import netns
 
@@ -40,7 +43,7 @@ KINDS = [
 @pytest.mark.parametrize(("workload", "ranks", "rank"), KINDS, ids=[f"{w}-rank{r}" for w, _, r in KINDS])
 def test_a_killed_rank_of_each_kind_is_the_root_cause(tmp_path, workload, ranks, rank):
     run = outside(workload, ranks, "SIGKILL", rank, after_s=1.0)
-    obs = chaos_exec.execute(run, tmp_path)
+    obs = launched.execute(run, tmp_path)
     root = parse_headline(obs.result["failures"][0])
     assert obs.exit_code == 1, obs.stderr[-2000:]
     assert root is not None and root[0] == rank and "killed by SIGKILL" in root[3], obs.result["failures"][:3]
@@ -53,7 +56,7 @@ def test_a_killed_rank_of_each_kind_is_the_root_cause(tmp_path, workload, ranks,
 def test_a_stopped_rank_is_named_by_its_process_state(tmp_path, workload, rank):
     """SIGSTOP: the rank can neither work nor answer; the launcher sees state T, not a timeout."""
     run = outside(workload, 2 if workload == "train" else 3, "SIGSTOP", rank, after_s=0.5)
-    obs = chaos_exec.execute(run, tmp_path)
+    obs = launched.execute(run, tmp_path)
     root = parse_headline(obs.result["failures"][0])
     assert obs.exit_code == 1 and root is not None, obs.stderr[-2000:]
     assert root[0] == rank and "stopped (SIGSTOP or Ctrl-Z: process state T)" in root[3], root
@@ -63,7 +66,7 @@ def test_a_stopped_rank_is_named_by_its_process_state(tmp_path, workload, rank):
 
 def test_a_restarted_server_fails_the_lost_requests_within_the_clients_timeout(tmp_path):
     run = outside("kvserver", 2, "server restarted", 0, after_s=0.3)
-    obs = chaos_kvserver.execute(run, tmp_path)
+    obs = kvserver.execute(run, tmp_path)
     assert obs.fault_at is not None, obs.notes
     assert [c["exit"] for c in obs.clients] == [1, 1], obs.stderr
     for c in obs.clients:  # the client's guarantee: the class of its error, and the restart it heard
@@ -92,15 +95,13 @@ def test_the_chaos_command_runs_judges_and_writes_every_run(runs_dir):
     ]  # the seed decides
     failed = [r for r in records if not r["verdict"]["ok"]]
     assert proc.returncode == (1 if failed else 0), proc.stderr
-    assert failed == [], chaos_report.failed_lines(failed)
+    assert failed == [], report.failed_lines(failed)
     assert summary["table"][-1]["fault"] == "all" and summary["table"][-1]["runs"] == runs
     assert "chaos: 3 runs, seed 11" in proc.stdout and f"{runs} runs in " in proc.stdout
 
 
-def _kv_observation(fault: str, *stderrs: str, code: int = 1) -> chaos_exec.Observation:
-    obs = chaos_exec.Observation(
-        fired=True, fault_at=10.0, exit_code=0 if fault == "server restarted" else -9
-    )
+def _kv_observation(fault: str, *stderrs: str, code: int = 1) -> Observation:
+    obs = Observation(fired=True, fault_at=10.0, exit_code=0 if fault == "server restarted" else -9)
     obs.clients = [
         {"client": k + 1, "exit": code, "exited_at": 12.0, "stderr": err} for k, err in enumerate(stderrs)
     ]
@@ -132,7 +133,7 @@ def test_a_failed_run_is_named_with_the_command_that_replays_it():
         "verdict": {"ok": False, "problems": ["wrong root cause: rank 0 ..."]},
         "replay": replay_command(9, 4, True),
     }
-    (line,) = chaos_report.failed_lines([record])
+    (line,) = report.failed_lines([record])
     assert line.startswith("run 4 (#4 train") and "wrong root cause" in line
     assert line.endswith("replay: python -m playground chaos --seed 9 --only 4 --hosts")
 
@@ -192,11 +193,11 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
     measured_again = tmp_path / "seed-2" / "20261204-010000-chaos"  # a later run of a piece replaces it
     measured_again.mkdir()
     (measured_again / "chaos.json").write_text(json.dumps(pieces["seed-2"]))
-    summaries = chaos_results.read_pieces(tmp_path)
+    summaries = results.read_pieces(tmp_path)
     assert [s["seed"] for s in summaries] == [1, 2, 1]
-    assert chaos_results.finished_piece(tmp_path / "seed-3") is None
+    assert results.finished_piece(tmp_path / "seed-3") is None
     assert summaries[1]["started"] == "2026-12-04 01:00"  # the piece measured again, its own date
-    text = chaos_results.page(summaries[:2], 8)
+    text = results.page(summaries[:2], 8)
     assert text.startswith("2 runs on emulated hosts") and "in 2 of 8 pieces of fixed seeds (1, 2)" in text
     assert "| kill | 2 | 1 | 0 | 1 | 0 | 0 | 0.01 | 0.03 | 0.30 |" in text
     assert (
@@ -209,10 +210,10 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
 def test_a_signal_that_finds_the_command_finished_is_missed_not_failed(fault):
     run = outside("serving", 2, fault, 0, after_s=1.9)
     result = {"ok": True, "t0_monotonic_s": 100.0, "elapsed_s": 1.5, "failures": []}
-    late = chaos_exec.Observation(exit_code=0, fault_at=101.6, exited_at=101.7, result=result)
+    late = Observation(exit_code=0, fault_at=101.6, exited_at=101.7, result=result)
     verdict = judge(run, late, {})
     assert verdict.missed and not verdict.problems
-    during = chaos_exec.Observation(exit_code=0, fault_at=101.2, exited_at=101.7, result=result)
+    during = Observation(exit_code=0, fault_at=101.2, exited_at=101.7, result=result)
     verdict = judge(run, during, {})  # a signal during the run must end it: 0 is a wrong exit
     assert not verdict.missed and "exit status 0, expected 130" in verdict.problems[0]
 
@@ -234,3 +235,28 @@ def test_python_m_playground_ignores_a_late_interrupt():
         [PLAYGROUND[0], "-c", code], capture_output=True, text=True, timeout=60, env=subprocess_env()
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_fault_kind_is_drawn_and_a_seed_still_draws_what_it_drew():
+    """The tables are the only place a workload or a fault is named: every fault kind is drawn by a
+    workload (or, with --hosts, by any launched one), an outside fault is a signal, and the draws of
+    a seed are those of the runs measured before (the order of the draws is part of a seed)."""
+    drawn = {f.name for w in WORKLOADS.values() for f in w.faults} | {f.name for f in HOST_FAULTS}
+    assert drawn == set(FAULTS)
+    assert all((f.signal is not None) == (f.source == "outside") for f in FAULTS.values())
+    assert [draw(20, k, False).describe() for k in (1, 3, 4, 6)] == [
+        "#1 kvcache 4 ranks over ipc (5000 requests): server killed rank 0 at 0.39s",
+        "#3 kvserver 3 ranks over tcp (8 generates per client): server restarted at 0.32s",
+        "#4 train 2 ranks over ipc (d_model 64): exit rank 1 at post 132",
+        "#6 train 4 ranks over ipc (d_model 64): launcher SIGKILL at 1.05s",
+    ]
+    run = draw(1, 2, True)
+    assert run.describe() == "#2 kvcache 4 ranks on 2 hosts (20000 requests): kill_host host h1 at 1.88s"
+    assert run.args[-6:] == (
+        "--set",
+        "fault.action=kill_host",
+        "--set",
+        "fault.host=1",
+        "--set",
+        "fault.after_s=1.88",
+    )

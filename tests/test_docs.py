@@ -43,9 +43,14 @@ def is_synopsis(args: list[str]) -> bool:
 
 
 def stale_flags(args: list[str], subs) -> list[str]:
-    """The flags of `args` that its subcommand's parser does not have, exactly as written."""
-    known = {s for a in subs[args[0]]._actions for s in a.option_strings}
-    return [a.split("=")[0] for a in args[1:] if a.startswith("-") and a.split("=")[0] not in known]
+    """The flags of `args` that its subcommand's parser does not have, exactly as written (a
+    sub-command's, such as `bench allreduce`'s, where one is named)."""
+    parser, rest = subs[args[0]], args[1:]
+    nested = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    if nested and rest and rest[0] in nested[0].choices:
+        parser, rest = nested[0].choices[rest[0]], rest[1:]
+    known = {s for a in parser._actions for s in a.option_strings}
+    return [a.split("=")[0] for a in rest if a.startswith("-") and a.split("=")[0] not in known]
 
 
 def _subparsers():
@@ -103,6 +108,7 @@ def test_a_stale_flag_is_caught():
     _, subs = _subparsers()
     assert stale_flags(["run", "ring", "--rank", "8", "--hosts=2"], subs) == ["--rank"]
     assert stale_flags(["bench", "allreduce", "--ranks", "2"], subs) == []
+    assert stale_flags(["bench", "table", "--ranks", "2"], subs) == ["--ranks"]  # table has none
 
 
 def test_the_reference_pages_build_from_the_code():

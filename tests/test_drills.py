@@ -96,7 +96,7 @@ def test_a_cut_link_is_noticed_by_heartbeats_on_every_survivor(as_root, runs_dir
     for r in survivors:
         host, at_s, message = failed[r]
         assert re.search(r"rank [23] on host h1 failed: lost", message), message
-        assert re.search(r"\((in|after) allreduce ring #\d+", message), message
+        assert re.search(r"\((in|after) (allreduce ring|barrier dissemination) #\d+", message), message
         assert at_s - cut["at_s"] <= CUT_BOUND_S, (r, at_s, cut)
         assert at_s - cut["at_s"] >= HEARTBEAT_LOST_S - 0.6  # it was the heartbeat, not something else
     check_leftovers(runs_dir, proc, survivors)
@@ -114,7 +114,8 @@ def test_a_killed_host_is_named_on_every_survivor(as_root, runs_dir):
     for r in survivors:
         _, at_s, message = failed[r]
         assert re.search(
-            r"PeerLost: .*\((in|after) allreduce ring #\d+.*rank [45] on host h2 failed", message
+            r"PeerLost: .*\((in|after) (allreduce ring|barrier dissemination) #\d+.*rank [45] on host h2 failed",
+            message,
         )
         assert at_s - kill["at_s"] <= KILL_BOUND_S, (r, at_s, kill)
     check_leftovers(runs_dir, proc, survivors)
@@ -135,7 +136,11 @@ def test_a_link_delayed_beyond_the_timeout_times_out_on_every_rank(as_root, runs
     failed = failures(result)
     for r in range(8):  # nobody is dead: every rank waits for a message that crosses h1's link
         _, at_s, message = failed[r]
-        named = r"from rank \d tag -?\d+ \((in|after) allreduce ring #\d+; rank \d is on host h\d\)"
+        # where it waited: in or after a collective (a barrier also names the collective before it)
+        named = (
+            r"from rank \d tag -?\d+ \((in|after) (allreduce ring|barrier dissemination) #\d+"
+            r"(, after (allreduce ring|barrier dissemination) #\d+)?; rank \d is on host h\d\)"
+        )
         assert re.search("timed out after 2.0s waiting for .* " + named, message) or "PeerLost" in message, (
             message
         )

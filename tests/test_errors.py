@@ -66,16 +66,17 @@ def test_errors_py_holds_the_classes_we_document():
         "PeerLost",
         "InvalidPeer",
         "MessageMismatch",
+        "CollectiveMismatch",
         "WireError",
         "FaultInjected",
         "RunFailed",
         "UsageError",
+        "RequestError",
         "InvariantViolation",
         "OutOfSpace",
         "ToolMissing",
         "LabError",
         "WaitTimeout",
-        "RequestError",
     }
 
 

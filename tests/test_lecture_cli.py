@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from playground.cli.testing import PLAYGROUND, run_cli, subprocess_env
-from playground.lecture.command import run_lecture
+from playground.lecture.command import LectureConfig, run_lecture
 
 
 @pytest.mark.parametrize("value", ["9", "x", "0", "1,,2", "1;2"])
@@ -48,7 +48,7 @@ sections:
 def test_a_failed_scenario_does_not_stop_the_page(tmp_path, capsys):
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN_WITH_A_FAILURE)
-    code = run_lecture(None, True, tmp_path / "runs", plan_path=plan)
+    code = run_lecture(LectureConfig.from_flags(quick=True, out=tmp_path / "runs", plan_path=plan))
     assert code == 1
     err = capsys.readouterr().err
     assert (
@@ -155,7 +155,10 @@ sections:
       - {name: third.yaml, expected_s: {full: 1, quick: 1}}
 """
 # The lecture from Python with a plan of our own (the CLI has none): argv = out dir, plan file.
-LECTURE = "import sys; from playground.lecture.command import run_lecture; sys.exit(run_lecture(None, True, sys.argv[1], plan_path=sys.argv[2]))"
+LECTURE = (
+    "import sys; from playground.lecture.command import LectureConfig, run_lecture; "
+    "sys.exit(run_lecture(LectureConfig.from_flags(quick=True, out=sys.argv[1], plan_path=sys.argv[2])))"
+)
 # Ctrl-C while the second scenario's interpreter starts, before Python has a handler of its own.
 SITECUSTOMIZE = """
 import os, signal, sys

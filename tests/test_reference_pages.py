@@ -28,10 +28,15 @@ def _markdown_to_text(page: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", rendered)).split())
 
 
-def _subcommands() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return sub.choices
+def _subcommands(parser: argparse.ArgumentParser | None = None) -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser, and every sub-command's (`bench allreduce`)."""
+    parser = parser or build_parser()
+    out = {}
+    for sub in [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]:
+        for name, p in sub.choices.items():
+            out[name] = p
+            out |= {f"{name} {n}": q for n, q in _subcommands(p).items()}
+    return out
 
 
 def test_help_text_reads_on_the_page_as_the_parser_has_it():

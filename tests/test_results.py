@@ -11,15 +11,21 @@ from playground.core.errors import ScenarioError
 from playground.models.calibration import ENVIRONMENT
 
 
+def _config(sections: str, tmp_path) -> results.ResultsConfig:
+    return results.ResultsConfig.from_flags(
+        sections=sections, quick=True, rounds=1, out=tmp_path / "pages", work=tmp_path / "work"
+    )
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     proc = run_cli(["results", "--sections", "nosuch", "--out", str(tmp_path)], timeout_s=30)
     assert proc.returncode == 2
     assert (
         proc.stderr.strip()
-        == "error: --sections nosuch: allowed: collectives, alltoall, simulator, labs, training, steptime, serving, parallelism, tensor, chaos"
+        == "error: --sections nosuch: allowed: collectives, alltoall, simulator, labs, training, compute, steptime, serving, parallelism, tensor, moe, chaos, observability"
     )
     with pytest.raises(ScenarioError, match="--rounds 0: expected at least 1"):
-        results.run_results(None, True, 0, tmp_path, tmp_path)
+        results.ResultsConfig.from_flags(quick=True, rounds=0, out=tmp_path, work=tmp_path)
 
 
 def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_path, monkeypatch):
@@ -40,12 +46,13 @@ def test_a_page_names_the_machine_and_its_commands_and_a_failure_is_said(tmp_pat
         raise ScenarioError(f"`python -m playground {' '.join(args)}` exited with 1")
 
     monkeypatch.setattr(results.Context, "run", fake_run)
-    code = results.run_results("labs,simulator", True, 1, tmp_path / "pages", tmp_path / "work")
+    code = results.run_results(_config("labs,simulator", tmp_path))
     assert code == 1
     labs = (tmp_path / "pages" / "labs.md").read_text()
     assert labs.startswith(results.PAGE_FRONT + "# The labs beside the lecture\n\nMeasured on ")
     assert "| CPU |" in labs and "| cores |" in labs
-    assert "python -m playground lecture --out" in labs and "--quick" in labs
+    assert "python -m playground lecture --out labs/lecture --quick" in labs  # as typed in the results dir
+    assert str(tmp_path) not in labs
     assert "| 1 | 2 |" in labs and "cache.png" not in labs  # a plot's link would break the site
     assert labs.rstrip().endswith(
         "(The plots are on the lecture's own page, `index.html` in the run directory above.)"
@@ -79,7 +86,7 @@ def test_pages_with_model_columns_read_one_calibration_measured_first(tmp_path, 
         return None
 
     monkeypatch.setattr(results.Context, "run", fake_run)
-    assert results.run_results("labs", True, 1, tmp_path / "pages", tmp_path / "work") == 0
+    assert results.run_results(_config("labs", tmp_path)) == 0
     assert seen["lecture"].endswith("calibration/calibration.json")
     labs = (tmp_path / "pages" / "labs.md").read_text()
     assert labs.index("python -m playground calibrate --out") < labs.index("python -m playground lecture")
@@ -165,7 +172,7 @@ def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch
         (out / "latest").symlink_to(run)
 
     monkeypatch.setattr(results.Context, "run", fake_run)
-    assert results.run_results("serving", True, 1, tmp_path / "pages", tmp_path / "work") == 0
+    assert results.run_results(_config("serving", tmp_path)) == 0
     page = (tmp_path / "pages" / "serving.md").read_text()
     assert page.startswith(results.PAGE_FRONT + "# Serving a model from the paged KV cache\n\nMeasured on ")
     scenarios = (
@@ -180,3 +187,19 @@ def test_the_serving_page_shows_each_runs_tables_and_notes(tmp_path, monkeypatch
         assert f"**{scenario} table**\n\n| A | B |\n|---|---|\n| 1.50 | x |" in page
         assert f"- {scenario} note" in page
     assert "--set params.heads=4 --set params.head_dim=16" in page
+
+
+def test_commands_are_shown_as_typed_in_the_results_directory(tmp_path):
+    """Where this machine put the runs (/tmp/..., runs/<stamp>-results/) is no part of a command a
+    reader types: paths inside the results directory are written relative to it."""
+    work = tmp_path / "20261204-000000-results"
+    line = (
+        f"python -m playground bench allreduce --link {work}/simulator/calibration.json "
+        f"--out {work}/simulator/ipc-n2-r1"
+    )
+    assert results.as_typed(line, work) == (
+        "python -m playground bench allreduce --link simulator/calibration.json --out simulator/ipc-n2-r1"
+    )
+    assert results.as_typed("python -m playground run train --out /elsewhere/runs", work).endswith(
+        "--out /elsewhere/runs"
+    )

@@ -15,6 +15,7 @@ from playground.cli.testing import run_scenario
 from playground.collectives import ALGORITHMS, ReduceOp, run_collective
 from playground.collectives.check import PER_RANK, input_count, pattern
 from playground.collectives.chunks import phantom
+from playground.comm.optags import logical_tag
 from playground.comm.transport import NoRoom
 from playground.comm.world import run_local
 from playground.models import costs, exchange_costs
@@ -185,7 +186,8 @@ def test_hierarchical_is_exact_and_crosses_nodes_less():
 
 
 class Recorder:
-    """A transport wrapper that writes down every post: (destination, tag, bytes), in order."""
+    """A transport wrapper that writes down every post: (destination, tag, bytes), in order; the tag
+    as the program gave it (a matched collective's salt taken off, as the trace shows it)."""
 
     def __init__(self, inner, log: list):
         self.inner, self.log = inner, log
@@ -194,7 +196,7 @@ class Recorder:
     def send(self, dst, tag, x):
         got = self.inner.send(dst, tag, x)
         if not isinstance(got, NoRoom):
-            self.log.append((dst, tag, x.nbytes))
+            self.log.append((dst, logical_tag(tag), x.nbytes))
         return got
 
     def reserve(self, dst, count, dtype):
@@ -203,7 +205,7 @@ class Recorder:
     def send_reserved(self, out, tag):
         got = self.inner.send_reserved(out, tag)
         if not isinstance(got, NoRoom):
-            self.log.append((out.dst, tag, out.array.nbytes))
+            self.log.append((out.dst, logical_tag(tag), out.array.nbytes))
         return got
 
     def send_obj(self, dst, tag, body):

@@ -8,15 +8,16 @@ import calibrations
 import pytest
 
 from playground.cli.testing import run_cli
-from playground.models.calibration import read_calibration
+from playground.models.calibration import ENVIRONMENT, read_calibration
 
 pytestmark = pytest.mark.timeout(120)
+NO_CALIBRATION = {ENVIRONMENT: ""}  # only ./calibration.json is the default one
 BENCH_KEYS = {"size", "count", "dtype", "op", "algorithm", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}
 BENCH_KEYS |= {"model_us", "vs_model", "model_pick"}
 
 
-def simulate(runs_dir: Path, *args: str):
-    proc = run_cli(["simulate", *args, "--out", str(runs_dir)], timeout_s=110)
+def simulate(runs_dir: Path, *args: str, cwd: Path | None = None):
+    proc = run_cli(["simulate", *args, "--out", str(runs_dir)], timeout_s=110, cwd=cwd, env=NO_CALIBRATION)
     result_file = runs_dir / "latest" / "result.json"
     result = json.loads(result_file.read_text()) if result_file.exists() and proc.returncode != 2 else {}
     return proc, result
@@ -172,6 +173,30 @@ def test_measured_runs_beside_the_simulation_take_the_median_of_repeats(runs_dir
     assert bad.returncode == 2 and "--measured" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_a_transport_without_a_link_is_the_default_calibrations_or_says_how_to_make_one(runs_dir, tmp_path):
+    """`--transport shm` prices this machine's calibrated shm: the default calibration's, said in the
+    first line, or, with none, one line naming the command that writes it (never a preset's link)."""
+    proc, _ = simulate(runs_dir, "allreduce", "--transport", "shm", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: --transport shm: prices this machine's calibrated transport, and there is no calibration.json: "
+        "`python -m playground calibrate` writes it (or give --link FILE)"
+    ]
+    calibrations.write(tmp_path / "calibration.json")
+    args = ["allreduce", "--transport", "shm", "--ranks", "4", "--algo", "ring", "--sizes", "1MiB"]
+    proc, result = simulate(runs_dir, *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert f"calibration {(tmp_path / 'calibration.json').resolve()} (shm, " in first
+    assert "the default calibration: --transport without --link" in first
+    named, named_result = simulate(
+        runs_dir, *args, "--link", str(tmp_path / "calibration.json"), cwd=tmp_path
+    )
+    assert named.returncode == 0, named.stderr
+    for key in ("calibration", "transport", "cores", "segment_bytes", "inter"):  # the same as naming it
+        assert named_result["simulation"][key] == result["simulation"][key], key
+
+
 @pytest.mark.parametrize(
     "args,expect",
     [
@@ -187,7 +212,7 @@ def test_measured_runs_beside_the_simulation_take_the_median_of_repeats(runs_dir
         (["--sizes", "8..1QB"], "--sizes '8..1QB': expected a byte count"),
         (["--data", "--ranks", "128"], "--data: simulating with real bytes is for at most 64 ranks"),
         (["--link", "nosuch.json"], "--link nosuch.json: nosuch.json: cannot read it"),
-        (["--transport", "shm"], "--transport shm: only with --link calibration.json"),
+        (["--link", "ib", "--transport", "shm"], "--transport shm: only with --link calibration.json"),
         (
             ["--fold", "--cores", "2"],
             "--fold with --cores: folding needs data-free messages on one kind of link",

@@ -2,9 +2,11 @@
 and `pg.launch` (docs/python-api.md).
 
 Each goes through the command line's own code: `run` loads the scenario as `run --set` does and
-calls `playground.launcher.run.execute`; `bench` and `simulate` parse their keywords with the command's
-parser (`arguments.py`) and call `bench.benchmark` and `sim.command.simulate_sweep`; `launch` runs
-a function of the caller's through the same launcher, as a scenario whose node is that function.
+calls `playground.launcher.run.execute`; `bench` and `simulate` build the command's own config from
+their keywords (`BenchConfig.from_flags`, `SimulateConfig.from_flags`: the keywords are the flags,
+with the command's defaults and checks) and call what the command runs (`bench.benchmark`,
+`sim.command.simulate_sweep`); `launch` runs a function of the caller's through the same launcher,
+as a scenario whose node is that function.
 They return a `Result` (result.py) of the run's result.json. What the command would exit with
 becomes: 2 (bad input) a ScenarioError or ParamError, raised before anything starts, with the line
 the command prints; 1 (the run failed) a `RunFailed` carrying the root cause and the result; 130
@@ -15,11 +17,12 @@ Ranks are spawned here, not forked as by the command line: the caller may be a J
 whose ZeroMQ I/O threads a fork would copy mid-flight, and a function from a notebook cell, a
 lambda or a closure reaches a spawned rank by value (dill, `worker.FunctionByValue`).
 
-What goes where: this module, the four calls; arguments.py, keywords -> overrides and flags;
-result.py, the `Result` and how it shows itself in a notebook.
+What goes where: this module, the four calls; arguments.py, keywords -> overrides, and a command's
+keywords checked against its flags; result.py, the `Result` and how it shows itself in a notebook.
 """
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +30,10 @@ from typing import Any
 
 from rich.console import Console
 
-from playground.api.arguments import command_args, override_values
+from playground.api.arguments import configure, override_values
 from playground.api.result import OutputFile, Result
 from playground.core.errors import ParamError, RunFailed, ScenarioError
+from playground.core.flags import choice
 from playground.core.rundir import EXIT_INTERRUPTED, EXIT_OK, Finished
 from playground.launcher.launch import START_METHODS
 
@@ -74,23 +78,27 @@ def bench(
 ) -> Result:
     """`python -m playground bench COLLECTIVE --flag value ...` (allreduce, ..., p2p); a keyword is
     a flag: `pg.bench("allreduce", ranks=4, algo="ring,tree", sizes="8..16MiB")`."""
-    from playground.commands.bench import benchmark
+    from playground.commands.bench_commands import BENCH_COMMANDS
 
     _check_start_method(start_method)
-    if collective == "table":
+    command = BENCH_COMMANDS[choice("bench", "bench_command", collective, BENCH_COMMANDS)]
+    if command.measure is None:
         raise ScenarioError(
-            "bench table: a report of several systems over rounds, from the command line only: "
-            "python -m playground bench table"
+            f"bench {collective}: a report of several runs, from the command line only: "
+            f"python -m playground bench {collective}"
         )
-    return _result(benchmark(command_args("bench", [collective], flags), _console(echo), start_method))
+    config = configure(f"bench {collective}", command.make, flags)
+    return _result(command.measure(config, _console(echo), start_method))
 
 
 def simulate(collective: str, *, echo: bool = False, **flags: Any) -> Result:
     """`python -m playground simulate COLLECTIVE --flag value ...`, in this process (no ranks are
     started): `pg.simulate("allreduce", ranks=1024, algo="ring,tree", sizes="1KiB..1GiB")`."""
     from playground.sim.command import simulate_sweep
+    from playground.sim.options import SimulateConfig
 
-    return _result(simulate_sweep(command_args("simulate", [collective], flags), _console(echo)))
+    config = configure("simulate", functools.partial(SimulateConfig.from_flags, collective), flags)
+    return _result(simulate_sweep(config, _console(echo)))
 
 
 def launch(

@@ -3,13 +3,15 @@
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from playground.comm.registry import LAUNCHED
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_BAD_INPUT
-
-WIDE_HELP = "print each table in one piece at its full width, however wide the terminal (PLAYGROUND_WIDE=1)"
+from playground.display.report import WIDE_HELP
 
 
 def _cmd_run(args) -> int:
@@ -59,6 +61,11 @@ def _cmd_inspect(args) -> int:
     from playground.commands.inspect import inspect_run
     from playground.core.errors import ParamError
 
+    if args.flight:
+        from playground.commands.inspect_flight import inspect_flight
+
+        return inspect_flight(Path(args.run_dir))
+
     if args.diagram is None:
         given = [
             f for f, v in (("--diagram-time", args.diagram_time), ("--diagram-ops", args.diagram_ops)) if v
@@ -88,58 +95,46 @@ def _cmd_node(args) -> int:
     return run_external(args.scenario, overrides=args.set or [], out=Path(args.out))
 
 
-def _cmd_bench(args) -> int:
-    from playground.commands.bench import run_bench
-
-    return run_bench(args)
-
-
-def _cmd_simulate(args) -> int:
-    from playground.sim.command import run_simulate
-
-    return run_simulate(args)
+# The dests that are not a command's flags: which sub-command was chosen, what runs it, and how the
+# terminal shows its tables (--wide).
+_NOT_FLAGS = ("command", "bench_command", "func", "wide")
 
 
-def _cmd_calibrate(args) -> int:
-    from playground.commands.calibrate import run_calibrate
+@dataclass(frozen=True)
+class Configured:
+    """A command that has a config: its flags (what the parser found; a flag not given is absent, and
+    `make` has its default) become the config (`make`), which `run` runs to an exit status."""
 
-    return run_calibrate(args)
+    make: Callable[..., Any]
+    run: Callable[[Any], int]
 
+    def config(self, args: argparse.Namespace) -> Any:
+        return self.make(**{k: v for k, v in vars(args).items() if k not in _NOT_FLAGS})
 
-def _cmd_serve(args) -> int:
-    from playground.commands.serve import run_serve
-
-    return run_serve(args)
-
-
-def _cmd_results(args) -> int:
-    from playground.commands.results import run_results
-
-    return run_results(
-        args.sections, args.quick, args.rounds, Path(args.out), Path(args.work), args.resume, args.max_minutes
-    )
+    def __call__(self, args: argparse.Namespace) -> int:
+        config = self.config(args)
+        if getattr(args, "wide", False):
+            os.environ["PLAYGROUND_WIDE"] = "1"
+        return self.run(config)
 
 
-def _cmd_chaos(args) -> int:
-    from playground.commands.chaos import run_chaos
-
-    return run_chaos(args)
-
-
-def _cmd_lecture(args) -> int:
-    from playground.lecture.command import run_lecture
-
-    return run_lecture(args.sections, args.quick, Path(args.out))
-
-
-def build_parser(
-    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+def _configured(
+    sub: argparse._SubParsersAction,
+    name: str,
+    configured: Configured,
+    add_flags: Callable[[argparse.ArgumentParser], None],
+    help: str,
+    description: str | None = None,
 ) -> argparse.ArgumentParser:
-    """The command line; `parser_class` is also each subcommand's (the Python API passes one whose
-    `error` raises instead of exiting)."""
-    p = parser_class(prog="python -m playground", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    """A sub-parser whose flags have no defaults of their own (the config's are the defaults), so
+    that the command line and the Python API build the same config from the same flags."""
+    p = sub.add_parser(name, help=help, description=description, argument_default=argparse.SUPPRESS)
+    add_flags(p)
+    p.set_defaults(func=configured)
+    return p
 
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("run", help="run a scenario with N ranks")
     r.add_argument("scenario", help="built-in name (see `list`) or path to a YAML file")
     r.add_argument("--ranks", "-n", type=int, help="number of rank processes (1-64)")
@@ -170,12 +165,18 @@ def build_parser(
     r.add_argument("--wide", action="store_true", help=WIDE_HELP)
     r.set_defaults(func=_cmd_run)
 
-    sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
 
+def _add_inspect(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser("inspect", help="summarise a run's per-rank timing logs")
     i.add_argument("run_dir", nargs="?", default="runs/latest")
     i.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
     i.add_argument("--plot", metavar="FILE.png", help="draw the per-rank timeline")
+    i.add_argument(
+        "--flight",
+        action="store_true",
+        help="what the ranks' flight recorders say: the first collective they disagree on, ranks that "
+        "never joined one, each rank's last completed one, the rank the others wait for",
+    )
     i.add_argument(
         "--diagram",
         metavar="FILE.svg",
@@ -202,6 +203,8 @@ def build_parser(
     )
     i.set_defaults(func=_cmd_inspect)
 
+
+def _add_node(sub: argparse._SubParsersAction) -> None:
     nd = sub.add_parser(
         "node",
         help="run one rank under another launcher (torchrun, mpiexec, srun, a shell loop)",
@@ -216,33 +219,57 @@ def build_parser(
     nd.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     nd.set_defaults(func=_cmd_node)
 
-    from playground.commands.bench import add_bench_parser
-    from playground.commands.calibrate import add_calibrate_parser
-    from playground.commands.chaos import add_chaos_parser
-    from playground.commands.results import add_results_parser
-    from playground.commands.serve import add_serve_parser
-    from playground.sim.command import add_simulate_parser
 
-    add_bench_parser(sub, _cmd_bench)
-    add_simulate_parser(sub, _cmd_simulate)
-    add_calibrate_parser(sub, _cmd_calibrate)
-    add_results_parser(sub, _cmd_results)
-    add_chaos_parser(sub, _cmd_chaos)
-    add_serve_parser(sub, _cmd_serve)
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    """`bench` and a sub-parser per sub-command of its registry (commands/bench_commands.py)."""
+    from playground.commands.bench_commands import BENCH_COMMANDS
 
-    lec = sub.add_parser(
-        "lecture",
-        help="run every section of the lecture and write one page beside its figures",
-        description="Runs the scenarios of each section of the lecture in its order, one at a time, and "
-        "writes runs/<timestamp>-lecture/index.html (also runs/latest) and summary.md: per section the "
-        "commands, tables, plots, and the lecture's figures beside this machine's and the model's.",
+    b = sub.add_parser(
+        "bench",
+        help="benchmark collectives like nccl-tests (and p2p against raw pyzmq)",
+        description="What to measure: a collective (our algorithms, nccl-tests' columns, baselines "
+        "beside them), p2p (our send/recv beside raw pyzmq), table (the README's table: ours over ipc "
+        "and shm beside Gloo and MPICH), copy (the machine's copy bandwidth and the shm all-reduce's "
+        "bound), serving (the HTTP server under Poisson load), speculative (speculative decoding's "
+        "speed-up).",
     )
-    lec.add_argument("--sections", metavar="1,2,5", help="only these sections (1-5; default: all)")
-    lec.add_argument(
-        "--quick", action="store_true", help="smaller sizes and fewer iterations (about 1.5 min)"
-    )
-    lec.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
-    lec.set_defaults(func=_cmd_lecture)
+    leaves = b.add_subparsers(dest="bench_command", required=True)
+    for c in BENCH_COMMANDS.values():
+        _configured(leaves, c.name, Configured(c.make, c.run), c.add_flags, help=c.help, description=c.help)
+
+
+def _add_configured(sub: argparse._SubParsersAction) -> None:
+    """The commands with a config of their own (besides `bench`), each from its module: its help,
+    its flags, its config's `from_flags`, what runs it."""
+    from playground.chaos import command as chaos
+    from playground.commands import calibrate, results, serve
+    from playground.lecture import command as lecture
+    from playground.sim import command as simulate
+    from playground.sim.options import SimulateConfig
+
+    for name, module, make, run, add_flags in (
+        ("simulate", simulate, SimulateConfig.from_flags, simulate.run_simulate, simulate.add_simulate_flags),
+        ("calibrate", calibrate, calibrate.CalibrateConfig.from_flags, calibrate.run_calibrate, calibrate.add_calibrate_flags),
+        ("results", results, results.ResultsConfig.from_flags, results.run_results, results.add_results_flags),
+        ("chaos", chaos, chaos.ChaosConfig.from_flags, chaos.run_chaos, chaos.add_chaos_flags),
+        ("serve", serve, serve.serve_config, serve.run_serve, serve.add_serve_flags),
+        ("lecture", lecture, lecture.LectureConfig.from_flags, lecture.run_lecture, lecture.add_lecture_flags),
+    ):  # fmt: skip
+        _configured(sub, name, Configured(make, run), add_flags, module.HELP, module.DESCRIPTION)
+
+
+def build_parser(
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    """The command line; `parser_class` is also each subcommand's."""
+    p = parser_class(prog="python -m playground", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
+    _add_inspect(sub)
+    _add_node(sub)
+    _add_bench(sub)
+    _add_configured(sub)
     return p
 
 

@@ -1,6 +1,7 @@
 """The docs' reference pages, made from the code so they cannot drift from it.
 
-- the command line, from the argparse parsers (`cli.build_parser`);
+- the command line, from the argparse parsers (`cli.build_parser`; the defaults of a command with a
+  config from its `from_flags`);
 - the scenarios: every key of a scenario file and of every built-in scenario's `Params`, with its
   type, default, allowed values and the one-line comment written beside the field in the code;
 - the registries (algorithms, transports, link presets, KV policies) and the environment variables.
@@ -63,12 +64,13 @@ USAGE_WIDTH = 76  # what a code block on the site shows without scrolling
 
 def _usage(parser: argparse.ArgumentParser) -> str:
     """The usage, wrapped as argparse wraps it in a terminal (between arguments, never inside one)."""
-    formatter = parser.formatter_class(parser.prog, width=USAGE_WIDTH)
+    formatter = argparse.HelpFormatter(parser.prog, width=USAGE_WIDTH)  # what every parser of ours uses
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, prefix="")
     return formatter.format_help().strip("\n")
 
 
 def _flag_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
+    config_defaults = _config_defaults(parser)
     rows = []
     for action in parser._actions:  # argparse keeps no public list of a parser's arguments
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
@@ -80,13 +82,33 @@ def _flag_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
             allowed = str(action.metavar)
         else:
             allowed = ""
-        default = action.default if action.default not in (None, argparse.SUPPRESS, False) else ""
-        rows.append([name, allowed, default, action.help or ""])
+        default = config_defaults.get(action.dest) if action.default is argparse.SUPPRESS else action.default
+        rows.append([name, allowed, default if default not in (None, False, ()) else "", action.help or ""])
     return rows
 
 
+def _config_defaults(parser: argparse.ArgumentParser) -> dict:
+    """A command with a config takes its flags' defaults from it (its parser has none of its own)."""
+    from playground.core.flags import defaults
+
+    make = getattr(parser._defaults.get("func"), "make", None)
+    return defaults(make) if make is not None else {}
+
+
+def _leaves(
+    name: str, parser: argparse.ArgumentParser, help: str
+) -> list[tuple[str, argparse.ArgumentParser, str]]:
+    """(`command sub-command`, its parser, its help) of every command that runs, sub-commands in order."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [(name, parser, help)]
+    helps = {a.dest: a.help or "" for a in subs[0]._choices_actions}
+    return [leaf for sub, p in subs[0].choices.items() for leaf in _leaves(f"{name} {sub}", p, helps[sub])]
+
+
 def cli_reference() -> str:
-    """Every subcommand: its usage, what it does, and each argument."""
+    """Every subcommand: its usage, what it does, and each argument. Sub-commands with the same
+    arguments (bench's collectives) share one table."""
     from playground.cli import build_parser
 
     parser = build_parser()
@@ -94,7 +116,7 @@ def cli_reference() -> str:
     helps = {a.dest: a.help for a in subactions._choices_actions}
     out = [
         "# Command line\n",
-        "Made from the argparse parsers (`playground/cli.py` and the modules it calls) each time the "
+        "Made from the argparse parsers (`playground/cli/` and the modules it calls) each time the "
         "docs are built. `python -m playground COMMAND --help` prints the same.\n",
     ]
     for name, sub in subactions.choices.items():
@@ -102,10 +124,27 @@ def cli_reference() -> str:
         out.append(f"{_text(helps.get(name) or '')}\n")
         if sub.description and sub.description != helps.get(name):
             out.append(f"{_text(sub.description)}\n")
-        out.append(f"```text\n{_usage(sub)}\n```\n")
-        rows = _flag_rows(sub)
-        out.append(_table(["argument", "values", "default", "what"], rows) if rows else "No arguments.\n")
+        leaves = _leaves(name, sub, helps.get(name) or "")
+        if len(leaves) == 1:
+            out.append(_arguments(sub))
+            continue
+        groups: dict[str, list[tuple[str, str]]] = {}  # the arguments' table -> the leaves that have it
+        for leaf, p, help in leaves:
+            groups.setdefault(_arguments(p, usage=False), []).append((leaf, help))
+        for table, named in groups.items():
+            out.append("### " + ", ".join(f"`{leaf}`" for leaf, _ in named) + "\n")
+            if len({help for _, help in named}) == 1:
+                out.append(f"{_text(named[0][1])}\n")
+            example = next(p for leaf, p, _ in leaves if leaf == named[0][0])
+            out.append(f"```text\n{_usage(example)}\n```\n")
+            out.append(table)
     return "\n".join(out)
+
+
+def _arguments(parser: argparse.ArgumentParser, usage: bool = True) -> str:
+    rows = _flag_rows(parser)
+    table = _table(["argument", "values", "default", "what"], rows) if rows else "No arguments.\n"
+    return f"```text\n{_usage(parser)}\n```\n\n{table}" if usage else table
 
 
 # -- scenarios ----------------------------------------------------------------------------------------
@@ -124,12 +163,17 @@ def field_docs(cls: type) -> dict[str, str]:
 
     docs = {}
     (node,) = ast.parse(source).body
+    if not isinstance(node, ast.ClassDef):
+        return {}
     for stmt in node.body:
         if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
             continue
-        text = " ".join(comments[n] for n in range(stmt.lineno, stmt.end_lineno + 1) if n in comments)
+        text = " ".join(
+            comments[n] for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if n in comments
+        )
         if not text:  # the comment lines right above the field
-            above, n = [], stmt.lineno - 1
+            above: list[str] = []
+            n = stmt.lineno - 1
             while n >= 1 and lines[n - 1].strip().startswith("#"):
                 above.insert(0, comments.get(n, ""))
                 n -= 1
@@ -141,7 +185,7 @@ def field_docs(cls: type) -> dict[str, str]:
 def _nested(tp) -> type | None:
     """The dataclass a field holds (directly, in a tuple, or optionally), if any; not one that
     parses itself from one value (a training `Mode`)."""
-    if dataclasses.is_dataclass(tp) and not parses_itself(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and not parses_itself(tp):
         return tp
     for arg in get_args(tp):
         found = _nested(arg)
@@ -199,7 +243,7 @@ def builtin_scenarios() -> list[tuple[str, dict, type | None, object]]:
     from playground.config.node import load_node
     from playground.config.scenario import builtin_dir, builtin_names
 
-    out = []
+    out: list[tuple[str, dict, type | None, object]] = []
     for name in builtin_names():
         raw = yaml.safe_load((builtin_dir() / f"{name}.yaml").read_text()) or {}
         node = load_node(raw["node"])

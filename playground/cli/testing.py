@@ -3,24 +3,21 @@
 import json
 import os
 import subprocess
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-import psutil
-
+from playground.core.child import PLAYGROUND, session_processes, subprocess_env
 from playground.core.errors import WaitTimeout
 
-# `-P`: the current directory must not shadow the package the tests imported (the installed one
-# under CI, not the checkout's ./playground).
-PLAYGROUND = [sys.executable, "-P", "-m", "playground"]
-
-
-def subprocess_env(extra: dict | None = None) -> dict:
-    """The environment for a child `python -P -m playground`: it imports the same playground as we did."""
-    env = {**os.environ, **(extra or {})}
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
+__all__ = [
+    "PLAYGROUND",
+    "run_cli",
+    "run_scenario",
+    "scenario_file_with",
+    "session_processes",
+    "start_cli",
+    "subprocess_env",
+]
 
 
 def start_cli(args: list[str], env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
@@ -35,18 +32,6 @@ def start_cli(args: list[str], env: dict | None = None, cwd: Path | None = None)
         env=subprocess_env(env),
         start_new_session=True,
     )
-
-
-def session_processes(*sids: int) -> list[psutil.Process]:
-    """The live processes (zombies aside) of these sessions: what a run leaves behind."""
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) in sids and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return out
 
 
 def run_cli(
@@ -71,7 +56,7 @@ def run_scenario(
     scenario: str,
     out: Path,
     ranks: int | None = None,
-    sets: list[str] = (),
+    sets: Sequence[str] = (),
     transport: str | None = None,
     timeout_s: float = 60,
     env: dict | None = None,

@@ -3,7 +3,9 @@
 Every function is collective: all ranks call it in the same order with the same count and
 dtype. Results are bit-identical on all ranks and equal numpy's reduction of the inputs. Each call
 is numbered on its communicator (`comm.collective`), so an error names the collective and its
-sequence number, as NCCL's watchdog does.
+sequence number, as NCCL's watchdog does, and is matched: given its input (and op), so ranks that
+called different collectives (another op, size, dtype) fail at once naming both (comm/desync.py).
+alltoallv, whose counts differ by rank, only names itself.
 """
 
 from collections.abc import Sequence
@@ -80,14 +82,16 @@ def allreduce(
         algo = _ALLREDUCE[choose_allreduce(np.asarray(x).nbytes, comm.size)]
     if type(op) is not ReduceOp:
         op = ReduceOp.parse(op)
-    comm.begin_collective("allreduce", algo.name)  # not a `with`: this is an 8-byte all-reduce's path
+    comm.begin_collective("allreduce", algo.name, x, op)  # not a `with`: this is an 8-byte all-reduce's path
     try:
         if algo.on_nodes:
             result = algo.run(comm, x, op, segment_bytes, inplace, ranks_per_node)
         else:
             result = algo.run(comm, x, op, segment_bytes, inplace)
-    finally:
-        comm.end_collective()
+    except BaseException:
+        comm.end_collective(False)
+        raise
+    comm.end_collective()
     if op.averages:
         average_into(work_buffer(x, True) if inplace else result.reshape(-1), comm.size)
     return x if inplace else result
@@ -101,7 +105,7 @@ def broadcast(
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     buf = work_buffer(x, inplace)
     if comm.size > 1 and buf.size:
-        with comm.collective("broadcast", "tree"):
+        with comm.collective("broadcast", "tree", buf):
             broadcast_tree_into(comm, buf, root, segment_bytes)
     return x if inplace else buf.reshape(np.shape(x))
 
@@ -120,7 +124,7 @@ def reduce(
     buf = work_buffer(x, inplace)
     op = ReduceOp.parse(op)
     if comm.size > 1 and buf.size:
-        with comm.collective("reduce", "tree"):
+        with comm.collective("reduce", "tree", buf, op):
             reduce_tree_into(comm, buf, op, root, segment_bytes)
     if comm.rank != root:
         return None
@@ -134,7 +138,7 @@ def allgather(comm, x: np.ndarray, segment_bytes: int | None = None, inplace: bo
     whole output (chunks as `ChunkBounds(x.size, N)`) holding this rank's chunk, and the others
     are gathered into it (the inverse of an in-place `reduce_scatter`)."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
-    with comm.collective("allgather", "ring"):
+    with comm.collective("allgather", "ring", x):
         return allgather_ring(comm, x, segment_bytes, inplace)
 
 
@@ -149,7 +153,7 @@ def reduce_scatter(
     written over chunk `rank` of `x` itself and returned as a view of it."""
     segment_bytes = segment_bytes or segment_bytes_for(comm)
     op = ReduceOp.parse(op)
-    with comm.collective("reduce_scatter", "ring"):
+    with comm.collective("reduce_scatter", "ring", x, op):
         out = reduce_scatter_ring(comm, x, op, segment_bytes, inplace)
     if op.averages:
         average_into(out, comm.size)
@@ -182,7 +186,7 @@ def gather(
         copy_into(root_buffer(out, "gather"), part)  # one rank: the root
     else:
         seg = _segment_elems(comm, segment_bytes, part)
-        with comm.collective("gather", algo.name):
+        with comm.collective("gather", algo.name, part):
             algo.run(comm, part, out if rank == root else None, root, seg)
     return (x if inplace else out) if rank == root else None
 
@@ -206,7 +210,7 @@ def scatter(
     if n == 1:
         copy_into(part, buf[:c])
     else:
-        with comm.collective("scatter", algo.name):
+        with comm.collective("scatter", algo.name, buf):
             algo.run(
                 comm, buf if rank == root else None, part, root, _segment_elems(comm, segment_bytes, buf)
             )
@@ -222,11 +226,13 @@ def sendrecv(
     source = flat(x)
     out = empty(source.size, like=source)
     seg = _segment_elems(comm, segment_bytes, source)
-    comm.begin_collective("sendrecv", "ring")  # not a `with`: a small send/recv's path
+    comm.begin_collective("sendrecv", "ring", source)  # not a `with`: a small send/recv's path
     try:
         sendrecv_ring(comm, source, out, shift, seg)
-    finally:
-        comm.end_collective()
+    except BaseException:
+        comm.end_collective(False)
+        raise
+    comm.end_collective()
     if inplace:
         copy_into(work_buffer(x, True), out)
         return x

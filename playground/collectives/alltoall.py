@@ -62,11 +62,13 @@ def alltoall(
     if size == 1 or block == 0:  # nothing to send: every rank knows it, as every rank has x's length
         copy_into(out, source)
     else:
-        comm.begin_collective("alltoall", algorithm)  # not a `with`: a small all-to-all's path
+        comm.begin_collective("alltoall", algorithm, source)  # not a `with`: a small all-to-all's path
         try:
             algo.run(comm, source, out, block, seg)
-        finally:
-            comm.end_collective()
+        except BaseException:
+            comm.end_collective(False)
+            raise
+        comm.end_collective()
     return x if inplace else out.reshape(np.shape(x))
 
 

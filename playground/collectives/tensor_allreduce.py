@@ -54,11 +54,13 @@ class TensorAllReduce:
             algorithm = choose_allreduce(x.nbytes, group.size)
         t0 = self.clock()
         with group.tracer.span(SPAN, cat="comm", bytes=x.nbytes, where=where):
-            group.begin_collective(f"{where} allreduce", algorithm)
+            group.begin_collective(f"{where} allreduce", algorithm, x, ReduceOp.SUM)
             try:
                 registry.get("allreduce", algorithm).run(group, x, ReduceOp.SUM, group.segment_bytes, True)
-            finally:
-                group.end_collective()
+            except BaseException:
+                group.end_collective(False)
+                raise
+            group.end_collective()
         self.seconds += self.clock() - t0
         self.calls += 1
         self.bytes += x.nbytes

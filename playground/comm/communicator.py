@@ -13,7 +13,10 @@ messages (transport.py). Here live the parts every transport shares:
   when the tracer records messages, every send and every receive (a zero-length `recv_wait` when
   the message was already parked) carries `seq`, its number among the messages from its sender to
   its receiver on its tag, so `inspect --trace` can draw each message from its send to its receive.
-- the record of the collective running and each rank's host, quoted by errors (oprecord.py).
+- the record of the collective running and each rank's host, quoted by errors, and the flight
+  recorder's ring of the last operations (oprecord.py, flight.py);
+- matched collectives: their fingerprint travels in their tags (optags.py), and a receive that has to
+  wait looks for a peer that called another collective (desync.py).
 Every message leaves through one path, `_post`: the range check, the post, the wait for room and
 the trace event are written once, for an array, a computed array and an object alike. Not
 thread-safe: use it from one thread at a time (a node may hand it to a communication thread).
@@ -29,7 +32,9 @@ from typing import Literal
 import numpy as np
 from _playground_native import CommCore, configure_comm
 
+from playground.comm import flight
 from playground.comm.control import LauncherServices
+from playground.comm.desync import DesyncCheck
 from playground.comm.objects import TAG_BARRIER, TAG_OBJ, ObjectMessages
 from playground.comm.oprecord import OpRecord
 from playground.comm.requests import DONE, PendingOp, RecvRequest, SendRequest
@@ -39,12 +44,14 @@ from playground.tracing.trace import CAT_REDUCE, CAT_SEND, CAT_WAIT, Tracer
 
 SLICE_MS = 100  # longest single blocking receive; abort and deadline are checked between slices
 ROOM_POLL_MS = 1  # while waiting for room: the peer makes room by receiving, unannounced
+SEND, RECV = 2, 3  # flight ring entries of point-to-point operations (native/comm_core.h)
+SCHEDULED, STARTED, COMPLETED, FAILED = 1, 2, 3, 4
 
 
 __all__ = ["Communicator", "PendingOp", "SLICE_MS", "TAG_BARRIER", "TAG_OBJ"]
 
 
-class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
+class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServices):
     """One rank's view of the world: `rank`, `size`, send/recv/isend/irecv/sendrecv, barrier.
 
     `control` is the launcher's side channel (comm/control.py: `abort_reason()`, `progress()`),
@@ -52,7 +59,8 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
     (control.py's LauncherServices); `run_dir` is where the node may write files;
     `hosts[r]` names the host rank r runs on (ranks are placed on hosts in blocks); `collective()`
     and `op_context()` (oprecord.py) say in errors which collective ran; small JSON objects and
-    the barrier are objects.py's.
+    the barrier are objects.py's. `flight_entries`: the flight ring's size (None: PLAYGROUND_FLIGHT_ENTRIES
+    or 256 in a file of `run_dir`, 64 in memory without one; 0: no ring).
     """
 
     def __init__(
@@ -66,9 +74,14 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
         control=None,
         run_dir: Path | None = None,
         hosts: list[str] | None = None,
+        flight_entries: int | None = None,
     ):
         self.rank, self.size = rank, size
         self._init_op_record(size, hosts)
+        self._init_desync()
+        if flight_entries is None:
+            flight_entries = flight.entries_from_env() if run_dir is not None else flight.IN_PROCESS_ENTRIES
+        self.attach_flight(flight_entries, None if run_dir is None else flight.ring_path(run_dir, rank))
         self.tracer = tracer if tracer is not None else Tracer(rank, None, enabled=False)
         self.timeout_s, self.control, self.run_dir = timeout_s, control, run_dir
         self.transport = transport
@@ -98,7 +111,7 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
     # source); everything else goes to _isend, _recv_reduce, _sendrecv_reduce, _post: the definition.
     def _isend(self, x: np.ndarray, dst: int, tag: int = 0) -> PendingOp:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
-        return self._post(dst, tag, x.nbytes, True, self.transport.send, dst, tag, x)
+        return self._post(dst, tag, x.nbytes, True, self.transport.send, dst, self._wire_tag(tag), x)
 
     def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> PendingOp:
         """Send `count` elements of `dtype` that `fill(out)` writes straight into the outgoing buffer.
@@ -119,9 +132,10 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
             req.wait()
 
     def _post(self, dst: int, tag: int, nbytes: int, is_array: bool, post, *args) -> PendingOp:
-        """The one way out: `post(*args)` (a transport's send) once `dst` is checked, retried until
-        it finds room, then counted (arrays only: `bytes_sent`) and traced; a request for its
-        completion."""
+        """The one way out: `post(*args)` (a transport's send, given the tag as it travels:
+        `_wire_tag(tag)`) once `dst` is checked, retried until it finds room, then counted (arrays
+        only: `bytes_sent`), traced and, outside a collective, recorded in the flight ring; a
+        request for its completion."""
         traced = self.tracer.messages
         t0 = self._clock() if traced else 0
         got = self._with_room(dst, tag, post, args)
@@ -131,7 +145,16 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
             self.tracer.add_ns(
                 "send", CAT_SEND, t0, self._clock(), dst, tag, nbytes, next(self._send_seq[dst, tag])
             )
-        return DONE if got is COMPLETE else SendRequest(self, got, dst, tag)
+        record = (
+            0
+            if self._depth
+            else self._flight_p2p(SEND, dst, tag, nbytes, COMPLETED if got is COMPLETE else SCHEDULED)
+        )
+        if got is COMPLETE:
+            return DONE
+        req = SendRequest(self, got, dst, tag)
+        req.record = record
+        return req
 
     def _with_room(self, dst: int, tag: int, attempt, args: tuple):
         """What `attempt(*args)` returned once it found room (InvalidPeer for a `dst` out of range);
@@ -170,7 +193,7 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
     def has_message(self, src: int, tag: int) -> bool:
         """Has a message from (src, tag) arrived (non-blocking)?"""
         self._drain()
-        return bool(self._pending.get((src, tag)))
+        return bool(self._pending.get((src, self._wire_tag(tag))))
 
     def _take(
         self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = KIND_ARRAY, into: tuple = ()
@@ -178,28 +201,43 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
         """The next message from (src, tag), of `kind` (MessageMismatch otherwise), waiting up to
         the timeout and parking the others; traced as one `recv_wait` (zero-length if it was parked).
         With `into` = (target, ufunc, base) and a transport that can, an array that fits is landed
-        there by the transport itself (untraced runs): then True."""
+        there by the transport itself (untraced runs): then True. A wait that is not satisfied at once
+        looks at what arrives meanwhile for a peer in another collective (desync.py)."""
         traced = self.tracer.messages
-        q = self._pending.get((src, tag))
+        wire = self._wire_tag(tag)
+        pending = self._pending
+        q = pending.get((src, wire))
+        record = 0
         if q:
             msg, t0 = q.popleft(), None
+            if not q:  # only pairs with messages stay: `pending` is empty when nothing is parked
+                del pending[(src, wire)]
         else:
             if not 0 <= src < self.size:
                 raise InvalidPeer(self.rank, src, "source", self.size)
             timeout_s = self.timeout_s if timeout_s is None else timeout_s
             t0 = self._clock() if traced else 0
             deadline = time.monotonic() + timeout_s
-            receive, pending = self.transport.receive, self._pending
+            receive = self.transport.receive
             land = self._land if into and not traced else None
+            record = 0 if self._depth else self._flight_p2p(RECV, src, tag, None, STARTED)
+            if pending:  # something parked (by a C receive, a drain): is src in another collective?
+                self._check_parked(src, wire)
+            waited = False
             while True:
-                msg = receive(SLICE_MS) if land is None else land(src, tag, *into, SLICE_MS)
+                msg = receive(SLICE_MS) if land is None else land(src, wire, *into, SLICE_MS)
                 if msg is None:
+                    if not waited:  # a whole slice: the flight ring says whom it waits for, since when
+                        waited = True
+                        self._flight_wait(src, tag, deadline - timeout_s)
+                    self._check_parked(src, wire)
                     self.check_abort(src, tag, op)
                     if time.monotonic() >= deadline:
+                        self._flight_done(record, FAILED)
                         raise CommTimeout(self.rank, op, src, tag, timeout_s, context=self.op_context(src))
-                elif msg is True or (msg.src == src and msg.tag == tag):
+                elif msg is True or (msg.src == src and msg.tag == wire):
                     break
-                else:
+                elif not self._on_arrival(msg, src, wire):
                     pending[(msg.src, msg.tag)].append(msg)
         if traced:
             msg.landed()  # the simulator's receiver waits for the arrival here
@@ -209,10 +247,14 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
             )
         if msg is not True and msg.kind != kind:
             msg.release()
-            got = f"expected {KIND_NAMES[kind]} from rank {msg.src} tag {msg.tag}, got {KIND_NAMES[msg.kind]}"
+            got = f"expected {KIND_NAMES[kind]} from rank {msg.src} tag {tag}, got {KIND_NAMES[msg.kind]}"
             raise MessageMismatch(
-                f"rank {self.rank}: {got}", rank=self.rank, peer=msg.src, direction="from", tag=msg.tag
+                f"rank {self.rank}: {got}", rank=self.rank, peer=msg.src, direction="from", tag=tag
             )
+        if record:
+            self._flight_done(record, COMPLETED)
+        elif t0 is None and not self._depth:
+            self._flight_p2p(RECV, src, tag, None, COMPLETED)
         return msg
 
     def recv(
@@ -244,6 +286,9 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
             return target.size
         count = msg.count
         self.bytes_received += count * msg.dtype.itemsize
+        if msg.dtype != target.dtype and msg.kind == KIND_ARRAY:
+            msg.release()
+            self._dtype_mismatch(src, msg.dtype, target.dtype)
         if count != target.size:
             msg.release()
         elif ufunc is None:
@@ -262,8 +307,11 @@ class Communicator(CommCore, OpRecord, ObjectMessages, LauncherServices):
         exchange, pending, size = self._exchange, self._pending, self.size
         if exchange is not None and not self.tracer.messages and 0 <= dst < size and 0 <= src < size:
             # (a message from src parked earlier is the one to take first)
+            wire = self._wire_tag(tag)
             got = (
-                None if pending and pending.get((src, tag)) else exchange(dst, src, tag, buf, ufunc, SLICE_MS)
+                None
+                if pending and pending.get((src, wire))
+                else exchange(dst, src, wire, buf, ufunc, SLICE_MS)
             )
             if got is not None:  # posted (otherwise: no room, or too large, so the usual way below)
                 nbytes = buf.nbytes

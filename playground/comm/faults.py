@@ -2,7 +2,8 @@
 
 It counts the rank's posts (arrays and objects); the post numbered `after_ops + 1` fires the
 fault: `kill` (SIGKILL itself), `exit` (status 3), `hang` (sleep forever), `raise`
-(FaultInjected), or `corrupt`: flip one bit of the first non-empty array posted from then on,
+(FaultInjected), `slow` (from then on the rank's own work takes `slowdown.factor` times as long:
+comm/slowdown.py), or `corrupt`: flip one bit of the first non-empty array posted from then on,
 which the collectives' correctness check must catch. The bit is the second highest of the first
 element (`flip_bit`): in a float the top exponent bit, in an integer 2**(bits-2), so the element
 changes by at least 1 (0 -> 2.0, +-1 -> +-inf, |v| >= 2 -> almost 0) and no later addition of
@@ -27,10 +28,13 @@ from playground.core.errors import FaultInjected
 class FaultyTransport:
     """`inner` with the scenario's fault armed on this rank."""
 
-    def __init__(self, inner, rank: int, action: str, after_ops: int, request=None, on_fire=None):
+    def __init__(
+        self, inner, rank: int, action: str, after_ops: int, request=None, on_fire=None, slowdown=None
+    ):
         self.inner, self.rank, self.action, self.after_ops = inner, rank, action, after_ops
         self.request = request  # asks the launcher for a host drill
         self.on_fire = on_fire  # (action, post number): told just before the fault acts
+        self.slowdown = slowdown  # slow: the rank's account (comm/slowdown.py), charged on every post
         self.name, self.segment_bytes = inner.name, inner.segment_bytes
         self.num_ops = 0
         self.armed = True
@@ -44,6 +48,9 @@ class FaultyTransport:
             return array
         self.armed = False
         self._tell()
+        if self.action == "slow":
+            self.slowdown.arm()
+            return False
         if self.request is not None and self.action in ("cut_link", "kill_host"):
             self.request(self.action)
             return False
@@ -67,7 +74,12 @@ class FaultyTransport:
                 self.armed = False
         return got
 
+    def _charge(self) -> None:
+        if self.slowdown is not None:
+            self.slowdown.before_post()
+
     def send(self, dst: int, tag: int, x: np.ndarray):
+        self._charge()
         corrupt = self._fire_if_due(x.nbytes > 0)
         if corrupt:
             self._tell()
@@ -79,6 +91,7 @@ class FaultyTransport:
         return self.inner.reserve(dst, count, dtype)
 
     def send_reserved(self, out: Outgoing, tag: int):
+        self._charge()
         corrupt = self._fire_if_due(out.array.nbytes > 0)
         if corrupt and self._flipped is not out:  # flip once, even if the post is retried
             self._tell()
@@ -87,11 +100,18 @@ class FaultyTransport:
         return self._count(self.inner.send_reserved(out, tag), corrupt)
 
     def send_obj(self, dst: int, tag: int, body: bytes):
+        self._charge()
         self._fire_if_due(False)
         return self._count(self.inner.send_obj(dst, tag, body))
 
     def receive(self, timeout_ms: int):
-        return self.inner.receive(timeout_ms)
+        if self.slowdown is None:
+            return self.inner.receive(timeout_ms)
+        cpu0 = time.thread_time()  # waiting is not the rank's work: not stretched
+        try:
+            return self.inner.receive(timeout_ms)
+        finally:
+            self.slowdown.exclude(time.thread_time() - cpu0)
 
     def close(self) -> None:
         self.inner.close()

@@ -9,10 +9,13 @@ Offsets are agreed as MPI agrees on a new communicator's context id: the parent'
 the offsets each of them already uses and take the smallest one none of them uses. So two groups
 that share two ranks never share an offset, whatever their depth, and ranks outside a parent can
 make other groups meanwhile without the offsets drifting apart. Tags given to a group stay within
-+-TAG_SPACE/2 (the collectives use -10..-300, nodes small positive ones).
++-TAG_SPACE/2 (the collectives use -10..-300, nodes small positive ones). A process has at most
+MAX_GROUPS - 1 = 15 groups: with their offsets every tag stays below 2**20, under the bits a matched
+collective's salt takes (comm/optags.py).
 
 Errors stay the parent's: a timeout names the parent rank it waited for and the collective, marked
-with the group's name ("allreduce[tensor] ring #3").
+with the group's name ("allreduce[tensor] ring #3"); a group numbers its matched collectives itself
+(`group_seq`), so the flight recorder lines a group's collectives up across its ranks.
 
     Grid(comm, data=2, pipeline=2, tensor=1)        rank = (pipeline_index * data + data_index) * tensor + tensor_index
 
@@ -31,7 +34,7 @@ from playground.comm.objects import ObjectMessages
 from playground.core.errors import UsageError
 
 TAG_SPACE = 1 << 16  # a group's tags are the root's shifted by a multiple of this (tags are i32)
-MAX_GROUPS = 1 << 14
+MAX_GROUPS = 16  # (TAG_LIMIT / TAG_SPACE: optags.py)
 
 
 def _root(comm):
@@ -82,6 +85,7 @@ class Group(ObjectMessages):
             parent.segment_bytes,
         )
         self.control, self.run_dir = parent.control, parent.run_dir
+        self.num_matched = 0  # matched collectives begun on this group
 
     def __repr__(self):
         return f"Group({self.name}, rank={self.rank}, size={self.size}, members={self.members})"
@@ -146,19 +150,28 @@ class Group(ObjectMessages):
         return self.parent._take(self._peer(src), tag + self.tag_offset, *args, **kwargs)
 
     # -- what errors say -----------------------------------------------------------------------
-    def begin_collective(self, name: str, algorithm: str = "") -> None:
-        self.parent.begin_collective(f"{name}[{self.name}]", algorithm)
+    def begin_collective(self, name: str, algorithm: str = "", x=None, op=None) -> None:
+        """The root's, named with the group's name, numbered among the group's matched collectives."""
+        if x is None and op is None:
+            self.parent.begin_collective(f"{name}[{self.name}]", algorithm)
+            return
+        self.num_matched += 1
+        self.parent.begin_collective(
+            f"{name}[{self.name}]", algorithm, x, op, self.tag_offset, self.num_matched
+        )
 
-    def end_collective(self) -> None:
-        self.parent.end_collective()
+    def end_collective(self, ok: bool = True) -> None:
+        self.parent.end_collective(ok)
 
     @contextlib.contextmanager
-    def collective(self, name: str, algorithm: str = ""):
-        self.begin_collective(name, algorithm)
+    def collective(self, name: str, algorithm: str = "", x=None, op=None):
+        self.begin_collective(name, algorithm, x, op)
         try:
             yield self
-        finally:
-            self.end_collective()
+        except BaseException:
+            self.end_collective(False)
+            raise
+        self.end_collective()
 
     def progress(self, done: int, total: int, label: str = "") -> None:
         self.parent.progress(done, total, label)

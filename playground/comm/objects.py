@@ -15,7 +15,7 @@ from playground.comm.requests import PendingOp
 from playground.comm.transport import KIND_ARRAY, KIND_OBJ, Message, Transport
 
 TAG_BARRIER = -1  # internal tags are negative; user tags are >= 0
-TAG_OBJ = -2
+TAG_OBJ = -2  # (-3: optags.TAG_MISMATCH)
 
 
 class ObjectMessages:
@@ -34,9 +34,13 @@ class ObjectMessages:
 
         def sendrecv_reduce(self, buf: np.ndarray, dst: int, src: int, tag: int = 0, ufunc=None) -> int: ...
 
+        def collective(self, name: str, algorithm: str = "", x=None, op=None): ...
+
         def _post(
             self, dst: int, tag: int, nbytes: int, is_array: bool, post: Callable, *args
         ) -> PendingOp: ...
+
+        def _wire_tag(self, tag: int) -> int: ...
 
         def _take(  # True only when asked to land an array (`into`)
             self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = ..., into: tuple = ...
@@ -49,7 +53,7 @@ class ObjectMessages:
     def send_obj(self, obj, dst: int, tag: int = 0) -> None:
         """Send a small JSON-able object (control data, never bulk arrays)."""
         body = json.dumps(obj).encode()
-        self._post(dst, tag, len(body), False, self.transport.send_obj, dst, tag, body)
+        self._post(dst, tag, len(body), False, self.transport.send_obj, dst, self._wire_tag(tag), body)
 
     def recv_obj(self, src: int, tag: int = 0, timeout_s: float | None = None):
         return self._take_message(src, tag, "recv_obj", timeout_s, KIND_OBJ).obj()
@@ -73,13 +77,16 @@ class ObjectMessages:
         ahead while one is taken from the rank `dist` behind, no coordinator involved. Without a
         timeout of its own, each round is one `sendrecv_reduce` (over shared memory, one C call:
         a timed loop's barrier leaves the ranks as close together as a C barrier would)."""
+        if self.size == 1:
+            return
         token = np.empty(0, dtype=np.uint8)  # empty: a corrupt drill flips the next array with bytes
-        dist = 1
-        while dist < self.size:
-            dst, src = (self.rank + dist) % self.size, (self.rank - dist) % self.size
-            if timeout_s is None:
-                self.sendrecv_reduce(token, dst, src, TAG_BARRIER)
-            else:
-                self.isend(token, dst, TAG_BARRIER)
-                self._take_message(src, TAG_BARRIER, "barrier", timeout_s, KIND_ARRAY).release()
-            dist *= 2
+        with self.collective("barrier", "dissemination", token):  # matched: a peer elsewhere is named
+            dist = 1
+            while dist < self.size:
+                dst, src = (self.rank + dist) % self.size, (self.rank - dist) % self.size
+                if timeout_s is None:
+                    self.sendrecv_reduce(token, dst, src, TAG_BARRIER)
+                else:
+                    self.isend(token, dst, TAG_BARRIER)
+                    self._take_message(src, TAG_BARRIER, "barrier", timeout_s, KIND_ARRAY).release()
+                dist *= 2

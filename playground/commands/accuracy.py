@@ -180,17 +180,29 @@ def _bench_times(pieces: list[Path]) -> dict[tuple, list[float]]:
 
 def section(ctx) -> str:
     """The page's body (results.py calls it with its Context: `run`, `work`, `rounds`, `quick`)."""
-    work = ctx.work
-    calibration = work / "calibration.json"
     transports = TRANSPORTS[:1] if ctx.quick else TRANSPORTS
     ranks = (2, 3) if ctx.quick else RANKS
     sizes = "4KiB,256KiB" if ctx.quick else SIZES
-    calibrate_args = ["--transports", ",".join(transports)] + (
-        ["--sizes", "64,4KiB,64KiB,1MiB"] if ctx.quick else []
-    )
-    started = time.monotonic()
-    log = work / "commands.txt"  # every measuring command of every piece, for the page's header
+    log = ctx.work / "commands.txt"  # every measuring command of every piece, for the page's header
     ctx.commands[:0] = [line.split("\t", 1)[1] for line in _lines(log)]
+    calibration = ctx.work / "calibration.json"
+    pieces, missing = _measure(ctx, log, calibration, transports, ranks, sizes)
+    record = json.loads(calibration.read_text())
+    calibrated = {
+        "ranks": sorted({p["ranks"] for e in record["transports"].values() for p in e["patterns"]}),
+        "sizes": sorted({p["size"] for e in record["transports"].values() for p in e["patterns"]}),
+    }
+    sim_results = [_simulate(ctx, calibration, transport, ranks, sizes) for transport in transports]
+    rows = rows_from(sim_results, _bench_times(pieces), calibrated)
+    return _body(ctx, rows, calibrated, missing, [line.split("\t", 1)[0] for line in _lines(log)])
+
+
+def _measure(
+    ctx, log: Path, calibration: Path, transports: tuple[str, ...], ranks: tuple[int, ...], sizes: str
+) -> tuple[list[Path], int]:
+    """The calibration and every round's benches not measured yet (each command logged with its
+    time, for the page); (every bench's directory, how many are still missing past --max-minutes)."""
+    work, started = ctx.work, time.monotonic()
 
     def measure(*args: str) -> None:
         ctx.run(*args)
@@ -199,10 +211,11 @@ def section(ctx) -> str:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\t{ctx.commands[-1]}\n")
 
     if not calibration.is_file():
-        measure("calibrate", "--out", str(calibration), "--work", str(work / "calibrate"), *calibrate_args)
-    rounds = 1 if ctx.quick else ctx.rounds
+        where = ["--out", str(calibration), "--work", str(work / "calibrate")]
+        quick = ["--sizes", "64,4KiB,64KiB,1MiB"] if ctx.quick else []
+        measure("calibrate", *where, "--transports", ",".join(transports), *quick)
     pieces, missing = [], 0
-    for k in range(rounds):  # round by round, so the rounds of one point are minutes apart
+    for k in range(_rounds(ctx)):  # round by round, so the rounds of one point are minutes apart
         for transport in transports:
             for n in ranks:
                 d = work / f"{transport}-n{n}-r{k + 1}"
@@ -215,38 +228,41 @@ def section(ctx) -> str:
                         "--sizes", sizes, "--iters", "10", "--warmup", "2", "--link", str(calibration), "--out", str(d),
                     )  # fmt: skip
                 pieces.append(d)
-    record = json.loads(calibration.read_text())
-    calibrated = {
-        "ranks": sorted({p["ranks"] for e in record["transports"].values() for p in e["patterns"]}),
-        "sizes": sorted({p["size"] for e in record["transports"].values() for p in e["patterns"]}),
-    }
-    benches = _bench_times(pieces)
-    sim_results = []
-    for transport in transports:
-        runs = []
-        for _ in range(SIM_ROUNDS):
-            ctx.run(
-                "simulate", "allreduce", "--link", str(calibration), "--transport", transport,
-                "--ranks", ",".join(map(str, ranks)), "--algo", ALGOS, "--sizes", sizes, "--no-data",
-                "--out", str(work / "simulate"),
-            )  # fmt: skip
-            runs.append(json.loads((work / "simulate" / "latest" / "result.json").read_text()))
-        sim_results.append(median_simulation(runs))
-    rows = rows_from(sim_results, benches, calibrated)
+    return pieces, missing
+
+
+def _rounds(ctx) -> int:
+    return 1 if ctx.quick else ctx.rounds
+
+
+def _simulate(ctx, calibration: Path, transport: str, ranks: tuple[int, ...], sizes: str) -> dict:
+    """The median of SIM_ROUNDS simulations of every row from the calibration, each its own process."""
+    runs = []
+    for _ in range(SIM_ROUNDS):
+        ctx.run(
+            "simulate", "allreduce", "--link", str(calibration), "--transport", transport,
+            "--ranks", ",".join(map(str, ranks)), "--algo", ALGOS, "--sizes", sizes, "--no-data",
+            "--out", str(ctx.work / "simulate"),
+        )  # fmt: skip
+        runs.append(json.loads((ctx.work / "simulate" / "latest" / "result.json").read_text()))
+    return median_simulation(runs)
+
+
+def _body(ctx, rows: list[dict], calibrated: dict, missing: int, stamps: list[str]) -> str:
+    """What the page says: how the rows were made, when, what is missing, the summary, plot and table."""
     lines = [
         "One calibration (`calibrate`: ping-pongs at "
         + ", ".join(map(str, calibrated["ranks"]))
         + " ranks and sizes "
         + ", ".join(format_size(s) for s in calibrated["sizes"])
         + "), then every row simulated from it (`simulate --link calibration.json`) beside the median of "
-        f"{rounds} round(s) of `bench allreduce` (min-max beside it). Rows at rank counts or sizes the "
+        f"{_rounds(ctx)} round(s) of `bench allreduce` (min-max beside it). Rows at rank counts or sizes the "
         "calibration did not run are held out. The closed form is the alpha-beta-gamma formula on the "
         "calibrated link where ranks do not outnumber cores; beyond, only the simulator models it (sim). "
         f"The simulator times the ranks' own Python as it runs (as SMPI times computation), so each row is "
         f"the median of {SIM_ROUNDS} simulations, each in a process of its own; writing the page again still "
         "moves a few ratios by a few percent.\n",
     ]
-    stamps = [line.split("\t", 1)[0] for line in _lines(log)]
     if stamps:
         lines.append(
             f"The measuring commands above ran from {stamps[0]} to {stamps[-1]}{_sittings(stamps)}; the "

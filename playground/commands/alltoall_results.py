@@ -94,8 +94,8 @@ def pick_cells(results: list[dict]) -> list[dict]:
         modelled = {a: median(models[(ranks, size, a)]) for a in PICK_ALGOS if (ranks, size, a) in models}
         if not measured or set(modelled) != set(measured):
             continue
-        fastest = min(measured, key=measured.get)
-        pick = min(modelled, key=modelled.get)
+        fastest = min(measured, key=measured.__getitem__)
+        pick = min(modelled, key=modelled.__getitem__)
         out.append(
             {
                 "ranks": ranks,

@@ -26,8 +26,8 @@ and the load average before, during (max) and after.
 import io
 import json
 import os
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -35,105 +35,141 @@ from rich.console import Console
 from playground.collectives.bench_report import FORMS
 from playground.commands.benchtable_render import BASELINES, LABELS, TIME_BELOW_BYTES, render
 from playground.commands.copybw import copy_rates
+from playground.core import flags
 from playground.core.errors import ScenarioError
+from playground.core.flags import Text
 from playground.core.machine import usable_cores
-from playground.core.sizes import parse_size_range
 
-SYSTEMS = tuple(LABELS)
-DEFAULT_SYSTEMS = "ipc,shm,gloo,mpi"
-DEFAULT_SIZES = "8,4KiB,1MiB,16MiB,64MiB"
-DEFAULT_RANKS = "2,4,8"
 # (timed iterations, warm-up) of the sizes shown as times and of the others. A microsecond call
 # timed 10 times right after start measures its warm-up (memos filled, pages touched: an 8-byte
 # shm all-reduce 11-13 us at 10 after 3, 4.3-4.9 at 100 after 20); OSU's latency tests time 1000
 # after 200 for the same reason. 100 keeps MPICH's 48 ms calls at 8 oversubscribed ranks bearable.
 COUNTS = {"time": (100, 20), "busbw": (10, 3)}
 COPY_PASSES = 10  # best of 10 copies per size and round: about a second at 16 and 64 MiB
+SYSTEMS = tuple(LABELS)
+DEFAULT_SIZES = "8,4KiB,1MiB,16MiB,64MiB"
 
 
-def run_table(args) -> int:
+@dataclass(frozen=True)
+class TableConfig:
+    """`bench table`: which systems, rank counts and sizes, how many rounds and iterations."""
+
+    sizes: tuple[int, ...]
+    rank_counts: tuple[int, ...]
+    systems: tuple[str, ...]
+    algorithms: str  # comma list, as the `bench` scenario's params.algorithm takes it
+    rounds: int
+    iters: int | None  # None: per size, benchtable.COUNTS
+    warmup: int | None
+    timeout_s: float
+    out: Path
+    command: str  # the command line as a reader types it (without --out), for the table's page
+
+    @classmethod
+    def from_flags(
+        cls,
+        *,
+        sizes: Text = DEFAULT_SIZES,
+        step: int = 2,
+        algo: Text = "ring,tree,hd,rd",
+        iters: int | None = None,
+        warmup: int | None = None,
+        timeout: float = 60.0,
+        rounds: int = 3,
+        rank_counts: Text = "2,4,8",
+        systems: Text = "ipc,shm,gloo,mpi",
+        out: str | Path = "runs",
+    ) -> "TableConfig":
+        given = {k: v for k, v in locals().items() if k != "cls"}  # the flags, for the command line
+        command = "bench table"
+        rounds = flags.integer(command, "--rounds", rounds)
+        if rounds < 1:
+            raise ScenarioError(f"--rounds: at least 1, got {rounds}")
+        chosen = flags.items(systems)
+        for s in chosen:
+            if s not in SYSTEMS:
+                raise ScenarioError(f"--systems {s!r}: allowed: {', '.join(SYSTEMS)}")
+        return cls(
+            sizes=flags.sizes("--sizes", sizes, flags.integer(command, "--step", step)),
+            rank_counts=flags.integers("--rank-counts", rank_counts),
+            systems=chosen,
+            algorithms=flags.comma(algo) or "",
+            rounds=rounds,
+            iters=None if iters is None else flags.integer(command, "--iters/-i", iters),
+            warmup=None if warmup is None else flags.integer(command, "--warmup/-w", warmup),
+            timeout_s=flags.number(command, "--timeout", timeout),
+            out=Path(out),
+            command=flags.typed(command, given, cls.from_flags, omit=("out",)),
+        )
+
+
+def run_table(config: TableConfig) -> int:
+    """Every round, rank count and system measured; the table printed and written (table.md and
+    table.json); 1 if any figure came with wrong elements."""
     from playground.core.rundir import make_run_dir
 
-    sizes = _parse_list(
-        args.sizes if args.sizes != "8..64MiB" else DEFAULT_SIZES, parse_size_range, "--sizes"
-    )
-    rank_counts = _parse_list(args.rank_counts, lambda t: [int(v) for v in t.split(",")], "--rank-counts")
-    if args.rounds < 1:
-        raise ScenarioError(f"--rounds: at least 1, got {args.rounds}")
-    systems = [s for s in (args.systems or DEFAULT_SYSTEMS).split(",") if s]
-    for s in systems:
-        if s not in SYSTEMS:
-            raise ScenarioError(f"--systems {s!r}: allowed: {', '.join(SYSTEMS)}")
-    algos = args.algo or "ring,tree,hd,rd"
     counts = {  # --iters / --warmup given: for every size
-        kind: (args.iters or iters, warmup if args.warmup is None else args.warmup)
+        kind: (config.iters or iters, warmup if config.warmup is None else config.warmup)
         for kind, (iters, warmup) in COUNTS.items()
     }
+    err = Console(stderr=True, highlight=False)
+    systems = _available(list(config.systems), err)
+    run_dir = make_run_dir(config.out, "table")
+    loads = [os.getloadavg()[0]]
+    t_start = time.monotonic()
+    runs, copies = _rounds(config, systems, counts, run_dir, loads, err)
+    loads.append(os.getloadavg()[0])
+    sizes, rank_counts = list(config.sizes), list(config.rank_counts)
+    text = render(runs, sizes, rank_counts, systems, config.rounds, config.command, loads, counts, copies)
+    print(text)
+    (run_dir / "table.md").write_text(text)
+    record = {"command": config.command, "loads": loads, "counts": counts, "runs": runs, "copies": copies}
+    (run_dir / "table.json").write_text(json.dumps({**record, "elapsed_s": time.monotonic() - t_start}))
+    print(f"\nwritten: {run_dir / 'table.md'}")
+    wrong = [b for r in runs for rows in r["best"].values() for b in rows.values() if b["wrong"] > 0]
+    return 1 if wrong else 0
+
+
+def _rounds(
+    config: TableConfig, systems: list[str], counts: dict, run_dir: Path, loads: list[float], err: Console
+) -> tuple[list[dict], list[dict]]:
+    """(one record per round, rank count and system: its best row per form and size; one record per
+    round and busbw size: the copy rates). The systems' order alternates from round to round."""
     groups = [
         (group, counts[kind])
         for kind, group in (
-            ("time", [s for s in sizes if s < TIME_BELOW_BYTES]),
-            ("busbw", [s for s in sizes if s >= TIME_BELOW_BYTES]),
+            ("time", [s for s in config.sizes if s < TIME_BELOW_BYTES]),
+            ("busbw", [s for s in config.sizes if s >= TIME_BELOW_BYTES]),
         )
         if group
     ]
-    err = Console(stderr=True, highlight=False)
-    systems = _available(systems, err)
-    run_dir = make_run_dir(Path(args.out), "table")
-    runs: list[dict] = []  # one record per (round, ranks, system): its best row per form and size
-    copies: list[dict] = []  # one record per (round, busbw size): the copy rates
-    bw_sizes = [s for s in sizes if s >= TIME_BELOW_BYTES] if "shm" in systems else []
-    loads = [os.getloadavg()[0]]
-    t_start = time.monotonic()
-    for rnd in range(args.rounds):
+    runs: list[dict] = []
+    copies: list[dict] = []
+    bw_sizes = [s for s in config.sizes if s >= TIME_BELOW_BYTES] if "shm" in systems else []
+    for rnd in range(config.rounds):
         order = systems if rnd % 2 == 0 else systems[::-1]
         for size in bw_sizes:
             one, all_ = copy_rates(size, COPY_PASSES)
             copies.append(
                 {"round": rnd, "size": size, "one_core": one, "all_cores": all_, "cores": usable_cores()}
             )
-        for n in rank_counts:
+        for n in config.rank_counts:
             for system in order:
                 loads.append(os.getloadavg()[0])
                 t0 = time.monotonic()
                 best: dict[str, dict] = {}
                 for group, (iters, warmup) in groups:
-                    for form, rows in _measure(
-                        system, n, group, algos, iters, warmup, args.timeout, run_dir
-                    ).items():
+                    measured = _measure(
+                        system, n, group, config.algorithms, iters, warmup, config.timeout_s, run_dir
+                    )
+                    for form, rows in measured.items():
                         best.setdefault(form, {}).update(rows)
                 runs.append({"round": rnd, "ranks": n, "system": system, "load": loads[-1], "best": best})
                 err.print(
-                    f"round {rnd + 1}/{args.rounds}, {n} ranks, {LABELS[system]}: "
+                    f"round {rnd + 1}/{config.rounds}, {n} ranks, {LABELS[system]}: "
                     f"{time.monotonic() - t0:.1f} s (load {loads[-1]:.2f})"
                 )
-    loads.append(os.getloadavg()[0])
-    command = "python -m playground bench table " + " ".join(sys.argv[3:])
-    text = render(runs, sizes, rank_counts, systems, args.rounds, command, loads, counts, copies)
-    print(text)
-    (run_dir / "table.md").write_text(text)
-    (run_dir / "table.json").write_text(
-        json.dumps(
-            {
-                "command": command,
-                "loads": loads,
-                "counts": counts,
-                "runs": runs,
-                "copies": copies,
-                "elapsed_s": time.monotonic() - t_start,
-            }
-        )
-    )
-    print(f"\nwritten: {run_dir / 'table.md'}")
-    wrong = [b for r in runs for rows in r["best"].values() for b in rows.values() if b["wrong"] > 0]
-    return 1 if wrong else 0
-
-
-def _parse_list(text: str, parse, flag: str) -> list:
-    try:
-        return parse(text)
-    except ValueError as e:
-        raise ScenarioError(f"{flag} {text!r}: {e}") from None
+    return runs, copies
 
 
 def _available(systems: list[str], err: Console) -> list[str]:

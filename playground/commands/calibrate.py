@@ -22,12 +22,14 @@ model column read it (models/calibration.py). The sizes measured leave gaps on p
 rows it was not calibrated on.
 """
 
+import argparse
 import io
 import json
 import math
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -35,10 +37,12 @@ from rich.console import Console
 from playground.comm.mailbox import spin_policy
 from playground.comm.registry import LAUNCHED
 from playground.comm.shm_transport import streams_from_bytes
+from playground.core import flags
 from playground.core.errors import ScenarioError
+from playground.core.flags import Text
 from playground.core.machine import usable_cores
 from playground.core.rundir import EXIT_OK
-from playground.core.sizes import format_size, parse_size_range
+from playground.core.sizes import format_size
 from playground.core.version import VERSION
 from playground.display.report import Table, make_console, render_table
 from playground.models.calibration import FORMAT, default_path, read_calibration, this_machine
@@ -62,35 +66,93 @@ DEFAULT_ROUNDS = 5
 MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s")
 
 
-def add_calibrate_parser(sub, func) -> None:
-    c = sub.add_parser(
-        "calibrate",
-        help="measure this machine once for every model and the simulator (writes calibration.json)",
-        description="Copy and reduction rates, the scheduler's time slice, and per transport a ping-pong of "
-        "every pair of ranks at once at 2 ranks and at more ranks than cores; one JSON file that bench, run, "
-        "simulate --link and the lecture read.",
-    )
-    c.add_argument("--transports", default="ipc,shm", help="comma list of ipc, shm, tcp (default ipc,shm)")
-    c.add_argument(
-        "--sizes", default=DEFAULT_SIZES, help=f"ping-pong message sizes (default {DEFAULT_SIZES})"
-    )
-    c.add_argument(
-        "--copy-sizes", default=DEFAULT_COPY_SIZES, help=f"copy buffer sizes (default {DEFAULT_COPY_SIZES})"
-    )
+HELP = "measure this machine once for every model and the simulator (writes calibration.json)"
+DESCRIPTION = (
+    "Copy and reduction rates, the scheduler's time slice, and per transport a ping-pong of every pair of "
+    "ranks at once at 2 ranks and at more ranks than cores; one JSON file that bench, run, simulate --link "
+    "and the lecture read."
+)
+
+
+def add_calibrate_flags(c: argparse.ArgumentParser) -> None:
+    """`calibrate`'s flags; their defaults are `CalibrateConfig.from_flags`'s."""
+    c.add_argument("--transports", help="comma list of ipc, shm, tcp (default ipc,shm)")
+    c.add_argument("--sizes", help=f"ping-pong message sizes (default {DEFAULT_SIZES})")
+    c.add_argument("--copy-sizes", help=f"copy buffer sizes (default {DEFAULT_COPY_SIZES})")
     c.add_argument("--ranks", help="rank counts measured (default 2, 2x and 4x the cores, at most 64)")
-    c.add_argument("--budget", type=float, default=0.4, help="seconds per size and pattern (default 0.4)")
+    c.add_argument("--budget", type=float, help="seconds per size and pattern (default 0.4)")
     c.add_argument(
         "--rounds",
         type=int,
-        default=DEFAULT_ROUNDS,
         help=f"launches of each ping-pong, in alternating order; the median is kept (default {DEFAULT_ROUNDS})",
     )
-    c.add_argument(
-        "--iters", type=int, default=10, help="copies timed per size and process count (default 10)"
-    )
+    c.add_argument("--iters", type=int, help="copies timed per size and process count (default 10)")
     c.add_argument("--out", help=f"the file written (default {default_path()})")
-    c.add_argument("--work", default="runs", help="directory for the ping-pong runs (default runs)")
-    c.set_defaults(func=func)
+    c.add_argument("--work", help="directory for the ping-pong runs (default runs)")
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """What `calibrate` measures (see the module) and where it writes it."""
+
+    transports: tuple[str, ...]
+    sizes: tuple[int, ...]  # ping-pong message sizes
+    copy_sizes: tuple[int, ...]
+    rank_counts: tuple[int, ...]
+    budget_s: float  # per size and pattern
+    rounds: int
+    iters: int  # copies timed per size and process count
+    out: Path  # the calibration file
+    work: Path  # the ping-pong runs
+    command: str  # the command line, for the record
+
+    @classmethod
+    def from_flags(
+        cls,
+        *,
+        transports: Text = "ipc,shm",
+        sizes: Text = DEFAULT_SIZES,
+        copy_sizes: Text = DEFAULT_COPY_SIZES,
+        ranks: Text | None = None,
+        budget: float = 0.4,
+        rounds: int = DEFAULT_ROUNDS,
+        iters: int = 10,
+        out: str | Path | None = None,
+        work: str | Path = "runs",
+    ) -> "CalibrateConfig":
+        given = {k: v for k, v in locals().items() if k != "cls"}  # the flags, for the command line
+        chosen = flags.items(transports)
+        for t in chosen:
+            if t not in LAUNCHED or t not in BOUNDS:
+                raise ScenarioError(f"--transports {t!r}: allowed: {', '.join(BOUNDS)}")
+        measured = {
+            flag: _sizes(flag, text) for flag, text in (("--sizes", sizes), ("--copy-sizes", copy_sizes))
+        }
+        if not budget > 0:
+            raise ScenarioError(f"--budget {budget}: expected seconds > 0")
+        if iters < 1:
+            raise ScenarioError(f"--iters {iters}: expected at least 1")
+        if rounds < 1:
+            raise ScenarioError(f"--rounds {rounds}: expected at least 1")
+        return cls(
+            transports=chosen,
+            sizes=measured["--sizes"],
+            copy_sizes=measured["--copy-sizes"],
+            rank_counts=_rank_counts(flags.comma(ranks), usable_cores()),
+            budget_s=budget,
+            rounds=rounds,
+            iters=iters,
+            out=Path(out) if out else default_path(),
+            work=Path(work),
+            command=flags.typed("calibrate", given, cls.from_flags),
+        )
+
+
+def _sizes(flag: str, text: Text) -> tuple[int, ...]:
+    sizes = flags.sizes(flag, text)
+    if len(set(sizes)) < 2 or min(sizes) < 1:
+        raise ScenarioError(f"{flag} {flags.comma(text)!r}: give at least two distinct sizes >= 1 byte")
+    return sizes
 
 
 def waits_asleep(transport: str, ranks: int, cores: int) -> bool:
@@ -103,9 +165,9 @@ def waits_asleep(transport: str, ranks: int, cores: int) -> bool:
     return not pause_ns and not yield_ns
 
 
-def _rank_counts(text: str | None, cores: int) -> list[int]:
+def _rank_counts(text: str | None, cores: int) -> tuple[int, ...]:
     if text is None:
-        return sorted({2, *(min(MAX_RANKS, k * cores) for k in (2, 4))})
+        return tuple(sorted({2, *(min(MAX_RANKS, k * cores) for k in (2, 4))}))
     try:
         counts = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
@@ -114,29 +176,7 @@ def _rank_counts(text: str | None, cores: int) -> list[int]:
         raise ScenarioError(
             f"--ranks {text!r}: expected even rank counts from 2 to {MAX_RANKS}, starting at 2"
         )
-    return counts
-
-
-def _options(args) -> tuple[list[str], list[int], list[int], list[int]]:
-    transports = [t for t in args.transports.split(",") if t]
-    for t in transports:
-        if t not in LAUNCHED or t not in BOUNDS:
-            raise ScenarioError(f"--transports {t!r}: allowed: {', '.join(BOUNDS)}")
-    sizes = {}
-    for flag, text in (("--sizes", args.sizes), ("--copy-sizes", args.copy_sizes)):
-        try:
-            sizes[flag] = parse_size_range(text, 2)
-        except ValueError as e:
-            raise ScenarioError(f"{flag} {text!r}: {e}") from None
-        if len(set(sizes[flag])) < 2 or min(sizes[flag]) < 1:
-            raise ScenarioError(f"{flag} {text!r}: give at least two distinct sizes >= 1 byte")
-    if not args.budget > 0:
-        raise ScenarioError(f"--budget {args.budget}: expected seconds > 0")
-    if args.iters < 1:
-        raise ScenarioError(f"--iters {args.iters}: expected at least 1")
-    if args.rounds < 1:
-        raise ScenarioError(f"--rounds {args.rounds}: expected at least 1")
-    return transports, sizes["--sizes"], sizes["--copy-sizes"], _rank_counts(args.ranks, usable_cores())
+    return tuple(counts)
 
 
 def _pingpongs(transport: str, ranks: int, sizes: list[int], budget_s: float, work: Path) -> list[dict]:
@@ -155,59 +195,72 @@ def _pingpongs(transport: str, ranks: int, sizes: list[int], budget_s: float, wo
     return finished.result["patterns"]
 
 
-def measure(args, console: Console) -> dict:
+def measure(config: CalibrateConfig, console: Console) -> dict:
     """Everything `calibrate` measures, as the record it writes (see the module)."""
-    from playground.commands.hostbench import migration_cost_s, rate_curve, time_slice_s, wake_up_s
-    from playground.display.report import progress_bar
-
-    transports, sizes, copy_sizes, counts = _options(args)
-    cores, started = usable_cores(), time.time()
-    err = make_console(stderr=True)
-    with progress_bar(err) as progress:
-        task = progress.add_task("copy and add", total=args.rounds * len(copy_sizes))
-        rates = mean_rates(
-            [
-                rate_curve(
-                    copy_sizes,
-                    cores,
-                    args.iters,
-                    lambda k, n, what, r=r: progress.update(task, completed=r * n + k, description=what),
-                )
-                for r in range(args.rounds)
-            ]
-        )
-        progress.update(task, completed=args.rounds * len(copy_sizes), description="time slice, wake-up")
-        slice_s, wake_s = time_slice_s(), wake_up_s()
-        migration_s, migration_from = migration_cost_s()
+    started = time.time()
     record = {
         "format": FORMAT,
         "version": VERSION,
         "machine": this_machine(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": "python -m playground calibrate " + " ".join(getattr(args, "argv", [])),
-        "host": {
-            "rates": rates,
-            "slice_s": slice_s,
-            "wake_s": wake_s,
-            "migration_cost_s": migration_s,
-            "migration_cost_from": migration_from,
-        },
-        "transports": {},
+        "command": config.command,
+        "host": _host(config),
+        "transports": _transports(config, console),
     }
-    steps = [(t, n) for t in transports for n in counts]
+    record["elapsed_s"] = time.time() - started
+    return record
+
+
+def _host(config: CalibrateConfig) -> dict:
+    """The machine: copy and add rates by size (the rounds' mean), the time slice, wake-up, migration."""
+    from playground.commands.hostbench import migration_cost_s, rate_curve, time_slice_s, wake_up_s
+    from playground.display.report import progress_bar
+
+    copy_sizes, cores = list(config.copy_sizes), usable_cores()
+    with progress_bar(make_console(stderr=True)) as progress:
+        task = progress.add_task("copy and add", total=config.rounds * len(copy_sizes))
+        rates = mean_rates(
+            [
+                rate_curve(
+                    copy_sizes,
+                    cores,
+                    config.iters,
+                    lambda k, n, what, r=r: progress.update(task, completed=r * n + k, description=what),
+                )
+                for r in range(config.rounds)
+            ]
+        )
+        progress.update(task, completed=config.rounds * len(copy_sizes), description="time slice, wake-up")
+        slice_s, wake_s = time_slice_s(), wake_up_s()
+        migration_s, migration_from = migration_cost_s()
+    return {
+        "rates": rates,
+        "slice_s": slice_s,
+        "wake_s": wake_s,
+        "migration_cost_s": migration_s,
+        "migration_cost_from": migration_from,
+    }
+
+
+def _transports(config: CalibrateConfig, console: Console) -> dict:
+    """Per transport, the ping-pongs of every rank count, `config.rounds` launches each in alternating
+    order, the median kept (`median_patterns`)."""
+    sizes, counts, cores = list(config.sizes), list(config.rank_counts), usable_cores()
+    steps = [(t, n) for t in config.transports for n in counts]
     rounds: dict[tuple[str, int], list[list[dict]]] = {step: [] for step in steps}
-    for r in range(args.rounds):  # alternating, as `bench` rounds are: a slow spell hits each step once
+    for r in range(config.rounds):  # alternating, as `bench` rounds are: a slow spell hits each step once
         for k, (transport, ranks) in enumerate(steps if r % 2 == 0 else steps[::-1]):
             console.print(
-                f"[{r * len(steps) + k + 1}/{args.rounds * len(steps)}] {transport}: "
+                f"[{r * len(steps) + k + 1}/{config.rounds * len(steps)}] {transport}: "
                 f"every pair of {ranks} ranks ping-pongs",
                 highlight=False,
             )
             rounds[(transport, ranks)].append(
-                _pingpongs(transport, ranks, sizes, args.budget, Path(args.work))
+                _pingpongs(transport, ranks, sizes, config.budget_s, config.work)
             )
+    out: dict[str, dict] = {}
     for transport, ranks in steps:
-        entry = record["transports"].setdefault(
+        entry = out.setdefault(
             transport,
             {"bounds": BOUNDS[transport], "segment_bytes": SEGMENT_BYTES[transport], "patterns": []},
         )
@@ -216,8 +269,7 @@ def measure(args, console: Console) -> dict:
             {**p, "sleeps": waits_asleep(transport, ranks, cores)}
             for p in median_patterns(rounds[(transport, ranks)], idle)
         ]
-    record["elapsed_s"] = time.time() - started
-    return record
+    return out
 
 
 def mean_rates(rounds: list[list[dict]]) -> list[dict]:
@@ -240,7 +292,7 @@ def median_patterns(rounds: list[list[dict]], idle: list[list[dict]] | None = No
     faster than the idle one-way time is such a spell and is left out while another round has the
     size: the simulator puts a pair's ranks on different cores (rank % cores), as a collective's
     critical path crosses them."""
-    fastest = {}
+    fastest: dict[tuple[str, int], float] = {}
     for rows in idle or []:
         for row in rows:
             key = (row["pattern"], row["size"])
@@ -291,10 +343,10 @@ def summary_table(calibration) -> Table:
     )
 
 
-def run_calibrate(args) -> int:
+def run_calibrate(config: CalibrateConfig) -> int:
     console = make_console()
-    out = Path(args.out) if args.out else default_path()
-    record = measure(args, console)
+    out = config.out
+    record = measure(config, console)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record, indent=1))

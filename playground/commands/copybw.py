@@ -34,17 +34,47 @@ import os
 import platform
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from playground.core import interrupts
-from playground.core.errors import ScenarioError
+from playground.core import flags, interrupts
+from playground.core.flags import Text
 from playground.core.machine import usable_cores
-from playground.core.sizes import format_size, parse_size_range
+from playground.core.sizes import format_size
 
 KINDS = ("numpy copy", "C memcpy", "numpy add")
 DEFAULT_SIZES = "1MiB,16MiB,64MiB,256MiB"
+
+
+@dataclass(frozen=True)
+class CopyConfig:
+    """`bench copy`: the buffer sizes, the rank counts whose bound is shown, copies timed per size."""
+
+    sizes: tuple[int, ...]
+    rank_counts: tuple[int, ...]
+    iters: int
+    out: Path
+
+    @classmethod
+    def from_flags(
+        cls,
+        *,
+        sizes: Text = DEFAULT_SIZES,
+        step: int = 2,
+        iters: int = 20,
+        rank_counts: Text = "2,4,8",
+        out: str | Path = "runs",
+    ) -> "CopyConfig":
+        command = "bench copy"
+        return cls(
+            flags.sizes("--sizes", sizes, flags.integer(command, "--step", step)),
+            flags.integers("--rank-counts", rank_counts),
+            flags.integer(command, "--iters/-i", iters),
+            Path(out),
+        )
 
 
 MIN_PASSES = 2.0  # per rank, in units of the buffer: the input read once, the result written once
@@ -148,18 +178,13 @@ def bound_ms(n: int, size_bytes: int, one_core_gbps: float, all_cores_gbps: floa
     return n * MIN_PASSES * size_bytes / (2 * rate * 1e9) * 1e3
 
 
-def run_copy(args) -> int:
+def run_copy(config: CopyConfig) -> int:
     from playground.core.machine import cpu_model
     from playground.core.rundir import make_run_dir
 
-    text = args.sizes if args.sizes != "8..64MiB" else DEFAULT_SIZES
-    try:
-        sizes = parse_size_range(text, args.step)
-        rank_counts = [int(v) for v in args.rank_counts.split(",")]
-    except ValueError as e:
-        raise ScenarioError(f"--sizes {text!r} / --rank-counts {args.rank_counts!r}: {e}") from None
-    iters, cores = args.iters or 20, usable_cores()
-    rows = []
+    sizes, rank_counts = config.sizes, config.rank_counts
+    iters, cores = config.iters, usable_cores()
+    rows: list[dict[str, Any]] = []
     for size in sizes:
         for kind in KINDS:
             one = measure(kind, size, 1, iters)[0]
@@ -190,15 +215,15 @@ def run_copy(args) -> int:
     bounds = []
     for size in sizes:
         copies = [r for r in rows if r["size"] == size and r["kind"] != "numpy add"]
-        one, all_ = max(r["one_core"] for r in copies), max(r["all_cores"] for r in copies)
+        one_gbps, all_gbps = max(r["one_core"] for r in copies), max(r["all_cores"] for r in copies)
         for n in rank_counts:
-            rate = rate_for(n, one, all_, cores)
-            ms = bound_ms(n, size, one, all_, cores)
+            rate = rate_for(n, one_gbps, all_gbps, cores)
+            ms = bound_ms(n, size, one_gbps, all_gbps, cores)
             bounds.append({"size": size, "ranks": n, "passes": MIN_PASSES, "rate_gbps": rate, "bound_ms": ms})
             lines.append(f"| {format_size(size)} | {n} | {ring_passes(n):.2f} | {rate:.1f} | {ms:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    run_dir = make_run_dir(Path(args.out), "copy")
+    run_dir = make_run_dir(config.out, "copy")
     (run_dir / "copy.md").write_text(text)
     (run_dir / "copy.json").write_text(json.dumps({"rows": rows, "bounds": bounds}))
     print(f"written: {run_dir / 'copy.md'}")

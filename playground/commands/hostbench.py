@@ -35,7 +35,7 @@ def rate_curve(sizes_bytes: list[int], cores: int, iters: int, progress=None) ->
     for k, size in enumerate(sizes_bytes):
         if progress:
             progress(k, len(sizes_bytes), f"copy and add at {size >> 10} KiB")
-        row = {"bytes": size}
+        row: dict[str, float] = {"bytes": size}
         for key, kind in (("copy", "numpy copy"), ("add", "numpy add")):
             row[f"{key}_one_gbps"] = measure(kind, size, 1, iters)[0]
             row[f"{key}_all_gbps"] = (

@@ -70,10 +70,12 @@ def measure(
     calls: int = 5000,
     traced: bool | str = True,
     profile: cProfile.Profile | None = None,
+    flight_entries: int | None = None,
 ) -> float:
     """CPU microseconds per rank per all-reduce of `size_bytes` float32 (MAX, in place). `traced`:
     True records what a run records (phases and one event per message), "phases" what `bench`
-    records (phases, no message events), False nothing."""
+    records (phases, no message events), False nothing. `flight_entries`: the flight recorder's
+    ring (None: an in-process world's default; 0: none)."""
     directory = tempfile.mkdtemp(prefix="playground-hotpath-", dir="/dev/shm")
     ctx = zmq.Context() if BY_NAME[transport].uses_zmq else None
     transports = open_world(transport, ranks, directory, ctx)
@@ -85,6 +87,7 @@ def measure(
                 ranks,
                 _Cooperative(t, scheduler),
                 tracer=Tracer(r, None, enabled=bool(traced), messages=traced is True),
+                flight_entries=flight_entries,
             )
             for r, t in enumerate(transports)
         ]
@@ -119,8 +122,11 @@ def measure(
 
 def python_calls(stats: pstats.Stats, calls: int, ranks: int) -> float:
     """Python-level calls per rank per all-reduce, this module's own frames left out."""
-    own = sum(v[1] for k, v in stats.stats.items() if k[0] == __file__ or "greenlet" in str(k[2]))
-    return (stats.total_calls - own) / calls / ranks
+    # pstats keeps its table and total as plain attributes, which typeshed does not declare
+    table: dict = stats.stats  # type: ignore[attr-defined]
+    total: int = stats.total_calls  # type: ignore[attr-defined]
+    own = sum(v[1] for k, v in table.items() if k[0] == __file__ or "greenlet" in str(k[2]))
+    return (total - own) / calls / ranks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     size = parse_size(args.size)
     what = f"{args.algo} all-reduce of {size} B, {args.ranks} ranks over {args.transport}"
-    labels = {
+    labels: dict[bool | str, str] = {
         False: "tracing off",
         "phases": "as bench traces (phases, no per-message events)",
         True: "with per-message trace events (as in a run)",

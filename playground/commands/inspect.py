@@ -189,6 +189,20 @@ def write_trace(events: dict[int, list[dict]], clocks: dict, path: Path) -> list
     return flows
 
 
+RANK_COLUMNS = {
+    "rank": "rank",
+    "total_ms": "total (ms)",
+    "send_ms": "send (ms)",
+    "wait_ms": "recv-wait (ms)",
+    "reduce_ms": "reduce (ms)",
+    "compute_ms": "compute (ms)",
+    "other_ms": "other (ms)",
+    "sent_MiB": "sent (MiB)",
+    "received_MiB": "received (MiB)",
+    "events": "events",
+}
+
+
 def inspect_run(
     run_dir: Path,
     trace_path: str | None = None,
@@ -207,6 +221,28 @@ def inspect_run(
     console = make_console()
     result_file = Path(run_dir) / "result.json"
     result = json.loads(result_file.read_text()) if result_file.exists() else {}
+    _print_ranks(run_dir, events, result, console)
+    _print_hosts(run_dir, events, console)
+    if result.get("ok") is False:
+        for line in result.get("failures", [])[:5]:
+            console.print(f"[red]failure[/red]: {line}", highlight=False)
+    if trace_path:
+        _trace(events, clocks, Path(trace_path), console)
+    if plot_path:
+        from playground.display.plot import plot_timeline
+
+        plot_timeline(events, Path(plot_path))
+        console.print(f"wrote timeline plot {plot_path}", highlight=False)
+    if diagram:
+        console.print(diagram.summary(), highlight=False, markup=False)
+        if diagram.truncated:
+            console.print(f"note: {diagram.cut_note()}", highlight=False, markup=False)
+    return 0
+
+
+def _print_ranks(run_dir: Path, events: dict[int, list[dict]], result: dict, console) -> None:
+    """Each rank's time inside timed operations, by phase (its byte counts as the rank counted
+    them where result.json has them), and the slowest rank's critical phase."""
     counted = {res["rank"]: res for res in result.get("rank_results", [])}
     times = [rank_times(r, ev) for r, ev in sorted(events.items())]
     rows = [
@@ -225,25 +261,7 @@ def inspect_run(
         for t in times
     ]
     title = f"{result.get('scenario', Path(run_dir).name)}: time per rank inside timed operations"
-    render_table(
-        Table(
-            title,
-            rows,
-            {
-                "rank": "rank",
-                "total_ms": "total (ms)",
-                "send_ms": "send (ms)",
-                "wait_ms": "recv-wait (ms)",
-                "reduce_ms": "reduce (ms)",
-                "compute_ms": "compute (ms)",
-                "other_ms": "other (ms)",
-                "sent_MiB": "sent (MiB)",
-                "received_MiB": "received (MiB)",
-                "events": "events",
-            },
-        ),
-        console,
-    )
+    render_table(Table(title, rows, RANK_COLUMNS), console)
     slowest = max(times, key=lambda t: t.total_us)
     phase = slowest.critical_phase
     share = slowest.phases()[phase] / slowest.total_us * 100 if slowest.total_us else 0.0
@@ -252,52 +270,40 @@ def inspect_run(
         f"{phase} ({share:.0f}% of its time)",
         highlight=False,
     )
-    _print_hosts(run_dir, events, console)
-    if result.get("ok") is False:
-        for line in result.get("failures", [])[:5]:
-            console.print(f"[red]failure[/red]: {line}", highlight=False)
-    if trace_path:
-        flows = write_trace(events, clocks, Path(trace_path))
+
+
+def _trace(events: dict[int, list[dict]], clocks: dict, path: Path, console) -> None:
+    """The Chrome trace written, and what it says of the clocks: how far ranks were shifted, and a
+    warning where a receive still ends before its send."""
+    flows = write_trace(events, clocks, path)
+    console.print(
+        f"wrote Chrome trace {path} ({sum(len(e) for e in events.values())} events, "
+        f"{len(events)} processes, {len(flows)} message arrows): open in https://ui.perfetto.dev "
+        f"or chrome://tracing",
+        highlight=False,
+    )
+    if clocks:
+        worst = max(clocks.items(), key=lambda kv: abs(kv[1].offset_us))
+        moved = {
+            r: c.shift_us - c.offset_us for r, c in clocks.items() if abs(c.shift_us - c.offset_us) >= 0.05
+        }
         console.print(
-            f"wrote Chrome trace {trace_path} ({sum(len(e) for e in events.values())} events, "
-            f"{len(events)} processes, {len(flows)} message arrows): open in https://ui.perfetto.dev "
-            f"or chrome://tracing",
+            f"clocks: each rank shifted by its offset to rank 0 (largest: rank {worst[0]}, "
+            f"{worst[1].offset_us:+.1f} us +/- {worst[1].uncertainty_us:.1f} us)"
+            + (
+                f"; {len(moved)} moved within their bounds so that every receive follows its send "
+                f"(at most {max(map(abs, moved.values())):.1f} us)"
+                if moved
+                else ""
+            ),
             highlight=False,
         )
-        if clocks:
-            worst = max(clocks.items(), key=lambda kv: abs(kv[1].offset_us))
-            moved = {
-                r: c.shift_us - c.offset_us
-                for r, c in clocks.items()
-                if abs(c.shift_us - c.offset_us) >= 0.05
-            }
-            console.print(
-                f"clocks: each rank shifted by its offset to rank 0 (largest: rank {worst[0]}, "
-                f"{worst[1].offset_us:+.1f} us +/- {worst[1].uncertainty_us:.1f} us)"
-                + (
-                    f"; {len(moved)} moved within their bounds so that every receive follows its send "
-                    f"(at most {max(map(abs, moved.values())):.1f} us)"
-                    if moved
-                    else ""
-                ),
-                highlight=False,
-            )
-        early = receives_before_send(flows)
-        if early:
-            f = min(early, key=lambda f: f.slack_us)
-            console.print(
-                f"[yellow]warning[/yellow]: {len(early)} of {len(flows)} messages end before they were "
-                f"sent on the merged timeline (worst: rank {f.src} -> {f.dst} tag {f.tag} #{f.seq}, "
-                f"{-f.slack_us:.1f} us early): the clock offsets are off by more than that",
-                highlight=False,
-            )
-    if plot_path:
-        from playground.display.plot import plot_timeline
-
-        plot_timeline(events, Path(plot_path))
-        console.print(f"wrote timeline plot {plot_path}", highlight=False)
-    if diagram:
-        console.print(diagram.summary(), highlight=False, markup=False)
-        if diagram.truncated:
-            console.print(f"note: {diagram.cut_note()}", highlight=False, markup=False)
-    return 0
+    early = receives_before_send(flows)
+    if early:
+        f = min(early, key=lambda f: f.slack_us)
+        console.print(
+            f"[yellow]warning[/yellow]: {len(early)} of {len(flows)} messages end before they were "
+            f"sent on the merged timeline (worst: rank {f.src} -> {f.dst} tag {f.tag} #{f.seq}, "
+            f"{-f.slack_us:.1f} us early): the clock offsets are off by more than that",
+            highlight=False,
+        )

@@ -39,6 +39,21 @@ def parallelism(ctx) -> str:
             torch[p].append(
                 _run(ctx, p, f"params.micro_batches={TORCH_MICRO_BATCHES[p]}", "params.baseline=pipelining")
             )
+    every = [r for results in (*sweeps.values(), *torch.values()) for res in results for r in res["runs"]]
+    return "\n".join(
+        [
+            *_bubbles(sweeps, rounds),
+            *_held(sweeps),
+            *_against_torch(torch),
+            f"\nEvery run against one process on the whole batch: parameters within "
+            f"{max(r['param_gap'] for r in every):.1e} of the largest, losses within "
+            f"{max(r['loss_gap'] for r in every):.1e} (relative), over {len(every)} runs.\n",
+        ]
+    )
+
+
+def _bubbles(sweeps: dict[int, list[dict]], rounds: int) -> list[str]:
+    """The bubble against the number of micro-batches: measured, modelled, the formula; the hop."""
     first = sweeps[STAGES[0]][0]
     lines = [
         f"`run train-pipeline`: the transformer of {first['parameters']:,} parameters, its blocks split "
@@ -67,7 +82,12 @@ def parallelism(ctx) -> str:
                 f"{median_spread(hops, 1.0, 2)} ms after its send began (median of each run's median), wake-up "
                 "included."
             )
-    lines += [
+    return lines
+
+
+def _held(sweeps: dict[int, list[dict]]) -> list[str]:
+    """The activations each stage held at most, against the schedule's count."""
+    lines = [
         "\n## Activations held\n",
         "The most bytes of activations each stage held at once (counted as they are kept and dropped), "
         "against the schedule's count (GPipe: m; 1F1B: min(p - s, m)) times one micro-batch's bytes.\n",
@@ -81,7 +101,12 @@ def parallelism(ctx) -> str:
                 f"| {p} | {row['schedule']} | {row['m']} | {row['held']} | {row['held_formula']} | {kib} | "
                 f"{'yes' if row['held_bytes'] == row['formula_bytes'] else 'no'} |"
             )
-    lines += [
+    return lines
+
+
+def _against_torch(torch: dict[int, list[dict]]) -> list[str]:
+    """Our step beside torch.distributed.pipelining's, and the largest loss gap."""
+    lines = [
         "\n## Against torch.distributed.pipelining\n",
         "The same stages, weights and batches with torch's ScheduleGPipe and Schedule1F1B over Gloo, "
         "`torch.set_num_threads(1)` as our ranks pin their BLAS; step time of the slowest rank, median of the "
@@ -96,10 +121,4 @@ def parallelism(ctx) -> str:
                 f"| {p} | {row['schedule']} | {row['m']} | {_ms([r['step_ours_ms'] for r in each])} | "
                 f"{_ms([r['step_torch_ms'] for r in each])} | {max(r['loss_gap'] for r in each):.1e} |"
             )
-    every = [r for results in (*sweeps.values(), *torch.values()) for res in results for r in res["runs"]]
-    lines.append(
-        f"\nEvery run against one process on the whole batch: parameters within "
-        f"{max(r['param_gap'] for r in every):.1e} of the largest, losses within "
-        f"{max(r['loss_gap'] for r in every):.1e} (relative), over {len(every)} runs.\n"
-    )
-    return "\n".join(lines)
+    return lines

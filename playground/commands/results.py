@@ -18,6 +18,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   is, beside the same run at a constant learning rate); `run train-modes --baseline ddp` (and
   train-large) at 2 and 4 ranks, alternating round by round: our bucketed step against PyTorch
   DDP's; then tokens/s at 1, 2, 4 ranks and across two emulated hosts (as root).
+- compute.md: `bench compute`: forward + backward of one rank's shapes of train-modes and train-large
+  at 1, 2 and 4 ranks, ours (native kernels, numpy reference) against torch's model, alternating
+  rounds; the optimizer step; each kernel's share and the achieved FLOP/s against the machine's
+  matrix-multiply rate (compute_bench.py); its processes run without OPENBLAS_CORETYPE/L2_SIZE.
 - steptime.md: `run train-modes` at 2 and 4 ranks, every mode's measured step beside the step-time
   model's from the calibration, the ratio per mode and rank count (`steptime_results`); then ZeRO-2
   and ZeRO-3's trade: every mode with and without prefetch beside the model, the two pathologies (no
@@ -36,8 +40,14 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - tensor.md: `run serving-tensor` at 2 and 4 ranks (decode step time against t, measured, modelled
   and simulated to 64 ranks) and `run train-tensor` at 2 and 4 ranks with torch's tensor parallelism
   beside ours (`tensor_results`).
+- moe.md: `run train-moe` on 2 ranks (dropless) and 4 (2 x 2, capacity factor 1.25): loads and drops
+  per routing workload, the step's split beside the all-to-all model and the slowest rank's work, the
+  permutation sorted against gathered (`moe_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
   detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
+- observability.md: the flight recorder's cost on an 8-byte all-reduce, off against on
+  (`commands/flight_bench.py`), and the straggler scores' hits, misses and false positives over
+  clean and slowed runs (`commands/straggler_bench.py`).
 
 The pages with model columns (collectives, alltoall, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
@@ -47,11 +57,11 @@ The subcommands run as children (`python -P -m playground ...`, as a user would 
 crash in one is one failed section, named on the page, not a lost run.
 """
 
+import argparse
 import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,18 +70,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from playground.chaos.results import chaos_section
 from playground.commands import accuracy, alltoall_results
-from playground.commands.chaos_results import chaos_section
+from playground.commands.compute_bench import compute_section
+from playground.commands.moe_results import moe
+from playground.commands.observability_results import observability_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
 from playground.commands.tensor_results import tensor
 from playground.commands.training_results import training_section
+from playground.core import flags
+from playground.core.child import PLAYGROUND
 from playground.core.errors import ScenarioError
+from playground.core.flags import Text
 from playground.core.machine import describe_machine
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, make_run_dir
 from playground.models.calibration import ENVIRONMENT, find_calibration
-
-CHILD = [sys.executable, "-P", "-m", "playground"]
 
 
 @dataclass
@@ -111,7 +125,7 @@ class Context:
         line = "python -m playground " + " ".join(args)
         self.commands.append(line)
         self.console.print(f"[bold]$ {escape(line)}[/bold]", highlight=False)
-        proc = subprocess.run([*CHILD, *args], text=True, stdout=subprocess.PIPE, timeout=timeout_s)
+        proc = subprocess.run([*PLAYGROUND, *args], text=True, stdout=subprocess.PIPE, timeout=timeout_s)
         self.console.print(proc.stdout[-3000:], highlight=False, markup=False)
         if proc.returncode not in ok:
             raise ScenarioError(f"`{line}` exited with {proc.returncode}")
@@ -248,6 +262,7 @@ SECTIONS = [
     Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
+    Section("compute", "compute.md", "A training rank's compute against PyTorch", compute_section, 1.5, 5),
     Section("steptime", "steptime.md", "The training step against its model", steptime_section, 4, 25, True),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 5, 20),
     Section(
@@ -261,7 +276,17 @@ SECTIONS = [
     ),
     # (tensor measures a calibration of its own and names it to its runs)
     Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
+    # (moe measures a calibration of its own and names it to its runs)
+    Section("moe", "moe.md", "Mixture of experts: expert parallelism under skewed routing", moe, 1.5, 4),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
+    Section(
+        "observability",
+        "observability.md",
+        "The flight recorder's cost, and stragglers named",
+        observability_section,
+        1,
+        12,
+    ),
 ]
 
 
@@ -311,62 +336,99 @@ def machine_header(commands: list[str], started: float, loads: tuple[float, floa
 PAGE_FRONT = "---\nhide:\n  - toc\n---\n\n"
 
 
-def run_results(
-    sections: str | None,
-    quick: bool,
-    rounds: int,
-    out: Path,
-    work: Path,
-    resume: bool = False,
-    max_minutes: float | None = None,
-) -> int:
-    chosen = [s for s in SECTIONS if not sections or s.name in sections.split(",")]
-    unknown = set((sections or "").split(",")) - {s.name for s in SECTIONS} - {""}
-    if unknown:
-        raise ScenarioError(
-            f"--sections {','.join(sorted(unknown))}: allowed: {', '.join(s.name for s in SECTIONS)}"
-        )
-    if rounds < 1:
-        raise ScenarioError(f"--rounds {rounds}: expected at least 1")
-    if max_minutes is not None and not max_minutes > 0:
-        raise ScenarioError(f"--max-minutes {max_minutes}: expected minutes > 0")
+@dataclass(frozen=True)
+class ResultsConfig:
+    """Which pages to measure, how (quick or full, rounds), where they go and where their runs go."""
+
+    sections: tuple[Section, ...]
+    quick: bool
+    rounds: int
+    out: Path  # the pages
+    work: Path  # the runs behind them
+    resume: bool  # go on in the last results directory under `work`
+    max_minutes: float | None
+
+    @classmethod
+    def from_flags(
+        cls,
+        *,
+        sections: Text | None = None,
+        quick: bool = False,
+        rounds: int = 3,
+        out: str | Path = "docs/results",
+        work: str | Path = "runs",
+        resume: bool = False,
+        max_minutes: float | None = None,
+    ) -> "ResultsConfig":
+        names = flags.items(sections)
+        unknown = set(names) - {s.name for s in SECTIONS}
+        if unknown:
+            raise ScenarioError(
+                f"--sections {','.join(sorted(unknown))}: allowed: {', '.join(s.name for s in SECTIONS)}"
+            )
+        if rounds < 1:
+            raise ScenarioError(f"--rounds {rounds}: expected at least 1")
+        if max_minutes is not None and not max_minutes > 0:
+            raise ScenarioError(f"--max-minutes {max_minutes}: expected minutes > 0")
+        chosen = tuple(s for s in SECTIONS if not names or s.name in names)
+        return cls(chosen, quick, rounds, Path(out), Path(work), resume, max_minutes)
+
+
+def run_results(config: ResultsConfig) -> int:
+    """Each chosen section measured and its page written, then the index; 1 if a section failed."""
     console = Console(stderr=True, highlight=False)
+    chosen, quick = config.sections, config.quick
     minutes = sum(s.quick_minutes if quick else s.full_minutes for s in chosen)
     console.print(
         f"results: {', '.join(s.name for s in chosen)}: about {minutes:.0f} min here; keep the machine quiet"
     )
-    out.mkdir(parents=True, exist_ok=True)
-    earlier = sorted(p for p in work.glob("*-results*") if p.is_dir()) if resume else []
-    work_dir = earlier[-1] if earlier else make_run_dir(work, "results")
-    failed = []
+    config.out.mkdir(parents=True, exist_ok=True)
+    earlier = sorted(p for p in config.work.glob("*-results*") if p.is_dir()) if config.resume else []
+    work_dir = earlier[-1] if earlier else make_run_dir(config.work, "results")
     named = os.environ.get(ENVIRONMENT)
-    models = Context(work_dir / "calibration", quick, rounds, console, out, max_minutes)
+    models = Context(work_dir / "calibration", quick, config.rounds, console, config.out, config.max_minutes)
     try:
         models_line = calibration_for_models(models) if any(s.models for s in chosen) else ""
-        for k, s in enumerate(chosen):
-            console.print(f"[bold]({k + 1}/{len(chosen)}) {s.title}[/bold]")
-            ctx = Context(work_dir / s.name, quick, rounds, console, out, max_minutes)
-            started, load0 = time.time(), os.getloadavg()[0]
-            try:
-                body = s.make(ctx)
-            except (ScenarioError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
-                failed.append(s.name)
-                body = (
-                    f"This section failed: {e}. Rerun `python -m playground results --sections {s.name}`.\n"
-                )
-            commands = [*models.commands, *ctx.commands] if s.models else ctx.commands
-            header = machine_header(commands, started, (load0, os.getloadavg()[0]))
-            if s.models:
-                header += f"\n{models_line}\n"
-            (out / s.page).write_text(f"{PAGE_FRONT}# {s.title}\n\n{header}\n{body}")
-            console.print(f"written: {out / s.page}")
+        failed = [
+            s for k, s in enumerate(chosen) if not _page(config, k, work_dir, models, models_line, console)
+        ]
     finally:
         if named is None:
             os.environ.pop(ENVIRONMENT, None)
         else:
             os.environ[ENVIRONMENT] = named
-    _write_index(out)
+    _write_index(config.out)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _page(config: ResultsConfig, k: int, work_dir: Path, models: Context, models_line: str, console) -> bool:
+    """Section k measured and its page written (saying so if it failed); whether it succeeded."""
+    s = config.sections[k]
+    console.print(f"[bold]({k + 1}/{len(config.sections)}) {s.title}[/bold]")
+    ctx = Context(work_dir / s.name, config.quick, config.rounds, console, config.out, config.max_minutes)
+    started, load0 = time.time(), os.getloadavg()[0]
+    ok = True
+    try:
+        body = s.make(ctx)
+    except (ScenarioError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
+        ok = False
+        body = f"This section failed: {e}. Rerun `python -m playground results --sections {s.name}`.\n"
+    commands = [*models.commands, *ctx.commands] if s.models else ctx.commands
+    header = machine_header(commands, started, (load0, os.getloadavg()[0]))
+    if s.models:
+        header += f"\n{models_line}\n"
+    (config.out / s.page).write_text(as_typed(f"{PAGE_FRONT}# {s.title}\n\n{header}\n{body}", work_dir))
+    console.print(f"written: {config.out / s.page}")
+    return ok
+
+
+def as_typed(text: str, work_dir: Path) -> str:
+    """`text` (a page) with every path inside the results directory written relative to it: the
+    commands as a reader types them there (`--out labs/lecture`), not where this machine happened
+    to put them."""
+    for prefix in {str(work_dir), str(work_dir.resolve())}:
+        text = text.replace(prefix + os.sep, "")
+    return text
 
 
 def _write_index(out: Path) -> None:
@@ -382,25 +444,27 @@ def _write_index(out: Path) -> None:
     (out / "index.md").write_text("\n".join(lines) + "\n")
 
 
-def add_results_parser(sub, func) -> None:
-    r = sub.add_parser(
-        "results",
-        help="measure the docs' results pages on this machine (benchmarks, simulator, labs)",
-        description="Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator "
-        "against measurements, the lecture, training against "
-        "PyTorch DDP, the training step against its model, the serving lab, pipeline and tensor parallelism "
-        "and chaos runs, one after the other, and writes docs/results/*.md headed by this machine; about "
-        "141 min (--quick: 26).",
-    )
+HELP = "measure the docs' results pages on this machine (benchmarks, simulator, labs)"
+DESCRIPTION = (
+    "Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator against "
+    "measurements, the lecture, training against PyTorch DDP, a training rank's compute against torch's, the training step against its model with ZeRO-2 and ZeRO-3's trade, the "
+    "serving lab, pipeline and tensor parallelism, the mixture of experts, chaos runs and the flight recorder's cost with the "
+    "straggler scores' hits, one after the other, and writes docs/results/*.md headed by this machine; "
+    "about 186 min (--quick: 30)."
+)
+
+
+def add_results_flags(r: argparse.ArgumentParser) -> None:
+    """`results`' flags; their defaults are `ResultsConfig.from_flags`'."""
     r.add_argument(
         "--sections",
-        metavar="collectives,alltoall,simulator,labs,training,steptime,serving,parallelism,tensor,chaos",
+        metavar="collectives,alltoall,simulator,labs,training,compute,steptime,serving,parallelism,tensor,moe,chaos,observability",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")
-    r.add_argument("--rounds", type=int, default=3, help="rounds of each measurement (default 3)")
-    r.add_argument("--out", default="docs/results", help="where the pages go (default docs/results)")
-    r.add_argument("--work", default="runs", help="where the runs behind them go (default runs)")
+    r.add_argument("--rounds", type=int, help="rounds of each measurement (default 3)")
+    r.add_argument("--out", help="where the pages go (default docs/results)")
+    r.add_argument("--work", help="where the runs behind them go (default runs)")
     r.add_argument(
         "--continue",
         dest="resume",
@@ -410,4 +474,3 @@ def add_results_parser(sub, func) -> None:
     r.add_argument(
         "--max-minutes", type=float, help="start no new piece after this long (the page says what is missing)"
     )
-    r.set_defaults(func=func)

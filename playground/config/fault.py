@@ -9,7 +9,7 @@ from playground.core.errors import ParamError, ScenarioError, UsageError
 from playground.core.sizes import Duration, format_duration
 from playground.core.topology import place_blocks, ranks_on
 
-RANK_ACTIONS = ("raise", "kill", "hang", "exit", "corrupt")
+RANK_ACTIONS = ("raise", "kill", "hang", "exit", "corrupt", "slow")
 HOST_ACTIONS = ("cut_link", "delay_link", "kill_host")
 
 
@@ -18,7 +18,9 @@ class Fault:
     """Make one rank, or one host of an emulated cluster, fail on purpose (a drill).
 
     Rank actions need `rank` and fire on its post number `after_ops + 1`: raise, kill, hang, exit,
-    or corrupt (flip one bit of the next array it sends, which the collectives' check must catch).
+    corrupt (flip one bit of the next array it sends, which the collectives' check must catch), or
+    slow (from then on the rank's own work, its compute and what it does between messages, takes
+    `factor` times as long: a straggler, which the run's report must name).
     Host actions need `hosts:` and name the host by `host`, or by `rank` (that rank's host):
       cut_link    take the host's link down, `after_s` seconds after every rank registered or on post
                   `after_ops + 1` of `rank` (default: the host's first rank)
@@ -30,10 +32,11 @@ class Fault:
     # `host` says), and its posts are counted (default: the host's first rank)
     rank: int | None = None
     # what happens (above): raise FaultInjected, SIGKILL itself, hang, exit with status 3, flip a bit
-    # of its next array (corrupt); cut_link, delay_link, kill_host act on a host
-    action: Literal["raise", "kill", "hang", "exit", "corrupt", "cut_link", "delay_link", "kill_host"] = (
-        "raise"
-    )
+    # of its next array (corrupt), work `factor` times slower (slow); cut_link, delay_link, kill_host
+    # act on a host
+    action: Literal[
+        "raise", "kill", "hang", "exit", "corrupt", "slow", "cut_link", "delay_link", "kill_host"
+    ] = "raise"
     # fire on the counting rank's post number after_ops + 1 (a post: an array or object it sends;
     # 0: its first)
     after_ops: int = 0
@@ -42,12 +45,19 @@ class Fault:
     after_s: float | None = None
     host: int | None = None  # host actions: the host (0 to hosts - 1); null: the host of `rank`
     delay: Duration | None = None  # delay_link: added to every message to or from the host (e.g. 50ms)
+    factor: float | None = None  # slow: how many times longer the rank's own work takes (> 1, e.g. 2)
 
     def __post_init__(self):
         if self.after_ops < 0:
             raise ParamError("after_ops", f"must be >= 0, got {self.after_ops}")
         if self.after_s is not None and self.after_s < 0:
             raise ParamError("after_s", f"must be >= 0, got {self.after_s}")
+        if self.action == "slow" and (self.factor is None or not self.factor > 1):
+            raise ParamError(
+                "factor", f"action slow needs a factor > 1 (e.g. 2: twice as slow), got {self.factor}"
+            )
+        if self.factor is not None and self.action != "slow":
+            raise ParamError("factor", f"only for action slow, not {self.action}")
         if self.action in RANK_ACTIONS:
             if self.rank is None:
                 raise ParamError("rank", f"required for action {self.action}")

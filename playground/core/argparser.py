@@ -45,25 +45,9 @@ class OneLineParser(argparse.ArgumentParser):
 
     def one_line(self, message: str) -> str:
         """argparse's `message` as one line: what was wrong, a suggestion, where the flags are listed."""
-        command = _command(self.prog)
-        where = f"{command} " if command else ""
-        help_ = f" ({self.prog} --help)"
-        if m := _INVALID_CHOICE.match(message):
-            flag, value, allowed = m[1], m[2], _choices(m[3])
-            if flag == "command":
-                return (
-                    f"unknown command {value!r}; {did_you_mean(value, allowed)}commands: {', '.join(allowed)}"
-                )
-            return (
-                f"{where}{flag} {value!r}: {did_you_mean(value, allowed)}expected one of {', '.join(allowed)}"
-            )
-        if m := _INVALID_VALUE.match(message):
-            return f"{where}{m[1]} {m[3]!r}: expected {_TYPES.get(m[2], f'a {m[2]} value')}{help_}"
-        if m := _NO_VALUE.match(message):
-            return f"{where}{m[1]}: expected a value{help_}"
         if m := _UNKNOWN.match(message):
             return self._unknown(m[1].split())
-        return f"{command + ': ' if command else ''}{message}{help_}"
+        return one_line(self.prog, message)
 
     def _unknown(self, words: list[str]) -> str:
         """Flags no parser took: named with the closest flag of the command they were given to."""
@@ -76,10 +60,33 @@ class OneLineParser(argparse.ArgumentParser):
         return f"{command + ': ' if command else ''}unknown argument {' '.join(words)}{said} ({parser.prog} --help)"
 
     def _command_parser(self) -> argparse.ArgumentParser:
-        """The subcommand's parser the arguments were given to (argparse reports leftovers from the top)."""
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                word = next((w for w in getattr(self, "_argv", []) if w in action.choices), None)
-                if word is not None:
-                    return action.choices[word]
-        return self
+        """The (sub-)command's parser the arguments were given to (argparse reports leftovers from
+        the top): `bench table`'s for `bench table --ranks 2`."""
+        parser: argparse.ArgumentParser = self
+        words = getattr(self, "_argv", [])
+        while True:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            word = next((w for w in words if subs and w in subs[0].choices), None)
+            if word is None:
+                return parser
+            parser, words = subs[0].choices[word], words[words.index(word) + 1 :]
+
+
+def one_line(prog: str, message: str) -> str:
+    """argparse's `message` about a flag of the parser `prog` as one line: what was wrong, a
+    suggestion, where the flags are listed. The Python API says its keywords' errors with it, so
+    that they read as the command line's."""
+    command = _command(prog)
+    where = f"{command} " if command else ""
+    help_ = f" ({prog} --help)"
+    if m := _INVALID_CHOICE.match(message):
+        flag, value, allowed = m[1], m[2], _choices(m[3])
+        if flag == "command" or flag.endswith("_command"):  # a sub-parser's dest (bench_command)
+            said = f"{where}command {value!r}; {did_you_mean(value, allowed)}"
+            return f"unknown {said}{where}commands: {', '.join(allowed)}"
+        return f"{where}{flag} {value!r}: {did_you_mean(value, allowed)}expected one of {', '.join(allowed)}"
+    if m := _INVALID_VALUE.match(message):
+        return f"{where}{m[1]} {m[3]!r}: expected {_TYPES.get(m[2], f'a {m[2]} value')}{help_}"
+    if m := _NO_VALUE.match(message):
+        return f"{where}{m[1]}: expected a value{help_}"
+    return f"{command + ': ' if command else ''}{message}{help_}"

@@ -143,6 +143,37 @@ class MessageMismatch(CommError):
     """A message arrived that does not fit what the receiver expected (kind, element count)."""
 
 
+class CollectiveMismatch(MessageMismatch):
+    """Two ranks called different collectives at the same point: another collective or algorithm,
+    op, dtype or size (comm/desync.py finds it where their messages meet). `mine` and `theirs` say
+    what each called (name, algorithm, op, dtype, nbytes, seq, group_seq: `describe_call`); `theirs`
+    is None when the peer did not say within the wait (it was not waiting any more)."""
+
+    def __init__(self, rank: int, peer: int, mine: dict | None, theirs: dict | None):
+        self.mine, self.theirs = mine, theirs
+        said = describe_call(theirs) if theirs else "a different collective (it did not say which)"
+        super().__init__(
+            f"rank {rank}: collective mismatch with rank {peer}: rank {rank} called {describe_call(mine)}, "
+            f"rank {peer} called {said}",
+            rank=rank,
+            peer=peer,
+            direction="from",
+            op=(mine or {}).get("name", ""),
+        )
+
+
+def describe_call(call: dict | None) -> str:
+    """ "allreduce ring (sum, float32, 32 bytes) as its collective #3": one side of a mismatch."""
+    if not call:
+        return "no collective"
+    what = [call[k] for k in ("op", "dtype") if call.get(k) and (k == "op" or call.get("nbytes"))]
+    if call.get("nbytes", -1) > 0:
+        what.append(f"{call['nbytes']} bytes")
+    algorithm = f" {call['algorithm']}" if call.get("algorithm") else ""
+    details = f" ({', '.join(what)})" if what else ""
+    return f"{call.get('name', '?')}{algorithm}{details} as its collective #{call.get('seq', '?')}"
+
+
 class WireError(CommError, ValueError):
     """A frame that is not a well-formed message of this protocol (truncated, garbage, from a
     rank that is not in the run). A ValueError too, as the header decoder's errors always were."""

@@ -105,6 +105,9 @@ def make_console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=None if stream.isatty() else width)
 
 
+WIDE_HELP = "print each table in one piece at its full width, however wide the terminal (PLAYGROUND_WIDE=1)"
+
+
 def wide() -> bool:
     """PLAYGROUND_WIDE=1 (`--wide`): every table in one piece at its full width."""
     return os.environ.get("PLAYGROUND_WIDE", "") not in ("", "0")

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import zmq
 
+from playground.comm import flight_report
 from playground.comm.addresses import free_tcp_port, ipc_dir, shm_dir_for
 from playground.comm.registry import BY_NAME
 from playground.comm.shm import remove_shm_dir
@@ -146,15 +147,28 @@ class Launcher:
         return env
 
     def run(self) -> LaunchOutcome:
-        """Run every rank to the end; Ctrl-C or SIGTERM stops all of them and returns interrupted."""
+        """Run every rank to the end; Ctrl-C or SIGTERM stops all of them and returns interrupted;
+        SIGUSR1 writes the flight recorder's dump (flight.json) while the run goes on."""
         if threading.current_thread() is not threading.main_thread():
             return self._run()  # signals reach only the main thread: there is nothing to catch here
         previous = {sig: signal.signal(sig, self.interrupts) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._dump_flight)
         try:
             return self._run()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _dump_flight(self, signum=None, frame=None) -> None:
+        """`kill -USR1 <launcher>`: every rank's flight ring, and what they say together, into
+        flight.json now (read from the rings' files: no rank is interrupted)."""
+        written = flight_report.write_dump(self.run_dir, "on demand (SIGUSR1 to the launcher)")
+        if written is not None:
+            path, analysis = written
+            lines = flight_report.summary_lines(analysis) or [
+                "every rank is between collectives or in the same one"
+            ]
+            print(f"flight recorder: {path}: " + "; ".join(lines), file=sys.stderr, flush=True)
 
     def _run(self) -> LaunchOutcome:
         scratch.sweep_stale()  # left by launchers that were SIGKILLed

@@ -7,7 +7,9 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from playground.comm import flight_report
 from playground.config.scenario import Scenario
+from playground.core.machine import usable_cores
 from playground.core.rundir import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -29,6 +31,7 @@ from playground.display.report import (
 )
 from playground.hosts import netns
 from playground.launcher.launch import Launcher, LaunchOutcome, rank_cpus
+from playground.tracing import stragglers
 
 
 def print_outcome(
@@ -45,7 +48,22 @@ def print_outcome(
         err.print("[bold red]FAILED[/bold red] not every rank finished", highlight=False)
     for line in report.failures:
         err.print(f"[bold red]FAILED[/bold red] {line}", highlight=False)
+    if outcome.failures and not outcome.interrupted:
+        print_flight(run_dir, err)
     console.print(f"logs: {run_dir}  (python -m playground inspect {run_dir})", highlight=False)
+
+
+def print_flight(run_dir: Path, err: Console) -> None:
+    """A failed run's flight recorder: every rank's ring into flight.json, and what they say together."""
+    written = flight_report.write_dump(run_dir, "the run failed")
+    if written is None:
+        return
+    path, analysis = written
+    lines = flight_report.summary_lines(analysis)
+    if lines:
+        err.print(f"  flight recorder ({path.name}, `inspect --flight`):", highlight=False)
+        for line in lines:
+            err.print(f"    {line}", highlight=False, markup=False)
 
 
 def summarize(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path) -> Report:
@@ -99,6 +117,16 @@ def unfired_fault(scenario: Scenario, results: list[dict | None]) -> list[str]:
         f"({info['num_posts']} posts in all); choose another fault.rank or a smaller fault.after_ops"
         for rank, info in unfired
     ]
+
+
+def with_stragglers(report: Report, run_dir: Path, cpus: int | None = None) -> Report:
+    """The report with a line naming the stragglers (or none) and result.json's "stragglers": each
+    rank scored per section against the fastest and its own best (playground.tracing.stragglers);
+    `cpus`: how many CPUs the ranks share (all of them run on this machine)."""
+    found = stragglers.judge(stragglers.read_judged_events(run_dir), cpus)
+    return dataclasses.replace(
+        report, notes=[*report.notes, found.note()], data={**report.data, "stragglers": found.to_dict()}
+    )
 
 
 def result_dict(
@@ -222,6 +250,8 @@ def execute(
         report = dataclasses.replace(report, notes=[*report.notes, f"hosts: {describe_hosts(scenario)}"])
     if scenario.fault is not None and outcome.ok:
         report = dataclasses.replace(report, notes=[*report.notes, *unfired_fault(scenario, outcome.results)])
+    if outcome.ok and scenario.ranks > 1:
+        report = with_stragglers(report, run_dir, usable_cores())
     result = result_dict(scenario, outcome, report, run_dir, cpus)
     write_result(run_dir, result)
     print_outcome(outcome, report, run_dir, console, err)

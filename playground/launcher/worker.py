@@ -21,6 +21,7 @@ from playground.comm.communicator import Communicator
 from playground.comm.control import Heartbeat, LauncherLink, control_identity
 from playground.comm.delay import DelayedTransport
 from playground.comm.faults import FaultyTransport
+from playground.comm.slowdown import Slowdown
 from playground.config.scenario import Scenario, node_function
 from playground.core import interrupts
 from playground.core.errors import CommTimeout, PeerLost, ScenarioMismatch
@@ -131,7 +132,7 @@ def _connect(
         end.close()
         raise
     transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
-    faulty = _with_fault(transport, scenario, run_dir, env, ctrl)
+    faulty = _with_fault(transport, scenario, run_dir, env, ctrl, tracer)
     comm = Communicator(
         env.rank,
         env.world_size,
@@ -145,8 +146,11 @@ def _connect(
     return comm, faulty
 
 
-def _with_fault(transport, scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv, ctrl: zmq.Socket):
-    """The scenario's drill around `transport` when this rank's posts trigger it, else None."""
+def _with_fault(
+    transport, scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv, ctrl: zmq.Socket, tracer: Tracer
+):
+    """The scenario's drill around `transport` when this rank's posts trigger it, else None (the
+    slow drill also stretches the rank's compute spans, through its tracer)."""
     fault = scenario.fault
     if fault is None or fault.counting_rank(scenario.placement) != env.rank:
         return None
@@ -155,7 +159,10 @@ def _with_fault(transport, scenario: Scenario, run_dir: Path, env: rendezvous.Ra
         rendezvous.send_ctrl(ctrl, {"type": "fault", "rank": env.rank, "action": action})
 
     on_fire = None if fault.is_host_action else _fired_recorder(run_dir, env)  # hosts: drills.py records
-    return FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request, on_fire)
+    slowdown = Slowdown(fault.factor) if fault.action == "slow" and fault.factor else None
+    if slowdown is not None:
+        tracer.span = slowdown.stretch_spans(tracer.span)
+    return FaultyTransport(transport, env.rank, fault.action, fault.after_ops, request, on_fire, slowdown)
 
 
 def _as_reported(result, comm: Communicator, faulty: FaultyTransport | None) -> dict:

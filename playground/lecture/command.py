@@ -5,9 +5,11 @@ or an exact figure did not match (the page is written either way, saying which);
 130 Ctrl-C (the page shows what ran before it).
 """
 
+import argparse
 import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -20,9 +22,9 @@ from playground.display.report import make_console
 from playground.lecture import plots
 from playground.lecture.figures import Context, Run, evaluate
 from playground.lecture.page import Page, ScenarioBlock, SectionBlock, build_html, build_markdown
-from playground.lecture.plan import PLAN_FILE, Plan, load_plan
+from playground.lecture.plan import PLAN_FILE, Plan, Section, load_plan
 from playground.lecture.readers import READERS
-from playground.lecture.runner import LectureRunner
+from playground.lecture.runner import LectureRunner, Outcome
 from playground.models.alphabeta import AlphaBeta
 
 
@@ -84,13 +86,70 @@ def _extra_plots(name: str, run: Run, out_dir: Path, plan: Plan, err) -> dict[Pa
     return drawn if isinstance(drawn, dict) else dict.fromkeys(drawn, "")
 
 
-def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = PLAN_FILE) -> int:
-    plan = load_plan(plan_path, readers=READERS)
-    selected = plan.select(parse_sections(sections, plan))
+HELP = "run every section of the lecture and write one page beside its figures"
+DESCRIPTION = (
+    "Runs the scenarios of each section of the lecture in its order, one at a time, and writes "
+    "runs/<timestamp>-lecture/index.html (also runs/latest) and summary.md: per section the commands, "
+    "tables, plots, and the lecture's figures beside this machine's and the model's."
+)
+
+
+def add_lecture_flags(lec: argparse.ArgumentParser) -> None:
+    """`lecture`'s flags; their defaults are `LectureConfig.from_flags`'."""
+    lec.add_argument("--sections", metavar="1,2,5", help="only these sections (1-5; default: all)")
+    lec.add_argument(
+        "--quick", action="store_true", help="smaller sizes and fewer iterations (about 1.5 min)"
+    )
+    lec.add_argument("--out", help="directory for run directories (default: runs)")
+
+
+@dataclass(frozen=True)
+class LectureConfig:
+    """The lecture's plan, the sections chosen from it, quick or full, and where the runs go."""
+
+    plan: Plan
+    sections: tuple[Section, ...]
+    quick: bool
+    out: Path
+
+    @classmethod
+    def from_flags(
+        cls,
+        *,
+        sections: str | None = None,
+        quick: bool = False,
+        out: str | Path = "runs",
+        plan_path: Path = PLAN_FILE,  # not a flag: the tests' small plans
+    ) -> "LectureConfig":
+        plan = load_plan(plan_path, readers=READERS)
+        return cls(plan, plan.select(parse_sections(sections, plan)), quick, Path(out))
+
+
+def run_lecture(config: LectureConfig) -> int:
+    """Every chosen section's scenarios, one at a time, then the page (index.html, summary.md,
+    lecture.json) beside them; the exit status says whether everything ran and matched."""
+    plan, selected, quick = config.plan, config.sections, config.quick
     console, err = make_console(), make_console(stderr=True)
+    lecture_dir = make_run_dir(config.out, "lecture")
+    _announce(plan, selected, quick, lecture_dir, console)
+    machine, facts = describe_machine(), machine_facts()
+    started, t0 = time.time(), time.monotonic()
+    runner = LectureRunner(selected, quick, lecture_dir, err)
+    try:
+        outcomes, interrupted = runner.run()
+    except KeyboardInterrupt:
+        outcomes, interrupted = runner.outcomes, True
+    blocks = _sections(plan, selected, outcomes, facts, lecture_dir / "plots", err)
+    page = Page("quick" if quick else "full", started, time.monotonic() - t0, machine, blocks, interrupted)
+    (lecture_dir / "index.html").write_text(build_html(page))
+    (lecture_dir / "summary.md").write_text(build_markdown(page, lecture_dir))
+    (lecture_dir / "lecture.json").write_text(json.dumps(_page_json(page), indent=1, default=str))
+    return _report(page, lecture_dir, console, err)
+
+
+def _announce(plan: Plan, selected: tuple[Section, ...], quick: bool, lecture_dir: Path, console) -> None:
     expected_s = plan.expected_s(selected, quick)
     num_scenarios = sum(len(s.scenarios) for s in selected)
-    lecture_dir = make_run_dir(Path(out), "lecture")
     other = "the full run" if quick else "--quick"
     console.print(
         f"[bold]lecture[/bold]: sections {', '.join(str(s.number) for s in selected)}, {num_scenarios} "
@@ -99,15 +158,13 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
         f"estimates come from ({other}: about {format_duration(plan.expected_s(selected, not quick))})",
         highlight=False,
     )
-    machine, facts = describe_machine(), machine_facts()
-    started, t0 = time.time(), time.monotonic()
-    runner = LectureRunner(selected, quick, lecture_dir, err)
-    try:
-        outcomes, interrupted = runner.run()
-    except KeyboardInterrupt:
-        outcomes, interrupted = runner.outcomes, True
+
+
+def _sections(
+    plan: Plan, selected: tuple[Section, ...], outcomes: list[Outcome], facts: dict, plot_dir: Path, err
+) -> list[SectionBlock]:
+    """Each section's figures (lecture, measured, model) and its scenarios' tables and plots."""
     ran = [(o, Run.from_dir(o.run.key, o.run_dir)) for o in outcomes if o.exit_code is not None]
-    plot_dir = lecture_dir / "plots"
     plot_dir.mkdir(exist_ok=True)
     blocks = []
     for section in selected:
@@ -118,25 +175,25 @@ def run_lecture(sections: str | None, quick: bool, out: Path, plan_path: Path = 
         }
         ctx = Context(runs, section.constants, facts)
         rows = [evaluate(section, f, READERS[f.id], ctx) for f in section.figures]
-        scenario_blocks = []
-        for o in (o for o in outcomes if o.section == section.number):
-            run = runs.get(o.run.key)
-            images, captions = [], {}
-            if run is not None and run.result is not None:
-                images = [run.run_dir / f for f in run.result.get("files") or [] if f.endswith(".png")]
-                images = [p for p in images if p.is_file()]
-                if run.ok:
-                    captions = _extra_plots(o.run.name, run, plot_dir, plan, err)
-                    images += list(captions)
-            scenario_blocks.append(
-                ScenarioBlock(o, _description(o.run.name), run.result if run else None, images, captions)
-            )
+        scenario_blocks = [
+            _scenario_block(o, runs.get(o.run.key), plot_dir, plan, err)
+            for o in outcomes
+            if o.section == section.number
+        ]
         blocks.append(SectionBlock(section, rows, scenario_blocks))
-    page = Page("quick" if quick else "full", started, time.monotonic() - t0, machine, blocks, interrupted)
-    (lecture_dir / "index.html").write_text(build_html(page))
-    (lecture_dir / "summary.md").write_text(build_markdown(page, lecture_dir))
-    (lecture_dir / "lecture.json").write_text(json.dumps(_page_json(page), indent=1, default=str))
-    return _report(page, lecture_dir, console, err)
+    return blocks
+
+
+def _scenario_block(o: Outcome, run: Run | None, plot_dir: Path, plan: Plan, err) -> ScenarioBlock:
+    images: list[Path] = []
+    captions: dict[Path, str] = {}
+    if run is not None and run.result is not None:
+        images = [run.run_dir / f for f in run.result.get("files") or [] if f.endswith(".png")]
+        images = [p for p in images if p.is_file()]
+        if run.ok:
+            captions = _extra_plots(o.run.name, run, plot_dir, plan, err)
+            images += list(captions)
+    return ScenarioBlock(o, _description(o.run.name), run.result if run else None, images, captions)
 
 
 def _page_json(page: Page) -> dict:

@@ -21,7 +21,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +28,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-import playground
+from playground.core.child import PLAYGROUND, subprocess_env
 from playground.lecture.plan import ScenarioRun, Section
 
-# The package we were imported from, first on the child's path; -P keeps the current directory
-# (perhaps a checkout without the compiled native module) from shadowing it.
-_ROOT = str(Path(playground.__file__).resolve().parent.parent)
-_CHILD = [sys.executable, "-P", "-m", "playground", "run"]
+_CHILD = [*PLAYGROUND, "run"]  # the package we were imported from (core/child.py)
 GRACE_S = 15.0  # after Ctrl-C or a time limit, how long a scenario may take to stop its ranks
 
 
@@ -95,10 +91,7 @@ def _stopped_by_sigint(exit_code: int | None) -> bool:
 
 
 def _child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
-    env.setdefault("COLUMNS", "200")
-    return env
+    return subprocess_env({"COLUMNS": os.environ.get("COLUMNS", "200")})
 
 
 def _stop(proc: subprocess.Popen, sig: int) -> None:

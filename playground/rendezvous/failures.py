@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playground.comm import flight, flight_report
 from playground.core.errors import CommTimeout, ScenarioMismatch
 
 ABORT_GRACE_S = 2.0  # after an abort, how long ranks get to report and exit before SIGKILL
@@ -302,6 +303,7 @@ class FailureDetection:
             stack = self.dump_stack(rank)
             if not self.watch_exits and self._can_signal(rank) and self._kill(rank):
                 what = what[:-1] + ", so the coordinator killed it)"
+            what += flight_note(self.run_dir, rank)
             hung.append(
                 RankFailure(
                     rank,
@@ -367,6 +369,24 @@ class FailureDetection:
         if rank not in self.pids or self.hosts.get(rank) != socket.gethostname():
             return False
         return process_state(self.pids[rank]) in (None, "Z", "X")
+
+
+def flight_note(run_dir: Path, rank: int) -> str:
+    """ "; its flight recorder: in allreduce ring #17 (...), started": where a silent rank's ring says
+    it is (read from its file: a hung or dead rank need not answer); "" without one."""
+    try:
+        ring = flight.read_ring(flight.ring_path(run_dir, rank))
+    except (OSError, ValueError):
+        return ""
+    current = ring.current
+    if current is not None:
+        return f"; its flight recorder: in {flight_report.describe(current)}, {current['state']}"
+    last = ring.last_completed
+    return (
+        f"; its flight recorder: in no collective, the last completed {flight_report.describe(last)}"
+        if last
+        else ""
+    )
 
 
 def process_state(pid: int) -> str | None:

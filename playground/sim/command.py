@@ -3,11 +3,13 @@
 For every (ranks, algorithm, size) it runs the collective's own code on simulated ranks
 (driver.py) and prints bench's nccl-tests table with the model's time and sim/model beside each
 row; `--crossover` adds where the ring overtakes the tree, halving-doubling and recursive
-doubling (the pairwise all-to-all exchange Bruck's), as a table and crossover.png. It writes a run directory as `run` does: simulation.yaml,
-result.json with bench's row keys, and with one rank count each rank's rank-<r>.jsonl stamped in
-virtual microseconds (per message up to 64 ranks), which `inspect` reads.
+doubling (the pairwise all-to-all exchange Bruck's), as a table and crossover.png. It writes a run
+directory as `run` does: simulation.yaml, result.json with bench's row keys, and with one rank count
+each rank's rank-<r>.jsonl stamped in virtual microseconds (per message up to 64 ranks), which
+`inspect` reads.
 """
 
+import argparse
 import json
 import statistics
 import time
@@ -20,31 +22,33 @@ from rich.progress import Progress
 
 from playground.collectives import ALGORITHMS
 from playground.collectives.bench_report import COLUMNS, LEGEND, with_model_columns, wrong_row_failures
-from playground.core.dtypes import DTYPES
 from playground.core.errors import ScenarioError
 from playground.core.rundir import EXIT_FAILED, EXIT_OK, Finished, make_run_dir, write_result
 from playground.core.sizes import format_size
+from playground.display.notebook import NotebookProgress
 from playground.display.report import Report, Table, make_console, progress_bar, render_report
 from playground.sim import model
 from playground.sim.driver import DATA_MAX_RANKS, simulate, wants_data
-from playground.sim.options import SimSpec, resolve
+from playground.sim.options import CALIBRATED, DTYPES, OPS, SimSpec, SimulateConfig
 
 TRACE_MESSAGES_MAX_RANKS = 64
 
 
-def add_simulate_parser(sub, func) -> None:
-    s = sub.add_parser(
-        "simulate",
-        help="run the collectives on a simulated cluster (virtual time, up to thousands of ranks)",
-        description="The same algorithm code as `run`/`bench`, on simulated ranks in virtual time: "
-        "each rank has a full-duplex port per link kind; a message of n bytes holds the sender's and "
-        "receiver's ports for n/beta and arrives alpha later; a reduction of n bytes costs n/gamma.",
-    )
+HELP = "run the collectives on a simulated cluster (virtual time, up to thousands of ranks)"
+DESCRIPTION = (
+    "The same algorithm code as `run`/`bench`, on simulated ranks in virtual time: each rank has a "
+    "full-duplex port per link kind; a message of n bytes holds the sender's and receiver's ports for "
+    "n/beta and arrives alpha later; a reduction of n bytes costs n/gamma."
+)
+
+
+def add_simulate_flags(s: argparse.ArgumentParser) -> None:
+    """`simulate`'s flags; their defaults are `SimulateConfig.from_flags`'s."""
     s.add_argument("collective", choices=list(ALGORITHMS), help="what to simulate")
     s.add_argument("--algo", help="comma list (allreduce: ring,tree,hd,rd; hier with --topology)")
     s.add_argument("--ranks", "-n", help="rank count, list (8,64) or doubling range (8..1024); default 8")
-    s.add_argument("--sizes", "-s", default="8..64MiB", help="'1KiB..1GiB' doubles, or a list '8,1MiB'")
-    s.add_argument("--step", type=int, default=2, help="multiply sizes by this factor in a range (default 2)")
+    s.add_argument("--sizes", "-s", help="'1KiB..1GiB' doubles, or a list '8,1MiB' (default 8..64MiB)")
+    s.add_argument("--step", type=int, help="multiply sizes by this factor in a range (default 2)")
     s.add_argument(
         "--link",
         help="link preset for every link: ib, roce, ethernet, nvlink (default ib); or a calibration.json "
@@ -52,8 +56,9 @@ def add_simulate_parser(sub, func) -> None:
     )
     s.add_argument(
         "--transport",
-        choices=["ipc", "shm", "tcp"],
-        help="with --link calibration.json: which transport (default ipc)",
+        choices=list(CALIBRATED),
+        help="which calibrated transport (default ipc); without --link, the default calibration's "
+        "(./calibration.json or $PLAYGROUND_CALIBRATION, which `calibrate` writes)",
     )
     s.add_argument("--alpha", help="per-message latency, e.g. 5us (overrides the preset)")
     s.add_argument("--beta", help="bandwidth per port, e.g. 50GB/s or 100Gbit (overrides the preset)")
@@ -68,9 +73,7 @@ def add_simulate_parser(sub, func) -> None:
     )
     s.add_argument("--segment", help="cut messages into segments of this many bytes (default: none)")
     mode = s.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--data", dest="data", action="store_true", default=None, help="carry real bytes, check results"
-    )
+    mode.add_argument("--data", dest="data", action="store_true", help="carry real bytes, check results")
     mode.add_argument("--no-data", dest="data", action="store_false", help="messages carry sizes only")
     s.add_argument(
         "--measured",
@@ -89,22 +92,20 @@ def add_simulate_parser(sub, func) -> None:
         help="one rank runs for all where the algorithm and the links make every rank's timeline the same "
         "(ring; rd, hd on a power of two); exact, data-free; the others run as usual",
     )
-    s.add_argument("--dtype", "-d", choices=DTYPES, default="float32")
-    s.add_argument("--op", "-o", choices=["sum", "avg", "max", "min"], default="sum")
-    s.add_argument("--out", default="runs", help="directory for run directories")
-    s.set_defaults(func=func)
+    s.add_argument("--dtype", "-d", choices=list(DTYPES), help="element type (default float32)")
+    s.add_argument("--op", "-o", choices=list(OPS), help="reduction (default sum)")
+    s.add_argument("--out", help="directory for run directories (default runs)")
 
 
-def run_simulate(args) -> int:
-    return simulate_sweep(args).code
+def run_simulate(config: SimulateConfig) -> int:
+    return simulate_sweep(config).code
 
 
-def simulate_sweep(args, console: Console | None = None) -> Finished:
-    """`simulate` from its parsed command line: every point simulated, the table printed on
-    `console`, result.json written."""
-    spec = resolve(args)
+def simulate_sweep(config: SimulateConfig, console: Console | None = None) -> Finished:
+    """`simulate`: every point simulated, the table printed on `console`, result.json written."""
+    spec = config.spec
     console, err = console or make_console(), make_console(stderr=True)
-    run_dir = make_run_dir(Path(args.out), f"simulate-{spec.collective}")
+    run_dir = make_run_dir(config.out, f"simulate-{spec.collective}")
     (run_dir / "simulation.yaml").write_text(yaml.safe_dump(_describe(spec), sort_keys=False))
     console.print(
         f"[bold]simulate {spec.collective}[/bold]: {', '.join(map(str, spec.ranks))} ranks, {spec.link_source} -> {run_dir}",
@@ -128,11 +129,19 @@ def simulate_sweep(args, console: Console | None = None) -> Finished:
                         sweep.row(n, algorithm, size)
     rows = sweep.rows()
     stats["wall_s"] = time.perf_counter() - t0
-    if args.measured:
-        rows = add_measured(rows, load_measured(args.measured))
+    if config.measured:
+        rows = add_measured(rows, load_measured(list(config.measured)))
     report = _report(spec, rows, stats, run_dir, crossovers)
     render_report(report, console)
-    result = {
+    result = _result(spec, rows, report, run_dir)
+    write_result(run_dir, result)
+    console.print(f"logs: {run_dir}", highlight=False)
+    return Finished(EXIT_OK if report.ok else EXIT_FAILED, result)
+
+
+def _result(spec: SimSpec, rows: list[dict], report: Report, run_dir: Path) -> dict:
+    """result.json: bench's keys, the tables and notes, and the resolved simulation."""
+    return {
         "ok": report.ok,
         "scenario": f"simulate-{spec.collective}",
         "ranks": max(spec.ranks),
@@ -146,16 +155,13 @@ def simulate_sweep(args, console: Console | None = None) -> Finished:
         "simulation": _describe(spec),
         **report.data,
     }
-    write_result(run_dir, result)
-    console.print(f"logs: {run_dir}", highlight=False)
-    return Finished(EXIT_OK if report.ok else EXIT_FAILED, result)
 
 
 class _Sweep:
     """The simulated points, each run once (`row`), under one progress bar that also counts the
     messages of a long simulation as it runs."""
 
-    def __init__(self, spec: SimSpec, trace_dir, stats: dict, progress: Progress):
+    def __init__(self, spec: SimSpec, trace_dir, stats: dict, progress: "Progress | NotebookProgress"):
         self.spec, self.trace_dir, self.stats, self.progress = spec, trace_dir, stats, progress
         self.task = progress.add_task("simulate", total=None)
         self._rows: dict[tuple[int, str, int], dict] = {}

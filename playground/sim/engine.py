@@ -43,8 +43,8 @@ class Proc:
 
     def __init__(self, rank: int):
         self.rank = rank
-        self.glet = None
-        self.result = None
+        self.glet: greenlet | None = None
+        self.result: object = None
         self.error: BaseException | None = None
         self.finished = False
 
@@ -65,12 +65,13 @@ class Engine(SimEngine):
         main = getcurrent()
         self.set_greenlet(-1, main)
         try:
-            for proc in self.procs:
-                proc.glet = greenlet(self._body(proc, fn), parent=main)
-                self.set_greenlet(proc.rank, proc.glet)
-            for proc in self.procs:  # each runs until it first blocks, posting its first events
+            glets = [greenlet(self._body(proc, fn), parent=main) for proc in self.procs]
+            for proc, glet in zip(self.procs, glets, strict=True):
+                proc.glet = glet
+                self.set_greenlet(proc.rank, glet)
+            for proc, glet in zip(self.procs, glets, strict=True):  # each runs until it first blocks
                 self.current = proc.rank
-                proc.glet.switch()
+                glet.switch()
                 if self.failed:
                     break
             self.starting = False
@@ -81,13 +82,13 @@ class Engine(SimEngine):
             self.close()
 
     def _outcome(self) -> list:
-        failed = next((p for p in self.procs if p.error is not None), None)
+        errors = [p.error for p in self.procs if p.error is not None]
         stuck = [p for p in self.procs if not p.finished]
         for p in stuck:  # unwind their stacks (finally blocks run), then report
             if p.glet is not None and p.glet:
                 p.glet.throw(GreenletExit)
-        if failed is not None:
-            raise failed.error
+        if errors:
+            raise errors[0]
         if stuck:
             ranks = [p.rank for p in stuck]
             shown = ", ".join(map(str, ranks[:16])) + (" ..." if len(ranks) > 16 else "")

@@ -5,23 +5,26 @@ made for nodes (`hier`) gets its two-link formula; any other algorithm is priced
 were the slow one between nodes, an upper bound for algorithms that cross nodes at every step.
 """
 
+from typing import Any
+
 from playground.collectives import registry
 from playground.collectives.bench_report import add_model_columns
 from playground.models.contention import closed_form_applies
+from playground.sim.options import SimSpec
 
 
-def model_time_s(spec, algorithm: str, num_ranks: int, size_bytes: float) -> float | None:
+def model_time_s(spec: SimSpec, algorithm: str, num_ranks: int, size_bytes: float) -> float | None:
     """The model's time for one row of `spec`, or None where there is no formula (auto)."""
     algo = registry.BY_KEY.get((spec.collective, algorithm))
     if algo is None:
         return None
-    if algo.on_nodes:
+    if algo.cost_on_nodes is not None:
         k = spec.ranks_per_node or num_ranks
         return algo.cost_on_nodes(size_bytes, num_ranks // k, k, spec.intra, spec.inter)
     return algo.cost(size_bytes, num_ranks, spec.inter)
 
 
-def with_model(spec, row: dict, num_ranks: int) -> dict:
+def with_model(spec: SimSpec, row: dict, num_ranks: int) -> dict:
     """`row` with bench's model columns (`model_us`, `vs_model`, `model_pick`): bench's own function
     on a flat network; on a topology, this module's prices and pick. On a calibrated host whose
     cores the ranks outnumber there is no closed form (contention.closed_form_applies): empty."""
@@ -30,13 +33,18 @@ def with_model(spec, row: dict, num_ranks: int) -> dict:
     if spec.ranks_per_node is None:
         return add_model_columns([row], spec.collective, num_ranks, spec.inter)[0]
     t = model_time_s(spec, row["algorithm"], num_ranks, row["size"])
-    extra = {"model_us": None if t is None else t * 1e6}
-    extra["vs_model"] = row["time_us"] / extra["model_us"] if extra["model_us"] else None
+    model_us = None if t is None else t * 1e6
+    extra: dict[str, Any] = {
+        "model_us": model_us,
+        "vs_model": row["time_us"] / model_us if model_us else None,
+    }
     if spec.collective == "allreduce":
         prices = {
-            a: model_time_s(spec, a, num_ranks, row["size"]) for a in registry.names("allreduce", auto=False)
+            a: price
+            for a in registry.names("allreduce", auto=False)
+            if (price := model_time_s(spec, a, num_ranks, row["size"])) is not None
         }
-        extra["model_pick"] = min(prices, key=prices.get)
+        extra["model_pick"] = min(prices, key=prices.__getitem__)
     return {**row, **extra}
 
 

@@ -131,7 +131,11 @@ class SimWorld:
                     messages=trace_messages,
                 )
             transport = self.transport_type(engine, rank, *carry)
-            comms.append(Communicator(rank, n, transport, tracer=tracer, timeout_s=timeout_s, hosts=hosts))
+            comms.append(
+                Communicator(
+                    rank, n, transport, tracer=tracer, timeout_s=timeout_s, hosts=hosts, flight_entries=0
+                )
+            )
         charge_copies = self.machine.host is not None and not self.data
         if charge_copies:
             chunks.local_copy = engine.local_copy

@@ -15,62 +15,16 @@ import re
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from playground.cli.testing import session_processes
-from playground.commands.chaos_exec import Observation
-from playground.commands.chaos_kvclient import error_kind
-from playground.commands.chaos_plan import HOST_FAULTS, ChaosRun
+from playground.chaos.kinds import ChaosRun, Observation, Verdict
+from playground.chaos.kvclient import error_kind
 from playground.core import scratch
+from playground.core.child import session_processes
 from playground.hosts import netns
 
 LEFT_GRACE_S = 3.0  # how long processes may take to vanish after the launcher's exit (PDEATHSIG)
 _HEADLINE = re.compile(r"^rank (\d+)(?: \(pid \d+(?: on (\S+))?\))? at ([\d.]+)s: (.*)$", re.S)
-# what the root cause says for each fault that names a rank
-_SAYS = {
-    "raise": "FaultInjected",
-    "kill": "killed by SIGKILL",
-    "exit": "exited with status 3",
-    "hang": "unresponsive",
-    "SIGKILL": "killed by SIGKILL",
-    "SIGSTOP": "stopped",
-    "server killed": "killed by SIGKILL",
-    "client killed": "killed by SIGKILL",
-    "kill_host": "killed by SIGKILL",
-    "cut_link": "lost",
-}
-# the errors a standalone KV server's clients may fail with (chaos_kvclient's `error: <class>:` line):
-# a killed server answers nothing (WaitTimeout); after a restart a client that hears the new server
-# in its timeout names the lost requests (ServerLost), one that does not (a new server slow to start
-# on a loaded machine) can only time out, as it would for a dead one
-CLIENT_ERRORS = {"server killed": ("WaitTimeout",), "server restarted": ("ServerLost", "WaitTimeout")}
-
-
-@dataclass
-class Verdict:
-    ok: bool = True
-    missed: bool = False  # the fault never fired (the run ended first): neither passed nor failed
-    exit_code: int | None = None
-    root_cause: str = ""
-    root_ok: bool | None = None  # None: no root cause to judge (an interrupt, a launcher killed)
-    detect_s: float | None = None
-    exit_s: float | None = None
-    leaks: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {
-            "ok": self.ok,
-            "missed": self.missed,
-            "exit_code": self.exit_code,
-            "root_cause": self.root_cause,
-            "root_ok": self.root_ok,
-            "detect_s": None if self.detect_s is None else round(self.detect_s, 3),
-            "exit_s": None if self.exit_s is None else round(self.exit_s, 3),
-            "leaks": self.leaks,
-            "problems": self.problems,
-        }
 
 
 def parse_headline(line: str) -> tuple[int, str, float, str] | None:
@@ -79,20 +33,12 @@ def parse_headline(line: str) -> tuple[int, str, float, str] | None:
     return (int(m.group(1)), m.group(2) or "", float(m.group(3)), m.group(4)) if m else None
 
 
-def expected_exit(run: ChaosRun) -> int:
-    if run.workload == "kvserver":
-        return -9 if run.fault == "server killed" else 0  # the server left at the end, stopped by SIGINT
-    return {"Ctrl-C": 130, "SIGTERM": 130, "launcher SIGKILL": -9}.get(run.fault, 1)
-
-
 def judge(run: ChaosRun, obs: Observation, before: dict) -> Verdict:
-    """The verdict on `run` from what was observed; `before` is `cluster_state()` before it."""
+    """The verdict on `run` from what was observed (the workload's own checks, `judge_launched` or
+    `judge_standalone`, then the logs and leaks); `before` is `cluster_state()` before it."""
     v = Verdict(exit_code=obs.exit_code)
     v.leaks = leaks(run, obs, before)
-    if run.workload == "kvserver":
-        _judge_kvserver(run, obs, v)
-    else:
-        _judge_launched(run, obs, v)
+    run.workload.judge(run, obs, v)
     if not v.missed:
         v.problems += _log_problems(obs)
     v.problems += [f"leak: {leak}" for leak in v.leaks]
@@ -100,7 +46,10 @@ def judge(run: ChaosRun, obs: Observation, before: dict) -> Verdict:
     return v
 
 
-def _judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
+def judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
+    """A run of `python -m playground run`: its exit status, and the root cause naming the faulty
+    rank (and host); an interrupt must say so and blame no rank."""
+    fault = run.fault
     unfired = any("never fired" in n for n in obs.result.get("notes") or [])
     if not obs.fired or unfired:
         if obs.exit_code == 0:
@@ -114,11 +63,12 @@ def _judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
     if obs.exit_code is None:
         v.problems.append(f"did not exit within {run.timeout_s + 30:.0f}s of the fault's moment")
         return
-    if run.fault in ("Ctrl-C", "SIGTERM") and obs.exit_code == 0 and _finished_before(obs):
+    if fault.interrupts and obs.exit_code == 0 and _finished_before(obs):
         v.missed = True  # the signal found the finished command shutting down, where it is ignored
         return
-    if obs.exit_code != expected_exit(run):
-        v.problems.append(f"exit status {obs.exit_code}, expected {expected_exit(run)}")
+    expected = run.workload.expected_exit(fault)
+    if obs.exit_code != expected:
+        v.problems.append(f"exit status {obs.exit_code}, expected {expected}")
     failures = obs.result.get("failures") or []
     v.root_cause = failures[0] if failures else ""
     t0 = obs.result.get("t0_monotonic_s")
@@ -128,22 +78,42 @@ def _judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
         if parsed and t0 is not None:
             # at least 0: an inside fault's time is stamped by its rank, a few ms off the launcher's
             v.detect_s = max(0.0, t0 + min(p[2] for p in parsed) - obs.fault_at)
-    if run.fault in ("Ctrl-C", "SIGTERM", "launcher SIGKILL"):
+    if not fault.blames:
         v.detect_s = None  # nothing failed: the run was stopped on purpose
-    if run.fault in ("Ctrl-C", "SIGTERM"):
+    if fault.interrupts:
         v.root_ok = "interrupted" in obs.stderr and "root cause" not in obs.stderr
         if not v.root_ok:
             v.problems.append("an interrupt must say interrupted and blame no rank")
         return
-    if run.fault == "launcher SIGKILL":
+    if not fault.blames:
         return
-    if run.fault == "corrupt":
-        v.root_ok = any(re.search(r"wrong elements|ResultMismatch", f) for f in failures)
-        v.detect_s = None  # the collectives' check reports at the end of the run
+    if fault.straggler:
+        _judge_straggler(run, obs, v)
+        return
+    if fault.found_by:
+        v.root_ok = any(re.search(fault.found_by, f) for f in failures)
+        v.detect_s = None  # the result check reports at the end of the run
     else:
         v.root_ok = _names_the_fault(run, parse_headline(v.root_cause) if v.root_cause else None)
     if not v.root_ok:
         v.problems.append(f"wrong root cause: {v.root_cause[:200] or 'none'}")
+
+
+def _judge_straggler(run: ChaosRun, obs: Observation, v: Verdict) -> None:
+    """A slowed rank fails nothing: the run ends well, and its report names the rank a straggler
+    (or, just above the threshold on a busy machine, scores it the slowest); with more ranks than
+    CPUs nothing is judged, and the run is missed."""
+    found = obs.result.get("stragglers") or {}
+    v.detect_s = None  # named at the end of the run
+    v.root_cause = next((n for n in obs.result.get("notes") or [] if n.startswith("stragglers:")), "")
+    if found.get("not_judged"):
+        v.missed = True
+        return
+    scores = found.get("ranks") or {}
+    slowest = min(scores, key=lambda r: scores[r]["relative"]) if scores else None
+    v.root_ok = found.get("named") == [run.rank] or (not found.get("named") and slowest == str(run.rank))
+    if not v.root_ok:
+        v.problems.append(f"slow rank {run.rank} not named: {v.root_cause or 'no straggler scores'}")
 
 
 def _finished_before(obs: Observation) -> bool:
@@ -158,27 +128,32 @@ def _names_the_fault(run: ChaosRun, root: tuple[int, str, float, str] | None) ->
     if root is None:
         return False
     rank, host, _, message = root
-    says = _SAYS.get(run.fault)
+    says = run.fault.says
     if says is not None and says not in message:
         return False
-    if run.fault in HOST_FAULTS:
+    if run.fault.target == "host":
         return host == run.target_host or f"on host {run.target_host}" in message
     return rank == run.rank and (not run.hosts or host == run.target_host)
 
 
-def _judge_kvserver(run: ChaosRun, obs: Observation, v: Verdict) -> None:
+def judge_standalone(run: ChaosRun, obs: Observation, v: Verdict) -> None:
+    """The standalone KV server's workload: a killed client's peers finish and its blocks are freed
+    after its lease; a killed (or restarted) server's clients all fail, saying why, in their timeout."""
+    fault = run.fault
     if not obs.fired:
         v.missed = True
         return
     if obs.fault_at is None or not obs.clients:
         v.problems.append("; ".join(obs.notes) or "the workload did not start")
         return
-    if obs.exit_code != expected_exit(run):
-        v.problems.append(f"the server's exit status {obs.exit_code}, expected {expected_exit(run)}")
-    ended = [c["exited_at"] - obs.fault_at for c in obs.clients if c["exited_at"] is not None]
+    expected = run.workload.expected_exit(fault)
+    if obs.exit_code != expected:
+        v.problems.append(f"the server's exit status {obs.exit_code}, expected {expected}")
+    fault_at = obs.fault_at
+    ended = [c["exited_at"] - fault_at for c in obs.clients if c["exited_at"] is not None]
     if any(c["exit"] is None for c in obs.clients):
         v.problems.append("a client did not exit")
-    if run.fault == "client killed":
+    if not fault.clients_fail_with:  # a client killed: the others go on
         survivors = [c for c in obs.clients if c["client"] != run.rank]
         v.root_ok = all(c["exit"] == 0 for c in survivors) and obs.kv_freed is True
         v.root_cause = "; ".join(f"client {c['client']} exit {c['exit']}" for c in obs.clients)
@@ -187,7 +162,7 @@ def _judge_kvserver(run: ChaosRun, obs: Observation, v: Verdict) -> None:
         if not all(c["exit"] == 0 for c in survivors):
             v.problems.append(f"a surviving client failed: {obs.stderr[:200]}")
         return
-    allowed = CLIENT_ERRORS[run.fault]
+    allowed = fault.clients_fail_with
     wrong = [
         f"client {c['client']}: exit {c['exit']}, {error_kind(c['stderr']) or 'no error line'}"
         for c in obs.clients
@@ -262,7 +237,7 @@ def leaks(run: ChaosRun, obs: Observation, before: dict) -> list[str]:
         out.append(f"processes {[p.pid for p in left]}")
         for p in left:
             p.kill()
-    if run.fault == "launcher SIGKILL":
+    if not run.fault.cleans_up:
         swept = scratch.sweep_stale() + netns.sweep_stale()
         obs.notes.append(f"left to the next launch's sweep, removed: {len(swept)}")
     for owner in obs.owners:

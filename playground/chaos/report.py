@@ -5,7 +5,8 @@ same as markdown for the results page, merged over several chaos.json files.
 
 import math
 
-from playground.commands.chaos_plan import FAULTS
+from playground.chaos.faults import FAULTS
+from playground.chaos.workloads import WORKLOADS
 from playground.display.report import Table
 
 COLUMNS = {
@@ -38,30 +39,20 @@ def _bad_exit(problems: list[str]) -> bool:
 
 # The standalone KV server's faults are rows of their own: its clients can only time out on a dead
 # server, where the labs' ranks hear of a dead server rank from the launcher at once.
-STANDALONE = {
-    "server killed": "outside: SIGKILL to the standalone KV server; its clients can only time out",
-    "client killed": "outside: SIGKILL to a standalone client mid-request; the others must finish and "
-    "the server free its requests and blocks after the lease",
-}
-IN_A_LAB = {
-    "server killed": "outside: SIGKILL to the KV server rank (rank 0 of serving or kvcache)",
-    "client killed": "outside: SIGKILL to a client rank of serving or kvcache, mid-request",
-}
-KINDS = {}
-for _kind, _what in FAULTS.items():
-    KINDS[_kind] = IN_A_LAB.get(_kind, _what)
-    if _kind in STANDALONE:
-        KINDS[f"{_kind} (standalone)"] = STANDALONE[_kind]
+STANDALONE = " (standalone)"
+KINDS: dict[str, str] = {}  # table row -> what it is, in the table's order
+for _fault in FAULTS.values():
+    KINDS[_fault.name] = _fault.what
+    if _fault.standalone_what is not None:
+        KINDS[_fault.name + STANDALONE] = _fault.standalone_what
 
 
 def kind_of(record: dict) -> str:
     """The table row of a run: its fault, told apart for the standalone server."""
     fault = record["run"]["fault"]
-    return (
-        f"{fault} (standalone)"
-        if f"{fault} (standalone)" in KINDS and record["run"].get("workload") == "kvserver"
-        else fault
-    )
+    workload = WORKLOADS.get(record["run"].get("workload", ""))
+    standalone = workload is not None and not workload.launched
+    return fault + STANDALONE if standalone and fault + STANDALONE in KINDS else fault
 
 
 def rows(records: list[dict]) -> list[dict]:

@@ -1,5 +1,5 @@
 """A client process of the standalone KV server, for the chaos command's `kvserver` workload:
-`python -m playground.commands.chaos_kvclient --address ADDR --requests N`.
+`python -m playground.chaos.kvclient --address ADDR --requests N`.
 
 It pings, submits N generate requests at once, says `submitted` on stdout (the chaos command fires
 its fault after that line), collects every reply and says `done` (exit 0). A failure is one line on
@@ -25,7 +25,7 @@ def error_kind(stderr: str) -> str | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m playground.commands.chaos_kvclient", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m playground.chaos.kvclient", description=__doc__)
     ap.add_argument("--address", required=True)
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=400)

@@ -11,43 +11,17 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from playground.cli.testing import PLAYGROUND, subprocess_env
-from playground.commands.chaos_plan import ChaosRun
+from playground.chaos.kinds import ChaosRun, Observation
+from playground.core.child import PLAYGROUND, subprocess_env
 
 POLL_S = 0.02
 SNAPSHOT_EVERY_S = 0.2
 START_DEADLINE_S = 60.0  # python, numpy and the node imported, ranks forked
 EXIT_GRACE_S = 30.0  # after the fault's moment and the run's timeout: longer is "did not exit"
-_SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGSTOP": signal.SIGSTOP, "server killed": signal.SIGKILL,
-            "client killed": signal.SIGKILL}  # fmt: skip
-
-
-@dataclass
-class Observation:
-    """What a run did, as seen from outside."""
-
-    exit_code: int | None = None  # None: it did not exit in time (then it was killed)
-    fault_at: float | None = None  # CLOCK_MONOTONIC of the fault (outside: when sent; else from result.json)
-    exited_at: float = 0.0
-    fired: bool = True  # False: the run ended before the fault's moment
-    result: dict = field(default_factory=dict)
-    run_dir: Path | None = None
-    stdout: str = ""
-    stderr: str = ""
-    launcher_pid: int = 0
-    rank_pids: dict[int, int] = field(default_factory=dict)
-    ports: set[int] = field(default_factory=set)
-    snapshots: list[tuple[float, dict]] = field(default_factory=list)  # (monotonic, {file: (size, sha1)})
-    sessions: list[int] = field(default_factory=list)  # session ids whose processes must be gone
-    owners: list[int] = field(default_factory=list)  # pids whose scratch directories must be gone
-    notes: list[str] = field(default_factory=list)
-    clients: list[dict] = field(default_factory=list)  # standalone KV clients: rank, exit, exited_at, stderr
-    kv_freed: bool | None = None  # standalone: the killed client's blocks freed after its lease
 
 
 def start(args: list[str], out_dir: Path) -> subprocess.Popen:
@@ -96,7 +70,7 @@ def listening_ports(pids) -> set[int]:
 
 def snapshot_logs(run_dir: Path | None) -> dict:
     """{rank log: (size, sha1 of its bytes)}: what was written so far, to find again afterwards."""
-    out = {}
+    out: dict[str, tuple[int, str]] = {}
     if run_dir is None:
         return out
     for path in sorted(run_dir.glob("rank-*.jsonl")):
@@ -122,7 +96,7 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
     finally:
         if proc.poll() is None:  # it did not end in time: a hang of the whole run
             obs.exit_code = None
-            _kill_session(proc.pid)
+            kill_session(proc.pid)
             proc.wait(10)
         obs.stdout = (out_dir / "stdout.txt").read_text(errors="replace")
         obs.stderr = (out_dir / "stderr.txt").read_text(errors="replace")
@@ -144,16 +118,7 @@ def _drive(run: ChaosRun, proc: subprocess.Popen, out_dir: Path, obs: Observatio
             break
         time.sleep(POLL_S)
     ranks_at = time.monotonic()
-    outside = run.fault not in (
-        "raise",
-        "kill",
-        "exit",
-        "hang",
-        "corrupt",
-        "cut_link",
-        "kill_host",
-        "delay_link",
-    )
+    outside = run.fault.source == "outside"
     fire_at = ranks_at + run.after_s if outside else None
     end_at = ranks_at + run.after_s + run.timeout_s + EXIT_GRACE_S
     next_snapshot = 0.0
@@ -178,17 +143,18 @@ def _drive(run: ChaosRun, proc: subprocess.Popen, out_dir: Path, obs: Observatio
 
 def _fire(run: ChaosRun, proc: subprocess.Popen, obs: Observation) -> float | None:
     """Send the run's outside fault; its time, or None if its target was already gone."""
+    fault = run.fault
+    assert fault.signal is not None  # an outside fault is a signal
+    if fault.target == "launcher":
+        pid: int | None = proc.pid
+    else:
+        pid = obs.rank_pids.get(run.rank) if run.rank is not None else None
     at = time.monotonic()  # before the signal: the launcher may see the death before kill() returns
     try:
-        if run.fault == "Ctrl-C":
-            os.killpg(proc.pid, signal.SIGINT)
-        elif run.fault == "SIGTERM":
-            os.kill(proc.pid, signal.SIGTERM)
-        elif run.fault == "launcher SIGKILL":
-            os.kill(proc.pid, signal.SIGKILL)
-        else:
-            os.kill(obs.rank_pids[run.rank], _SIGNALS[run.fault])
-    except (ProcessLookupError, KeyError):
+        if pid is None:
+            raise ProcessLookupError(run.rank)
+        (os.killpg if fault.to_group else os.kill)(pid, fault.signal)
+    except ProcessLookupError:
         obs.notes.append(f"the fault's target was gone before {run.after_s:.2f}s")
         return None
     return at
@@ -203,7 +169,7 @@ def _fault_time(result: dict) -> float | None:
     return t0 + events[0]["at_s"]
 
 
-def _kill_session(sid: int) -> None:
+def kill_session(sid: int) -> None:
     try:
         os.killpg(sid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -1,5 +1,5 @@
 """The chaos command's `kvserver` workload: the standalone KV server (`python -m
-playground.kvcache.server --random-model`) and client processes (`chaos_kvclient`), each in a
+playground.kvcache.server --random-model`) and client processes (`kvclient.py`), each in a
 session of its own, generate requests in flight when the fault comes:
 
 - client killed: SIGKILL to one client; the others must finish, and the server must free the
@@ -16,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from playground.cli.testing import subprocess_env
+from playground.chaos.kinds import ChaosRun, Observation
+from playground.chaos.launched import POLL_S, kill_session
 from playground.comm.addresses import free_tcp_port
-from playground.commands.chaos_exec import POLL_S, Observation, _kill_session
-from playground.commands.chaos_plan import ChaosRun
+from playground.core.child import subprocess_env
 from playground.core.errors import PlaygroundError
 from playground.kvcache.server.client import KVClient
 
@@ -58,7 +58,7 @@ def start_server(address: str, out_dir: Path, name: str) -> subprocess.Popen | N
     proc = _spawn([*SERVER, "--bind", address], out_dir, name)
     if _wait_for_line(proc, out_dir / f"{name}.out", "serving", time.monotonic() + START_DEADLINE_S):
         return proc
-    _kill_session(proc.pid)
+    kill_session(proc.pid)
     proc.wait(5)
     return None
 
@@ -67,15 +67,16 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
     out_dir.mkdir(parents=True, exist_ok=True)
     address = f"tcp://127.0.0.1:{free_tcp_port()}"
     obs = Observation(ports={int(address.rsplit(":", 1)[1])})
-    servers = [start_server(address, out_dir, "server-1")]
+    first = start_server(address, out_dir, "server-1")
+    if first is None:
+        obs.notes.append("the server did not start")
+        return obs
+    servers: list[subprocess.Popen] = [first]
     clients: list[subprocess.Popen] = []
     try:
-        if servers[0] is None:
-            obs.notes.append("the server did not start")
-            return obs
-        obs.sessions.append(servers[0].pid)
+        obs.sessions.append(first.pid)
         for k in range(1, run.ranks + 1):
-            argv = ["-m", "playground.commands.chaos_kvclient", "--address", address, "--name", f"client-{k}",
+            argv = ["-m", "playground.chaos.kvclient", "--address", address, "--name", f"client-{k}",
                     "--requests", run.size.split()[0], "--max-new-tokens", str(MAX_NEW_TOKENS),
                     "--timeout-s", f"{run.timeout_s:g}"]  # fmt: skip
             clients.append(_spawn(argv, out_dir, f"client-{k}"))
@@ -87,19 +88,20 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
         ):
             obs.notes.append("a client did not submit its requests")
         time.sleep(run.after_s)  # the fault's moment: requests in flight
-        if all(c.poll() is not None for c in clients) or clients[max(run.rank, 1) - 1].poll() is not None:
+        watched = clients[max(run.rank or 0, 1) - 1]  # the client to be killed, or the first one
+        if all(c.poll() is not None for c in clients) or watched.poll() is not None:
             obs.fired = False  # the requests were answered before the fault's moment
             obs.notes.append(f"every request was answered before {run.after_s:.2f}s")
         else:
             obs.fault_at = _fire(run, address, servers, clients, out_dir, obs)
         _wait_clients(run, clients, obs)
-        if run.fault == "client killed":
+        if run.fault.target == "client":
             obs.kv_freed = _freed_after_lease(address, run.timeout_s)
         obs.exit_code, obs.exited_at = _stop(servers[-1])
     finally:
         for p in [*servers, *clients]:
-            if p is not None and p.poll() is None:
-                _kill_session(p.pid)
+            if p.poll() is None:
+                kill_session(p.pid)
                 p.wait(5)
         for c in obs.clients:  # filled by _wait_clients (empty if the workload never started)
             c["stderr"] = (out_dir / f"client-{c['client']}.err").read_text(errors="replace")[-2000:]
@@ -110,26 +112,31 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
 
 
 def _fire(
-    run: ChaosRun, address: str, servers: list, clients: list, out_dir: Path, obs: Observation
+    run: ChaosRun,
+    address: str,
+    servers: list[subprocess.Popen],
+    clients: list[subprocess.Popen],
+    out_dir: Path,
+    obs: Observation,
 ) -> float:
     at = time.monotonic()
-    if run.fault == "client killed":
-        clients[run.rank - 1].send_signal(signal.SIGKILL)
+    if run.fault.target == "client":
+        clients[(run.rank or 1) - 1].send_signal(signal.SIGKILL)
         return at
     servers[0].send_signal(signal.SIGKILL)
     servers[0].wait(5)
-    if run.fault == "server restarted":
-        servers.append(start_server(address, out_dir, "server-2"))
-        if servers[-1] is None:
+    if run.fault.restarts:
+        restarted = start_server(address, out_dir, "server-2")
+        if restarted is None:
             obs.notes.append("the restarted server did not start")
-            servers.pop()
         else:
-            obs.sessions.append(servers[-1].pid)
+            servers.append(restarted)
+            obs.sessions.append(restarted.pid)
             obs.notes.append(f"restarted server up {time.monotonic() - at:.2f}s after the kill")
     return at
 
 
-def _wait_clients(run: ChaosRun, clients: list, obs: Observation) -> None:
+def _wait_clients(run: ChaosRun, clients: list[subprocess.Popen], obs: Observation) -> None:
     """Each client's exit status and when it ended (a client still running at the deadline: None)."""
     deadline = (obs.fault_at or time.monotonic()) + run.timeout_s + 15.0
     ended: dict[int, float] = {}

@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from playground.commands import chaos_report
+from playground.chaos import report as chaos_report
 from playground.core.errors import EmulationError
 from playground.core.rundir import EXIT_FAILED, EXIT_OK
 from playground.hosts import netns

@@ -1,0 +1,159 @@
+"""Every workload chaos draws, in the order draws pick them: one `Workload` each, carrying its rank
+counts and faults, the command line it runs (its size drawn), its timeout, how it is run and judged.
+
+Every workload runs "forever" (more iterations than it can finish before its fault), except where
+the fault needs an end (`FaultKind.needs_end`: corrupt, which the collectives' check counts at the
+last iteration), so the run ends because of the fault and the checks ask whether it ended well.
+
+Adding one: a command function (`rng, run, common` -> the run with its `args`, `transport` and
+`size`), then one `Workload(...)` line at the end of `WORKLOADS` (at the end: the draws of seeds
+measured before stay the same only while the earlier entries keep their places).
+"""
+
+import random
+from collections.abc import Callable
+from dataclasses import replace
+
+from playground.chaos import checks, kvserver, launched
+from playground.chaos.faults import named
+from playground.chaos.kinds import ChaosRun, FaultKind, Workload
+
+TIMEOUT_S = 4.0  # every run's receive timeout: a hang is named after it
+KV_TIMEOUT_S = 6.0  # the KV workloads' (their client's timeout too: a restarted server answers in it)
+
+
+def sets(pairs: list[str]) -> list[str]:
+    """`--set` before each KEY=VALUE."""
+    return [a for s in pairs for a in ("--set", s)]
+
+
+def _collectives(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
+    transport = "ipc" if run.hosts else rng.choice(["ipc", "tcp", "shm"])
+    size = rng.choice(["8", "4KiB", "64KiB", "1MiB"])
+    algo = rng.choice(["ring", "tree"])
+    iters = 200 if run.fault.needs_end else 10_000_000
+    keys = [f"params.sizes=[{size}]", f"params.algorithm={algo}", f"params.iters={iters}", "params.warmup=0"]
+    args = ["run", "ring", *common, "--transport", transport, *sets(keys)]
+    return replace(run, transport=transport, size=f"{algo} {size}", args=tuple(args))
+
+
+def _buckets(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
+    scale = rng.choice([0.01, 0.05, 0.2])
+    keys = [
+        f"params.scale={scale}",
+        "params.iters=1000000",
+        "params.warmup=0",
+        "params.strategies=[bucketed]",
+    ]
+    args = ("run", "buckets", *common, *sets(keys))
+    return replace(run, transport="ipc", size=f"lecture x{scale}", args=args)
+
+
+def _train(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
+    d_model = rng.choice([32, 64])
+    keys = [
+        f"params.d_model={d_model}",
+        "params.layers=1",
+        "params.context=32",
+        f"params.batch={4 * run.ranks}",
+        f"params.steps={30 if run.fault.needs_end else 1_000_000}",
+        f"params.mode=[{rng.choice(['per_tensor', 'bucketed', 'zero1'])}]",
+        "params.sample_bytes=0",
+    ]
+    return replace(
+        run, transport="ipc", size=f"d_model {d_model}", args=("run", "train", *common, *sets(keys))
+    )
+
+
+def _serving(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
+    requests = rng.choice([400, 1000])
+    keys = [f"params.num_requests={requests}", "params.policies=[paged]", "params.output_mean=50"]
+    args = ("run", "serving", *common, *sets(keys))
+    return replace(run, transport="ipc", size=f"{requests} requests", args=args)
+
+
+def _kvcache(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
+    requests = rng.choice([5000, 20000])
+    keys = [f"params.num_requests={requests}", f"params.policies=[{rng.choice(['paged', 'contiguous'])}]"]
+    args = ("run", "kvcache", *common, *sets(keys))
+    return replace(run, transport="ipc", size=f"{requests} requests", args=args)
+
+
+def _kvserver(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
+    """No command line of `python -m playground`: kvserver.py starts the server and its clients."""
+    requests = rng.choice([6, 8])
+    return replace(run, transport="tcp", size=f"{requests} generates per client")
+
+
+def _rank_posts(run: ChaosRun, rank: int) -> int:
+    """A collectives, buckets or training rank: hundreds of posts; a few hundred in all when the run
+    must end (the finite collectives run)."""
+    return 40 if run.fault.needs_end else 300
+
+
+def _kv_posts(run: ChaosRun, rank: int) -> int:
+    """A KV client posts only around its barriers and its result; the server a few more."""
+    return 2 if rank else run.ranks
+
+
+def _launcher_exit(fault: FaultKind) -> int:
+    return fault.exit_code
+
+
+def _server_exit(fault: FaultKind) -> int:
+    """The standalone server left at the end is stopped by SIGINT (0), unless it was the one killed."""
+    return -9 if fault.target == "server" and not fault.restarts else 0
+
+
+def _launched(
+    name: str,
+    ranks: tuple[int, ...],
+    faults: tuple[FaultKind, ...],
+    command: Callable[[random.Random, ChaosRun, list[str]], ChaosRun],
+    posts: Callable[[ChaosRun, int], int],
+    timeout_s: float,
+) -> Workload:
+    """A workload `python -m playground run` runs: chaos starts it, fires the fault and judges the
+    launcher's exit and root cause."""
+    return Workload(
+        name,
+        ranks,
+        faults,
+        command,
+        launched.execute,
+        checks.judge_launched,
+        _launcher_exit,
+        posts,
+        timeout_s,
+    )
+
+
+_LAUNCHER = ("Ctrl-C", "SIGTERM", "launcher SIGKILL")
+_RANK_FAULTS = named("raise", "kill", "exit", "hang", "corrupt", "SIGKILL", "SIGSTOP", *_LAUNCHER, "slow")
+_KV_RANK_FAULTS = named(
+    "raise", "kill", "exit", "hang", "SIGSTOP", "server killed", "client killed", *_LAUNCHER
+)
+_UNENDING = tuple(f for f in _RANK_FAULTS if not f.needs_end)  # buckets runs until it is stopped
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        _launched("collectives", (2, 3, 4, 5, 6), _RANK_FAULTS, _collectives, _rank_posts, TIMEOUT_S),
+        _launched("buckets", (2, 3, 4), _UNENDING, _buckets, _rank_posts, TIMEOUT_S),
+        _launched("train", (2, 4), _RANK_FAULTS, _train, _rank_posts, TIMEOUT_S),
+        _launched("serving", (2, 3), _KV_RANK_FAULTS, _serving, _kv_posts, KV_TIMEOUT_S),
+        _launched("kvcache", (2, 3, 4), _KV_RANK_FAULTS, _kvcache, _kv_posts, KV_TIMEOUT_S),
+        Workload(
+            "kvserver",
+            (2, 3),
+            named("client killed", "server killed", "server restarted"),
+            _kvserver,
+            kvserver.execute,
+            checks.judge_standalone,
+            _server_exit,
+            _kv_posts,
+            KV_TIMEOUT_S,
+            launched=False,
+        ),
+    )
+}

@@ -39,7 +39,8 @@ from playground.transformer import (
     lecture_bytes,
     pin_blas_threads,
 )
-from playground.transformer.plan import pipeline_plan
+from playground.transformer.moe import ExpertPlan, MoEConfig
+from playground.transformer.plan import StagePlan, pipeline_plan
 
 CONFIG = ModelConfig(layers=4, d_model=16, heads=2, context=16, dtype="float64")
 BATCH, STEPS = 8, 2  # 8 rows: divisible by 1, 2 and 4 ranks, and by 2 micro-batches on 4 ranks
@@ -217,6 +218,16 @@ def test_units_are_blocks_with_the_embedding_apart():
     assert [u.label for u in first.units] == ["wte", "h.0 + wpe", "h.1"]
     assert [u.label for u in last.units] == ["wte", "h.2", "h.3 + ln_f"]
     assert last.pieces("backward") == ["backward.head", "backward.h.3", "backward.h.2"]
+
+
+def test_a_mixture_of_experts_blocks_need_their_experts_units_too():
+    """The experts lead the layout: units of their own, needed by their block's pieces."""
+    config = dataclasses.replace(CONFIG, layers=2)
+    plan = StagePlan.whole(config, experts=ExpertPlan(MoEConfig(experts=4, top_k=2)))
+    units = UnitPlan(plan.layout(config), 1, 2)
+    assert [u.label for u in units.units] == ["h.0 experts", "h.1 experts", "wte", "h.0 + wpe", "h.1 + ln_f"]
+    assert units.needs("forward.h.0") == (0, 3) and units.needs("backward.h.1") == (1, 4)
+    assert units.last_use("backward")["backward.h.0"] == (0,)  # wpe's unit waits for the embedding
 
 
 def test_the_timeline_hides_gathers_behind_compute_only_with_prefetch():

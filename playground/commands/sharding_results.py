@@ -48,7 +48,7 @@ def trade_rows(ctx) -> dict[tuple, list[dict]]:
     """(scenario, ranks, mode, prefetch) -> the model's rows of each round."""
     runs = ctx.work / "sharding"
     rounds = 1 if ctx.quick else ctx.rounds
-    scenarios = [("train-modes", ("params.sample_bytes=0",))]
+    scenarios: list[tuple[str, tuple[str, ...]]] = [("train-modes", ("params.sample_bytes=0",))]
     if not ctx.quick:
         scenarios.append(("train-large", (*LARGE, "params.mode=[bucketed,zero1,zero2,zero3]")))
     rows: dict[tuple, list[dict]] = {}
@@ -140,7 +140,7 @@ def pathologies(ctx) -> list[str]:
 def against_fsdp(ctx) -> list[str]:
     runs = ctx.work / "fsdp"
     rounds = 1 if ctx.quick else ctx.rounds
-    scenarios = [("train-modes", ("params.sample_bytes=0",))]
+    scenarios: list[tuple[str, tuple[str, ...]]] = [("train-modes", ("params.sample_bytes=0",))]
     if not ctx.quick:
         scenarios.append(("train-large", LARGE))
     figures: dict[tuple, list[dict]] = {}

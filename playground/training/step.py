@@ -155,6 +155,20 @@ class Update:
         return self.reduce_s + self.gather_s
 
 
+@dataclass(frozen=True)
+class TrainerBuffers:
+    """What a data-parallel strategy works on when the trainer keeps the gradients whole (a pipeline
+    stage's accumulated ones, an expert-parallel rank's, summed over its expert group before the
+    data group sees them): the parameters, the gradients, their layout (the model's `params`,
+    `grads`, `layout` for one process), and the views the model reads its parameters through (`p`:
+    where ZeRO-3 puts a unit it gathered)."""
+
+    params: np.ndarray
+    grads: np.ndarray
+    layout: object
+    p: dict
+
+
 def reduce_and_update(gradients, loss: float, check=None, span=None, layout=None) -> Update:
     """The step after backward, in every mode and every trainer: `gradients.reduce()`,
     `check(loss, reductions)` (untimed: the checks are not part of the step), the update (traced as

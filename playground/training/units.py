@@ -11,7 +11,9 @@ one slice of a flat buffer and one message stream of a collective:
 
 `unit_blocks: 0` wraps nothing: one unit of everything (FSDP on the root module alone). A stage of a
 pipeline or a tensor-parallel shard has its own layout (a stage's blocks, a shard's slices); the
-same rule cuts it, counting its own blocks.
+same rule cuts it, counting its own blocks. A mixture of experts' layout puts every block's experts
+first: they make units of their own by the same rule (k blocks' experts each), and a block's piece
+needs both of its units.
 
 The model announces what it computes as pieces (its trace spans): `forward.embedding`,
 `forward.h.3`, `forward.head`, `backward.head`, `backward.h.3`, `backward.embedding`. Each piece
@@ -80,11 +82,12 @@ class Unit:
 
     @property
     def label(self) -> str:
-        """'wte', 'h.0-1', 'h.2-3 + ln_f': what a report calls it."""
+        """'wte', 'h.0-1', 'h.2-3 + ln_f', 'h.0 experts': what a report calls it."""
         blocks = sorted({int(n.split(".")[1]) for n in self.names if n.startswith("h.")})
         parts = [f"h.{blocks[0]}" + (f"-{blocks[-1]}" if len(blocks) > 1 else "")] if blocks else []
         parts += [n.split(".")[0] for n in self.names if not n.startswith("h.")]
-        return " + ".join(dict.fromkeys(parts))
+        experts = all(".experts." in n for n in self.names)  # a mixture of experts' leading part
+        return " + ".join(dict.fromkeys(parts)) + (" experts" if experts else "")
 
 
 def _block(name: str) -> int | None:
@@ -117,6 +120,11 @@ class UnitPlan:
             previous = key
         self.units = tuple(units)
         self._unit_of = {name: u.index for u in units for name in u.names}
+        self._block_units: dict[int, tuple[int, ...]] = {}  # a block's units (experts lead the layout)
+        for u in units:
+            for name in u.names:
+                if (b := _block(name)) is not None and u.index not in self._block_units.get(b, ()):
+                    self._block_units[b] = (*self._block_units.get(b, ()), u.index)
         self.bounds = [ChunkBounds(u.size, num_ranks) for u in units]
 
     def _key(self, name: str, blocks: list[int]) -> str:
@@ -154,8 +162,9 @@ class UnitPlan:
         return [f"{direction}.{p}" for p in order]
 
     def needs(self, piece: str) -> tuple[int, ...]:
-        """The units whose parameters piece `forward.h.3` (etc.) reads (the tied wte at both ends);
-        () for a piece this plan does not know (the caller's own spans)."""
+        """The units whose parameters piece `forward.h.3` (etc.) reads (the tied wte at both ends; a
+        block's every unit, its experts' too, which lead a mixture of experts' layout); () for a piece
+        this plan does not know (the caller's own spans)."""
         direction, _, what = piece.partition(".")
         if direction not in (FORWARD, BACKWARD):
             return ()
@@ -164,7 +173,7 @@ class UnitPlan:
         elif what == HEAD:
             names = ["wte", "ln_f.weight"]
         elif what.startswith("h.") and what[2:].isdigit():
-            names = [f"{what}.ln_1.weight"]
+            return self._block_units.get(int(what[2:]), ())
         else:
             return ()
         return tuple(dict.fromkeys(self._unit_of[n] for n in names if n in self._unit_of))

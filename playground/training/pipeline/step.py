@@ -34,24 +34,12 @@ from playground.training.checks import params_hash
 from playground.training.modes import Mode
 from playground.training.pipeline.schedules import ScheduleKind
 from playground.training.pipeline.stage import Stage
-from playground.training.step import PhaseTimes, TrainSetup, reduce_and_update
+from playground.training.step import PhaseTimes, TrainerBuffers, TrainSetup, reduce_and_update
 from playground.transformer import Transformer
 from playground.transformer.plan import StagePlan
 
 MAX_MICRO_BATCHES = 4096  # the stages' tags are 2 i and 2 i + 1, below the tied embedding's
 TAG_TIED = 2 * MAX_MICRO_BATCHES  # its gradient; TAG_TIED + 1: its hash after the update
-
-
-@dataclass(frozen=True)
-class StageBuffers:
-    """What a data-parallel strategy works on: the stage's parameters, its accumulated gradients,
-    their layout (the model's `params`, `grads`, `layout` for one process), and the views the model
-    reads its parameters through (`p`: where ZeRO-3 puts a unit it gathered)."""
-
-    params: np.ndarray
-    grads: np.ndarray
-    layout: object
-    p: dict
 
 
 @dataclass(frozen=True)
@@ -86,7 +74,7 @@ class PipelineParallel:
             run,
         )  # run: which of the node's, in the tags and trace
         self.model = Transformer(setup.config, seed=setup.seed, plan=plan)
-        self.buffers = StageBuffers(
+        self.buffers = TrainerBuffers(
             self.model.params, np.zeros_like(self.model.params), self.model.layout, self.model.p
         )
         self.gradients = mode.gradients(grid.data, self.buffers, setup, owns_comm=False)

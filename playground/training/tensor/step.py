@@ -23,8 +23,7 @@ import time
 from dataclasses import dataclass
 
 from playground.collectives.tensor_allreduce import TensorAllReduce
-from playground.core.errors import ResultMismatch
-from playground.training.checks import params_hash
+from playground.training.checks import check_same_in_group, params_hash
 from playground.training.modes import Mode
 from playground.training.step import PhaseTimes, TrainSetup, reduce_and_update
 from playground.transformer import Transformer
@@ -90,16 +89,17 @@ class TensorParallel:
     def check_shards(self, step: int, loss: float) -> None:
         """Every shard of the tensor group computed the same loss and holds the same replicated
         parameters after the update (CRC-32 of them), or ResultMismatch naming the shards."""
-        mine = {"loss": loss, "hash": params_hash(self.gradients.held(self.replicated))}
-        theirs = self.grid.tensor.allgather_obj(mine)
-        differ = [r for r, o in enumerate(theirs) if o != theirs[0]]
-        if differ:
-            raise ResultMismatch(
-                self.comm.rank,
-                f"step {step}: tensor shard{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
-                f"of replica {self.grid.data_index} differ from shard 0 in loss or replicated parameters: "
-                + ", ".join(f"shard {r} {theirs[r]}" for r in [0, *differ]),
-            )
+        mine = {"loss": loss, "hash": params_hash(self.gradients.held(self.replicated))}  # ZeRO-3: a shard
+        where = f"replica {self.grid.data_index}"
+        check_same_in_group(
+            self.grid.tensor,
+            self.comm.rank,
+            step,
+            mine,
+            "loss or replicated parameters",
+            "tensor shard",
+            where,
+        )
 
     def check_step(self, step: int, times: PhaseTimes) -> None:
         self.check_shards(step, times.loss)

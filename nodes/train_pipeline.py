@@ -138,6 +138,7 @@ def main(comm, params: Params) -> dict:
         m: calibrate(comm, grid, plan, setup, sampler, rows // m, params.calibration_repeats)
         for m in params.micro_batches
     }
+    # every replica takes the snapshots (ZeRO-3's is an all-gather over the data group); one compares
     keep = params.reference and grid.data_index == 0
     checkpoints = Checkpoints.open(comm, params, checkpoint_identity(params, comm.size))
     runs, kept = [], []
@@ -159,7 +160,7 @@ def main(comm, params: Params) -> dict:
             schedule,
             m,
             run,
-            keep,
+            params.reference,
             tick,
             checkpoints,
         )

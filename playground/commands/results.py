@@ -23,7 +23,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   rounds; the optimizer step; each kernel's share and the achieved FLOP/s against the machine's
   matrix-multiply rate (compute_bench.py); its processes run without OPENBLAS_CORETYPE/L2_SIZE.
 - steptime.md: `run train-modes` at 2 and 4 ranks, every mode's measured step beside the step-time
-  model's from the calibration, the ratio per mode and rank count (`steptime_results`).
+  model's from the calibration, the ratio per mode and rank count (`steptime_results`); then ZeRO-2
+  and ZeRO-3's trade: every mode with and without prefetch beside the model, the two pathologies (no
+  unit wrapping, ZeRO-2 with accumulation), ZeRO-3 against FSDP2, and the simulator's answer to
+  where ZeRO-3 stops paying (`sharding_results`).
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
   contiguous at two row sizes, decode throughput vs batch beside the decode-step model, `run train`
   then `run serving` (the trained model's text, the steps' split, paging's gain predicted and
@@ -265,7 +268,7 @@ SECTIONS = [
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
     Section("compute", "compute.md", "A training rank's compute against PyTorch", compute_section, 1.5, 5),
-    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4, True),
+    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 4, 25, True),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 5, 20),
     Section(
         "parallelism",
@@ -458,7 +461,7 @@ HELP = "measure the docs' results pages on this machine (benchmarks, simulator, 
 DESCRIPTION = (
     "Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator against "
     "measurements, the lecture, training against PyTorch DDP, a training rank's compute against torch's, the "
-    "training step against its model, the serving lab, pipeline and tensor parallelism, the mixture of "
+    "training step against its model with ZeRO-2 and ZeRO-3's trade, the serving lab, pipeline and tensor parallelism, the mixture of "
     "experts, chaos runs and recovery (checkpoints, restarts, goodput), the flight recorder's cost with the "
     "straggler scores' hits, one after the other, and writes docs/results/*.md headed by this machine; "
     "about 190 min (--quick: 32)."

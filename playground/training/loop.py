@@ -26,7 +26,7 @@ import numpy as np
 
 from playground.training.checkpointing import Checkpoints
 from playground.training.checks import Reduction, StepChecks
-from playground.training.memory import memory_record
+from playground.training.memory import memory_record, rss_bytes
 from playground.training.modes import GradientStrategy, Mode
 from playground.training.step import DataParallel, PhaseTimes, TrainSetup
 from playground.transformer import BatchSampler, Transformer, train_one_process
@@ -44,8 +44,10 @@ Batch = Callable[[int], tuple[np.ndarray, np.ndarray]]  # step -> this rank's (i
 
 
 class Trainer(Protocol):
-    """One rank's part of a training run: `model.params` is what the checks hash; they and the
-    mode's `gradients` strategy's state are what a checkpoint keeps."""
+    """One rank's part of a training run: its `gradients` (the mode's `GradientStrategy`) hold the
+    parameters the checks agree on and the snapshots copy; they, `model.params` and the strategy's
+    state are what a checkpoint keeps; `comm` is the rank's communicator, whose count of bytes sent
+    each step's record takes."""
 
     comm: Any
     model: Transformer
@@ -94,16 +96,27 @@ def train_steps(
     checkpoint holds of it (and trains only the steps after it), and saves one when it is time."""
     log = StepLog()
     first = 0 if checkpoints is None else checkpoints.begin(trainer, log, steps)
+    root = getattr(trainer.comm, "parent", trainer.comm)  # a group's bytes are its root's
     try:
         for step in range(first, steps):
             inputs, targets = batch(step)
-            checks = StepChecks(group, step, mode, trainer.model.params.dtype)
+            checks = StepChecks(group, step, mode, trainer.model.config.np_dtype)
+            sent = root.bytes_sent
             times = trainer.train_step(step, inputs, targets, checks.gradients)
-            log.digest = checks.params(trainer.model.params)
+            sent = root.bytes_sent - sent
+            log.digest = checks.params(trainer.gradients)
             trainer.check_step(step, times)
-            log.steps.append({"step": step, "loss": checks.loss, **times.record(), "check_s": checks.seconds})
+            log.steps.append(
+                {
+                    "step": step,
+                    "loss": checks.loss,
+                    **times.record(),
+                    "check_s": checks.seconds,
+                    "sent_bytes": sent,
+                }
+            )
             if keep_params:
-                log.snapshots.append(trainer.model.params.copy())
+                log.snapshots.append(trainer.gradients.full_params())
             if checkpoints is not None:
                 checkpoints.after_step(step, trainer, log)
             trainer.comm.tracer.flush()
@@ -126,6 +139,7 @@ def train_mode(
     checkpoints: Checkpoints | None = None,
 ) -> tuple[dict, DataParallel]:
     """(this rank's record of `steps` data-parallel steps of `mode`, the trained DataParallel)."""
+    start_rss = rss_bytes()
     dp = DataParallel(comm, mode, setup)
     log = train_steps(
         dp,
@@ -136,14 +150,13 @@ def train_mode(
         on_step=on_step,
         checkpoints=checkpoints,
     )
-    model = dp.model
     record = {
         "mode": mode.name,
         "host": socket.gethostname(),
         "steps": log.steps,
         "hash": log.digest,
         "buckets": [b.num_bytes for b in dp.gradients.buckets],
-        "memory": memory_record(model.params.nbytes, model.grads.nbytes, dp.gradients.state_bytes),
+        "memory": memory_record(dp.gradients.memory(), start_rss),
     }
     return record, dp
 

@@ -26,17 +26,18 @@ from playground.collectives.bucketing import Bucket
 from playground.collectives.chunks import ChunkBounds
 from playground.core.errors import UsageError
 from playground.training.checks import Reduction, checksum, element_sum
+from playground.training.whole_params import WholeParams
 from playground.transformer.optim import Adam
 
 
-class ZeroOne:
+class ZeroOne(WholeParams):
     """This rank's shard of the flat buffers and Adam over it (a `modes.GradientStrategy`):
     `reduce()` reduce-scatters after backward, `update()` steps the shard, `gather()` shares it.
     `buckets` is the mode's plan, one of everything: what one step communicates, for the record."""
 
     on_grad_ready = None  # nothing to hand over during backward: the reduce-scatter runs after it
 
-    def __init__(self, comm, model, buckets: list[Bucket], setup, mode):
+    def __init__(self, comm, model, buckets: list[Bucket], setup, mode, owns_comm: bool = True):
         self.comm, self.params, self.grads, self.buckets = comm, model.params, model.grads, buckets
         self.span_args = {"mode": mode.name}
         self.bounds = ChunkBounds(self.params.size, comm.size)
@@ -79,10 +80,6 @@ class ZeroOne:
 
     def reductions(self) -> list[Reduction]:
         return self.sums
-
-    @property
-    def state_bytes(self) -> int:
-        return self.optimizer.state_bytes
 
     def state(self) -> dict:
         """Adam's m and v of this rank's shard, its step count, and the shard's bounds (checked on load)."""

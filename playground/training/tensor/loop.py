@@ -46,7 +46,7 @@ def train_tensor(
         "plan": tp.plan.describe(),
         "steps": log.steps,
         "hash": log.digest,
-        "params_bytes": int(tp.model.params.nbytes),
+        "params_bytes": int(tp.gradients.memory()["params_bytes"]),
         "optimizer_bytes": int(tp.gradients.state_bytes),
         "bucket_bytes": [b.num_bytes for b in tp.gradients.buckets],
     }

@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos, serve."""
+"""`python -m playground` subcommands: run, list, inspect, watch, node, bench, simulate, calibrate, lecture, results, chaos, serve."""
 
 import argparse
 import os
@@ -31,7 +31,20 @@ def _cmd_run(args) -> int:
         link=args.link,
         said={b: f"--baseline {args.baseline}" for b in baseline},
     )
+    if args.live or args.live_port is not None:
+        from playground.live.command import run_live
+
+        return run_live(
+            lambda on_run_dir: execute(scenario, Path(args.out), on_run_dir=on_run_dir).code,
+            args.live_port or 0,
+        )
     return execute(scenario, Path(args.out)).code
+
+
+def _cmd_watch(args) -> int:
+    from playground.live.command import run_watch
+
+    return run_watch(args.run_dir, args.port)
 
 
 def _cmd_list(args) -> int:
@@ -163,7 +176,29 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     r.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    r.add_argument(
+        "--live",
+        action="store_true",
+        help="serve a page on 127.0.0.1 that shows the run as it goes (each rank's operation, bytes "
+        "between ranks, loss, KV blocks, stragglers, the root cause) and /metrics; after the run it "
+        "shows the final state until Ctrl-C",
+    )
+    r.add_argument(
+        "--live-port", type=int, metavar="PORT", help="the live page's port (implies --live; default: a free one)"
+    )
     r.set_defaults(func=_cmd_run)
+
+
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    w = sub.add_parser(
+        "watch",
+        help="serve the live page of a run directory (a run going on, or one that is over)",
+        description="The live page of `run --live` for a run directory: a run going on in another "
+        "terminal, or one that is over (its final state). Serves on 127.0.0.1 until Ctrl-C.",
+    )
+    w.add_argument("run_dir", nargs="?", default="runs/latest", help="the run directory (default: runs/latest)")
+    w.add_argument("--port", type=int, default=0, help="the page's port (default: a free one)")
+    w.set_defaults(func=_cmd_watch)
 
 
 def _add_inspect(sub: argparse._SubParsersAction) -> None:
@@ -267,6 +302,7 @@ def build_parser(
     _add_run(sub)
     sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
     _add_inspect(sub)
+    _add_watch(sub)
     _add_node(sub)
     _add_bench(sub)
     _add_configured(sub)

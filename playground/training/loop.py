@@ -30,6 +30,7 @@ from playground.training.modes import Mode
 from playground.training.step import DataParallel, PhaseTimes, TrainSetup
 from playground.transformer import BatchSampler, Transformer, train_one_process
 from playground.transformer.plan import StagePlan
+from playground.tracing.trace import CAT_META
 
 # How far a run may drift from one process, relative to the largest parameter (and a loss to
 # one process's loss). Float64: the ranks add the same terms in another order than one process
@@ -91,12 +92,16 @@ def train_steps(
         for step in range(steps):
             inputs, targets = batch(step)
             checks = StepChecks(group, step, mode, trainer.model.params.dtype)
+            t0_us = trainer.comm.tracer.now_us()
             times = trainer.train_step(step, inputs, targets, checks.gradients)
+            step_us = trainer.comm.tracer.now_us() - t0_us
             log.digest = checks.params(trainer.model.params)
             trainer.check_step(step, times)
             log.steps.append({"step": step, "loss": checks.loss, **times.record(), "check_s": checks.seconds})
             if keep_params:
                 log.snapshots.append(trainer.model.params.copy())
+            # the step's loss in the rank's log as it goes (the live page reads it; meta: not timing)
+            trainer.comm.tracer.add("train.step", CAT_META, t0_us, step_us, {"step": step, "loss": float(checks.loss)})
             trainer.comm.tracer.flush()
             if on_step is not None:
                 on_step(step)

@@ -34,9 +34,13 @@ RING_FAILS = ["params.iters=2", "params.sizes=[4KiB]", "fault.rank=1", "fault.ac
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server could listen on `port` again (as servers do, with SO_REUSEADDR: the closed
+    connections' TIME_WAIT does not count, a socket still listening does)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
+            s.listen()
         except OSError:
             return False
     return True
@@ -89,7 +93,9 @@ def test_metrics_of_a_finished_training_run_hold_its_numbers_and_the_port_is_fre
     assert m[("playground_run_status", (("status", "finished"),))] == 1
     sent = {r: read_events(run_dir / f"rank-{r}.jsonl") for r in range(2)}
     for src in range(2):
-        want = sum(e["args"]["bytes"] for e in sent[src] if e["name"] == "send" and e["args"]["peer"] == 1 - src)
+        want = sum(
+            e["args"]["bytes"] for e in sent[src] if e["name"] == "send" and e["args"]["peer"] == 1 - src
+        )
         assert want > 0
         assert m[("playground_bytes_sent_total", (("dst", str(1 - src)), ("src", str(src))))] == want
     for rank in range(2):

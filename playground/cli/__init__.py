@@ -184,7 +184,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "shows the final state until Ctrl-C",
     )
     r.add_argument(
-        "--live-port", type=int, metavar="PORT", help="the live page's port (implies --live; default: a free one)"
+        "--live-port",
+        type=int,
+        metavar="PORT",
+        help="the live page's port (implies --live; default: a free one)",
     )
     r.set_defaults(func=_cmd_run)
 
@@ -196,7 +199,9 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
         description="The live page of `run --live` for a run directory: a run going on in another "
         "terminal, or one that is over (its final state). Serves on 127.0.0.1 until Ctrl-C.",
     )
-    w.add_argument("run_dir", nargs="?", default="runs/latest", help="the run directory (default: runs/latest)")
+    w.add_argument(
+        "run_dir", nargs="?", default="runs/latest", help="the run directory (default: runs/latest)"
+    )
     w.add_argument("--port", type=int, default=0, help="the page's port (default: a free one)")
     w.set_defaults(func=_cmd_watch)
 

@@ -17,7 +17,7 @@ th { background: #f3f3f3; } .named { color: #b00; font-weight: bold; }
 #root { display: none; background: #fdecea; border: 1px solid #b00; color: #700; padding: .5em; margin: .5em 0; white-space: pre-wrap; }
 #status { font-weight: bold; } .plot { width: 100%; max-width: 900px; height: 320px; }
 .grid { display: flex; flex-wrap: wrap; gap: 1em; } .grid > div { flex: 1 1 420px; }
-pre { background: #f7f7f7; padding: .5em; }
+pre { background: #f7f7f7; padding: .5em; white-space: pre-wrap; }
 </style></head>
 <body>
 <h1>playground live: <span id="scenario"></span> <small id="run_dir"></small></h1>
@@ -56,7 +56,7 @@ function ranks(s) {
 }
 function heatmap(s) {
   const labels = s.ranks.map(r => 'rank ' + r.rank);
-  Plotly.react('heatmap', [{type: 'heatmap', z: s.bytes, x: labels, y: labels, colorscale: 'Blues',
+  Plotly.react('heatmap', [{type: 'heatmap', z: s.bytes, x: labels, y: labels, zmin: 0, colorscale: [[0, '#f7fbff'], [1, '#08306b']],
     hovertemplate: '%{y} to %{x}: %{z} bytes<extra></extra>'}],
     {...layout('', 'to', 'from'), yaxis: {autorange: 'reversed', title: {text: 'from'}}});
 }

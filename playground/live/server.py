@@ -12,6 +12,7 @@ installs no signal handlers (only the main thread may), so Ctrl-C stays the laun
 """
 
 import asyncio
+import importlib.util
 import socket
 import threading
 import time
@@ -33,10 +34,12 @@ STOP_TIMEOUT_S = 5.0
 
 
 def plotly_js() -> Path:
-    """plotly.min.js as the plotly package ships it."""
-    import plotly
-
-    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    """plotly.min.js as the plotly package ships it (found, not imported: plotly's Python side is
+    not needed); a missing package is bad input naming the extra."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or spec.origin is None:
+        raise ParamError("--live", "needs plotly: pip install 'playground[live]'")
+    return Path(spec.origin).parent / "package_data" / "plotly.min.js"
 
 
 class CachedSnapshot:
@@ -97,7 +100,9 @@ def bind(port: int, flag: str) -> socket.socket:
 class LiveServer:
     """The page for one run directory, served from a thread of this process until `stop()`."""
 
-    def __init__(self, run_dir: Path | None = None, port: int = 0, cpus: int | None = None, flag: str = "--live-port"):
+    def __init__(
+        self, run_dir: Path | None = None, port: int = 0, cpus: int | None = None, flag: str = "--live-port"
+    ):
         if not 0 <= port <= 65535:
             raise ParamError(flag, f"must be in 0..65535 (0: a free port), got {port}")
         self.cpus = cpus
@@ -119,14 +124,15 @@ class LiveServer:
     def start(self) -> str:
         """Listen, serve from a new thread, and return the page's URL (the socket listens already:
         a browser may connect at once)."""
+        plotly_js()  # before listening: without plotly the page could not draw
         self.sock = bind(self.port, self.flag)
         config = uvicorn.Config(
             build_app(self.snapshot), log_level="warning", access_log=False, lifespan="off"
         )
-        self.server = uvicorn.Server(config)
+        self.server = server = uvicorn.Server(config)
         sockets = [self.sock]
         self.thread = threading.Thread(
-            target=lambda: asyncio.run(self.server.serve(sockets=sockets)), name="live-page", daemon=True
+            target=lambda: asyncio.run(server.serve(sockets=sockets)), name="live-page", daemon=True
         )
         self.thread.start()
         return self.url

@@ -160,7 +160,14 @@ def _rank_row(rank: int, ring: flight.Ring | None) -> dict:
         return {"rank": rank, "op": "", "seq": None, "state": "not started", "records": 0}
     entry = ring.current or ring.last_completed or (ring.entries[-1] if ring.entries else None)
     if entry is None:
-        return {"rank": rank, "op": "", "seq": None, "state": "no operation yet", "records": 0, "pid": ring.pid}
+        return {
+            "rank": rank,
+            "op": "",
+            "seq": None,
+            "state": "no operation yet",
+            "records": 0,
+            "pid": ring.pid,
+        }
     return {
         "rank": rank,
         "pid": ring.pid,

@@ -24,13 +24,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from playground.tracing.trace import CAT_META
 from playground.training.checks import Reduction, StepChecks
 from playground.training.memory import memory_record
 from playground.training.modes import Mode
 from playground.training.step import DataParallel, PhaseTimes, TrainSetup
 from playground.transformer import BatchSampler, Transformer, train_one_process
 from playground.transformer.plan import StagePlan
-from playground.tracing.trace import CAT_META
 
 # How far a run may drift from one process, relative to the largest parameter (and a loss to
 # one process's loss). Float64: the ranks add the same terms in another order than one process
@@ -101,7 +101,9 @@ def train_steps(
             if keep_params:
                 log.snapshots.append(trainer.model.params.copy())
             # the step's loss in the rank's log as it goes (the live page reads it; meta: not timing)
-            trainer.comm.tracer.add("train.step", CAT_META, t0_us, step_us, {"step": step, "loss": float(checks.loss)})
+            trainer.comm.tracer.add(
+                "train.step", CAT_META, t0_us, step_us, {"step": step, "loss": float(checks.loss)}
+            )
             trainer.comm.tracer.flush()
             if on_step is not None:
                 on_step(step)

@@ -71,10 +71,11 @@ function training(s) {
 function serving(s) {
   if (!s.serving.length) return;
   document.getElementById('serving_box').style.display = '';
-  const t = s.serving.map(p => p.t_s);
+  const t0 = s.serving[0].time_s ?? 0, t = s.serving.map(p => (p.time_s ?? p.t_s) - t0);
   const line = key => ({type: 'scatter', mode: 'lines', name: key, x: t, y: s.serving.map(p => p[key])});
   Plotly.react('serving', [line('running'), line('waiting'), line('kv_blocks')],
-    layout('engine', 'time (s)', 'sequences / blocks'));
+    layout('engine (' + [...new Set(s.serving.map(p => p.policy))].join(', ') + ')', 'time (s)',
+      'sequences / blocks'));
 }
 async function poll() {
   try {

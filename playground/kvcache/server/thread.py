@@ -143,6 +143,7 @@ class EngineLog:
         pool = engine.policy
         line = {
             "policy": policy,
+            "time_s": round(time.time(), 3),  # wall clock: one axis across the policies' engines
             "t_s": round(row["t_s"], 3),
             "running": row["running"],
             "waiting": row["waiting"],

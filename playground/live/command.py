@@ -39,8 +39,8 @@ def run_live(run: Callable[[Callable[[Path], None]], int], port: int) -> int:
         code = run(server.watch)
         if code == EXIT_INTERRUPTED:
             return code
-        _say(FINAL.format(url=url))
-        try:
+        try:  # the line first inside: a Ctrl-C the moment it is read still ends here
+            _say(FINAL.format(url=url))
             wait_for_interrupt()
         except KeyboardInterrupt:
             pass

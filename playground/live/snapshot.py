@@ -69,7 +69,7 @@ class RankLog:
         return True
 
     def _take(self, line: str) -> None:
-        judged = any(c in line for c in stragglers._JUDGED)
+        judged = any(c in line for c in stragglers.JUDGED)
         if not (judged or '"send"' in line or '"train.step"' in line):
             return
         try:

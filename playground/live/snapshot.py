@@ -9,7 +9,7 @@ nothing for being watched:
   the ranks' timing logs (`rank-<r>.jsonl`: `send` events, `train.step` events, the sections
   playground.tracing.stragglers judges), read incrementally (each poll reads only the new lines);
 - serving's KV blocks and queue: serving-engine.jsonl, the engine's state that rank 0 appends every
-  half second while it waits for its clients (playground.kvcache.server.thread.EngineLog);
+  0.2 s while it waits for its clients (playground.kvcache.server.thread.EngineLog);
 - the root cause: failures.jsonl (each failure the moment the coordinator records it), then
   result.json's first failure once the run is over (the launcher's verdict, the same line it prints).
 """

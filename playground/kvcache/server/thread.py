@@ -128,7 +128,7 @@ class EngineLog:
     step log comes only with the result). Read from this thread without touching the engine's own
     structures: the newest row of a list the engine thread appends to."""
 
-    SAMPLE_S = 0.5
+    SAMPLE_S = 0.2
 
     def __init__(self, run_dir):
         self.path = None if run_dir is None else Path(run_dir) / ENGINE_LOG

@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, watch, node, bench, simulate, calibrate, lecture, results, chaos, serve."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos, serve, watch."""
 
 import argparse
 import os
@@ -39,12 +39,6 @@ def _cmd_run(args) -> int:
             args.live_port or 0,
         )
     return execute(scenario, Path(args.out)).code
-
-
-def _cmd_watch(args) -> int:
-    from playground.live.command import run_watch
-
-    return run_watch(args.run_dir, args.port)
 
 
 def _cmd_list(args) -> int:
@@ -192,20 +186,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=_cmd_run)
 
 
-def _add_watch(sub: argparse._SubParsersAction) -> None:
-    w = sub.add_parser(
-        "watch",
-        help="serve the live page of a run directory (a run going on, or one that is over)",
-        description="The live page of `run --live` for a run directory: a run going on in another "
-        "terminal, or one that is over (its final state). Serves on 127.0.0.1 until Ctrl-C.",
-    )
-    w.add_argument(
-        "run_dir", nargs="?", default="runs/latest", help="the run directory (default: runs/latest)"
-    )
-    w.add_argument("--port", type=int, default=0, help="the page's port (default: a free one)")
-    w.set_defaults(func=_cmd_watch)
-
-
 def _add_inspect(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser("inspect", help="summarise a run's per-rank timing logs")
     i.add_argument("run_dir", nargs="?", default="runs/latest")
@@ -284,6 +264,7 @@ def _add_configured(sub: argparse._SubParsersAction) -> None:
     from playground.chaos import command as chaos
     from playground.commands import calibrate, results, serve
     from playground.lecture import command as lecture
+    from playground.live import command as watch
     from playground.sim import command as simulate
     from playground.sim.options import SimulateConfig
 
@@ -294,6 +275,7 @@ def _add_configured(sub: argparse._SubParsersAction) -> None:
         ("chaos", chaos, chaos.ChaosConfig.from_flags, chaos.run_chaos, chaos.add_chaos_flags),
         ("serve", serve, serve.serve_config, serve.run_serve, serve.add_serve_flags),
         ("lecture", lecture, lecture.LectureConfig.from_flags, lecture.run_lecture, lecture.add_lecture_flags),
+        ("watch", watch, watch.WatchConfig.from_flags, watch.run_watch, watch.add_watch_flags),
     ):  # fmt: skip
         _configured(sub, name, Configured(make, run), add_flags, module.HELP, module.DESCRIPTION)
 
@@ -307,7 +289,6 @@ def build_parser(
     _add_run(sub)
     sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
     _add_inspect(sub)
-    _add_watch(sub)
     _add_node(sub)
     _add_bench(sub)
     _add_configured(sub)

@@ -193,6 +193,9 @@ def test_the_live_page_in_chromium_shows_every_rank_and_the_root_cause(tmp_path)
     assert port_is_free(port)
     result = json.loads((tmp_path / "latest" / "result.json").read_text())
     assert result["failures"][0].startswith("rank 1")
+    # what the page read while the run went on: the coordinator's line, written as it happened
+    noted = [json.loads(line) for line in (tmp_path / "latest" / "failures.jsonl").read_text().splitlines()]
+    assert noted[0] == {**noted[0], "rank": 1, "secondary": False, "headline": result["failures"][0]}
 
 
 @pytest.mark.timeout(60)

@@ -135,7 +135,8 @@ class RunWatcher:
         if result is not None:
             status = "finished" if result.get("ok") else "failed"
         else:
-            status = "failing" if failures else ("running" if rings else "starting")
+            started = rings or any(log.offset for log in self.logs.values())  # the recorder may be off
+            status = "failing" if failures else ("running" if started else "starting")
         return {
             "run_dir": str(self.run_dir),
             "scenario": scenario.get("name", self.run_dir.name),

@@ -6,6 +6,7 @@ says what is missing and how to get it, instead of a page of distutils output.
 
 import os
 import shutil
+import sys
 import sysconfig
 
 from setuptools import Extension, setup
@@ -54,8 +55,11 @@ setup(
                 "native/sim_transport.c",
                 "native/comm_core.c",
                 "native/oprecord.c",
+                "native/transformer.c",
+                "native/gemm.c",
             ],
-            extra_compile_args=["-O2", "-std=gnu11"],
+            extra_compile_args=["-O2", "-std=gnu11", "-fno-math-errno"],
+            libraries=["dl"] if sys.platform.startswith("linux") else [],  # gemm.c opens a BLAS at run time
         )
     ],
 )

@@ -391,7 +391,8 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_playground_native",
     "Timed memory loops for the memory lab (pointer chase, strided read, gather), the shared-memory "
     "path's mailboxes (mailbox.c), the KV-cache server's attention (attention.c), the simulator's "
-    "event core (sim_*.c), the trace's spans (span.c); GIL released while they run or wait.",
+    "event core (sim_*.c), the trace's spans (span.c), the transformer's fused kernels (transformer.c); GIL "
+    "released while they run or wait.",
     -1, methods,
 };
 
@@ -401,11 +402,14 @@ int add_span_types(PyObject *module);          /* span.c: the trace's spans */
 int add_attention_functions(PyObject *module); /* attention.c: the KV-cache server's attention */
 int add_sim_types(PyObject *module);           /* sim_*.c: the simulator's event core */
 int add_comm_core(PyObject *module);           /* comm_core.c: the Communicator's C path */
+int add_transformer_functions(PyObject *module); /* transformer.c: the training step's fused kernels */
+int add_gemm_functions(PyObject *module);        /* gemm.c: its matrix products through a bound BLAS */
 
 PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m && (add_mailbox_type(m) < 0 || add_swap_type(m) < 0 || add_span_types(m) < 0 || add_attention_functions(m) < 0 ||
-              add_sim_types(m) < 0 || add_comm_core(m) < 0))
+              add_sim_types(m) < 0 || add_comm_core(m) < 0 || add_transformer_functions(m) < 0 ||
+              add_gemm_functions(m) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -190,11 +190,13 @@ if TYPE_CHECKING:
     AlgorithmName = str
     FlatAllreduceName = str
     AllreduceChoice = str
+    AlltoallvName = str
 else:
     CollectiveName = Literal[COLLECTIVES]
     AlgorithmName = Literal[all_names()]  # any collective's algorithm, or auto
     FlatAllreduceName = Literal[flat_allreduce()]
     AllreduceChoice = Literal[(*flat_allreduce(), AUTO)]  # a flat all-reduce, or auto: the model picks
+    AlltoallvName = Literal[flat("alltoallv")]  # an all-to-all of uneven blocks (a MoE layer's dispatch)
 
 
 def get(collective: str, algorithm: str) -> Algorithm:

@@ -11,7 +11,8 @@ runs our send/recv beside raw pyzmq on the same transport. `--link SPEC` names w
 columns price (a preset, or a calibration.json of `calibrate`); without it, this machine's
 calibration (models/calibration.py), else a labelled default.
 `bench table` regenerates the README's table: ours over ipc and shm, Gloo and MPICH, alternately,
-over rounds (benchtable.py); `bench copy`, the machine's copy bandwidth (copybw.py).
+over rounds (benchtable.py); `bench copy`, the machine's copy bandwidth (copybw.py); `bench compute`,
+a training rank's compute against torch's (compute_bench.py).
 
 What goes where: bench_commands.py, the sub-commands and their flags (add one there);
 bench_config.py, what each is given, checked; this module, what `bench COLLECTIVE` and `bench p2p`

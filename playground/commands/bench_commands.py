@@ -1,5 +1,6 @@
 """`bench`'s sub-commands, one `BenchCommand` each: `bench allreduce` (and every other collective of
-the registry), `bench p2p`, `bench table`, `bench copy`, `bench serving`, `bench speculative`.
+the registry), `bench p2p`, `bench table`, `bench copy`, `bench serving`, `bench speculative`,
+`bench compute`.
 
 Each names its flags (a function that adds them to its parser, no defaults: those are its
 config's), its config (`from_flags`: flags -> a checked, frozen config) and what it runs. The
@@ -19,7 +20,7 @@ from typing import Any
 
 from playground.collectives import ALGORITHMS
 from playground.comm.registry import LAUNCHED
-from playground.commands import bench, bench_config, bench_serving, benchtable, copybw
+from playground.commands import bench, bench_config, bench_serving, benchtable, compute_bench, copybw
 from playground.commands.bench_config import DTYPES, OPS, BenchConfig, P2PConfig
 from playground.core.rundir import Finished
 from playground.display.report import WIDE_HELP
@@ -139,6 +140,26 @@ def add_copy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="directory for run directories (default runs)")
 
 
+def add_compute_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--scenarios",
+        help=f"the training scenarios whose shapes to run (default {compute_bench.SCENARIOS})",
+    )
+    p.add_argument(
+        "--rank-counts",
+        help=f"rank counts, one rank's share of the batch each (default {compute_bench.RANKS})",
+    )
+    p.add_argument("--rounds", type=int, help=f"alternating rounds (default {compute_bench.ROUNDS})")
+    p.add_argument("--systems", help="comma list of native, numpy, torch (default: all three)")
+    p.add_argument("--out", help="directory for run directories (default runs)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any other scenario key, as for `run` (e.g. model.d_model=64)",
+    )
+
+
 def _collective(name: str) -> BenchCommand:
     return BenchCommand(
         name,
@@ -190,6 +211,13 @@ BENCH_COMMANDS: dict[str, BenchCommand] = {
             bench_serving.add_speculative_flags,
             bench_serving.speculative_config,
             bench_serving.run_speculative,
+        ),
+        BenchCommand(
+            "compute",
+            "a training rank's forward + backward, ours against torch's, and where our time goes",
+            add_compute_flags,
+            compute_bench.ComputeConfig.from_flags,
+            compute_bench.run_compute,
         ),
     )
 }

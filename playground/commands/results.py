@@ -18,6 +18,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   is, beside the same run at a constant learning rate); `run train-modes --baseline ddp` (and
   train-large) at 2 and 4 ranks, alternating round by round: our bucketed step against PyTorch
   DDP's; then tokens/s at 1, 2, 4 ranks and across two emulated hosts (as root).
+- compute.md: `bench compute`: forward + backward of one rank's shapes of train-modes and train-large
+  at 1, 2 and 4 ranks, ours (native kernels, numpy reference) against torch's model, alternating
+  rounds; the optimizer step; each kernel's share and the achieved FLOP/s against the machine's
+  matrix-multiply rate (compute_bench.py); its processes run without OPENBLAS_CORETYPE/L2_SIZE.
 - steptime.md: `run train-modes` at 2 and 4 ranks, every mode's measured step beside the step-time
   model's from the calibration, the ratio per mode and rank count (`steptime_results`).
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
@@ -33,6 +37,9 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
 - tensor.md: `run serving-tensor` at 2 and 4 ranks (decode step time against t, measured, modelled
   and simulated to 64 ranks) and `run train-tensor` at 2 and 4 ranks with torch's tensor parallelism
   beside ours (`tensor_results`).
+- moe.md: `run train-moe` on 2 ranks (dropless) and 4 (2 x 2, capacity factor 1.25): loads and drops
+  per routing workload, the step's split beside the all-to-all model and the slowest rank's work, the
+  permutation sorted against gathered (`moe_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
   detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
 - observability.md: the flight recorder's cost on an 8-byte all-reduce, off against on
@@ -63,6 +70,8 @@ from rich.markup import escape
 
 from playground.chaos.results import chaos_section
 from playground.commands import accuracy, alltoall_results
+from playground.commands.compute_bench import compute_section
+from playground.commands.moe_results import moe
 from playground.commands.observability_results import observability_section
 from playground.commands.parallelism_results import parallelism
 from playground.commands.steptime_results import steptime_section
@@ -251,6 +260,7 @@ SECTIONS = [
     Section("simulator", "simulator.md", "The simulator against measurements", accuracy.section, 3, 40),
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
+    Section("compute", "compute.md", "A training rank's compute against PyTorch", compute_section, 1.5, 5),
     Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4, True),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 5, 20),
     Section(
@@ -264,6 +274,8 @@ SECTIONS = [
     ),
     # (tensor measures a calibration of its own and names it to its runs)
     Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
+    # (moe measures a calibration of its own and names it to its runs)
+    Section("moe", "moe.md", "Mixture of experts: expert parallelism under skewed routing", moe, 1.5, 4),
     Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
     Section(
         "observability",
@@ -433,10 +445,10 @@ def _write_index(out: Path) -> None:
 HELP = "measure the docs' results pages on this machine (benchmarks, simulator, labs)"
 DESCRIPTION = (
     "Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator against "
-    "measurements, the lecture, training against PyTorch DDP, the training step against its model, the "
-    "serving lab, pipeline and tensor parallelism, chaos runs and the flight recorder's cost with the "
+    "measurements, the lecture, training against PyTorch DDP, a training rank's compute against torch's, the training step against its model, the "
+    "serving lab, pipeline and tensor parallelism, the mixture of experts, chaos runs and the flight recorder's cost with the "
     "straggler scores' hits, one after the other, and writes docs/results/*.md headed by this machine; "
-    "about 135 min (--quick: 25)."
+    "about 165 min (--quick: 27)."
 )
 
 
@@ -444,7 +456,7 @@ def add_results_flags(r: argparse.ArgumentParser) -> None:
     """`results`' flags; their defaults are `ResultsConfig.from_flags`'."""
     r.add_argument(
         "--sections",
-        metavar="collectives,alltoall,simulator,labs,training,steptime,serving,parallelism,tensor,chaos,observability",
+        metavar="collectives,alltoall,simulator,labs,training,compute,steptime,serving,parallelism,tensor,moe,chaos,observability",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

@@ -80,6 +80,18 @@ VARIABLES: tuple[Variable, ...] = (
         "(`python -m playground.commands.flight_bench` compares the two)",
     ),
     Variable(
+        "PLAYGROUND_KERNELS",
+        "user, tests",
+        "the transformer's kernels when a model names none: native (the default: native/transformer.c's fused "
+        "passes) or numpy (layers.py, the readable reference); an A/B of a whole run",
+    ),
+    Variable(
+        "PLAYGROUND_BLAS",
+        "user, tests",
+        "the BLAS the transformer's native kernels call for their matrix products: auto (the default: MKL if the "
+        "mkl package is installed, else numpy's own), numpy, or mkl",
+    ),
+    Variable(
         "PLAYGROUND_WIDE",
         "user",
         "tables: `1` prints every table in one piece at its full width, however wide the terminal (`run "

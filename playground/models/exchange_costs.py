@@ -14,6 +14,7 @@ N the rank count, L = ceil(log2 N). Nothing here reduces, so gamma never appears
 | gather, scatter linear   | alpha + (N-1) S/(N beta)                                        |
 | gather, scatter tree     | L alpha + (N-1) S/(N beta)  (N = 2^L)                           |
 | send/recv ring           | alpha + S/beta                                                  |
+| all-to-all, uneven       | max over ranks of (N-1) (alpha + max(out_r, in_r)/((N-1) beta)) |
 
 B_k is the number of block indices below N with bit k set (`bruck_block_counts`; N/2 at a power of
 two). The scattered form pays one alpha but three times the pairwise exchange's wire time: with
@@ -78,6 +79,22 @@ def alltoall_scattered_time_s(size_bytes: float, num_ranks: int, link: Link) -> 
     block = size_bytes / num_ranks
     blocks = 1 if num_ranks == 2 else 3 * (num_ranks - 1)
     return link.message_time_s(block) + (blocks - 1) * link.wire_time_s(block)
+
+
+def alltoallv_time_s(rank_bytes: list[tuple[float, float]], link: Link) -> float:
+    """max over ranks r of (N-1) (alpha + max(out_r, in_r) / ((N-1) beta)), `rank_bytes[r]` = (the
+    bytes rank r sends to the others, the bytes it receives from them) of an all-to-all with blocks
+    of any length (a mixture-of-experts layer's dispatch: as many rows to a rank as its experts were
+    chosen).
+
+    Each rank sends N-1 messages and receives N-1 on its full-duplex port, so it is busy for N-1
+    alphas and the larger of its two directions' bytes; the exchange ends with its busiest rank. With
+    equal blocks of S/N it is the pairwise exchange's (N-1)(alpha + S/(N beta)); with a hot rank, the
+    rank that receives every row sets it, whatever the others send."""
+    n = len(rank_bytes)
+    if n <= 1:
+        return 0.0
+    return max((n - 1) * link.message_time_s(max(out, into) / (n - 1)) for out, into in rank_bytes)
 
 
 def gather_linear_time_s(size_bytes: float, num_ranks: int, link: Link) -> float:

@@ -11,7 +11,8 @@ The node is `nodes.train`; what it runs, one concept per module:
 - `zero`: zero1's strategy: reduce-scatter, Adam on this rank's shard, all-gather (`ZeroOne`);
 - `checks`: every result checked against the ranks' checksums, every rank's parameters hashed;
 - `loop`: the lab's one loop: a trainer's steps on one rank (data-parallel here, a pipeline stage
-  in `pipeline/`, a tensor shard in `tensor/`), checked and recorded; one process trained beside a
+  in `pipeline/`, a tensor shard in `tensor/`, a rank of an expert group in `experts/`), checked
+  and recorded; one process trained beside a
   run and the gaps to it, with their tolerance; `memory`: what a rank holds;
 - `training_stats`, `steptime_model` (with `comm_cost`: a collective on the calibrated host),
   `training_report`, `plots`: the ranks' records and logs -> figures, the model beside them,

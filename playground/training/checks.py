@@ -126,6 +126,22 @@ def verify_hashes(step: int, hashes: list[str], rank: int, mode: str = "") -> No
         )
 
 
+def check_same_in_group(group, rank: int, step: int, mine, what: str, member: str, where: str) -> None:
+    """Every rank of `group` holds the same `mine` (JSON-able: a loss, a hash), or ResultMismatch from
+    `rank`'s view naming the `member`s ("tensor shard") of `where` ("replica 1") that differ from the
+    first, and `what` differs ("loss or replicated parameters"). For what a model-parallel group's
+    ranks compute alike: a tensor group's replicated parameters, an expert group's dense ones."""
+    theirs = group.allgather_obj(mine)
+    differ = [r for r, o in enumerate(theirs) if o != theirs[0]]
+    if differ:
+        raise ResultMismatch(
+            rank,
+            f"step {step}: {member}{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} of {where} "
+            f"differ from {member.split()[-1]} 0 in {what}: "
+            + ", ".join(f"{member.split()[-1]} {r} {theirs[r]}" for r in [0, *differ]),
+        )
+
+
 def check_gradients(
     comm, step: int, loss: float, reductions: list[Reduction], dtype, mode: str = ""
 ) -> float:

@@ -29,9 +29,12 @@ def init_std(name: str, layers: int) -> float | None:
     return INIT_STD
 
 
-def init_params(config: ModelConfig, seed: int) -> np.ndarray:
-    """A new flat parameter buffer (`config.dtype`, `config.num_params` elements)."""
-    layout = ParamLayout.for_config(config)
+def init_params(
+    config: ModelConfig, seed: int, named: list[tuple[str, tuple[int, ...]]] | None = None
+) -> np.ndarray:
+    """A new flat parameter buffer (`config.dtype`, `config.num_params` elements); of the parameters
+    `named` ((name, shape) in layout order, as a mixture of experts has them) if given."""
+    layout = ParamLayout.for_config(config) if named is None else ParamLayout.of_named(named)
     flat = np.zeros(layout.num_elements, dtype=config.np_dtype)
     rng = np.random.default_rng(seed)
     for spec, view in zip(layout, layout.views(flat).values(), strict=True):

@@ -27,6 +27,11 @@ column- then row-parallel pairs) runs each block on this rank's heads and MLP un
 products forward and the input gradients of the two column-parallel ones backward. Without a split it is the identity, and the
 model runs exactly the operations it always did.
 
+Mixture of experts: a plan with `experts` (`moe.ExpertPlan`) runs each block's MLP as a router and E
+experts (`moe.MoELayer`: router, permute, all-to-all, experts, all-to-all, un-permute), the experts
+spread over an expert group whose all-to-all is `exchange`; the loss adds the balancing loss. The
+experts' parameters lead the layout and are handed over after wte, when every block's are final.
+
 Decoding: `step(tokens, positions, attend)` runs the same blocks over packed tokens (several
 sequences, any number of new tokens each) with attention left to the caller: `attend(layer, q,
 k, v)` gets the queries, keys and values (num_tokens, heads, head_dim) of this step's tokens,
@@ -42,19 +47,10 @@ import numpy as np
 from playground.core.errors import UsageError
 from playground.transformer.activations import Activations, BlockSaved, CausalAttention
 from playground.transformer.config import ModelConfig
-from playground.transformer.init import init_params
-from playground.transformer.layers import (
-    cross_entropy_backward,
-    cross_entropy_forward,
-    flat_rows,
-    gelu_backward,
-    gelu_forward,
-    layernorm_backward,
-    layernorm_forward,
-    linear_backward,
-    linear_forward,
-)
+from playground.transformer.kernels import Kernels, get_kernels
+from playground.transformer.layers import flat_rows
 from playground.transformer.layout import BLOCK_PARAMS
+from playground.transformer.moe import Exchange, MoELayer, is_expert
 from playground.transformer.plan import StagePlan
 
 Attend = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -75,7 +71,10 @@ class Transformer:
     blocks and ends this model holds and runs (`plan.StagePlan`); its initial parameters are the
     whole model's from `seed`, picked by name (and cut to this rank's shards), so the stages of a
     pipeline and the shards of a tensor-parallel layer start as one process. A plan that splits
-    matrices needs `all_reduce`: its tensor group's sum (see the module doc)."""
+    matrices needs `all_reduce`: its tensor group's sum (see the module doc). A plan with experts
+    spread over several ranks needs `exchange`, its expert group's all-to-all; `permute` says how the
+    tokens reach their experts (moe/permute.py: sorted or gathered). `kernels`: the code that
+    computes each piece (kernels.py: native, the default, or numpy's reference)."""
 
     def __init__(
         self,
@@ -86,8 +85,12 @@ class Transformer:
         grads: np.ndarray | None = None,
         plan: StagePlan | None = None,
         all_reduce: AllReduce | None = None,
+        kernels: str | Kernels | None = None,
+        exchange: Exchange | None = None,
+        permute: str = "sorted",
     ):
         self.config = config
+        self.kernels = get_kernels(kernels)
         self.plan = plan or StagePlan.whole(config)
         if self.plan.stop_layer > config.layers:
             raise UsageError(
@@ -99,9 +102,10 @@ class Transformer:
             )
         self.all_reduce = all_reduce or unsplit
         self.heads = self.plan.tensor.heads(config)  # the attention heads this rank computes
+        self.moe = MoELayer(self.plan.experts, exchange, permute) if self.plan.experts else None
         self.layout = self.plan.layout(config)
         if params is None:
-            params = self.plan.take(config, init_params(config, seed))
+            params = self.plan.initial_params(config, seed)
         else:
             params = self._checked(params, "params")
         self.params = params
@@ -173,7 +177,7 @@ class Transformer:
                     f"{None if targets is None else targets.shape}",
                     field="targets",
                 )
-        attention, blocks = CausalAttention(), []
+        attention, blocks = CausalAttention(kernels=self.kernels), []
         for layer in plan.layers:
             with span(f"forward.h.{layer}"):
                 x, saved = self._block_forward(layer, x, attention)
@@ -185,8 +189,11 @@ class Transformer:
         if not plan.head:
             return x, Activations(tokens, None, denominator, attention, blocks, None)
         with span("forward.head"):
-            xf, ln_f = layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
-            loss, probs = cross_entropy_forward(xf @ self.p["wte"].T, targets, denominator)
+            k = self.kernels
+            xf, ln_f = k.layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
+            loss, probs = k.cross_entropy_forward(k.matmul(xf, self.p["wte"].T), targets, denominator)
+        if self.moe is not None:
+            loss += self.moe.aux_loss([b.experts for b in blocks], denominator)
         return loss, Activations(tokens, targets, denominator, attention, blocks, (xf, ln_f, probs))
 
     def backward_stage(
@@ -201,17 +208,17 @@ class Transformer:
         output (None on the last stage: the loss's); writes (not adds) every gradient of this
         stage into `grads`, announcing each once final, in reverse layout order; returns the
         gradient of its input activation (None on the first stage)."""
-        plan, ready = self.plan, on_grad_ready or (lambda index: None)
+        plan, ready, k = self.plan, on_grad_ready or (lambda index: None), self.kernels
         p, g, index = self.p, self.g, self.layout
         if plan.head:
             if saved.head is None:
                 raise UsageError("backward_stage: the forward it follows kept no head (another stage's?)")
             xf, ln_f, probs = saved.head
             with span("backward.head"):
-                dlogits = cross_entropy_backward(probs, saved.targets, saved.denominator)
-                np.matmul(flat_rows(dlogits).T, flat_rows(xf), out=g["wte"])  # not final: see embedding
-                dxf = dlogits @ p["wte"]
-                dx = layernorm_backward(dxf, ln_f, p["ln_f.weight"], g["ln_f.weight"], g["ln_f.bias"])
+                dlogits = k.cross_entropy_backward(probs, saved.targets, saved.denominator)
+                k.matmul(flat_rows(dlogits).T, flat_rows(xf), out=g["wte"])  # not final: see embedding
+                dxf = k.matmul(dlogits, p["wte"])
+                dx = k.layernorm_backward(dxf, ln_f, p["ln_f.weight"], g["ln_f.weight"], g["ln_f.bias"])
                 ready(index["ln_f.bias"].index)
                 ready(index["ln_f.weight"].index)
         else:
@@ -219,7 +226,12 @@ class Transformer:
         for layer in reversed(plan.layers):
             with span(f"backward.h.{layer}"):
                 dx = self._block_backward(
-                    layer, dx, saved.blocks[layer - plan.first_layer], saved.attention, ready
+                    layer,
+                    dx,
+                    saved.blocks[layer - plan.first_layer],
+                    saved.attention,
+                    ready,
+                    saved.denominator,
                 )
         if not plan.embedding:
             if plan.head:
@@ -235,8 +247,12 @@ class Transformer:
             ready(index["wpe"].index)
             if not plan.head:
                 g["wte"][...] = 0  # the output layer's part is on the last stage
-            np.add.at(g["wte"], tokens.ravel(), flat_rows(dx))
+            k.embedding_backward(g["wte"], tokens, dx)
             ready(index["wte"].index)
+        if self.moe is not None:  # the experts lead the layout: last, once every block's are final
+            for spec in reversed(index.specs):
+                if is_expert(spec.name):
+                    ready(spec.index)
         return None
 
     def _whole(self, what: str) -> None:
@@ -272,7 +288,7 @@ class Transformer:
     def logits(self, tokens: np.ndarray) -> np.ndarray:
         """(B, T) tokens -> (B, T, vocab_size) logits, the full causal forward (nothing kept)."""
         tokens, _ = self._check_batch(tokens, tokens)
-        x = self._trunk(tokens, np.arange(tokens.shape[1]), CausalAttention(keep=False))
+        x = self._trunk(tokens, np.arange(tokens.shape[1]), CausalAttention(keep=False, kernels=self.kernels))
         return self._head(x)
 
     def step(self, tokens: np.ndarray, positions: np.ndarray, attend: Attend) -> np.ndarray:
@@ -287,8 +303,8 @@ class Transformer:
         return self._head(x)
 
     def _head(self, x: np.ndarray) -> np.ndarray:
-        xf, _ = layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
-        return xf @ self.p["wte"].T
+        xf, _ = self.kernels.layernorm_forward(x, self.p["ln_f.weight"], self.p["ln_f.bias"])
+        return self.kernels.matmul(xf, self.p["wte"].T)
 
     # ---- the blocks -----------------------------------------------------------------------------
 
@@ -302,23 +318,44 @@ class Transformer:
         return x
 
     def _block_forward(self, layer: int, x: np.ndarray, attend: Attend) -> tuple[np.ndarray, BlockSaved]:
-        p, reduce = self._block_views(self.p, layer), self.all_reduce
-        ln_1_out, ln_1 = layernorm_forward(x, p["ln_1.weight"], p["ln_1.bias"])
-        qkv = linear_forward(ln_1_out, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
-        q, k, v = split_heads(qkv, self.heads, self.config.head_dim)
-        attn_y = attend(layer, q, k, v).reshape(*x.shape[:-1], -1)
-        where = f"h.{layer}."
-        x = x + (reduce(attn_y @ p["attn.c_proj.weight"], where + "attn.c_proj") + p["attn.c_proj.bias"])  # g
-        ln_2_out, ln_2 = layernorm_forward(x, p["ln_2.weight"], p["ln_2.bias"])
-        fc_out = linear_forward(ln_2_out, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"])
-        gelu_out, gelu_tanh = gelu_forward(fc_out)
-        x = x + (reduce(gelu_out @ p["mlp.c_proj.weight"], where + "mlp.c_proj") + p["mlp.c_proj.bias"])
+        p, k = self._block_views(self.p, layer), self.kernels
+        ln_1_out, ln_1 = k.layernorm_forward(x, p["ln_1.weight"], p["ln_1.bias"])
+        qkv = k.linear_forward(ln_1_out, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
+        q, k_, v = split_heads(qkv, self.heads, self.config.head_dim)
+        attn_y = attend(layer, q, k_, v).reshape(*x.shape[:-1], -1)
+        x = self._projection(attn_y, p, "attn.c_proj", x, f"h.{layer}.attn.c_proj")
+        ln_2_out, ln_2 = k.layernorm_forward(x, p["ln_2.weight"], p["ln_2.bias"])
+        if self.moe is not None:  # the plan's experts in place of the MLP
+            y, experts = self.moe.forward(layer, ln_2_out, self.p)
+            return x + y, BlockSaved(ln_1, ln_1_out, attn_y, ln_2, ln_2_out, None, None, None, experts)
+        fc_out = k.linear_forward(ln_2_out, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"])
+        gelu_out, gelu_tanh = k.gelu_forward(fc_out)
+        x = self._projection(gelu_out, p, "mlp.c_proj", x, f"h.{layer}.mlp.c_proj")
         return x, BlockSaved(ln_1, ln_1_out, attn_y, ln_2, ln_2_out, fc_out, gelu_tanh, gelu_out)
 
+    def _projection(self, y: np.ndarray, p: dict, name: str, x: np.ndarray, where: str) -> np.ndarray:
+        """The residual stream after a c_proj: x + (y W + b), in one kernel call; on a tensor-parallel
+        shard the product is a partial sum, which the group completes (g) before the bias and the
+        residual are added."""
+        weight, bias = p[name + ".weight"], p[name + ".bias"]
+        if not self.plan.tensor.is_split:
+            return self.kernels.linear_forward(y, weight, bias, residual=x)
+        h = self.all_reduce(self.kernels.matmul(y, weight), where)
+        h += bias
+        h += x
+        return h
+
     def _block_backward(
-        self, layer: int, dx: np.ndarray, s: BlockSaved, attention: CausalAttention, ready: GradReady
+        self,
+        layer: int,
+        dx: np.ndarray,
+        s: BlockSaved,
+        attention: CausalAttention,
+        ready: GradReady,
+        denominator: int = 1,
     ) -> np.ndarray:
-        """dx of the block's output -> dx of its input; parameters announced in reverse layout order."""
+        """dx of the block's output -> dx of its input; parameters announced in reverse layout order
+        (`denominator`: the loss's, which the experts' balancing loss is divided by)."""
         p, g = self._block_views(self.p, layer), self._block_views(self.g, layer)
         first = self.layout[f"h.{layer}.ln_1.weight"].index
 
@@ -326,37 +363,47 @@ class Transformer:
             for suffix in suffixes:
                 ready(first + BLOCK_INDEX[suffix])
 
-        dgelu = linear_backward(
-            dx, s.gelu_out, p["mlp.c_proj.weight"], g["mlp.c_proj.weight"], g["mlp.c_proj.bias"]
-        )
-        done("mlp.c_proj.bias", "mlp.c_proj.weight")
-        dfc = gelu_backward(dgelu, s.fc_out, s.gelu_tanh)
-        dln_2 = linear_backward(
-            dfc, s.ln_2_out, p["mlp.c_fc.weight"], g["mlp.c_fc.weight"], g["mlp.c_fc.bias"]
-        )
-        done("mlp.c_fc.bias", "mlp.c_fc.weight")
+        k = self.kernels
+        if self.moe is not None:  # the router's gradient, and this rank's experts' (announced at the end)
+            dln_2 = self.moe.backward(layer, dx, s.experts, self.p, self.g, denominator)
+            ready(self.layout[f"h.{layer}.mlp.router.weight"].index)
+        else:
+            dgelu = k.linear_backward(
+                dx, s.gelu_out, p["mlp.c_proj.weight"], g["mlp.c_proj.weight"], g["mlp.c_proj.bias"]
+            )
+            done("mlp.c_proj.bias", "mlp.c_proj.weight")
+            dfc = k.gelu_backward(dgelu, s.fc_out, s.gelu_tanh, out=dgelu)
+            dln_2 = k.linear_backward(
+                dfc, s.ln_2_out, p["mlp.c_fc.weight"], g["mlp.c_fc.weight"], g["mlp.c_fc.bias"]
+            )
+            done("mlp.c_fc.bias", "mlp.c_fc.weight")
         dln_2 = self.all_reduce(dln_2, f"h.{layer}.mlp.c_fc gradient")  # f's backward: the shards' partials
-        dx = dx + layernorm_backward(dln_2, s.ln_2, p["ln_2.weight"], g["ln_2.weight"], g["ln_2.bias"])
+        # the skip connection: the block's output gradient plus the layernorm's input gradient
+        dx = k.layernorm_backward(
+            dln_2, s.ln_2, p["ln_2.weight"], g["ln_2.weight"], g["ln_2.bias"], residual=dx
+        )
         done("ln_2.bias", "ln_2.weight")
-        dy = linear_backward(
+        dy = k.linear_backward(
             dx, s.attn_y, p["attn.c_proj.weight"], g["attn.c_proj.weight"], g["attn.c_proj.bias"]
         )
         done("attn.c_proj.bias", "attn.c_proj.weight")
         H, hd = self.heads, self.config.head_dim
-        dq, dk, dv = attention.backward(layer, dy.reshape(*dy.shape[:-1], H, hd))
-        dqkv = np.concatenate([a.reshape(*dy.shape[:-1], H * hd) for a in (dq, dk, dv)], axis=-1)
-        dln_1 = linear_backward(
+        dqkv = np.empty((*dy.shape[:-1], 3 * H * hd), dtype=dy.dtype)  # dq, dk, dv land in its thirds
+        attention.backward(layer, dy.reshape(*dy.shape[:-1], H, hd), out=split_heads(dqkv, H, hd))
+        dln_1 = k.linear_backward(
             dqkv, s.ln_1_out, p["attn.c_attn.weight"], g["attn.c_attn.weight"], g["attn.c_attn.bias"]
         )
         done("attn.c_attn.bias", "attn.c_attn.weight")
         dln_1 = self.all_reduce(dln_1, f"h.{layer}.attn.c_attn gradient")
-        dx = dx + layernorm_backward(dln_1, s.ln_1, p["ln_1.weight"], g["ln_1.weight"], g["ln_1.bias"])
+        dx = k.layernorm_backward(
+            dln_1, s.ln_1, p["ln_1.weight"], g["ln_1.weight"], g["ln_1.bias"], residual=dx, out=dx
+        )
         done("ln_1.bias", "ln_1.weight")
         return dx
 
     def _block_views(self, views: dict[str, np.ndarray], layer: int) -> dict[str, np.ndarray]:
         prefix = f"h.{layer}."
-        return {suffix: views[prefix + suffix] for suffix, _ in BLOCK_PARAMS}
+        return {suffix: views[prefix + suffix] for suffix, _ in BLOCK_PARAMS if prefix + suffix in views}
 
 
 BLOCK_INDEX = {suffix: i for i, (suffix, _) in enumerate(BLOCK_PARAMS)}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from playground.core.errors import ParamError, UsageError
+from playground.transformer.kernels import Kernels, get_kernels
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,15 @@ class LRSchedule:
 
 
 class Adam:
-    """Adam's state (m, v, steps taken) for `num_elements` parameters of `dtype`."""
+    """Adam's state (m, v, steps taken) for `num_elements` parameters of `dtype`; the update is
+    computed by `kernels` (kernels.py: native, one pass over the four arrays, or numpy's reference;
+    the same bits)."""
 
-    def __init__(self, num_elements: int, dtype, config: AdamConfig | None = None):
+    def __init__(
+        self, num_elements: int, dtype, config: AdamConfig | None = None, kernels: str | Kernels | None = None
+    ):
         self.config = config or AdamConfig()
+        self.kernels = get_kernels(kernels)
         self.m = np.zeros(num_elements, dtype=dtype)
         self.v = np.zeros(num_elements, dtype=dtype)
         self.steps = 0
@@ -95,13 +101,4 @@ class Adam:
         self.steps += 1
         step_size = (c.lr if lr is None else lr) / (1 - c.beta1**self.steps)
         sqrt_bias2 = math.sqrt(1 - c.beta2**self.steps)
-        self.m *= c.beta1
-        self.m += (1 - c.beta1) * grads
-        self.v *= c.beta2
-        self.v += (1 - c.beta2) * (grads * grads)
-        update = np.sqrt(self.v)
-        update /= sqrt_bias2
-        update += c.eps
-        np.divide(self.m, update, out=update)
-        update *= step_size
-        params -= update
+        self.kernels.adam_step(params, grads, self.m, self.v, c.beta1, c.beta2, c.eps, step_size, sqrt_bias2)

@@ -25,6 +25,10 @@ each completed by an all-reduce over `grid.tensor`). `param_shapes` gives each p
 shard's shape, `take` cuts a whole model's parameters to what this rank holds, and the model reads
 its parameters through `layout`, never assuming the whole model's shapes.
 
+A mixture of experts is a plan too: `experts` (`moe.ExpertPlan`) turns every block's MLP into a router
+and E experts, of which this rank holds its expert group's share (`moe/config.py` names them and
+lays them out); it composes with data parallelism, not yet with pipeline stages or tensor shards.
+
 Activation memory: `activation_bytes` counts what a stage's backward keeps from one micro-batch's
 forward (`model.Activations.nbytes` is the same count, of the arrays themselves), per token:
     each block: 4 d + 2 + (16 d + H T) / t elements (replicated: the layernorms' normalised inputs
@@ -40,7 +44,9 @@ import numpy as np
 
 from playground.core.errors import ParamError
 from playground.transformer.config import ModelConfig
+from playground.transformer.init import init_params
 from playground.transformer.layout import ParamLayout, param_shapes
+from playground.transformer.moe.config import ExpertPlan
 from playground.transformer.tensor_plan import TensorPlan
 
 INDEX_BYTES = 8  # tokens and targets are int64
@@ -56,17 +62,25 @@ class StagePlan:
     stage: int = 0
     num_stages: int = 1
     tensor: TensorPlan = field(default_factory=TensorPlan)
+    experts: ExpertPlan | None = None
 
     def __post_init__(self):
+        if self.experts is not None and (self.num_stages > 1 or self.tensor.is_split):
+            raise ParamError(
+                "experts", "experts combine with data parallelism, not yet with stages or shards"
+            )
         if not 0 <= self.stage < self.num_stages:
             raise ParamError("stage", f"must be in 0..{self.num_stages - 1}, got {self.stage}")
         if not 0 <= self.first_layer <= self.stop_layer:
             raise ParamError("first_layer", f"blocks [{self.first_layer}, {self.stop_layer}) are not a range")
 
     @classmethod
-    def whole(cls, config: ModelConfig, tensor: TensorPlan | None = None) -> "StagePlan":
-        """Every block and both ends (of shard `tensor` of each split matrix, if given)."""
-        return cls(0, config.layers, tensor=tensor or TensorPlan())
+    def whole(
+        cls, config: ModelConfig, tensor: TensorPlan | None = None, experts: ExpertPlan | None = None
+    ) -> "StagePlan":
+        """Every block and both ends (of shard `tensor` of each split matrix, if given; with
+        `experts`, every block's router and this rank's experts in place of its MLP)."""
+        return cls(0, config.layers, tensor=tensor or TensorPlan(), experts=experts)
 
     @property
     def layers(self) -> range:
@@ -88,7 +102,7 @@ class StagePlan:
     @property
     def holds_everything(self) -> bool:
         """One process's plan: every parameter, whole."""
-        return self.is_whole and not self.tensor.is_split
+        return self.is_whole and not self.tensor.is_split and not (self.experts and self.experts.is_split)
 
     @property
     def holds_wte(self) -> bool:
@@ -105,7 +119,7 @@ class StagePlan:
         """This rank's parameters, (name, shape) in the whole model's order."""
         blocks = {f"h.{layer}." for layer in self.layers}
         keep = []
-        for name, shape in param_shapes(config):
+        for name, shape in self.model_shapes(config):
             if name == "wte":
                 held = self.holds_wte
             elif name == "wpe":
@@ -115,20 +129,41 @@ class StagePlan:
             else:
                 held = name[: name.index(".", 2) + 1] in blocks
             if held:
+                if self.experts is not None:
+                    shape = self.experts.shard_shape(name, shape)
                 keep.append((name, self.tensor.shard_shape(name, shape)))
         return keep
+
+    def model_shapes(self, config: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
+        """The whole model's parameters (name, shape) in layout order: the dense model's, or with
+        `experts` the mixture of experts' (every expert of every block)."""
+        dense = param_shapes(config)
+        return dense if self.experts is None else self.experts.model_shapes(dense)
+
+    def initial_params(self, config: ModelConfig, seed: int) -> np.ndarray:
+        """What this rank holds of the whole model's initialisation from `seed` (`take`)."""
+        return self.take(config, init_params(config, seed, self.model_shapes(config)))
 
     def layout(self, config: ModelConfig) -> ParamLayout:
         return ParamLayout.of_named(self.param_shapes(config))
 
     def take(self, config: ModelConfig, whole: np.ndarray) -> np.ndarray:
         """What this rank holds of the whole model's flat parameters `whole` (picked by name, each
-        split matrix cut to its shard), as a new flat buffer; `whole` itself if it holds everything."""
+        split matrix cut to its shard, each block's experts to this rank's), as a new flat buffer;
+        `whole` itself if it holds everything."""
         if self.holds_everything:
             return whole
-        views = ParamLayout.for_config(config).views(whole)
+        views = ParamLayout.of_named(self.model_shapes(config)).views(whole)
         names = [name for name, _ in self.param_shapes(config)]
-        return np.concatenate([self.tensor.shard(name, views[name]).ravel() for name in names])
+        experts = self.experts
+        return np.concatenate(
+            [
+                self.tensor.shard(
+                    name, views[name] if experts is None else experts.shard(name, views[name])
+                ).ravel()
+                for name in names
+            ]
+        )
 
     def activation_bytes(self, config: ModelConfig, rows: int, seq_len: int) -> int:
         """Bytes the backward of this stage keeps from the forward of `rows` sequences of `seq_len`
@@ -146,6 +181,7 @@ class StagePlan:
         ends = [e for e, held in (("embeddings", self.embedding), ("head", self.head)) if held]
         blocks = f"blocks {self.first_layer}-{self.stop_layer - 1}" if self.layers else "no blocks"
         shard = f", {self.tensor.describe()}" if self.tensor.is_split else ""
+        shard += f", {self.experts.describe()}" if self.experts is not None else ""
         return f"stage {self.stage}: {blocks}" + (f" + {' + '.join(ends)}" if ends else "") + shard
 
 

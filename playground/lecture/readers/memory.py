@@ -1,5 +1,5 @@
 """The readers of the lecture's §1, memory hierarchy: the cache staircase (pointer chase), strided
-reads, a gather in random order."""
+reads, a gather in random order, a mixture-of-experts layer's permutation both ways."""
 
 from playground.core.sizes import format_size, parse_size
 from playground.lecture.figures import Context, NotMeasured, Reading
@@ -71,5 +71,20 @@ def _gather_random(ctx: Context) -> Reading:
             "seq_ms": seq["np_take_ms"],
             "rand_ms": rand["np_take_ms"],
             "size": format_size(parse_size(ctx.run("gather").params.get("src_bytes", 0))),
+        },
+    )
+
+
+@READERS.add("moe-permute")
+def _moe_permute(ctx: Context) -> Reading:
+    row = find_row(ctx.result("train-moe").get("permute") or [], "permutation", workload="balanced")
+    params = ctx.run("train-moe").params
+    return Reading(
+        row["ratio"],
+        values={
+            "sorted_ms": row["sorted_ms"],
+            "gathered_ms": row["gathered_ms"],
+            "tokens": params.get("batch", 8) * params.get("context", 32),
+            "row_bytes": params.get("d_model", 64) * 8,  # the scenario's float64 rows
         },
     )

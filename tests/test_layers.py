@@ -29,7 +29,7 @@ LAYERS = [
     ("launcher", "launcher/"),
     ("kvcache", "kvcache/"),
     ("labs", "buckets/ concurrency/ kvlab/ memlab/ network/ queueing/ serving/ baselines/ training/ nodes/"),
-    ("top", "cli/ commands/ chaos/ diagram/ lecture/ api/ __init__ __main__"),
+    ("top", "cli/ commands/ chaos/ diagram/ lecture/ live/ api/ __init__ __main__"),
 ]
 LAB_LAYER = "labs"
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from playground.commands import flight_bench, straggler_bench
+from playground.commands import flight_bench, live_bench, straggler_bench
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,3 +27,13 @@ def test_straggler_bench_counts_hits_and_false_positives(tmp_path):
     assert row["hits"] + row["misses"] + row["others_named"] >= 1 and row["false_positives"] in (0, 1)
     with pytest.raises(SystemExit):
         straggler_bench.main(["--workloads", "nosuch"])
+
+
+def test_live_bench_compares_a_plain_run_and_a_watched_one(tmp_path):
+    argv = ["--rounds", "1", "--iters", "50", "--workloads", "collective", "--out", str(tmp_path)]
+    assert live_bench.main(argv) == 0
+    (row,) = json.loads((tmp_path / "live_bench.json").read_text())
+    assert row["measure"] == "8-byte all-reduce (us)" and row["plain"] > 0 and row["live"] > 0
+    assert "| 8-byte all-reduce (us) |" in (tmp_path / "live_bench.md").read_text()
+    with pytest.raises(SystemExit):
+        live_bench.main(["--workloads", "nosuch"])

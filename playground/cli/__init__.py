@@ -1,4 +1,4 @@
-"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos, serve."""
+"""`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos, serve, watch."""
 
 import argparse
 import os
@@ -36,7 +36,17 @@ def _cmd_run(args) -> int:
             **{r: f"--max-restarts {args.max_restarts}" for r in restarts},
         },
     )
-    return execute(scenario, Path(args.out), resume_dir=Path(args.resume) if args.resume else None).code
+    resume_dir = Path(args.resume) if args.resume else None
+    if args.live or args.live_port is not None:
+        from playground.live.command import run_live
+
+        return run_live(
+            lambda on_run_dir: (
+                execute(scenario, Path(args.out), resume_dir=resume_dir, on_run_dir=on_run_dir).code
+            ),
+            args.live_port or 0,
+        )
+    return execute(scenario, Path(args.out), resume_dir=resume_dir).code
 
 
 def _resumed_scenario(name: str, run_dir: Path) -> str:
@@ -198,6 +208,19 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     r.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    r.add_argument(
+        "--live",
+        action="store_true",
+        help="serve a page on 127.0.0.1 that shows the run as it goes (each rank's operation, bytes "
+        "between ranks, loss, KV blocks, stragglers, the root cause) and /metrics; after the run it "
+        "shows the final state until Ctrl-C",
+    )
+    r.add_argument(
+        "--live-port",
+        type=int,
+        metavar="PORT",
+        help="the live page's port (implies --live; default: a free one)",
+    )
     r.set_defaults(func=_cmd_run)
 
 
@@ -279,6 +302,7 @@ def _add_configured(sub: argparse._SubParsersAction) -> None:
     from playground.chaos import command as chaos
     from playground.commands import calibrate, results, serve
     from playground.lecture import command as lecture
+    from playground.live import command as watch
     from playground.sim import command as simulate
     from playground.sim.options import SimulateConfig
 
@@ -289,6 +313,7 @@ def _add_configured(sub: argparse._SubParsersAction) -> None:
         ("chaos", chaos, chaos.ChaosConfig.from_flags, chaos.run_chaos, chaos.add_chaos_flags),
         ("serve", serve, serve.serve_config, serve.run_serve, serve.add_serve_flags),
         ("lecture", lecture, lecture.LectureConfig.from_flags, lecture.run_lecture, lecture.add_lecture_flags),
+        ("watch", watch, watch.WatchConfig.from_flags, watch.run_watch, watch.add_watch_flags),
     ):  # fmt: skip
         _configured(sub, name, Configured(make, run), add_flags, module.HELP, module.DESCRIPTION)
 

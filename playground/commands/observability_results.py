@@ -1,7 +1,8 @@
 """The results page of the flight recorder and the straggler scores (docs/results/observability.md):
 what the recorder costs the smallest collective it records (`commands/flight_bench.py`: the recorder
 off against on, CPU per call and a launched run's time per call, alternated round by round), and how
-often a slowed rank is named and a clean run names none (`commands/straggler_bench.py`). Both run as
+often a slowed rank is named and a clean run names none (`commands/straggler_bench.py`), and what
+watching a run on the live page costs it (`commands/live_bench.py`: plain against `--live`). Both run as
 children, as a user types them; their tables are the page.
 """
 
@@ -30,9 +31,12 @@ def observability_section(ctx) -> str:
     runs = "3" if ctx.quick else "20"
     _module(ctx, "playground.commands.flight_bench", "--rounds", rounds, "--out", str(out))
     _module(ctx, "playground.commands.straggler_bench", "--runs", runs, "--out", str(out))
+    _module(ctx, "playground.commands.live_bench", "--rounds", rounds, "--out", str(out))
     return (
         "## The flight recorder's cost\n\n"
         + (out / "flight_bench.md").read_text()
         + "\n## Stragglers named, and nobody named in clean runs\n\n"
         + (out / "straggler_bench.md").read_text()
+        + "\n## The live page's cost\n\n"
+        + (out / "live_bench.md").read_text()
     )

@@ -52,7 +52,8 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   Young/Daly's optimum marked; each way to recover timed phase by phase (`recovery_results`).
 - observability.md: the flight recorder's cost on an 8-byte all-reduce, off against on
   (`commands/flight_bench.py`), and the straggler scores' hits, misses and false positives over
-  clean and slowed runs (`commands/straggler_bench.py`).
+  clean and slowed runs (`commands/straggler_bench.py`), and the live page's cost: runs plain
+  against `--live` with the page polled (`commands/live_bench.py`).
 
 The pages with model columns (collectives, alltoall, labs, steptime, parallelism) read one calibration:
 the default one (PLAYGROUND_CALIBRATION or ./calibration.json) if it fits this machine, else one that
@@ -295,10 +296,10 @@ SECTIONS = [
     Section(
         "observability",
         "observability.md",
-        "The flight recorder's cost, and stragglers named",
+        "The flight recorder's and the live page's cost, and stragglers named",
         observability_section,
-        1,
-        12,
+        2,
+        16,
     ),
 ]
 

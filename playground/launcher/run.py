@@ -2,6 +2,7 @@
 
 import dataclasses
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -233,12 +234,14 @@ def execute(
     console: Console | None = None,
     start_method: str = "fork",
     resume_dir: Path | None = None,
+    on_run_dir: Callable[[Path], None] | None = None,
 ) -> Finished:
     """Run `scenario` into a new run directory under `out_base`, print what the command line prints
     on `console` (the table, or the root cause first) and write result.json. `start_method`: how
     ranks are started (`launch.START_METHODS`): fork for the command line, spawn for the Python API.
     `resume_dir`: go on in that run directory from its newest whole checkpoint (`run --resume`;
-    CheckpointRefused, bad input, when it has none of this run)."""
+    CheckpointRefused, bad input, when it has none of this run). `on_run_dir(run_dir)` runs once the
+    run directory exists, before any rank starts (`--live`)."""
     console = console or make_console()
     err = make_console(stderr=True)
     if scenario.hosts:
@@ -252,6 +255,8 @@ def execute(
     else:
         run_dir = make_run_dir(out_base, scenario.name)
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_dict(), sort_keys=False))
+    if on_run_dir is not None:
+        on_run_dir(run_dir)
     over = f"on {describe_hosts(scenario)}" if scenario.hosts else f"over {scenario.transport}"
     cpus = rank_cpus(scenario)
     if cpus is not None:

@@ -27,6 +27,7 @@ long, is running or sleeping, never stopped, so a long step is no false alarm; a
 profiler's sample) is shorter than STOPPED_S.
 """
 
+import json
 import os
 import signal
 import socket
@@ -43,6 +44,7 @@ STACK_POLL_S = 0.02
 SETTLE_S = 0.3  # after an abort, how long to wait for slower ranks to report before blaming silent ones
 HEARTBEAT_LOST_S = 1.5  # a rank not heard from for this long is lost (it beats every 0.25 s: 6 beats missed)
 STOPPED_S = 1.0  # a rank whose process stays stopped this long is failed
+FAILURES_LOG = "failures.jsonl"  # each failure as it is recorded (FailureDetection._note)
 STATE_POLL_S = 0.1  # how often the ranks' process states are read
 _STOPPED = {  # /proc/<pid>/stat state -> why the process cannot run
     "T": "stopped (SIGSTOP or Ctrl-Z: process state T)",
@@ -172,6 +174,7 @@ class FailureDetection:
         """Record a failure; the first one also tells every other live rank to abort (every rank,
         the failed one included, when `abort` gives the message's fields)."""
         self.failures.append(failure)
+        self._note(failure)
         if self.abort_deadline is None:
             self.abort_deadline = time.monotonic() + ABORT_GRACE_S
             several = len(set(self.hosts.values())) > 1
@@ -181,6 +184,16 @@ class FailureDetection:
             for r, ident in self.identities.items():
                 if (r != failure.rank or abort is not None) and r not in self.exited:
                     self._send(ident, message)
+
+    def _note(self, failure: RankFailure) -> None:
+        """The failure, one JSON line appended to failures.jsonl in the run directory the moment it
+        is known (result.json comes only when the run is over): a live view reads it."""
+        line = {"headline": failure.headline(), "secondary": failure.secondary, "kind": failure.kind}
+        try:
+            with open(Path(self.run_dir) / FAILURES_LOG, "a") as f:
+                f.write(json.dumps({"rank": failure.rank, "at_s": round(failure.at_s, 3), **line}) + "\n")
+        except OSError:
+            pass  # a run directory that cannot be written to must not hide the failure itself
 
     def _send(self, ident: bytes, msg: dict) -> None:
         """One control message to one rank (the Coordinator's router)."""

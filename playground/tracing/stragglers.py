@@ -254,7 +254,8 @@ def judge(events_by_rank: dict[int, list[dict]], cpus: int | None = None) -> Str
     return Stragglers(sorted(lowest, key=lowest.__getitem__), scores, sections, naming=naming)
 
 
-_JUDGED = ('"cat": "compute"', '"cat": "op"', '"cat": "wait"')
+# A log line holding one of these is an event `judge` reads (a cheap test before parsing it).
+JUDGED = ('"cat": "compute"', '"cat": "op"', '"cat": "wait"')
 
 
 def read_judged_events(run_dir: Path) -> dict[int, list[dict]]:
@@ -268,7 +269,7 @@ def read_judged_events(run_dir: Path) -> dict[int, list[dict]]:
         events = []
         with open(path) as f:
             for line in f:
-                if any(c in line for c in _JUDGED):
+                if any(c in line for c in JUDGED):
                     try:
                         events.append(json.loads(line))
                     except json.JSONDecodeError:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from playground.tracing.trace import CAT_META
 from playground.training.checkpointing import Checkpoints
 from playground.training.checks import Reduction, StepChecks
 from playground.training.memory import memory_record, rss_bytes
@@ -102,7 +103,9 @@ def train_steps(
             inputs, targets = batch(step)
             checks = StepChecks(group, step, mode, trainer.model.config.np_dtype)
             sent = root.bytes_sent
+            t0_us = trainer.comm.tracer.now_us()
             times = trainer.train_step(step, inputs, targets, checks.gradients)
+            step_us = trainer.comm.tracer.now_us() - t0_us
             sent = root.bytes_sent - sent
             log.digest = checks.params(trainer.gradients)
             trainer.check_step(step, times)
@@ -119,6 +122,10 @@ def train_steps(
                 log.snapshots.append(trainer.gradients.full_params())
             if checkpoints is not None:
                 checkpoints.after_step(step, trainer, log)
+            # the step's loss in the rank's log as it goes (the live page reads it; meta: not timing)
+            trainer.comm.tracer.add(
+                "train.step", CAT_META, t0_us, step_us, {"step": step, "loss": float(checks.loss)}
+            )
             trainer.comm.tracer.flush()
             if on_step is not None:
                 on_step(step)

@@ -7,17 +7,21 @@ the main thread stays free for the communicator and the progress bar; the server
 swapped between policies only while every client waits at a barrier.
 """
 
+import json
 import threading
 import time
+from pathlib import Path
 
 import zmq
 
 from playground.core.errors import CommTimeout, LabError
+from playground.kvcache.engine.llm_engine import STEP_LOG_COLUMNS
 from playground.kvcache.server.client import KVClient
 from playground.kvcache.server.kv_ops import KVServer
 from playground.kvcache.server.loop import router_socket, serve
 
 TAG_RESULT = 41
+ENGINE_LOG = "serving-engine.jsonl"
 
 
 class ServerThread(threading.Thread):
@@ -119,6 +123,40 @@ def rank_client(comm, address: str) -> KVClient:
     )
 
 
+class EngineLog:
+    """The engine's state every SAMPLE_S while rank 0 waits (running and waiting sequences, KV
+    slots and blocks allocated, from its step log's newest row), one JSON line appended to
+    serving-engine.jsonl of the run directory: a live view reads it while the run goes (the whole
+    step log comes only with the result). Read from this thread without touching the engine's own
+    structures: the newest row of a list the engine thread appends to."""
+
+    SAMPLE_S = 0.2
+
+    def __init__(self, run_dir):
+        self.path = None if run_dir is None else Path(run_dir) / ENGINE_LOG
+        self.next_s = 0.0
+
+    def sample(self, srv, policy: str) -> None:
+        engine, now = getattr(srv, "engine", None), time.monotonic()
+        if self.path is None or engine is None or not engine.step_log or now < self.next_s:
+            return
+        self.next_s = now + self.SAMPLE_S
+        row = dict(zip(STEP_LOG_COLUMNS, engine.step_log[-1], strict=False))
+        pool = engine.policy
+        line = {
+            "policy": policy,
+            "time_s": round(time.time(), 3),  # wall clock: one axis across the policies' engines
+            "t_s": round(row["t_s"], 3),
+            "running": row["running"],
+            "waiting": row["waiting"],
+            "kv_slots": row["allocated_slots"],
+            "kv_blocks": -(-row["allocated_slots"] // pool.block_size),
+            "capacity_blocks": pool.capacity_slots // pool.block_size,
+        }
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 def collect_results(
     comm, srv: KVServer, p, policy: str, thread: ServerThread, progress=None, label: str = "kvcache"
 ) -> dict:
@@ -127,6 +165,7 @@ def collect_results(
     than the scenario's timeout (a stuck run becomes an error, not a hang)."""
     out, pending = {}, set(range(1, comm.size))
     last_ops, last_change = srv.num_ops, time.monotonic()
+    log = EngineLog(comm.run_dir)
     total = p.num_requests if p.workload == "section46" else 1
     if progress is None and p.workload == "section46":
         progress = lambda: (min(srv.num_freed_seqs, total), total)  # noqa: E731
@@ -151,4 +190,5 @@ def collect_results(
             )
         if progress is not None:
             comm.progress(*progress(), f"{label} {policy}")
+        log.sample(srv, policy)
     return {str(k): v for k, v in sorted(out.items())}

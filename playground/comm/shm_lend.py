@@ -54,7 +54,8 @@ class Lent:
     __slots__ = ("consumed", "end", "x")
 
     def __init__(self, consumed: np.ndarray, end: int, x: np.ndarray):
-        self.consumed, self.end, self.x = consumed, end, x
+        self.consumed, self.end = consumed, end
+        self.x: np.ndarray | None = x
 
     @property
     def done(self) -> bool:

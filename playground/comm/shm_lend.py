@@ -17,6 +17,7 @@ fail (ESRCH): PeerLost naming the sender. A receiver that dies leaves the sender
 undone; its wait checks the launcher's abort between slices, as every wait does.
 """
 
+import os
 import struct
 import time
 
@@ -28,8 +29,9 @@ from playground.core.errors import PeerLost
 
 MARKER_BYTES = 64  # a lent message's ring space: one cache line, whose release says "read"
 WHERE = struct.Struct("<qQ")  # the sender's pid, the array's address
-SPIN_S = 50e-6  # a completion polls this long before it sleeps between polls
-NAP_S = 20e-6
+SPIN_S = 200e-6  # a completion polls this long while ranks have cores (as mailbox.py's receiver)
+YIELD_S = 2e-3  # then polls yielding the core this long (the reader may need it), then naps
+NAP_S = 20e-6  # (a sleep this short takes ~60-80 us: only once the reader is evidently slow)
 
 _can_read: bool | None = None
 
@@ -49,12 +51,14 @@ def where(pid: int, x: np.ndarray) -> bytes:
 
 class Lent:
     """The sender's completion of a lent send: done once the receiver released the marker (the ring's
-    `consumed` counter passed `end`). `x` is held so that the array outlives the read."""
+    `consumed` counter passed `end`). `x` is held so that the array outlives the read. `spin_s`: how
+    long a wait polls before it yields the core between polls (0 where ranks outnumber cores:
+    mailbox.spin_policy)."""
 
-    __slots__ = ("consumed", "end", "x")
+    __slots__ = ("consumed", "end", "x", "spin_s")
 
-    def __init__(self, consumed: np.ndarray, end: int, x: np.ndarray):
-        self.consumed, self.end = consumed, end
+    def __init__(self, consumed: np.ndarray, end: int, x: np.ndarray, spin_s: float = SPIN_S):
+        self.consumed, self.end, self.spin_s = consumed, end, spin_s
         self.x: np.ndarray | None = x
 
     @property
@@ -69,7 +73,12 @@ class Lent:
             now = time.monotonic()
             if now >= deadline:
                 return False
-            if now - start > SPIN_S:
+            waited = now - start
+            if waited < self.spin_s:
+                continue
+            if waited < YIELD_S:
+                os.sched_yield()
+            else:
                 time.sleep(NAP_S)
         self.x = None
         return True

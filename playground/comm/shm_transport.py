@@ -157,6 +157,7 @@ class ShmTransport:
         self.pid = os.getpid()
         self.lends = peer_reads_allowed()  # else `lend` is `send`
         self.pause_ns, self.yield_ns = spin
+        self.lend_spin_s = spin[0] / 1e9  # a lent send's wait pauses this long, as the receiver does
         # exchanges of arrays that do not travel inline stream through a window (shm_stream.py)
         self.streams = Streams(rank, channels, mailboxes, spin, cell_bytes, _code, self._message)
         self._open = self.streams.open
@@ -219,7 +220,9 @@ class ShmTransport:
                 self.rank, tag, wire.KIND_LENT, x.dtype, x.shape
             )
         if self.mailboxes.try_send(dst, head + descriptor + where(self.pid, x)):
-            return Lent(self.channels.consumed(dst), _DESC_END.unpack_from(descriptor, 16)[0], x)
+            return Lent(
+                self.channels.consumed(dst), _DESC_END.unpack_from(descriptor, 16)[0], x, self.lend_spin_s
+            )
         self.channels.undo_alloc(dst)
         return MAILBOX_FULL
 

@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from playground.collectives import ReduceOp, allreduce, broadcast
+from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report, Table
 
@@ -69,3 +70,6 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
         tables=[Table("desync", [{"calls": params.calls, "differ": params.differ}])],
         notes=["every rank called the same collectives: nothing to name"],
     )
+
+
+CONTRACT = NodeContract(Params, summarize, check_scenario=check_scenario)

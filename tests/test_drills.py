@@ -136,7 +136,11 @@ def test_a_link_delayed_beyond_the_timeout_times_out_on_every_rank(as_root, runs
     failed = failures(result)
     for r in range(8):  # nobody is dead: every rank waits for a message that crosses h1's link
         _, at_s, message = failed[r]
-        named = r"from rank \d tag -?\d+ \((in|after) (allreduce ring|barrier dissemination) #\d+; rank \d is on host h\d\)"
+        # where it waited: in or after a collective (a barrier also names the collective before it)
+        named = (
+            r"from rank \d tag -?\d+ \((in|after) (allreduce ring|barrier dissemination) #\d+"
+            r"(, after (allreduce ring|barrier dissemination) #\d+)?; rank \d is on host h\d\)"
+        )
         assert re.search("timed out after 2.0s waiting for .* " + named, message) or "PeerLost" in message, (
             message
         )

@@ -24,11 +24,14 @@ import time
 import numpy as np
 from _playground_native import address_of, probe_peer_reads, read_peer
 
+from playground.comm.shm import DESCRIPTOR_BYTES
 from playground.comm.transport import KIND_ARRAY, Message
 from playground.core.errors import PeerLost
 
 MARKER_BYTES = 64  # a lent message's ring space: one cache line, whose release says "read"
 WHERE = struct.Struct("<qQ")  # the sender's pid, the array's address
+PAYLOAD_BYTES = DESCRIPTOR_BYTES + WHERE.size
+_END = struct.Struct("<Q")  # a ring descriptor's third field (shm.py): where its space ends
 SPIN_S = 200e-6  # a completion polls this long while ranks have cores (as mailbox.py's receiver)
 YIELD_S = 2e-3  # then polls yielding the core this long (the reader may need it), then naps
 NAP_S = 20e-6  # (a sleep this short takes ~60-80 us: only once the reader is evidently slow)
@@ -44,9 +47,22 @@ def peer_reads_allowed() -> bool:
     return _can_read
 
 
-def where(pid: int, x: np.ndarray) -> bytes:
-    """The LENT record's payload after the ring descriptor: whose memory, and where in it."""
-    return WHERE.pack(pid, address_of(x))
+def payload(descriptor: bytes, pid: int, x: np.ndarray) -> bytes:
+    """A LENT record's payload: the marker's ring descriptor, then whose memory and where in it."""
+    return descriptor + WHERE.pack(pid, address_of(x))
+
+
+def completion(channels, dst: int, descriptor: bytes, x: np.ndarray, spin_s: float = SPIN_S) -> "Lent":
+    """The sender's completion of the lent `x` whose marker `descriptor` (shm.py) names."""
+    return Lent(channels.consumed(dst), _END.unpack_from(descriptor, 16)[0], x, spin_s)
+
+
+def arrived(channels, src: int, tag: int, dtype, shape, body) -> "LentMessage":
+    """The message of a LENT record's `body` (`payload`), its marker registered on arrival as every
+    ring message is (space goes back in arrival order)."""
+    end = channels.arrived_marker(src, body)
+    pid, address = WHERE.unpack_from(body, DESCRIPTOR_BYTES)
+    return LentMessage(src, tag, dtype, shape, channels, end, pid, address)
 
 
 class Lent:

@@ -23,15 +23,14 @@ did not fit the mailbox is taken back), and the communicator waits while taking 
 """
 
 import os
-import struct
 from typing import Literal
 
 import numpy as np
 
-from playground.comm import wire
+from playground.comm import shm_lend, wire
 from playground.comm.mailbox import SLOT_BYTES, Mailboxes, Swap, copy_payload
-from playground.comm.shm import DESCRIPTOR_BYTES, SHM_MIN_BYTES, ShmChannels
-from playground.comm.shm_lend import MARKER_BYTES, WHERE, Lent, LentMessage, peer_reads_allowed, where
+from playground.comm.shm import SHM_MIN_BYTES, ShmChannels
+from playground.comm.shm_lend import MARKER_BYTES, LentMessage, peer_reads_allowed
 from playground.comm.shm_stream import CELL_BYTES, Streams
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, NoRoom, Outgoing
 
@@ -42,7 +41,6 @@ SLOT_HEADER_BYTES = 16  # native/mailbox.h: the part of a mailbox slot before it
 MAILBOX_FULL = NoRoom("its mailbox")
 RING_FULL = NoRoom("the shared-memory ring to it")
 _U1 = np.dtype("u1")
-_DESC_END = struct.Struct("<Q")  # a ring descriptor's third field (shm.py): where its space ends
 _MEMO_MAX = 4096  # distinct headers remembered per direction; forgotten all at once beyond
 # What `land` computes natively (native/reduce.c's codes: op * 8 + dtype); a copy (ufunc None) is
 # any dtype's bytes. Other ufuncs and dtypes are received and reduced as usual.
@@ -219,10 +217,8 @@ class ShmTransport:
             head = self._lent_heads[key] = wire.encode_header(
                 self.rank, tag, wire.KIND_LENT, x.dtype, x.shape
             )
-        if self.mailboxes.try_send(dst, head + descriptor + where(self.pid, x)):
-            return Lent(
-                self.channels.consumed(dst), _DESC_END.unpack_from(descriptor, 16)[0], x, self.lend_spin_s
-            )
+        if self.mailboxes.try_send(dst, head + shm_lend.payload(descriptor, self.pid, x)):
+            return shm_lend.completion(self.channels, dst, descriptor, x, self.lend_spin_s)
         self.channels.undo_alloc(dst)
         return MAILBOX_FULL
 
@@ -344,7 +340,9 @@ class ShmTransport:
         head = self._heads_in.get(record[:size])
         if head is not None:
             if head[5] is None:  # a lent array, header seen before
-                return self._lent(head[0], head[1], head[2], head[3], memoryview(record)[size:])
+                return shm_lend.arrived(
+                    self.channels, head[0], head[1], head[2], head[3], memoryview(record)[size:]
+                )
             if len(record) == head[4]:  # an inline array seen before
                 return _InlineMessage(head[0], head[1], head[2], head[3], record, size, head[5])
         src, tag, kind, dtype, shape, payload = wire.decode_record(record)
@@ -352,7 +350,7 @@ class ShmTransport:
             if len(self._heads_in) >= _MEMO_MAX:
                 self._heads_in.clear()
             self._heads_in[record[:size]] = (src, tag, dtype, shape, 0, None)
-            return self._lent(src, tag, dtype, shape, payload)
+            return shm_lend.arrived(self.channels, src, tag, dtype, shape, payload)
         if kind == wire.KIND_INLINE:
             if len(self._heads_in) >= _MEMO_MAX:
                 self._heads_in.clear()
@@ -367,12 +365,6 @@ class ShmTransport:
         view, end = self.channels.arrived(src, payload)
         message_kind = KIND_ARRAY if kind == wire.KIND_SHM else KIND_OBJ
         return RingMessage(src, tag, message_kind, dtype, shape, view, self.channels, end)
-
-    def _lent(self, src: int, tag: int, dtype, shape, payload) -> LentMessage:
-        """A LENT record's message; its marker is registered on arrival, as every ring message is."""
-        end = self.channels.arrived_marker(src, payload)
-        pid, address = WHERE.unpack_from(payload, DESCRIPTOR_BYTES)
-        return LentMessage(src, tag, dtype, shape, self.channels, end, pid, address)
 
     def close(self) -> None:
         self.channels.close()

@@ -28,15 +28,14 @@ receiver reads it from the sender's memory (shm_lend.py), and the descriptor fra
 """
 
 import os
-import struct
 from typing import cast
 
 import numpy as np
 import zmq
 
-from playground.comm import wire
+from playground.comm import shm_lend, wire
 from playground.comm.shm import DESCRIPTOR_BYTES, ShmChannels
-from playground.comm.shm_lend import MARKER_BYTES, WHERE, Lent, LentMessage, peer_reads_allowed, where
+from playground.comm.shm_lend import MARKER_BYTES, PAYLOAD_BYTES, peer_reads_allowed
 from playground.comm.shm_transport import RingMessage
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, Outgoing, PlainReserve
 from playground.core.errors import WireError
@@ -55,9 +54,6 @@ def as_bytes(x: np.ndarray) -> np.ndarray:
     """`x` as a buffer ZeroMQ can take: itself, or its bytes where the buffer protocol has no letter
     for its dtype (bfloat16's, from ml_dtypes)."""
     return x.view(np.uint8) if x.dtype.kind == "V" else x
-
-
-_END = struct.Struct("<Q")  # a ring descriptor's third field (shm.py): where its space ends
 
 
 class _Tracked:
@@ -189,8 +185,8 @@ class ZmqTransport(PlainReserve):
         descriptor = slot[1]
         sock = self._push.get(dst) or self._socket_to(dst)
         sock.send(wire.encode_header(self.rank, tag, wire.KIND_LENT, x.dtype, x.shape), zmq.SNDMORE)
-        sock.send(descriptor + where(os.getpid(), x))
-        return Lent(channels.consumed(dst), _END.unpack_from(descriptor, 16)[0], x)
+        sock.send(shm_lend.payload(descriptor, os.getpid(), x))
+        return shm_lend.completion(channels, dst, descriptor, x)
 
     def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing:
         nbytes = count * dtype.itemsize
@@ -263,13 +259,11 @@ class ZmqTransport(PlainReserve):
                 f"from rank {src} tag {tag}: {self.discard_rest(True)} frames after an object's body"
             )
         if channels is not None and kind == wire.KIND_LENT:
-            if len(body) != DESCRIPTOR_BYTES + WHERE.size:
+            if len(body) != PAYLOAD_BYTES:
                 raise self.wire_error(
                     f"from rank {src} tag {tag}: a lent array's record of {len(body)} bytes"
                 )
-            end = channels.arrived_marker(src, body)  # registered on arrival, as a ring message
-            pid, address = WHERE.unpack_from(body, DESCRIPTOR_BYTES)
-            return LentMessage(src, tag, dtype, shape, channels, end, pid, address)
+            return shm_lend.arrived(channels, src, tag, dtype, shape, body)
         if channels is not None:
             if len(body) != DESCRIPTOR_BYTES:
                 raise self.wire_error(f"from rank {src} tag {tag}: a ring descriptor of {len(body)} bytes")

@@ -19,7 +19,7 @@ from playground.kvcache.engine.attention import Kernel
 from playground.kvcache.engine.policies import POLICIES, PolicyName, check_pool_params
 from playground.kvcache.server.thread import TAG_RESULT, collect_results, rank_client, start_server_thread
 from playground.kvcache.stats import downsample
-from playground.serving import served, serving_clients, serving_report, serving_stats, step_model
+from playground.serving import resume, served, serving_clients, serving_report, serving_stats, step_model
 from playground.transformer.blas import pin_blas_threads
 
 
@@ -123,11 +123,18 @@ def _serve(comm, p: Params, asked: str | None) -> dict:
     setups = served.setups(p)
     shape = step_model.StepShape.of(model.config)
     rates = step_model.measure_rates(model) if p.workload in ("section46", "batch") else None
-    thread = start_server_thread(comm, p.endpoint, served.new_serving_server(p, *setups[0], model), "serving")
-    per_setup = []
+    per_setup = resume.finished(comm.run_dir, len(setups))  # a restarted run goes on where it was
+    first = min(len(per_setup), len(setups) - 1)
+    thread = start_server_thread(
+        comm, p.endpoint, served.new_serving_server(p, *setups[first], model), "serving"
+    )
+    comm.bcast_obj(len(per_setup))
     try:
-        for policy, caching in setups:
-            thread.server = srv = served.new_serving_server(p, policy, caching, model)
+        for k in range(len(per_setup), len(setups)):
+            policy, caching = setups[k]
+            journal = resume.journal(comm.run_dir, k)
+            resumed = journal is not None and journal.exists()
+            thread.server = srv = served.new_serving_server(p, policy, caching, model, journal)
             comm.barrier()
             t0 = time.monotonic()
             clients = collect_results(
@@ -136,13 +143,16 @@ def _serve(comm, p: Params, asked: str | None) -> dict:
                 p,
                 policy,
                 thread,
-                lambda srv=srv: (srv.engine.num_finished_requests, _total(p)),
+                lambda srv=srv: (srv.engine.num_finished_requests + srv.answers.num_loaded, _total(p)),
                 "serving",
             )
+            srv.close()
             per_setup.append(
                 {
                     "policy": policy,
                     "prefix_caching": caching,
+                    "resumed": resumed,
+                    "asked": _asked(p),
                     "elapsed_s": time.monotonic() - t0,
                     "stats": srv.stats(),
                     "samples": downsample(srv.samples),
@@ -154,9 +164,11 @@ def _serve(comm, p: Params, asked: str | None) -> dict:
                     "clients": clients,
                 }
             )
+            resume.save(comm.run_dir, k, per_setup[-1])
     finally:
         thread.stopping.set()
         thread.join(5)
+        thread.live.close()
     return {
         "ok": True,
         "address": thread.address,
@@ -169,6 +181,14 @@ def _serve(comm, p: Params, asked: str | None) -> dict:
     }
 
 
+def _asked(p: Params) -> int:
+    """The requests the clients send in one setup."""
+    own = 1 if p.prompt is not None else 0
+    return {"section46": p.num_requests + own, "prefix": p.num_requests, "samples": 2}.get(
+        p.workload, sum(p.batch_sizes)
+    )
+
+
 def _total(p: Params) -> int:
     own = 1 if p.prompt is not None else 0
     return {"section46": p.num_requests + own, "prefix": p.num_requests, "samples": p.n + 1}.get(
@@ -178,11 +198,12 @@ def _total(p: Params) -> int:
 
 def _client(comm, p: Params) -> dict:
     address = comm.bcast_obj(None)
+    done = comm.bcast_obj(None)  # setups a previous start of this run finished
     model = served.served_model(p) if p.verify_every else None
     client = rank_client(comm, address)
     try:
         client.ping()
-        for _setup in served.setups(p):  # the server is swapped between barriers
+        for _setup in served.setups(p)[done:]:  # the server is swapped between barriers
             comm.barrier()
             result = serving_clients.run_workload(comm, client, p, model)
             comm.send_obj(result, 0, TAG_RESULT)

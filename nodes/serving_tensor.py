@@ -15,17 +15,21 @@ default, communication in virtual time, each shard's compute measured), and draw
 """
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from playground.collectives import registry
-from playground.comm.group import new_group
+from playground.comm.group import Group, new_group
 from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.kvcache.engine.attention import Kernel
 from playground.models.calibration import LinkSpec
+from playground.serving import resume
 from playground.serving.tensor import tensor_report
 from playground.serving.tensor.decode import DecodeBatch, decode_batch
 from playground.transformer import ModelConfig, pin_blas_threads
@@ -120,32 +124,57 @@ def check_scenario(params: Params, ranks: int) -> None:
 
 
 def main(comm, params: Params) -> dict:
+    """Each (shape, round) once: a run restarted after a failure (a shard killed) takes the rounds
+    every rank finished from the run directory and runs the others (serving/resume.py)."""
     pin_blas_threads(1)  # the ranks share the cores: one BLAS thread each
-    workload, shapes = params.workload, []
+    (done, redone), shapes = resume.rounds_done(comm), []
+    groups: dict[int, Group | None] = {}  # one group a t, made when first needed (15 a process at most)
     for k, shape in enumerate(params.shapes):
-        config, sizes = params.config(shape), params.sizes(shape, comm.size)
-        whole = init_params(config, params.seed)
         runs, calibration = [], []
         for r in range(params.rounds):
             comm.progress(k * params.rounds + r, len(params.shapes) * params.rounds, f"{shape} round {r + 1}")
-            for t in sizes if r % 2 == 0 else reversed(sizes):
-                group = new_group(comm, list(range(t)), f"tensor{t}")
-                if group is not None:
-                    run = decode_batch(
-                        group, config, workload, whole=whole, seed=params.seed, algorithm=params.algorithm,
-                        clock=time.perf_counter,
-                    )  # fmt: skip
-                    runs.append({"t": t, "round": r, **run})
-                comm.barrier()
-            if comm.rank == 0:  # the model's calibration: the same batch through one layer
-                one = dataclasses.replace(config, layers=1)
-                run = decode_batch(
-                    None, one, workload, whole=init_params(one, params.seed), clock=time.perf_counter
-                )
-                calibration.append(run["steps"])
-            comm.barrier()
+            i = k * params.rounds + r
+            if i < len(done):
+                record = done[i]
+            else:
+                resume.round_started(comm, i)
+                record = _round(comm, params, shape, r, groups)
+                resume.round_done(comm, record)
+            runs += record["runs"]
+            calibration += record["calibration"]
         shapes.append({"shape": shape, "runs": runs, "calibration": calibration})
-    return {"ok": True, "shapes": shapes}
+    return {"ok": True, "shapes": shapes, "resumed_rounds": len(done), "redone_rounds": redone}
+
+
+@functools.cache
+def _weights(config: ModelConfig, seed: int) -> np.ndarray:
+    return init_params(config, seed)
+
+
+def _round(comm, params: Params, shape: Shape, r: int, groups: dict[int, Group | None]) -> dict:
+    """One round of `shape`: the decode batch on every t (alternating their order), and on rank 0
+    through one layer (the model's calibration). `groups`: each t's group, kept across rounds (every
+    rank makes them in the same order, as new_group asks)."""
+    config, sizes, workload = params.config(shape), params.sizes(shape, comm.size), params.workload
+    whole = _weights(config, params.seed)
+    runs, calibration = [], []
+    for t in sizes if r % 2 == 0 else reversed(sizes):
+        if t not in groups:
+            groups[t] = new_group(comm, list(range(t)), f"tensor{t}")
+        group = groups[t]
+        if group is not None:
+            run = decode_batch(
+                group, config, workload, whole=whole, seed=params.seed, algorithm=params.algorithm,
+                clock=time.perf_counter,
+            )  # fmt: skip
+            runs.append({"t": t, "round": r, **run})
+        comm.barrier()
+    if comm.rank == 0:  # the model's calibration: the same batch through one layer
+        one = dataclasses.replace(config, layers=1)
+        run = decode_batch(None, one, workload, whole=init_params(one, params.seed), clock=time.perf_counter)
+        calibration.append(run["steps"])
+    comm.barrier()
+    return {"shape": shape, "round": r, "runs": runs, "calibration": calibration}
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:

@@ -25,6 +25,7 @@ from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
+from playground.training.checkpointing import Checkpoints, check_policy, identity, with_checkpoints
 from playground.training.modes import DDP_LIKE, Mode
 from playground.training.pipeline import pipeline_report, torch_baseline
 from playground.training.pipeline.loop import calibrate, reference_gaps, train_schedule
@@ -62,6 +63,9 @@ class Params(TrainingShape):
     # calibration (./calibration.json), else a labelled default
     model: LinkSpec | None = None
     baseline: Literal["pipelining"] | None = None  # torch.distributed.pipelining over Gloo beside ours
+    checkpoint_every: int = 0  # save a checkpoint every this many steps (and at each run's end); 0: none
+    checkpoint_async: bool = True  # written by a thread while the steps go on; false: the step waits for it
+    checkpoint_keep: int = 2  # the newest whole checkpoints kept in the run directory
 
     def __post_init__(self):
         pipeline_plan(self.model_config, self.pipeline)  # ParamError naming pipeline
@@ -82,6 +86,7 @@ class Params(TrainingShape):
             )
         if not self.bucket_cap_mb > 0:
             raise ParamError("bucket_cap_mb", f"must be > 0 MiB, got {self.bucket_cap_mb}")
+        check_policy(self)
 
     def replicas(self, ranks: int) -> int:
         return self.data if self.data is not None else max(1, ranks // self.pipeline)
@@ -118,6 +123,11 @@ def check_scenario(params: Params, ranks: int) -> None:
             raise ParamError("params.baseline", f"pipelining needs PyTorch: {missing}")
 
 
+def checkpoint_identity(params: Params, ranks: int) -> dict:
+    """What a checkpoint must match to be gone on from: the ranks and every key that trains."""
+    return identity("nodes.train_pipeline", params, ranks, ("calibration_repeats", "model", "baseline"))
+
+
 def main(comm, params: Params) -> dict:
     pin_blas_threads(1)  # the ranks share the cores: one BLAS thread each
     grid = Grid(comm, data=params.replicas(comm.size), pipeline=params.pipeline)
@@ -128,7 +138,9 @@ def main(comm, params: Params) -> dict:
         m: calibrate(comm, grid, plan, setup, sampler, rows // m, params.calibration_repeats)
         for m in params.micro_batches
     }
+    # every replica takes the snapshots (ZeRO-3's is an all-gather over the data group); one compares
     keep = params.reference and grid.data_index == 0
+    checkpoints = Checkpoints.open(comm, params, checkpoint_identity(params, comm.size))
     runs, kept = [], []
     combos = [(SCHEDULES[s], m) for s in params.schedule for m in params.micro_batches]
     total = len(combos) * params.steps
@@ -138,7 +150,19 @@ def main(comm, params: Params) -> dict:
             comm.progress(run * params.steps + step + 1, total, f"{schedule.name} m={m} step {step + 1}")
 
         record, snapshots = train_schedule(
-            comm, grid, plan, params.mode, setup, sampler, params.steps, schedule, m, run, keep, tick
+            comm,
+            grid,
+            plan,
+            params.mode,
+            setup,
+            sampler,
+            params.steps,
+            schedule,
+            m,
+            run,
+            params.reference,
+            tick,
+            checkpoints,
         )
         runs.append(record)
         kept.append(([s["loss"] for s in record["steps"]], snapshots))
@@ -159,6 +183,7 @@ def main(comm, params: Params) -> dict:
             str(m): plan.activation_bytes(config, rows // m, config.context) for m in params.micro_batches
         },
         "runs": runs,
+        "checkpoints": checkpoints.close(),
     }
 
 
@@ -166,7 +191,8 @@ def summarize(results: list[dict], params: Params, run_dir) -> Report:
     torch_records = (
         torch_baseline.run(params, len(results), run_dir) if params.baseline == "pipelining" else None
     )
-    return pipeline_report.report(results, params, run_dir, torch_records)
+    report = pipeline_report.report(results, params, run_dir, torch_records)
+    return with_checkpoints(report, results, params.checkpoint_every)
 
 
 CONTRACT = NodeContract(
@@ -174,4 +200,5 @@ CONTRACT = NodeContract(
     summarize,
     check_scenario=check_scenario,
     threaded=True,  # bucketed's communication thread
+    checkpoint_identity=checkpoint_identity,
 )

@@ -23,6 +23,7 @@ from playground.config.node import NodeContract
 from playground.core.errors import ParamError
 from playground.display.report import Report
 from playground.models.calibration import LinkSpec
+from playground.training.checkpointing import Checkpoints, check_policy, identity, with_checkpoints
 from playground.training.loop import one_process
 from playground.training.modes import DDP_LIKE, Mode
 from playground.training.step import TrainingShape, TrainSetup
@@ -58,6 +59,9 @@ class Params(TrainingShape):
     baseline: Literal["tensor_parallel"] | None = (
         None  # torch.distributed.tensor.parallel over Gloo beside ours
     )
+    checkpoint_every: int = 0  # save a checkpoint every this many steps (and at each run's end); 0: none
+    checkpoint_async: bool = True  # written by a thread while the steps go on; false: the step waits for it
+    checkpoint_keep: int = 2  # the newest whole checkpoints kept in the run directory
 
     def __post_init__(self):
         config = self.model_config
@@ -71,6 +75,7 @@ class Params(TrainingShape):
             raise ParamError("steps", f"must be >= 1, got {self.steps}")
         if not self.bucket_cap_mb > 0:
             raise ParamError("bucket_cap_mb", f"must be > 0 MiB, got {self.bucket_cap_mb}")
+        check_policy(self)
 
     def sizes(self, ranks: int) -> tuple[int, ...]:
         """The t of each run: `tensor`, or every t dividing both the ranks and the heads."""
@@ -102,10 +107,16 @@ def check_scenario(params: Params, ranks: int) -> None:
             raise ParamError("params.baseline", f"tensor_parallel needs PyTorch: {missing}")
 
 
+def checkpoint_identity(params: Params, ranks: int) -> dict:
+    """What a checkpoint must match to be gone on from: the ranks and every key that trains."""
+    return identity("nodes.train_tensor", params, ranks, ("model", "baseline"))
+
+
 def main(comm, params: Params) -> dict:
     pin_blas_threads(1)  # the ranks share the cores: one BLAS thread each
     setup, sampler, sizes = params.setup(), params.sampler, params.sizes(comm.size)
     reference = one_process(setup, sampler, params.steps) if params.reference else None
+    checkpoints = Checkpoints.open(comm, params, checkpoint_identity(params, comm.size))
     runs = []
     for k, t in enumerate(sizes):
         grid = Grid(comm, data=comm.size // t, tensor=t)
@@ -124,17 +135,19 @@ def main(comm, params: Params) -> dict:
                 params.tensor_algorithm,
                 reference,
                 tick,
+                checkpoints,
             )
         )
         comm.barrier()
-    return {"ok": True, "runs": runs}
+    return {"ok": True, "runs": runs, "checkpoints": checkpoints.close()}
 
 
 def summarize(results: list[dict], params: Params, run_dir) -> Report:
     torch_records = (
         torch_baseline.run(params, len(results), run_dir) if params.baseline == "tensor_parallel" else None
     )
-    return tensor_report.report(results, params, run_dir, torch_records)
+    report = tensor_report.report(results, params, run_dir, torch_records)
+    return with_checkpoints(report, results, params.checkpoint_every)
 
 
 CONTRACT = NodeContract(
@@ -142,4 +155,5 @@ CONTRACT = NodeContract(
     summarize,
     check_scenario=check_scenario,
     threaded=True,  # bucketed's communication thread
+    checkpoint_identity=checkpoint_identity,
 )

@@ -1,6 +1,8 @@
 """Faults nobody chose: a killed rank of every kind in every lab is the root cause, a client fails
 the requests a restarted server lost within its timeout, and the chaos command runs, judges and
-replays a few drawn runs; bad input is one line, exit 2.
+replays a few drawn runs; bad input is one line, exit 2. Under --recover the faults are mended: a
+serving run whose server rank is killed restarts and loses nothing (its history checked), the
+standalone server's clients re-send what its restart lost, and a history that is not whole fails.
 
 The runs are the chaos command's own (chaos/launched.py, chaos/kvserver.py, judged by
 chaos/checks.py), so what is asserted here is what the command checks on every drawn run: the exit
@@ -15,7 +17,7 @@ import pytest
 from playground.chaos import kvserver, launched, report, results
 from playground.chaos.checks import judge, parse_headline
 from playground.chaos.faults import FAULTS, HOST_FAULTS
-from playground.chaos.kinds import Observation
+from playground.chaos.kinds import History, Observation
 from playground.chaos.kvclient import error_kind
 from playground.chaos.plan import draw, outside, replay_command
 from playground.chaos.workloads import WORKLOADS
@@ -76,6 +78,68 @@ def test_a_restarted_server_fails_the_lost_requests_within_the_clients_timeout(t
     assert obs.exit_code == 0  # the new server goes on, and stops on SIGINT
     verdict = judge(run, obs, {})
     assert verdict.ok and verdict.root_ok, verdict.problems
+
+
+@pytest.mark.slow
+def test_a_recovering_serving_run_loses_no_request_when_its_server_rank_is_killed(tmp_path):
+    run = outside("serving", 3, "server killed", 0, after_s=1.0, size_seed=1, recover=True)  # 400 requests
+    assert "--max-restarts" in run.args and "params.policies=[paged,reserve_max]" in run.args
+    obs = launched.execute(run, tmp_path)
+    verdict = judge(run, obs, {})
+    assert obs.exit_code == 0 and verdict.ok, (verdict.problems, obs.stderr[-2000:])
+    h = verdict.history
+    assert h.restarts == 1 and h.once == h.asked == 2 * 401 and h.twice == h.never == h.differs == 0
+    assert verdict.root_ok and "rank 0" in verdict.root_cause and h.recover_s is not None
+    assert verdict.leaks == []
+
+
+@pytest.mark.slow
+def test_a_recovering_standalone_servers_clients_resend_and_finish(tmp_path):
+    run = outside("kvserver", 2, "server restarted", 0, after_s=0.3, recover=True)
+    obs = kvserver.execute(run, tmp_path)
+    verdict = judge(run, obs, {})
+    assert verdict.ok and [c["exit"] for c in obs.clients] == [0, 0], (verdict.problems, obs.stderr)
+    h = verdict.history
+    assert h.once == h.asked and h.again >= 1 and h.restarts == 1 and obs.journal_twice == 0
+    assert h.twice == h.never == h.differs == 0  # every reply checked against dense generation
+
+
+def test_recover_draws_only_what_a_restart_mends_and_a_broken_history_fails():
+    runs = [draw(5, k, False, recover=True) for k in range(1, 40)]
+    assert runs == [draw(5, k, False, recover=True) for k in range(1, 40)]  # the seed decides
+    for run in runs:
+        assert run.recover and run.workload.recoverable is not None
+        assert run.fault in run.workload.recoverable.faults and run.fault.name != "corrupt"
+        assert run.workload.launched == ("--max-restarts" in run.args)
+    assert {r.workload.name for r in runs} == {"serving", "serving-tensor", "kvserver"}
+    assert all(draw(5, k, False).workload.faults for k in range(1, 40))  # a --recover-only one is not drawn
+    assert replay_command(5, 3, False, True).endswith("--only 3 --recover")
+    run = outside("serving", 3, "SIGKILL", 1, after_s=1.0, recover=True)
+    why = "rank 1 (pid 7 on vm) at 1.20s: killed by SIGKILL"
+    result = {"recovery": {"restarts": [{"why": why, "total_s": 0.3}]}, "history": {"asked": 10, "once": 10}}
+    obs = Observation(fired=True, fault_at=1.0, exit_code=0, result=result)
+    assert judge(run, obs, {}).ok
+    result["history"] = {"asked": 10, "once": 9, "never": 1, "twice": 2, "differs": 3}
+    verdict = judge(run, obs, {})
+    assert verdict.problems == [
+        "2 of 10 done twice",
+        "1 of 10 never done",
+        "3 of 10 differing from a fault-free run",
+    ]
+    obs.result = {"history": {"asked": 10, "once": 10}}
+    assert "the fault fired but nothing restarted" in judge(run, obs, {}).problems
+    record = {"run": run.to_dict(), "verdict": verdict.to_dict(), "describe": run.describe(), "replay": "r"}
+    (row, total) = report.rows([record], recover=True)
+    assert row["fault"] == "SIGKILL" and (row["once"], row["twice"], row["never"], row["passed"]) == (
+        9,
+        2,
+        1,
+        0,
+    )
+    assert row["recover_p50_s"] == 0.3 and total["runs"] == 1
+    assert History.from_dict(verdict.history.to_dict()) == verdict.history
+    page = results.recover_page([{"seed": 1, "records": [record]}], 2)
+    assert "1 runs in 1 of 2 pieces" in page and "| SIGKILL | 1 | 0 | 0 | 9 | 0 | 2 | 1 | 3 | 0.30 |" in page
 
 
 def test_the_chaos_command_runs_judges_and_writes_every_run(runs_dir):

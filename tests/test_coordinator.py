@@ -2,6 +2,7 @@
 (`rendezvous.join`): it survives thousands of garbage control messages, hands every rank its clock
 offset, and fails a run whose ranks resolved different scenarios, telling every rank why."""
 
+import json
 import random
 import subprocess
 import sys
@@ -26,10 +27,10 @@ SCENARIO = {"name": "ring", "ranks": 3, "params": {"iters": 3, "sizes": [1024]}}
 class World:
     """A Coordinator serving on a thread, and `play(rank, scenario)` threads acting as ranks."""
 
-    def __init__(self, n: int, tmp_path):
-        self.n, self.port = n, free_tcp_port()
+    def __init__(self, n: int, tmp_path, generation: int = 0):
+        self.n, self.port, self.generation = n, free_tcp_port(), generation
         self.ctx = zmq.Context()
-        self.coordinator = Coordinator(n, 10.0, tmp_path, watch_exits=False)
+        self.coordinator = Coordinator(n, 10.0, tmp_path, watch_exits=False, generation=generation)
         router = self.ctx.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.bind(f"tcp://127.0.0.1:{self.port}")
@@ -49,20 +50,22 @@ class World:
         return sock
 
     def play(self, rank: int, scenario: dict = SCENARIO) -> None:
-        sock = self.socket(zmq.DEALER, control_identity(rank))
+        g = self.generation
+        sock = self.socket(zmq.DEALER, control_identity(rank, g))
 
         def body():
-            env = RankEnv(rank, self.n, "127.0.0.1", self.port)
+            env = RankEnv(rank, self.n, "127.0.0.1", self.port, g)
             try:
                 endpoints, clock = rendezvous.join(
                     sock, env, f"tcp://127.0.0.1:{9000 + rank}", 10.0, scenario
                 )
-                rendezvous.send_ctrl(sock, {"type": "done", "rank": rank, "result": {"rank": rank}})
+                done = {"type": "done", "rank": rank, "result": {"rank": rank}, "generation": g}
+                rendezvous.send_ctrl(sock, done)
                 rendezvous.recv_ctrl(sock, "release", 10.0, rank)
                 self.results[rank] = (endpoints, clock)
             except Exception as e:  # noqa: BLE001 - the test reads it
                 self.results[rank] = e
-                rendezvous.send_ctrl(sock, _error_message(rank, e))  # what a real rank reports
+                rendezvous.send_ctrl(sock, _error_message(rank, e, g))  # what a real rank reports
 
         t = threading.Thread(target=body, daemon=True)
         t.start()
@@ -106,6 +109,26 @@ def test_garbage_is_ignored_and_counted_while_a_run_completes(tmp_path, capfd):
         assert peers.endpoints == [f"tcp://127.0.0.1:{9000 + k}" for k in range(3)]
         # One process, one clock: the true offset is 0, so the estimate is within its bound of it.
         assert abs(clock.offset_us) <= clock.uncertainty_us and clock.samples > 0
+
+
+@pytest.mark.timeout(60)
+def test_a_late_word_of_the_group_before_a_restart_is_refused(tmp_path, capfd):
+    """Generation 1's coordinator: the old group's error, done and progress (generation 0, from
+    its old sockets) change nothing; the new group completes."""
+    world = World(2, tmp_path, generation=1)
+    old = world.socket(zmq.DEALER, control_identity(1))
+    old.send(json.dumps({"type": "error", "rank": 1, "error_type": "PeerLost", "message": "late"}).encode())
+    old.send(json.dumps({"type": "progress", "done": 99, "total": 100}).encode())
+    deadline = time.monotonic() + 10
+    while world.coordinator.num_stale < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for r in range(2):
+        world.play(r)
+    outcome = world.finish()
+    assert outcome.ok and not outcome.failures
+    assert world.coordinator.num_stale == 2 and world.coordinator.progress_done == 0
+    err = capfd.readouterr().err
+    assert "refused a 'error' message of generation 0" in err and "this is generation 1" in err
 
 
 @pytest.mark.timeout(60)

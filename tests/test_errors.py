@@ -33,8 +33,9 @@ from playground.core.sizes import parse_size
 from playground.kvcache.engine.block_manager import BlockManager
 from playground.kvcache.engine.contiguous import ContiguousAllocator as KVContiguous
 from playground.kvcache.server import protocol as P
-from playground.kvcache.server.client import KVClient, KVServerError, LocalClient
+from playground.kvcache.server.client import KVClient, KVServerError
 from playground.kvcache.server.kv_ops import KVServer
+from playground.kvcache.server.local_client import LocalClient
 from playground.launcher.procs import BaselineError
 from playground.lecture.figures import NotMeasured
 from playground.memlab import lmbench
@@ -77,6 +78,7 @@ def test_errors_py_holds_the_classes_we_document():
         "ToolMissing",
         "LabError",
         "WaitTimeout",
+        "CheckpointRefused",
     }
 
 

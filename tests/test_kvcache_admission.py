@@ -8,8 +8,8 @@ from playground.kvcache.engine.config import EngineConfig
 from playground.kvcache.engine.policies import make_policy
 from playground.kvcache.engine.scheduler import Scheduler
 from playground.kvcache.engine.sequence import GenerateRequest, SamplingParams, Sequence
-from playground.kvcache.server.client import LocalClient
 from playground.kvcache.server.kv_ops import KVServer
+from playground.kvcache.server.local_client import LocalClient
 from playground.kvcache.workloads import section46_requests
 from playground.kvlab.replay import replay
 

@@ -10,9 +10,9 @@ import pytest
 
 from playground.kvcache.engine.config import EngineConfig
 from playground.kvcache.server import protocol as P
-from playground.kvcache.server.client import LocalClient
 from playground.kvcache.server.generate import ModelServer
 from playground.kvcache.server.kv_ops import KVServer
+from playground.kvcache.server.local_client import LocalClient
 from playground.transformer import ModelConfig, Transformer, generate
 
 CONFIG = ModelConfig(layers=2, d_model=32, heads=4, context=48)

@@ -18,7 +18,7 @@ PACKAGE = ROOT / "playground"
 # Bottom to top: (layer, its folders under playground/; `nodes/` is the labs' nodes, and `__init__`,
 # `__main__` the package's own two files).
 LAYERS = [
-    ("basics", "core/ tracing/ display/"),
+    ("basics", "core/ tracing/ display/ checkpoint/"),
     ("comm", "comm/"),
     ("models", "models/ transformer/"),
     ("collectives", "collectives/"),

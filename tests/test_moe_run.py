@@ -46,6 +46,8 @@ TINY = [
         (2, 2, None, "bucketed", "learned"),
         (4, 2, 1.0, "zero1", "hot_expert"),
         (4, 4, 0.5, "per_tensor", "moving"),
+        (4, 2, None, "zero2", "learned"),  # the units reduce-scattered over the replicas
+        (4, 2, 1.0, "zero3", "hot_expert"),  # and a block's experts gathered with its other unit
     ],
 )
 def test_expert_grids_equal_one_process_and_drop_the_same_assignments(

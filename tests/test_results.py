@@ -22,7 +22,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert (
         proc.stderr.strip()
-        == "error: --sections nosuch: allowed: collectives, alltoall, simulator, labs, training, compute, steptime, serving, parallelism, tensor, moe, chaos, observability"
+        == "error: --sections nosuch: allowed: collectives, alltoall, simulator, labs, training, compute, steptime, serving, parallelism, tensor, moe, chaos, recovery, observability"
     )
     with pytest.raises(ScenarioError, match="--rounds 0: expected at least 1"):
         results.ResultsConfig.from_flags(quick=True, rounds=0, out=tmp_path, work=tmp_path)

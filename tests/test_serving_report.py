@@ -36,6 +36,7 @@ def row(req_id, ttft, tpot, tokens=10, cached=0, digests=(1,)):
 
 def setup(policy="paged", caching=False, rows=(), elapsed=2.0, held=0, verified=None):
     engine = {"requests": 0, "running": 0, "waiting": 0, "peak_running": 3, "steps": 4, "preempted": 1}
+    engine["finished_requests"] = sum(1 for r in rows if r["ok"])
     stats = {
         "capacity_slots": 100,
         "live_seqs": 0,
@@ -95,6 +96,15 @@ def test_a_clean_report_is_ok_and_every_check_can_fail(tmp_path):
         )
     ]
     assert "differ from dense generation" in " ".join(serving_report.report(wrong, PARAMS, tmp_path).failures)
+    twice = [setup(rows=[row(0, 0.1, 0.01), row(1, 0.1, 0.01)])]
+    twice[0]["stats"]["answers"] = {"loaded": 1, "replayed": 1}  # the journal's answer generated again too
+    assert (
+        "3 generations for 2 requests answered: 1 generated twice"
+        in serving_report.report(twice, PARAMS, tmp_path).failures[0]
+    )
+    twice[0]["resumed"], twice[0]["stats"]["engine"]["finished_requests"] = True, 1
+    rep = serving_report.report(twice, PARAMS, tmp_path)
+    assert rep.ok and any("resumed after a restart: 1 answers kept in its journal" in n for n in rep.notes)
 
 
 def test_the_samples_report_checks_the_lectures_pages(tmp_path):
@@ -112,6 +122,7 @@ def test_the_samples_report_checks_the_lectures_pages(tmp_path):
 
     params = SimpleNamespace(**{**vars(PARAMS), "workload": "samples"})
     s = setup()
+    s["stats"]["engine"]["finished_requests"] = 2
     s["clients"]["1"]["modes"] = [mode("copies", 28 * 16, (1, 2)), mode("fork", 10 * 16, (1, 2))]
     assert serving_report.report([s], params, tmp_path).ok
     s["clients"]["1"]["modes"][1] = mode("fork", 11 * 16, (1, 3))

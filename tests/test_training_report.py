@@ -15,6 +15,7 @@ from playground.training import training_report, training_stats
 from playground.training.modes import BY_NAME
 from playground.training.plots import largest_difference
 from playground.training.steptime_model import comm_time_s, departure, predicted_step_s
+from playground.training.units import Sharding
 from playground.transformer import ModelConfig
 
 
@@ -200,6 +201,11 @@ def params_of(modes, ddp=None):
         temperature=0.0,
         seed=0,
         baseline=ddp,
+        micro_batches=1,
+        unit_blocks=1,
+        prefetch=1,
+        reshard_after_forward=True,
+        sharding=Sharding(),
     )
 
 
@@ -213,6 +219,7 @@ def test_the_report_has_every_table_and_the_plot(tmp_path):
     assert [t.title.split(":")[0] for t in rep.tables[1:]] == [
         "loss of the global batch (every curve starts from the same weights)",
         "memory per rank",
+        "model state and traffic per rank against ZeRO's formulas",
         "step time",
     ]
     memory = {row["mode"]: row for row in rep.tables[2].rows}

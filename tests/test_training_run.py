@@ -53,7 +53,7 @@ def test_the_default_run_trains_ddps_mode_long_enough_to_write_lecture_text():
     assert params.prompt.encode() in bytes(lecture_bytes())
     assert params.temperature == 0 and params.sample_bytes > 0
     modes = yaml.safe_load(find_scenario_file("train-modes").read_text())["params"]["mode"]
-    assert modes == ["per_tensor", "bucketed", "after_backward", "zero1"]
+    assert modes == ["per_tensor", "bucketed", "after_backward", "zero1", "zero2", "zero3"]
 
 
 @pytest.mark.timeout(60)
@@ -124,7 +124,7 @@ def test_every_mode_trains_and_reports(tiny_run):
     code, result, out, err, run_dir = tiny_run
     assert code == 0, out + err
     modes = [m["mode"] for m in result["modes"]]
-    assert modes == ["per_tensor", "bucketed", "after_backward", "zero1"]
+    assert modes == ["per_tensor", "bucketed", "after_backward", "zero1", "zero2", "zero3"]
     steps = result["tables"][0]["rows"]
     assert [r["mode"] for r in steps] == modes
     for row, mode in zip(steps, result["modes"], strict=True):
@@ -240,7 +240,7 @@ def test_a_corrupted_message_fails_the_run_naming_the_step(runs_dir, mode, after
         (["params.temperature=-0.5"], 2, "params.temperature", "must be >= 0 (0: greedy), got -0.5"),
         (["params.min_lr=0.5"], 2, "params.min_lr", "must be in [0, lr=0.008] or null, got 0.5"),
         (["params.warmup_steps=-1"], 2, "params.warmup_steps", "must be >= 0, got -1"),
-        (["params.baseline=mpi"], 2, "params.baseline", "expected one of 'ddp' or null"),
+        (["params.baseline=mpi"], 2, "params.baseline", "expected one of 'ddp', 'fsdp' or null"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_key(capsys, runs_dir, sets, num_ranks, key, says):

@@ -13,6 +13,8 @@ from playground.training.modes import BY_NAME, MODES, NAMES, Mode
 from playground.training.reducer import AllReduceBuckets, bucket_of_param
 from playground.training.step import TrainSetup
 from playground.training.zero import ZeroOne
+from playground.training.zero2 import ZeroTwo
+from playground.training.zero3 import ZeroThree
 from playground.transformer import (
     AdamConfig,
     BatchSampler,
@@ -41,7 +43,7 @@ def one_process():
 def train_on(n: int, mode: str, setup: TrainSetup = SETUP) -> list[tuple[dict, np.ndarray]]:
     def body(comm):
         record, dp = train_mode(comm, BY_NAME[mode], setup, SAMPLER, STEPS)
-        return record, dp.model.params.copy()
+        return record, dp.gradients.full_params()  # zero3: its shards gathered
 
     with pin_blas_threads(1):
         return run_local(n, body)
@@ -164,17 +166,21 @@ def test_a_bucket_goes_to_the_thread_when_its_last_gradient_is_ready():
 
 
 def test_every_mode_carries_its_strategy():
-    assert [m.name for m in MODES] == list(NAMES) == ["per_tensor", "bucketed", "after_backward", "zero1"]
-    assert [m.strategy for m in MODES] == [AllReduceBuckets] * 3 + [ZeroOne]
-    assert [(m.overlaps, m.sharded) for m in MODES] == [
-        (True, False),
-        (True, False),
-        (False, False),
-        (False, True),
+    names = ["per_tensor", "bucketed", "after_backward", "zero1", "zero2", "zero3"]
+    assert [m.name for m in MODES] == list(NAMES) == names
+    assert [m.strategy for m in MODES] == [AllReduceBuckets] * 3 + [ZeroOne, ZeroTwo, ZeroThree]
+    assert [(m.overlaps, m.stage, m.sharded) for m in MODES] == [
+        (True, 0, False),
+        (True, 0, False),
+        (False, 0, False),
+        (False, 1, True),
+        (True, 2, True),
+        (True, 3, True),
     ]
     assert Mode.parse_param("zero1") is BY_NAME["zero1"] and BY_NAME["zero1"].to_param() == "zero1"
     with pytest.raises(
-        ValueError, match="expected one of 'per_tensor', 'bucketed', 'after_backward', 'zero1'"
+        ValueError,
+        match="expected one of 'per_tensor', 'bucketed', 'after_backward', 'zero1', 'zero2', 'zero3'",
     ):
         Mode.parse_param("ddp")
 

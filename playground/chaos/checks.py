@@ -38,7 +38,9 @@ def judge(run: ChaosRun, obs: Observation, before: dict) -> Verdict:
     `judge_standalone`, then the logs and leaks); `before` is `cluster_state()` before it."""
     v = Verdict(exit_code=obs.exit_code)
     v.leaks = leaks(run, obs, before)
-    run.workload.judge(run, obs, v)
+    recoverable = run.workload.recoverable
+    judged = recoverable.judge if run.recover and recoverable is not None else run.workload.judge
+    judged(run, obs, v)
     if not v.missed:
         v.problems += _log_problems(obs)
     v.problems += [f"leak: {leak}" for leak in v.leaks]
@@ -94,7 +96,7 @@ def judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
         v.root_ok = any(re.search(fault.found_by, f) for f in failures)
         v.detect_s = None  # the result check reports at the end of the run
     else:
-        v.root_ok = _names_the_fault(run, parse_headline(v.root_cause) if v.root_cause else None)
+        v.root_ok = names_the_fault(run, parse_headline(v.root_cause) if v.root_cause else None)
     if not v.root_ok:
         v.problems.append(f"wrong root cause: {v.root_cause[:200] or 'none'}")
 
@@ -124,7 +126,7 @@ def _finished_before(obs: Observation) -> bool:
     return obs.fault_at > t0 + elapsed
 
 
-def _names_the_fault(run: ChaosRun, root: tuple[int, str, float, str] | None) -> bool:
+def names_the_fault(run: ChaosRun, root: tuple[int, str, float, str] | None) -> bool:
     if root is None:
         return False
     rank, host, _, message = root

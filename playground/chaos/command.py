@@ -14,6 +14,12 @@ the faulty rank and its host, the logs hold what was written before the fault, n
 behind; and the time from the fault to the first error and to the exit is measured. One table by
 fault kind, `chaos.json` in the run directory, exit 1 naming each failed run with the command that
 replays it (`--seed S --only K`). Runs are a function of the seed and their number alone.
+
+With `--recover` the faults must be mended, not only named (recovered.py): the workloads a restart
+mends run with one restart allowed (the standalone KV server is started again on its address), and
+each run is checked as a history: ended with status 0 after a restart naming the faulty rank,
+nothing done twice, nothing never done, nothing different from a fault-free run; the table counts
+those by fault kind, with the time to recover.
 """
 
 import argparse
@@ -46,6 +52,11 @@ def add_chaos_flags(c: argparse.ArgumentParser) -> None:
         "--hosts", action="store_true", help="run on emulated hosts and add host faults (needs root)"
     )
     c.add_argument("--only", type=int, metavar="K", help="only run K of the seed (to replay a failed one)")
+    c.add_argument(
+        "--recover",
+        action="store_true",
+        help="faults a restart must mend: each run restarted and checked as a history (nothing lost or twice)",
+    )
     c.add_argument("--out", help="directory for run directories (default: runs)")
 
 
@@ -59,6 +70,7 @@ class ChaosConfig:
     hosts: bool
     out: Path
     command: str  # the command line that does these runs again
+    recover: bool = False  # the faults must be mended: runs restarted, checked as histories
 
     @classmethod
     def from_flags(
@@ -69,6 +81,7 @@ class ChaosConfig:
         hosts: bool = False,
         only: int | None = None,
         out: str | Path = "runs",
+        recover: bool = False,
     ) -> "ChaosConfig":
         if runs < 1:
             raise ScenarioError(f"--runs {runs}: expected at least 1")
@@ -76,6 +89,8 @@ class ChaosConfig:
             raise ScenarioError(f"--only {only}: expected a run number, 1 or more")
         if seed is not None and seed < 0:
             raise ScenarioError(f"--seed {seed}: expected 0 or more")
+        if hosts and recover:
+            raise ScenarioError("--recover: runs on one host (the host faults are not among those it mends)")
         if hosts:
             netns.check_can_emulate()  # one line, exit 2, before anything is made
         seed = seed if seed is not None else random.randrange(1, 100_000)
@@ -84,15 +99,16 @@ class ChaosConfig:
             ["python -m playground chaos", f"--seed {seed}"]
             + ([f"--only {only}"] if only is not None else [f"--runs {runs}"])
             + (["--hosts"] if hosts else [])
+            + (["--recover"] if recover else [])
         )
-        return cls(seed, indices, hosts, Path(out), command)
+        return cls(seed, indices, hosts, Path(out), command, recover)
 
 
 def run_chaos(config: ChaosConfig) -> int:
     """Every run drawn, run and judged, chaos.json written after each; the table and the failed runs."""
     console, err = make_console(), make_console(stderr=True)
     run_dir = make_run_dir(config.out, "chaos")
-    where = ", emulated hosts" if config.hosts else ""
+    where = ", emulated hosts" if config.hosts else (", recovering" if config.recover else "")
     console.print(
         f"[bold]chaos[/bold]: {len(config.indices)} runs, seed {config.seed}{where} -> {run_dir}",
         highlight=False,
@@ -101,17 +117,19 @@ def run_chaos(config: ChaosConfig) -> int:
         "command": config.command,
         "seed": config.seed,
         "hosts": config.hosts,
+        "recover": config.recover,
         "machine": describe_machine(),
         "records": [],
     }
     started = time.monotonic()
     interrupted = _runs(config, run_dir, summary, started, err)
     records = summary["records"]
-    summary["table"] = chaos_report.rows(records)
+    summary["table"] = chaos_report.rows(records, config.recover)
     summary["interrupted"] = interrupted
     _write(run_dir, summary)
     if records:
-        render_table(chaos_report.table(records, f"chaos: {len(records)} runs, seed {config.seed}"), console)
+        title = f"chaos{' --recover' if config.recover else ''}: {len(records)} runs, seed {config.seed}"
+        render_table(chaos_report.table(records, title, config.recover), console)
     failed = [r for r in records if not r["verdict"]["ok"]]
     console.print(
         f"{len(records)} runs in {time.monotonic() - started:.0f}s: {len(failed)} failed, "
@@ -133,7 +151,7 @@ def _runs(config: ChaosConfig, run_dir: Path, summary: dict, started: float, err
         with progress_bar(err) as progress:
             task = progress.add_task("chaos", total=len(config.indices))
             for k in config.indices:
-                run = draw(config.seed, k, config.hosts)
+                run = draw(config.seed, k, config.hosts, config.recover)
                 progress.update(task, description=run.describe())
                 record = _one(run, run_dir / f"run-{k:03d}", config.hosts)
                 summary["records"].append(record)
@@ -158,7 +176,7 @@ def _one(run: ChaosRun, out_dir: Path, hosts: bool) -> dict:
         "run": run.to_dict(),
         "describe": run.describe(),
         "verdict": verdict.to_dict(),
-        "replay": replay_command(run.seed, run.index, hosts),
+        "replay": replay_command(run.seed, run.index, hosts, run.recover),
         "notes": obs.notes,
         "run_dir": str(obs.run_dir or out_dir),
     }

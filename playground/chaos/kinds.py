@@ -1,5 +1,5 @@
 """The nouns of a chaos run: a kind of fault, a workload, the run drawn from them, what was observed
-of it, and the verdict on it.
+of it, the verdict on it, and under `chaos --recover` the run read as a history.
 
 A `FaultKind` and a `Workload` carry what they do, so no code asks for one by name: a fault says
 where it comes from, whom it hits, the signal it sends, what the root cause must then say and the
@@ -55,6 +55,48 @@ class FaultKind:
 
 
 @dataclass(frozen=True)
+class History:
+    """A run that recovered, read as a history (Jepsen's check of a history, `chaos --recover`): what
+    it did once, what a restart made it do again, and what must be 0: done twice, never done, and
+    outputs that differ from a fault-free run's. Serving counts requests (answered once, generated
+    again from their prompts, answered twice, never answered, tokens that differ); training counts
+    steps (committed, redone from the checkpoint, duplicated, lost, parameters that differ)."""
+
+    asked: int = 0  # what the run had to do: requests sent, steps to take
+    once: int = 0
+    again: int = 0  # a restart's cost, not a fault
+    twice: int = 0
+    never: int = 0
+    differs: int = 0
+    restarts: int = 0  # restarts the run made (the fault's: at least one)
+    recover_s: float | None = None  # the fault to the restarted group (or server) ready
+
+    @property
+    def holds(self) -> bool:
+        return self.twice == 0 and self.never == 0 and self.differs == 0
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "History":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(frozen=True)
+class Recoverable:
+    """How a workload runs under `chaos --recover`: the faults a restart must mend (the run is
+    started with one restart allowed, or its server started again); its run read as a history
+    (`history(run, observation)`; None: it had none to read) and the verdict on it (`judge`, as a
+    workload's own). What the run needs besides (more setups to compare, a journal) its command
+    function and runner add when `run.recover` is set."""
+
+    faults: tuple[FaultKind, ...]
+    history: Callable[["ChaosRun", "Observation"], "History | None"]
+    judge: Callable[["ChaosRun", "Observation", "Verdict"], None]
+
+
+@dataclass(frozen=True)
 class Workload:
     """One workload chaos draws: its rank counts and the faults that apply, how it draws its size and
     command line (`command(rng, run, common)`, `common` the flags every launched run gets), how many
@@ -72,6 +114,7 @@ class Workload:
     posts: Callable[["ChaosRun", int], int]
     timeout_s: float
     launched: bool = True  # run by `python -m playground run` (else the standalone KV server)
+    recoverable: Recoverable | None = None  # how `chaos --recover` runs it (None: it does not)
 
 
 @dataclass(frozen=True)
@@ -93,6 +136,7 @@ class ChaosRun:
     after_ops: int = 0
     size: str = ""  # what was drawn for the workload's size, in words
     args: tuple[str, ...] = field(default_factory=tuple)
+    recover: bool = False  # chaos --recover: the run must recover from its fault and lose nothing
 
     @property
     def timeout_s(self) -> float:
@@ -120,7 +164,8 @@ class ChaosRun:
         inside = self.fault.source == "inside"
         when = f" at post {self.after_ops + 1}" if inside else f" at {self.after_s:.2f}s"
         what = f"{self.workload.name} {self.ranks} ranks{where} ({self.size})"
-        return f"#{self.index} {what}: {self.fault.name}{who}{when}"
+        recovering = ", recovering" if self.recover else ""
+        return f"#{self.index} {what}: {self.fault.name}{who}{when}{recovering}"
 
     def to_dict(self) -> dict:
         return {
@@ -136,6 +181,7 @@ class ChaosRun:
             "after_s": round(self.after_s, 3),
             "after_ops": self.after_ops,
             "command": "python -m playground " + " ".join(self.args) if self.args else "",
+            "recover": self.recover,
         }
 
 
@@ -160,6 +206,7 @@ class Observation:
     notes: list[str] = field(default_factory=list)
     clients: list[dict] = field(default_factory=list)  # standalone KV clients: rank, exit, exited_at, stderr
     kv_freed: bool | None = None  # standalone: the killed client's blocks freed after its lease
+    journal_twice: int | None = None  # standalone, recovering: ids its journal answered more than once
 
 
 @dataclass
@@ -173,6 +220,7 @@ class Verdict:
     exit_s: float | None = None
     leaks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    history: History | None = None  # chaos --recover: the run read as a history
 
     def to_dict(self) -> dict:
         return {
@@ -185,4 +233,5 @@ class Verdict:
             "exit_s": None if self.exit_s is None else round(self.exit_s, 3),
             "leaks": self.leaks,
             "problems": self.problems,
+            "history": self.history.to_dict() if self.history is not None else None,
         }

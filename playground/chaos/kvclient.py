@@ -1,18 +1,25 @@
 """A client process of the standalone KV server, for the chaos command's `kvserver` workload:
 `python -m playground.chaos.kvclient --address ADDR --requests N`.
 
-It pings, submits N generate requests at once, says `submitted` on stdout (the chaos command fires
-its fault after that line), collects every reply and says `done` (exit 0). A failure is one line on
-stderr and exit 1: the server silent for the timeout (WaitTimeout), or requests lost to a restart
-(ServerLost).
+It pings, submits N generate requests at once (greedy and seeded sampling, alternately), says
+`submitted` on stdout (the chaos command fires its fault after that line), collects every reply
+and says `done` (exit 0). A failure is one line on stderr and exit 1: the server silent for the
+timeout (WaitTimeout), or requests lost to a restart (ServerLost: at once with `--resends 0`, the
+default; after that many re-sends otherwise). With `--verify` it compares every reply's tokens
+with dense generation on the served model (random weights of seed 0 in the shape `ping` gives).
+Its last line on stdout is its history, `history {json}`: requests asked, answered, sent again,
+second replies dropped (a re-send crossing the first reply: the same answer), and replies whose
+tokens differ from dense generation.
 """
 
 import argparse
+import json
 import re
 import sys
 
 from playground.core.errors import PlaygroundError
 from playground.kvcache.server.client import KVClient
+from playground.transformer import ModelConfig, Transformer, generate
 
 ERROR_LINE = re.compile(r"^error: (\w+): ", re.MULTILINE)
 
@@ -24,6 +31,11 @@ def error_kind(stderr: str) -> str | None:
     return found[1] if found else None
 
 
+def sampling(i: int) -> dict:
+    """Request i's sampling: greedy for even i, seeded for odd."""
+    return {"seed": i} if i % 2 == 0 else {"seed": i, "temperature": 0.8}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m playground.chaos.kvclient", description=__doc__)
     ap.add_argument("--address", required=True)
@@ -31,20 +43,29 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=400)
     ap.add_argument("--timeout-s", type=float, default=6.0)
     ap.add_argument("--name", default="client")
+    ap.add_argument("--resends", type=int, default=0, help="re-sends of a request a restarted server lost")
+    ap.add_argument("--verify", action="store_true", help="compare every reply with dense generation")
     args = ap.parse_args(argv)
-    client = KVClient(args.address, timeout_s=args.timeout_s)
+    client = KVClient(args.address, timeout_s=args.timeout_s, resends=args.resends)
+    history = {"asked": args.requests, "answered": 0, "resent": 0, "duplicates": 0, "differs": 0}
     try:
-        client.ping()
-        ids = [
-            client.submit(f"{args.name} asks question {i}: ", args.max_new_tokens, seed=i)
-            for i in range(args.requests)
-        ]
-        print(f"submitted {ids}", flush=True)
-        replies = client.collect(ids)
+        info = client.ping()
+        prompts = {}
+        for i in range(args.requests):
+            prompt = f"{args.name} asks question {i}: "
+            prompts[client.submit(prompt, args.max_new_tokens, **sampling(i))] = (prompt, sampling(i))
+        print(f"submitted {list(prompts)}", flush=True)
+        replies = client.collect(prompts)
+        history["answered"] = len(replies)
         refused = [h for h in replies.values() if not h.get("ok")]
         if refused:
             print(f"error: {len(refused)} requests refused: {refused[0].get('message')}", file=sys.stderr)
             return 1
+        if args.verify:
+            model = Transformer(ModelConfig.from_dict(info["model"]), seed=0)
+            for rid, (prompt, s) in prompts.items():
+                want = generate(model, list(prompt.encode()), args.max_new_tokens, **s).tolist()
+                history["differs"] += replies[rid]["tokens"] != [want]
         print(f"done {len(replies)}", flush=True)
         return 0
     except PlaygroundError as e:
@@ -53,6 +74,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
+        history["resent"], history["duplicates"] = client.num_resent, client.num_duplicates
+        print(f"history {json.dumps(history)}", flush=True)
         client.close()
 
 

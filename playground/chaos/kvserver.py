@@ -8,8 +8,14 @@ session of its own, generate requests in flight when the fault comes:
 - server restarted: SIGKILL, and a new server on the same address; every client must fail its
   lost requests within its timeout, saying that the server restarted.
 The server left at the end is stopped with SIGINT, which it must answer with exit 0.
+
+Under `chaos --recover` (server restarted) the servers keep a journal of their answers, and the
+clients re-send what the restart lost and check every reply against dense generation: every client
+must finish, each id answered once (the journal must not hold an id twice), the tokens a fault-free
+server gives.
 """
 
+import json
 import signal
 import subprocess
 import sys
@@ -27,6 +33,7 @@ LEASE_S = 1.5
 MAX_NEW_TOKENS = 900  # with the model below, 2-3 clients' requests take about 3 s: in flight at the fault
 START_DEADLINE_S = 60.0
 STOP_DEADLINE_S = 10.0
+VERIFY_S = 20.0  # recovering: time a client may take to check its replies against dense generation
 SERVER = ["-m", "playground.kvcache.server", "--random-model", "--layers", "2", "--heads", "4",
           "--d-model", "64", "--context", "1024", "--capacity-tokens", "40000", "--lease-s", str(LEASE_S)]  # fmt: skip
 
@@ -53,9 +60,13 @@ def _wait_for_line(proc: subprocess.Popen, path: Path, word: str, deadline: floa
     return False
 
 
-def start_server(address: str, out_dir: Path, name: str) -> subprocess.Popen | None:
-    """A server bound to `address`, once it says so; None if it did not start."""
-    proc = _spawn([*SERVER, "--bind", address], out_dir, name)
+def start_server(
+    address: str, out_dir: Path, name: str, journal: Path | None = None
+) -> subprocess.Popen | None:
+    """A server bound to `address` (keeping its answers in `journal`), once it says so; None if it
+    did not start."""
+    kept = ["--journal", str(journal)] if journal is not None else []
+    proc = _spawn([*SERVER, "--bind", address, *kept], out_dir, name)
     if _wait_for_line(proc, out_dir / f"{name}.out", "serving", time.monotonic() + START_DEADLINE_S):
         return proc
     kill_session(proc.pid)
@@ -67,7 +78,8 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
     out_dir.mkdir(parents=True, exist_ok=True)
     address = f"tcp://127.0.0.1:{free_tcp_port()}"
     obs = Observation(ports={int(address.rsplit(":", 1)[1])})
-    first = start_server(address, out_dir, "server-1")
+    journal = out_dir / "answers.jsonl" if run.recover else None
+    first = start_server(address, out_dir, "server-1", journal)
     if first is None:
         obs.notes.append("the server did not start")
         return obs
@@ -79,6 +91,7 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
             argv = ["-m", "playground.chaos.kvclient", "--address", address, "--name", f"client-{k}",
                     "--requests", run.size.split()[0], "--max-new-tokens", str(MAX_NEW_TOKENS),
                     "--timeout-s", f"{run.timeout_s:g}"]  # fmt: skip
+            argv += ["--resends", "3", "--verify"] if run.recover else []
             clients.append(_spawn(argv, out_dir, f"client-{k}"))
             obs.sessions.append(clients[-1].pid)
         deadline = time.monotonic() + START_DEADLINE_S
@@ -93,7 +106,7 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
             obs.fired = False  # the requests were answered before the fault's moment
             obs.notes.append(f"every request was answered before {run.after_s:.2f}s")
         else:
-            obs.fault_at = _fire(run, address, servers, clients, out_dir, obs)
+            obs.fault_at = _fire(run, address, servers, clients, out_dir, obs, journal)
         _wait_clients(run, clients, obs)
         if run.fault.target == "client":
             obs.kv_freed = _freed_after_lease(address, run.timeout_s)
@@ -105,6 +118,9 @@ def execute(run: ChaosRun, out_dir: Path) -> Observation:
                 p.wait(5)
         for c in obs.clients:  # filled by _wait_clients (empty if the workload never started)
             c["stderr"] = (out_dir / f"client-{c['client']}.err").read_text(errors="replace")[-2000:]
+            c["stdout"] = (out_dir / f"client-{c['client']}.out").read_text(errors="replace")[-4000:]
+        if journal is not None:
+            obs.journal_twice = answered_twice(journal)
         obs.stderr = "\n".join(
             f"client {k + 1}: {c['stderr'].strip()}" for k, c in enumerate(obs.clients) if c["stderr"].strip()
         )
@@ -118,6 +134,7 @@ def _fire(
     clients: list[subprocess.Popen],
     out_dir: Path,
     obs: Observation,
+    journal: Path | None = None,
 ) -> float:
     at = time.monotonic()
     if run.fault.target == "client":
@@ -126,7 +143,7 @@ def _fire(
     servers[0].send_signal(signal.SIGKILL)
     servers[0].wait(5)
     if run.fault.restarts:
-        restarted = start_server(address, out_dir, "server-2")
+        restarted = start_server(address, out_dir, "server-2", journal)
         if restarted is None:
             obs.notes.append("the restarted server did not start")
         else:
@@ -138,7 +155,7 @@ def _fire(
 
 def _wait_clients(run: ChaosRun, clients: list[subprocess.Popen], obs: Observation) -> None:
     """Each client's exit status and when it ended (a client still running at the deadline: None)."""
-    deadline = (obs.fault_at or time.monotonic()) + run.timeout_s + 15.0
+    deadline = (obs.fault_at or time.monotonic()) + run.timeout_s + 15.0 + (VERIFY_S if run.recover else 0.0)
     ended: dict[int, float] = {}
     while len(ended) < len(clients) and time.monotonic() < deadline:
         for k, c in enumerate(clients):
@@ -176,3 +193,18 @@ def _stop(server: subprocess.Popen) -> tuple[int | None, float]:
     except subprocess.TimeoutExpired:
         code = None
     return code, time.monotonic()
+
+
+def answered_twice(journal: Path) -> int:
+    """Ids the journal holds more than one answer for: each a second generation. A restarted
+    server rewrites the journal with one answer an id and appends after it, so an id its
+    predecessor answered and it generated again is there twice."""
+    seen: dict[tuple, int] = {}
+    for line in journal.read_bytes().splitlines() if journal.exists() else []:
+        try:
+            entry = json.loads(line)
+            key = (entry["client"], entry["id"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line
+        seen[key] = seen.get(key, 0) + 1
+    return sum(n - 1 for n in seen.values() if n > 1)

@@ -6,7 +6,8 @@ fired from inside (a scenario's `fault:` keys, counted in the faulty rank's post
 (a signal to a real pid: a rank, the launcher; a KV server killed or restarted; a client killed).
 What each workload runs is its own (workloads.py); what each fault does, its own (faults.py).
 The order of the draws below is part of every seed's meaning: change it and a replay of a run
-measured before is another run.
+measured before is another run. `--recover` draws from its own stream (the workloads a restart
+mends, and their faults), so the plain draws of a seed stay what they were.
 
 A straggler (a fault kind that slows a rank instead of failing it) is drawn from a stream of its
 own, after the others: one run in STRAGGLER_ONE_IN whose workload can slow a rank becomes one, on
@@ -22,15 +23,21 @@ from playground.chaos.kinds import ChaosRun
 from playground.chaos.workloads import WORKLOADS, sets
 
 
-def replay_command(seed: int, index: int, hosts: bool) -> str:
-    return f"python -m playground chaos --seed {seed} --only {index}" + (" --hosts" if hosts else "")
+def replay_command(seed: int, index: int, hosts: bool, recover: bool = False) -> str:
+    return (
+        f"python -m playground chaos --seed {seed} --only {index}"
+        + (" --hosts" if hosts else "")
+        + (" --recover" if recover else "")
+    )
 
 
-def draw(seed: int, index: int, hosts: bool) -> ChaosRun:
-    """Run `index` (1-based) of seed `seed`: a function of the two alone."""
+def draw(seed: int, index: int, hosts: bool, recover: bool = False) -> ChaosRun:
+    """Run `index` (1-based) of seed `seed`: a function of the two alone (and of `recover`)."""
+    if recover:
+        return _draw_recovering(seed, index)
     rng = random.Random(f"chaos-{seed}-{index}")
     workload = rng.choice(
-        list(WORKLOADS.values())
+        [w for w in WORKLOADS.values() if w.faults]  # those drawn under --recover only have none
     )  # the standalone server runs on this host, with --hosts too
     straggler = _straggler(seed, index, workload, hosts)
     if straggler is not None:
@@ -44,6 +51,16 @@ def draw(seed: int, index: int, hosts: bool) -> ChaosRun:
         num_hosts = rng.choice([h for h in (2, 3) if h <= ranks] or [2])
         ranks = max(ranks, num_hosts)
     run = ChaosRun(index, seed, workload, ranks, fault, hosts=num_hosts)
+    return _with_target(rng, _with_workload(rng, run))
+
+
+def _draw_recovering(seed: int, index: int) -> ChaosRun:
+    """A run of `chaos --recover`: a workload a restart mends, one of the faults it must mend."""
+    rng = random.Random(f"chaos-recover-{seed}-{index}")
+    workload = rng.choice([w for w in WORKLOADS.values() if w.recoverable is not None])
+    assert workload.recoverable is not None
+    fault = rng.choice(workload.recoverable.faults)
+    run = ChaosRun(index, seed, workload, rng.choice(workload.ranks), fault, recover=True)
     return _with_target(rng, _with_workload(rng, run))
 
 
@@ -61,11 +78,20 @@ def _straggler(seed: int, index: int, workload, hosts: bool) -> ChaosRun | None:
     return _with_target(rng, _with_workload(rng, run))
 
 
-def outside(workload: str, ranks: int, fault: str, rank: int, after_s: float, size_seed: int = 0) -> ChaosRun:
+def outside(
+    workload: str,
+    ranks: int,
+    fault: str,
+    rank: int,
+    after_s: float,
+    size_seed: int = 0,
+    recover: bool = False,
+) -> ChaosRun:
     """One run chosen rather than drawn (its size still drawn from `size_seed`): an outside fault
     (a signal to `rank`, or to the standalone server or client `rank`) `after_s` after its ranks
-    exist. A test names the fault; the chaos command draws it."""
-    chosen = ChaosRun(0, size_seed, WORKLOADS[workload], ranks, FAULTS[fault])
+    exist; with `recover`, one that must recover from it. A test names the fault; the chaos command
+    draws it."""
+    chosen = ChaosRun(0, size_seed, WORKLOADS[workload], ranks, FAULTS[fault], recover=recover)
     run = _with_workload(random.Random(size_seed), chosen)
     return replace(run, rank=rank, after_s=after_s)
 
@@ -73,7 +99,8 @@ def outside(workload: str, ranks: int, fault: str, rank: int, after_s: float, si
 def _with_workload(rng: random.Random, run: ChaosRun) -> ChaosRun:
     """The command line of the run's workload, its size drawn."""
     hosts = ["--hosts", str(run.hosts)] if run.hosts else []
-    common = ["--ranks", str(run.ranks), *hosts, *sets([f"timeout_s={run.timeout_s:g}"])]
+    restarts = ["--max-restarts", "1"] if run.recover else []
+    common = ["--ranks", str(run.ranks), *hosts, *restarts, *sets([f"timeout_s={run.timeout_s:g}"])]
     return run.workload.command(rng, run, common)
 
 

@@ -1,6 +1,8 @@
 """The chaos command's table: one row per fault kind (runs, passed, missed, wrong root causes, leaks,
 bad exits, time from the fault to the first error and to the exit), from the runs' records; the
-same as markdown for the results page, merged over several chaos.json files.
+same as markdown for the results page, merged over several chaos.json files. Under `--recover` the
+row is the runs' histories summed (kinds.History): done once, done again after the restart, done
+twice, never done, different from a fault-free run, and the time to recover.
 """
 
 import math
@@ -20,6 +22,20 @@ COLUMNS = {
     "detect_p50_s": "detect p50 (s)",
     "detect_p99_s": "detect p99 (s)",
     "exit_p99_s": "exit p99 (s)",
+}
+
+
+RECOVER_COLUMNS = {
+    "fault": "fault",
+    "runs": "runs",
+    "passed": "passed",
+    "missed": "missed",
+    "once": "once",
+    "again": "again",
+    "twice": "twice",
+    "never": "never",
+    "differs": "differs",
+    "recover_p50_s": "recover p50 (s)",
 }
 
 
@@ -55,11 +71,14 @@ def kind_of(record: dict) -> str:
     return fault + STANDALONE if standalone and fault + STANDALONE in KINDS else fault
 
 
-def rows(records: list[dict]) -> list[dict]:
+def rows(records: list[dict], recover: bool = False) -> list[dict]:
     """One row per fault kind that occurred (in KINDS' order), and a total."""
     out = []
     groups = [(kind, [r for r in records if kind_of(r) == kind]) for kind in KINDS]
     for kind, group in [*(g for g in groups if g[1]), ("all", records)]:
+        if recover:
+            out.append(_recover_row(kind, group))
+            continue
         verdicts = [r["verdict"] for r in group]
         detect = [v["detect_s"] for v in verdicts if v["detect_s"] is not None]
         exits = [v["exit_s"] for v in verdicts if v["exit_s"] is not None]
@@ -80,21 +99,36 @@ def rows(records: list[dict]) -> list[dict]:
     return out
 
 
+def _recover_row(kind: str, group: list[dict]) -> dict:
+    verdicts = [r["verdict"] for r in group]
+    histories = [v["history"] for v in verdicts if v.get("history")]
+    recover = [h["recover_s"] for h in histories if h.get("recover_s") is not None]
+    return {
+        "fault": kind,
+        "runs": len(group),
+        "passed": sum(v["ok"] and not v["missed"] for v in verdicts),
+        "missed": sum(v["missed"] for v in verdicts),
+        **{k: sum(h[k] for h in histories) for k in ("once", "again", "twice", "never", "differs")},
+        "recover_p50_s": _round(percentile(recover, 50)),
+    }
+
+
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-def table(records: list[dict], title: str) -> Table:
-    return Table(title, rows(records), COLUMNS)
+def table(records: list[dict], title: str, recover: bool = False) -> Table:
+    return Table(title, rows(records, recover), RECOVER_COLUMNS if recover else COLUMNS)
 
 
-def markdown(records: list[dict]) -> str:
+def markdown(records: list[dict], recover: bool = False) -> str:
     """The table as markdown, then what each fault kind is."""
-    lines = ["| " + " | ".join(COLUMNS.values()) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
-    for row in rows(records):
+    columns = RECOVER_COLUMNS if recover else COLUMNS
+    lines = ["| " + " | ".join(columns.values()) + " |", "|---|" + "---:|" * (len(columns) - 1)]
+    for row in rows(records, recover):
         cells = [
             "" if row[k] is None else (f"{row[k]:.2f}" if isinstance(row[k], float) else str(row[k]))
-            for k in COLUMNS
+            for k in columns
         ]
         lines.append("| " + " | ".join(cells) + " |")
     seen = {kind_of(r) for r in records}

@@ -8,15 +8,24 @@ last iteration), so the run ends because of the fault and the checks ask whether
 Adding one: a command function (`rng, run, common` -> the run with its `args`, `transport` and
 `size`), then one `Workload(...)` line at the end of `WORKLOADS` (at the end: the draws of seeds
 measured before stay the same only while the earlier entries keep their places).
+
+`chaos --recover` draws only the workloads with a `Recoverable`: the faults a restart must mend and
+how the run is read as a history (recovered.py); their command function and runner see
+`run.recover` and add what a run that recovers needs (serving: a second setup, so that the tokens
+of the setup hit are compared with a fault-free one's, and dense generation checked; the
+standalone server: a journal, clients that re-send and check their tokens). A launched workload
+joins by passing its `recover_faults` to `_launched`, its node putting a `history` (kinds.History's
+counts: training's steps committed, redone, duplicated, lost, parameters differing) in its
+report's data; `recovered.launched_history` reads it with the launcher's restarts.
 """
 
 import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from playground.chaos import checks, kvserver, launched
+from playground.chaos import checks, kvserver, launched, recovered
 from playground.chaos.faults import named
-from playground.chaos.kinds import ChaosRun, FaultKind, Workload
+from playground.chaos.kinds import ChaosRun, FaultKind, Recoverable, Workload
 
 TIMEOUT_S = 4.0  # every run's receive timeout: a hang is named after it
 KV_TIMEOUT_S = 6.0  # the KV workloads' (their client's timeout too: a restarted server answers in it)
@@ -68,8 +77,20 @@ def _train(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
 def _serving(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
     requests = rng.choice([400, 1000])
     keys = [f"params.num_requests={requests}", "params.policies=[paged]", "params.output_mean=50"]
+    if run.recover:  # the setup hit beside a fault-free one (the same tokens), a sample checked densely
+        keys[1:2] = ["params.policies=[paged,reserve_max]", "params.verify_every=20"]
     args = ("run", "serving", *common, *sets(keys))
     return replace(run, transport="ipc", size=f"{requests} requests", args=args)
+
+
+def _serving_tensor(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
+    """Tensor-parallel serving (drawn under --recover only): the decode batch on 1 and 2 shards,
+    round after round; a shard killed mid-round makes every shard run that round again. Rounds of
+    about 55 ms: over 2.5 s of them, so that an outside fault (0.2 to 2 s in) seldom misses."""
+    rounds = rng.choice([48, 64])
+    keys = ["params.shapes=[small]", "params.tensor=[2]", f"params.rounds={rounds}", "params.simulate=[]"]
+    args = ("run", "serving-tensor", *common, *sets(keys))
+    return replace(run, transport="shm", size=f"{rounds} rounds", args=args)
 
 
 def _kvcache(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
@@ -112,9 +133,11 @@ def _launched(
     command: Callable[[random.Random, ChaosRun, list[str]], ChaosRun],
     posts: Callable[[ChaosRun, int], int],
     timeout_s: float,
+    recover_faults: tuple[FaultKind, ...] = (),
 ) -> Workload:
     """A workload `python -m playground run` runs: chaos starts it, fires the fault and judges the
-    launcher's exit and root cause."""
+    launcher's exit and root cause; with `recover_faults`, also under --recover: restarted by the
+    launcher, its node's history checked."""
     return Workload(
         name,
         ranks,
@@ -125,6 +148,9 @@ def _launched(
         _launcher_exit,
         posts,
         timeout_s,
+        recoverable=Recoverable(recover_faults, recovered.launched_history, recovered.judge_recovered)
+        if recover_faults
+        else None,
     )
 
 
@@ -134,6 +160,8 @@ _KV_RANK_FAULTS = named(
     "raise", "kill", "exit", "hang", "SIGSTOP", "server killed", "client killed", *_LAUNCHER
 )
 _UNENDING = tuple(f for f in _RANK_FAULTS if not f.needs_end)  # buckets runs until it is stopped
+_KV_MENDED = named("raise", "kill", "exit", "hang", "SIGKILL", "SIGSTOP", "server killed", "client killed")
+_SHARD_MENDED = named("raise", "kill", "exit", "SIGKILL", "SIGSTOP")
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -141,7 +169,7 @@ WORKLOADS: dict[str, Workload] = {
         _launched("collectives", (2, 3, 4, 5, 6), _RANK_FAULTS, _collectives, _rank_posts, TIMEOUT_S),
         _launched("buckets", (2, 3, 4), _UNENDING, _buckets, _rank_posts, TIMEOUT_S),
         _launched("train", (2, 4), _RANK_FAULTS, _train, _rank_posts, TIMEOUT_S),
-        _launched("serving", (2, 3), _KV_RANK_FAULTS, _serving, _kv_posts, KV_TIMEOUT_S),
+        _launched("serving", (2, 3), _KV_RANK_FAULTS, _serving, _kv_posts, KV_TIMEOUT_S, _KV_MENDED),
         _launched("kvcache", (2, 3, 4), _KV_RANK_FAULTS, _kvcache, _kv_posts, KV_TIMEOUT_S),
         Workload(
             "kvserver",
@@ -154,6 +182,21 @@ WORKLOADS: dict[str, Workload] = {
             _kv_posts,
             KV_TIMEOUT_S,
             launched=False,
+            recoverable=Recoverable(
+                named("server restarted"), recovered.standalone_history, recovered.judge_recovered
+            ),
+        ),
+        Workload(  # under --recover only: no fault of the plain draws
+            "serving-tensor",
+            (2,),
+            (),
+            _serving_tensor,
+            launched.execute,
+            checks.judge_launched,
+            _launcher_exit,
+            _rank_posts,
+            TIMEOUT_S,
+            recoverable=Recoverable(_SHARD_MENDED, recovered.launched_history, recovered.judge_recovered),
         ),
     )
 }

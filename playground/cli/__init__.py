@@ -22,16 +22,38 @@ def _cmd_run(args) -> int:
         os.environ["PLAYGROUND_WIDE"] = "1"
 
     baseline = [f"params.baseline={args.baseline}"] if args.baseline else []
+    restarts = [f"recovery.max_restarts={args.max_restarts}"] if args.max_restarts is not None else []
+    source = _resumed_scenario(args.scenario, Path(args.resume)) if args.resume else args.scenario
     scenario = load_scenario(
-        args.scenario,
+        source,
         ranks=args.ranks,
         transport=args.transport,
-        overrides=[*(args.set or []), *baseline],
+        overrides=[*(args.set or []), *baseline, *restarts],
         hosts=args.hosts,
         link=args.link,
-        said={b: f"--baseline {args.baseline}" for b in baseline},
+        said={
+            **{b: f"--baseline {args.baseline}" for b in baseline},
+            **{r: f"--max-restarts {args.max_restarts}" for r in restarts},
+        },
     )
-    return execute(scenario, Path(args.out)).code
+    return execute(scenario, Path(args.out), resume_dir=Path(args.resume) if args.resume else None).code
+
+
+def _resumed_scenario(name: str, run_dir: Path) -> str:
+    """The scenario file `run NAME --resume RUN_DIR` goes on with: the one RUN_DIR ran (its
+    scenario.yaml, with the --set values it was given), if it runs NAME's node."""
+    import yaml
+
+    from playground.config.scenario import find_scenario_file
+
+    saved = run_dir / "scenario.yaml"
+    if not saved.is_file():
+        raise ScenarioError(f"--resume {run_dir}: not a run directory (no scenario.yaml in it)")
+    ran = (yaml.safe_load(saved.read_text()) or {}).get("node")
+    named = (yaml.safe_load(find_scenario_file(name).read_text()) or {}).get("node")
+    if ran != named:
+        raise ScenarioError(f"--resume {run_dir}: it ran node {ran}, scenario {name} runs {named}")
+    return str(saved)
 
 
 def _cmd_list(args) -> int:
@@ -160,6 +182,19 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "Gloo; train-pipeline: pipelining, torch.distributed.pipelining's GPipe and 1F1B over Gloo; "
         "train-tensor: tensor_parallel, torch.distributed.tensor.parallel over Gloo); the same as --set "
         "params.baseline=NAME",
+    )
+    r.add_argument(
+        "--max-restarts",
+        type=int,
+        metavar="N",
+        help="when a rank fails, stop the group and start it again from the newest whole checkpoint, up "
+        "to N times (the same as --set recovery.max_restarts=N; default: the scenario's, 0)",
+    )
+    r.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="go on with a run that was stopped (Ctrl-C, or its launcher killed), in its own directory, "
+        "from its newest whole checkpoint, with the scenario it ran",
     )
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     r.add_argument("--wide", action="store_true", help=WIDE_HELP)

@@ -253,6 +253,7 @@ def builtin_scenarios() -> list[tuple[str, dict, type | None, object]]:
 
 def scenario_reference() -> str:
     from playground.config.node import contract_of
+    from playground.config.recovery import Recovery
     from playground.config.scenario import Fault, Scenario
     from playground.core.topology import Link
 
@@ -270,6 +271,9 @@ def scenario_reference() -> str:
         _table(["key", "type", "default", "what"], param_rows(Fault, "fault.")),
         "### `link:` (with `hosts:`)\n",
         _table(["key", "type", "default", "what"], param_rows(Link, "link.")),
+        "### `recovery:` (restarts)\n",
+        f"```text\n{inspect.getdoc(Recovery) or ''}\n```\n",
+        _table(["key", "type", "default", "what"], param_rows(Recovery, "recovery.")),
     ]
     by_node: dict[str, list] = {}
     for name, raw, params_cls, module in builtin_scenarios():

@@ -19,7 +19,8 @@ ran: the reports find them in the trace by that name.
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -53,15 +54,18 @@ class CommThread:
         views: list[np.ndarray] | None = None,
         algorithm: str = "ring",
         span_args: dict | None = None,
-        reduce: Callable[[int, int], object] | None = None,
+        reduce: Callable[[Any, int], object] | None = None,
     ):
         """`reduce(bucket, step)` runs on the thread for each submitted bucket (default: the
-        all-reduce of `views[bucket]` with `algorithm`, traced with `span_args`)."""
+        all-reduce of `views[bucket]` with `algorithm`, traced with `span_args`); a bucket is any
+        hashable key the caller's `reduce` understands (the training lab's ZeRO jobs are tuples)."""
         self.comm, self.views, self.algorithm = comm, views, algorithm
         self.span_args = dict(span_args or {})
         self.reduce = reduce or self._allreduce
         self.ready: queue.Queue = queue.Queue()
         self.done: queue.Queue = queue.Queue()
+        # what `wait_for` took off `done` before its own key came
+        self._finished: dict[Hashable, tuple[object, float]] = {}
         self._thread = threading.Thread(target=self._run, name="comm", daemon=True)
         self._thread.start()
 
@@ -84,12 +88,12 @@ class CommThread:
             raise UsageError("CommThread: the default reduce (an all-reduce of views[bucket]) needs `views`")
         return allreduce_bucket(self.comm, self.views[bucket], bucket, step, self.algorithm, **self.span_args)
 
-    def submit(self, bucket: int, step: int) -> None:
+    def submit(self, bucket: Hashable, step: int) -> None:
         self.ready.put((bucket, step))
 
-    def wait_step(self, num_buckets: int, timeout_s: float) -> dict[int, tuple[object, float]]:
+    def wait_step(self, num_buckets: int, timeout_s: float) -> dict[Hashable, tuple[object, float]]:
         """{bucket: (result, seconds)} for the step's buckets; raises what the thread raised."""
-        results: dict[int, tuple[object, float]] = {}
+        results: dict[Hashable, tuple[object, float]] = {}
         deadline = time.monotonic() + timeout_s
         while len(results) < num_buckets:
             left = deadline - time.monotonic()
@@ -106,6 +110,25 @@ class CommThread:
                 raise out
             results[bucket] = (out, dt)
         return results
+
+    def wait_for(self, key: Hashable, timeout_s: float) -> tuple[object, float]:
+        """(result, seconds) of the job submitted as `key`, whatever finished before it kept for its
+        own `wait_for` (jobs that finish in any order: a gather waited for while an earlier
+        reduce-scatter is still queued); raises what the thread raised."""
+        deadline = time.monotonic() + timeout_s
+        while key not in self._finished:
+            try:
+                got, out, dt = self.done.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise WaitTimeout(
+                    f"rank {self.comm.rank}: the communication thread did not finish {key!r} in {timeout_s:.0f}s",
+                    what=f"the communication thread's {key!r}",
+                    waited_s=timeout_s,
+                ) from None
+            if isinstance(out, BaseException):
+                raise out
+            self._finished[got] = (out, dt)
+        return self._finished.pop(key)
 
     def close(self) -> None:
         self.ready.put(None)

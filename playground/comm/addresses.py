@@ -29,14 +29,21 @@ def local_ip_towards(addr: str) -> str:
         return s.getsockname()[0]
 
 
-def ipc_dir(master_port: int) -> str:
+def ipc_dir(master_port: int, generation: int = 0) -> str:
     """The run's directory of ipc:// sockets (PLAYGROUND_IPC_DIR overrides it: emulated hosts put
-    it where every namespace sees it)."""
-    return os.environ.get("PLAYGROUND_IPC_DIR") or os.path.join(
+    it where every namespace sees it); a restarted group's (`generation` > 0) has its own beside it."""
+    base = os.environ.get("PLAYGROUND_IPC_DIR") or os.path.join(
         tempfile.gettempdir(), f"playground-{master_port}"
     )
+    return base + generation_suffix(generation)
 
 
-def shm_dir_for(master_port: int) -> str:
-    """The run's directory in /dev/shm: shared-memory rings and mailboxes."""
-    return os.path.join("/dev/shm", f"playground-{master_port}")
+def shm_dir_for(master_port: int, generation: int = 0) -> str:
+    """The run's directory in /dev/shm: shared-memory rings and mailboxes (a generation's own, as above)."""
+    return os.path.join("/dev/shm", f"playground-{master_port}{generation_suffix(generation)}")
+
+
+def generation_suffix(generation: int) -> str:
+    """ "" for the first group of a run, "-g<n>" for its n-th restart: no file of one group's data
+    plane can be taken for another's."""
+    return f"-g{generation}" if generation else ""

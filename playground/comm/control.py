@@ -19,22 +19,24 @@ import zmq
 from playground.core.errors import PeerLost
 
 
-def control_identity(rank: int) -> bytes:
+def control_identity(rank: int, generation: int = 0) -> bytes:
     """The ZeroMQ identity of rank r's control socket: the coordinator takes a rank's messages only
-    from it."""
-    return f"rank-{rank}".encode()
+    from it. A restarted group's sockets (generation g > 0) have their own, so a socket of the
+    group before cannot stand in for one of the group now."""
+    return f"rank-{rank}".encode() if generation == 0 else f"rank-{rank}.g{generation}".encode()
 
 
-def heartbeat_identity(rank: int) -> bytes:
+def heartbeat_identity(rank: int, generation: int = 0) -> bytes:
     """The ZeroMQ identity of rank r's heartbeat socket (emulated hosts)."""
-    return f"heartbeat-{rank}".encode()
+    return f"heartbeat-{rank}".encode() if generation == 0 else f"heartbeat-{rank}.g{generation}".encode()
 
 
 class LauncherLink:
-    """The rank's DEALER socket to the coordinator, after rendezvous."""
+    """The rank's DEALER socket to the coordinator, after rendezvous; every message it sends carries
+    the rank's rendezvous `generation` (0, or the restart it belongs to)."""
 
-    def __init__(self, sock: zmq.Socket, rank: int):
-        self.sock, self.rank = sock, rank
+    def __init__(self, sock: zmq.Socket, rank: int, generation: int = 0):
+        self.sock, self.rank, self.generation = sock, rank, generation
         self.reason: str | None = None  # why the run was aborted, once it was
 
     def abort_reason(self) -> str | None:
@@ -47,9 +49,11 @@ class LauncherLink:
 
     def progress(self, done: int, total: int, label: str = "") -> None:
         if self.rank == 0:
-            self.sock.send(
-                json.dumps({"type": "progress", "done": done, "total": total, "label": label}).encode()
-            )
+            self.send({"type": "progress", "done": done, "total": total, "label": label})
+
+    def send(self, msg: dict) -> None:
+        """One control message (a type the coordinator knows: rendezvous/messages.py)."""
+        self.sock.send(json.dumps({**msg, "generation": self.generation}).encode())
 
 
 class LauncherServices:
@@ -80,6 +84,12 @@ class LauncherServices:
         if self.control is not None:
             self.control.progress(done, total, label)
 
+    def notify(self, msg: dict) -> None:
+        """Tell the launcher something it records (a `resumed` report: how this rank came back
+        from a checkpoint); nothing when no launcher listens."""
+        if self.control is not None:
+            self.control.send(msg)
+
 
 HEARTBEAT_INTERVAL_S = 0.25
 
@@ -91,23 +101,30 @@ class Heartbeat:
     interpreter to a waiting thread at least every 5 ms), so only a rank that is stopped, killed or cut
     off from the coordinator, as by a cut host link, goes silent."""
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, rank: int, interval_s: float = HEARTBEAT_INTERVAL_S):
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        rank: int,
+        interval_s: float = HEARTBEAT_INTERVAL_S,
+        generation: int = 0,
+    ):
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._beat,
-            args=(ctx, endpoint, rank, interval_s),
+            args=(ctx, endpoint, rank, interval_s, generation),
             name=f"heartbeat-rank-{rank}",
             daemon=True,
         )
         self._thread.start()
 
-    def _beat(self, ctx: zmq.Context, endpoint: str, rank: int, interval_s: float) -> None:
+    def _beat(self, ctx: zmq.Context, endpoint: str, rank: int, interval_s: float, generation: int) -> None:
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 4)  # while the coordinator is unreachable, stale beats are dropped
-        sock.setsockopt(zmq.IDENTITY, heartbeat_identity(rank))
+        sock.setsockopt(zmq.IDENTITY, heartbeat_identity(rank, generation))
         sock.connect(endpoint)
-        beat = json.dumps({"type": "heartbeat", "rank": rank}).encode()
+        beat = json.dumps({"type": "heartbeat", "rank": rank, "generation": generation}).encode()
         try:
             while True:
                 try:

@@ -36,8 +36,8 @@ DESCRIPTOR_BYTES = _DESC.size
 _END = struct.Struct("<Q")  # a descriptor's third field, read alone
 
 
-def remove_shm_dir(master_port: int) -> None:
-    shutil.rmtree(shm_dir_for(master_port), ignore_errors=True)
+def remove_shm_dir(master_port: int, generation: int = 0) -> None:
+    shutil.rmtree(shm_dir_for(master_port, generation), ignore_errors=True)
 
 
 def _map(path: str, size: int, create: bool) -> mmap.mmap:

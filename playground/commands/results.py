@@ -23,7 +23,10 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   rounds; the optimizer step; each kernel's share and the achieved FLOP/s against the machine's
   matrix-multiply rate (compute_bench.py); its processes run without OPENBLAS_CORETYPE/L2_SIZE.
 - steptime.md: `run train-modes` at 2 and 4 ranks, every mode's measured step beside the step-time
-  model's from the calibration, the ratio per mode and rank count (`steptime_results`).
+  model's from the calibration, the ratio per mode and rank count (`steptime_results`); then ZeRO-2
+  and ZeRO-3's trade: every mode with and without prefetch beside the model, the two pathologies (no
+  unit wrapping, ZeRO-2 with accumulation), ZeRO-3 against FSDP2, and the simulator's answer to
+  where ZeRO-3 stops paying (`sharding_results`).
 - serving.md: the KV-cache server serving a model: the attention kernel paged vs
   contiguous at two row sizes, decode throughput vs batch beside the decode-step model, `run train`
   then `run serving` (the trained model's text, the steps' split, paging's gain predicted and
@@ -41,7 +44,12 @@ the machine was. Nothing on those pages is typed by hand; rerun the command to r
   per routing workload, the step's split beside the all-to-all model and the slowest rank's work, the
   permutation sorted against gathered (`moe_results`).
 - chaos.md: `chaos` in pieces of fixed seeds (with `--hosts` as root): root causes, leaks, exits,
-  detection times by fault kind (`chaos_results`; `--continue` and `--max-minutes` as above).
+  detection times by fault kind; then `chaos --recover` in pieces: each run's history (requests
+  answered once, run again, twice, never, differing) and the time to recover, by fault kind
+  (`chaos/results.py`; `--continue` and `--max-minutes` as above).
+- recovery.md: `run train-recovery`: a checkpoint's stall, synchronous against asynchronous; goodput
+  against the checkpoint interval under a drill that kills a rank at random, beside its model with
+  Young/Daly's optimum marked; each way to recover timed phase by phase (`recovery_results`).
 - observability.md: the flight recorder's cost on an 8-byte all-reduce, off against on
   (`commands/flight_bench.py`), and the straggler scores' hits, misses and false positives over
   clean and slowed runs (`commands/straggler_bench.py`).
@@ -68,7 +76,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from playground.chaos.results import chaos_section
-from playground.commands import accuracy, alltoall_results
+from playground.commands import accuracy, alltoall_results, recovery_results
 from playground.commands.compute_bench import compute_section
 from playground.commands.moe_results import moe
 from playground.commands.observability_results import observability_section
@@ -260,7 +268,7 @@ SECTIONS = [
     Section("labs", "labs.md", "The labs beside the lecture", _labs, 1.5, 3, True),
     Section("training", "training.md", "Data-parallel training against PyTorch DDP", training_section, 3, 12),
     Section("compute", "compute.md", "A training rank's compute against PyTorch", compute_section, 1.5, 5),
-    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 1, 4, True),
+    Section("steptime", "steptime.md", "The training step against its model", steptime_section, 4, 25, True),
     Section("serving", "serving.md", "Serving a model from the paged KV cache", _serving, 5, 20),
     Section(
         "parallelism",
@@ -275,7 +283,15 @@ SECTIONS = [
     Section("tensor", "tensor.md", "Tensor parallelism against its model and the simulator", tensor, 1.5, 4),
     # (moe measures a calibration of its own and names it to its runs)
     Section("moe", "moe.md", "Mixture of experts: expert parallelism under skewed routing", moe, 1.5, 4),
-    Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 1, 12),
+    Section("chaos", "chaos.md", "Faults nobody chose: drawn runs, one fault each", chaos_section, 2, 17),
+    Section(
+        "recovery",
+        "recovery.md",
+        "Recovery: checkpoints, restarts and goodput",
+        recovery_results.section,
+        2,
+        8,
+    ),
     Section(
         "observability",
         "observability.md",
@@ -444,10 +460,11 @@ def _write_index(out: Path) -> None:
 HELP = "measure the docs' results pages on this machine (benchmarks, simulator, labs)"
 DESCRIPTION = (
     "Runs bench table, the all-to-all family against Gloo, MPICH and the model, the simulator against "
-    "measurements, the lecture, training against PyTorch DDP, a training rank's compute against torch's, the training step against its model, the "
-    "serving lab, pipeline and tensor parallelism, the mixture of experts, chaos runs and the flight recorder's cost with the "
+    "measurements, the lecture, training against PyTorch DDP, a training rank's compute against torch's, the "
+    "training step against its model with ZeRO-2 and ZeRO-3's trade, the serving lab, pipeline and tensor parallelism, the mixture of "
+    "experts, chaos runs and recovery (checkpoints, restarts, goodput), the flight recorder's cost with the "
     "straggler scores' hits, one after the other, and writes docs/results/*.md headed by this machine; "
-    "about 165 min (--quick: 27)."
+    "about 190 min (--quick: 32)."
 )
 
 
@@ -455,7 +472,7 @@ def add_results_flags(r: argparse.ArgumentParser) -> None:
     """`results`' flags; their defaults are `ResultsConfig.from_flags`'."""
     r.add_argument(
         "--sections",
-        metavar="collectives,alltoall,simulator,labs,training,compute,steptime,serving,parallelism,tensor,moe,chaos,observability",
+        metavar="collectives,alltoall,simulator,labs,training,compute,steptime,serving,parallelism,tensor,moe,chaos,recovery,observability",
         help="only these pages",
     )
     r.add_argument("--quick", action="store_true", help="fewer sizes, rank counts and rounds: a smoke run")

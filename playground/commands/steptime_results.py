@@ -1,11 +1,13 @@
 """The step-time page of `python -m playground results` (docs/results/steptime.md): the training
 step's model (`playground.training.steptime_model`) against the measured step, every mode of
 `run train-modes` at 2 and 4 ranks, rank counts alternating round by round, from the calibration
-`calibrate` wrote (the run reads it as every model column does)."""
+`calibrate` wrote (the run reads it as every model column does); then sharded data parallelism's
+trade, its pathologies, FSDP2 beside ZeRO-3 and the simulator's scaling (`sharding_results`)."""
 
 import json
 import statistics
 
+from playground.commands.sharding_results import sharding_section
 from playground.commands.training_results import median_spread
 
 RANKS = (2, 4)
@@ -30,7 +32,7 @@ def steptime_section(ctx) -> str:
             for row in _rows(ctx.latest(runs)):
                 figures.setdefault((n, row["mode"]), []).append(row)
     lines = [
-        "Each row: `run train-modes` (four data-parallel modes on the same model and batches, "
+        "Each row: `run train-modes` (the six data-parallel modes on the same model and batches, "
         "docs/training.md), its step as measured (slowest rank, median of the timed steps) and as the "
         "model predicts it (playground/training/steptime_model.py). Measured and taken as they are: "
         "the path to the collectives, from the first rank's start of the step to the last rank's end "
@@ -63,5 +65,7 @@ def steptime_section(ctx) -> str:
     lines += [
         "",
         f"{inside} of {len(figures)} rows within 25% (the median ratio).",
+        "",
+        sharding_section(ctx),
     ]
     return "\n".join(lines) + "\n"

@@ -55,6 +55,10 @@ class NodeContract:
                     raising ParamError, before any process starts
     threaded        main starts threads of its own (a communication thread, a server): `bind: auto`
                     leaves its ranks to the scheduler instead of pinning each to one CPU
+    checkpoint_identity  checkpoint_identity(params, ranks) -> dict: what a checkpoint the node
+                    writes must match to be gone on from (model, world size, mode...); the launcher
+                    compares it with a checkpoint's before a restart or `run --resume` (absent: the
+                    node writes none, and a restarted group starts from the beginning)
     """
 
     params: type | None = None
@@ -62,6 +66,7 @@ class NodeContract:
     ranks: Ranks | None = None
     check_scenario: CheckScenario | None = None
     threaded: bool = False
+    checkpoint_identity: Callable[[Any, int], dict] | None = None
 
     def build_params(self, raw: Any) -> Any:
         """The scenario's `params:` as the node's `Params` (ParamError naming the key), or as given."""

@@ -24,6 +24,7 @@ from playground.config.overrides import Origins, apply_command_line
 from playground.config.overrides import apply_override as apply_override  # the --set helpers, as the
 from playground.config.overrides import parse_override as parse_override  # CLI's tests read them here
 from playground.config.params import build_params, params_to_dict
+from playground.config.recovery import Recovery
 from playground.core.errors import ParamError, ScenarioError
 from playground.core.suggest import did_you_mean
 from playground.core.topology import Link, parse_link_spec, place_blocks
@@ -55,6 +56,7 @@ class Scenario:
     description: str = ""  # one line, shown by `python -m playground list`
     params: Any = None  # the node's parameters: keys of its `Params` (per node below); left out: defaults
     fault: Fault | None = None  # a failure drill (below); null: none
+    recovery: Recovery = Recovery()  # what the launcher does when a rank fails (below): restarts, checkpoints
     # run the ranks on this many emulated hosts (network namespaces, needs root), ranks in consecutive blocks;
     # null: one plain host
     hosts: int | None = None
@@ -87,6 +89,8 @@ class Scenario:
         }
         if self.fault:
             d["fault"] = self.fault.to_dict()
+        if not self.recovery.is_default:
+            d["recovery"] = self.recovery.to_dict()
         if self.hosts:
             d["hosts"] = self.hosts
             d["link"] = (self.link or Link()).to_dict()
@@ -220,6 +224,10 @@ def _validated(raw: dict, at: Origins) -> Scenario:
         fault = build_params(Fault, raw["fault"]) if raw.get("fault") else None
     except ParamError as e:
         raise ScenarioError(f"{at(f'fault.{e.field}')}: {e.message}") from None
+    try:
+        recovery = build_params(Recovery, raw.get("recovery") or {})
+    except ParamError as e:
+        raise ScenarioError(f"{at(f'recovery.{e.field}')}: {e.message}") from None
     link = _build_link(raw.get("link"), at) if raw.get("hosts") else None
     if fault:
         check_fault(fault, raw["ranks"], raw.get("hosts"), at)
@@ -237,6 +245,7 @@ def _validated(raw: dict, at: Origins) -> Scenario:
         description=raw.get("description", ""),
         params=params,
         fault=fault,
+        recovery=recovery,
         hosts=raw.get("hosts"),
         link=link,
         source=at.src,

@@ -67,6 +67,19 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("PLAYGROUND_NETNS", "launcher", "the network namespace a forked rank enters before it starts"),
     Variable(
+        "PLAYGROUND_GENERATION",
+        "launcher",
+        "the rendezvous generation a rank belongs to: 0 at the start, one more at each restart of the "
+        "group (`--max-restarts`); the coordinator refuses a message of another generation "
+        "(TORCHELASTIC_RESTART_COUNT under torchrun)",
+    ),
+    Variable(
+        "PLAYGROUND_RESUME",
+        "launcher",
+        "the checkpoint a restarted rank goes on from (the newest whole one, chosen by the launcher); "
+        "unset: start from the beginning",
+    ),
+    Variable(
         "PLAYGROUND_CLOCK_SKEW_US",
         "user, tests",
         "drill: `RANK=US[,RANK=US]` makes those ranks' clocks run US microseconds ahead (negative: behind), "

@@ -54,6 +54,18 @@ class EmulationError(ScenarioError):
     kernel feature, or an `ip`/`tc` command that failed. One line, exit status 2, as bad input."""
 
 
+class CheckpointRefused(ScenarioError):
+    """A checkpoint that may not be loaded: not whole (no manifest, a part missing or torn), a part
+    whose SHA-256 differs from its manifest's, or one of another run (model, world size, mode...).
+    `path` is the checkpoint, `what` the first thing that differs (a part's file, or an identity key
+    such as `world_size` or `model.d_model`), `found` and `expected` its two values. Bad input when
+    a user names the checkpoint (`run --resume`): one line, exit status 2."""
+
+    def __init__(self, path, what: str, message: str, found=None, expected=None):
+        self.path, self.what, self.found, self.expected = path, what, found, expected
+        super().__init__(f"{path}: {message}")
+
+
 class CommError(PlaygroundError):
     """A communication operation could not complete."""
 

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 
 OWNER_FILE = ".owner"
-_NAME = re.compile(r"playground-\d+$")
+_NAME = re.compile(r"playground-\d+(-g\d+)?$")  # -g<n>: a restarted group's (comm/addresses.py)
 
 
 def scratch_parents() -> tuple[str, ...]:

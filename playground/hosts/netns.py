@@ -95,6 +95,7 @@ class Cluster:
         self.bridge_ns = f"pg{pid}-br"
         self.host_ns = [f"pg{pid}-h{k}" for k in range(num_hosts)]
         self.made: list[str] = []  # namespaces that exist because of us
+        self.cut: set[int] = set()  # hosts whose link is down
 
     def __repr__(self):
         return f"Cluster({self.num_hosts} hosts, {self.link.describe()}, {self.bridge_ns})"
@@ -132,6 +133,16 @@ class Cluster:
     def link_down(self, host: int) -> None:
         run("ip", "-n", self.host_ns[host], "link", "set", "eth0", "down")
         run("ip", "-n", self.bridge_ns, "link", "set", f"h{host}", "down")
+        self.cut.add(host)
+
+    def restore_links(self) -> list[int]:
+        """Every cut link up again (a restarted group runs on a repaired cluster); the hosts mended."""
+        mended = sorted(self.cut)
+        for host in mended:
+            run("ip", "-n", self.bridge_ns, "link", "set", f"h{host}", "up")
+            run("ip", "-n", self.host_ns[host], "link", "set", "eth0", "up")
+        self.cut.clear()
+        return mended
 
     def destroy(self) -> list[str]:
         """Delete our namespaces (their links and qdiscs go with them); returns what failed."""

@@ -108,27 +108,45 @@ def _signal_name(code: int) -> str:
 class Launcher:
     """Starts the ranks (forked, or spawned: `start_method`) and adds what only a parent can do to
     the `Coordinator`: exit sentinels in the same poll loop, SIGKILL teardown, and Ctrl-C / SIGTERM
-    handling."""
+    handling. With a `supervisor` (`supervise.Supervisor`) a failed group is started again, each
+    time a new rendezvous generation with a coordinator of its own on the same port and router, so a
+    late message of the group before is refused; the cluster and the run's port outlive them."""
 
-    def __init__(self, scenario: Scenario, run_dir: Path, on_progress=None, start_method: str = "fork"):
+    def __init__(
+        self,
+        scenario: Scenario,
+        run_dir: Path,
+        on_progress=None,
+        start_method: str = "fork",
+        supervisor=None,
+    ):
         if start_method not in START_METHODS:
             raise UsageError(f"{start_method!r}: allowed: {', '.join(START_METHODS)}", field="start_method")
         self.start_method = start_method
         self.scenario = scenario
         self.run_dir = run_dir
         self.n = scenario.ranks
+        self.on_progress = on_progress
+        self.supervisor = supervisor
+        self.generation = 0
         self.procs: list = []  # the ranks' processes (multiprocessing's, or multiprocess's when spawned)
-        self.coordinator = Coordinator(
-            self.n,
-            scenario.timeout_s,
-            run_dir,
-            on_progress,
-            watch_exits=True,
-            heartbeat_lost_s=HEARTBEAT_LOST_S if scenario.hosts else None,
-        )
+        self.coordinator = self._coordinator()
         self.ipc_dir = ""
+        self.port = 0
         self.cluster: netns.Cluster | None = None
         self.interrupts = _Interrupts()
+
+    def _coordinator(self) -> Coordinator:
+        """The coordinator of the current generation."""
+        return Coordinator(
+            self.n,
+            self.scenario.timeout_s,
+            self.run_dir,
+            self.on_progress,
+            watch_exits=True,
+            heartbeat_lost_s=HEARTBEAT_LOST_S if self.scenario.hosts else None,
+            generation=self.generation,
+        )
 
     def _env(self, rank: int, port: int) -> dict:
         env = {
@@ -139,6 +157,7 @@ class Launcher:
             "MASTER_PORT": str(port),
             "PLAYGROUND_RUN_DIR": str(self.run_dir),
             "PLAYGROUND_IPC_DIR": self.ipc_dir,
+            "PLAYGROUND_GENERATION": str(self.generation),
         }
         if self.cluster is not None:
             placement = self.scenario.placement
@@ -173,60 +192,95 @@ class Launcher:
     def _run(self) -> LaunchOutcome:
         scratch.sweep_stale()  # left by launchers that were SIGKILLed
         netns.sweep_stale()
-        port = free_tcp_port()
-        self.ipc_dir = ipc_dir(port)
-        scratch.claim(self.ipc_dir)
-        if BY_NAME[self.scenario.transport].uses_shm:
-            scratch.claim(shm_dir_for(port))
+        self.port = port = free_tcp_port()
         mp = self._context()
-        cpus = rank_cpus(self.scenario)
         interrupted = False
         try:
             if self.scenario.hosts:
                 self._build_cluster(self.scenario.hosts)
-            # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
-            with interrupts.held(), self._without_main():
-                for rank in range(self.n):
-                    p = mp.Process(
-                        target=child_main,
-                        args=(
-                            self.scenario,
-                            self.run_dir,
-                            self._env(rank, port),
-                            os.getpid(),
-                            cpus[rank] if cpus else None,
-                        ),
-                        name=f"rank-{rank}",
-                    )
-                    p.start()
-                    self.procs.append(p)
-                    self.coordinator.pids[rank] = p.pid
+            self._start_ranks(mp, self.supervisor.first_env() if self.supervisor else {})
             with netns.entered(self.cluster.bridge_ns) if self.cluster else contextlib.nullcontext():
                 ctx = zmq.Context()
                 try:
                     router = ctx.socket(zmq.ROUTER)
                     router.setsockopt(zmq.LINGER, 0)
                     router.bind(f"tcp://{BRIDGE_ADDR if self.cluster else '127.0.0.1'}:{port}")
-                    sentinels = {
-                        p.sentinel: functools.partial(self._on_exit, rank)
-                        for rank, p in enumerate(self.procs)
-                    }
-                    with self.interrupts.armed_here():
-                        self.coordinator.serve(router, watch=sentinels)
+                    while True:
+                        self._serve(router)
+                        self._stop_ranks()
+                        extra = self._next_generation()
+                        if extra is None:
+                            break
+                        self._start_ranks(mp, extra)
                 finally:
                     ctx.destroy(linger=0)
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            self._kill_all()
-            self._record_fired_fault()
-            self._remove_empty_stacks()
-            self._cleanup_ipc()
-            remove_shm_dir(port)
+            self._stop_ranks()
             if self.cluster is not None:
                 for error in self.cluster.destroy():
                     print(f"warning: {error}", file=sys.stderr)
-        return self.coordinator.outcome(interrupted)
+        outcome = self.coordinator.outcome(interrupted)
+        return self.supervisor.outcome(outcome) if self.supervisor else outcome
+
+    def _start_ranks(self, mp, extra_env: dict) -> None:
+        """Fork (or spawn) the current generation's ranks in their own scratch directories; `extra_env`
+        tells them more (the checkpoint to go on from)."""
+        port = self.port
+        self.ipc_dir = ipc_dir(port, self.generation)
+        scratch.claim(self.ipc_dir)
+        if BY_NAME[self.scenario.transport].uses_shm:
+            scratch.claim(shm_dir_for(port, self.generation))
+        cpus = rank_cpus(self.scenario)
+        self.procs = []
+        # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
+        with interrupts.held(), self._without_main():
+            for rank in range(self.n):
+                p = mp.Process(
+                    target=child_main,
+                    args=(
+                        self.scenario,
+                        self.run_dir,
+                        {**self._env(rank, port), **extra_env},
+                        os.getpid(),
+                        cpus[rank] if cpus else None,
+                    ),
+                    name=f"rank-{rank}",
+                )
+                p.start()
+                self.procs.append(p)
+                self.coordinator.pids[rank] = p.pid
+        if self.supervisor is not None:
+            self.supervisor.arm(self.coordinator, self.generation)
+
+    def _serve(self, router) -> None:
+        sentinels = {p.sentinel: functools.partial(self._on_exit, rank) for rank, p in enumerate(self.procs)}
+        with self.interrupts.armed_here():
+            self.coordinator.serve(router, watch=sentinels)
+
+    def _stop_ranks(self) -> None:
+        """The current generation's ranks killed and reaped, their scratch removed (once)."""
+        if not self.procs:
+            return
+        self._kill_all()
+        self._record_fired_fault()
+        self._remove_empty_stacks()
+        self._cleanup_ipc()
+        remove_shm_dir(self.port, self.generation)
+        self.procs = []
+
+    def _next_generation(self) -> dict | None:
+        """Ask the supervisor whether to start the group again (not after Ctrl-C); if so, the next
+        generation's coordinator and what its ranks are told."""
+        if self.supervisor is None or self.interrupts.pending:
+            return None
+        extra = self.supervisor.after_generation(self.generation, self.coordinator, self.cluster)
+        if extra is None:
+            return None
+        self.generation += 1
+        self.coordinator = self._coordinator()
+        return extra
 
     @contextlib.contextmanager
     def _without_main(self):
@@ -256,7 +310,7 @@ class Launcher:
         self.cluster = netns.Cluster(hosts, self.scenario.link)
         self.cluster.create()
         fault = self.scenario.fault
-        if fault is not None and fault.is_host_action:
+        if fault is not None and fault.is_host_action:  # armed for the first generation only: one event
             HostDrill(fault, self.scenario.placement, self.cluster, self.coordinator).arm()
 
     def _on_exit(self, rank: int) -> None:

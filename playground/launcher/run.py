@@ -16,6 +16,7 @@ from playground.core.rundir import (
     EXIT_OK,
     Finished,
     make_run_dir,
+    point_latest,
     write_result,
 )
 from playground.core.topology import Link, describe_placement
@@ -31,6 +32,8 @@ from playground.display.report import (
 )
 from playground.hosts import netns
 from playground.launcher.launch import Launcher, LaunchOutcome, rank_cpus
+from playground.launcher.recovery_report import resume_checkpoint, with_restarts
+from playground.launcher.supervise import Supervisor
 from playground.tracing import stragglers
 
 
@@ -43,6 +46,10 @@ def print_outcome(
     elif outcome.interrupted:
         pass  # the ranks were stopped on purpose: "interrupted" was said, no failures to blame
     elif outcome.failures:
+        for k, r in enumerate(outcome.restarts):
+            err.print(f"[bold red]FAILED[/bold red] before restart {k + 1}: {r['why']}", highlight=False)
+        if outcome.restarts:
+            err.print(f"no restart left after {len(outcome.restarts)} (--max-restarts):", highlight=False)
         print_failures(outcome, err)
     else:
         err.print("[bold red]FAILED[/bold red] not every rank finished", highlight=False)
@@ -149,8 +156,17 @@ def result_dict(
         "rows": report.tables[0].rows if report.tables else [],
         "tables": [t.to_dict() for t in report.tables],
         "notes": report.notes,
-        "failures": [f.headline() for f in outcome.failures] + list(report.failures),
+        "failures": [
+            *(
+                f"before restart {k + 1}: {r['why']}"
+                for k, r in enumerate(outcome.restarts)
+                if not outcome.ok
+            ),
+            *(f.headline() for f in outcome.failures),
+            *report.failures,
+        ],
         **({"events": outcome.events} if outcome.events else {}),
+        **({"recovery": {"restarts": outcome.restarts}} if outcome.restarts else {}),
         "files": report.files,
         "run_dir": str(run_dir),
         "rank_results": [
@@ -212,16 +228,29 @@ def print_failures(outcome: LaunchOutcome, console: Console) -> None:
 
 
 def execute(
-    scenario: Scenario, out_base: Path, console: Console | None = None, start_method: str = "fork"
+    scenario: Scenario,
+    out_base: Path,
+    console: Console | None = None,
+    start_method: str = "fork",
+    resume_dir: Path | None = None,
 ) -> Finished:
     """Run `scenario` into a new run directory under `out_base`, print what the command line prints
     on `console` (the table, or the root cause first) and write result.json. `start_method`: how
-    ranks are started (`launch.START_METHODS`): fork for the command line, spawn for the Python API."""
+    ranks are started (`launch.START_METHODS`): fork for the command line, spawn for the Python API.
+    `resume_dir`: go on in that run directory from its newest whole checkpoint (`run --resume`;
+    CheckpointRefused, bad input, when it has none of this run)."""
     console = console or make_console()
     err = make_console(stderr=True)
     if scenario.hosts:
         netns.check_can_emulate()  # before anything is made: one line, exit 2
-    run_dir = make_run_dir(out_base, scenario.name)
+    resume, skipped = resume_checkpoint(scenario, resume_dir) if resume_dir is not None else (None, [])
+    for line in skipped:
+        err.print(f"resume: skipped {line}", highlight=False, markup=False)
+    if resume_dir is not None:
+        run_dir = resume_dir
+        point_latest(out_base, run_dir)
+    else:
+        run_dir = make_run_dir(out_base, scenario.name)
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_dict(), sort_keys=False))
     over = f"on {describe_hosts(scenario)}" if scenario.hosts else f"over {scenario.transport}"
     cpus = rank_cpus(scenario)
@@ -242,7 +271,15 @@ def execute(
                 description=f"{scenario.name} {msg.get('label', '')}".strip(),
             )
 
-        outcome = Launcher(scenario, run_dir, on_progress, start_method).run()
+        def say(line: str) -> None:
+            err.print(line, highlight=False, markup=False)
+
+        recovery = scenario.recovery
+        supervised = recovery.max_restarts > 0 or recovery.mtbf_s is not None or resume is not None
+        supervisor = Supervisor(scenario, run_dir, resume, say) if supervised else None
+        if resume is not None:
+            say(f"resuming {run_dir} from its checkpoint after step {resume.step}")
+        outcome = Launcher(scenario, run_dir, on_progress, start_method, supervisor).run()
     if outcome.interrupted:
         err.print("interrupted: every rank was stopped", highlight=False)
     report = summarize(scenario, outcome, run_dir) if not outcome.interrupted else Report(False, [])
@@ -250,6 +287,8 @@ def execute(
         report = dataclasses.replace(report, notes=[*report.notes, f"hosts: {describe_hosts(scenario)}"])
     if scenario.fault is not None and outcome.ok:
         report = dataclasses.replace(report, notes=[*report.notes, *unfired_fault(scenario, outcome.results)])
+    if outcome.restarts or resume is not None:
+        report = with_restarts(report, outcome, resume)
     if outcome.ok and scenario.ranks > 1:
         report = with_stragglers(report, run_dir, usable_cores())
     result = result_dict(scenario, outcome, report, run_dir, cpus)

@@ -38,10 +38,11 @@ FAULT_FIRED_FILE = "fault-fired.json"  # when a drill fired, written by its rank
 _PR_SET_NAME, _PR_SET_PDEATHSIG = 15, 1
 
 
-def _error_message(rank: int, exc: BaseException) -> dict:
+def _error_message(rank: int, exc: BaseException, generation: int = 0) -> dict:
     msg = {
         "type": "error",
         "rank": rank,
+        "generation": generation,
         "error_type": type(exc).__name__,
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(exc)),
@@ -60,11 +61,13 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     ctx = zmq.Context()
     ctrl = ctx.socket(zmq.DEALER)
-    ctrl.setsockopt(zmq.IDENTITY, control_identity(env.rank))
+    ctrl.setsockopt(zmq.IDENTITY, control_identity(env.rank, env.generation))
     ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
     ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
     ctrl.connect(env.coordinator)
-    heartbeat = Heartbeat(ctx, env.coordinator, env.rank) if scenario.hosts else None
+    heartbeat = (
+        Heartbeat(ctx, env.coordinator, env.rank, generation=env.generation) if scenario.hosts else None
+    )
     tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
     comm = None
     try:
@@ -73,12 +76,13 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         result = node_function(scenario)(comm, scenario.params)
         tracer.flush()
         result = _as_reported(result, comm, faulty)
-        rendezvous.send_ctrl(ctrl, {"type": "done", "rank": env.rank, "result": result})
+        done = {"type": "done", "rank": env.rank, "result": result, "generation": env.generation}
+        rendezvous.send_ctrl(ctrl, done)
         rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
         try:  # first: the launcher's report must not wait for a long log to be written
-            rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc))
+            rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc, env.generation))
         except zmq.ZMQError:
             pass
         tracer.add(
@@ -139,7 +143,7 @@ def _connect(
         faulty or transport,
         tracer=tracer,
         timeout_s=scenario.timeout_s,
-        control=LauncherLink(ctrl, env.rank),
+        control=LauncherLink(ctrl, env.rank, env.generation),
         run_dir=run_dir,
         hosts=peers.hosts,
     )
@@ -150,9 +154,10 @@ def _with_fault(
     transport, scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv, ctrl: zmq.Socket, tracer: Tracer
 ):
     """The scenario's drill around `transport` when this rank's posts trigger it, else None (the
-    slow drill also stretches the rank's compute spans, through its tracer)."""
+    slow drill also stretches the rank's compute spans, through its tracer). A drill is one event:
+    a restarted group (generation > 0) runs without it."""
     fault = scenario.fault
-    if fault is None or fault.counting_rank(scenario.placement) != env.rank:
+    if fault is None or env.generation > 0 or fault.counting_rank(scenario.placement) != env.rank:
         return None
 
     def request(action: str) -> None:

@@ -59,9 +59,14 @@ class Coordinator(FailureDetection):
         on_progress=None,
         watch_exits: bool = True,
         heartbeat_lost_s: float | None = None,
+        generation: int = 0,
     ):
         super().__init__(run_dir, watch_exits, heartbeat_lost_s)
         self.n = world_size
+        self.generation = generation  # the group it serves; a message of another one is refused
+        self.num_stale = 0  # messages of another generation refused (the first is said on stderr)
+        self.resumed: dict[int, dict] = {}  # rank -> how it went on from a checkpoint (its report)
+        self.progress_done = 0  # the last progress rank 0 reported: steps done, for a restart's record
         self.timeout_s = timeout_s
         self.on_progress = on_progress
         self.router: zmq.Socket | None = None
@@ -143,12 +148,23 @@ class Coordinator(FailureDetection):
         return rank in self.reported
 
     def parse(self, parts: list[bytes]) -> dict | None:
-        """The message of a ROUTER delivery [identity, JSON], or None (ignored and counted)."""
+        """The message of a ROUTER delivery [identity, JSON], or None (ignored and counted): also one
+        of another rendezvous generation, such as a late word of the group before a restart."""
         try:
-            return parse_control(parts)
+            msg = parse_control(parts)
         except MalformedControl as e:
             self.ignore(parts[0], str(e))
             return None
+        generation = msg.get("generation", 0)
+        if generation != self.generation:
+            self.num_stale += 1
+            if self.num_stale == 1:
+                self._say(
+                    f"coordinator: refused a {msg['type']!r} message of generation {generation} from "
+                    f"{parts[0][:32]!r}: this is generation {self.generation} (further ones are only counted)"
+                )
+            return None
+        return msg
 
     def ignore(self, ident: bytes, why: str) -> None:
         self.num_ignored += 1
@@ -165,6 +181,7 @@ class Coordinator(FailureDetection):
     def on_message(self, ident: bytes, msg: dict) -> None:
         kind = msg["type"]
         if kind == "progress":
+            self.progress_done = msg.get("done", self.progress_done)
             if self.on_progress:
                 self.on_progress(msg)
             return
@@ -190,6 +207,8 @@ class Coordinator(FailureDetection):
             self.on_register(ident, rank, msg)
         elif kind == "heartbeat":
             self.last_beat[rank] = time.monotonic()
+        elif kind == "resumed":  # once loaded, then again after its first step
+            self.resumed.setdefault(rank, {}).update(msg)
         elif kind == "fault":
             if self.on_fault is not None:
                 self.on_fault(rank, msg)

@@ -82,6 +82,9 @@ class LaunchOutcome:
     interrupted: bool = False
     events: list[dict] = field(default_factory=list)  # drills: what was done to a rank or the cluster, when
     t0_monotonic_s: float = 0.0  # the coordinator's start on this host's CLOCK_MONOTONIC: at_s counts from it
+    restarts: list[dict] = field(
+        default_factory=list
+    )  # the group's restarts before this outcome (supervise.py)
 
     @property
     def ok(self) -> bool:

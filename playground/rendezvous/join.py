@@ -4,7 +4,10 @@ Control messages are small JSON objects, kept apart from the data plane:
   rank -> coordinator: register {rank, host, pid, endpoint, local_endpoint, t_us, scenario_hash,
                        scenario}, clock {rank, seq}, progress {...}, done {rank, result},
                        error {rank, error_type, message, traceback},
-                       heartbeat {rank} (own socket), fault {rank, action} (a drill's request)
+                       heartbeat {rank} (own socket), fault {rank, action} (a drill's request),
+                       resumed {rank, step, load_s, ...} (went on from a checkpoint);
+                       each with the rank's rendezvous `generation` (absent: 0), and the
+                       coordinator refuses one of another generation than its own
   coordinator -> rank: table {endpoints, local_endpoints, hosts, host, t_us, clock}, clock {seq, t_us},
                        release {}, abort {reason, error?}
 A rank learns who it is from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as under
@@ -31,6 +34,7 @@ from playground.core.errors import CommTimeout, PeerLost, ScenarioMismatch, Usag
 from playground.core.machine import current_netns
 from playground.tracing import clocks
 
+_GENERATION = ("PLAYGROUND_GENERATION", "TORCHELASTIC_RESTART_COUNT")  # ours, torchrun's
 _ENV_ALIASES = {
     "RANK": ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"),
     "WORLD_SIZE": ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"),
@@ -43,6 +47,7 @@ class RankEnv:
     world_size: int
     master_addr: str
     master_port: int
+    generation: int = 0  # the rendezvous generation: 0, or the restart of the group this rank is in
 
     @classmethod
     def from_environ(cls, environ=None) -> "RankEnv":
@@ -57,7 +62,10 @@ class RankEnv:
         rank, size = int(first("RANK")), int(first("WORLD_SIZE"))
         if not 0 <= rank < size:
             raise UsageError(f"RANK {rank} is outside 0..{size - 1}")
-        return cls(rank, size, env.get("MASTER_ADDR", "127.0.0.1"), int(first("MASTER_PORT")))
+        generation = next((env[n] for n in _GENERATION if env.get(n) not in (None, "")), "0")
+        return cls(
+            rank, size, env.get("MASTER_ADDR", "127.0.0.1"), int(first("MASTER_PORT")), int(generation)
+        )
 
     @property
     def coordinator(self) -> str:
@@ -93,7 +101,12 @@ class Peers:
 def open_end(kind: str, env: RankEnv, ctx: zmq.Context, hosts: bool = False):
     """The local end of transport `kind` (comm/registry.py) for this rank of a launched run, in the
     run's directories; with emulated `hosts`, "ipc" means ipc inside a host and tcp across."""
-    places = Places(ipc_dir(env.master_port), shm_dir_for(env.master_port), env.master_addr, ctx)
+    places = Places(
+        ipc_dir(env.master_port, env.generation),
+        shm_dir_for(env.master_port, env.generation),
+        env.master_addr,
+        ctx,
+    )
     entry = BY_NAME[kind]
     opener = entry.open_end_across_hosts if hosts else entry.open_end
     if opener is None:
@@ -180,6 +193,7 @@ def join(
             "t_us": clock_ns() / 1000.0,
             "scenario_hash": fingerprint(scenario) if scenario is not None else "",
             "scenario": scenario,
+            "generation": env.generation,
         },
     )
     deadline = time.monotonic() + timeout_s
@@ -197,7 +211,14 @@ def join(
         if msg["type"] == "table":
             break
         send_ctrl(
-            ctrl, {"type": "clock", "rank": env.rank, "seq": msg.get("seq"), "t_us": clock_ns() / 1000.0}
+            ctrl,
+            {
+                "type": "clock",
+                "rank": env.rank,
+                "seq": msg.get("seq"),
+                "t_us": clock_ns() / 1000.0,
+                "generation": env.generation,
+            },
         )
     clock = msg.get("clock")
     return Peers.from_table(msg), clocks.ClockEstimate(**clock) if clock else None

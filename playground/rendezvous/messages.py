@@ -31,6 +31,7 @@ _REQUIRED: dict[str, dict[str, Types]] = {
     "error": {"rank": _INT},
     "heartbeat": {"rank": _INT},  # emulated hosts: from the rank's heartbeat socket
     "fault": {"rank": _INT, "action": _STR},  # a host drill's request, from the counting rank
+    "resumed": {"rank": _INT, "step": _INT},  # a restarted rank went on from a checkpoint: how
 }
 _OPTIONAL: dict[str, Types] = {
     "host": _STR,
@@ -47,6 +48,12 @@ _OPTIONAL: dict[str, Types] = {
     "done": _NUM,
     "total": _NUM + (type(None),),
     "label": _STR,
+    "generation": _INT,  # the rendezvous generation the sender belongs to (absent: 0)
+    "load_s": _NUM,
+    "loaded_at": _NUM,
+    "first_step_at": _NUM,
+    "first_step_s": _NUM,
+    "usual_step_s": _NUM + (type(None),),
 }
 
 
@@ -74,6 +81,7 @@ def parse_control(parts: list[bytes]) -> dict:
             raise MalformedControl(f"{kind} with {name} = {str(value)[:40]!r}")
     rank = msg.get("rank")
     expected = heartbeat_identity if kind == "heartbeat" else control_identity
-    if kind != "progress" and isinstance(rank, int) and parts[0] != expected(rank):
+    generation = msg.get("generation", 0)
+    if kind != "progress" and isinstance(rank, int) and parts[0] != expected(rank, generation):
         raise MalformedControl(f"{kind} for rank {rank} from a socket that is not rank {rank}'s")
     return msg

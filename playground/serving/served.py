@@ -137,7 +137,10 @@ def setups(p) -> list[tuple[str, bool]]:
     return [(policy, c) for policy in p.policies for c in caching if not (c and policy != "paged")]
 
 
-def new_serving_server(p, policy: str, prefix_caching: bool, model: Transformer) -> ModelServer:
+def new_serving_server(
+    p, policy: str, prefix_caching: bool, model: Transformer, journal: Path | None = None
+) -> ModelServer:
+    """The setup's server; `journal`: where it keeps the answers it gave (resume.py)."""
     engine = replace(
         DEFAULT_ENGINE,
         max_num_seqs=p.max_num_seqs,
@@ -155,4 +158,5 @@ def new_serving_server(p, policy: str, prefix_caching: bool, model: Transformer)
         max_new_tokens=p.max_new_tokens,
         check_invariants=p.check_invariants,
         engine_config=engine,
+        journal=str(journal) if journal is not None else None,
     )

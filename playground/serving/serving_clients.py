@@ -12,7 +12,9 @@ Workloads (the serving node's `params.workload`):
   requests outstanding (a closed loop).
 - `batch`: for each batch size B, B requests at once: the time between two tokens is one decode
   step of a batch of B.
-Each reply is checked where a client can check it: sample i of a request equals
+Each request's id names what it is (`r<key>`, `p<key>`, `b<batch>-<k>`, the samples' mode), the
+same when a restarted run sends it again (serving/resume.py). Each reply is checked where a client
+can check it: sample i of a request equals
 `playground.transformer.generate(model, prompt, max_new_tokens, temperature, seed + i)` for every
 `verify_every`-th request, and a digest of its tokens goes back so that rank 0 can check that
 every policy generated the same tokens.
@@ -23,7 +25,7 @@ import zlib
 
 import numpy as np
 
-from playground.kvcache.server.client import KVClient, KVServerError
+from playground.kvcache.server.client import KVClient, KVServerError, RequestId
 from playground.kvcache.workloads import RequestSpec, section46_requests, text_prompt
 from playground.transformer.generate import generate
 
@@ -99,7 +101,12 @@ def run_section46(comm, client: KVClient, p, checker: Checker) -> dict:
     t0 = time.monotonic()
     for r in mine:
         rid = client.submit(
-            prompts[r.req_id], r.output_len, n=p.n, temperature=p.temperature, seed=abs(r.req_id)
+            prompts[r.req_id],
+            r.output_len,
+            request_id=f"r{r.req_id}",
+            n=p.n,
+            temperature=p.temperature,
+            seed=abs(r.req_id),
         )
         by_id[rid] = r
     replies = client.collect(by_id)
@@ -125,6 +132,7 @@ def run_samples(comm, client: KVClient, p, checker: Checker) -> dict:
         rid = client.submit(
             prompt,
             p.sample_tokens,
+            request_id=mode,
             n=p.n,
             temperature=p.temperature,
             seed=p.seed,
@@ -159,15 +167,17 @@ def run_prefix(comm, client: KVClient, p, checker: Checker) -> dict:
     prompts = {k: system + text_prompt(10_000 + k, p.user_prompt_tokens) for k in keys}
     by_id, rows, todo = {}, [], list(reversed(keys))
 
-    def submit_next() -> list[int]:
+    def submit_next() -> list[RequestId]:
         if not todo:
             return []
         k = todo.pop()
-        rid = client.submit(prompts[k], p.new_tokens, n=p.n, temperature=p.temperature, seed=k)
+        rid = client.submit(
+            prompts[k], p.new_tokens, request_id=f"p{k}", n=p.n, temperature=p.temperature, seed=k
+        )
         by_id[rid] = k
         return [rid]
 
-    def on_reply(header: dict) -> list[int]:
+    def on_reply(header: dict) -> list[RequestId]:
         k = by_id[header["id"]]
         checker.check(k, prompts[k], header, p.new_tokens, p.temperature, k)
         rows.append({"req_id": k, **request_row(header)})
@@ -188,7 +198,11 @@ def run_batch(comm, client: KVClient, p, checker: Checker) -> dict:
     for size in p.batch_sizes:
         ids = [
             client.submit(
-                text_prompt(20_000 + b, p.prompt_min), p.new_tokens, temperature=p.temperature, seed=b
+                text_prompt(20_000 + b, p.prompt_min),
+                p.new_tokens,
+                request_id=f"b{size}-{b}",
+                temperature=p.temperature,
+                seed=b,
             )
             for b in range(size)
         ]

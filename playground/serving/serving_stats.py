@@ -59,6 +59,36 @@ def replay_figures(setup: dict) -> dict:
     }
 
 
+def history(setup: dict) -> dict:
+    """The setup's requests as a history (chaos --recover reads it): `asked` (what the clients
+    send), `replied` (a reply each: a client collects each id once), `answered` (an ok reply),
+    `generated` (the engine's finished requests, plus those a restarted server found in its
+    journal), `twice` = generated - answered and `never` = asked - replied, both 0 when nothing was
+    lost or done twice; `replayed`: answers a re-send got from the finished-id table instead of a
+    second generation; `rerun`: requests a resumed setup's new server generated from their prompts."""
+    answered = replied = 0
+    for c in setup["clients"].values():
+        rows = c.get("requests", [])
+        answered += sum(1 for r in rows if r["ok"]) + len(c.get("modes", []))
+        replied += len(rows) + len(c.get("modes", []))
+        answered += sum(b["batch"] - b["failed"] for b in c.get("batches", []))
+        replied += sum(b["batch"] for b in c.get("batches", []))
+    answers = setup["stats"].get("answers") or {}
+    loaded = answers.get("loaded", 0)
+    generated = setup["stats"]["engine"]["finished_requests"] + loaded
+    return {
+        "asked": setup.get("asked", replied),
+        "replied": replied,
+        "answered": answered,
+        "generated": generated,
+        "twice": generated - answered,
+        "never": setup.get("asked", replied) - replied,
+        "replayed": answers.get("replayed", 0),
+        "loaded": loaded,
+        "rerun": generated - loaded if setup.get("resumed") else 0,
+    }
+
+
 def batch_figures(batches: list[dict]) -> list[dict]:
     """Per batch size: a decode step's median time (its p10-p90), tokens/s = batch / step."""
     rows = []

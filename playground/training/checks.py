@@ -29,8 +29,13 @@ Two kinds of damage and what catches each:
    exponent bit of one element, which changes it by at least 2 or makes it inf or NaN (comm/
    faults.py), far beyond the tolerance of this lab's buckets; a non-finite sum always fails.
 
+3. ZeRO-3, where no two ranks hold the same parameters: after the update each rank sends every rank
+   the exact sum of each shard it owns (`exact_sum`: its words as unsigned integers modulo 2^64, the
+   same on any rank and at any address, changed by any flipped bit), and every unit a rank gathers is
+   checked chunk by chunk against its owner's sum before the model reads it (`zero3.ZeroThree`).
+
 Both travel as small JSON objects (`allgather_obj`): two exchanges per step (the checksums and
-loss shares before the update, the hashes after it), not a collective over the data.
+loss shares before the update, the hashes or shard sums after it), not a collective over the data.
 """
 
 import time
@@ -60,6 +65,14 @@ def checksum(x: np.ndarray) -> tuple[float, float]:
 def element_sum(x: np.ndarray) -> float:
     """The first half of `checksum`: what a rank computes of a result it holds."""
     return float(sum(float(x[s : s + BLOCK_ELEMENTS].sum()) for s in range(0, x.size, BLOCK_ELEMENTS)))
+
+
+def exact_sum(x: np.ndarray) -> int:
+    """The sum of `x`'s words as unsigned integers modulo 2^64: exact in any order and at any address
+    (a float sum is neither), so a shard's owner and a rank that received it compute the same number,
+    and a flipped bit changes it. What ZeRO-3's ranks check every gathered shard against."""
+    words = np.ascontiguousarray(x).view(np.uint64 if x.itemsize == 8 else np.uint32)
+    return int(words.sum(dtype=np.uint64))
 
 
 def params_hash(params: np.ndarray) -> str:
@@ -162,7 +175,7 @@ def check_params(comm, step: int, params: np.ndarray, mode: str = "") -> str:
 
 class StepChecks:
     """One step's two checks, traced and timed: `gradients` (hand it to `DataParallel.train_step`,
-    which calls it between the reduction and the update), then `params` after the update; traced
+    which calls it between the reduction and the update), then `params(strategy)` after the update; traced
     with the name of `mode` (a `modes.Mode`)."""
 
     def __init__(self, comm, step: int, mode, dtype):
@@ -176,9 +189,11 @@ class StepChecks:
             self.loss = check_gradients(self.comm, self.step, loss, reductions, self.dtype, self.mode)
         self.seconds += time.perf_counter() - t0
 
-    def params(self, params: np.ndarray) -> str:
+    def params(self, strategy) -> str:
+        """After the update: the data group agrees on its parameters (`strategy.agree_params`: the
+        hashes of whole parameters compared, or ZeRO-3's shard sums exchanged)."""
         t0 = time.perf_counter()
         with self.comm.tracer.span("check.params", cat="phase", mode=self.mode, step=self.step):
-            digest = check_params(self.comm, self.step, params, self.mode)
+            digest = strategy.agree_params(self.step, self.mode)
         self.seconds += time.perf_counter() - t0
         return digest

@@ -33,15 +33,20 @@ def model_spec(params) -> dict:
     }
 
 
-def spec_of(params) -> dict:
-    """What every worker needs to train exactly what our ranks trained."""
+def training_spec(params, **extra) -> dict:
+    """What a data-parallel worker needs to train exactly what our ranks trained (the model, the
+    schedule, a deadline), with its own `extra` settings."""
     return {
         **model_spec(params),
         "schedule": params.schedule.to_dict(),
-        "bucket_cap_mb": params.bucket_cap_mb,
-        "first_bucket_mb": params.first_bucket_mb,
+        **extra,
         "timeout_s": max(60.0, 10.0 * params.steps),
     }
+
+
+def spec_of(params) -> dict:
+    """What every DDP worker needs: the training and DDP's bucket caps."""
+    return training_spec(params, bucket_cap_mb=params.bucket_cap_mb, first_bucket_mb=params.first_bucket_mb)
 
 
 def run(params, ranks: int, run_dir: Path) -> list[list[dict]]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from playground.launcher.procs import exit_worker, rank_file, worker_main, write_record
 from playground.tracing.timeline import covered
-from playground.training.torch_rank import adam, gloo_group, model_and_batches
+from playground.training.torch_rank import adam, gloo_worker, model_and_batches
 from playground.transformer import LRSchedule
 
 MIB = 1 << 20
@@ -79,14 +79,6 @@ class _Stamps:
         self.last_grad = 0.0
 
 
-def train(spec: dict, out_dir: Path) -> None:
-    import torch
-    import torch.distributed as dist
-
-    with gloo_group(torch, dist, spec["timeout_s"]):
-        _train(torch, dist, spec, out_dir)
-
-
 def _train(torch, dist, spec: dict, out_dir: Path) -> None:
     import torch.nn.functional as F
 
@@ -132,6 +124,9 @@ def _train(torch, dist, spec: dict, out_dir: Path) -> None:
                     "bucket_bytes": [stamps.bucket_bytes[i] for i in sorted(stamps.bucket_bytes)],
                 },
             )
+
+
+train = gloo_worker(_train)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,9 +24,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from playground.training.checkpointing import Checkpoints
 from playground.training.checks import Reduction, StepChecks
-from playground.training.memory import memory_record
-from playground.training.modes import Mode
+from playground.training.memory import memory_record, rss_bytes
+from playground.training.modes import GradientStrategy, Mode
 from playground.training.step import DataParallel, PhaseTimes, TrainSetup
 from playground.transformer import BatchSampler, Transformer, train_one_process
 from playground.transformer.plan import StagePlan
@@ -43,10 +44,14 @@ Batch = Callable[[int], tuple[np.ndarray, np.ndarray]]  # step -> this rank's (i
 
 
 class Trainer(Protocol):
-    """One rank's part of a training run: `model.params` is what the checks hash."""
+    """One rank's part of a training run: its `gradients` (the mode's `GradientStrategy`) hold the
+    parameters the checks agree on and the snapshots copy; they, `model.params` and the strategy's
+    state are what a checkpoint keeps; `comm` is the rank's communicator, whose count of bytes sent
+    each step's record takes."""
 
     comm: Any
     model: Transformer
+    gradients: GradientStrategy
 
     def train_step(
         self, step: int, inputs: np.ndarray, targets: np.ndarray, check: Check | None
@@ -83,44 +88,75 @@ def train_steps(
     steps: int,
     keep_params: bool = False,
     on_step: Callable[[int], None] | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> StepLog:
     """`steps` steps of `trainer`, checked over its data-parallel `group` (module doc), then the
-    trainer closed; `on_step(step)` runs after each step's checks, on this thread (progress)."""
+    trainer closed; `on_step(step)` runs after each step's checks, on this thread (progress).
+    With `checkpoints` (the node's, `checkpointing.Checkpoints`), the run first takes what a
+    checkpoint holds of it (and trains only the steps after it), and saves one when it is time."""
     log = StepLog()
+    first = 0 if checkpoints is None else checkpoints.begin(trainer, log, steps)
+    root = getattr(trainer.comm, "parent", trainer.comm)  # a group's bytes are its root's
     try:
-        for step in range(steps):
+        for step in range(first, steps):
             inputs, targets = batch(step)
-            checks = StepChecks(group, step, mode, trainer.model.params.dtype)
+            checks = StepChecks(group, step, mode, trainer.model.config.np_dtype)
+            sent = root.bytes_sent
             times = trainer.train_step(step, inputs, targets, checks.gradients)
-            log.digest = checks.params(trainer.model.params)
+            sent = root.bytes_sent - sent
+            log.digest = checks.params(trainer.gradients)
             trainer.check_step(step, times)
-            log.steps.append({"step": step, "loss": checks.loss, **times.record(), "check_s": checks.seconds})
+            log.steps.append(
+                {
+                    "step": step,
+                    "loss": checks.loss,
+                    **times.record(),
+                    "check_s": checks.seconds,
+                    "sent_bytes": sent,
+                }
+            )
             if keep_params:
-                log.snapshots.append(trainer.model.params.copy())
+                log.snapshots.append(trainer.gradients.full_params())
+            if checkpoints is not None:
+                checkpoints.after_step(step, trainer, log)
             trainer.comm.tracer.flush()
             if on_step is not None:
                 on_step(step)
     finally:
         trainer.close()
+    if checkpoints is not None:
+        checkpoints.end()
     return log
 
 
 def train_mode(
-    comm, mode: Mode, setup: TrainSetup, sampler: BatchSampler, steps: int, on_step=None
+    comm,
+    mode: Mode,
+    setup: TrainSetup,
+    sampler: BatchSampler,
+    steps: int,
+    on_step=None,
+    checkpoints: Checkpoints | None = None,
 ) -> tuple[dict, DataParallel]:
     """(this rank's record of `steps` data-parallel steps of `mode`, the trained DataParallel)."""
+    start_rss = rss_bytes()
     dp = DataParallel(comm, mode, setup)
     log = train_steps(
-        dp, comm, mode, lambda s: sampler.rank_batch(s, comm.rank, comm.size), steps, on_step=on_step
+        dp,
+        comm,
+        mode,
+        lambda s: sampler.rank_batch(s, comm.rank, comm.size),
+        steps,
+        on_step=on_step,
+        checkpoints=checkpoints,
     )
-    model = dp.model
     record = {
         "mode": mode.name,
         "host": socket.gethostname(),
         "steps": log.steps,
         "hash": log.digest,
         "buckets": [b.num_bytes for b in dp.gradients.buckets],
-        "memory": memory_record(model.params.nbytes, model.grads.nbytes, dp.gradients.state_bytes),
+        "memory": memory_record(dp.gradients.memory(), start_rss),
     }
     return record, dp
 

@@ -1,8 +1,9 @@
 """What a rank holds for training, per mode: the arrays' own bytes, and the process's RSS.
 
-Parameters and gradients are one flat buffer each (every mode keeps both whole: ZeRO-1 shards
-only the optimizer's states; stage 2 would shard the gradients too). Adam's m and v are two more
-buffers of the parameters' size, or of the rank's 1/N shard under ZeRO-1. RSS is what the process
+The replicated modes and ZeRO-1 keep the parameters and gradients as one whole flat buffer each
+(ZeRO-1 shards only Adam's m and v); ZeRO-2 keeps the gradients as 1/N shards, ZeRO-3 the
+parameters too, each whole only for a unit at a time (`sharded.Residency` counts the most at once).
+The strategy says what it holds (`GradientStrategy.memory()`). RSS is what the process
 really has resident (psutil), activations and the interpreter included; ranks keep freed memory
 (`playground.core.machine.keep_freed_memory`), so RSS never falls within a run and a mode's RSS includes
 what the modes before it left: run one mode alone (`--set params.mode=zero1`) to see its own.
@@ -13,12 +14,16 @@ import resource
 import psutil
 
 
-def memory_record(params_bytes: int, grads_bytes: int, optimizer_bytes: int) -> dict:
-    """The arrays' bytes and this process's RSS now and at its peak."""
+def rss_bytes() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+def memory_record(state: dict, start_rss_bytes: int = 0) -> dict:
+    """The model state a strategy keeps (`GradientStrategy.memory()`: its arrays' bytes, the units
+    whole at once at most) and this process's RSS now, at its peak, and before the mode began."""
     return {
-        "params_bytes": int(params_bytes),
-        "grads_bytes": int(grads_bytes),
-        "optimizer_bytes": int(optimizer_bytes),
+        **state,
+        "start_rss_bytes": int(start_rss_bytes),
         "rss_bytes": int(psutil.Process().memory_info().rss),
         "peak_rss_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,  # KiB on Linux
     }

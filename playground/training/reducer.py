@@ -26,6 +26,7 @@ from typing import cast
 from playground.collectives.bucketing import Bucket
 from playground.collectives.comm_thread import CommThread, allreduce_bucket
 from playground.training.checks import Reduction, checksum, element_sum
+from playground.training.whole_params import WholeParams
 from playground.transformer.layout import ParamLayout
 from playground.transformer.optim import Adam
 
@@ -37,11 +38,11 @@ def bucket_of_param(layout: ParamLayout, buckets: list[Bucket]) -> dict[int, int
     return {backward[t].index: b.index for b in buckets for t in b.tensor_indices}
 
 
-class AllReduceBuckets:
+class AllReduceBuckets(WholeParams):
     """Sums the gradients over ranks bucket by bucket, then Adam on every parameter (a
     `modes.GradientStrategy`; `mode.overlaps`: on the communication thread during backward)."""
 
-    def __init__(self, comm, model, buckets: list[Bucket], setup, mode):
+    def __init__(self, comm, model, buckets: list[Bucket], setup, mode, owns_comm: bool = True):
         self.comm, self.buckets, self.algorithm = comm, buckets, setup.algorithm
         self.params, self.grads = model.params, model.grads
         self.span_args = {"mode": mode.name}
@@ -100,9 +101,12 @@ class AllReduceBuckets:
     def gather(self) -> None:
         """Nothing: every rank updated every parameter itself."""
 
-    @property
-    def state_bytes(self) -> int:
-        return self.optimizer.state_bytes
+    def state(self) -> dict:
+        """Adam's m and v of every parameter, and its step count."""
+        return {f"adam.{k}": v for k, v in self.optimizer.state().items()}
+
+    def load_state(self, state: dict) -> None:
+        self.optimizer.load_state({k.removeprefix("adam."): v for k, v in state.items()})
 
     def close(self) -> None:
         if self.thread is not None:

@@ -1,14 +1,23 @@
 """One data-parallel training step on one rank, in any mode, timed phase by phase.
 
-    forward (this rank's rows of the global batch; loss averaged by the global token count)
-    backward (each gradient handed to the mode's strategy as it is final: per_tensor, bucketed)
-    communication the step waits for: the rest of the all-reduces (exposed), or after_backward's
-        all-reduce, or ZeRO-1's reduce-scatter
-    optimizer: Adam over the whole buffer, or ZeRO-1's shard
-    ZeRO-1 only: the all-gather of the updated parameters (communication again)
+    forward (this rank's rows of the global batch; loss averaged by the global token count;
+        ZeRO-3: each unit gathered before its piece)
+    backward (each gradient handed to the mode's strategy as it is final: per_tensor, bucketed,
+        zero2, zero3)
+    communication the step waits for: the rest of the all-reduces or reduce-scatters (exposed), or
+        after_backward's all-reduce, or ZeRO-1's reduce-scatter
+    optimizer: Adam over the whole buffer, or a ZeRO shard
+    ZeRO-1 and ZeRO-2: the all-gather of the updated parameters (communication again)
 
 The mode's `GradientStrategy` (`modes`) does the communication and the update, so the step is one
-path in every mode: begin, backward with its hook, reduce, check, update, gather.
+path in every mode: begin, the model's pieces inside the strategy's `unit_span`, backward with its
+hook, reduce, check, update, gather.
+
+Gradient accumulation (`micro_batches` m > 1): the rank's rows in m forward and backward passes.
+A strategy that keeps whole gradients (the replicated modes, ZeRO-1) has them added up here, in a
+buffer of the whole gradient, and takes them over from the last pass only, as DDP under `no_sync`;
+ZeRO-2 and ZeRO-3 take every pass's (`reduces_every_micro_batch`): a reduce-scatter per unit per
+micro-batch.
 
 Each rank computes its share of the global mean loss (`loss_denominator` = the global batch's
 token count), so the SUM over ranks of its gradients is the gradient of the global batch, and
@@ -24,8 +33,11 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from playground.collectives.bucketing import MIB
 from playground.training.modes import Mode
+from playground.training.units import Sharding
 from playground.transformer import (
     AdamConfig,
     BatchSampler,
@@ -73,6 +85,8 @@ class TrainSetup:
     first_bucket_bytes: int | None
     algorithm: str = "ring"
     schedule: LRSchedule | None = None  # the learning rate of each step; None: adam.lr throughout
+    sharding: Sharding = Sharding()  # ZeRO-2 and ZeRO-3's units, prefetch and resharding
+    micro_batches: int = 1  # a data-parallel rank's rows in this many passes, gradients accumulated
 
     def lr_at(self, step: int) -> float | None:
         """Step `step`'s learning rate for `Adam.step` (None: the configured one)."""
@@ -120,6 +134,7 @@ class StepTimes(PhaseTimes):
     step_s: float
     allreduce_s: float
     compute_cpu_s: float  # the CPU time of forward, backward and the optimizer on this thread
+    waited_s: float  # of comm_s, what forward and backward waited for (ZeRO-3's gathers)
     step_start: float  # time.monotonic() when the step began: one clock for the ranks of one host
     backward_end: float  # and when backward ended
 
@@ -138,6 +153,20 @@ class Update:
     @property
     def comm_s(self) -> float:
         return self.reduce_s + self.gather_s
+
+
+@dataclass(frozen=True)
+class TrainerBuffers:
+    """What a data-parallel strategy works on when the trainer keeps the gradients whole (a pipeline
+    stage's accumulated ones, an expert-parallel rank's, summed over its expert group before the
+    data group sees them): the parameters, the gradients, their layout (the model's `params`,
+    `grads`, `layout` for one process), and the views the model reads its parameters through (`p`:
+    where ZeRO-3 puts a unit it gathered)."""
+
+    params: np.ndarray
+    grads: np.ndarray
+    layout: object
+    p: dict
 
 
 def reduce_and_update(gradients, loss: float, check=None, span=None, layout=None) -> Update:
@@ -174,34 +203,75 @@ class DataParallel:
         self.comm, self.mode, self.setup = comm, mode, setup
         self.model = Transformer(setup.config, seed=setup.seed)
         self.gradients = mode.gradients(comm, self.model, setup)
+        self.accumulated: np.ndarray | None = None  # the micro-batches' gradients added up (m > 1)
 
     def train_step(self, step: int, inputs, targets, check=None) -> StepTimes:
         """One step; `check(loss, reductions)` runs between the gradients' reduction and the update
         (untimed: the checks are not part of the step)."""
-        tracer, name, gradients = self.comm.tracer, self.mode.name, self.gradients
+        tracer, name, gradients, model = self.comm.tracer, self.mode.name, self.gradients, self.model
 
         def span(piece: str):
             return tracer.span(piece, cat="compute", mode=name, step=step)
 
+        pieces = gradients.unit_span(span)
+        m = self.setup.micro_batches
+        rows = inputs.shape[0] // m
         cpu0, t0, step_start = time.thread_time(), time.perf_counter(), time.monotonic()
-        loss = self.model.forward(inputs, targets, loss_denominator=self.setup.global_tokens, span=span)
-        t1 = time.perf_counter()
         gradients.begin(step)
-        self.model.backward(gradients.on_grad_ready, span=span)
+        loss = forward_s = backward_s = 0.0
+        for i in range(m):
+            x, y = inputs[i * rows : (i + 1) * rows], targets[i * rows : (i + 1) * rows]
+            ta = time.perf_counter()
+            loss += model.forward(x, y, loss_denominator=self.setup.global_tokens, span=pieces)
+            tb = time.perf_counter()
+            model.backward(self._hand_over(i, m), span=pieces)
+            if i < m - 1 and not gradients.reduces_every_micro_batch:
+                self._accumulate(first=i == 0)
+            forward_s, backward_s = forward_s + tb - ta, backward_s + time.perf_counter() - tb
         t2, backward_end, cpu2 = time.perf_counter(), time.monotonic(), time.thread_time()
+        waited = gradients.waited_s  # ZeRO-3's waits for its gathers, inside forward and backward
         u = reduce_and_update(gradients, loss, check, span)
         return StepTimes(
             loss,
-            forward_s=t1 - t0,
-            backward_s=t2 - t1,
-            comm_s=u.comm_s,
+            forward_s=forward_s - waited["forward"],
+            backward_s=backward_s - waited["backward"],
+            comm_s=u.comm_s + sum(waited.values()),
             optimizer_s=u.optimizer_s,
             step_s=(t2 - t0) + u.comm_s + u.optimizer_s,
             allreduce_s=gradients.collective_s,
             compute_cpu_s=(cpu2 - cpu0) + u.optimizer_cpu_s,
+            waited_s=sum(waited.values()),
             step_start=step_start,
             backward_end=backward_end,
         )
+
+    def _hand_over(self, i: int, m: int):
+        """Backward's hook for pass i of m: the strategy's own, or (whole gradients, m > 1) none
+        before the last pass and, in the last, each gradient completed with what the earlier
+        passes accumulated before it is handed over."""
+        ready = self.gradients.on_grad_ready
+        if self.gradients.reduces_every_micro_batch or m == 1:
+            return ready
+        if i < m - 1:
+            return None
+        specs, grads, accumulated = self.model.layout.specs, self.model.grads, self.accumulated
+        assert accumulated is not None
+
+        def completed(index: int) -> None:
+            spec = specs[index]
+            grads[spec.offset : spec.stop] += accumulated[spec.offset : spec.stop]
+            if ready is not None:
+                ready(index)
+
+        return completed
+
+    def _accumulate(self, first: bool) -> None:
+        if self.accumulated is None:
+            self.accumulated = self.model.grads.copy()
+        elif first:
+            np.copyto(self.accumulated, self.model.grads)
+        else:
+            self.accumulated += self.model.grads
 
     def check_step(self, step: int, times: PhaseTimes) -> None:
         """Nothing beyond the loop's checks: every rank holds the whole model."""

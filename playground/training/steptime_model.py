@@ -38,10 +38,16 @@ def comm_time_s(
     mode: Mode, bucket_bytes: list[int], total_bytes: int, num_ranks: int, link: Link, algorithm: str
 ) -> float:
     """The closed forms' time of one step's collectives in `mode` on an idle `link` (0 on one rank):
-    ZeRO-1's (a sharded mode) reduce-scatter and all-gather of everything, else one all-reduce per
-    bucket."""
+    ZeRO-1's reduce-scatter and all-gather of everything, ZeRO-2's and -3's per unit (the buckets:
+    a reduce-scatter and one all-gather, two for ZeRO-3), else one all-reduce per bucket."""
     if num_ranks < 2:
         return 0.0
+    if mode.stage >= 2:  # per unit (the buckets): gathers (two with ZeRO-3) and a reduce-scatter
+        return sum(
+            reduce_scatter_ring_time_s(n, num_ranks, link)
+            + (mode.stage - 1) * allgather_ring_time_s(n, num_ranks, link)
+            for n in bucket_bytes
+        )
     if mode.sharded:
         return reduce_scatter_ring_time_s(total_bytes, num_ranks, link) + allgather_ring_time_s(
             total_bytes, num_ranks, link

@@ -8,7 +8,8 @@ imports without it.
 
 import contextlib
 import datetime
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,20 @@ def gloo_group(torch: Any, dist: Any, timeout_s: float) -> Iterator[None]:
     yield
     dist.barrier()
     dist.destroy_process_group()
+
+
+def gloo_worker(body: Callable[[Any, Any, dict, Path], None]) -> Callable[[dict, Path], None]:
+    """A worker's `train(spec, out_dir)` (`procs.worker_main`'s): torch imported, this rank in Gloo
+    (`gloo_group`), then `body(torch, dist, spec, out_dir)`."""
+
+    def train(spec: dict, out_dir: Path) -> None:
+        import torch
+        import torch.distributed as dist
+
+        with gloo_group(torch, dist, spec["timeout_s"]):
+            body(torch, dist, spec, out_dir)
+
+    return train
 
 
 def model_and_batches(spec: dict) -> tuple[ModelConfig, np.ndarray, BatchSampler]:

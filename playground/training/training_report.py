@@ -1,12 +1,12 @@
-"""The training lab's report: per mode the step's phases, memory and the step-time model; the loss
-curve; PyTorch DDP beside ours when it ran.
+"""The training lab's report: per mode the step's phases, memory, the model state and traffic
+against ZeRO's formulas (`sharding_report`) and the step-time model; the loss curve; PyTorch DDP or
+FSDP2 beside ours when it ran.
 
-`params` is the node's Params (sizes, its `Mode`s, steps, the model's link); `ddp` the baseline's
-per-rank step records, or None. The ranks' records name each mode (`Mode.name`), in the order of
-`params.mode`.
+`params` is the node's Params (sizes, its `Mode`s, steps, the model's link); `ddp` and `fsdp` the
+baselines' per-rank step records, or None. The ranks' records name each mode (`Mode.name`), in the
+order of `params.mode`.
 """
 
-import statistics
 from pathlib import Path
 
 from playground.core.machine import load_note, usable_cores
@@ -14,17 +14,14 @@ from playground.core.sizes import format_size
 from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
 from playground.training import training_stats
+from playground.training.baseline_report import ddp_part, fsdp_part
 from playground.training.comm_cost import collective_cost
-from playground.training.modes import DDP_LIKE
 from playground.training.plots import largest_difference, plot_losses
-from playground.training.steptime_model import (
-    Contention,
-    bucket_tail_s,
-    collective_times_s,
-    cores_for,
-    departure,
-    predicted_step_s,
-)
+from playground.training.sharding_report import zero_table
+from playground.training.step_model_report import MODEL_COLUMNS, MODEL_LEGEND, model_row
+from playground.training.steptime_model import departure
+from playground.training.units import UnitPlan
+from playground.transformer import ParamLayout
 from playground.transformer.text import LIKE_NGRAMS_FOUND, LIKE_VALID_UTF8, Likeness
 
 STEP_COLUMNS = {
@@ -51,39 +48,8 @@ MEMORY_COLUMNS = {
     "rss": "RSS (rank 0)",
     "peak_rss": "peak RSS (max rank)",
 }
-MODEL_COLUMNS = {
-    "mode": "mode",
-    "compute_ms": "path + optimizer (ms)",
-    "cores": "cores",
-    "comm_model_ms": "comm model",
-    "exposed_model_ms": "exposed model",
-    "serial_ms": "serial model",
-    "overlapped_ms": "overlapped model",
-    "measured_ms": "measured",
-    "ratio": "measured / model",
-}
-DDP_COLUMNS = {
-    "steps": "steps",
-    "loss_ours": "loss (ours)",
-    "loss_ddp": "loss (DDP)",
-    "loss_gap": "max rel. gap",
-    "step_ours_ms": "step ours (ms)",
-    "step_ddp_ms": "step DDP",
-    "exposed_ours_ms": "exposed ours",
-    "exposed_ddp_ms": "exposed DDP",
-    "overlap_ours_pct": "overlap ours (%)",
-    "overlap_ddp_pct": "overlap DDP (%)",
-}
 MEMORY_LEGEND = {
-    "states_ratio": "this mode's optimizer states / a replicated mode's (ZeRO-1 shards them: 1 / ranks)",
-}
-MODEL_LEGEND = {
-    "compute_ms": "measured: from the first rank's start of the step to the last rank's end of backward, and "
-    "the optimizer",
-    "cores": "the cores the ranks got (their compute's CPU time over its wall time)",
-    "comm_model_ms": "the model's time of the step's collectives on those cores",
-    "exposed_model_ms": "of which the step waits for (all of it serially; overlapped, the tail that outlasts "
-    "backward)",
+    "states_ratio": "this mode's optimizer states / a replicated mode's (ZeRO-1, -2 and -3 shard them: 1 / ranks)",
 }
 LOSS_ROWS = 10  # rows of the loss table (steps evenly spaced, the last always in)
 
@@ -124,84 +90,11 @@ def memory_row(stats: dict, replicated_states: int | None) -> dict:
     }
 
 
-def model_row(mode, stats: dict, num_ranks: int, total_bytes: int, algorithm: str, cost, cores: int) -> dict:
-    """The step-time model of one mode (`steptime_model`): measured, the step's path up to the
-    collectives (from the first rank's start to the last rank's end of backward, `last_compute_s`)
-    of which the last backward is the window the buckets become ready in; modelled, the
-    collectives on the cores the ranks got (their compute's CPU over its wall time), all after
-    backward (serial) or the tail that outlasts it (overlapped)."""
-    backward = stats.get("rank_backward_s", stats["backward_s"])
-    compute = stats.get("last_compute_s", stats["forward_s"] + stats["backward_s"])
-    forward = max(0.0, compute - backward)  # forward, and the wait for the last rank to start
-    wall = stats.get("rank_forward_s", stats["forward_s"]) + backward + stats["optimizer_s"]
-    cpu = stats.get("compute_cpu_s", wall)
-    contention = Contention(cores_for(num_ranks, cores, cpu, wall))
-    times = collective_times_s(
-        mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.cores
-    )
-    exposed = None
-    if mode.overlaps:
-        during = collective_times_s(
-            mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.overlapped_cores
-        )
-        exposed = bucket_tail_s(backward, stats["buckets"], during)
-    pred = predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), exposed)
-    model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
-    return {
-        "mode": mode.name,
-        "compute_ms": _ms(compute + stats["optimizer_s"]),
-        "cores": contention.cores,
-        "comm_model_ms": _ms(sum(times)),
-        "exposed_model_ms": _ms(exposed if exposed is not None else sum(times)),
-        "serial_ms": _ms(pred["serial_s"]),
-        "overlapped_ms": _ms(pred["overlapped_s"]) if mode.overlaps else float("nan"),
-        "model_ms": _ms(model_s),
-        "measured_ms": _ms(stats["step_s"]),
-        "ratio": stats["step_s"] / model_s if model_s > 0 else float("nan"),
-    }
-
-
 def loss_rows(curves: dict[str, list[float]]) -> tuple[list[dict], dict[str, str]]:
     steps = len(next(iter(curves.values())))
     picks = sorted({round(i * (steps - 1) / max(1, LOSS_ROWS - 1)) for i in range(LOSS_ROWS)})
     rows = [{"step": s, **{label: c[s] for label, c in curves.items() if s < len(c)}} for s in picks]
     return rows, {"step": "step", **{label: label for label in curves}}
-
-
-def ddp_rows(
-    ours: dict, ours_overlaps: training_stats.StepOverlaps, ddp: dict, ddp_records: list[list[dict]]
-) -> list[dict]:
-    """One row per range of steps: losses at the range's last step, the largest relative gap of the
-    losses within it, the median phases over the range (slowest rank), and the range's own overlap
-    (`ours_overlaps`: our mode's per step, from the trace; DDP's from its records)."""
-    steps = min(len(ours["losses"]), len(ddp["losses"]))
-    gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
-    per_ours = ours["slowest"]
-    per_ddp = training_stats.slowest_steps(ddp_records)
-    ddp_overlaps = training_stats.ddp_step_overlaps(ddp_records)
-    bounds = sorted({round(i * steps / min(steps, 5)) for i in range(min(steps, 5) + 1)})
-    rows = []
-
-    def med(records: list[dict], key: str, steps_in: list[int]) -> float:
-        return statistics.median(records[i][key] for i in steps_in)
-
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        timed = [i for i in range(a, b) if i in training_stats.timed_steps(steps)] or list(range(a, b))
-        rows.append(
-            {
-                "steps": f"{a}-{b - 1}",
-                "loss_ours": ours["losses"][b - 1],
-                "loss_ddp": ddp["losses"][b - 1],
-                "loss_gap": max(gaps[a:b]),
-                "step_ours_ms": _ms(med(per_ours, "step_s", timed)),
-                "step_ddp_ms": _ms(med(per_ddp, "step_s", timed)),
-                "exposed_ours_ms": _ms(med(per_ours, "comm_s", timed)),
-                "exposed_ddp_ms": _ms(med(per_ddp, "comm_s", timed)),
-                "overlap_ours_pct": training_stats.overlap_over(ours_overlaps, timed)["overlap_pct"],
-                "overlap_ddp_pct": training_stats.overlap_over(ddp_overlaps, timed)["overlap_pct"],
-            }
-        )
-    return rows
 
 
 def sample_notes(rank0: dict, params) -> list[str]:
@@ -229,9 +122,16 @@ def sample_notes(rank0: dict, params) -> list[str]:
     return notes
 
 
-def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[dict]] | None = None) -> Report:
-    """Per mode the step, the loss, memory and the model (`mode_tables`); the DDP baseline's table
-    (`ddp_part`); the loss plot and the notes that explain the columns."""
+def report(
+    results: list[dict],
+    params,
+    run_dir: Path,
+    ddp_records: list[list[dict]] | None = None,
+    fsdp: list[list[dict]] | None = None,
+) -> Report:
+    """Per mode the step, the loss, memory, the formulas and the model (`mode_tables`); the DDP or
+    FSDP2 baseline's table (`ddp_part`, `sharding_report.fsdp_part`); the loss plot and the notes
+    that explain the columns."""
     n, run_dir = len(results), Path(run_dir)
     tokens = params.batch * params.context
     stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(params.mode))]
@@ -239,8 +139,9 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         s["slowest"] = training_stats.slowest_steps([res["modes"][k]["steps"] for res in results])
     step_overlaps = training_stats.traced_step_overlaps(run_dir, n, params.steps)
     overlap = {mode: training_stats.overlap_over(per_step) for mode, per_step in step_overlaps.items()}
+    pieces = training_stats.piece_times(run_dir, n, params.steps, params.micro_batches)
     tables, model_rows, notes = mode_tables(
-        stats, params, n, overlap, load_model(params.model, run_network(run_dir))
+        stats, params, n, overlap, load_model(params.model, run_network(run_dir)), pieces
     )
     data: dict[str, object] = {
         "modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats],
@@ -253,6 +154,12 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
         tables.append(table)
         curves[ddp["mode"]] = ddp["losses"]
         data["ddp"] = ddp
+        notes.append(note)
+    if fsdp is not None:
+        table, theirs, note = fsdp_part(params.mode, stats, fsdp, tokens)
+        tables.append(table)
+        curves[theirs["mode"]] = theirs["losses"]
+        data["fsdp"] = theirs
         notes.append(note)
     loss_table, loss_columns = loss_rows(curves)
     same = " (every curve starts from the same weights)" if len(curves) > 1 else ""
@@ -280,10 +187,11 @@ def report(results: list[dict], params, run_dir: Path, ddp_records: list[list[di
 
 
 def mode_tables(
-    stats: list[dict], params, n: int, overlap: dict, source
+    stats: list[dict], params, n: int, overlap: dict, source, pieces: dict | None = None
 ) -> tuple[list[Table], list[dict], list[str]]:
-    """The step, memory and model tables, a row per mode; the model's rows; where each mode
-    departs from its model (with more than one rank)."""
+    """The step, memory, formulas and model tables, a row per mode; the model's rows; where each
+    mode departs from its model (with more than one rank). `pieces`: each mode's piece times from
+    the trace (`training_stats.piece_times`), which the unit modes' model replays."""
     config, modes = params.model_config, params.mode
     itemsize = config.np_dtype.itemsize
     replicated = next(
@@ -293,16 +201,25 @@ def mode_tables(
     alone = next((s["backward_s"] for mode, s in zip(modes, stats, strict=True) if not mode.overlaps), None)
     cost = collective_cost(source)
     cores = source.calibration.cores if source.calibration is not None else usable_cores()
+    plan = UnitPlan(ParamLayout.for_config(config), params.unit_blocks, n)
     step_rows, memory_rows, model_rows, notes = [], [], [], []
     for mode, s in zip(modes, stats, strict=True):
         step_rows.append(step_row(s, overlap.get(mode.name)))
         memory_rows.append(memory_row(s, replicated))
-        model_rows.append(model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores))
+        units = (
+            {"plan": plan, "itemsize": itemsize, "params": params, "pieces": pieces[mode.name]}
+            if pieces and mode.name in pieces
+            else None
+        )
+        model_rows.append(
+            model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores, units)
+        )
         if n > 1:
             comm_s = model_rows[-1]["comm_model_ms"] / 1e3
             notes.append(
                 f"{mode.name}: {departure(mode.overlaps, s, comm_s, alone if mode.overlaps else None)}"
             )
+    zero, zero_notes = zero_table(modes, stats, params, n)
     tables = [
         Table(
             f"data-parallel training, {n} ranks, {config.num_params:,} parameters ({params.dtype}), global batch "
@@ -317,6 +234,7 @@ def mode_tables(
             MEMORY_COLUMNS,
             legend=MEMORY_LEGEND,
         ),
+        zero,
         Table(
             f"step time: measured against the model ({source.caption})",
             model_rows,
@@ -324,52 +242,38 @@ def mode_tables(
             legend=MODEL_LEGEND,
         ),
     ]
-    return tables, model_rows, notes
-
-
-def ddp_part(
-    stats: list[dict], params, step_overlaps: dict, ddp_records: list[list[dict]], tokens: int
-) -> tuple[Table, dict, str]:
-    """PyTorch DDP beside our mode most like it (bucketed): its table, its data for result.json
-    (with its loss curve under `losses`), and the note on its buckets and loss gaps."""
-    ddp = training_stats.ddp_stats(ddp_records, tokens)
-    ours = next((s for mode, s in zip(params.mode, stats, strict=True) if mode == DDP_LIKE), stats[0])
-    table = Table(
-        f"ours ({ours['mode']}) against PyTorch DDP over Gloo, same weights and batches, "
-        "each all-reducing its buckets in place",
-        ddp_rows(ours, step_overlaps.get(ours["mode"], {}), ddp, ddp_records),
-        DDP_COLUMNS,
-    )
-    gaps = training_stats.relative_gaps(ours["losses"], ddp["losses"])
-    note = (
-        f"DDP: {len(ddp['buckets'])} buckets ({', '.join(format_size(b) for b in ddp['buckets'])}); "
-        f"largest relative loss gap {max(gaps):.2e} over {len(gaps)} steps"
-    )
-    return table, {**ddp, "loss_gaps": gaps, "ours": ours["mode"]}, note
+    return tables, model_rows, notes + zero_notes
 
 
 def column_notes(stats: list[dict], params) -> list[str]:
     """Each overlapping mode's all-reduces, what was checked, what the columns mean, the load."""
     notes = []
     for mode, s in zip(params.mode, stats, strict=True):
-        if mode.overlaps:  # the modes with many all-reduces: which ones
+        if mode.overlaps:  # the modes with many collectives: which ones
             sizes = s["buckets"]
+            what = (
+                "all-reduces"
+                if mode.stage < 2
+                else f"units ({params.unit_blocks} blocks each) reduce-scattered"
+            )
             notes.append(
-                f"{s['mode']}: {len(sizes)} all-reduces per step, in backward order: "
+                f"{s['mode']}: {len(sizes)} {what} per step, in backward order: "
                 + ", ".join(format_size(b) for b in sizes[:6])
                 + (" ..." if len(sizes) > 6 else "")
             )
     checked = params.steps * len(params.mode)
     notes.append(
-        f"checks: after each of the {checked} steps every rank's parameters hashed and compared, every "
-        "reduction's result checked against the ranks' own checksums (docs/training.md#the-checks)"
+        f"checks: after each of the {checked} steps every rank's parameters hashed and compared (zero3: the "
+        "sums of the shards exchanged, every gathered unit checked against them), every reduction's result "
+        "checked against the ranks' own checksums (docs/training.md#the-checks)"
     )
     notes.append(
         "exposed comm: the time the step waited for communication after backward's last compute "
-        "(zero1: its reduce-scatter and all-gather); rank skew: how far apart the ranks ended backward "
+        "(zero1: its reduce-scatter and all-gather; zero2: the last reduce-scatters and the all-gather; "
+        "zero3: also its waits for gathers during forward and backward); rank skew: how far apart the ranks ended backward "
         "(the first collective after it waits for the last); all-reduce: the collectives' own time "
-        "wherever they ran; overlap: the share of that time during which backward was computing, from "
-        "the trace; checks: the per-step exchange of hashes and checksums"
+        "wherever they ran; overlap: the share of that time during which forward or backward was computing, "
+        "from the trace; checks: the per-step exchange of hashes and checksums"
     )
     notes.append(load_note())
     return notes

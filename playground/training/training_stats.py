@@ -6,17 +6,18 @@ longest; a mode's figure is the median over its timed steps (all but the first, 
 first touches of memory and, in DDP, for building the buckets). The loss is the global batch's
 (the sum of the ranks' shares), the same on every rank.
 
-Overlap from the trace: for every rank and timed step, the time during which some all-reduce of
-the step was running (`bucket.allreduce`, on whichever thread) and backward was computing
-(`backward.*` spans on the main thread), over the time some all-reduce was running: the share of
-the communication hidden under backward. The same definition is applied to DDP's records
+Overlap from the trace: for every rank and timed step, the time during which some collective of
+the step was running (`bucket.allreduce`, ZeRO-2 and -3's `unit.allgather` and `unit.reduce_scatter`,
+on whichever thread) and the model was computing (`forward.*` and `backward.*` spans on the main
+thread), over the time some collective was running: the share of the communication hidden under
+compute (DDP's all-reduces can only hide under backward; ZeRO-3's gathers under forward too). The same definition is applied to DDP's records
 (`ddp_stats`), where the all-reduces are timed by a communication hook. Both are kept step by step
 (`traced_step_overlaps`, `ddp_step_overlaps`), so a range of steps has its own overlap
 (`overlap_over`): the report's windows of steps each show theirs.
 """
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from playground.tracing.timeline import covered, intersection_s
@@ -31,8 +32,11 @@ PHASES = (
     "check_s",
     "allreduce_s",
     "compute_cpu_s",
+    "waited_s",
 )
 WARMUP_STEPS = 1
+COMM_SPANS = ("bucket.allreduce", "unit.allgather", "unit.reduce_scatter")  # a step's collectives
+COMPUTE_SPANS = ("forward.", "backward.")  # the model's pieces, on the main thread
 
 
 def timed_steps(num_steps: int) -> range:
@@ -65,8 +69,24 @@ def mode_stats(results: list[dict], k: int, global_tokens: int) -> dict:
         "tokens_per_s": global_tokens / med["step_s"] if med["step_s"] > 0 else float("nan"),
         **rank_medians(per_rank, one_clock),
         "losses": losses,
+        **span(per_rank[0]),
         "buckets": results[0]["modes"][k]["buckets"],
         "memory": [res["modes"][k]["memory"] for res in results],
+        "sent_bytes": [res["modes"][k]["steps"][-1].get("sent_bytes", 0) for res in results],
+    }
+
+
+def span(steps: list[dict]) -> dict[str, float]:
+    """A rank's steps on its clock: `wall_s` from the first step's start to the last one's end,
+    restarts included (a resumed run's first steps come from its checkpoint), and `period_s`, the
+    median time from one step's start to the next's (the step with its checks: what a step costs)."""
+    if not steps or "step_start" not in steps[0]:
+        return {}
+    starts = [s["step_start"] for s in steps]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    return {
+        "wall_s": steps[-1]["step_start"] + steps[-1]["step_s"] - starts[0],
+        "period_s": statistics.median(gaps) if gaps else steps[0]["step_s"],
     }
 
 
@@ -141,33 +161,53 @@ def _add(per_step: StepOverlaps, step: int, hidden_s: float, comm_s: float) -> N
     total[2] += 1
 
 
+def timed_events(run_dir: Path, num_ranks: int, num_steps: int) -> Iterator[tuple[int, dict]]:
+    """(rank, event) of every traced event of a mode's timed step, rank by rank, from the logs."""
+    timed = set(timed_steps(num_steps))
+    for r in range(num_ranks):
+        path = Path(run_dir) / f"rank-{r}.jsonl"
+        if path.exists():
+            for e in read_events(path):
+                a = e.get("args") or {}
+                if a.get("mode") is not None and a.get("step") in timed:
+                    yield r, e
+
+
+def is_compute(event: dict) -> bool:
+    """One of the model's pieces, on the main thread."""
+    return event["name"].startswith(COMPUTE_SPANS) and event.get("tid", 0) == 0
+
+
 def traced_step_overlaps(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, StepOverlaps]:
     """mode -> each timed step's hidden and communicating seconds, summed over the ranks, read from
     the ranks' logs."""
-    timed = set(timed_steps(num_steps))
     spans: dict[tuple, dict[str, list]] = {}
-    for r in range(num_ranks):
-        path = Path(run_dir) / f"rank-{r}.jsonl"
-        if not path.exists():
-            continue
-        for e in read_events(path):
-            a = e.get("args") or {}
-            mode, step = a.get("mode"), a.get("step")
-            if mode is None or step not in timed:
-                continue
-            span = (e["ts"], e["ts"] + e["dur"])
-            kind = None
-            if e["name"].startswith("backward.") and e.get("tid", 0) == 0:
-                kind = "backward"
-            elif e["name"] == "bucket.allreduce":
-                kind = "comm"
-            if kind:
-                spans.setdefault((mode, r, step), {"backward": [], "comm": []})[kind].append(span)
+    for r, e in timed_events(run_dir, num_ranks, num_steps):
+        kind = "backward" if is_compute(e) else "comm" if e["name"] in COMM_SPANS else None
+        if kind:
+            a = e["args"]
+            spans.setdefault((a["mode"], r, a["step"]), {"backward": [], "comm": []})[kind].append(
+                (e["ts"], e["ts"] + e["dur"])
+            )
     per_mode: dict[str, StepOverlaps] = {}
     for (mode, _, step), s in sorted(spans.items()):
         hidden, comm = step_overlap(s["backward"], s["comm"])
         _add(per_mode.setdefault(mode, {}), step, hidden / 1e6, comm / 1e6)
     return per_mode
+
+
+def piece_times(run_dir: Path, num_ranks: int, num_steps: int, micro_batches: int = 1) -> dict[str, dict]:
+    """mode -> {piece: seconds}: each of the model's pieces (`forward.h.3`, ...) on the main thread,
+    one pass's, the median over the ranks' timed steps (what the unit modes' model replays)."""
+    sums: dict[tuple, float] = {}
+    for r, e in timed_events(run_dir, num_ranks, num_steps):
+        if is_compute(e):
+            key = (e["args"]["mode"], e["name"], r, e["args"]["step"])
+            sums[key] = sums.get(key, 0.0) + e["dur"] / 1e6 / micro_batches
+    per: dict[str, dict[str, list[float]]] = {}
+    for (mode, piece, _, _), seconds in sums.items():
+        per.setdefault(mode, {}).setdefault(piece, []).append(seconds)
+    return {mode: {p: statistics.median(v) for p, v in pieces.items()} for mode, pieces in per.items()}
 
 
 def ddp_step_overlaps(per_rank: list[list[dict]]) -> StepOverlaps:

@@ -19,21 +19,25 @@ every shard, and each shard's owner sums the result it holds.
 
 import time
 
+import numpy as np
+
 from playground.collectives import allgather, reduce_scatter
 from playground.collectives.bucketing import Bucket
 from playground.collectives.chunks import ChunkBounds
+from playground.core.errors import UsageError
 from playground.training.checks import Reduction, checksum, element_sum
+from playground.training.whole_params import WholeParams
 from playground.transformer.optim import Adam
 
 
-class ZeroOne:
+class ZeroOne(WholeParams):
     """This rank's shard of the flat buffers and Adam over it (a `modes.GradientStrategy`):
     `reduce()` reduce-scatters after backward, `update()` steps the shard, `gather()` shares it.
     `buckets` is the mode's plan, one of everything: what one step communicates, for the record."""
 
     on_grad_ready = None  # nothing to hand over during backward: the reduce-scatter runs after it
 
-    def __init__(self, comm, model, buckets: list[Bucket], setup, mode):
+    def __init__(self, comm, model, buckets: list[Bucket], setup, mode, owns_comm: bool = True):
         self.comm, self.params, self.grads, self.buckets = comm, model.params, model.grads, buckets
         self.span_args = {"mode": mode.name}
         self.bounds = ChunkBounds(self.params.size, comm.size)
@@ -77,9 +81,18 @@ class ZeroOne:
     def reductions(self) -> list[Reduction]:
         return self.sums
 
-    @property
-    def state_bytes(self) -> int:
-        return self.optimizer.state_bytes
+    def state(self) -> dict:
+        """Adam's m and v of this rank's shard, its step count, and the shard's bounds (checked on load)."""
+        bounds = np.array([self.start, self.stop], dtype=np.int64)
+        return {"shard": bounds, **{f"adam.{k}": v for k, v in self.optimizer.state().items()}}
+
+    def load_state(self, state: dict) -> None:
+        if [int(x) for x in state["shard"]] != [self.start, self.stop]:
+            raise UsageError(
+                f"rank {self.comm.rank}: the saved ZeRO-1 shard is elements {list(state['shard'])}, "
+                f"this rank's is [{self.start}, {self.stop}]"
+            )
+        self.optimizer.load_state({k.removeprefix("adam."): v for k, v in state.items() if k != "shard"})
 
     def close(self) -> None:
         """Nothing to stop: no thread of its own."""

@@ -92,6 +92,20 @@ class Adam:
     def state_bytes(self) -> int:
         return self.m.nbytes + self.v.nbytes
 
+    def state(self) -> dict[str, np.ndarray]:
+        """m, v and the steps taken (views, not copies): what a checkpoint keeps of it."""
+        return {"m": self.m, "v": self.v, "steps": np.array(self.steps, dtype=np.int64)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Go on from `state` (`state()`'s): the next step is then bit for bit the one it would take."""
+        for name in ("m", "v"):
+            if state[name].shape != self.m.shape or state[name].dtype != self.m.dtype:
+                raise UsageError(
+                    f"Adam's {name} must be {self.m.dtype} {self.m.shape}, got {state[name].dtype} {state[name].shape}"
+                )
+        self.m[:], self.v[:] = state["m"], state["v"]
+        self.steps = int(state["steps"])
+
     def step(self, params: np.ndarray, grads: np.ndarray, lr: float | None = None) -> None:
         """Update `params` in place from `grads` (1-d, this optimizer's length); `lr` overrides the
         configured rate for this step (a schedule)."""

@@ -5,6 +5,7 @@
 - `generate`: `ModelServer`, a KVServer that also serves a model on the engine (`generate`);
 - `loop`: `serve`, the ZeroMQ ROUTER loop in front of either; `__main__`: the standalone server,
   `python -m playground.kvcache.server`;
-- `client`: `KVClient` (DEALER), `LocalClient` (straight into a server object);
+- `client`: `KVClient` (DEALER: re-sends what a restarted server lost), `local_client`: `LocalClient`
+  (straight into a server object); `answers`: the finished-id table, each generate id answered once;
 - `thread`: rank 0's server thread and its wait for the clients' results, for both labs' nodes.
 """

@@ -5,6 +5,7 @@ A KVServer (a ModelServer with --model or --random-model) behind the ROUTER loop
     python -m playground.kvcache.server --width 8 --layers 1 --heads 1      # KV that attend can read
     python -m playground.kvcache.server --random-model --context 512        # serve generate
     python -m playground.kvcache.server --model model.npz                   # the training lab's model
+    python -m playground.kvcache.server --random-model --journal answers.jsonl  # answers outlive a crash
 """
 
 import signal
@@ -20,7 +21,7 @@ from playground.kvcache.engine.kv_pool import KVLayout
 from playground.kvcache.engine.policies import POLICIES
 from playground.kvcache.server.generate import ModelServer
 from playground.kvcache.server.kv_ops import KVServer
-from playground.kvcache.server.loop import serve
+from playground.kvcache.server.loop import router_socket, serve
 from playground.transformer.model import Transformer
 
 
@@ -62,6 +63,13 @@ def build_parser() -> OneLineParser:
     m.add_argument("--context", type=int, default=1024, help="random model: context (default 1024)")
     m.add_argument("--seed", type=int, default=0, help="random model: the weights' seed")
     m.add_argument("--kernel", choices=KERNELS, default="native", help="decode attention kernel")
+    m.add_argument(
+        "--journal",
+        default=None,
+        metavar="FILE",
+        help="keep the answered generate ids in FILE: started again on it, the server answers a re-sent "
+        "id the old one finished with the same reply (answers.py)",
+    )
     return ap
 
 
@@ -80,6 +88,11 @@ def build_server(args) -> KVServer:
             enable_prefix_caching=args.prefix_caching,
             max_new_tokens=args.max_new_tokens,
             engine_config=replace(DEFAULT_ENGINE, kernel=args.kernel),
+            journal=args.journal,
+        )
+    if args.journal:
+        raise UsageError(
+            "a journal keeps generate answers: serve a model (--model or --random-model)", field="--journal"
         )
     width = args.width if args.width is not None else 8
     layout = None
@@ -112,8 +125,7 @@ def main(argv=None) -> int:
     except (UsageError, PlaygroundError) as e:
         ap.error(str(e))
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.linger = 0
+    sock = router_socket(ctx)
     sock.bind(args.bind)
     print(f"serving {server!r} on {sock.getsockopt_string(zmq.LAST_ENDPOINT)}", flush=True)
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop cleanly, also when started in the background
@@ -123,6 +135,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        server.close()
         sock.close(0)
         ctx.term()
     return 0

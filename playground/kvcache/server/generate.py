@@ -6,6 +6,10 @@ runs one engine step and returns the (client, reply frames) of the requests that
 The model sets the pool's layout (its layers, heads, head_dim) and width (layers x 2 x heads x
 head_dim). A client whose lease expires loses the requests it waits for; their sequences are
 freed.
+
+Each generate id is answered once (answers.py): a request re-sent under its id while it runs gets
+its one reply when it finishes, and once it has finished the same reply again; with a journal, also
+from a server restarted after a crash.
 """
 
 import time
@@ -16,6 +20,7 @@ from playground.kvcache.engine.kv_pool import KVLayout
 from playground.kvcache.engine.llm_engine import LLMEngine
 from playground.kvcache.engine.sequence import GenerateRequest, SamplingParams
 from playground.kvcache.server import protocol as P
+from playground.kvcache.server.answers import PER_CLIENT, AnswerTable, Seen, request_key
 from playground.kvcache.server.kv_ops import KVServer
 from playground.transformer.model import Transformer
 
@@ -35,7 +40,11 @@ class ModelServer(KVServer):
         check_invariants: bool = False,
         clock=time.monotonic,
         engine_config: EngineConfig = DEFAULT_ENGINE,
+        journal: str | None = None,
+        answers_per_client: int = PER_CLIENT,
     ):
+        """`journal`: the file the finished-id table is kept in (answers.py), so that a server
+        started again on it answers what the old one finished."""
         c = model.config
         if c.dtype != "float32":
             raise UsageError(
@@ -69,6 +78,9 @@ class ModelServer(KVServer):
         self._failed: list[
             tuple[bytes, object, list[bytes]]
         ] = []  # (client, id, error reply): the next step's
+        self.answers = AnswerTable(journal, answers_per_client)
+        for known in self.answers.clients():  # a journal's clients: forgotten if they never come back
+            self.last_seen[known] = self.clock()
 
     def __repr__(self):
         return f"{super().__repr__()[:-1]}, serving {self.model.config})"
@@ -97,7 +109,7 @@ class ModelServer(KVServer):
             self.engine.reset_peaks()
         return stats
 
-    def _op_generate(self, client, req) -> None:
+    def _op_generate(self, client, req) -> dict | None:
         h = req.header
         if self.engine is None:
             raise P.ProtocolError(
@@ -108,6 +120,13 @@ class ModelServer(KVServer):
             raise P.ProtocolError(
                 P.BAD_FRAME, "generate: takes no data frame (the prompt goes in the header)"
             )
+        key = request_key(client, h.get("id"))
+        if key is not None:
+            seen, answer = self.answers.seen(key, h)
+            if answer is not None:  # Seen.ANSWERED
+                return {**answer, "replayed": True}
+            if seen is Seen.RUNNING:
+                return None  # its one reply comes when it finishes
         config = self.model.config
         prompt = P.get_prompt(h, config.vocab_size)
         params = SamplingParams(
@@ -139,7 +158,9 @@ class ModelServer(KVServer):
                 fits_when_empty=False,
                 free_slots=self._free_slots(),
             )
-        self.engine.add_request(client, req.header.get("id"), prompt, params)
+        self.engine.add_request(client, h.get("id"), prompt, params)
+        if key is not None:
+            self.answers.start(key, h)
         return None
 
     # -- the engine ------------------------------------------------------------------------
@@ -167,18 +188,29 @@ class ModelServer(KVServer):
             self._sample(self.clock(), force=False)
             if self.check_invariants:
                 self.policy.check_invariants()
-        return out + [(r.client, self.reply_frames(generate_reply(r))) for r in finished]
+        return out + [(r.client, self._answer(r, generate_reply(r))) for r in finished]
+
+    def _answer(self, r: GenerateRequest, header: dict) -> list[bytes]:
+        """The request's one reply, kept in the finished-id table (and its journal) before it is
+        sent."""
+        key = request_key(r.client, r.reply_id)
+        if key is not None:
+            self.answers.finish(key, header)
+        if header["ok"]:
+            return self.reply_frames(header)
+        return self.error_frames(r.reply_id, header["error"], header["message"])
 
     def _fail(self, requests: list[GenerateRequest], code: str, message: str) -> None:
         """Error replies for these requests, sent by the next `step` (their client may be gone:
         a ROUTER drops a message to an identity it does not know)."""
         self._failed += [
-            (r.client, r.reply_id, self.error_frames(r.reply_id, code, message)) for r in requests
+            (r.client, r.reply_id, self._answer(r, error_header(r.reply_id, code, message))) for r in requests
         ]
 
     def _drop_client(self, client: bytes) -> int:
         self._engine_stalled = False
         requests, num_seqs = self.engine.abort(client)
+        self.answers.forget(client)  # before the replies: a forgotten client's are not kept
         self._fail(
             requests,
             P.LEASE_EXPIRED,
@@ -190,7 +222,17 @@ class ModelServer(KVServer):
         return self.engine.running()
 
     def stats(self) -> dict:
-        return {**super().stats(), "engine": self.engine.stats()}
+        a = self.answers
+        answers = {"running": len(a.running), "answered": a.num_answers, "replayed": a.num_replayed,
+                   "attached": a.num_attached, "loaded": a.num_loaded}  # fmt: skip
+        return {**super().stats(), "engine": self.engine.stats(), "answers": answers}
+
+    def close(self) -> None:
+        self.answers.close()
+
+
+def error_header(req_id, code: str, message: str) -> dict:
+    return {"ok": False, "id": req_id, "error": code, "message": message}
 
 
 def generate_reply(r: GenerateRequest) -> dict:

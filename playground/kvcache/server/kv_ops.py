@@ -301,6 +301,9 @@ class KVServer:
     def _running_seqs(self) -> int:
         return 0
 
+    def close(self) -> None:
+        """Files the server keeps open (a ModelServer's journal)."""
+
     # -- leases, accounting ----------------------------------------------------------------
     def expire_leases(self, now: float | None = None) -> list[int]:
         """Free every sequence of each client silent for more than lease_s; returns their ids."""

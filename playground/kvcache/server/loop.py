@@ -27,6 +27,15 @@ class Served(Protocol):
     def expire_leases(self) -> list[int]: ...
 
 
+def router_socket(ctx: zmq.Context) -> zmq.Socket:
+    """The server's ROUTER: dropped at once when closed; a client that connects again under its
+    routing id (KVClient keeps one) takes its old connection over instead of being ignored."""
+    sock = ctx.socket(zmq.ROUTER)
+    sock.linger = 0
+    sock.router_handover = 1
+    return sock
+
+
 def serve(server: Served, sock: zmq.Socket, stop=lambda: False, poll_ms: int = 50) -> None:
     """Answer requests on a ROUTER socket until stop() is true, running an engine step between
     two polls while the engine has work; never blocks longer than poll_ms. `server` is a KVServer

@@ -15,7 +15,7 @@ import zmq
 from playground.core.errors import CommTimeout, LabError
 from playground.kvcache.server.client import KVClient
 from playground.kvcache.server.kv_ops import KVServer
-from playground.kvcache.server.loop import serve
+from playground.kvcache.server.loop import router_socket, serve
 
 TAG_RESULT = 41
 
@@ -62,8 +62,7 @@ class ServerThread(threading.Thread):
 
     def run(self):
         ctx = zmq.Context()
-        sock = ctx.socket(zmq.ROUTER)
-        sock.linger = 0
+        sock = router_socket(ctx)
         try:
             sock.bind(self.bind)
             self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -97,7 +96,9 @@ def rank_client(comm, address: str) -> KVClient:
     of every wait the launcher's abort, so that a rank waiting for the server (not in the
     communicator) still stops within a slice when another rank fails, naming rank 0; and a server
     silent for the timeout is a CommTimeout waiting for rank 0 (its host named across hosts), as a
-    silent peer in the communicator is, so the launcher ranks it as a consequence of rank 0."""
+    silent peer in the communicator is, so the launcher ranks it as a consequence of rank 0. Its
+    routing id is `rank-<r>`, so a server that keeps a journal knows the rank again after the run
+    restarted (serving/resume.py)."""
 
     def no_reply(what: str) -> CommTimeout:
         return CommTimeout(
@@ -114,6 +115,7 @@ def rank_client(comm, address: str) -> KVClient:
         timeout_s=comm.timeout_s,
         on_wait=lambda: comm.check_abort(0, op="a kvcache server reply"),
         on_timeout=no_reply,
+        identity=f"rank-{comm.rank}".encode(),  # the same after a restart of the run
     )
 
 

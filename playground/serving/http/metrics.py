@@ -4,8 +4,10 @@ Gauges are set from the engine's thread after every step (and after a cancel): K
 in all, running and waiting requests. Counters follow the engine's own counts (prefix-cache hits in
 blocks, preemptions, prompt and generated tokens, speculative drafts and acceptances). Histograms
 are observed once a request finishes, from the engine's timestamps: time to first token, time per
-output token after the first (each sequence's mean gap), end-to-end latency. One registry per
-server, so that several servers in one process (tests) do not share their series.
+output token after the first (each sequence's mean gap), end-to-end latency. An engine rebuilt
+after a failed step (engine_loop.py) is counted, and the counters follow the new engine's counts
+from zero on. One registry per server, so that several servers in one process (tests) do not share
+their series.
 """
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -58,7 +60,16 @@ class ServingMetrics:
             buckets=E2E_BUCKETS_S,
             registry=r,
         )
+        self.restarts = Counter(
+            PREFIX + "engine_restarts",
+            "Engines rebuilt after a failed step, their requests run again",
+            registry=r,
+        )
         self.seen = dict.fromkeys([*COUNTED, "cache_hit_blocks"], 0)
+
+    def on_restart(self, why: str) -> None:
+        self.restarts.inc()
+        self.seen = dict.fromkeys(self.seen, 0)
 
     def on_step(self, engine: LLMEngine) -> None:
         """The gauges and counters from the engine's state (its thread calls this)."""

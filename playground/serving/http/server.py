@@ -103,7 +103,8 @@ def load_served_model(config: ServeConfig) -> tuple[Transformer, str]:
 
 
 def build_served(config: ServeConfig, model: Transformer) -> Served:
-    """The engine over a fresh pool, its loop (not started), the limits, the metrics."""
+    """The engine over a fresh pool, its loop (not started, and able to build a new engine when a
+    step fails), the limits, the metrics."""
     c = model.config
     max_model_len = config.max_model_len or c.context
     window = min(max_model_len, c.context)  # a longer request slides its window: this much KV at most
@@ -112,16 +113,22 @@ def build_served(config: ServeConfig, model: Transformer) -> Served:
             "--capacity-tokens",
             f"must hold one request's window ({window} tokens) and a block, got {config.capacity_tokens}",
         )
-    policy = make_policy(
-        config.policy, config.capacity_tokens, config.block_size, config.prefix_caching, window
+
+    def new_engine() -> LLMEngine:  # a fresh pool: the first engine's, and one after a failed step
+        policy = make_policy(
+            config.policy, config.capacity_tokens, config.block_size, config.prefix_caching, window
+        )
+        layout = KVLayout(c.layers, c.heads, c.head_dim)
+        pool = KVPool(policy.capacity_slots, layout.width, layout)
+        return LLMEngine(
+            model, policy, pool, config.engine, new_seq_ids=SeqIds(), prefix_caching=config.prefix_caching
+        )
+
+    engine = new_engine()
+    metrics = ServingMetrics(config.block_size, engine.policy.capacity_slots // config.block_size)
+    loop = EngineLoop(
+        engine, metrics.on_step, metrics.on_finish, rebuild=new_engine, on_restart=metrics.on_restart
     )
-    layout = KVLayout(c.layers, c.heads, c.head_dim)
-    pool = KVPool(policy.capacity_slots, layout.width, layout)
-    engine = LLMEngine(
-        model, policy, pool, config.engine, new_seq_ids=SeqIds(), prefix_caching=config.prefix_caching
-    )
-    metrics = ServingMetrics(config.block_size, policy.capacity_slots // config.block_size)
-    loop = EngineLoop(engine, metrics.on_step, metrics.on_finish)
     limits = Limits(config.served_model_name, max_model_len, config.max_n, c.vocab_size)
     return Served(loop, limits, metrics, int(time.time()))
 

@@ -144,6 +144,27 @@ def plot_decode(path: Path, rows_by_shape: dict[str, list[dict]], params) -> Non
             ax.legend(fontsize=8)
 
 
+def history(results: list[dict], params, differs: int) -> dict:
+    """The run as a history of decode runs, (shape, round, t), the shape chaos --recover reads: each
+    done once, those a restart ran again (the round in flight when a shard died), twice and never
+    (both must be 0), and `differs`: the runs whose tokens differ from one process's (failures)."""
+    asked = {
+        (s, r, t) for s in params.shapes for r in range(params.rounds) for t in params.sizes(s, len(results))
+    }
+    done = [
+        (shape["shape"], run["round"], run["t"]) for shape in results[0]["shapes"] for run in shape["runs"]
+    ]
+    per_round = len(asked) // max(len(params.shapes) * params.rounds, 1)
+    return {
+        "asked": len(asked),
+        "once": len(set(done) & asked),
+        "again": results[0].get("redone_rounds", 0) * per_round,
+        "twice": len(done) - len(set(done)),
+        "never": len(asked - set(done)),
+        "differs": differs,
+    }
+
+
 def report(results: list[dict], params, run_dir: Path) -> Report:
     """A table per model shape (`shape_table`), the plot, the notes on how each column was made."""
     run_dir = Path(run_dir)
@@ -179,6 +200,7 @@ def report(results: list[dict], params, run_dir: Path) -> Report:
         "rows": [r for rows in rows_by_shape.values() for r in rows],
         "model": source.to_dict(),
         "cores": cores,
+        "history": history(results, params, len(failures)),
     }
     return Report(
         ok=not failures, tables=tables, notes=notes, failures=failures, data=data, files=["tensor-decode.png"]

@@ -21,7 +21,10 @@ group, whose experts got the most rows. Each step also records what it routed (`
 of every all-to-all (`exchange.ExpertAllToAll.calls`).
 
 As in tensor parallelism, the data-parallel reductions start after backward: the all-to-alls run
-inside backward on the main thread, and one communicator serves one thread at a time.
+inside backward on the main thread, and one communicator serves one thread at a time. The rank's
+gradients stay whole (the expert group's sum needs them): ZeRO-2 and ZeRO-3 reduce-scatter their
+units from them after backward, and ZeRO-3 gathers a piece's units (a block's experts among them)
+on the main thread before the piece.
 """
 
 import time
@@ -32,7 +35,7 @@ from playground.training.checks import check_same_in_group, params_hash
 from playground.training.experts.exchange import ExpertAllToAll
 from playground.training.experts.workloads import Workload
 from playground.training.modes import Mode
-from playground.training.step import PhaseTimes, TrainSetup, reduce_and_update
+from playground.training.step import PhaseTimes, TrainerBuffers, TrainSetup, reduce_and_update
 from playground.transformer import Transformer
 from playground.transformer.moe import ExpertPlan, MoEConfig, is_expert
 from playground.transformer.plan import StagePlan
@@ -91,9 +94,11 @@ class ExpertParallel:
         self.model = Transformer(
             setup.config, seed=setup.seed, plan=self.plan, exchange=self.exchange, permute=permute
         )
-        self.gradients = mode.gradients(grid.expert_data, self.model, setup)
-        first_dense = next(s.offset for s in self.model.layout if not is_expert(s.name))
-        self.dense = slice(first_dense, self.model.params.size)  # everything outside the experts
+        model = self.model  # its gradients stay whole: summed over the expert group before the modes
+        buffers = TrainerBuffers(model.params, model.grads, model.layout, model.p)
+        self.gradients = mode.gradients(grid.expert_data, buffers, setup, owns_comm=False)
+        first_dense = next(s.offset for s in model.layout if not is_expert(s.name))
+        self.dense = slice(first_dense, model.params.size)  # everything outside the experts
 
     def train_step(self, step: int, inputs, targets, check=None) -> MoEStepTimes:
         """One step on this rank's rows; `check(loss, reductions)` runs between the reduction and the
@@ -104,15 +109,17 @@ class ExpertParallel:
         def span(piece: str):
             return tracer.span(piece, cat="compute", mode=self.mode.name, step=step)
 
+        pieces = self.gradients.unit_span(span)  # ZeRO-3: a piece's units gathered before it
         moe.begin(
             self.workload.bias(step, inputs.shape[1], self.moe.experts, self.moe.top_k, grid.expert_size)
         )
         if self.exchange is not None:
             self.exchange.reset()
         t0 = time.perf_counter()
-        loss = model.forward(inputs, targets, loss_denominator=self.setup.global_tokens, span=span)
+        self.gradients.begin(step)
+        loss = model.forward(inputs, targets, loss_denominator=self.setup.global_tokens, span=pieces)
         t1 = time.perf_counter()
-        model.backward(span=span)
+        model.backward(span=pieces)
         t2 = time.perf_counter()
         group_loss = loss
         if grid.expert_size > 1:
@@ -120,7 +127,6 @@ class ExpertParallel:
                 allreduce(grid.expert, model.grads[self.dense], algorithm=self.setup.algorithm, inplace=True)
             group_loss = float(sum(grid.expert.allgather_obj(loss)))
         t3 = time.perf_counter()
-        self.gradients.begin(step)
         u = reduce_and_update(self.gradients, group_loss, check, span, model.layout)
         phases = moe.clock.reset()
         return MoEStepTimes(
@@ -146,7 +152,7 @@ class ExpertParallel:
         (CRC-32 of them), or ResultMismatch naming the ranks."""
         if self.grid.expert_size == 1:
             return
-        mine = params_hash(self.model.params[self.dense])
+        mine = params_hash(self.gradients.held([(self.dense.start, self.dense.stop)]))  # ZeRO-3: a shard
         where = f"expert group {self.grid.replica}"
         check_same_in_group(
             self.grid.expert, self.comm.rank, step, mine, "the parameters outside the experts", "rank", where

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from playground.training.checkpointing import Checkpoints
 from playground.training.loop import gaps_to_one_process, one_process, train_steps
 from playground.training.modes import Mode
 from playground.training.pipeline.schedules import ScheduleKind
@@ -38,6 +39,7 @@ def train_schedule(
     run: int,
     keep_params: bool = False,
     on_step=None,
+    checkpoints: Checkpoints | None = None,
 ) -> tuple[dict, list[np.ndarray]]:
     """(this rank's record of the run, its parameters after each step if `keep_params`)."""
     pp = PipelineParallel(comm, grid, plan, mode, setup, schedule, num_micro_batches, run)
@@ -49,6 +51,7 @@ def train_schedule(
         steps,
         keep_params,
         on_step,
+        checkpoints,
     )
     record = {
         "run": run,

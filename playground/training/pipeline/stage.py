@@ -29,6 +29,7 @@ import numpy as np
 
 from playground.training.pipeline.schedules import FORWARD, Action
 from playground.transformer import Transformer
+from playground.transformer.model import no_span
 
 SPAN = {FORWARD: "pipeline.forward", "B": "pipeline.backward"}
 
@@ -52,8 +53,10 @@ class Stage:
     (built with `plan`) and accumulating its gradients into `grads` (same layout). `comm` is the
     world communicator, whose named operations errors quote."""
 
-    def __init__(self, comm, group, model: Transformer, grads: np.ndarray):
+    def __init__(self, comm, group, model: Transformer, grads: np.ndarray, unit_span=None):
         self.comm, self.group, self.model, self.grads = comm, group, model, grads
+        # around each of the model's pieces: the data-parallel strategy's work (ZeRO-3's gathers)
+        self.pieces = unit_span(no_span) if unit_span is not None else no_span
         self.plan = model.plan
         self.index = self.plan.stage
         self._first_backward = True
@@ -97,7 +100,9 @@ class Stage:
                 with tracer.span(
                     SPAN[a.kind], cat="compute", stage=self.index, mb=a.micro_batch, step=step, run=run
                 ):
-                    out, saved = model.forward_stage(x, targets, loss_denominator=loss_denominator)
+                    out, saved = model.forward_stage(
+                        x, targets, loss_denominator=loss_denominator, span=self.pieces
+                    )
                 if plan.head:
                     loss += float(out)
                 else:
@@ -112,7 +117,7 @@ class Stage:
                 with tracer.span(
                     SPAN[a.kind], cat="compute", stage=self.index, mb=a.micro_batch, step=step, run=run
                 ):
-                    dx = model.backward_stage(saved, dy, self._accumulate)
+                    dx = model.backward_stage(saved, dy, self._accumulate, span=self.pieces)
                 self._first_backward = False
                 held_bytes -= nbytes
                 if not plan.embedding:

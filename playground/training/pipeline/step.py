@@ -8,14 +8,20 @@
                layer); each sends the other its part of wte's gradient and adds the other's
                (a + b = b + a in floating point: both get the same bits)
     data:      the data-parallel mode's strategy over `grid.data` (the training lab's `Mode`:
-               bucketed, after_backward, per_tensor all-reduce the stage's gradients; zero1
-               reduce-scatters them and all-gathers the updated shard), then Adam
+               bucketed, after_backward, per_tensor all-reduce the stage's gradients; zero1 and
+               zero2 reduce-scatter them and all-gather the updated shard; zero3 keeps only its
+               shard of the stage's units and gathers each before a micro-batch's piece reads it),
+               then Adam
     checks:    the training lab's: every reduction against the replicas' checksums, every replica
                of a stage bit-identical after the update; and the two copies of wte bit-identical
 
 The data-parallel all-reduces start after the pipeline's flush, not during the last micro-batch's
 backward as DDP overlaps them: one communicator serves both groups and is used from one thread at a
 time, and the pipeline's own sends run on the main thread until the stage's last backward ends.
+For the same reason ZeRO-3's gathers run when a piece asks for them (no prefetch), once per
+micro-batch's forward and backward (torchtitan keeps the units whole across the micro-batches
+instead: `reshard_after_forward` off), and ZeRO-2 and ZeRO-3 reduce-scatter the accumulated
+gradients once after the flush.
 """
 
 import time
@@ -28,22 +34,12 @@ from playground.training.checks import params_hash
 from playground.training.modes import Mode
 from playground.training.pipeline.schedules import ScheduleKind
 from playground.training.pipeline.stage import Stage
-from playground.training.step import PhaseTimes, TrainSetup, reduce_and_update
+from playground.training.step import PhaseTimes, TrainerBuffers, TrainSetup, reduce_and_update
 from playground.transformer import Transformer
 from playground.transformer.plan import StagePlan
 
 MAX_MICRO_BATCHES = 4096  # the stages' tags are 2 i and 2 i + 1, below the tied embedding's
 TAG_TIED = 2 * MAX_MICRO_BATCHES  # its gradient; TAG_TIED + 1: its hash after the update
-
-
-@dataclass(frozen=True)
-class StageBuffers:
-    """What a data-parallel strategy works on: the stage's parameters, its accumulated gradients,
-    their layout (the model's `params`, `grads`, `layout` for one process)."""
-
-    params: np.ndarray
-    grads: np.ndarray
-    layout: object
 
 
 @dataclass(frozen=True)
@@ -78,12 +74,14 @@ class PipelineParallel:
             run,
         )  # run: which of the node's, in the tags and trace
         self.model = Transformer(setup.config, seed=setup.seed, plan=plan)
-        self.buffers = StageBuffers(self.model.params, np.zeros_like(self.model.params), self.model.layout)
-        self.stage = Stage(comm, grid.pipeline, self.model, self.buffers.grads)
+        self.buffers = TrainerBuffers(
+            self.model.params, np.zeros_like(self.model.params), self.model.layout, self.model.p
+        )
+        self.gradients = mode.gradients(grid.data, self.buffers, setup, owns_comm=False)
+        self.stage = Stage(comm, grid.pipeline, self.model, self.buffers.grads, self.gradients.unit_span)
         self.actions = schedule.build(plan.num_stages, num_micro_batches)[plan.stage]
-        self.gradients = mode.gradients(grid.data, self.buffers, setup)
         wte = self.model.layout["wte"] if plan.holds_wte else None
-        self.wte = None if wte is None else slice(wte.offset, wte.stop)
+        self.wte = None if wte is None else (wte.offset, wte.stop)
 
     def micro_batches(self, inputs: np.ndarray, targets: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         rows = inputs.shape[0] // self.num_micro_batches
@@ -96,7 +94,8 @@ class PipelineParallel:
         partner = self.plan.tied_partner
         if partner is None:
             return
-        mine = self.buffers.grads[self.wte]
+        assert self.wte is not None
+        mine = self.buffers.grads[slice(*self.wte)]
         with self.comm.collective(
             f"pipeline stage {self.plan.stage}: the tied embedding's gradient with stage {partner}"
         ):
@@ -108,7 +107,8 @@ class PipelineParallel:
         partner = self.plan.tied_partner
         if partner is None:
             return
-        digest = params_hash(np.ascontiguousarray(self.buffers.params[self.wte]))
+        assert self.wte is not None
+        digest = params_hash(self.gradients.held([self.wte]))  # ZeRO-3: its shard of wte
         group = self.grid.pipeline
         group.send_obj(digest, partner, TAG_TIED + 1)
         theirs = group.recv_obj(partner, TAG_TIED + 1)
@@ -124,13 +124,13 @@ class PipelineParallel:
         runs between the reduction and the update, untimed."""
         gradients = self.gradients
         t0 = time.perf_counter()
+        gradients.begin(step)
         result = self.stage.run(
             self.actions, self.micro_batches(inputs, targets), self.setup.global_tokens, step, self.run
         )
         t1 = time.perf_counter()
         self._tie()
         t2 = time.perf_counter()
-        gradients.begin(step)
         u = reduce_and_update(gradients, result.loss, check, layout=self.model.layout)
         return PipelineStepTimes(
             result.loss,

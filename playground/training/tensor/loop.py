@@ -5,6 +5,7 @@ returns the record (loss, phases, the tensor all-reduces' time and count) and, g
 run (`training.loop.one_process`), the gaps to it cut to this shard (`gaps_to_one_process`).
 """
 
+from playground.training.checkpointing import Checkpoints
 from playground.training.loop import OneProcess, gaps_to_one_process, train_steps
 from playground.training.modes import Mode
 from playground.training.step import TrainSetup
@@ -22,6 +23,7 @@ def train_tensor(
     algorithm: str = "auto",
     reference: OneProcess | None = None,
     on_step=None,
+    checkpoints: Checkpoints | None = None,
 ) -> dict:
     """This rank's record of the run; with `reference` (`loop.one_process`'s), its gaps to it."""
     tp = TensorParallel(comm, grid, mode, setup, algorithm)
@@ -33,6 +35,7 @@ def train_tensor(
         steps,
         keep_params=reference is not None,
         on_step=on_step,
+        checkpoints=checkpoints,
     )
     record = {
         "tensor": grid.shape.tensor,
@@ -42,7 +45,8 @@ def train_tensor(
         "data_index": grid.data_index,
         "plan": tp.plan.describe(),
         "steps": log.steps,
-        "params_bytes": int(tp.model.params.nbytes),
+        "hash": log.digest,
+        "params_bytes": int(tp.gradients.memory()["params_bytes"]),
         "optimizer_bytes": int(tp.gradients.state_bytes),
         "bucket_bytes": [b.num_bytes for b in tp.gradients.buckets],
     }

@@ -8,8 +8,9 @@
                the shard's gradients written into its own buffer (its slices of the split matrices,
                whole copies of the replicated parameters, identical on every shard)
     data:      the data-parallel mode's strategy over `grid.data` (the training lab's `Mode`), on the
-               shard's gradients: the replicas of one shard hold the same slices, so bucketed,
-               after_backward, per_tensor and zero1 run unchanged; then Adam on the shard
+               shard's gradients: the replicas of one shard hold the same slices, so every mode
+               runs unchanged (zero3 gathers a unit of the shard's parameters before each piece that
+               reads it, on this thread, and frees it after); then Adam on the shard
     checks:    the training lab's over `grid.data`; and over `grid.tensor`, that the shards computed
                the same loss and hold bit-identical replicated parameters after the update
 
@@ -21,11 +22,8 @@ one thread at a time (Megatron-LM overlaps them on separate NCCL streams).
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 from playground.collectives.tensor_allreduce import TensorAllReduce
-from playground.core.errors import ResultMismatch
-from playground.training.checks import params_hash
+from playground.training.checks import check_same_in_group, params_hash
 from playground.training.modes import Mode
 from playground.training.step import PhaseTimes, TrainSetup, reduce_and_update
 from playground.transformer import Transformer
@@ -57,8 +55,8 @@ class TensorParallel:
         self.model = Transformer(
             setup.config, seed=setup.seed, plan=self.plan, all_reduce=self.all_reduce if t > 1 else None
         )
-        self.gradients = mode.gradients(grid.data, self.model, setup)
-        self.replicated = [slice(s.offset, s.stop) for s in self.model.layout if split_of(s.name) is None]
+        self.gradients = mode.gradients(grid.data, self.model, setup, owns_comm=False)
+        self.replicated = [(s.offset, s.stop) for s in self.model.layout if split_of(s.name) is None]
 
     def train_step(self, step: int, inputs, targets, check=None) -> TensorStepTimes:
         """One step on this replica's rows; `check(loss, reductions)` runs between the reduction and
@@ -68,13 +66,14 @@ class TensorParallel:
         def span(piece: str):
             return tracer.span(piece, cat="compute", mode=self.mode.name, step=step)
 
+        pieces = gradients.unit_span(span)
         self.all_reduce.reset()
         t0 = time.perf_counter()
-        loss = model.forward(inputs, targets, loss_denominator=self.setup.global_tokens, span=span)
-        t1 = time.perf_counter()
-        model.backward(span=span)
-        t2 = time.perf_counter()
         gradients.begin(step)
+        loss = model.forward(inputs, targets, loss_denominator=self.setup.global_tokens, span=pieces)
+        t1 = time.perf_counter()
+        model.backward(span=pieces)
+        t2 = time.perf_counter()
         u = reduce_and_update(gradients, loss, check, span, model.layout)
         return TensorStepTimes(
             loss,
@@ -90,17 +89,17 @@ class TensorParallel:
     def check_shards(self, step: int, loss: float) -> None:
         """Every shard of the tensor group computed the same loss and holds the same replicated
         parameters after the update (CRC-32 of them), or ResultMismatch naming the shards."""
-        replicated = np.concatenate([self.model.params[s] for s in self.replicated])
-        mine = {"loss": loss, "hash": params_hash(replicated)}
-        theirs = self.grid.tensor.allgather_obj(mine)
-        differ = [r for r, o in enumerate(theirs) if o != theirs[0]]
-        if differ:
-            raise ResultMismatch(
-                self.comm.rank,
-                f"step {step}: tensor shard{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
-                f"of replica {self.grid.data_index} differ from shard 0 in loss or replicated parameters: "
-                + ", ".join(f"shard {r} {theirs[r]}" for r in [0, *differ]),
-            )
+        mine = {"loss": loss, "hash": params_hash(self.gradients.held(self.replicated))}  # ZeRO-3: a shard
+        where = f"replica {self.grid.data_index}"
+        check_same_in_group(
+            self.grid.tensor,
+            self.comm.rank,
+            step,
+            mine,
+            "loss or replicated parameters",
+            "tensor shard",
+            where,
+        )
 
     def check_step(self, step: int, times: PhaseTimes) -> None:
         self.check_shards(step, times.loss)

@@ -57,6 +57,7 @@ setup(
                 "native/oprecord.c",
                 "native/transformer.c",
                 "native/gemm.c",
+                "native/cma.c",
             ],
             extra_compile_args=["-O2", "-std=gnu11", "-fno-math-errno"],
             libraries=["dl"] if sys.platform.startswith("linux") else [],  # gemm.c opens a BLAS at run time

@@ -31,7 +31,7 @@
  * request type, NoRoom, numpy's dtype type, the receive slice. */
 static PyObject *done_req, *complete, *no_room_type, *send_request_type, *dtype_type, *slice_ms;
 static PyObject *zero, *str_messages, *str_send, *str_reserve, *str_send_reserved, *str_array, *str_nbytes, *str_size,
-    *str_isend, *str_recv_reduce, *str_post, *str_append, *str_sendrecv_reduce;
+    *str_isend, *str_isend_lent, *str_recv_reduce, *str_post, *str_append, *str_sendrecv_reduce;
 
 static int CommCore_clear(CommCore *self);
 
@@ -50,6 +50,7 @@ static int CommCore_traverse(CommCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->transport);
     Py_VISIT(self->land);
     Py_VISIT(self->exchange);
+    Py_VISIT(self->lend);
     Py_VISIT(self->pending);
     for (int i = 0; i < OP_DEPTH; i++) {
         Py_VISIT(self->stack[i].name);
@@ -73,6 +74,7 @@ static int CommCore_clear(CommCore *self) {
     Py_CLEAR(self->transport);
     Py_CLEAR(self->land);
     Py_CLEAR(self->exchange);
+    Py_CLEAR(self->lend);
     Py_CLEAR(self->pending);
     oprecord_clear(self);
     return 0;
@@ -153,28 +155,40 @@ static PyObject *slow(CommCore *self, PyObject *name, PyObject *const *args, Py_
     return res;
 }
 
-/* isend(x, dst, tag=0) */
-static PyObject *CommCore_isend(CommCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    if (kwnames || nargs < 2 || nargs > 3) return slow(self, str_isend, args, nargs, kwnames);
+/* isend(x, dst, tag=0), and isend_lent's (`lend`: the transport's `lend`, else NULL) */
+static PyObject *post_array(CommCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                            PyObject *slow_name, PyObject *lend) {
+    if (kwnames || nargs < 2 || nargs > 3) return slow(self, slow_name, args, nargs, kwnames);
     PyObject *x = args[0], *dst = args[1], *tag = nargs > 2 ? args[2] : zero;
     int fast = untraced(self);
     if (fast < 0) return NULL;
-    if (!fast || peer_in_range(self, dst) < 0) return slow(self, str_isend, args, nargs, NULL);
+    if (!fast || peer_in_range(self, dst) < 0) return slow(self, slow_name, args, nargs, NULL);
     PyObject *wtag = wire_tag(self, tag);
     if (!wtag) return NULL;
     PyObject *call[4] = {self->transport, dst, wtag, x};
-    PyObject *got = PyObject_VectorcallMethod(str_send, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *got = lend ? PyObject_Vectorcall(lend, call + 1, 3, NULL)
+                         : PyObject_VectorcallMethod(str_send, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(wtag);
     if (!got) return NULL;
     if (PyObject_TypeCheck(got, (PyTypeObject *)no_room_type)) { /* nothing was posted: wait for room there */
         Py_DECREF(got);
-        return slow(self, str_isend, args, nargs, NULL);
+        return slow(self, slow_name, args, nargs, NULL);
     }
     if (add_nbytes(&self->bytes_sent, x) < 0) {
         Py_DECREF(got);
         return NULL;
     }
     return request_for(self, got, dst, tag, x);
+}
+
+static PyObject *CommCore_isend(CommCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return post_array(self, args, nargs, kwnames, str_isend, NULL);
+}
+
+/* isend_lent(x, dst, tag=0): isend through the transport's `lend` where it has one */
+static PyObject *CommCore_isend_lent(CommCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *lend = self->lend && self->lend != Py_None ? self->lend : NULL;
+    return post_array(self, args, nargs, kwnames, lend ? str_isend_lent : str_isend, lend);
 }
 
 /* _try_reserve(dst, count, dtype) -> the transport's Outgoing, or None: isend_computed's first half when
@@ -367,6 +381,9 @@ static PyMethodDef CommCore_methods[] = {
     {"isend", (PyCFunction)(void (*)(void))CommCore_isend, METH_FASTCALL | METH_KEYWORDS,
      "isend(x, dst, tag=0) -> PendingOp: start sending `x`; do not modify it until the request completes "
      "(it may go zero-copy)."},
+    {"isend_lent", (PyCFunction)(void (*)(void))CommCore_isend_lent, METH_FASTCALL | METH_KEYWORDS,
+     "isend_lent(x, dst, tag=0) -> PendingOp: isend of an array left unchanged until the request completes, "
+     "which the receiver may read where it lies (the transport's `lend`; see Communicator._isend_lent)."},
     {"_try_reserve", (PyCFunction)(void (*)(void))CommCore_try_reserve, METH_FASTCALL,
      "_try_reserve(dst, count, dtype) -> Outgoing | None: the transport's space at once, untraced."},
     {"_post_reserved", (PyCFunction)(void (*)(void))CommCore_post_reserved, METH_FASTCALL,
@@ -389,6 +406,7 @@ static PyMemberDef CommCore_members[] = {
     {"_transport", T_OBJECT_EX, offsetof(CommCore, transport), 0, NULL},
     {"_land", T_OBJECT_EX, offsetof(CommCore, land), 0, NULL},
     {"_exchange", T_OBJECT_EX, offsetof(CommCore, exchange), 0, NULL},
+    {"_lend", T_OBJECT_EX, offsetof(CommCore, lend), 0, NULL},
     {"_pending", T_OBJECT_EX, offsetof(CommCore, pending), 0, NULL},
     {"fast", T_BOOL, offsetof(CommCore, fast), 0, "take the C path for the common case (default True)"},
     {"_depth", T_INT, offsetof(CommCore, depth), READONLY, "collectives running now, nested (0: none)"},
@@ -565,7 +583,7 @@ int add_comm_core(PyObject *module) {
     } names[] = {{&str_messages, "messages"},   {&str_send, "send"},
                  {&str_reserve, "reserve"},     {&str_send_reserved, "send_reserved"},
                  {&str_array, "array"},         {&str_nbytes, "nbytes"},
-                 {&str_size, "size"},           {&str_isend, "_isend"},
+                 {&str_size, "size"},           {&str_isend, "_isend"}, {&str_isend_lent, "_isend_lent"},
                  {&str_recv_reduce, "_recv_reduce"}, {&str_sendrecv_reduce, "_sendrecv_reduce"},
                  {&str_post, "_post"},          {&str_append, "append"},
                  {&str_done, "done"},           {&str_wait_slow, "_wait"}};

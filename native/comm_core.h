@@ -71,7 +71,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *rank, *size, *bytes_sent, *bytes_received; /* ints */
-    PyObject *tracer, *transport, *land, *exchange, *pending;
+    PyObject *tracer, *transport, *land, *exchange, *lend, *pending;
     char fast; /* 0: every call takes the Python path (a test compares both) */
     /* the op record (oprecord.c) */
     op_frame stack[OP_DEPTH];

@@ -404,12 +404,13 @@ int add_sim_types(PyObject *module);           /* sim_*.c: the simulator's event
 int add_comm_core(PyObject *module);           /* comm_core.c: the Communicator's C path */
 int add_transformer_functions(PyObject *module); /* transformer.c: the training step's fused kernels */
 int add_gemm_functions(PyObject *module);        /* gemm.c: its matrix products through a bound BLAS */
+int add_cma_functions(PyObject *module);         /* cma.c: one copy of a peer process's memory */
 
 PyMODINIT_FUNC PyInit__playground_native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m && (add_mailbox_type(m) < 0 || add_swap_type(m) < 0 || add_span_types(m) < 0 || add_attention_functions(m) < 0 ||
               add_sim_types(m) < 0 || add_comm_core(m) < 0 || add_transformer_functions(m) < 0 ||
-              add_gemm_functions(m) < 0))
+              add_gemm_functions(m) < 0 || add_cma_functions(m) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -87,7 +87,7 @@ def root_buffer(out: np.ndarray | None, collective: str) -> np.ndarray:
 
 
 def _send(comm, buf: np.ndarray, bounds: tuple[int, int], dst: int, segment_elems: int, what: str) -> None:
-    exchange(comm, buf, bounds, dst, None, None, segment_elems, None, TAG_GATHER, what)
+    exchange(comm, buf, bounds, dst, None, None, segment_elems, None, TAG_GATHER, what, lend=True)
 
 
 def _recv(comm, buf: np.ndarray, bounds: tuple[int, int], src: int, segment_elems: int, what: str) -> None:

@@ -5,7 +5,8 @@ any lengths, zero included, for `alltoallv`); rank r's output is block r of ever
 in rank order. A rank's own block is copied locally. At *step* k = 1..N-1 rank r sends its block
 for r+k to rank r+k and receives rank r-k's block for it (mod N): every step is a permutation of the
 ranks, so each port carries one message at a time, and a block leaves its sender exactly once, in
-pieces of at most `segment_bytes`. MPICH uses this for long messages (MPIR_Alltoall_intra_pairwise;
+pieces of at most `segment_bytes`, lent (over shm the receiver reads it from the sender's memory:
+one copy, as MPICH's single-copy path). MPICH uses this for long messages (MPIR_Alltoall_intra_pairwise;
 at a power of two it pairs r with r XOR k instead, which this shift matches on uniform links).
 
 Cost (alpha-beta, S each rank's input, N ranks): N-1 steps of one block each, and a step waits for
@@ -61,6 +62,7 @@ def pairwise_into(
                 "alltoall.pairwise",
                 step,
                 source=source,
+                lend=True,
             )
 
 

@@ -42,7 +42,7 @@ def scatter_linear(comm, source: np.ndarray | None, part: np.ndarray, root: int,
             return
         source = root_buffer(source, "scatter")
         sends = [
-            comm.isend(source[a:b], dst, TAG_SCATTER)
+            comm.isend_lent(source[a:b], dst, TAG_SCATTER)
             for dst in ((root + k) % size for k in range(1, size))
             for a, b in segment_bounds(dst * c, (dst + 1) * c, segment_elems)
         ]
@@ -68,7 +68,7 @@ def scatter_tree(comm, source: np.ndarray | None, part: np.ndarray, root: int, s
                 comm, stage, None, None, (0, span * c), src, segment_elems, None, TAG_SCATTER, "scatter.tree"
             )
         sends = [
-            comm.isend(stage[a:b], (child + root) % size, TAG_SCATTER)
+            comm.isend_lent(stage[a:b], (child + root) % size, TAG_SCATTER)
             for child, blocks in reversed(subtree_blocks(vrank, size))
             for a, b in segment_bounds((child - vrank) * c, (child - vrank + blocks) * c, segment_elems)
         ]

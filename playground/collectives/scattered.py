@@ -1,13 +1,15 @@
 """Scattered all-to-all: every block posted at once (non-blocking sends), then received as it comes.
 
 Words as in pairwise.py (*blocks*, one per destination). Rank r posts its N-1 sends in the order
-r+1, r+2, ..., r+N-1 (mod N), so that at any moment the ranks aim at different receivers, then
-takes the blocks from r-1, r-2, ... in the order they were sent to it; a block that arrives before
-its turn waits parked in the communicator. No step waits for a partner: a slow rank delays only the
-blocks it sends and receives, not everyone's next step. MPICH uses this for medium sizes
-(MPIR_Alltoall_intra_scattered, isend/irecv in batches of MPIR_CVAR_ALLTOALL_THROTTLE = 32); its
-cost on a real machine is the messages in flight at once, which share the CPU, the memory and, over
-shared memory, the rings (a full ring makes the sender wait while it takes in what arrives).
+r+1, r+2, ..., r+N-1 (mod N), so that at any moment the ranks aim at different receivers, copies
+its own block while they travel (over shm, while the peers read them from its memory: lent,
+comm/shm_lend.py), then takes the blocks from r-1, r-2, ... in the order they were sent to it; a
+block that arrives before its turn waits parked in the communicator. No step waits for a partner:
+a slow rank delays only the blocks it sends and receives, not everyone's next step. MPICH uses this
+for medium sizes (MPIR_Alltoall_intra_scattered, isend/irecv in batches of
+MPIR_CVAR_ALLTOALL_THROTTLE = 32); its cost on a real machine is the messages in flight at once,
+which share the CPU, the memory and, over shared memory, the rings (a full ring makes the sender
+wait while it takes in what arrives).
 
 Cost (alpha-beta, full-duplex ports): the N-1 blocks of S/N leave each port back to back and the
 last one arrives alpha later: T = alpha + (N-1) S/(N beta) when every receiver's in-port is free as
@@ -49,14 +51,14 @@ def scattered_into(
     """Block d of flat `source` to rank d, every send posted before any receive, and rank s's block
     for us into `out[recv_bounds[s]]`; every block arrives whole, zero-length ones too."""
     rank, size = comm.rank, comm.size
-    a, b = send_bounds[rank]
-    copy_into(out[slice(*recv_bounds[rank])], source[a:b])
     with comm.tracer.span("alltoall.scattered", CAT_PHASE, messages=size - 1):
         sends = [
-            comm.isend(source[a:b], dst, tag)
+            comm.isend_lent(source[a:b], dst, tag)  # `source` is left alone until they complete
             for dst in send_order(rank, size)
             for a, b in segment_bounds(*send_bounds[dst], segment_elems)
         ]
+        a, b = send_bounds[rank]  # the own block, copied while the peers read theirs
+        copy_into(out[slice(*recv_bounds[rank])], source[a:b])
         for src in recv_order(rank, size):
             for a, b in segment_bounds(*recv_bounds[src], segment_elems):
                 got = comm.recv_reduce(src, tag, out[a:b], None)

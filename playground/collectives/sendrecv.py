@@ -43,4 +43,5 @@ def sendrecv_ring(comm, source: np.ndarray, out: np.ndarray, shift: int, segment
             TAG_SENDRECV,
             "sendrecv",
             source=source,
+            lend=True,
         )

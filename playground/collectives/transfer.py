@@ -1,6 +1,9 @@
 """The one I/O step every algorithm is built from: send some ranges of a buffer to one peer while
 receiving other ranges from another, reducing (or copying) each received segment as it lands.
 
+A send the caller lends (`lend`) may be read by the receiver straight from the sender's memory
+(shm: one copy instead of two, comm/shm_lend.py); the exchange waits for it before returning.
+
 Both sides cut their ranges into segments with `segment_bounds`, so the receiver knows how many
 messages to expect without any extra header. All sends are posted first; while a segment is being
 reduced, ZeroMQ's I/O thread keeps receiving the next ones, so sending, receiving and reducing overlap.
@@ -43,18 +46,22 @@ def exchange(
     what: str,
     step: int | None = None,
     source: np.ndarray | None = None,
+    lend: bool = False,
 ) -> None:
     """Send buf[send] (or `source`[send]: a buffer of its own, as an all-to-all's input is) to
     `send_to` and receive into buf[recv] from `recv_from`: reduce with `op`, or copy. `what` (and
-    `step`, when the caller has steps) names the exchange in errors."""
+    `step`, when the caller has steps) names the exchange in errors. With `lend` the sends are lent
+    (`isend_lent`: the receiver may read them where they lie, one copy): for pure data movement,
+    where the bytes sent are not written before this returns."""
     sends: Sequence[PendingOp] = ()
     if send is not None:
         src = buf if source is None else source
+        isend = comm.isend_lent if lend else comm.isend
         a, b = send
         if b - a <= segment_elems:  # one message: the common case for small buffers, kept lean
-            sends = (comm.isend(src[a:b], send_to, tag),)
+            sends = (isend(src[a:b], send_to, tag),)
         else:
-            sends = [comm.isend(src[a:b], send_to, tag) for a, b in segment_bounds(a, b, segment_elems)]
+            sends = [isend(src[a:b], send_to, tag) for a, b in segment_bounds(a, b, segment_elems)]
     if recv is not None:
         ufunc = None if op is None else op.ufunc
         a, b = recv

@@ -101,17 +101,25 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
         # A transport that lands small arrays natively (shm_transport.py) offers these; see _take.
         self._land = getattr(transport, "land", None)
         self._exchange = getattr(transport, "exchange", None)
+        self._lend = getattr(transport, "lend", None)
 
     # Read in C (no frame on the hot path); a wrapper assigned later (a drill) is re-read, not bypassed.
     transport = property(operator.attrgetter("_transport"), _set_transport)
 
     # -- sending ---------------------------------------------------------------------------
-    # isend, recv_reduce, sendrecv_reduce and isend_computed's halves are CommCore's (native/comm_core.c):
+    # isend, isend_lent, recv_reduce, sendrecv_reduce and isend_computed's halves are CommCore's (native/comm_core.c):
     # one C call for the common case (untraced, the peer in range, room at once, nothing parked from the
-    # source); everything else goes to _isend, _recv_reduce, _sendrecv_reduce, _post: the definition.
+    # source); everything else goes to _isend, _isend_lent, _recv_reduce, _sendrecv_reduce, _post: the definition.
     def _isend(self, x: np.ndarray, dst: int, tag: int = 0) -> PendingOp:
         """Start sending `x`; do not modify `x` until the request completes (it may go zero-copy)."""
         return self._post(dst, tag, x.nbytes, True, self.transport.send, dst, self._wire_tag(tag), x)
+
+    def _isend_lent(self, x: np.ndarray, dst: int, tag: int = 0) -> PendingOp:
+        """isend_lent (CommCore's, C): `isend`, for an array the caller leaves unchanged until the
+        request completes: where the transport can (shm, from 32 KiB), the receiver reads it from this
+        process's memory, one copy instead of two (shm_lend.py), and the request completes once it
+        has. Wait for it. Transports without `lend` send it as `isend` does."""
+        return self._post(dst, tag, x.nbytes, True, self._lend, dst, self._wire_tag(tag), x)
 
     def isend_computed(self, dst: int, tag: int, count: int, dtype, fill) -> PendingOp:
         """Send `count` elements of `dtype` that `fill(out)` writes straight into the outgoing buffer.

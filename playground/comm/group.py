@@ -107,6 +107,9 @@ class Group(ObjectMessages):
     def isend(self, x: np.ndarray, dst: int, tag: int = 0):
         return self.parent.isend(x, self._peer(dst), tag + self.tag_offset)
 
+    def isend_lent(self, x: np.ndarray, dst: int, tag: int = 0):
+        return self.parent.isend_lent(x, self._peer(dst), tag + self.tag_offset)
+
     def isend_computed(self, dst: int, tag: int, count: int, dtype, fill):
         return self.parent.isend_computed(self._peer(dst), tag + self.tag_offset, count, dtype, fill)
 

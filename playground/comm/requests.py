@@ -54,6 +54,7 @@ class SendRequest(SendRequestCore, PendingOp):
         timeout_s = self.comm.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         while not self.completion.wait(min(SLICE_S, max(0.0, deadline - time.monotonic()))):
+            self.comm._drain()  # a lent send completes when its receiver reads it: free its way here
             self.comm.check_abort(self.peer, self.tag, "send completion", direction="to")
             if time.monotonic() >= deadline:
                 raise CommTimeout(

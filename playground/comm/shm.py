@@ -33,6 +33,7 @@ DEFAULT_CAPACITY_BYTES = 1 << 30  # virtual size of each ring; pages are touched
 SHM_MIN_BYTES = 32 * 1024  # smaller arrays travel inline in their pipe record when they fit one
 _DESC = struct.Struct("<QQQ")  # position, nbytes, end (sender's running total when this message ends)
 DESCRIPTOR_BYTES = _DESC.size
+_END = struct.Struct("<Q")  # a descriptor's third field, read alone
 
 
 def remove_shm_dir(master_port: int, generation: int = 0) -> None:
@@ -133,6 +134,11 @@ class ShmChannels:
         pos, end = slot
         return ring.data[pos : pos + nbytes], _DESC.pack(pos, nbytes, end)
 
+    def consumed(self, dst: int) -> np.ndarray:
+        """The ring to `dst`'s `consumed` counter (one uint64, written by the receiver): a descriptor's
+        `end` at or below it has been released."""
+        return self._out[dst].consumed
+
     def undo_alloc(self, dst: int) -> None:
         """Return the space of the last `try_alloc` for `dst` (its descriptor could not be sent)."""
         self._out[dst].undo()
@@ -147,6 +153,15 @@ class ShmChannels:
         view = ring.data[pos : pos + nbytes]
         view.flags.writeable = False
         return view, end
+
+    def arrived_marker(self, src: int, descriptor: bytes | memoryview) -> int:
+        """`arrived` for a message whose ring space nobody reads (a lent array's marker): its end."""
+        ring = self._in.get(src)
+        if ring is None:
+            ring = self._in[src] = _InRing(os.path.join(self.dir, f"{src}-{self.rank}"))
+        end = _END.unpack_from(descriptor, 16)[0]
+        ring.arrived.append(end)
+        return end
 
     def window(self, src: int, descriptor: bytes) -> tuple[np.ndarray, int]:
         """(writable byte view, end) of a stream's window as its announcement arrives: as `arrived`,

@@ -12,19 +12,25 @@ payload straight from the mailbox slot into the caller's array (native/reduce.c:
 min of float32/64 and int32/64, equal to numpy bit for bit); anything else comes back as `receive`
 returns it. That is most of the gain on an 8-byte all-reduce (docs/shm-transport.md).
 
+An array the sender promises to keep unchanged until its send completes (`lend`: an all-to-all's
+input) is not copied at all from `min_bytes` up: the receiver reads it from the sender's memory
+(shm_lend.py), one copy where a ring message makes two.
+
 A ring message is released in arrival order, whatever order the program receives in (shm.py);
 a parked one can `detach`, copying its bytes out so the sender gets the space back. A post finds
 NoRoom when the mailbox or the ring is full; then nothing was sent (a ring slot whose descriptor
 did not fit the mailbox is taken back), and the communicator waits while taking in what arrives.
 """
 
+import os
 from typing import Literal
 
 import numpy as np
 
-from playground.comm import wire
+from playground.comm import shm_lend, wire
 from playground.comm.mailbox import SLOT_BYTES, Mailboxes, Swap, copy_payload
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels
+from playground.comm.shm_lend import MARKER_BYTES, LentMessage, peer_reads_allowed
 from playground.comm.shm_stream import CELL_BYTES, Streams
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, NoRoom, Outgoing
 
@@ -146,7 +152,10 @@ class ShmTransport:
         self.rank = rank
         self.channels, self.mailboxes, self.min_bytes = channels, mailboxes, min_bytes
         self.max_record = mailboxes.max_bytes
+        self.pid = os.getpid()
+        self.lends = peer_reads_allowed()  # else `lend` is `send`
         self.pause_ns, self.yield_ns = spin
+        self.lend_spin_s = spin[0] / 1e9  # a lent send's wait pauses this long, as the receiver does
         # exchanges of arrays that do not travel inline stream through a window (shm_stream.py)
         self.streams = Streams(rank, channels, mailboxes, spin, cell_bytes, _code, self._message)
         self._open = self.streams.open
@@ -156,6 +165,7 @@ class ShmTransport:
         self._inline_max = [self.max_record - wire.header_size(n) for n in range(33)]
         self._heads_out: dict[tuple, bytes] = {}
         self._heads_in: dict[bytes, tuple] = {}
+        self._lent_heads: dict[tuple, bytes] = {}
         self._landings: dict[tuple, tuple[bytes, int] | None] = {}
         self._exchanges: dict[tuple, tuple[bytes, bytes, int] | None] = {}
         self.exchange = Swap(mailboxes, self._exchanges, self._exchange, self._message, *spin)
@@ -187,6 +197,28 @@ class ShmTransport:
         record = wire.encode_header(self.rank, tag, wire.KIND_SHM, x.dtype, x.shape) + descriptor
         if self.mailboxes.try_send(dst, record):
             return COMPLETE
+        self.channels.undo_alloc(dst)
+        return MAILBOX_FULL
+
+    def lend(self, dst: int, tag: int, x: np.ndarray):
+        """`send`, but from `min_bytes` up a C-contiguous `x` is read by the receiver where it lies
+        (shm_lend.py): the completion is done once it has been read, and `x` must not change before."""
+        if not self.lends or x.nbytes < self.min_bytes or not x.flags.c_contiguous:
+            return self.send(dst, tag, x)
+        slot = self.channels.try_alloc(dst, MARKER_BYTES)
+        if slot is None:
+            return RING_FULL
+        descriptor = slot[1]
+        key = (tag, x.dtype, x.shape)
+        head = self._lent_heads.get(key)
+        if head is None:
+            if len(self._lent_heads) >= _MEMO_MAX:
+                self._lent_heads.clear()
+            head = self._lent_heads[key] = wire.encode_header(
+                self.rank, tag, wire.KIND_LENT, x.dtype, x.shape
+            )
+        if self.mailboxes.try_send(dst, head + shm_lend.payload(descriptor, self.pid, x)):
+            return shm_lend.completion(self.channels, dst, descriptor, x, self.lend_spin_s)
         self.channels.undo_alloc(dst)
         return MAILBOX_FULL
 
@@ -248,7 +280,19 @@ class ShmTransport:
                 got = self.mailboxes.receive(timeout_ms, self.pause_ns, self.yield_ns)
         else:
             got = self.mailboxes.receive(timeout_ms, self.pause_ns, self.yield_ns)
-        return got if got is None or got is True else self._message(got)
+        if got is None or got is True:
+            return got
+        msg = self._message(got)
+        if (
+            type(msg) is LentMessage
+            and ufunc is None
+            and msg.src == src
+            and msg.tag == tag
+            and msg.fits(target)
+        ):
+            msg.read_into(target)  # a lent array: read from the sender's memory into `target`, here
+            return True
+        return msg
 
     def _exchange(self, dst: int, src: int, tag: int, buf: np.ndarray, ufunc, timeout_ms: int):
         """`exchange` (a native Swap over this method, swap.c: these first lines, once the memo has
@@ -294,9 +338,19 @@ class ShmTransport:
         """The Message a mailbox record holds."""
         size = wire.record_header_size(record) if len(record) > 8 else 0
         head = self._heads_in.get(record[:size])
-        if head is not None and len(record) == head[4]:  # an inline array seen before
-            return _InlineMessage(head[0], head[1], head[2], head[3], record, size, head[5])
+        if head is not None:
+            if head[5] is None:  # a lent array, header seen before
+                return shm_lend.arrived(
+                    self.channels, head[0], head[1], head[2], head[3], memoryview(record)[size:]
+                )
+            if len(record) == head[4]:  # an inline array seen before
+                return _InlineMessage(head[0], head[1], head[2], head[3], record, size, head[5])
         src, tag, kind, dtype, shape, payload = wire.decode_record(record)
+        if kind == wire.KIND_LENT:
+            if len(self._heads_in) >= _MEMO_MAX:
+                self._heads_in.clear()
+            self._heads_in[record[:size]] = (src, tag, dtype, shape, 0, None)
+            return shm_lend.arrived(self.channels, src, tag, dtype, shape, payload)
         if kind == wire.KIND_INLINE:
             if len(self._heads_in) >= _MEMO_MAX:
                 self._heads_in.clear()

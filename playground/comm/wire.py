@@ -11,6 +11,8 @@ SHM          the payload is a descriptor of a shared-memory slot holding the byt
 JSON_SHM     as SHM, but the slot holds UTF-8 JSON (an object too large for one mailbox record)
 STREAM       the payload is a descriptor of a window in the sender's ring that the array's bytes
              pass through cell by cell (shm_stream.py)
+LENT         the payload is a descriptor of a marker in the sender's ring and where the array lies in
+             the sender's memory, which the receiver reads from there (shm_lend.py)
 (These say how a message travels; the communicator's KIND_ARRAY / KIND_OBJ, transport.py, say what
 the receiver gets.)
 
@@ -36,7 +38,8 @@ KIND_SHM = 2
 KIND_INLINE = 3
 KIND_JSON_SHM = 4
 KIND_STREAM = 5
-KINDS = (KIND_ARRAY_FRAME, KIND_JSON, KIND_SHM, KIND_INLINE, KIND_JSON_SHM, KIND_STREAM)
+KIND_LENT = 6
+KINDS = (KIND_ARRAY_FRAME, KIND_JSON, KIND_SHM, KIND_INLINE, KIND_JSON_SHM, KIND_STREAM, KIND_LENT)
 MAX_NDIM = 32  # numpy's
 _MAX_CACHED_DTYPES = 64  # a stream of distinct garbage dtypes must not grow the cache without bound
 

@@ -22,16 +22,20 @@ SHM transport does inside a node: the frame is a 24-byte descriptor. Through a s
 is copied into the kernel and out again (and a reduction reads it a third time); through the
 ring it is written once (a forwarded reduction straight into the ring) and read once. The
 message is the header frame and a descriptor frame. When the ring to a peer is full the array
-goes as a frame after all, so a post still never waits.
+goes as a frame after all, so a post still never waits. An array the caller lends (`lend`: an
+all-to-all's block, unchanged until its send completes) is not copied into the ring at all: the
+receiver reads it from the sender's memory (shm_lend.py), and the descriptor frame names it.
 """
 
+import os
 from typing import cast
 
 import numpy as np
 import zmq
 
-from playground.comm import wire
+from playground.comm import shm_lend, wire
 from playground.comm.shm import DESCRIPTOR_BYTES, ShmChannels
+from playground.comm.shm_lend import MARKER_BYTES, PAYLOAD_BYTES, peer_reads_allowed
 from playground.comm.shm_transport import RingMessage
 from playground.comm.transport import COMPLETE, KIND_ARRAY, KIND_OBJ, Message, Outgoing, PlainReserve
 from playground.core.errors import WireError
@@ -139,6 +143,7 @@ class ZmqTransport(PlainReserve):
         self._num_ranks = len(endpoints)
         self._unread: _FrameMessage | None = None
         self.channels, self.ring_min_bytes = channels, ring_min_bytes
+        self.lends = channels is not None and peer_reads_allowed()  # else `lend` is `send`
 
     def _socket_to(self, dst: int) -> zmq.Socket:
         sock = self._ctx.socket(zmq.PUSH)
@@ -167,6 +172,21 @@ class ZmqTransport(PlainReserve):
         sock.send(wire.encode_header(self.rank, tag, wire.KIND_ARRAY_FRAME, x.dtype, x.shape), zmq.SNDMORE)
         tracker = sock.send(as_bytes(x), copy=False, track=True)  # type: ignore[call-overload]  # a buffer
         return _Tracked(tracker)
+
+    def lend(self, dst: int, tag: int, x: np.ndarray):
+        """`send`, but on one host (ipc, with rings) an array from the rings' size up is read by the
+        receiver from this process's memory (shm_lend.py): done once read; `x` unchanged till then."""
+        channels = self.channels
+        if channels is None or x.nbytes < self.ring_min_bytes or not x.flags.c_contiguous or not self.lends:
+            return self.send(dst, tag, x)
+        slot = channels.try_alloc(dst, MARKER_BYTES)
+        if slot is None:
+            return self.send(dst, tag, x)
+        descriptor = slot[1]
+        sock = self._push.get(dst) or self._socket_to(dst)
+        sock.send(wire.encode_header(self.rank, tag, wire.KIND_LENT, x.dtype, x.shape), zmq.SNDMORE)
+        sock.send(shm_lend.payload(descriptor, os.getpid(), x))
+        return shm_lend.completion(channels, dst, descriptor, x)
 
     def reserve(self, dst: int, count: int, dtype: np.dtype) -> Outgoing:
         nbytes = count * dtype.itemsize
@@ -219,7 +239,8 @@ class ZmqTransport(PlainReserve):
             return Message(
                 src, tag, KIND_ARRAY, dtype, shape, memoryview(first)[wire.header_size(len(shape)) :]
             )
-        channels = self.channels if kind == wire.KIND_SHM else None  # for a descriptor of ring bytes
+        # for a descriptor of ring bytes, or of a lent array's marker
+        channels = self.channels if kind in (wire.KIND_SHM, wire.KIND_LENT) else None
         if kind not in (wire.KIND_ARRAY_FRAME, wire.KIND_JSON) and channels is None:
             self.discard_rest(more)
             raise self.wire_error(
@@ -237,6 +258,12 @@ class ZmqTransport(PlainReserve):
             raise self.wire_error(
                 f"from rank {src} tag {tag}: {self.discard_rest(True)} frames after an object's body"
             )
+        if channels is not None and kind == wire.KIND_LENT:
+            if len(body) != PAYLOAD_BYTES:
+                raise self.wire_error(
+                    f"from rank {src} tag {tag}: a lent array's record of {len(body)} bytes"
+                )
+            return shm_lend.arrived(channels, src, tag, dtype, shape, body)
         if channels is not None:
             if len(body) != DESCRIPTOR_BYTES:
                 raise self.wire_error(f"from rank {src} tag {tag}: a ring descriptor of {len(body)} bytes")

@@ -107,19 +107,10 @@ def goodput_part(ctx, runs: Path, stall: dict) -> tuple[list[str], dict]:
     restarts = [t for runs_k in measured.values() for f in runs_k for t in f["restarts"]]
     recover_s = statistics.median(t["total_s"] for t in restarts) if restarts else 0.0
     best = model.young_daly_steps(step_s, checkpoint_s, mtbf_s)
-    rows = []
-    for k, runs_k in measured.items():
-        goodputs = [f["goodput"] for f in runs_k]
-        rows.append(
-            {
-                "k": k,
-                "failures": statistics.median(len(f["restarts"]) for f in runs_k),
-                "measured": statistics.median(goodputs),
-                "low": min(goodputs),
-                "high": max(goodputs),
-                "model": model.goodput(k, step_s, checkpoint_s, recover_s, mtbf_s),
-            }
-        )
+    rows = [
+        {**goodput_row(k, runs_k), "model": model.goodput(k, step_s, checkpoint_s, recover_s, mtbf_s)}
+        for k, runs_k in measured.items()
+    ]
     lines = [
         "## Goodput against the checkpoint interval\n",
         f"`run {SCENARIO}` with the mtbf drill (a rank SIGKILLed at exponential intervals of "
@@ -149,6 +140,18 @@ def goodput_part(ctx, runs: Path, stall: dict) -> tuple[list[str], dict]:
         "checkpoint_s": checkpoint_s,
         "recover_s": recover_s,
         "best": best,
+    }
+
+
+def goodput_row(k: int, runs: list[dict]) -> dict:
+    """An interval's runs (`figures`): the failures' median, goodput's median and range."""
+    goodputs = [f["goodput"] for f in runs]
+    return {
+        "k": k,
+        "failures": statistics.median(len(f["restarts"]) for f in runs),
+        "measured": statistics.median(goodputs),
+        "low": min(goodputs),
+        "high": max(goodputs),
     }
 
 

@@ -119,6 +119,9 @@ def main(comm, params: Params) -> dict:
 
 
 def _serve(comm, p: Params, asked: str | None) -> dict:
+    """Rank 0: every setup served to the clients in turn (a restarted run goes on from the
+    setups it finished), the engine's figures for the report. (Longer than most: one setup's
+    life, from its engine to its record, in order.)"""
     model = served.served_model(p)
     setups = served.setups(p)
     shape = step_model.StepShape.of(model.config)

@@ -11,16 +11,17 @@ status, failures[0], and that nothing is left behind.
 
 import json
 import subprocess
+from dataclasses import replace
 
 import pytest
 
-from playground.chaos import kvserver, launched, report, results
+from playground.chaos import kvserver, launched, recovered, report, results
 from playground.chaos.checks import judge, parse_headline
 from playground.chaos.faults import FAULTS, HOST_FAULTS
 from playground.chaos.kinds import History, Observation
 from playground.chaos.kvclient import error_kind
 from playground.chaos.plan import draw, outside, replay_command
-from playground.chaos.workloads import WORKLOADS
+from playground.chaos.workloads import RECOVER_STEPS, WORKLOADS
 from playground.cli import main
 from playground.cli.testing import PLAYGROUND, subprocess_env
 from playground.core.rundir import EXIT_BAD_INPUT
@@ -94,6 +95,61 @@ def test_a_recovering_serving_run_loses_no_request_when_its_server_rank_is_kille
 
 
 @pytest.mark.slow
+def test_a_recovering_training_run_ends_as_the_fault_free_run_when_a_rank_is_killed(tmp_path):
+    run = outside("train", 2, "SIGKILL", 1, after_s=1.0, recover=True)
+    assert "params.dtype=float64" in run.args and any(
+        a.startswith("params.checkpoint_every=") for a in run.args
+    )
+    obs = launched.execute(run, tmp_path)
+    verdict = judge(run, obs, {})
+    assert obs.exit_code == 0 and verdict.ok, (verdict.problems, obs.stderr[-2000:])
+    h = verdict.history
+    assert h.restarts == 1 and h.once == h.asked == RECOVER_STEPS and h.twice == h.never == h.differs == 0
+    assert verdict.root_ok and "rank 1" in verdict.root_cause and h.recover_s is not None
+    assert (tmp_path / "fault-free" / "latest" / "result.json").exists()  # what it was checked against
+    assert verdict.leaks == []
+
+
+def test_a_training_history_counts_steps_lost_twice_and_differing_against_the_fault_free_run(
+    tmp_path, monkeypatch
+):
+    run = outside("train", 2, "SIGKILL", 1, after_s=1.0, recover=True)
+    clean = {"modes": [{"losses": [3.0, 2.0, 1.0], "hashes": ["a", "b"]}]}
+    monkeypatch.setattr(recovered, "fault_free", lambda run, out_dir: clean)
+    restarts = [
+        {"why": "rank 1 (pid 7 on vm) at 1.20s: killed by SIGKILL", "total_s": 0.4, "steps_redone": 2}
+    ]
+    result = {
+        "recovery": {"restarts": restarts},
+        "modes": [{"losses": [3.0, 2.0, 1.0], "hashes": ["a", "b"]}],
+    }
+    obs = Observation(fired=True, fault_at=1.0, exit_code=0, result=result, run_dir=tmp_path / "run")
+    assert judge(run, obs, {}).ok
+    h = recovered.training_history(run, obs)
+    assert h == History(asked=3, once=3, again=2, restarts=1, recover_s=0.4)
+    result["modes"] = [{"losses": [3.0, 2.5, 1.0, 1.0], "hashes": ["a", "c"]}]  # a step twice, another unlike
+    assert judge(run, obs, {}).problems == ["1 of 3 done twice", "2 of 3 differing from a fault-free run"]
+    result["modes"] = [{"losses": [3.0], "hashes": ["a", "b"]}]
+    assert judge(run, obs, {}).problems == ["2 of 3 never done"]
+    stripped = []
+    monkeypatch.setattr(recovered.launched, "start", lambda args, out: stripped.extend(args) or FINISHED)
+    recovered.fault_free(replace(run, args=(*run.args, "--set", "fault.rank=1")), tmp_path / "clean")
+    assert "--max-restarts" not in stripped and not any(a.startswith("fault.") for a in stripped)
+    assert stripped[:2] == ["run", "train"] and "params.dtype=float64" in stripped
+
+
+class _Finished:
+    pid = 0
+
+    @staticmethod
+    def wait(timeout=None):
+        return 1
+
+
+FINISHED = _Finished()
+
+
+@pytest.mark.slow
 def test_a_recovering_standalone_servers_clients_resend_and_finish(tmp_path):
     run = outside("kvserver", 2, "server restarted", 0, after_s=0.3, recover=True)
     obs = kvserver.execute(run, tmp_path)
@@ -111,7 +167,7 @@ def test_recover_draws_only_what_a_restart_mends_and_a_broken_history_fails():
         assert run.recover and run.workload.recoverable is not None
         assert run.fault in run.workload.recoverable.faults and run.fault.name != "corrupt"
         assert run.workload.launched == ("--max-restarts" in run.args)
-    assert {r.workload.name for r in runs} == {"serving", "serving-tensor", "kvserver"}
+    assert {r.workload.name for r in runs} == {"serving", "serving-tensor", "kvserver", "train"}
     assert all(draw(5, k, False).workload.faults for k in range(1, 40))  # a --recover-only one is not drawn
     assert replay_command(5, 3, False, True).endswith("--only 3 --recover")
     run = outside("serving", 3, "SIGKILL", 1, after_s=1.0, recover=True)
@@ -130,16 +186,20 @@ def test_recover_draws_only_what_a_restart_mends_and_a_broken_history_fails():
     assert "the fault fired but nothing restarted" in judge(run, obs, {}).problems
     record = {"run": run.to_dict(), "verdict": verdict.to_dict(), "describe": run.describe(), "replay": "r"}
     (row, total) = report.rows([record], recover=True)
-    assert row["fault"] == "SIGKILL" and (row["once"], row["twice"], row["never"], row["passed"]) == (
+    assert (row["workload"], row["fault"]) == ("serving", "SIGKILL")
+    assert (row["once"], row["twice"], row["never"], row["passed"]) == (
         9,
         2,
         1,
         0,
     )
-    assert row["recover_p50_s"] == 0.3 and total["runs"] == 1
+    assert row["recover_p50_s"] == 0.3 and total["runs"] == 1 and total["once"] is None
     assert History.from_dict(verdict.history.to_dict()) == verdict.history
     page = results.recover_page([{"seed": 1, "records": [record]}], 2)
-    assert "1 runs in 1 of 2 pieces" in page and "| SIGKILL | 1 | 0 | 0 | 9 | 0 | 2 | 1 | 3 | 0.30 |" in page
+    assert (
+        "1 runs in 1 of 2 pieces" in page
+        and "| serving | SIGKILL | 1 | 0 | 0 | 9 | 0 | 2 | 1 | 3 | 0.30 |" in page
+    )
 
 
 def test_the_chaos_command_runs_judges_and_writes_every_run(runs_dir):

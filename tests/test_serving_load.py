@@ -110,7 +110,27 @@ def test_bench_speculative_measures_identical_tokens_at_each_batch(tmp_path):
     )
     assert code == 0
     (table,) = json.loads((tmp_path / "latest" / "result.json").read_text())["tables"]
-    assert [r["batch"] for r in table["rows"]] == [1, 3] and all(r["identical"] for r in table["rows"])
+    assert [(r["workload"], r["batch"]) for r in table["rows"]] == [
+        ("fresh", 1),
+        ("fresh", 3),
+        ("quoting", 1),
+        ("quoting", 3),
+    ]
+    assert all(r["identical"] for r in table["rows"])
+
+
+def test_a_quoting_prompt_holds_a_passage_then_its_first_words_again_and_bad_workloads_are_one_line(capsys):
+    from playground.cli import main
+    from playground.serving.speculative_bench import PROMPT_TOKENS, workload_prompts
+
+    quoting = workload_prompts("quoting", 3, 64, seed=0)
+    assert len(quoting) == 3 and len(set(map(tuple, quoting))) == 3
+    for p in quoting:
+        assert len(p) == 32 + PROMPT_TOKENS and p[-PROMPT_TOKENS:] == p[:PROMPT_TOKENS]
+    assert all(len(p) == PROMPT_TOKENS for p in workload_prompts("fresh", 2, 64, seed=0))
+    assert main(["bench", "speculative", "--workloads", "fresh,long"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--workloads" in err and "fresh, quoting" in err
 
 
 def test_bench_serving_bad_flags_are_one_line(capsys):

@@ -5,19 +5,27 @@ KV server is started again on its address: every client must end with status 0, 
 re-sent and answered once.
 
 A history (kinds.History) is what the run did once, again and never: a launched node reports its
-own in its report's data (`history`: serving counts requests, training steps), and the restart the
-launcher made is in result.json (`recovery.restarts`); the standalone clients print theirs on
-their last line (kvclient.py), and the servers' journal says whether an id was answered twice.
+own in its report's data (`history`: serving counts requests), and the restart the launcher made
+is in result.json (`recovery.restarts`); the standalone clients print theirs on their last line
+(kvclient.py), and the servers' journal says whether an id was answered twice. Training is read
+against a fault-free run of the same command (its batches depend only on the step, so the two
+must agree bit for bit in float64): steps in the record once, redone (the launcher's count from
+the checkpoint to the step reached), twice and never; differs counts the steps whose loss differs
+and the ranks whose final parameters' hash does.
 """
 
 import json
 import re
+import subprocess
+from pathlib import Path
 
+from playground.chaos import launched
 from playground.chaos.checks import names_the_fault, parse_headline
 from playground.chaos.kinds import ChaosRun, History, Observation, Verdict
 from playground.chaos.kvclient import error_kind
 
 CLIENT_HISTORY = re.compile(r"^history (\{.*\})$", re.MULTILINE)
+FAULT_FREE_TIMEOUT_S = 120.0
 
 
 def judge_recovered(run: ChaosRun, obs: Observation, v: Verdict) -> None:
@@ -105,3 +113,57 @@ def standalone_history(run: ChaosRun, obs: Observation) -> History | None:
         restarts=len(restarted),
         recover_s=recover_s,
     )
+
+
+def training_history(run: ChaosRun, obs: Observation) -> History | None:
+    """A training run's steps and parameters, mode by mode, against a fault-free run's (module doc)."""
+    modes = obs.result.get("modes")
+    if not isinstance(modes, list) or obs.run_dir is None:
+        return None
+    clean = fault_free(run, obs.run_dir.parent / "fault-free")
+    if clean is None:
+        obs.notes.append("the fault-free run of the same command did not finish")
+        return None
+    restarts = (obs.result.get("recovery") or {}).get("restarts") or []
+    asked = once = twice = never = differs = 0
+    for got, want in zip(modes, clean.get("modes") or [], strict=False):
+        mine, theirs = got["losses"], want["losses"]
+        asked += len(theirs)
+        once += min(len(mine), len(theirs))
+        twice += max(0, len(mine) - len(theirs))
+        never += max(0, len(theirs) - len(mine))
+        differs += sum(a != b for a, b in zip(mine, theirs, strict=False))
+        hashes = zip(got.get("hashes") or [], want.get("hashes") or [], strict=False)
+        differs += sum(a != b for a, b in hashes)
+    return History(
+        asked=asked,
+        once=once,
+        again=sum(r.get("steps_redone") or 0 for r in restarts),
+        twice=twice,
+        never=never,
+        differs=differs,
+        restarts=len(restarts),
+        recover_s=restarts[0].get("total_s") if restarts else None,
+    )
+
+
+def fault_free(run: ChaosRun, out_dir: Path) -> dict | None:
+    """result.json of the run's command without its fault and its restarts, run in `out_dir`."""
+    args, k = [], 0
+    while k < len(run.args):
+        flag, value = run.args[k], run.args[k + 1] if k + 1 < len(run.args) else ""
+        if flag == "--max-restarts" or (flag == "--set" and value.startswith("fault.")):
+            k += 2
+        else:
+            args.append(flag)
+            k += 1
+    proc = launched.start([*args, "--out", str(out_dir)], out_dir)
+    try:
+        code = proc.wait(FAULT_FREE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        launched.kill_session(proc.pid)
+        proc.wait(10)
+        return None
+    run_dir = launched.run_dir_of(out_dir)
+    result = run_dir / "result.json" if run_dir else None
+    return json.loads(result.read_text()) if code == 0 and result and result.exists() else None

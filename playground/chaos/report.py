@@ -26,6 +26,7 @@ COLUMNS = {
 
 
 RECOVER_COLUMNS = {
+    "workload": "workload",
     "fault": "fault",
     "runs": "runs",
     "passed": "passed",
@@ -72,13 +73,13 @@ def kind_of(record: dict) -> str:
 
 
 def rows(records: list[dict], recover: bool = False) -> list[dict]:
-    """One row per fault kind that occurred (in KINDS' order), and a total."""
+    """One row per fault kind that occurred (in KINDS' order), and a total; under `recover` per
+    workload and fault kind (a history counts requests or steps: the workload's units)."""
+    if recover:
+        return _recover_rows(records)
     out = []
     groups = [(kind, [r for r in records if kind_of(r) == kind]) for kind in KINDS]
     for kind, group in [*(g for g in groups if g[1]), ("all", records)]:
-        if recover:
-            out.append(_recover_row(kind, group))
-            continue
         verdicts = [r["verdict"] for r in group]
         detect = [v["detect_s"] for v in verdicts if v["detect_s"] is not None]
         exits = [v["exit_s"] for v in verdicts if v["exit_s"] is not None]
@@ -97,6 +98,21 @@ def rows(records: list[dict], recover: bool = False) -> list[dict]:
             }
         )
     return out
+
+
+def _recover_rows(records: list[dict]) -> list[dict]:
+    """A row per workload (in WORKLOADS' order) and fault kind that occurred, and a total whose
+    once and again are left empty (requests and steps do not add up) and twice, never and differs
+    are the runs' counts of what must be 0."""
+    out = []
+    for workload in WORKLOADS:
+        mine = [r for r in records if r["run"].get("workload") == workload]
+        for kind in KINDS:
+            group = [r for r in mine if kind_of(r) == kind]
+            if group:
+                out.append({"workload": workload, **_recover_row(kind, group)})
+    total = {"workload": "all", **_recover_row("", records)}
+    return [*out, {**total, "once": None, "again": None}]
 
 
 def _recover_row(kind: str, group: list[dict]) -> dict:

@@ -95,12 +95,15 @@ def recover_page(summaries: list[dict], planned: int) -> str:
         f"({', '.join(str(s['seed']) for s in summaries)}), each a workload a restart mends hit by one "
         f"fault it must mend. {len(records) - len(failed) - missed} passed, {len(failed)} failed, {missed} "
         "missed (the run ended before its fault).\n",
-        "once: requests answered once (tensor serving: decode runs done once); again: requests run "
-        "again from their prompts after the restart (the standalone server's: re-sent by its clients; "
-        "tensor serving: the decode runs of the round in flight); twice, never and differs (tokens "
-        "unlike a fault-free run's) must be 0. Recover: the fault to the restarted group registered (the "
-        "launcher's teardown and restart; its detection when the fault's time is known), or to the "
-        "standalone server up again.\n",
+        "A row per workload and fault kind; a history counts the workload's own units. once: "
+        "requests answered once (tensor serving: decode runs done once; training: steps in the record "
+        "once); again: requests run again from their prompts after the restart (the standalone "
+        "server's: re-sent by its clients; tensor serving: the decode runs of the round in flight; "
+        "training: steps redone from the checkpoint); twice, never and differs must be 0 (differs: "
+        "tokens unlike a fault-free run's; training: losses and final parameters unlike those of the "
+        "same command run without the fault, bit for bit). Recover: the fault to the restarted group "
+        "registered (the launcher's teardown and restart; its detection when the fault's time is "
+        "known), or to the standalone server up again.\n",
         chaos_report.markdown(records, recover=True),
     ]
     return "\n".join(lines + _failed_runs(failed))

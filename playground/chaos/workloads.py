@@ -13,10 +13,11 @@ measured before stay the same only while the earlier entries keep their places).
 how the run is read as a history (recovered.py); their command function and runner see
 `run.recover` and add what a run that recovers needs (serving: a second setup, so that the tokens
 of the setup hit are compared with a fault-free one's, and dense generation checked; the
-standalone server: a journal, clients that re-send and check their tokens). A launched workload
-joins by passing its `recover_faults` to `_launched`, its node putting a `history` (kinds.History's
-counts: training's steps committed, redone, duplicated, lost, parameters differing) in its
-report's data; `recovered.launched_history` reads it with the launcher's restarts.
+standalone server: a journal, clients that re-send and check their tokens; training: an end,
+checkpoints, float64). A launched workload joins by passing its `recover_faults` to `_launched`,
+its node putting a `history` (kinds.History's counts) in its report's data, which
+`recovered.launched_history` reads with the launcher's restarts; or with a `history` of its own
+(training's: the run's steps and parameters against a fault-free run of the same command).
 """
 
 import random
@@ -25,10 +26,12 @@ from dataclasses import replace
 
 from playground.chaos import checks, kvserver, launched, recovered
 from playground.chaos.faults import named
-from playground.chaos.kinds import ChaosRun, FaultKind, Recoverable, Workload
+from playground.chaos.kinds import ChaosRun, FaultKind, History, Observation, Recoverable, Workload
 
 TIMEOUT_S = 4.0  # every run's receive timeout: a hang is named after it
 KV_TIMEOUT_S = 6.0  # the KV workloads' (their client's timeout too: a restarted server answers in it)
+# training under --recover: steps enough to outlast a fault drawn up to 2 s in, at 2 or 4 ranks
+RECOVER_STEPS = 400
 
 
 def sets(pairs: list[str]) -> list[str]:
@@ -69,9 +72,16 @@ def _train(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
         f"params.mode=[{rng.choice(['per_tensor', 'bucketed', 'zero1'])}]",
         "params.sample_bytes=0",
     ]
-    return replace(
-        run, transport="ipc", size=f"d_model {d_model}", args=("run", "train", *common, *sets(keys))
-    )
+    size = f"d_model {d_model}"
+    if run.recover:  # an end to reach, checkpoints to go on from, and float64 for a bit-for-bit check
+        every = rng.choice([5, 20])
+        keys[4:6] = [
+            f"params.steps={RECOVER_STEPS}",
+            f"params.mode=[{rng.choice(['per_tensor', 'bucketed', 'zero1', 'zero2', 'zero3'])}]",
+        ]
+        keys += ["params.dtype=float64", f"params.checkpoint_every={every}"]
+        size += f", checkpoint every {every}"
+    return replace(run, transport="ipc", size=size, args=("run", "train", *common, *sets(keys)))
 
 
 def _serving(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
@@ -134,10 +144,11 @@ def _launched(
     posts: Callable[[ChaosRun, int], int],
     timeout_s: float,
     recover_faults: tuple[FaultKind, ...] = (),
+    history: Callable[[ChaosRun, Observation], History | None] = recovered.launched_history,
 ) -> Workload:
     """A workload `python -m playground run` runs: chaos starts it, fires the fault and judges the
     launcher's exit and root cause; with `recover_faults`, also under --recover: restarted by the
-    launcher, its node's history checked."""
+    launcher, its history (`history`: by default the node's own) checked."""
     return Workload(
         name,
         ranks,
@@ -148,7 +159,7 @@ def _launched(
         _launcher_exit,
         posts,
         timeout_s,
-        recoverable=Recoverable(recover_faults, recovered.launched_history, recovered.judge_recovered)
+        recoverable=Recoverable(recover_faults, history, recovered.judge_recovered)
         if recover_faults
         else None,
     )
@@ -162,13 +173,23 @@ _KV_RANK_FAULTS = named(
 _UNENDING = tuple(f for f in _RANK_FAULTS if not f.needs_end)  # buckets runs until it is stopped
 _KV_MENDED = named("raise", "kill", "exit", "hang", "SIGKILL", "SIGSTOP", "server killed", "client killed")
 _SHARD_MENDED = named("raise", "kill", "exit", "SIGKILL", "SIGSTOP")
+_TRAIN_MENDED = named("raise", "kill", "exit", "hang", "SIGKILL", "SIGSTOP")
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         _launched("collectives", (2, 3, 4, 5, 6), _RANK_FAULTS, _collectives, _rank_posts, TIMEOUT_S),
         _launched("buckets", (2, 3, 4), _UNENDING, _buckets, _rank_posts, TIMEOUT_S),
-        _launched("train", (2, 4), _RANK_FAULTS, _train, _rank_posts, TIMEOUT_S),
+        _launched(
+            "train",
+            (2, 4),
+            _RANK_FAULTS,
+            _train,
+            _rank_posts,
+            TIMEOUT_S,
+            _TRAIN_MENDED,
+            recovered.training_history,
+        ),
         _launched("serving", (2, 3), _KV_RANK_FAULTS, _serving, _kv_posts, KV_TIMEOUT_S, _KV_MENDED),
         _launched("kvcache", (2, 3, 4), _KV_RANK_FAULTS, _kvcache, _kv_posts, KV_TIMEOUT_S),
         Workload(

@@ -207,10 +207,11 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
         self, src: int, tag: int, op: str, timeout_s: float | None, kind: str = KIND_ARRAY, into: tuple = ()
     ) -> Message | Literal[True]:
         """The next message from (src, tag), of `kind` (MessageMismatch otherwise), waiting up to
-        the timeout and parking the others; traced as one `recv_wait` (zero-length if it was parked).
-        With `into` = (target, ufunc, base) and a transport that can, an array that fits is landed
-        there by the transport itself (untraced runs): then True. A wait that is not satisfied at once
-        looks at what arrives meanwhile for a peer in another collective (desync.py)."""
+            the timeout and parking the others; traced as one `recv_wait` (zero-length if it was parked).
+            With `into` = (target, ufunc, base) and a transport that can, an array that fits is landed
+            there by the transport itself (untraced runs): then True. A wait that is not satisfied at once
+            looks at what arrives meanwhile for a peer in another collective (desync.py). (Longer than
+        most: the receive path every message takes, kept in one place so its fast path stays flat.)"""
         traced = self.tracer.messages
         wire = self._wire_tag(tag)
         pending = self._pending

@@ -225,7 +225,8 @@ def _load(run_dir: Path) -> dict:
 
 
 def section(ctx) -> str:
-    """The page's body (results.py calls it with its Context: `run`, `work`, `rounds`, `quick`)."""
+    """The page's body (results.py calls it with its Context: `run`, `work`, `rounds`, `quick`).
+    (Longer than most: the runs, round by round, then the page in the order it reads.)"""
     started = time.monotonic()
     rounds = 1 if ctx.quick else ctx.rounds
     missing = 0

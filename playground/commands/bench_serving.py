@@ -55,6 +55,11 @@ def add_speculative_flags(p: argparse.ArgumentParser) -> None:
     """`bench speculative`'s flags; their defaults are `speculative_config`'s."""
     p.add_argument("--model", help=_MODEL_HELP)
     p.add_argument("--batch-sizes", help="batch sizes (default 1,4,16)")
+    p.add_argument(
+        "--workloads",
+        help="prompts: fresh (a slice of the lecture), quoting (a passage, then its first words again); "
+        "default fresh,quoting",
+    )
     p.add_argument("--speculative-tokens", type=int, help="drafts a step (default 4)")
     p.add_argument("--output-tokens", type=int, help="tokens generated a request (default 48)")
     p.add_argument("--iters", "-i", type=int, help="rounds of each measurement (default 3)")
@@ -124,6 +129,7 @@ def speculative_config(
     *,
     model: str = "latest",
     batch_sizes: flags.Text = "1,4,16",
+    workloads: flags.Text = "fresh,quoting",
     speculative_tokens: int = 4,
     output_tokens: int = 48,
     iters: int = 3,
@@ -142,6 +148,7 @@ def speculative_config(
         model=model,
         runs_dir=str(out),
         batch_sizes=sizes,
+        workloads=tuple(flags.items(workloads)),
         num_speculative_tokens=speculative_tokens,
         output_tokens=output_tokens,
         rounds=iters,

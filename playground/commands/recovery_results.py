@@ -6,10 +6,8 @@
 2. Goodput against the checkpoint interval: `run train-recovery` at each `checkpoint_every` with
    the mtbf drill killing a rank at random, every run restarted from its newest checkpoint as often
    as needed; the measured useful steps per second beside the model (`models/recovery.py`) fed with
-   this machine's step, stall and recovery times, and Young/Daly's optimum marked; a plot.
-3. The ways to recover: one rank killed mid-run, the group restarted from the checkpoint, or from a
-   healthy peer, or shrunk to the ranks left; each restart's time split into its phases, and the
-   final parameters against a run without the fault.
+   this machine's step, stall and recovery times, and Young/Daly's optimum marked; a plot; the
+   restarts' time to recover, phase by phase.
 
 `ctx` is results' Context: `run(*args)` runs `python -m playground ARGS` as a child and records the
 command for the page, `latest(runs)` is the newest run under `runs`.
@@ -38,7 +36,7 @@ def _run(ctx, runs: Path, *pairs: str) -> dict:
 
 def figures(result: dict) -> dict:
     """A run's figures: steps, wall time of its steps (restarts included), step period, goodput, the
-    checkpoints' stall and write (the slowest rank's medians), its restarts' total times."""
+    checkpoints' stall and write (the slowest rank's medians), its restarts' times by phase."""
     mode = result["modes"][0]
     checkpoints = [c for c in result.get("checkpoints") or [] if c.get("stall_s")]
     restarts = (result.get("recovery") or {}).get("restarts") or []
@@ -51,7 +49,7 @@ def figures(result: dict) -> dict:
         "stall_s": max((c["stall_s"]["median"] for c in checkpoints), default=None),
         "write_s": max((c["write_s"]["median"] for c in checkpoints if c.get("write_s")), default=None),
         "bytes": max((c["bytes"] for c in checkpoints), default=0),
-        "restarts": [r["total_s"] for r in restarts if r.get("total_s") is not None],
+        "restarts": [{k: r.get(k) for k in PHASES} for r in restarts if r.get("total_s") is not None],
     }
 
 
@@ -85,43 +83,57 @@ def stall_part(ctx, runs: Path) -> tuple[list[str], dict]:
     return lines, {"sync": seen[False], "async": seen[True]}
 
 
+MTBF_S = 3.0  # the drill's mean time between failures (--quick: 1 s): about ten failures a run
+STEPS = 1500  # a run's steps under the drill (--quick: QUICK's 300)
+PHASES = ("teardown_s", "restart_s", "load_s", "warmup_s", "total_s")
+
+
 def goodput_part(ctx, runs: Path, stall: dict) -> tuple[list[str], dict]:
-    """The sweep of `checkpoint_every` under the mtbf drill, beside the model."""
-    mtbf_s = 1.0 if ctx.quick else 10.0
+    """The sweep of `checkpoint_every` under the mtbf drill, beside the model: round after round
+    (the drill's seed the round's, the same for every interval: the same failure times after each
+    rendezvous), the intervals in turn, alternating their order."""
+    mtbf_s = 1.0 if ctx.quick else MTBF_S
     intervals = (2, 10, 40) if ctx.quick else INTERVALS
-    baseline = figures(_run(ctx, runs, "recovery.mtbf_s=null", "params.checkpoint_every=0"))
+    rounds = 1 if ctx.quick else ctx.rounds
+    steps = () if ctx.quick else (f"params.steps={STEPS}",)
+    baseline = figures(_run(ctx, runs, "recovery.mtbf_s=null", "params.checkpoint_every=0", *steps))
     step_s = baseline["period_s"]
     checkpoint_s = statistics.median(f["stall_s"] for f in stall["sync"])
-    measured = {
-        k: figures(_run(ctx, runs, f"recovery.mtbf_s={mtbf_s}", f"params.checkpoint_every={k}"))
-        for k in intervals
-    }
-    recoveries = [t for f in measured.values() for t in f["restarts"]]
-    recover_s = statistics.median(recoveries) if recoveries else 0.0
+    measured: dict[int, list[dict]] = {k: [] for k in intervals}
+    for r in range(rounds):
+        for k in intervals if r % 2 == 0 else reversed(intervals):
+            drill = (f"recovery.mtbf_s={mtbf_s}", f"recovery.seed={r + 1}", f"params.checkpoint_every={k}")
+            measured[k].append(figures(_run(ctx, runs, *drill, *steps)))
+    restarts = [t for runs_k in measured.values() for f in runs_k for t in f["restarts"]]
+    recover_s = statistics.median(t["total_s"] for t in restarts) if restarts else 0.0
     best = model.young_daly_steps(step_s, checkpoint_s, mtbf_s)
-    rows = []
-    for k, f in measured.items():
-        predicted = model.goodput(k, step_s, checkpoint_s, recover_s, mtbf_s)
-        rows.append({"k": k, "failures": len(f["restarts"]), "measured": f["goodput"], "model": predicted})
+    rows = [
+        {**goodput_row(k, runs_k), "model": model.goodput(k, step_s, checkpoint_s, recover_s, mtbf_s)}
+        for k, runs_k in measured.items()
+    ]
     lines = [
         "## Goodput against the checkpoint interval\n",
         f"`run {SCENARIO}` with the mtbf drill (a rank SIGKILLed at exponential intervals of "
-        f"{mtbf_s:g} s) at each `checkpoint_every`, synchronous checkpoints, every failure restarted "
-        "from the newest whole checkpoint: useful steps per second, restarts included (the steps' "
-        "first start to their last end). The model (`playground/models/recovery.py`, Daly's) takes "
-        f"this machine's step ({1e3 * step_s:.1f} ms, a run without checkpoints), the checkpoint's "
-        f"stall C = {1e3 * checkpoint_s:.1f} ms (above) and the median recovery R = {recover_s:.2f} s "
-        f"(the restarts below); Young/Daly's optimum sqrt(2 C M) is {best:.1f} steps.\n",
-        "| checkpoint every (steps) | failures | goodput (steps/s) | model (steps/s) | measured / model |",
+        f"{mtbf_s:g} s after each rendezvous) at each `checkpoint_every`, synchronous checkpoints, every "
+        "failure restarted from the newest whole checkpoint: useful steps per second, restarts "
+        "included (the steps' first start to their last end). Median (min-max) over "
+        f"{rounds} round(s), round r drawing its failures from seed r for every interval. The model "
+        "(`playground/models/recovery.py`, Daly's) takes this machine's step "
+        f"({1e3 * step_s:.1f} ms, a run without checkpoints), the checkpoint's stall "
+        f"C = {1e3 * checkpoint_s:.1f} ms (above) and the median time to recover R = {recover_s:.2f} s "
+        f"(below); Young/Daly's optimum sqrt(2 C M) is {best:.1f} steps.\n",
+        "| checkpoint every (steps) | failures (median) | goodput (steps/s) | model (steps/s) | measured / model |",
         "|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {r['k']} | {r['failures']} | {r['measured']:.2f} | {r['model']:.2f} | {r['measured'] / r['model']:.2f} |"
+        f"| {r['k']} | {r['failures']:g} | {r['measured']:.2f} ({r['low']:.2f}-{r['high']:.2f}) | "
+        f"{r['model']:.2f} | {r['measured'] / r['model']:.2f} |"
         for r in rows
     ]
     lines.append(f"\nWithout failures or checkpoints the step runs at {1 / step_s:.2f} steps/s.\n")
     plot = goodput_plot(ctx.out / "recovery-goodput.svg", rows, step_s, checkpoint_s, recover_s, mtbf_s)
     lines.append(f"![goodput against the checkpoint interval]({plot.name})\n")
+    lines += restart_lines(restarts)
     return lines, {
         "rows": rows,
         "step_s": step_s,
@@ -129,6 +141,43 @@ def goodput_part(ctx, runs: Path, stall: dict) -> tuple[list[str], dict]:
         "recover_s": recover_s,
         "best": best,
     }
+
+
+def goodput_row(k: int, runs: list[dict]) -> dict:
+    """An interval's runs (`figures`): the failures' median, goodput's median and range."""
+    goodputs = [f["goodput"] for f in runs]
+    return {
+        "k": k,
+        "failures": statistics.median(len(f["restarts"]) for f in runs),
+        "measured": statistics.median(goodputs),
+        "low": min(goodputs),
+        "high": max(goodputs),
+    }
+
+
+def restart_lines(restarts: list[dict]) -> list[str]:
+    """The time to recover of every restart of the sweep, phase by phase (median, min-max)."""
+    if not restarts:
+        return ["No restart happened: the runs ended before the drill's first kill.\n"]
+
+    def cell(key: str) -> str:
+        values = [t[key] for t in restarts if t.get(key) is not None]
+        if not values:
+            return "-"
+        return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+    return [
+        "### The time to recover\n",
+        f"Every restart of the sweep ({len(restarts)}), each a rank SIGKILLed from outside: teardown "
+        "(every rank of the group killed and reaped, its scratch removed), restart (the newest whole "
+        "checkpoint chosen and its checksums verified, the ranks forked and registered), load (the "
+        "slowest rank's read of its part), warm-up (the first step after the load, less one usual "
+        "step). The detection of a kill from outside has no known start. Seconds, median (min-max).\n",
+        "| teardown | restart | load | warm-up | total |",
+        "|---:|---:|---:|---:|---:|",
+        "| " + " | ".join(cell(k) for k in PHASES) + " |",
+        "",
+    ]
 
 
 def goodput_plot(path: Path, rows: list[dict], step_s, checkpoint_s, recover_s, mtbf_s) -> Path:

@@ -2,11 +2,8 @@
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
 
 from playground.core.errors import ParamError
-
-WAYS = ("checkpoint", "peer", "shrink")
 
 
 @dataclass(frozen=True)
@@ -16,19 +13,15 @@ class Recovery:
     With `max_restarts` > 0 it stops the group, starts it again under a new rendezvous generation
     (a late message of the group before is refused), and every rank goes on from the newest whole
     checkpoint (a training node's `checkpoint_every`); after `max_restarts` restarts a failure ends
-    the run, exit status 1, naming every failure. `way` says where a restarted group's state comes
-    from: the checkpoint; a healthy peer (a restarted rank takes the state of a rank that lived, as
-    torchft does: no disk); or the ranks left, which shrink the group and go on with the same
-    global batch. `mtbf_s` is a drill: the launcher SIGKILLs a rank drawn at random at exponential
-    intervals of that mean, in every generation (`seed` draws them).
+    the run, exit status 1, naming every failure. The state comes from the checkpoint alone: every
+    rank of the group is started again, so none keeps its memory for a peer to copy (torchft's live
+    recovery), and the world size stays. `mtbf_s` is a drill: the launcher SIGKILLs a rank drawn at
+    random at exponential intervals of that mean, in every generation (`seed` draws them).
     """
 
     # start the group again after a failure, up to this many times (--max-restarts); 0: a failure
     # ends the run
     max_restarts: int = 0
-    # where a restarted group's state comes from: the newest whole checkpoint, a healthy peer's
-    # memory, or the ranks left (the group shrinks)
-    way: Literal["checkpoint", "peer", "shrink"] = "checkpoint"
     # a drill: SIGKILL a rank drawn at random, at exponential intervals of this mean (seconds after
     # each generation's rendezvous); null: none
     mtbf_s: float | None = None

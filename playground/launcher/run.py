@@ -241,7 +241,8 @@ def execute(
     ranks are started (`launch.START_METHODS`): fork for the command line, spawn for the Python API.
     `resume_dir`: go on in that run directory from its newest whole checkpoint (`run --resume`;
     CheckpointRefused, bad input, when it has none of this run). `on_run_dir(run_dir)` runs once the
-    run directory exists, before any rank starts (`--live`)."""
+    run directory exists, before any rank starts (`--live`). (Longer than most: the run's flow from
+    its directory to result.json in order, one step a few lines, read top to bottom.)"""
     console = console or make_console()
     err = make_console(stderr=True)
     if scenario.hosts:

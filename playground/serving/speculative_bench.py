@@ -1,14 +1,18 @@
 """`python -m playground bench speculative`: prompt-lookup speculative decoding against plain
 decoding on the engine itself, at batch 1, 4 and 16 (`run_speculative_bench`).
 
-Per batch size B: B greedy requests (prompts sliced from the lecture) are added at once and the
-engine steps until all are done, plain and speculative alternately for `rounds` rounds on the same
-requests; the tokens must be identical (the run fails otherwise). Reported: the median time of each,
-the speed-up, the acceptance rate (accepted / drafted tokens), the engine steps each took. Where it stops
-paying: a verification step runs 1 + k positions per sequence; at batch 1 the step is bound by
-reading the weights and the extra positions are nearly free, while at a large batch the step
-computes, and every rejected draft is work taken from other sequences (vLLM's docs warn the same
-for high load).
+Two workloads, as prompt lookup's users know them: `fresh` prompts (a slice of the lecture; the
+answer seldom repeats what the prompt says) and `quoting` prompts (a passage of the lecture, then
+its first words again: the model trained on the lecture goes on with the passage, which the prompt
+holds, as a summary, an answer citing its context or an edit of code does). Per workload and batch
+size B: B greedy requests are added at once and the engine steps until all are done, plain and
+speculative alternately for `rounds` rounds on the same requests; the tokens must be identical (the
+run fails otherwise). Reported: the median time of each, the speed-up, the acceptance rate (accepted
+/ drafted tokens), the engine steps each took. Where it stops paying: a verification step runs
+1 + k positions per sequence; at batch 1 the step is bound by its fixed costs (reading the weights,
+and here Python's per-step work) and the extra positions are nearly free, while at a large batch
+the step computes, and every rejected draft is work taken from other sequences (vLLM's docs warn
+the same for high load).
 """
 
 import time
@@ -33,7 +37,9 @@ from playground.transformer.config import ModelConfig
 from playground.transformer.data import lecture_bytes
 from playground.transformer.model import Transformer
 
-PROMPT_TOKENS = 16
+PROMPT_TOKENS = 16  # a fresh prompt's
+QUOTED_TOKENS = 40  # a quoting prompt's passage; then its first PROMPT_TOKENS again
+WORKLOADS = ("fresh", "quoting")
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class SpeculativeBenchConfig:
     model: str = LATEST  # latest | random | a model.npz | a run directory
     runs_dir: str = "runs"
     batch_sizes: tuple[int, ...] = (1, 4, 16)
+    workloads: tuple[str, ...] = WORKLOADS
     num_speculative_tokens: int = 4
     output_tokens: int = 48
     rounds: int = 3
@@ -52,6 +59,10 @@ class SpeculativeBenchConfig:
             raise ParamError("--batch-sizes", f"must be integers >= 1, got {self.batch_sizes}")
         if self.num_speculative_tokens < 1:
             raise ParamError("--speculative-tokens", f"must be >= 1, got {self.num_speculative_tokens}")
+        if not self.workloads or set(self.workloads) - set(WORKLOADS):
+            raise ParamError(
+                "--workloads", f"a list of {', '.join(WORKLOADS)}, got {','.join(self.workloads)}"
+            )
         if self.output_tokens < 2 or self.rounds < 1:
             raise ParamError("--output-tokens", "needs >= 2 output tokens and >= 1 round")
 
@@ -90,12 +101,22 @@ def decode(
     return time.perf_counter() - t0, [tokens[i] for i in range(len(prompts))], engine
 
 
-def measure(model: Transformer, config: SpeculativeBenchConfig, batch: int) -> dict:
+def workload_prompts(workload: str, batch: int, context: int, seed: int) -> list[list[int]]:
+    """`batch` prompts of `workload` (module doc), drawn from the lecture; a quoting prompt's passage
+    is cut to leave room in the model's context for its answer."""
     text = lecture_bytes()
-    rng = np.random.default_rng([config.seed, batch])
-    max_new = min(config.output_tokens, model.config.context - PROMPT_TOKENS)
-    starts = rng.integers(0, len(text) - PROMPT_TOKENS, batch)
-    prompts = [text[s : s + PROMPT_TOKENS].tolist() for s in starts]
+    rng = np.random.default_rng([seed, batch, WORKLOADS.index(workload)])
+    if workload == "fresh":
+        starts = rng.integers(0, len(text) - PROMPT_TOKENS, batch)
+        return [text[s : s + PROMPT_TOKENS].tolist() for s in starts]
+    quoted = min(QUOTED_TOKENS, context // 2)
+    starts = rng.integers(0, len(text) - quoted, batch)
+    return [[*text[s : s + quoted].tolist(), *text[s : s + PROMPT_TOKENS].tolist()] for s in starts]
+
+
+def measure(model: Transformer, config: SpeculativeBenchConfig, batch: int, workload: str = "fresh") -> dict:
+    prompts = workload_prompts(workload, batch, model.config.context, config.seed)
+    max_new = min(config.output_tokens, model.config.context - len(prompts[0]))
     plain_config = EngineConfig(max_num_seqs=max(batch, 1))
     spec_config = replace(plain_config, num_speculative_tokens=config.num_speculative_tokens)
     times: dict[str, list[float]] = {"plain": [], "spec": []}
@@ -109,6 +130,7 @@ def measure(model: Transformer, config: SpeculativeBenchConfig, batch: int) -> d
     plain_s, spec_s = float(np.median(times["plain"])), float(np.median(times["spec"]))
     tokens = batch * max_new
     return {
+        "workload": workload,
         "batch": batch,
         "plain_tok_s": tokens / plain_s,
         "spec_tok_s": tokens / spec_s,
@@ -120,6 +142,7 @@ def measure(model: Transformer, config: SpeculativeBenchConfig, batch: int) -> d
 
 
 COLUMNS = {
+    "workload": "prompts",
     "batch": "batch",
     "plain_tok_s": "plain tok/s",
     "spec_tok_s": "spec tok/s",
@@ -135,19 +158,29 @@ def run_speculative_bench(config: SpeculativeBenchConfig) -> int:
     pin_blas_threads(1)  # as the server does: one engine thread, BLAS on it
     model, what = load(config)
     rows = []
-    for batch in config.batch_sizes:
-        console.print(f"batch {batch}: plain and speculative, {config.rounds} rounds ...", highlight=False)
-        rows.append(measure(model, config, batch))
-    pays = [r["batch"] for r in rows if r["speedup"] > 1]
+    for workload in config.workloads:
+        for batch in config.batch_sizes:
+            console.print(
+                f"{workload} prompts, batch {batch}: plain and speculative, {config.rounds} rounds ...",
+                highlight=False,
+            )
+            rows.append(measure(model, config, batch, workload))
     notes = [
-        f"model: {what}; {config.num_speculative_tokens} drafts a step by prompt lookup, greedy, "
-        f"{config.output_tokens} tokens a request, median of {config.rounds} alternated rounds",
-        "speculative decoding pays at batch "
-        + (", ".join(map(str, pays)) if pays else "none of these")
-        + "; where it does not, the verification's extra positions cost more than the steps they save",
+        f"model: {what}; {config.num_speculative_tokens} drafts a step by prompt lookup, greedy, up to "
+        f"{config.output_tokens} tokens a request (as the context allows), median of {config.rounds} "
+        "alternated rounds",
+        "prompts: fresh, a slice of the lecture (the answer seldom repeats it); quoting, a passage and "
+        "then its first words again (the answer goes on with the passage the prompt holds)",
     ]
+    for workload in config.workloads:
+        pays = [r["batch"] for r in rows if r["workload"] == workload and r["speedup"] > 1]
+        notes.append(
+            f"{workload} prompts: speculative decoding pays at batch "
+            + (", ".join(map(str, pays)) if pays else "none of these")
+            + "; where it does not, the verification's extra positions cost more than the steps they save"
+        )
     failures = [
-        f"batch {r['batch']}: speculative tokens differ from plain decoding"
+        f"{r['workload']} prompts, batch {r['batch']}: speculative tokens differ from plain decoding"
         for r in rows
         if not r["identical"]
     ]

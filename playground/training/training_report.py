@@ -131,7 +131,7 @@ def report(
 ) -> Report:
     """Per mode the step, the loss, memory, the formulas and the model (`mode_tables`); the DDP or
     FSDP2 baseline's table (`ddp_part`, `sharding_report.fsdp_part`); the loss plot and the notes
-    that explain the columns."""
+    that explain the columns. (Longer than most: the report's parts in the order it reads.)"""
     n, run_dir = len(results), Path(run_dir)
     tokens = params.batch * params.context
     stats = [training_stats.mode_stats(results, k, tokens) for k in range(len(params.mode))]

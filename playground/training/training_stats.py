@@ -69,6 +69,8 @@ def mode_stats(results: list[dict], k: int, global_tokens: int) -> dict:
         "tokens_per_s": global_tokens / med["step_s"] if med["step_s"] > 0 else float("nan"),
         **rank_medians(per_rank, one_clock),
         "losses": losses,
+        # each rank's parameters after the last step, hashed: a restarted run's against a fault-free one's
+        "hashes": [res["modes"][k].get("hash") for res in results],
         **span(per_rank[0]),
         "buckets": results[0]["modes"][k]["buckets"],
         "memory": [res["modes"][k]["memory"] for res in results],

@@ -166,6 +166,9 @@ def calibration_run(figures: list[dict]) -> dict:
 
 
 def report(results: list[dict], params, run_dir: Path) -> Report:
+    """The MoE run's report: per workload its loads, the step's split beside the model, the
+    permutation both ways, the gaps to one process, the plot. (Longer than most: the tables in the
+    order the page reads, each a call or two.)"""
     run_dir = Path(run_dir)
     source = load_model(params.model, run_network(run_dir))
     figures = [run_figures(results, k) for k in range(len(results[0]["runs"]))]

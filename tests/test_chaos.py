@@ -115,6 +115,7 @@ def test_a_training_history_counts_steps_lost_twice_and_differing_against_the_fa
 ):
     run = outside("train", 2, "SIGKILL", 1, after_s=1.0, recover=True)
     clean = {"modes": [{"losses": [3.0, 2.0, 1.0], "hashes": ["a", "b"]}]}
+    fault_free = recovered.fault_free
     monkeypatch.setattr(recovered, "fault_free", lambda run, out_dir: clean)
     restarts = [
         {"why": "rank 1 (pid 7 on vm) at 1.20s: killed by SIGKILL", "total_s": 0.4, "steps_redone": 2}
@@ -133,7 +134,7 @@ def test_a_training_history_counts_steps_lost_twice_and_differing_against_the_fa
     assert judge(run, obs, {}).problems == ["2 of 3 never done"]
     stripped = []
     monkeypatch.setattr(recovered.launched, "start", lambda args, out: stripped.extend(args) or FINISHED)
-    recovered.fault_free(replace(run, args=(*run.args, "--set", "fault.rank=1")), tmp_path / "clean")
+    assert fault_free(replace(run, args=(*run.args, "--set", "fault.rank=1")), tmp_path / "clean") is None
     assert "--max-restarts" not in stripped and not any(a.startswith("fault.") for a in stripped)
     assert stripped[:2] == ["run", "train"] and "params.dtype=float64" in stripped
 

@@ -22,6 +22,7 @@ from playground.chaos.kvclient import error_kind
 from playground.core import scratch
 from playground.core.child import session_processes
 from playground.hosts import netns
+from playground.launcher.supervise import GENERATIONS
 
 LEFT_GRACE_S = 3.0  # how long processes may take to vanish after the launcher's exit (PDEATHSIG)
 _HEADLINE = re.compile(r"^rank (\d+)(?: \(pid \d+(?: on (\S+))?\))? at ([\d.]+)s: (.*)$", re.S)
@@ -181,16 +182,16 @@ def judge_standalone(run: ChaosRun, obs: Observation, v: Verdict) -> None:
 
 
 def _log_problems(obs: Observation) -> list[str]:
-    """Every rank log still starts with what it held at the last snapshot before the fault, and
+    """Every rank log still starts with what it held at the last snapshot before the fault (in the
+    run directory, or where a restart moved the failed generation's logs: generations/<n>/), and
     every whole line of it is JSON."""
     if obs.run_dir is None:
         return []
     before = [s for t, s in obs.snapshots if obs.fault_at is None or t <= obs.fault_at]
     problems = []
     for name, (size, digest) in (before[-1] if before else {}).items():
-        path = obs.run_dir / name
-        data = path.read_bytes() if path.exists() else b""
-        if len(data) < size or hashlib.sha1(data[:size]).hexdigest() != digest:
+        kept = [obs.run_dir / name, *sorted(obs.run_dir.glob(f"{GENERATIONS}/*/{name}"))]
+        if not any(_starts_with(path, size, digest) for path in kept):
             problems.append(f"log: {name} lost what it held before the fault ({size} bytes)")
     for path in obs.run_dir.glob("rank-*.jsonl"):
         lines = path.read_bytes().split(b"\n")
@@ -201,6 +202,12 @@ def _log_problems(obs: Observation) -> list[str]:
                 problems.append(f"log: {path.name} has a line that is not JSON")
                 break
     return problems
+
+
+def _starts_with(path: Path, size: int, digest: str) -> bool:
+    """Whether the file at `path` starts with `size` bytes whose SHA-1 is `digest`."""
+    data = path.read_bytes() if path.exists() else b""
+    return len(data) >= size and hashlib.sha1(data[:size]).hexdigest() == digest
 
 
 # -- leaks ------------------------------------------------------------------------------------

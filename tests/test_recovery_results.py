@@ -65,7 +65,9 @@ def test_the_sweep_runs_every_interval_each_round_and_tables_goodput_beside_the_
     for k in recovery_results.INTERVALS:
         goodput = 1 / (0.02 + 1 / k / 100)
         predicted = model.goodput(k, step_s, stall_s, RESTART["total_s"], recovery_results.MTBF_S)
-        assert f"| {k} | 1 | {goodput:.2f} ({goodput:.2f}-{goodput:.2f}) | {predicted:.2f} |" in page
+        row = f"| {k} | 1 | {goodput:.2f} ({goodput:.2f}-{goodput:.2f}) | {predicted:.2f} | "
+        row += f"{goodput / predicted:.2f} | 15.0 | {predicted:.2f} | {goodput / predicted:.2f} |"
+        assert row in page
     assert "median time to recover R = 0.46 s" in page
     assert (
         "| 0.100 (0.100-0.100) | 0.300 (0.300-0.300) | 0.010 (0.010-0.010) | 0.050 (0.050-0.050) | 0.460 (0.460-0.460) |"

@@ -26,6 +26,7 @@ def test_the_last_bucket_is_always_exposed():
     # uneven buckets are ready at their share of the bytes: 3/4 at 15 ms, then the last 1/4 at 20 ms
     assert bucket_tail_s(0.020, [3072, 1024], [0.010, 0.001]) == pytest.approx(0.006)
     assert bucket_tail_s(0.020, [], []) == 0.0
+    assert bucket_tail_s(0.020, [3072, 1024], []) == 0.0  # one rank: buckets, but no collectives
 
 
 def test_the_cores_the_ranks_got():

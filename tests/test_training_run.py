@@ -141,6 +141,16 @@ def test_every_mode_trains_and_reports(tiny_run):
 
 
 @pytest.mark.timeout(60)
+def test_one_rank_trains_in_buckets_with_nothing_to_reduce(runs_dir):
+    """The results' scaling row at 1 rank: buckets, but no collective for the model to price."""
+    sets = [*TINY, "params.mode=[bucketed]", "params.sample_bytes=0"]
+    code, result, out, err = run_scenario("train-modes", runs_dir, ranks=1, sets=sets, timeout_s=60)
+    assert code == 0, out + err
+    (row,) = result["step_model"]
+    assert row["mode"] == "bucketed" and row["exposed_model_ms"] == 0 and row["comm_model_ms"] == 0
+
+
+@pytest.mark.timeout(60)
 def test_the_model_is_saved_and_a_sample_printed(tiny_run):
     code, result, out, err, run_dir = tiny_run
     assert code == 0, out + err

@@ -140,7 +140,11 @@ def table(records: list[dict], title: str, recover: bool = False) -> Table:
 def markdown(records: list[dict], recover: bool = False) -> str:
     """The table as markdown, then what each fault kind is."""
     columns = RECOVER_COLUMNS if recover else COLUMNS
-    lines = ["| " + " | ".join(columns.values()) + " |", "|---|" + "---:|" * (len(columns) - 1)]
+    text = 2 if recover else 1  # the columns that name (left), before the numbers (right)
+    lines = [
+        "| " + " | ".join(columns.values()) + " |",
+        "|" + "---|" * text + "---:|" * (len(columns) - text),
+    ]
     for row in rows(records, recover):
         cells = [
             "" if row[k] is None else (f"{row[k]:.2f}" if isinstance(row[k], float) else str(row[k]))

@@ -107,10 +107,10 @@ def goodput_part(ctx, runs: Path, stall: dict) -> tuple[list[str], dict]:
     restarts = [t for runs_k in measured.values() for f in runs_k for t in f["restarts"]]
     recover_s = statistics.median(t["total_s"] for t in restarts) if restarts else 0.0
     best = model.young_daly_steps(step_s, checkpoint_s, mtbf_s)
-    rows = [
-        {**goodput_row(k, runs_k), "model": model.goodput(k, step_s, checkpoint_s, recover_s, mtbf_s)}
-        for k, runs_k in measured.items()
-    ]
+    rows = [goodput_row(k, runs_k) for k, runs_k in measured.items()]
+    for row in rows:  # the model with the stall measured without faults, and with the sweep's own
+        row["model"] = model.goodput(row["k"], step_s, checkpoint_s, recover_s, mtbf_s)
+        row["model_own"] = model.goodput(row["k"], step_s, row["stall"], recover_s, mtbf_s)
     lines = [
         "## Goodput against the checkpoint interval\n",
         f"`run {SCENARIO}` with the mtbf drill (a rank SIGKILLed at exponential intervals of "
@@ -122,15 +122,22 @@ def goodput_part(ctx, runs: Path, stall: dict) -> tuple[list[str], dict]:
         f"({1e3 * step_s:.1f} ms, a run without checkpoints), the checkpoint's stall "
         f"C = {1e3 * checkpoint_s:.1f} ms (above) and the median time to recover R = {recover_s:.2f} s "
         f"(below); Young/Daly's optimum sqrt(2 C M) is {best:.1f} steps.\n",
-        "| checkpoint every (steps) | failures (median) | goodput (steps/s) | model (steps/s) | measured / model |",
-        "|---:|---:|---:|---:|---:|",
+        "| checkpoint every (steps) | failures (median) | goodput (steps/s) | model (steps/s) | measured / model "
+        "| stall under the drill (ms) | model with it | measured / it |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
         f"| {r['k']} | {r['failures']:g} | {r['measured']:.2f} ({r['low']:.2f}-{r['high']:.2f}) | "
-        f"{r['model']:.2f} | {r['measured'] / r['model']:.2f} |"
+        f"{r['model']:.2f} | {r['measured'] / r['model']:.2f} | {1e3 * r['stall']:.1f} | "
+        f"{r['model_own']:.2f} | {r['measured'] / r['model_own']:.2f} |"
         for r in rows
     ]
-    lines.append(f"\nWithout failures or checkpoints the step runs at {1 / step_s:.2f} steps/s.\n")
+    lines.append(
+        f"\nWithout failures or checkpoints the step runs at {1 / step_s:.2f} steps/s. The stall under "
+        "the drill is the median over the interval's runs of each run's slowest rank's median "
+        "checkpoint: beside C, it says how much of the gap to the model is the checkpoints' cost "
+        "when failures and restarts come with them.\n"
+    )
     plot = goodput_plot(ctx.out / "recovery-goodput.svg", rows, step_s, checkpoint_s, recover_s, mtbf_s)
     lines.append(f"![goodput against the checkpoint interval]({plot.name})\n")
     lines += restart_lines(restarts)
@@ -148,6 +155,7 @@ def goodput_row(k: int, runs: list[dict]) -> dict:
     goodputs = [f["goodput"] for f in runs]
     return {
         "k": k,
+        "stall": statistics.median(f["stall_s"] or 0.0 for f in runs),
         "failures": statistics.median(len(f["restarts"]) for f in runs),
         "measured": statistics.median(goodputs),
         "low": min(goodputs),

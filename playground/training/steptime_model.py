@@ -106,7 +106,9 @@ def collective_times_s(
 def bucket_tail_s(backward_s: float, bucket_bytes: Sequence[int], comm_s: Sequence[float]) -> float:
     """What of the all-reduces outlasts backward: bucket b is ready once backward has produced its
     share of the bytes (buckets in backward order), its all-reduce starts when it is ready and the
-    previous one has ended (one communication thread)."""
+    previous one has ended (one communication thread). No collectives (one rank): nothing."""
+    if not comm_s:
+        return 0.0
     total = sum(bucket_bytes)
     produced, end = 0, 0.0
     for n, m in zip(bucket_bytes, comm_s, strict=True):

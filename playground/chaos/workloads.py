@@ -63,24 +63,24 @@ def _buckets(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
 
 def _train(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:
     d_model = rng.choice([32, 64])
+    mode = rng.choice(["per_tensor", "bucketed", "zero1"])
+    steps = 30 if run.fault.needs_end else 1_000_000
+    size, more = f"d_model {d_model}", []
+    if run.recover:  # an end to reach, checkpoints to go on from, and float64 for a bit-for-bit check
+        every = rng.choice([5, 20])
+        mode = rng.choice(["per_tensor", "bucketed", "zero1", "zero2", "zero3"])  # drawn after the plain one
+        steps, size = RECOVER_STEPS, f"{size}, checkpoint every {every}"
+        more = ["params.dtype=float64", f"params.checkpoint_every={every}"]
     keys = [
         f"params.d_model={d_model}",
         "params.layers=1",
         "params.context=32",
         f"params.batch={4 * run.ranks}",
-        f"params.steps={30 if run.fault.needs_end else 1_000_000}",
-        f"params.mode=[{rng.choice(['per_tensor', 'bucketed', 'zero1'])}]",
+        f"params.steps={steps}",
+        f"params.mode=[{mode}]",
         "params.sample_bytes=0",
+        *more,
     ]
-    size = f"d_model {d_model}"
-    if run.recover:  # an end to reach, checkpoints to go on from, and float64 for a bit-for-bit check
-        every = rng.choice([5, 20])
-        keys[4:6] = [
-            f"params.steps={RECOVER_STEPS}",
-            f"params.mode=[{rng.choice(['per_tensor', 'bucketed', 'zero1', 'zero2', 'zero3'])}]",
-        ]
-        keys += ["params.dtype=float64", f"params.checkpoint_every={every}"]
-        size += f", checkpoint every {every}"
     return replace(run, transport="ipc", size=size, args=("run", "train", *common, *sets(keys)))
 
 

@@ -6,11 +6,12 @@ No time is asserted (a benchmark's figures are for a quiet machine)."""
 import json
 
 import pytest
-from tools import importable
+from tools import importable, need
 
 from playground.cli.testing import run_cli, subprocess_env
 from playground.commands.compute_bench import ComputeConfig
 from playground.core.errors import ScenarioError
+from playground.transformer.blas import mkl_installed
 
 TINY = ["params.layers=1", "params.d_model=16", "params.heads=2", "params.context=16", "params.batch=4"]
 
@@ -31,21 +32,42 @@ def test_the_page_compares_the_systems_without_openblas_overrides(tmp_path):
         2,
         {},
     )
-    systems = ["native", "numpy", "torch"] if importable("torch") else ["native", "numpy"]
+    ours = ["native", "mkl", "numpy"] if mkl_installed() else ["native", "numpy"]
+    systems = [*ours, "torch"] if importable("torch") else ours
     assert list(shape["step_s"]) == systems and all(len(v) == 2 for v in shape["step_s"].values())
     assert all(v == pytest.approx(shape["losses"]["native"], rel=1e-5) for v in shape["losses"].values())
-    assert set(shape["profiles"]) == {"native", "numpy"}
+    assert set(shape["profiles"]) == set(ours)
     page = next(tmp_path.glob("*-compute/compute.md")).read_text()
     assert (
         "(OPENBLAS_CORETYPE=Haswell, OPENBLAS_L2_SIZE=1048576); unset for this benchmark's processes" in page
     )
     for heading in ("What ran", "Forward + backward", "The optimizer step", "Where our time goes", "Against"):
         assert f"## {heading}" in page
-    assert "| train-modes | 2 | 32 |" in page and page.count("| train-modes | 2 | native |") == 1
+    assert "| train-modes | 2 | 32 |" in page and page.count("| train-modes | 2 | native |") == 2  # the shares and the roofline
     if "torch" in systems:
-        assert "at least as fast as torch in" in page and "torch 2.13" in page
+        assert "At least as fast as torch (the medians): ours (native) in" in page and "torch 2.13" in page
     else:
         assert "torch is not installed" in proc.stderr
+    if "mkl" not in systems:
+        assert "the mkl package is not installed (pip install 'playground[mkl]')" in proc.stderr
+
+
+@pytest.mark.timeout(150)
+def test_ours_on_mkl_is_a_column_of_its_own_and_computes_the_same_loss(tmp_path):
+    """The `mkl` extra: the same native kernels, their products through MKL (rebound between the
+    systems in one process), beside them on numpy's BLAS."""
+    need(mkl_installed(), "the mkl package is not installed (pip install 'playground[mkl]')")
+    sets = [a for s in TINY for a in ("--set", s)]
+    args = ["bench", "compute", "--out", str(tmp_path), "--scenarios", "train-modes", "--rank-counts", "2"]
+    proc = run_cli([*args, "--rounds", "2", "--systems", "native,mkl", *sets], timeout_s=140)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(next(tmp_path.glob("*-compute/compute.json")).read_text())
+    assert data["machine"]["mkl_blas"].startswith("MKL ") and "mkl" not in data["machine"]["native_blas"]
+    (shape,) = data["shapes"]
+    assert list(shape["step_s"]) == ["native", "mkl"] and set(shape["profiles"]) == {"native", "mkl"}
+    assert shape["losses"]["mkl"] == pytest.approx(shape["losses"]["native"], rel=1e-5)
+    page = next(tmp_path.glob("*-compute/compute.md")).read_text()
+    assert "| ours (native) | ours (native, MKL) |" in page and page.count("| train-modes | 2 | mkl |") == 2
 
 
 def options(**given):
@@ -57,7 +79,7 @@ def options(**given):
 @pytest.mark.parametrize(
     "given, said",
     [
-        ({"systems": "native,jax"}, "--systems 'jax': compute's are native, numpy, torch"),
+        ({"systems": "native,jax"}, "--systems 'jax': compute's are native, mkl, numpy, torch"),
         ({"systems": "numpy"}, "--systems: compute needs native"),
         ({"rank_counts": "3"}, "--rank-counts 3: train-modes's batch of 4 must split evenly over the ranks"),
         ({"rank_counts": "two"}, "--rank-counts 'two': a comma list of integers"),

@@ -3,7 +3,8 @@ our time goes.
 
 For each scenario (train-modes and train-large by default) and rank count, the shapes one rank of
 `run SCENARIO --ranks N` computes (its batch / N sequences): forward + backward of our model on its
-native kernels, on its numpy reference and torch's model (training/ddp_model.py: the same model,
+native kernels (their products on numpy's OpenBLAS, and on MKL when the `mkl` extra is installed: the
+BLAS torch's CPU build links), on its numpy reference and torch's model (training/ddp_model.py: the same model,
 weights and batch), in alternating rounds; then each one's Adam step the same way; then a profile of
 our step, kernel by kernel (transformer/profile.py): each piece's share, its achieved FLOP/s against
 the machine's measured matrix-multiply rate and its bytes/s against the copy rate (a roofline).
@@ -34,11 +35,12 @@ from playground.commands.compute_render import render
 from playground.config.scenario import load_scenario
 from playground.core import flags
 from playground.core.errors import ScenarioError
+from playground.transformer.blas import mkl_installed
 
 SCENARIOS = "train-modes,train-large"
 RANKS = "1,2,4"
 ROUNDS = 5
-SYSTEMS = ("native", "numpy", "torch")
+SYSTEMS = ("native", "mkl", "numpy", "torch")
 OPENBLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 WORKER = [sys.executable, "-P", "-m", "playground.commands.compute_worker"]
 
@@ -127,6 +129,11 @@ def run_compute(config: ComputeConfig) -> int:
     if "torch" in systems and find_spec("torch") is None:
         err.print("torch is not installed (pip install torch==2.13.0): ours alone")
         systems.remove("torch")
+    if "mkl" in systems and not mkl_installed():
+        err.print(
+            "the mkl package is not installed (pip install 'playground[mkl]'): no column of ours on MKL"
+        )
+        systems.remove("mkl")
     dtype = specs[0]["config"]["dtype"]
     err.print("bench compute: the machine's matrix-multiply and copy rates")
     machine = measure({"what": "machine", "dtype": dtype, "systems": systems})

@@ -6,7 +6,8 @@ import statistics
 from playground.commands.training_results import median_spread
 from playground.transformer.profile import GROUPS
 
-LABELS = {"native": "ours (native)", "numpy": "ours (numpy)", "torch": "torch"}
+LABELS = {"native": "ours (native)", "mkl": "ours (native, MKL)", "numpy": "ours (numpy)", "torch": "torch"}
+OURS_NATIVE = ("native", "mkl")  # our native kernels, their products on numpy's BLAS or on MKL's
 ELEMENTWISE = ("layernorm", "gelu", "loss", "embedding")  # the pieces bound by memory, not arithmetic
 
 
@@ -44,18 +45,24 @@ def _what_ran(m: dict, openblas_env: dict) -> str:
         f"- torch {torch['version']} ({torch['blas']}, {torch['threads']} thread);"
         if torch
         else "- no torch;",
-        f"- our kernels: native/transformer.c, compiled for {m['kernel_isa']} here; their products: "
+        f"- our kernels: native/transformer.c, compiled for {m['kernel_isa']} here; their products "
+        "(native/gemm.c, transformer/blas.py): "
         + (
-            f"{m['bound_blas']} (native/gemm.c; PLAYGROUND_BLAS picks it: transformer/blas.py)"
-            if m["bound_blas"]
+            f"{m['native_blas']}, numpy's own"
+            if m["native_blas"]
             else "numpy's matmul (no CBLAS could be bound)"
         )
-        + ("" if m["bound_is_mkl"] else "; with the mkl extra installed they would be MKL's")
+        + (
+            f"; in the `mkl` column {m['mkl_blas']}, the BLAS torch's CPU build links (the `mkl` extra)"
+            if m.get("mkl_blas")
+            else "; the `mkl` extra (MKL, the BLAS torch's CPU build links) is not installed here"
+        )
         + ";",
         f"- OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE: {env}.",
         "",
         f"The ceilings, on one thread: a 1024^3 product at {m['numpy_gflops']:.1f} GFLOP/s (numpy's BLAS), "
-        f"{m['native_gflops']:.1f} (ours: the bound BLAS)"
+        f"{m['native_gflops']:.1f} (ours on it)"
+        + (f", {m['mkl_gflops']:.1f} (ours on MKL)" if "mkl_gflops" in m else "")
         + (f", {m['torch_gflops']:.1f} (torch's)" if "torch_gflops" in m else "")
         + f"; a 64 MiB copy at {m['copy_gbps']:.1f} GB/s (read + written).",
         "",
@@ -68,6 +75,8 @@ def _ms(values: list[float]) -> str:
 
 
 def _against_torch(results: list[dict], systems: list[str], rounds: int) -> str:
+    ours = [s for s in OURS_NATIVE if s in systems]
+    vs_torch = ours if "torch" in systems else []
     lines = [
         "## Forward + backward, one rank's shapes",
         "",
@@ -78,41 +87,40 @@ def _against_torch(results: list[dict], systems: list[str], rounds: int) -> str:
         "",
         "| scenario | ranks | tokens | "
         + " | ".join(LABELS[s] for s in systems)
-        + " | native / torch | loss gap |",
-        "|---|---:|---:|" + "---:|" * len(systems) + "---:|---:|",
+        + "".join(f" | {s} / torch" for s in vs_torch)
+        + " | loss gap |",
+        "|---|---:|---:|" + "---:|" * (len(systems) + len(vs_torch)) + "---:|",
     ]
-    faster = 0
+    faster = dict.fromkeys(vs_torch, 0)
     for r in results:
         cells = [_ms(r["step_s"][s]) for s in systems]
-        ratio, gap = "-", "-"
-        if "torch" in systems:
-            q = statistics.median(r["step_s"]["native"]) / statistics.median(r["step_s"]["torch"])
-            faster += q <= 1
-            ratio = f"{q:.2f}"
-            gap = f"{max(abs(v - r['losses']['torch']) for v in r['losses'].values()):.1e}"
+        torch_s = statistics.median(r["step_s"]["torch"]) if vs_torch else 0.0
+        for s in vs_torch:
+            q = statistics.median(r["step_s"][s]) / torch_s
+            faster[s] += q <= 1
+            cells.append(f"{q:.2f}")
+        gap = f"{max(abs(v - r['losses']['torch']) for v in r['losses'].values()):.1e}" if vs_torch else "-"
         tokens = r["batch"] * r["config"]["context"]
-        lines.append(
-            f"| {r['scenario']} | {r['ranks']} | {tokens:,} | " + " | ".join(cells) + f" | {ratio} | {gap} |"
-        )
-    if "torch" in systems:
-        lines += [
-            "",
-            f"Ours (native) at least as fast as torch in {faster} of {len(results)} rows (the medians).",
-        ]
+        lines.append(f"| {r['scenario']} | {r['ranks']} | {tokens:,} | " + " | ".join(cells) + f" | {gap} |")
+    if vs_torch:
+        said = "; ".join(f"{LABELS[s]} in {n} of {len(results)} rows" for s, n in faster.items())
+        lines += ["", f"At least as fast as torch (the medians): {said}."]
     return "\n".join(lines) + "\n"
 
 
 def _products(results: list[dict], machine: dict, rounds: int) -> str:
     """The twelve products of one block on each BLAS: the part of the step the kernels do not change."""
-    shown = [s for s in ("numpy", "native", "torch") if s in results[0]["products_s"]]
-    labels = {"numpy": "numpy's BLAS", "native": "ours (bound BLAS)", "torch": "torch"}
+    shown = [s for s in ("numpy", "native", "mkl", "torch") if s in results[0]["products_s"]]
+    labels = {"numpy": "numpy's BLAS", "native": "ours (numpy's BLAS)", "mkl": "ours (MKL)", "torch": "torch"}
     lines = [
         "## The products alone",
         "",
         "One block's twelve matrix products (its four linear layers: x W forward, x^T dy and dy W^T "
-        "backward) on the rank's tokens, by numpy's matmul (its own BLAS), by our native matmul (the "
-        f"BLAS it is bound to: {machine['bound_blas'] or 'none'}) and by torch; ms, median (min-max) "
-        f"over {rounds} rounds. Most of a step is these; what the kernels change is the rest.",
+        "backward) on the rank's tokens, by numpy's matmul (its own BLAS), by our native matmul (through "
+        f"the same library: {machine['native_blas'] or 'none'}"
+        + (f"; and through {machine['mkl_blas']}" if machine.get("mkl_blas") else "")
+        + f") and by torch; ms, median (min-max) over {rounds} rounds. Most of a step is these; what the "
+        "kernels change is the rest.",
         "",
         "| scenario | ranks | " + " | ".join(labels[s] for s in shown) + " |",
         "|---|---:|" + "---:|" * len(shown),
@@ -168,31 +176,36 @@ def _shares(results: list[dict]) -> str:
 
 
 def _roofline(results: list[dict], machine: dict) -> str:
-    peak, copy = machine["native_gflops"], machine["copy_gbps"]
+    copy = machine["copy_gbps"]
+    ours = [s for s in OURS_NATIVE if s in results[0]["profiles"]]
+    peaks = ", ".join(f"{machine[f'{s}_gflops']:.1f} ({LABELS[s]})" for s in ours)
     lines = [
         "## Against the machine's ceilings (native kernels)",
         "",
         f"GFLOP/s of the model's arithmetic (the products; attention counted as its full T x T) and its "
-        f"share of the matrix-multiply rate of the BLAS our products call ({peak:.1f}); for the pieces that do next to no arithmetic "
-        f"(layernorm, GELU, the loss, the embedding), the bytes they read and write per second against "
-        f"the copy rate ({copy:.1f} GB/s).",
+        f"share of the matrix-multiply rate of the BLAS our products call ({peaks}); for the pieces that do "
+        f"next to no arithmetic (layernorm, GELU, the loss, the embedding), the bytes they read and write "
+        f"per second against the copy rate ({copy:.1f} GB/s).",
         "",
-        "| scenario | ranks | fwd+bwd GFLOP/s | % of peak | matmul % | attention % | others GB/s | % of copy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | ranks | kernels | fwd+bwd GFLOP/s | % of peak | matmul % | attention % | others GB/s "
+        "| % of copy |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        p = r["profiles"]["native"]
-        g = p["groups"]
-        flops = sum(v["flops"] for v in g.values())
-        rate = flops / p["forward_backward_s"] / 1e9
-        mm, att = (
-            g[k]["flops"] / g[k]["seconds"] / 1e9 if g[k]["seconds"] else 0.0 for k in ("matmul", "attention")
-        )
-        nbytes = sum(g[k]["bytes"] for k in ELEMENTWISE)
-        seconds = sum(g[k]["seconds"] for k in ELEMENTWISE)
-        gbps = nbytes / seconds / 1e9 if seconds else 0.0
-        lines.append(
-            f"| {r['scenario']} | {r['ranks']} | {rate:.1f} | {100 * rate / peak:.0f} | {100 * mm / peak:.0f} | "
-            f"{100 * att / peak:.0f} | {gbps:.1f} | {100 * gbps / copy:.0f} |"
-        )
+        for system in ours:
+            p, peak = r["profiles"][system], machine[f"{system}_gflops"]
+            g = p["groups"]
+            flops = sum(v["flops"] for v in g.values())
+            rate = flops / p["forward_backward_s"] / 1e9
+            mm, att = (
+                g[k]["flops"] / g[k]["seconds"] / 1e9 if g[k]["seconds"] else 0.0
+                for k in ("matmul", "attention")
+            )
+            nbytes = sum(g[k]["bytes"] for k in ELEMENTWISE)
+            seconds = sum(g[k]["seconds"] for k in ELEMENTWISE)
+            gbps = nbytes / seconds / 1e9 if seconds else 0.0
+            lines.append(
+                f"| {r['scenario']} | {r['ranks']} | {system} | {rate:.1f} | {100 * rate / peak:.0f} | "
+                f"{100 * mm / peak:.0f} | {100 * att / peak:.0f} | {gbps:.1f} | {100 * gbps / copy:.0f} |"
+            )
     return "\n".join(lines) + "\n"

@@ -8,8 +8,9 @@ A spec is either {"what": "machine", "dtype": ...}: the matrix-multiply rate of 
 torch's and the copy bandwidth, on one thread (the roofline's two ceilings), and which libraries and
 kernels ran; or {"what": "shape", "config": ..., "batch": ..., "rounds": ..., "systems": [...]}:
 forward + backward of that model on one rank's batch by each system (`native`: our model on its
-native kernels, `numpy`: on the numpy reference, `torch`: training/ddp_model.py's model, the same
-weights and batch) in alternating rounds, then each one's optimizer step (Adam, torch.optim.Adam for
+native kernels, their products on numpy's own BLAS; `mkl`: the same kernels, their products on
+MKL's; `numpy`: on the numpy reference; `torch`: training/ddp_model.py's model, the same weights
+and batch) in alternating rounds, then each one's optimizer step (Adam, torch.optim.Adam for
 torch) the same way, then a profile of our step on each of our kernel sets (transformer/profile.py).
 Every system runs on one thread, as a training rank does (threadpoolctl for the BLAS,
 torch.set_num_threads(1)), with freed memory kept (`keep_freed_memory`, as a rank does).
@@ -26,7 +27,7 @@ from threadpoolctl import threadpool_info
 
 from playground.core.machine import keep_freed_memory
 from playground.transformer import BatchSampler, ModelConfig, Transformer, fused, lecture_bytes
-from playground.transformer.blas import bound_blas, pin_blas_threads
+from playground.transformer.blas import bind_blas, bound_blas, pin_blas_threads
 from playground.transformer.fused import kernel_isa
 from playground.transformer.init import init_params
 from playground.transformer.optim import Adam, AdamConfig
@@ -39,6 +40,14 @@ COPY_BYTES = 64 << 20  # the bandwidth: np.copyto of this many bytes, best of CO
 COPY_REPEATS = 5
 SEED = 0
 ADAM = AdamConfig(lr=1e-3)  # nanoGPT's betas (0.9, 0.95), torch's eps: as the DDP baseline's
+BLAS_OF = {"native": "numpy", "mkl": "mkl"}  # our native systems: the library their products call
+
+
+def _bind(system: str) -> None:
+    """Our products on `system`'s BLAS from now on (rebinding is a lookup: the libraries stay open);
+    nothing for numpy and torch."""
+    if system in BLAS_OF:
+        bind_blas(BLAS_OF[system])
 
 
 def _best_s(fn: Callable, repeats: int) -> float:
@@ -51,19 +60,21 @@ def _best_s(fn: Callable, repeats: int) -> float:
     return best
 
 
-def machine(dtype: str, with_torch: bool) -> dict:
-    """The ceilings and what ran: GFLOP/s of a MATMUL_SIZE^3 product (numpy's BLAS, the one our
-    native products are bound to, and torch's if `with_torch`), GB/s of a copy (bytes read +
-    written), the BLAS libraries threadpoolctl finds, our kernels' ISA."""
-    bound = bound_blas()  # opened first, so that its pool is among threadpoolctl's below
+def machine(dtype: str, with_torch: bool, with_mkl: bool = False) -> dict:
+    """The ceilings and what ran: GFLOP/s of a MATMUL_SIZE^3 product (numpy's BLAS, our native
+    products on it, on MKL's if `with_mkl`, and torch's if `with_torch`), GB/s of a copy (bytes read
+    + written), the BLAS libraries threadpoolctl finds, our kernels' ISA."""
+    bound_blas()  # opened first (MKL too, if installed), so that its pool is among threadpoolctl's below
     n = MATMUL_SIZE
     rng = np.random.default_rng(SEED)
     a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
     flops = 2.0 * n**3
-    out: dict = {
-        "numpy_gflops": flops / _best_s(lambda: a @ b, MATMUL_REPEATS) / 1e9,
-        "native_gflops": flops / _best_s(lambda: fused.matmul(a, b), MATMUL_REPEATS) / 1e9,
-    }
+    out: dict = {"numpy_gflops": flops / _best_s(lambda: a @ b, MATMUL_REPEATS) / 1e9}
+    for system in ("mkl", "native") if with_mkl else ("native",):  # native's binding left in place
+        _bind(system)
+        out[f"{system}_gflops"] = flops / _best_s(lambda: fused.matmul(a, b), MATMUL_REPEATS) / 1e9
+        bound = bound_blas()
+        out[f"{system}_blas"] = None if bound is None else bound.describe()
     src = np.ones(COPY_BYTES // 8, dtype=np.float64)
     dst = np.empty_like(src)
     out["copy_gbps"] = 2 * COPY_BYTES / _best_s(lambda: np.copyto(dst, src), COPY_REPEATS) / 1e9
@@ -83,8 +94,6 @@ def machine(dtype: str, with_torch: bool) -> dict:
     ]
     out["kernel_isa"] = kernel_isa()
     out["numpy"] = np.__version__
-    out["bound_blas"] = None if bound is None else bound.describe()
-    out["bound_is_mkl"] = bound is not None and bound.name == "MKL"
     return out
 
 
@@ -123,7 +132,8 @@ def _theirs(config: ModelConfig, params, tokens, targets):
 def _repeats(fns: dict[str, Callable]) -> int:
     """Calls of each fn a round: as many as the slowest makes in ROUND_S (at least one)."""
     slowest = 0.0
-    for fn in fns.values():
+    for name, fn in fns.items():
+        _bind(name)
         t0 = time.perf_counter()
         fn()
         slowest = max(slowest, time.perf_counter() - t0)
@@ -137,6 +147,7 @@ def _rounds(fns: dict[str, Callable], rounds: int, repeats: int) -> dict[str, li
     out: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
+            _bind(name)
             t0 = time.perf_counter()
             for _ in range(repeats):
                 fns[name]()
@@ -164,6 +175,8 @@ def _block_products(config: ModelConfig, rows: int, systems: list[str]) -> dict[
         return run
 
     fns = {"numpy": products(np.matmul, arrays), "native": products(fused.matmul, arrays)}
+    if "mkl" in systems:
+        fns["mkl"] = products(fused.matmul, arrays)
     if "torch" in systems:
         torch = _torch()
         fns["torch"] = products(torch.matmul, [tuple(torch.from_numpy(a) for a in t) for t in arrays])
@@ -178,8 +191,9 @@ def shape(spec: dict) -> dict:
     tokens, targets = BatchSampler(lecture_bytes(), config.context, spec["batch"], SEED).rank_batch(0)
     steps, optimizers, losses = {}, {}, {}
     for name in spec["systems"]:
+        _bind(name)
         build = _theirs if name == "torch" else _ours
-        args = (config, params, tokens, targets) + (() if name == "torch" else (name,))
+        args = (config, params, tokens, targets) + (() if name == "torch" else (_kernels(name),))
         steps[name], optimizers[name] = build(*args)
         losses[name] = steps[name]()  # the first step: a warm-up, and the loss to compare
         optimizers[name]()
@@ -188,11 +202,12 @@ def shape(spec: dict) -> dict:
     optimizer_s = _rounds(optimizers, spec["rounds"], _repeats(optimizers))
     products = _block_products(config, tokens.size, spec["systems"])
     products_s = _rounds(products, spec["rounds"], _repeats(products))
-    profiles = {
-        name: profile_steps(config, params, tokens, targets, repeats, kernels=name).to_dict()
-        for name in spec["systems"]
-        if name != "torch"
-    }
+    profiles = {}
+    for name in (s for s in spec["systems"] if s != "torch"):
+        _bind(name)
+        profiles[name] = profile_steps(
+            config, params, tokens, targets, repeats, kernels=_kernels(name)
+        ).to_dict()
     return {
         "repeats": repeats,
         "losses": losses,
@@ -202,6 +217,11 @@ def shape(spec: dict) -> dict:
         "profiles": profiles,
         "num_params": config.num_params,
     }
+
+
+def _kernels(system: str) -> str:
+    """The model's kernel set of one of our systems (mkl: the native kernels on MKL's products)."""
+    return "native" if system == "mkl" else system
 
 
 def _torch():
@@ -217,7 +237,12 @@ def main(argv: list[str] | None = None) -> None:
     spec = json.loads((argv or sys.argv[1:])[0])
     keep_freed_memory()
     pin_blas_threads(1)
-    out = machine(spec["dtype"], "torch" in spec["systems"]) if spec["what"] == "machine" else shape(spec)
+    systems = spec["systems"]
+    out = (
+        machine(spec["dtype"], "torch" in systems, "mkl" in systems)
+        if spec["what"] == "machine"
+        else shape(spec)
+    )
     out["openblas_env"] = {
         k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ
     }

@@ -98,6 +98,11 @@ def _remember(blas: BoundBlas | None) -> BoundBlas | None:
     return blas
 
 
+def mkl_installed() -> bool:
+    """Whether the optional `mkl` package (the `mkl` extra) is installed."""
+    return _mkl_library() is not None
+
+
 def _mkl_library() -> tuple[str, str] | None:
     """(path of libmkl_rt, version) of the installed `mkl` package, or None."""
     try:

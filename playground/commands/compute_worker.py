@@ -192,9 +192,11 @@ def shape(spec: dict) -> dict:
     steps, optimizers, losses = {}, {}, {}
     for name in spec["systems"]:
         _bind(name)
-        build = _theirs if name == "torch" else _ours
-        args = (config, params, tokens, targets) + (() if name == "torch" else (_kernels(name),))
-        steps[name], optimizers[name] = build(*args)
+        steps[name], optimizers[name] = (
+            _theirs(config, params, tokens, targets)
+            if name == "torch"
+            else _ours(config, params, tokens, targets, _kernels(name))
+        )
         losses[name] = steps[name]()  # the first step: a warm-up, and the loss to compare
         optimizers[name]()
     repeats = _repeats(steps)

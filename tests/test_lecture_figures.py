@@ -21,6 +21,8 @@ from playground.lecture.figures import (
 )
 from playground.lecture.plan import Figure, Section, load_plan
 from playground.lecture.readers import READERS
+from playground.lecture.readers.concurrency import GOODPUT
+from playground.models import recovery as recovery_model
 
 SEED = Path(  # the lecture this project comes from, shipped in the package (docs/ links to it)
     os.environ.get(
@@ -267,6 +269,62 @@ def test_the_bucket_count_is_read_from_the_buckets_run(plan):
     row = evaluate(section, figure, READERS["bucket-count"], ctx)
     assert (row.status, row.lecture, row.measured, row.model) == ("measured", 4, 5, 4)  # 100 MB / 25 MiB
     assert "first bucket of 1 MiB" in row.why
+
+
+def _drill(k: int, wall_s: float, period_s: float, stall_s: float, restarts: list[dict], mtbf_s=1.0) -> Run:
+    """A train-recovery run of 100 steps under the mtbf drill, as result.json and scenario.yaml hold it."""
+    result = {
+        "ok": True,
+        "modes": [{"mode": "bucketed", "losses": [0.0] * 100, "wall_s": wall_s, "period_s": period_s}],
+        "checkpoints": [{"count": 100 // k, "bytes": 1 << 19, "stall_s": {"median": stall_s}}],
+        **({"recovery": {"restarts": restarts}} if restarts else {}),
+    }
+    return Run("train-recovery", result, {"checkpoint_every": k}, None, True, {"mtbf_s": mtbf_s, "seed": 3})
+
+
+def test_the_goodput_figure_reads_both_intervals_beside_dalys_model(plan):
+    """Useful steps per second at each interval; the model takes the rarer run's step (the frequent
+    one's median period holds stalls), the frequent run's stall and every restart's median."""
+    section, figure = _figure(plan, "train-goodput")
+    often = [{"total_s": 0.2, "steps_redone": 1}, {"total_s": 0.4, "steps_redone": 0}]
+    rare = [{"total_s": 0.3, "steps_redone": 7}]
+    runs = {
+        "train-recovery-often": _drill(2, 2.0, period_s=0.009, stall_s=0.008, restarts=often),
+        "train-recovery": _drill(20, 1.25, period_s=0.005, stall_s=0.02, restarts=rare),
+    }
+    row = evaluate(section, figure, READERS["train-goodput"], Context(runs, {}, {"cores": 2}))
+    assert (row.status, row.error, row.measured) == ("measured", "", [50.0, 80.0])
+    daly = [recovery_model.goodput(k, 0.005, 0.008, 0.3, 1.0) for k in (2, 20)]
+    assert row.model == pytest.approx(daly) and daly[0] < daly[1]
+    # Young/Daly: sqrt(2 x 8 ms x 1 s) - 8 ms = 118.5 ms, 23.7 steps of 5 ms
+    assert row.model_note.endswith("R = 0.30 s and M = 1 s; Young/Daly's optimum sqrt(2 C M) - C = 24 steps")
+    assert row.why.startswith("The drill killed a rank 2 and 1 times (1 and 7 steps redone)")
+    assert "every 2 steps stand the steps still 44% of the time" in row.why  # 8 / (2 x 5 + 8)
+
+    quiet = {k: _drill(r.params["checkpoint_every"], 1.0, 0.005, 0.008, []) for k, r in runs.items()}
+    row = evaluate(section, figure, READERS["train-goodput"], Context(quiet, {}, {}))
+    assert row.error == "" and row.measured == [100.0, 100.0]  # a short run the drill never struck
+    assert row.why.startswith("The drill struck no rank in these short runs")
+    assert row.model == pytest.approx([recovery_model.goodput(k, 0.005, 0.008, 0.0, 1.0) for k in (2, 20)])
+
+    undrilled = {**runs, "train-recovery": _drill(20, 1.25, 0.005, 0.02, rare, mtbf_s=None)}
+    row = evaluate(section, figure, READERS["train-goodput"], Context(undrilled, {}, {}))
+    assert row.status == "not measured" and "without the mtbf drill" in row.error
+    row = evaluate(
+        section, figure, READERS["train-goodput"], Context({"train-recovery": runs["train-recovery"]})
+    )
+    assert row.error == "not measured: scenario train-recovery-often was not run"
+
+
+def test_the_goodput_runs_differ_only_in_the_interval(plan):
+    """Both runs face the same drill (mtbf, seed) on the same model, full and quick."""
+    section = next(s for s in plan.sections if s.id == "concurrency")
+    runs = {r.key: r for r in section.scenarios}
+    for quick in (False, True):
+        sets = [dict(s.split("=", 1) for s in runs[key].overrides(quick)) for key in GOODPUT]
+        intervals = [int(s.pop("params.checkpoint_every")) for s in sets]
+        assert sets[0] == sets[1] and intervals[0] < intervals[1]
+        assert "recovery.mtbf_s" in sets[0] and "recovery.seed" in sets[0]
 
 
 # -- verdicts: computed from the values on their own row -----------------------------------------

@@ -29,23 +29,32 @@ class NotMeasured(PlaygroundError):
 
 @dataclass(frozen=True)
 class Run:
-    """What one scenario run left behind; `result` is None when it wrote no result.json."""
+    """What one scenario run left behind; `result` is None when it wrote no result.json. `params`
+    and `recovery` are the resolved scenario's sections of those names (recovery: the mtbf drill)."""
 
     name: str
     result: dict | None
     params: dict
     run_dir: Path | None
     ok: bool
+    recovery: dict = field(default_factory=dict)
 
     @classmethod
     def from_dir(cls, name: str, run_dir: Path | None) -> "Run":
         result: dict | None = None
-        params: dict = {}
+        scenario: dict = {}
         if run_dir is not None and (run_dir / "result.json").is_file():
             result = json.loads((run_dir / "result.json").read_text())
         if run_dir is not None and (run_dir / "scenario.yaml").is_file():
-            params = (yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("params") or {}
-        return cls(name, result, params, run_dir, bool(result and result.get("ok")))
+            scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}
+        return cls(
+            name,
+            result,
+            scenario.get("params") or {},
+            run_dir,
+            bool(result and result.get("ok")),
+            scenario.get("recovery") or {},
+        )
 
     def written(self) -> dict:
         """The result.json the run wrote; NotMeasured if it wrote none."""

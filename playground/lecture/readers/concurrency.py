@@ -1,10 +1,14 @@
 """The readers of the lecture's §3, concurrency: who sees what, the GIL, waiting, interleavings, the
-lost update, overlapping compute with communication, DDP's buckets."""
+lost update, overlapping compute with communication, DDP's buckets, and (beyond the lecture) the
+goodput of training that survives a rank killed at random."""
 
 import math
+import statistics
 
+from playground.commands.recovery_results import figures as recovery_figures
 from playground.lecture.figures import Context, NotMeasured, Reading
 from playground.lecture.readers.common import Readers, find_row
+from playground.models import recovery as recovery_model
 
 READERS = Readers()
 
@@ -129,5 +133,68 @@ def _train_buckets(ctx: Context) -> Reading:
             "buckets": buckets["bucketed"],
             "ranks": n,
             "msgs": 2 * (n - 1),
+        },
+    )
+
+
+# The same drill (mtbf and seed) twice: checkpoints every few steps, and about Young/Daly's interval.
+GOODPUT = ("train-recovery-often", "train-recovery")
+
+
+def _drill_run(ctx: Context, key: str) -> dict:
+    """One run under the mtbf drill: its interval, goodput, step, stall and restarts (the results'
+    page reads a run the same way)."""
+    run = ctx.run(key)
+    k = run.params.get("checkpoint_every") or 0
+    if k <= 0:
+        raise NotMeasured(f"{key} took no checkpoints (params.checkpoint_every={k})")
+    mtbf_s = run.recovery.get("mtbf_s")
+    if mtbf_s is None:
+        raise NotMeasured(f"{key} ran without the mtbf drill (recovery.mtbf_s is null)")
+    restarts = (run.written().get("recovery") or {}).get("restarts") or []
+    return {
+        **recovery_figures(run.written()),
+        "k": k,
+        "mtbf_s": mtbf_s,
+        "failures": len(restarts),
+        "redone": sum(r.get("steps_redone") or 0 for r in restarts),
+    }
+
+
+@READERS.add("train-goodput")
+def _train_goodput(ctx: Context) -> Reading:
+    """Useful steps per second at each interval, beside Daly's model fed with the runs' own step
+    (the rarer run's median period: no checkpoint in it), stall (the frequent run's: the most
+    checkpoints) and time to recover (every restart's median; 0 when the drill struck no rank)."""
+    runs = sorted((_drill_run(ctx, key) for key in GOODPUT), key=lambda r: r["k"])
+    often, rare = runs[0], runs[-1]
+    mtbf_s, step_s = rare["mtbf_s"], rare["period_s"]
+    checkpoint_s = often["stall_s"] or rare["stall_s"] or 0.0
+    recover = [t["total_s"] for r in runs for t in r["restarts"]]
+    recover_s = statistics.median(recover) if recover else 0.0
+    model = [recovery_model.goodput(r["k"], step_s, checkpoint_s, recover_s, mtbf_s) for r in runs]
+    best = recovery_model.best_steps(step_s, checkpoint_s, recover_s, mtbf_s)
+    failures = [r["failures"] for r in runs]
+    drill = (
+        f"killed a rank {' and '.join(map(str, failures))} times "
+        f"({' and '.join(str(r['redone']) for r in runs)} steps redone)"
+        if any(failures)
+        else "struck no rank in these short runs, so only the checkpoints' stall shows (R taken as 0)"
+    )
+    return Reading(
+        [r["goodput"] for r in runs],
+        model,
+        values={
+            "often": often["k"],
+            "mtbf_s": mtbf_s,
+            "step_ms": 1e3 * step_s,
+            "stall_ms": 1e3 * checkpoint_s,
+            "recover_s": recover_s,
+            "young_daly": recovery_model.young_daly_steps(step_s, checkpoint_s, mtbf_s),
+            "best": best,
+            "best_goodput": recovery_model.goodput(best, step_s, checkpoint_s, recover_s, mtbf_s),
+            "free_goodput": 1 / step_s,
+            "stall_pct": 100 * checkpoint_s / (often["k"] * step_s + checkpoint_s),
+            "drill": drill,
         },
     )

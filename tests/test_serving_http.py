@@ -263,6 +263,7 @@ def test_bad_flags_are_one_line_and_exit_2(tmp_path, capsys):
         (["--speculative-tokens", "-1"], "--speculative-tokens"),
         (["--capacity-tokens", "16"], "--capacity-tokens"),
         (["--heads", "5"], "--heads"),
+        (["--journal", str(tmp_path / "no" / "such" / "dir.jsonl")], "--journal"),
     ]:
         assert main(["serve", *flags]) == 2, flags
         err = capsys.readouterr().err

@@ -66,6 +66,12 @@ def add_serve_flags(s: argparse.ArgumentParser) -> None:
         metavar="K",
         help="draft K tokens a step by prompt lookup for greedy requests (default 0: off)",
     )
+    s.add_argument(
+        "--journal",
+        metavar="FILE",
+        help="keep the answers of requests sent with an Idempotency-Key header in FILE, so that a server "
+        "started again on it answers a re-sent request once (default: kept in memory only)",
+    )
     g = s.add_argument_group("random weights (--model random, or latest with nothing trained)")
     g.add_argument("--layers", type=int)
     g.add_argument("--d-model", type=int)
@@ -91,6 +97,7 @@ def serve_config(
     chunked_prefill: bool = False,
     prefix_caching: bool = False,
     speculative_tokens: int = 0,
+    journal: str | None = None,
     layers: int = 2,
     d_model: int = 64,
     heads: int = 4,
@@ -125,6 +132,7 @@ def serve_config(
         capacity_tokens=capacity_tokens,
         prefix_caching=prefix_caching,
         engine=engine,
+        journal=journal,
     )
 
 

@@ -10,7 +10,8 @@ A handler checks the request (a `RequestError` becomes OpenAI's error body, 4xx)
 engine loop by id and reads the `Output`s that come back each step. Every way a handler can end
 (the request finished, every sample met a stop string, the client went away, the server stops)
 aborts the request in the engine if it is still there, so its blocks are freed at once: a
-handler races its work against the client's `http.disconnect` and cancels the loser.
+handler races its work against the client's `http.disconnect` and cancels the loser. A request with
+an `Idempotency-Key` header is answered once however often it is sent (idempotency.py).
 """
 
 import asyncio
@@ -19,7 +20,7 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -31,6 +32,7 @@ from starlette.types import Receive, Scope, Send
 from playground.core.errors import RequestError
 from playground.kvcache.engine.sequence import SamplingParams
 from playground.serving.http.engine_loop import EngineLoop, Output
+from playground.serving.http.idempotency import HEADER, REPLAYED, Idempotency
 from playground.serving.http.metrics import CONTENT_TYPE, ServingMetrics
 from playground.serving.http.openai_protocol import (
     CompletionRequest,
@@ -44,12 +46,14 @@ from playground.serving.http.text_stream import SampleText
 
 @dataclass
 class Served:
-    """What the routes share: the engine loop, its limits and metrics, the created time."""
+    """What the routes share: the engine loop, its limits and metrics, the created time, the
+    idempotency keys' answers."""
 
     loop: EngineLoop
     limits: Limits
     metrics: ServingMetrics
     created_s: int
+    idempotency: Idempotency = field(default_factory=Idempotency)
 
 
 class Generation:
@@ -135,9 +139,11 @@ class EventStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], None]):
+    def __init__(
+        self, events: AsyncIterator[bytes], on_close: Callable[[], None], headers: dict | None = None
+    ):
         self.status_code, self.background = 200, None
-        self.init_headers({"cache-control": "no-cache"})  # no body: no content-length
+        self.init_headers({"cache-control": "no-cache", **(headers or {})})  # no body: no content-length
         self.events, self.on_close = events, on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -159,8 +165,9 @@ def _event(data: dict | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
 
 
-async def _sse(gen: Generation, head: dict) -> AsyncIterator[bytes]:
-    """OpenAI's chunks: a delta per sample and step, its finish reason in its last, [DONE]."""
+async def _sse(gen: Generation, head: dict, on_done: Callable[[], None]) -> AsyncIterator[bytes]:
+    """OpenAI's chunks: a delta per sample and step, its finish reason in its last, [DONE];
+    `on_done` runs once every sample has ended, before their last chunks are sent."""
     if gen.req.chat:
         yield _event(
             {
@@ -177,6 +184,8 @@ async def _sse(gen: Generation, head: dict) -> AsyncIterator[bytes]:
         except RequestError as e:
             yield _event(error_body(e))
             break
+        if gen.done:
+            on_done()
         choices = []
         for i, delta in enumerate(deltas):
             if ended[i] or not (delta or gen.finish[i]):
@@ -199,19 +208,45 @@ def _chunk(gen: Generation, i: int, delta: dict | str, finish: str | None) -> di
 
 async def _generate(served: Served, ids: Iterator[int], request: Request, chat: bool) -> Response:
     """A completion or chat request: streamed as server-sent events, or collected into one reply
-    (499 when the client left before it was done)."""
-    req = parse_request(parse_body(await request.body()), served.limits, chat)
+    (499 when the client left before it was done); with an idempotency key, its kept reply if it
+    has one."""
+    body = parse_body(await request.body())
+    req = parse_request(body, served.limits, chat)
+    key = Idempotency.key(request.headers.get(HEADER))
     if served.loop.failure:
         raise RequestError(served.loop.failure, status=503, code="engine_failed")
-    gen = Generation(served, req, next(ids))
     kind = "chat.completion" if chat else "text_completion"
+    if key is not None:
+        kept = await served.idempotency.claim(key, body)
+        if kept is not None:
+            return _replay(kept, req)
+    try:
+        gen = Generation(served, req, next(ids))
+    except BaseException:
+        if key is not None:
+            served.idempotency.drop(key)
+        raise
     head = {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}",
         "created": int(time.time()),
         "model": served.limits.model,
     }
+
+    def reply() -> dict:
+        choices = [gen.choice(i, t.text, gen.finish[i]) for i, t in enumerate(gen.texts)]
+        return {**head, "object": kind, "choices": choices, "usage": gen.usage()}
+
+    def keep() -> None:  # the one reply, kept (and journaled) before it is sent
+        if key is not None:
+            served.idempotency.done(key, reply())
+
+    def close() -> None:
+        gen.close()
+        if key is not None:
+            served.idempotency.drop(key)  # nothing once kept; else a re-send runs it again
+
     if req.stream:
-        return EventStream(_sse(gen, {**head, "object": kind + (".chunk" if chat else "")}), gen.close)
+        return EventStream(_sse(gen, {**head, "object": kind + (".chunk" if chat else "")}, keep), close)
 
     async def collect() -> None:
         while not gen.done:
@@ -219,12 +254,45 @@ async def _generate(served: Served, ids: Iterator[int], request: Request, chat: 
 
     try:
         gone, _ = await until_disconnect(collect(), request.receive)
+        if not gone:
+            keep()
     finally:
-        gen.close()
+        close()
     if gone:
         return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
-    choices = [gen.choice(i, t.text, gen.finish[i]) for i, t in enumerate(gen.texts)]
-    return JSONResponse({**head, "object": kind, "choices": choices, "usage": gen.usage()})
+    return JSONResponse(reply())
+
+
+def _replay(kept: dict, req: CompletionRequest) -> Response:
+    """A kept reply sent again: as it was, or as a stream of one chunk a choice (its whole text and
+    finish reason), the usage if asked, [DONE]."""
+    headers = {REPLAYED: "true"}
+    if not req.stream:
+        return JSONResponse(kept, headers=headers)
+    head = {"id": kept["id"], "created": kept["created"], "model": kept["model"]}
+    head["object"] = "chat.completion.chunk" if req.chat else "text_completion"
+    events = []
+    for c in kept["choices"]:
+        if req.chat:
+            delta = {"role": "assistant", "content": c["message"]["content"]}
+            choice = {"index": c["index"], "delta": delta, "finish_reason": c["finish_reason"]}
+        else:
+            choice = {
+                "index": c["index"],
+                "text": c["text"],
+                "logprobs": None,
+                "finish_reason": c["finish_reason"],
+            }
+        events.append(_event({**head, "choices": [choice]}))
+    if req.include_usage:
+        events.append(_event({**head, "choices": [], "usage": kept["usage"]}))
+    events.append(_event("[DONE]"))
+
+    async def replayed() -> AsyncIterator[bytes]:
+        for e in events:
+            yield e
+
+    return EventStream(replayed(), lambda: None, headers)
 
 
 async def _request_error(request: Request, exc: Exception) -> Response:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import uvicorn
 
-from playground.core.errors import ParamError
+from playground.core.errors import ParamError, UsageError
 from playground.kvcache.engine.config import EngineConfig
 from playground.kvcache.engine.kv_pool import KVLayout, KVPool
 from playground.kvcache.engine.llm_engine import LLMEngine
@@ -30,6 +30,7 @@ from playground.kvcache.engine.policies import POLICIES, make_policy
 from playground.kvcache.engine.tensor_parallel import SeqIds
 from playground.serving.http.app import Served, build_app
 from playground.serving.http.engine_loop import EngineLoop
+from playground.serving.http.idempotency import Idempotency
 from playground.serving.http.metrics import ServingMetrics
 from playground.serving.http.openai_protocol import Limits
 from playground.serving.served import LATEST, RANDOM, TRAIN_HINT, latest_trained, model_file, trained_how
@@ -55,6 +56,7 @@ class ServeConfig:
     capacity_tokens: int = 65536
     prefix_caching: bool = False
     engine: EngineConfig = EngineConfig(max_num_seqs=256)
+    journal: str | None = None  # the idempotency keys' answers, kept across restarts (idempotency.py)
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535:
@@ -130,7 +132,11 @@ def build_served(config: ServeConfig, model: Transformer) -> Served:
         engine, metrics.on_step, metrics.on_finish, rebuild=new_engine, on_restart=metrics.on_restart
     )
     limits = Limits(config.served_model_name, max_model_len, config.max_n, c.vocab_size)
-    return Served(loop, limits, metrics, int(time.time()))
+    try:
+        idempotency = Idempotency(config.journal)
+    except UsageError as e:
+        raise ParamError("--journal", e.message) from None
+    return Served(loop, limits, metrics, int(time.time()), idempotency)
 
 
 class _Server(uvicorn.Server):
@@ -177,6 +183,9 @@ def serve(config: ServeConfig) -> int:
     served.loop.start()
     try:
         print(f"serving model: {what}", flush=True)
+        if config.journal:
+            kept = served.idempotency.table.num_answers
+            print(f"journal: {config.journal} ({kept} answer(s) kept from before)", flush=True)
         print(
             f"serving {config.served_model_name!r} on {url} (OpenAI routes /v1/completions, /v1/chat/completions; "
             f"/metrics, /health); Ctrl-C stops",
@@ -185,6 +194,7 @@ def serve(config: ServeConfig) -> int:
         server.run(sockets=[sock])
     finally:
         served.loop.stop()
+        served.idempotency.close()
         sock.close()
     if served.loop.failure:
         print(f"error: {served.loop.failure}", file=sys.stderr)

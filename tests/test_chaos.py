@@ -161,6 +161,27 @@ def test_a_recovering_standalone_servers_clients_resend_and_finish(tmp_path):
     assert h.twice == h.never == h.differs == 0  # every reply checked against dense generation
 
 
+@pytest.mark.slow
+def test_recover_on_hosts_draws_host_faults_and_a_killed_host_is_mended(tmp_path, as_root):
+    """`chaos --recover --hosts`: the launched workloads also draw cut links, killed hosts and
+    delayed links; a training run whose host is killed restarts on the mended cluster, without the
+    drill, and ends as the fault-free run on the same hosts."""
+    runs = [draw(7, k, True, recover=True) for k in range(1, 41)]
+    on_hosts = [r for r in runs if r.fault in HOST_FAULTS]
+    assert {r.fault.name for r in on_hosts} == {"cut_link", "kill_host", "delay_link"}
+    assert all(r.hosts in (2, 3) and "--hosts" in r.args for r in runs if r.workload.launched)
+    assert all(r.hosts is None for r in runs if not r.workload.launched)  # the standalone server
+    assert [draw(7, k, False, recover=True).fault in HOST_FAULTS for k in range(1, 41)] == [False] * 40
+    run = runs[0]
+    assert (run.workload.name, run.fault.name, run.hosts) == ("train", "kill_host", 2)
+    obs = launched.execute(run, tmp_path)
+    verdict = judge(run, obs, {})
+    assert obs.exit_code == 0 and verdict.ok, (verdict.problems, obs.stderr[-2000:])
+    h = verdict.history
+    assert h.restarts == 1 and h.once == h.asked == RECOVER_STEPS and h.twice == h.never == h.differs == 0
+    assert verdict.leaks == []
+
+
 def test_recover_draws_only_what_a_restart_mends_and_a_broken_history_fails():
     runs = [draw(5, k, False, recover=True) for k in range(1, 40)]
     assert runs == [draw(5, k, False, recover=True) for k in range(1, 40)]  # the seed decides

@@ -71,6 +71,19 @@ def test_a_four_host_ring_is_exact_and_leaves_nothing(as_root, runs_dir, transpo
     assert "per host (4 hosts" in shown and "bytes that crossed host links" in shown
 
 
+def test_serving_on_two_hosts_reaches_its_kv_server_across_the_link(as_root, runs_dir):
+    """The serving lab's KV server rank listens on its host's address, not its namespace's loopback:
+    a client on the other host reaches it and every request is answered."""
+    sets = ["params.num_requests=40", "params.policies=[paged]", "params.output_mean=8", "timeout_s=10"]
+    args = ["run", "serving", "--ranks", "2", "--hosts", "2", "--out", str(runs_dir)]
+    proc = start_cli(args + [a for s in sets for a in ("--set", s)])
+    out, err = finish(proc)
+    assert proc.returncode == 0, out + err
+    assert netns.run_namespaces(proc.pid) == []
+    result = json.loads((runs_dir / "latest" / "result.json").read_text())
+    assert result["ok"] and result["hosts"] == 2 and result["placement"] == [0, 1]
+
+
 def test_without_root_one_line_and_exit_2(monkeypatch, capsys, runs_dir):
     monkeypatch.setattr(netns, "euid", lambda: 1000)
     code = cli.main(["run", "ring", "--hosts", "2", "--out", str(runs_dir)])

@@ -64,7 +64,7 @@ def judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
             )
         return
     if obs.exit_code is None:
-        v.problems.append(f"did not exit within {run.timeout_s + 30:.0f}s of the fault's moment")
+        v.problems.append(f"did not exit within {run.exit_budget_s:.0f}s of the fault's moment")
         return
     if fault.interrupts and obs.exit_code == 0 and _finished_before(obs):
         v.missed = True  # the signal found the finished command shutting down, where it is ignored

@@ -19,7 +19,9 @@ With `--recover` the faults must be mended, not only named (recovered.py): the w
 mends run with one restart allowed (the standalone KV server is started again on its address), and
 each run is checked as a history: ended with status 0 after a restart naming the faulty rank,
 nothing done twice, nothing never done, nothing different from a fault-free run; the table counts
-those by fault kind, with the time to recover.
+those by fault kind, with the time to recover. `--recover --hosts` puts the launched workloads on
+emulated hosts and adds the host faults: the restarted group runs on mended links, the drill not
+fired again.
 """
 
 import argparse
@@ -89,8 +91,6 @@ class ChaosConfig:
             raise ScenarioError(f"--only {only}: expected a run number, 1 or more")
         if seed is not None and seed < 0:
             raise ScenarioError(f"--seed {seed}: expected 0 or more")
-        if hosts and recover:
-            raise ScenarioError("--recover: runs on one host (the host faults are not among those it mends)")
         if hosts:
             netns.check_can_emulate()  # one line, exit 2, before anything is made
         seed = seed if seed is not None else random.randrange(1, 100_000)
@@ -108,7 +108,7 @@ def run_chaos(config: ChaosConfig) -> int:
     """Every run drawn, run and judged, chaos.json written after each; the table and the failed runs."""
     console, err = make_console(), make_console(stderr=True)
     run_dir = make_run_dir(config.out, "chaos")
-    where = ", emulated hosts" if config.hosts else (", recovering" if config.recover else "")
+    where = (", emulated hosts" if config.hosts else "") + (", recovering" if config.recover else "")
     console.print(
         f"[bold]chaos[/bold]: {len(config.indices)} runs, seed {config.seed}{where} -> {run_dir}",
         highlight=False,

@@ -117,6 +117,10 @@ class Workload:
     recoverable: Recoverable | None = None  # how `chaos --recover` runs it (None: it does not)
 
 
+EXIT_GRACE_S = 30.0  # after the fault's moment and the run's timeout: longer is "did not exit"
+RECOVER_GRACE_S = 90.0  # a recovering run also finishes its work after the restart
+
+
 @dataclass(frozen=True)
 class ChaosRun:
     """One drawn run. `rank` is the faulty rank (or host, for a host fault: `host`); `after_s` the
@@ -141,6 +145,12 @@ class ChaosRun:
     @property
     def timeout_s(self) -> float:
         return self.workload.timeout_s
+
+    @property
+    def exit_budget_s(self) -> float:
+        """How long after the fault's moment the run may take to exit: its timeout and a grace
+        (recovering: also the rest of the run, done again after a restart)."""
+        return self.timeout_s + (RECOVER_GRACE_S if self.recover else EXIT_GRACE_S)
 
     @property
     def target_host(self) -> str:

@@ -21,7 +21,6 @@ from playground.core.child import PLAYGROUND, subprocess_env
 POLL_S = 0.02
 SNAPSHOT_EVERY_S = 0.2
 START_DEADLINE_S = 60.0  # python, numpy and the node imported, ranks forked
-EXIT_GRACE_S = 30.0  # after the fault's moment and the run's timeout: longer is "did not exit"
 
 
 def start(args: list[str], out_dir: Path) -> subprocess.Popen:
@@ -120,7 +119,7 @@ def _drive(run: ChaosRun, proc: subprocess.Popen, out_dir: Path, obs: Observatio
     ranks_at = time.monotonic()
     outside = run.fault.source == "outside"
     fire_at = ranks_at + run.after_s if outside else None
-    end_at = ranks_at + run.after_s + run.timeout_s + EXIT_GRACE_S
+    end_at = ranks_at + run.after_s + run.exit_budget_s
     next_snapshot = 0.0
     while proc.poll() is None and time.monotonic() < end_at:
         now = time.monotonic()

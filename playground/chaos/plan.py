@@ -34,7 +34,7 @@ def replay_command(seed: int, index: int, hosts: bool, recover: bool = False) ->
 def draw(seed: int, index: int, hosts: bool, recover: bool = False) -> ChaosRun:
     """Run `index` (1-based) of seed `seed`: a function of the two alone (and of `recover`)."""
     if recover:
-        return _draw_recovering(seed, index)
+        return _draw_recovering(seed, index, hosts)
     rng = random.Random(f"chaos-{seed}-{index}")
     workload = rng.choice(
         [w for w in WORKLOADS.values() if w.faults]  # those drawn under --recover only have none
@@ -54,13 +54,20 @@ def draw(seed: int, index: int, hosts: bool, recover: bool = False) -> ChaosRun:
     return _with_target(rng, _with_workload(rng, run))
 
 
-def _draw_recovering(seed: int, index: int) -> ChaosRun:
-    """A run of `chaos --recover`: a workload a restart mends, one of the faults it must mend."""
+def _draw_recovering(seed: int, index: int, hosts: bool = False) -> ChaosRun:
+    """A run of `chaos --recover`: a workload a restart mends, one of the faults it must mend (with
+    `hosts`, on emulated hosts, a launched workload's host faults among them: a restarted group runs
+    on mended links, without the drill)."""
     rng = random.Random(f"chaos-recover-{seed}-{index}")
     workload = rng.choice([w for w in WORKLOADS.values() if w.recoverable is not None])
     assert workload.recoverable is not None
-    fault = rng.choice(workload.recoverable.faults)
-    run = ChaosRun(index, seed, workload, rng.choice(workload.ranks), fault, recover=True)
+    on_hosts = hosts and workload.launched
+    fault = rng.choice([*workload.recoverable.faults, *(HOST_FAULTS * 2 if on_hosts else ())])
+    ranks, num_hosts = rng.choice(workload.ranks), None
+    if on_hosts:
+        num_hosts = rng.choice([h for h in (2, 3) if h <= ranks] or [2])
+        ranks = max(ranks, num_hosts)
+    run = ChaosRun(index, seed, workload, ranks, fault, hosts=num_hosts, recover=True)
     return _with_target(rng, _with_workload(rng, run))
 
 

@@ -37,7 +37,7 @@ def judge_recovered(run: ChaosRun, obs: Observation, v: Verdict) -> None:
             v.problems.append(f"the run ended with status {obs.exit_code} before its fault fired")
         return
     if obs.exit_code is None:
-        v.problems.append(f"did not exit within {run.timeout_s + 30:.0f}s of the fault's moment")
+        v.problems.append(f"did not exit within {run.exit_budget_s:.0f}s of the fault's moment")
         return
     if obs.exit_code != 0:
         failures = obs.result.get("failures") or obs.stderr.strip().splitlines()[-1:] or ["no output"]

@@ -99,8 +99,9 @@ def _serving_tensor(rng: random.Random, run: ChaosRun, common: list[str]) -> Cha
     about 55 ms: over 2.5 s of them, so that an outside fault (0.2 to 2 s in) seldom misses."""
     rounds = rng.choice([48, 64])
     keys = ["params.shapes=[small]", "params.tensor=[2]", f"params.rounds={rounds}", "params.simulate=[]"]
-    args = ("run", "serving-tensor", *common, *sets(keys))
-    return replace(run, transport="shm", size=f"{rounds} rounds", args=args)
+    transport = "ipc" if run.hosts else "shm"  # shm is one host's: ipc inside a host, tcp across
+    args = ("run", "serving-tensor", *common, "--transport", transport, *sets(keys))
+    return replace(run, transport=transport, size=f"{rounds} rounds", args=args)
 
 
 def _kvcache(rng: random.Random, run: ChaosRun, common: list[str]) -> ChaosRun:

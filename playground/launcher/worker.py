@@ -135,7 +135,7 @@ def _connect(
     except BaseException:
         end.close()
         raise
-    transport = _with_delay(transport, scenario, env.rank, ctx, endpoints, peers.hosts)
+    transport = _with_delay(transport, scenario, env, ctx, endpoints, peers.hosts)
     faulty = _with_fault(transport, scenario, run_dir, env, ctrl, tracer)
     comm = Communicator(
         env.rank,
@@ -208,17 +208,19 @@ def _fired_recorder(run_dir: Path, env: rendezvous.RankEnv):
     return record
 
 
-def _with_delay(transport, scenario: Scenario, rank: int, ctx, endpoints: list[str], hosts: list[str]):
+def _with_delay(
+    transport, scenario: Scenario, env: rendezvous.RankEnv, ctx, endpoints: list[str], hosts: list[str]
+):
     """`transport` behind a DelayedTransport when messages between hosts are delayed (the link's
-    delay, or a delay_link drill); else itself."""
+    delay, or a delay_link drill: one event, so not in a restarted group); else itself."""
     link_delay_s = scenario.link.delay if scenario.link else 0.0
     fault, extra = scenario.fault, None
-    if fault is not None and fault.action == "delay_link" and fault.delay is not None:
+    if fault is not None and fault.action == "delay_link" and fault.delay is not None and env.generation == 0:
         host = host_name(fault.target_host(scenario.placement))
         extra = (host, fault.delay, time.monotonic() + (fault.after_s or 0.0))
     if not scenario.hosts or (not link_delay_s and extra is None):
         return transport
-    return DelayedTransport(transport, rank, ctx, endpoints, hosts, link_delay_s, extra)
+    return DelayedTransport(transport, env.rank, ctx, endpoints, hosts, link_delay_s, extra)
 
 
 def child_main(scenario: Scenario, run_dir: Path, environ: dict, launcher_pid: int, cpu: int | None) -> None:

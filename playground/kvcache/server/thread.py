@@ -8,12 +8,14 @@ swapped between policies only while every client waits at a barrier.
 """
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
 
 import zmq
 
+from playground.comm.addresses import local_ip_towards
 from playground.core.errors import CommTimeout, LabError
 from playground.kvcache.engine.llm_engine import STEP_LOG_COLUMNS
 from playground.kvcache.server.client import KVClient
@@ -81,9 +83,11 @@ class ServerThread(threading.Thread):
 
 
 def start_server_thread(comm, endpoint: str, server: KVServer, name: str) -> ServerThread:
-    """Rank 0: `server` on a thread of its own bound to tcp or to an ipc path in the run directory;
-    its address is broadcast to the clients (they call `comm.bcast_obj(None)`)."""
-    bind = "tcp://127.0.0.1:*" if endpoint == "tcp" else f"ipc://{comm.run_dir}/{name}.sock"
+    """Rank 0: `server` on a thread of its own bound to tcp (the address its peers reach: loopback
+    on one host, the host's own on emulated hosts) or to an ipc path in the run directory; its
+    address is broadcast to the clients (they call `comm.bcast_obj(None)`)."""
+    here = local_ip_towards(os.environ.get("MASTER_ADDR", "127.0.0.1"))  # on emulated hosts, the host's
+    bind = f"tcp://{here}:*" if endpoint == "tcp" else f"ipc://{comm.run_dir}/{name}.sock"
     thread = ServerThread(bind)
     thread.server = server
     thread.start()

@@ -156,6 +156,23 @@ def checkpoint_identity(params: Params, ranks: int) -> dict:
     return identity("nodes.train", params, ranks, NOT_TRAINING)
 
 
+REPLICATED = ("per_tensor", "bucketed", "after_backward")  # every rank holds the whole state
+
+
+def live_recovery(params: Params, ranks: int, way: str) -> None:
+    """`recovery.way: peer` needs one mode whose every rank holds the whole state (a survivor then
+    has all a replacement needs); the sharded modes and shrink are refused (ParamError)."""
+    if way != "peer":
+        raise ParamError("recovery.way", f"train does not offer {way}; allowed: restart, peer")
+    refused = [m.name for m in params.mode if m.name not in REPLICATED]
+    if refused or len(params.mode) != 1:
+        raise ParamError(
+            "recovery.way",
+            f"peer needs params.mode to be one of {', '.join(REPLICATED)} (a survivor holds the whole "
+            f"state), got {[m.name for m in params.mode]}; allowed otherwise: restart",
+        )
+
+
 NOT_TRAINING = ("sample_bytes", "prompt", "temperature", "model", "baseline")  # a resumed run may change them
 
 
@@ -203,4 +220,5 @@ CONTRACT = NodeContract(
     check_scenario=check_scenario,
     threaded=True,  # a communication thread beside the compute
     checkpoint_identity=checkpoint_identity,
+    live_recovery=live_recovery,
 )

@@ -23,6 +23,7 @@ import functools
 import json
 import multiprocessing  # the stdlib one: with fork nothing is pickled, and it imports without dill
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -35,13 +36,13 @@ import zmq
 from playground.comm import flight_report
 from playground.comm.addresses import free_tcp_port, ipc_dir, shm_dir_for
 from playground.comm.registry import BY_NAME
-from playground.comm.shm import remove_shm_dir
 from playground.config.scenario import Scenario
 from playground.core import interrupts, scratch
 from playground.core.errors import UsageError
 from playground.core.topology import BRIDGE_ADDR
 from playground.hosts import netns
 from playground.hosts.drills import HostDrill
+from playground.launcher.membership import REPLACEMENT_VARIABLE
 from playground.launcher.worker import FAULT_FIRED_FILE, child_main
 from playground.rendezvous.coordinator import Coordinator
 from playground.rendezvous.failures import HEARTBEAT_LOST_S, LaunchOutcome, RankFailure
@@ -130,11 +131,19 @@ class Launcher:
         self.supervisor = supervisor
         self.generation = 0
         self.procs: list = []  # the ranks' processes (multiprocessing's, or multiprocess's when spawned)
+        self.live = scenario.recovery.way == "peer" and supervisor is not None
+        self.scratch: list[str] = []  # the scratch directories claimed (every generation's), removed at the end
+        self.backlog: list[list[bytes]] = []  # the next generation's messages its coordinator takes first
         self.coordinator = self._coordinator()
         self.ipc_dir = ""
         self.port = 0
         self.cluster: netns.Cluster | None = None
         self.interrupts = _Interrupts()
+        self.live = scenario.recovery.way == "peer" and supervisor is not None
+        self.scratch: list[
+            str
+        ] = []  # the scratch directories claimed (every generation's), removed at the end
+        self.backlog: list[list[bytes]] = []  # the next generation's messages its coordinator takes first
 
     def _coordinator(self) -> Coordinator:
         """The coordinator of the current generation."""
@@ -146,6 +155,8 @@ class Launcher:
             watch_exits=True,
             heartbeat_lost_s=HEARTBEAT_LOST_S if self.scenario.hosts else None,
             generation=self.generation,
+            live=self.live,
+            backlog=self.backlog,
         )
 
     def _env(self, rank: int, port: int) -> dict:
@@ -207,6 +218,10 @@ class Launcher:
                     router.bind(f"tcp://{BRIDGE_ADDR if self.cluster else '127.0.0.1'}:{port}")
                     while True:
                         self._serve(router)
+                        if self._recover_live(mp):
+                            continue
+                        self.coordinator.live = False
+                        self._serve(router)  # a failure not recovered live: its abort settles as always
                         self._stop_ranks()
                         extra = self._next_generation()
                         if extra is None:
@@ -224,38 +239,85 @@ class Launcher:
         outcome = self.coordinator.outcome(interrupted)
         return self.supervisor.outcome(outcome) if self.supervisor else outcome
 
-    def _start_ranks(self, mp, extra_env: dict) -> None:
-        """Fork (or spawn) the current generation's ranks in their own scratch directories; `extra_env`
-        tells them more (the checkpoint to go on from)."""
-        port = self.port
-        self.ipc_dir = ipc_dir(port, self.generation)
-        scratch.claim(self.ipc_dir)
-        if BY_NAME[self.scenario.transport].uses_shm:
-            scratch.claim(shm_dir_for(port, self.generation))
+    def _start_ranks(self, mp, extra_env: dict, ranks: list[int] | None = None) -> None:
+        """Fork (or spawn) the current generation's ranks (`ranks`: only these, beside the survivors
+        of a live recovery) in their own scratch directories; `extra_env` tells them more (the
+        checkpoint to go on from). With live recovery the next generation's directories are made
+        too, so that survivors can re-form the moment a peer fails."""
+        self.ipc_dir = ipc_dir(self.port, self.generation)
+        for generation in (self.generation, self.generation + 1) if self.live else (self.generation,):
+            self._claim_scratch(generation)
         cpus = rank_cpus(self.scenario)
-        self.procs = []
+        if ranks is None:
+            self.procs = [None] * self.n
         # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
         with interrupts.held(), self._without_main():
-            for rank in range(self.n):
+            for rank in range(self.n) if ranks is None else ranks:
                 p = mp.Process(
                     target=child_main,
                     args=(
                         self.scenario,
                         self.run_dir,
-                        {**self._env(rank, port), **extra_env},
+                        {**self._env(rank, self.port), **extra_env},
                         os.getpid(),
                         cpus[rank] if cpus else None,
                     ),
                     name=f"rank-{rank}",
                 )
                 p.start()
-                self.procs.append(p)
-                self.coordinator.pids[rank] = p.pid
+                self.procs[rank] = p
+        for rank, p in enumerate(self.procs):
+            self.coordinator.pids[rank] = p.pid
         if self.supervisor is not None:
             self.supervisor.arm(self.coordinator, self.generation)
 
+    def _claim_scratch(self, generation: int) -> None:
+        """The ipc sockets' directory of `generation` (and its /dev/shm one), once."""
+        dirs = [ipc_dir(self.port, generation)]
+        if BY_NAME[self.scenario.transport].uses_shm:
+            dirs.append(shm_dir_for(self.port, generation))
+        for d in dirs:
+            if d not in self.scratch:
+                scratch.claim(d)
+                self.scratch.append(d)
+
+    def _recover_live(self, mp) -> bool:
+        """After a failure under `recovery.way: peer`: if the supervisor agrees, the failed ranks
+        reaped, the next generation's coordinator made (with what the survivors already sent it)
+        and a replacement started for each failed rank, while the survivors keep running (True).
+        False: the run finished, or the group must stop as it always does."""
+        coord = self.coordinator
+        if not self.live or self.interrupts.pending or not coord.failures or self.supervisor is None:
+            return False
+        failed = {f.rank for f in coord.failures if not f.secondary}
+        deadline = time.monotonic() + LOG_FLUSH_GRACE_S
+        for rank in sorted(failed):  # one that raised is exiting; one that hangs is killed
+            self.procs[rank].join(max(0.0, deadline - time.monotonic()))
+            if self.procs[rank].exitcode is None:
+                try:
+                    os.kill(self.procs[rank].pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.procs[rank].join(5.0)
+        self._record_fired_fault()
+        gone = {rank for rank, p in enumerate(self.procs) if p.exitcode is not None}
+        replaced = self.supervisor.live_recovery(self.generation, coord, gone)
+        if replaced is None:
+            return False
+        self._remove_empty_stacks()
+        self.backlog = coord.early
+        self.generation += 1
+        self.coordinator = self._coordinator()
+        self.backlog = []
+        self._start_ranks(mp, {REPLACEMENT_VARIABLE: "1"}, ranks=replaced)
+        return True
+
     def _serve(self, router) -> None:
-        sentinels = {p.sentinel: functools.partial(self._on_exit, rank) for rank, p in enumerate(self.procs)}
+        sentinels = {
+            p.sentinel: functools.partial(self._on_exit, rank)
+            for rank, p in enumerate(self.procs)
+            if rank not in self.coordinator.exited
+        }
         with self.interrupts.armed_here():
             self.coordinator.serve(router, watch=sentinels)
 
@@ -266,8 +328,7 @@ class Launcher:
         self._kill_all()
         self._record_fired_fault()
         self._remove_empty_stacks()
-        self._cleanup_ipc()
-        remove_shm_dir(self.port, self.generation)
+        self._cleanup_scratch()
         self.procs = []
 
     def _next_generation(self) -> dict | None:
@@ -400,8 +461,17 @@ class Launcher:
             except OSError:
                 pass
 
-    def _cleanup_ipc(self) -> None:
-        d = self.ipc_dir
+    def _cleanup_scratch(self) -> None:
+        """Every claimed scratch directory removed: the ipc sockets' and /dev/shm's of each generation."""
+        for d in self.scratch:
+            if d.startswith("/dev/shm/"):
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                self._cleanup_ipc(d)
+        self.scratch = []
+
+    @staticmethod
+    def _cleanup_ipc(d: str) -> None:
         if d and os.path.isdir(d):
             for name in os.listdir(d):
                 if (name.startswith("rank-") and name.endswith(".sock")) or name == scratch.OWNER_FILE:

@@ -67,6 +67,11 @@ class Restart:
     first_step_at: float | None = None
     usual_step_s: float | None = None
     failures: list[str] = field(default_factory=list)
+    way: str = "restart"  # restart: every rank from a checkpoint; peer: a replacement from a survivor
+    replaced: list[int] = field(default_factory=list)  # peer: the ranks started again
+    steps_redone: int | None = None  # peer: the most any rank did again (its reports)
+    source_rank: int | None = None  # peer: the survivor that sent its state
+    step_from: int | None = None  # peer: the step the group went on from
 
     def phases(self) -> dict:
         """The time to recover split (module doc), seconds; None where not measured."""
@@ -89,13 +94,23 @@ class Restart:
 
     def to_dict(self) -> dict:
         redone = None if self.checkpoint_step is None else self.step_reached - self.checkpoint_step
+        if self.way == "peer":
+            redone = self.steps_redone
+        elif redone is None:
+            redone = self.step_reached
         return {
             "generation": self.generation,
+            "way": self.way,
             "rank": self.rank,
             "why": self.why,
             "step_reached": self.step_reached,
             "checkpoint_step": self.checkpoint_step,
-            "steps_redone": self.step_reached if redone is None else redone,
+            "steps_redone": redone,
+            **(
+                {"replaced": self.replaced, "source_rank": self.source_rank, "step_from": self.step_from}
+                if self.way == "peer"
+                else {}
+            ),
             **{k: None if v is None else round(v, 4) for k, v in self.phases().items()},
             "failures": self.failures,
         }
@@ -202,6 +217,45 @@ class Supervisor:
         )
         return self._env(checkpoint)
 
+    # -- live recovery (recovery.way: peer) -------------------------------------------------
+    def live_recovery(self, generation: int, coordinator: Coordinator, gone: set[int]) -> list[int] | None:
+        """A rank of `generation` failed and the survivors still run (`gone`: the ranks whose process
+        ended): the ranks to start again beside the survivors, recorded as a recovery, or None when
+        the group must stop instead (restarts used up, a failure another start cannot mend, a rank
+        already done, or no survivor left to copy from)."""
+        outcome = coordinator.outcome()
+        root = outcome.root_cause
+        if self.recovery.way != "peer" or root is None:
+            return None
+        replaced = sorted({f.rank for f in outcome.failures if not f.secondary} | gone)
+        if (
+            len(self.restarts) >= self.recovery.max_restarts
+            or root.error_type in NOT_MENDED_BY_A_RESTART
+            or coordinator.reported - set(replaced)  # a survivor has finished or reported an error
+            or len(replaced) >= self.scenario.ranks
+        ):
+            return None
+        self._complete_last(coordinator)
+        recovery = Restart(
+            generation,
+            root.rank,
+            root.headline(),
+            max(coordinator.progress_done, self.started_from.get(generation, 0)),
+            detected_at=coordinator.t0 + root.at_s,
+            stopped_at=time.monotonic(),
+            fault_at=self._fault_at(coordinator, generation),
+            failures=[f.headline() for f in outcome.failures],
+            way="peer",
+            replaced=replaced,
+        )
+        self.restarts.append(recovery)
+        self.say(
+            f"recovery {len(self.restarts)}/{self.recovery.max_restarts} (peer): {root.headline()}; "
+            f"rank {', '.join(map(str, replaced))} started again, the others re-form generation "
+            f"{generation + 1} and copy the newest state from a survivor (step {recovery.step_reached} reached)"
+        )
+        return replaced
+
     def _checkpoint(self) -> store.Checkpoint | None:
         """The newest whole checkpoint of this run, once the torn ones are gone (no writer lives now)."""
         if self.identity is None:
@@ -232,7 +286,13 @@ class Supervisor:
         last.table_at = coordinator.started_at
         reports = list(coordinator.resumed.values())
         if reports:
-            last.load_s = max(r["load_s"] for r in reports)
+            last.load_s = max(r.get("load_s", 0.0) for r in reports)
+        if last.way == "peer" and reports:
+            last.steps_redone = max(r.get("steps_redone", 0) for r in reports)
+            last.step_from = max(r["step"] for r in reports)
+            sources = [r["source_rank"] for r in reports if "source_rank" in r]
+            last.source_rank = sources[0] if sources else None
+            self.started_from[coordinator.generation] = last.step_from
         if reports and all("first_step_at" in r for r in reports):
             last.first_step_at = max(r["first_step_at"] for r in reports)
             usual = [r["usual_step_s"] for r in reports if r.get("usual_step_s") is not None]

@@ -60,10 +60,18 @@ class Coordinator(FailureDetection):
         watch_exits: bool = True,
         heartbeat_lost_s: float | None = None,
         generation: int = 0,
+        live: bool = False,
+        backlog: list[list[bytes]] | None = None,
     ):
         super().__init__(run_dir, watch_exits, heartbeat_lost_s)
         self.n = world_size
         self.generation = generation  # the group it serves; a message of another one is refused
+        # live recovery (`recovery.way: peer`): the loop ends at the first failure, once the abort
+        # went out, so that the launcher can start a replacement while the survivors re-form; what
+        # they send the next generation meanwhile is kept (`early`) for its coordinator (`backlog`)
+        self.live = live
+        self.early: list[list[bytes]] = []
+        self.backlog = list(backlog or [])
         self.num_stale = 0  # messages of another generation refused (the first is said on stderr)
         self.resumed: dict[int, dict] = {}  # rank -> how it went on from a checkpoint (its report)
         self.progress_done = 0  # the last progress rank 0 reported: steps done, for a restart's record
@@ -111,7 +119,12 @@ class Coordinator(FailureDetection):
         poller.register(router, zmq.POLLIN)
         for fd in watch:
             poller.register(fd, zmq.POLLIN)
+        backlog, self.backlog = self.backlog, []
+        for parts in backlog:  # what the survivors sent this generation before it had a coordinator
+            self.handle(parts)
         while len(self.exited) < self.n and not (stop is not None and stop.is_set()):
+            if self.live and self.failures:
+                break
             for sock, _ in poller.poll(POLL_MS):
                 if sock is router:
                     self.drain(router)
@@ -128,11 +141,14 @@ class Coordinator(FailureDetection):
         for _ in range(MAX_DRAIN):
             if not router.poll(0):
                 return
-            parts = router.recv_multipart()
-            self.arrived_ns = time.monotonic_ns()
-            msg = self.parse(parts)
-            if msg is not None:
-                self.on_message(parts[0], msg)
+            self.handle(router.recv_multipart())
+
+    def handle(self, parts: list[bytes]) -> None:
+        """One ROUTER delivery [identity, JSON]: parsed, checked and acted on."""
+        self.arrived_ns = time.monotonic_ns()
+        msg = self.parse(parts)
+        if msg is not None:
+            self.on_message(parts[0], msg)
 
     def await_report(self, rank: int, timeout_s: float = REPORT_GRACE_S) -> bool:
         """Whether `rank` has reported, reading the router for up to `timeout_s` first. A rank
@@ -156,6 +172,9 @@ class Coordinator(FailureDetection):
             self.ignore(parts[0], str(e))
             return None
         generation = msg.get("generation", 0)
+        if self.live and generation == self.generation + 1:
+            self.early.append(parts)  # a survivor re-forming: the next generation's coordinator's
+            return None
         if generation != self.generation:
             self.num_stale += 1
             if self.num_stale == 1:

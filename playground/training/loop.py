@@ -24,9 +24,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from playground.core.errors import PeerLost
 from playground.tracing.trace import CAT_META
 from playground.training.checkpointing import Checkpoints
 from playground.training.checks import Reduction, StepChecks
+from playground.training.live import LiveRecovery
 from playground.training.memory import memory_record, rss_bytes
 from playground.training.modes import GradientStrategy, Mode
 from playground.training.step import DataParallel, PhaseTimes, TrainSetup
@@ -98,17 +100,26 @@ def train_steps(
     log = StepLog()
     first = 0 if checkpoints is None else checkpoints.begin(trainer, log, steps)
     root = getattr(trainer.comm, "parent", trainer.comm)  # a group's bytes are its root's
+    live = _live(trainer)
     try:
-        for step in range(first, steps):
-            inputs, targets = batch(step)
-            checks = StepChecks(group, step, mode, trainer.model.config.np_dtype)
-            sent = root.bytes_sent
-            t0_us = trainer.comm.tracer.now_us()
-            times = trainer.train_step(step, inputs, targets, checks.gradients)
-            step_us = trainer.comm.tracer.now_us() - t0_us
-            sent = root.bytes_sent - sent
-            log.digest = checks.params(trainer.gradients)
-            trainer.check_step(step, times)
+        step = first if live is None or not live.member.is_replacement else live.join(trainer, log)
+        while step < steps:
+            times, checks, sent = None, None, 0
+            try:
+                inputs, targets = batch(step)
+                checks = StepChecks(group, step, mode, trainer.model.config.np_dtype)
+                sent = root.bytes_sent
+                t0_us = trainer.comm.tracer.now_us()
+                times = trainer.train_step(step, inputs, targets, checks.gradients)
+                step_us = trainer.comm.tracer.now_us() - t0_us
+                sent = root.bytes_sent - sent
+                log.digest = checks.params(trainer.gradients)
+                trainer.check_step(step, times)
+            except PeerLost:
+                if live is None:
+                    raise
+                step = live.recover(trainer, log, step, times, checks, sent)
+                continue
             log.steps.append(
                 {
                     "step": step,
@@ -122,6 +133,8 @@ def train_steps(
                 log.snapshots.append(trainer.gradients.full_params())
             if checkpoints is not None:
                 checkpoints.after_step(step, trainer, log)
+            if live is not None:
+                live.after_step(log)
             # the step's loss in the rank's log as it goes (the live page reads it; meta: not timing)
             trainer.comm.tracer.add(
                 "train.step", CAT_META, t0_us, step_us, {"step": step, "loss": float(checks.loss)}
@@ -129,11 +142,20 @@ def train_steps(
             trainer.comm.tracer.flush()
             if on_step is not None:
                 on_step(step)
+            step += 1
     finally:
         trainer.close()
     if checkpoints is not None:
         checkpoints.end()
     return log
+
+
+def _live(trainer) -> LiveRecovery | None:
+    """The trainer's live recovery when its communicator can re-form its group (`recovery.way:
+    peer`) and the trainer can rebuild its strategy over it; None: a failure ends the run."""
+    member = getattr(trainer.comm, "live", None)
+    rebuild = getattr(trainer, "reform", None)
+    return None if member is None or rebuild is None else LiveRecovery(trainer.comm, member, rebuild)
 
 
 def train_mode(

@@ -276,5 +276,17 @@ class DataParallel:
     def check_step(self, step: int, times: PhaseTimes) -> None:
         """Nothing beyond the loop's checks: every rank holds the whole model."""
 
+    def reform(self, reopen) -> None:
+        """Go on in a re-formed group (a live recovery, training/live.py): the strategy and its
+        communication thread, which died with the old group, closed first (nothing then waits on the
+        old transport), `reopen()` moves the communicator to the new group, and the strategy is built
+        again over it with this rank's state (parameters are the model's, kept in place)."""
+        state = {k: np.array(v, copy=True) for k, v in self.gradients.state().items()}
+        self.gradients.close()
+        reopen()
+        self.gradients = self.mode.gradients(self.comm, self.model, self.setup)
+        self.gradients.load_state(state)
+        self.accumulated = None
+
     def close(self) -> None:
         self.gradients.close()

@@ -132,18 +132,13 @@ class Launcher:
         self.generation = 0
         self.procs: list = []  # the ranks' processes (multiprocessing's, or multiprocess's when spawned)
         self.live = scenario.recovery.way == "peer" and supervisor is not None
-        self.scratch: list[str] = []  # the scratch directories claimed (every generation's), removed at the end
+        self.scratch: list[str] = []  # every generation's scratch directories claimed, removed at the end
         self.backlog: list[list[bytes]] = []  # the next generation's messages its coordinator takes first
         self.coordinator = self._coordinator()
         self.ipc_dir = ""
         self.port = 0
         self.cluster: netns.Cluster | None = None
         self.interrupts = _Interrupts()
-        self.live = scenario.recovery.way == "peer" and supervisor is not None
-        self.scratch: list[
-            str
-        ] = []  # the scratch directories claimed (every generation's), removed at the end
-        self.backlog: list[list[bytes]] = []  # the next generation's messages its coordinator takes first
 
     def _coordinator(self) -> Coordinator:
         """The coordinator of the current generation."""
@@ -167,7 +162,7 @@ class Launcher:
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "PLAYGROUND_RUN_DIR": str(self.run_dir),
-            "PLAYGROUND_IPC_DIR": self.ipc_dir,
+            "PLAYGROUND_IPC_DIR": ipc_dir(port),  # the base: a rank adds its generation's suffix
             "PLAYGROUND_GENERATION": str(self.generation),
         }
         if self.cluster is not None:

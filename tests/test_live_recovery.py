@@ -9,9 +9,10 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 from test_failures import finish, launch
-from test_recovery_run import TRAIN, launched, set_args, trained
+from test_recovery_run import TRAIN, final_params, launched, set_args, trained
 from tools import owned_scratch
 
 from playground.checkpoint import store
@@ -144,3 +145,20 @@ def test_a_node_without_live_recovery_refuses_peer_in_one_line():
     done = run_cli(["run", "train-pipeline", "--set", "recovery.way=peer"])
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "recovery.way=peer: this node cannot recover live (peer); allowed: restart" in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_checkpoints_go_on_through_a_live_recovery(tmp_path):
+    """With checkpoints every step, the one in flight when rank 1 dies is given up (rank 0 stops
+    waiting for its part) rather than stalling the re-formed group for the commit timeout; the run's
+    last checkpoint is whole and holds the fault-free parameters."""
+    sets = [*TRAIN, *CASES["bucketed"][0], *STEPS, "params.checkpoint_every=1"]
+    fault = ["fault.action=kill", "fault.rank=1", "fault.after_ops=46", *PEER]
+    clean, _ = launched("train", sets, tmp_path / "clean")
+    faulty, _ = launched("train", [*sets, *fault], tmp_path / "faulty")
+    assert faulty.ok, faulty.failures
+    [recovery] = faulty.restarts
+    assert recovery["way"] == "peer" and recovery["total_s"] < 10, recovery
+    assert [trained(r) for r in faulty.results] == [trained(r) for r in clean.results]
+    for got, want in zip(final_params(tmp_path / "faulty"), final_params(tmp_path / "clean"), strict=True):
+        assert np.array_equal(got, want)

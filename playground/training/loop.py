@@ -118,6 +118,8 @@ def train_steps(
             except PeerLost:
                 if live is None:
                     raise
+                if checkpoints is not None:
+                    checkpoints.abandon()
                 step = live.recover(trainer, log, step, times, checks, sent)
                 continue
             log.steps.append(

@@ -249,6 +249,7 @@ class Supervisor:
             replaced=replaced,
         )
         self.restarts.append(recovery)
+        self._keep_logs(replaced)
         self.say(
             f"recovery {len(self.restarts)}/{self.recovery.max_restarts} (peer): {root.headline()}; "
             f"rank {', '.join(map(str, replaced))} started again, the others re-form generation "
@@ -298,9 +299,10 @@ class Supervisor:
             usual = [r["usual_step_s"] for r in reports if r.get("usual_step_s") is not None]
             last.usual_step_s = max(usual) if usual else None
 
-    def _keep_logs(self) -> None:
+    def _keep_logs(self, ranks: list[int] | None = None) -> None:
         """The last generation's rank logs and stacks into generations/<n>/ (n counts over every
-        launch of this run directory, `run --resume` included), so the next one's start afresh."""
+        launch of this run directory, `run --resume` included), so the next one's start afresh;
+        `ranks`: only theirs (a live recovery's replaced ranks: the survivors' logs go on)."""
         base = self.run_dir / GENERATIONS
         n = 0
         while (base / str(n)).exists():
@@ -308,7 +310,8 @@ class Supervisor:
         target = base / str(n)
         target.mkdir(parents=True)
         for path in [*self.run_dir.glob("rank-*.jsonl"), *self.run_dir.glob("rank-*.stack")]:
-            shutil.move(str(path), target / path.name)
+            if ranks is None or int(path.name.split("-")[1].split(".")[0]) in ranks:
+                shutil.move(str(path), target / path.name)
 
     def outcome(self, last: LaunchOutcome) -> LaunchOutcome:
         """The run's outcome: the last generation's, with every restart and, when it failed, the

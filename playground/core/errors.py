@@ -209,6 +209,19 @@ class ScenarioMismatch(PlaygroundError):
         super().__init__(f"rank {rank}: {reason}")
 
 
+class StateLost(PlaygroundError):
+    """A live recovery (`recovery.way: peer`) found no rank holding the training's state: every
+    survivor died before a replacement had copied it. Only a checkpoint has it now, so the launcher
+    stops the group and restarts it from the newest whole one (if restarts are left)."""
+
+    def __init__(self, rank: int, generation: int):
+        self.rank, self.generation = rank, generation
+        super().__init__(
+            f"rank {rank}: no rank of generation {generation} holds the training's state (every "
+            f"survivor failed before a replacement copied it)"
+        )
+
+
 class FaultInjected(PlaygroundError):
     """Raised on purpose by a scenario's `fault:` section."""
 

@@ -42,11 +42,12 @@ from pathlib import Path
 
 from playground.checkpoint import store
 from playground.config.scenario import Scenario
-from playground.core.errors import CheckpointRefused, ScenarioMismatch
+from playground.core.errors import CheckpointRefused, ScenarioMismatch, StateLost
 from playground.rendezvous.coordinator import Coordinator
 from playground.rendezvous.failures import LaunchOutcome
 
 NOT_MENDED_BY_A_RESTART = (ScenarioMismatch.__name__, CheckpointRefused.__name__)
+NOT_MENDED_LIVE = (*NOT_MENDED_BY_A_RESTART, StateLost.__name__)  # a restart from a checkpoint may mend it
 GENERATIONS = "generations"  # a run directory's folder of the failed generations' rank logs
 
 
@@ -230,7 +231,7 @@ class Supervisor:
         replaced = sorted({f.rank for f in outcome.failures if not f.secondary} | gone)
         if (
             len(self.restarts) >= self.recovery.max_restarts
-            or root.error_type in NOT_MENDED_BY_A_RESTART
+            or root.error_type in NOT_MENDED_LIVE
             or coordinator.reported - set(replaced)  # a survivor has finished or reported an error
             or len(replaced) >= self.scenario.ranks
         ):

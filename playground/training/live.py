@@ -30,9 +30,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from playground.core.errors import PeerLost, StateLost
 from playground.training.checkpointing import restore
 
 TAG_STATE = 7041  # a survivor's state to a rank behind it (a user tag, below optags.TAG_LIMIT)
+MAX_REFORMS = 8  # re-forms in a row when peers keep failing while the group re-forms
 
 
 def committed_steps(trainer) -> int:
@@ -59,20 +61,23 @@ class CatchUp:
     behind: list[int]
 
 
-def catch_up(comm, trainer, log) -> CatchUp:
+def catch_up(comm, trainer, log, holds_state: bool = True) -> CatchUp:
     """Agree on the newest committed step and copy its holder's state to every rank behind it
-    (module doc); every rank of the group calls it at the same point."""
+    (module doc); every rank of the group calls it at the same point. A replacement that has not
+    caught up yet (`holds_state` false) offers nothing; StateLost when no rank holds any state."""
     t0 = time.perf_counter()
-    mine = committed_steps(trainer)
+    mine = committed_steps(trainer) if holds_state else -1
     counts = comm.allgather_obj(mine)
     newest = max(counts)
+    if newest < 0:
+        raise StateLost(comm.rank, getattr(comm.live, "generation", 0))
     behind = [r for r, c in enumerate(counts) if c < newest]
     source = counts.index(newest) if behind else None
     if comm.rank == source:
         arrays = _state(trainer)
         for r in behind:
             header = {
-                "steps": log.steps[counts[r] : newest],
+                "steps": log.steps[max(counts[r], 0) : newest],
                 "digest": log.digest,
                 "arrays": [[k, list(a.shape), a.dtype.str] for k, a in sorted(arrays.items())],
             }
@@ -88,7 +93,7 @@ def catch_up(comm, trainer, log) -> CatchUp:
             comm.recv(source, TAG_STATE, out=flat)
             received[name] = flat.reshape(shape)
         restore(trainer, received)
-        del log.steps[mine:]
+        del log.steps[max(mine, 0) :]
         log.steps.extend(header["steps"])
         log.digest = header["digest"]
     return CatchUp(newest, source, time.perf_counter() - t0, behind)
@@ -102,12 +107,16 @@ class LiveRecovery:
         """`member`: the rank's Membership (comm.live); `rebuild()`: the trainer's strategy built
         again over the (reopened) communicator, its state kept."""
         self.comm, self.member, self.rebuild = comm, member, rebuild
+        self.holds_state = not member.is_replacement  # a replacement's comes from a survivor
         self.pending: dict | None = None  # the report waiting for the next step's end
 
     def join(self, trainer, log) -> int:
         """A replacement's start: its state from a survivor; returns the first step to train."""
         self.member.is_replacement = False
-        return self._catch_up(trainer, log, in_flight=None)
+        try:
+            return self._catch_up(trainer, log, in_flight=None)
+        except PeerLost:  # another peer failed before the state came: the next generation's
+            return self._reform(trainer, log, in_flight=None)
 
     def recover(self, trainer, log, step: int, times, checks, sent: int) -> int:
         """After PeerLost in step `step`: keep a record of the step if its update was applied, re-form
@@ -123,13 +132,24 @@ class LiveRecovery:
                     "sent_bytes": sent,
                 }
             )
-        t0 = time.monotonic()
-        self.rebuild(lambda: self.member.reform())
-        reform_s = time.monotonic() - t0
-        return self._catch_up(trainer, log, in_flight=step, reform_s=reform_s)
+        return self._reform(trainer, log, in_flight=step)
+
+    def _reform(self, trainer, log, in_flight: int | None) -> int:
+        """Re-form the group, agree and transfer; again in the next generation when another peer
+        fails meanwhile (at most MAX_REFORMS in a row: the launcher's --max-restarts bounds them first)."""
+        for attempt in range(1, MAX_REFORMS + 1):
+            try:
+                t0 = time.monotonic()
+                self.rebuild(self.member.reform)
+                return self._catch_up(trainer, log, in_flight, reform_s=time.monotonic() - t0)
+            except PeerLost:
+                if attempt == MAX_REFORMS:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _catch_up(self, trainer, log, in_flight: int | None, reform_s: float = 0.0) -> int:
-        got = catch_up(self.comm, trainer, log)
+        got = catch_up(self.comm, trainer, log, self.holds_state)
+        self.holds_state = True
         redone = 0 if in_flight is None else max(0, in_flight + 1 - got.step)
         report = {
             "type": "resumed",

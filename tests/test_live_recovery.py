@@ -1,13 +1,15 @@
 """Live recovery for real (`recovery.way: peer`): a rank SIGKILLed (or raising) mid-training is
 started again alone while the survivors keep their processes, re-form the group and copy their
 state to it; no checkpoint is read, and every rank ends with the parameters of a run without the
-fault, bit for bit (float64), in the replicated modes. The launches run in this process (fork), as
+fault, bit for bit (float64), in the replicated modes. With `recovery.way: shrink` the survivors go
+on as fewer ranks, and end within rounding of the run without the fault. The launches run in this process (fork), as
 the command line's do; the command line's own runs check exit status, result.json and leftovers."""
 
 import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from tools import owned_scratch
 
 from playground.checkpoint import store
 from playground.cli.testing import run_cli, session_processes
+from playground.transformer import load_model
 
 STEPS = ["params.steps=6"]
 # (the mode's keys, rank 1's post the kill fires on: about 75% into the run, as in test_recovery_run)
@@ -69,8 +72,9 @@ def test_a_rank_that_raises_is_replaced_live_too(tmp_path):
 
 
 @pytest.mark.timeout(90)
-def test_the_command_line_records_the_peer_recovery_and_leaves_nothing_behind(runs_dir):
-    """Exit 0, result.json's recovery section says peer, the report's Restarts table has it; no
+@pytest.mark.parametrize("way", ["peer", "shrink"])
+def test_the_command_line_records_the_live_recovery_and_leaves_nothing_behind(runs_dir, way):
+    """Exit 0, result.json's recovery section says the way, the report's Restarts table has it; no
     process, scratch directory or /dev/shm file of the run is left."""
     sets = [*TRAIN, *CASES["bucketed"][0], *STEPS, "fault.action=kill", "fault.rank=1", "fault.after_ops=46"]
     proc = launch(
@@ -81,7 +85,7 @@ def test_the_command_line_records_the_peer_recovery_and_leaves_nothing_behind(ru
             str(runs_dir),
             "--max-restarts",
             "1",
-            *set_args([*sets, "recovery.way=peer"]),
+            *set_args([*sets, f"recovery.way={way}"]),
         ]
     )
     out, err, leftovers = finish(proc, timeout_s=80)
@@ -89,9 +93,10 @@ def test_the_command_line_records_the_peer_recovery_and_leaves_nothing_behind(ru
     assert not leftovers and owned_scratch(proc.pid) == []
     result = json.loads((runs_dir / "latest" / "result.json").read_text())
     [recovery] = result["recovery"]["restarts"]
-    assert recovery["way"] == "peer" and recovery["checkpoint_step"] is None
+    assert recovery["way"] == way and recovery["checkpoint_step"] is None
+    assert len(result["rank_results"]) == (2 if way == "peer" else 1)
     report = out + err
-    assert "Restarts" in report and "restart 1 (peer): rank 1" in " ".join(report.split())
+    assert "Restarts" in report and f"restart 1 ({way}): rank 1" in " ".join(report.split())
 
 
 @pytest.mark.timeout(60)
@@ -132,7 +137,10 @@ def test_ctrl_c_during_a_peer_run_leaves_nothing_behind(runs_dir):
     [
         (["recovery.way=sideways"], "recovery.way=sideways: expected one of 'restart', 'peer', 'shrink'"),
         (["recovery.way=peer", "params.mode=[zero1]"], "peer needs params.mode to be one of per_tensor"),
-        (["recovery.way=shrink"], "train does not offer shrink; allowed: restart, peer"),
+        (
+            ["recovery.way=shrink", "params.checkpoint_every=5"],
+            "shrink needs params.checkpoint_every=0",
+        ),
     ],
 )
 def test_a_recovery_way_the_run_cannot_take_is_one_line_exit_2(sets, says):
@@ -162,3 +170,50 @@ def test_checkpoints_go_on_through_a_live_recovery(tmp_path):
     assert [trained(r) for r in faulty.results] == [trained(r) for r in clean.results]
     for got, want in zip(final_params(tmp_path / "faulty"), final_params(tmp_path / "clean"), strict=True):
         assert np.array_equal(got, want)
+
+
+def final_weights(run_dir: Path) -> np.ndarray:
+    return load_model(run_dir / "model.npz")[1]
+
+
+# (ranks, global batch, the mode's keys, the rank killed, its post): some survivors then take two row-blocks
+SHRINK_CASES = {
+    "3 to 2, bucketed": (3, 6, CASES["bucketed"][0], 1, 60),
+    "4 to 3, per_tensor, rank 0, micro-batches": (
+        4,
+        8,
+        ["params.mode=[per_tensor]", "params.micro_batches=2"],
+        0,
+        40,
+    ),
+    "4 to 3, after_backward": (4, 8, CASES["after_backward"][0], 3, 30),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", SHRINK_CASES)
+def test_a_group_that_shrinks_ends_within_rounding_of_the_run_without_the_fault(tmp_path, case):
+    """No replacement: the survivors renumber and share the global batch's N row-blocks out over
+    N-1 ranks; the sums are added in another order, so the parameters agree to rounding (measured
+    within 8e-16 of the largest after 8 steps; the bound leaves room for Adam to carry it)."""
+    ranks, batch, keys, rank, post = SHRINK_CASES[case]
+    sets = [*TRAIN, *keys, "params.steps=8", f"params.batch={batch}"]
+    fault = ["fault.action=kill", f"fault.rank={rank}", f"fault.after_ops={post}", "recovery.way=shrink"]
+    clean, _ = launched("train", sets, tmp_path / "clean", ranks=ranks)
+    shrunk, said = launched(
+        "train", [*sets, *fault, "recovery.max_restarts=1"], tmp_path / "shrunk", ranks=ranks
+    )
+    assert clean.ok and shrunk.ok, shrunk.failures
+    assert len(shrunk.results) == ranks - 1
+    [recovery] = shrunk.restarts
+    assert recovery["way"] == "shrink" and recovery["rank"] == rank and recovery["replaced"] == [rank]
+    assert recovery["checkpoint_step"] is None and recovery["steps_redone"] in (0, 1), recovery
+    assert any("goes on without rank" in line for line in said), said
+    want, got = final_weights(tmp_path / "clean"), final_weights(tmp_path / "shrunk")
+    assert np.max(np.abs(got - want)) <= 1e-12 * np.max(np.abs(want))
+    losses = [s["loss"] for s in shrunk.results[0]["modes"][0]["steps"]]
+    for a, b in zip(losses, [s["loss"] for s in clean.results[0]["modes"][0]["steps"]], strict=True):
+        assert abs(a - b) <= 1e-12 * abs(b)
+    assert sorted(p.name for p in (tmp_path / "shrunk").glob("rank-*.jsonl")) == [
+        f"rank-{r}.jsonl" for r in range(ranks - 1)
+    ]  # the survivors' logs under their new ranks, the lost rank's kept aside

@@ -95,16 +95,25 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
         # worker sets it (launcher/membership.py); None: a failure ends the group
         self.live: Any = None
 
-    def reopen(self, transport: Transport, control, hosts: list[str] | None = None) -> None:
-        """Go on in a re-formed group (a live recovery): the same rank, size, tracer, flight ring and
-        byte counts, a new `transport` and launcher `control` link. What belonged to the group before
-        (parked messages, per-peer sequence numbers, desync notes) is dropped, as a replacement rank
-        starts with none of it; close the old transport first (`close`). Every holder of this
+    def reopen(
+        self,
+        transport: Transport,
+        control,
+        hosts: list[str] | None = None,
+        rank: int | None = None,
+        size: int | None = None,
+    ) -> None:
+        """Go on in a re-formed group (a live recovery): the same tracer, flight ring and byte counts,
+        a new `transport` and launcher `control` link, and the same rank and size unless the group
+        shrank (`rank`, `size`: this rank renumbered among the survivors). What belonged to the group
+        before (parked messages, per-peer sequence numbers, desync notes) is dropped, as a replacement
+        rank starts with none of it; close the old transport first (`close`). Every holder of this
         communicator (a node, its strategy, a communication thread started after) sees the new group."""
+        if rank is not None and size is not None:
+            self.rank, self.size = rank, size
         self.control = control
         self.transport = transport
-        if hosts is not None:
-            self.hosts = list(hosts)
+        self.hosts = list(hosts) if hosts is not None else self.hosts[: self.size]
         self._pending.clear()
         self._send_seq.clear()
         self._recv_seq.clear()

@@ -17,8 +17,8 @@ class Recovery:
     (torchft's live recovery): the survivors keep running; the launcher starts a replacement for
     the failed rank only, every rank re-forms the group under a new generation, and a survivor
     copies its state (parameters, optimizer, step) to the ranks behind: no checkpoint is read.
-    `shrink` (the survivors go on as N-1 ranks) is a name kept for it; no node offers it yet, so the
-    node's contract refuses it. Either way, after `max_restarts` recoveries a failure ends the run,
+    `way: shrink`: no replacement; the survivors re-form as N-1 ranks, renumbered, and go on with
+    the same global batch (its N row-blocks shared out over N-1 ranks). Either way, after `max_restarts` recoveries a failure ends the run,
     exit status 1, naming every failure. `mtbf_s` is a drill: the launcher SIGKILLs a rank drawn at
     random at exponential intervals of that mean, in every generation (`seed` draws them).
     """
@@ -31,7 +31,8 @@ class Recovery:
     mtbf_s: float | None = None
     seed: int = 0  # the drill's draws (which rank, when)
     # how the group goes on after a failure: restart (every rank, from the newest checkpoint), peer
-    # (a replacement rank copies a survivor's state; the node must offer it), shrink (not offered yet)
+    # (a replacement rank copies a survivor's state), shrink (the survivors go on as N-1 ranks); the
+    # node must offer peer and shrink
     way: Literal["restart", "peer", "shrink"] = "restart"
 
     def __post_init__(self):

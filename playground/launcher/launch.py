@@ -131,7 +131,7 @@ class Launcher:
         self.supervisor = supervisor
         self.generation = 0
         self.procs: list = []  # the ranks' processes (multiprocessing's, or multiprocess's when spawned)
-        self.live = scenario.recovery.way == "peer" and supervisor is not None
+        self.live = scenario.recovery.way in ("peer", "shrink") and supervisor is not None
         self.scratch: list[str] = []  # every generation's scratch directories claimed, removed at the end
         self.backlog: list[list[bytes]] = []  # the next generation's messages its coordinator takes first
         self.coordinator = self._coordinator()
@@ -302,10 +302,32 @@ class Launcher:
         self._remove_empty_stacks()
         self.backlog = coord.early
         self.generation += 1
+        if self.scenario.recovery.way == "shrink":
+            self._shrink(replaced)
+            self.coordinator = self._coordinator()
+            self.backlog = []
+            self._claim_scratch(self.generation + 1)
+            for rank, p in enumerate(self.procs):
+                self.coordinator.pids[rank] = p.pid
+            self.supervisor.arm(self.coordinator, self.generation)
+            return True
         self.coordinator = self._coordinator()
         self.backlog = []
         self._start_ranks(mp, {REPLACEMENT_VARIABLE: "1"}, ranks=replaced)
         return True
+
+    def _shrink(self, lost: list[int]) -> None:
+        """The group goes on without the `lost` ranks: the survivors renumbered in order (as each
+        renumbers itself: its rank less the lost ranks below it), and their logs renamed with them
+        (the lost ranks' were kept aside), before any survivor writes to its new name."""
+        survivors = [rank for rank in range(self.n) if rank not in lost]
+        for new, old in enumerate(survivors):
+            if new != old:
+                path = self.run_dir / f"rank-{old}.jsonl"
+                if path.exists():
+                    os.replace(path, self.run_dir / f"rank-{new}.jsonl")
+        self.procs = [self.procs[rank] for rank in survivors]
+        self.n = len(survivors)
 
     def _serve(self, router) -> None:
         sentinels = {

@@ -3,7 +3,7 @@
 Every rank talks to the coordinator over one control socket (and, with emulated hosts, a
 heartbeat socket), both named by the rank and the generation (`comm.control.control_identity`).
 Under `recovery.way: restart` a rank lives in one generation: when a peer fails, the launcher
-stops every rank. Under `recovery.way: peer` a survivor outlives its group: its communicator
+stops every rank. Under `recovery.way: peer` (and `shrink`) a survivor outlives its group: its communicator
 raises PeerLost, the training loop drops the unfinished step and calls `reform`, which
 
 1. closes the old transport and control socket (the old group is gone: nothing of it is read again);
@@ -12,6 +12,9 @@ raises PeerLost, the training loop drops the unfinished step and calls `reform`,
 3. connects a new transport to the new table's endpoints and reopens the communicator over it in
    place (`Communicator.reopen`), so the node, its strategy and its checkpoints keep their `comm`;
 4. waits at a barrier for every rank of the new group.
+
+Under `shrink` no replacement comes: the abort names the lost ranks, and each survivor takes its
+place among the survivors (its rank less the lost ranks below it) in a group of N - lost.
 
 The launcher makes each generation's scratch directory before the group before it can fail, so a
 survivor that re-forms at once finds it. The state the ranks then agree on is the training loop's
@@ -39,8 +42,15 @@ class Membership:
     the rank and its communicator to the next one (module doc). `is_replacement`: this process was
     started for a failed rank, so its state must first come from a survivor."""
 
-    def __init__(self, ctx: zmq.Context, env: RankEnv, heartbeat: bool, is_replacement: bool = False):
-        self.ctx, self.env, self.with_heartbeat = ctx, env, heartbeat
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        env: RankEnv,
+        heartbeat: bool,
+        is_replacement: bool = False,
+        way: str = "peer",
+    ):
+        self.ctx, self.env, self.with_heartbeat, self.way = ctx, env, heartbeat, way
         self.is_replacement = is_replacement
         self.connect: Connect | None = None  # set by the worker once it can build a transport
         self.comm: Any = None  # the communicator `reform` reopens
@@ -71,13 +81,20 @@ class Membership:
         comm, connect = self.comm, self.connect
         if comm is None or connect is None:
             raise RuntimeError("Membership.reform before the worker connected this rank")
+        lost = comm.control.abort.get("lost", []) if self.way == "shrink" and comm.control else []
         comm.close()
         self._close_sockets(linger_ms=0)
-        self.env = dataclasses.replace(self.env, generation=self.env.generation + 1)
+        env = self.env
+        rank = env.rank - sum(1 for r in lost if r < env.rank)  # renumbered among the survivors
+        self.env = dataclasses.replace(
+            env, rank=rank, world_size=env.world_size - len(lost), generation=env.generation + 1
+        )
+        if rank != env.rank and comm.tracer.path is not None:  # the launcher renamed the log so
+            comm.tracer.path = comm.tracer.path.with_name(f"rank-{rank}.jsonl")
         self.ctrl = self._open_ctrl()
         self.heartbeat = self._start_heartbeat()
         transport, control, hosts = connect(self.env, self.ctrl)
-        comm.reopen(transport, control, hosts)
+        comm.reopen(transport, control, hosts, self.env.rank, self.env.world_size)
         self.num_reforms += 1
         comm.barrier()
 

@@ -31,7 +31,7 @@ COLUMNS = {
 }
 LEGEND = {
     "step_reached": "the last step done before the failure (rank 0's)",
-    "way": "restart: every rank started again from a checkpoint; peer: the failed rank replaced, the survivors kept (recovery.way)",
+    "way": "restart: every rank started again from a checkpoint; peer: the failed rank replaced, the survivors kept; shrink: the survivors go on as fewer ranks (recovery.way)",
     "checkpoint_step": "the checkpoint the group went on from (its step); - : from the start, or a peer's state",
     "steps_redone": "restart: the checkpoint's step to the step reached; peer: the most steps a rank did again (the step in flight dropped)",
     "detection_s": "the fault to the launcher's first failure (a drill's fault only: a kill from outside has no known time)",

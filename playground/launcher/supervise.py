@@ -95,7 +95,7 @@ class Restart:
 
     def to_dict(self) -> dict:
         redone = None if self.checkpoint_step is None else self.step_reached - self.checkpoint_step
-        if self.way == "peer":
+        if self.way in ("peer", "shrink"):
             redone = self.steps_redone
         elif redone is None:
             redone = self.step_reached
@@ -109,7 +109,7 @@ class Restart:
             "steps_redone": redone,
             **(
                 {"replaced": self.replaced, "source_rank": self.source_rank, "step_from": self.step_from}
-                if self.way == "peer"
+                if self.way in ("peer", "shrink")
                 else {}
             ),
             **{k: None if v is None else round(v, 4) for k, v in self.phases().items()},
@@ -185,8 +185,8 @@ class Supervisor:
         self._complete_last(coordinator)
         outcome = coordinator.outcome()
         root = outcome.root_cause
-        if outcome.ok or root is None:
-            return None
+        if outcome.ok or root is None or self.recovery.way == "shrink":
+            return None  # a shrunk group is not restarted: a checkpoint of fewer ranks would not fit
         restart = Restart(
             generation,
             root.rank,
@@ -226,9 +226,11 @@ class Supervisor:
         already done, or no survivor left to copy from)."""
         outcome = coordinator.outcome()
         root = outcome.root_cause
-        if self.recovery.way != "peer" or root is None:
+        if self.recovery.way not in ("peer", "shrink") or root is None:
             return None
         replaced = sorted({f.rank for f in outcome.failures if not f.secondary} | gone)
+        if self.recovery.way == "shrink" and len(replaced) != 1:
+            return None  # the survivors renumber around the one rank their abort named
         if (
             len(self.restarts) >= self.recovery.max_restarts
             or root.error_type in NOT_MENDED_LIVE
@@ -246,15 +248,21 @@ class Supervisor:
             stopped_at=time.monotonic(),
             fault_at=self._fault_at(coordinator, generation),
             failures=[f.headline() for f in outcome.failures],
-            way="peer",
+            way=self.recovery.way,
             replaced=replaced,
         )
         self.restarts.append(recovery)
         self._keep_logs(replaced)
+        ranks = ", ".join(map(str, replaced))
+        how = (
+            f"rank {ranks} started again, the others re-form generation {generation + 1}"
+            if self.recovery.way == "peer"
+            else f"the group goes on without rank {ranks} as generation {generation + 1}, renumbered"
+        )
         self.say(
-            f"recovery {len(self.restarts)}/{self.recovery.max_restarts} (peer): {root.headline()}; "
-            f"rank {', '.join(map(str, replaced))} started again, the others re-form generation "
-            f"{generation + 1} and copy the newest state from a survivor (step {recovery.step_reached} reached)"
+            f"recovery {len(self.restarts)}/{self.recovery.max_restarts} ({self.recovery.way}): "
+            f"{root.headline()}; {how} and the newest state is copied from a survivor "
+            f"(step {recovery.step_reached} reached)"
         )
         return replaced
 
@@ -289,7 +297,7 @@ class Supervisor:
         reports = list(coordinator.resumed.values())
         if reports:
             last.load_s = max(r.get("load_s", 0.0) for r in reports)
-        if last.way == "peer" and reports:
+        if last.way in ("peer", "shrink") and reports:
             last.steps_redone = max(r.get("steps_redone", 0) for r in reports)
             last.step_from = max(r["step"] for r in reports)
             sources = [r["source_rank"] for r in reports if "source_rank" in r]

@@ -61,7 +61,11 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     ctx = zmq.Context()
     member = Membership(
-        ctx, env, heartbeat=bool(scenario.hosts), is_replacement=os.environ.get(REPLACEMENT_VARIABLE) == "1"
+        ctx,
+        env,
+        heartbeat=bool(scenario.hosts),
+        is_replacement=os.environ.get(REPLACEMENT_VARIABLE) == "1",
+        way=scenario.recovery.way,
     )
     tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
     comm = None
@@ -71,13 +75,13 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
         result = node_function(scenario)(comm, scenario.params)
         tracer.flush()
         result = _as_reported(result, comm, faulty)
-        done = {"type": "done", "rank": env.rank, "result": result, "generation": member.generation}
+        done = {"type": "done", "rank": member.env.rank, "result": result, "generation": member.generation}
         rendezvous.send_ctrl(member.ctrl, done)
         rendezvous.recv_ctrl(member.ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
         try:  # first: the launcher's report must not wait for a long log to be written
-            rendezvous.send_ctrl(member.ctrl, _error_message(env.rank, exc, member.generation))
+            rendezvous.send_ctrl(member.ctrl, _error_message(member.env.rank, exc, member.generation))
         except zmq.ZMQError:
             pass
         tracer.add(
@@ -122,7 +126,7 @@ def _connect(
         run_dir=run_dir,
         hosts=hosts,
     )
-    if scenario.recovery.way == "peer":
+    if scenario.recovery.way in ("peer", "shrink"):
         member.comm, member.connect = comm, connect
         comm.live = member
     return comm, faulty

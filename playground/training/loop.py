@@ -16,6 +16,7 @@ its parameters after every step; `gaps_to_one_process` compares a rank's run wit
 rank's part of the model (a stage's layers, a shard's slices).
 """
 
+import functools
 import math
 import socket
 from collections.abc import Callable
@@ -152,6 +153,17 @@ def train_steps(
     return log
 
 
+def rank_rows(sampler: BatchSampler, comm, num_blocks: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows of step `step`'s global batch, cut into `num_blocks` row-blocks (the world
+    size the run started with): block r for rank r, and after a group shrank (`recovery.way:
+    shrink`) the blocks k with k mod size == rank, one after the other, so the group of fewer ranks
+    still covers the whole global batch, some ranks taking two blocks."""
+    if comm.size == num_blocks:
+        return sampler.rank_batch(step, comm.rank, num_blocks)
+    mine = [sampler.rank_batch(step, k, num_blocks) for k in range(comm.rank, num_blocks, comm.size)]
+    return np.concatenate([x for x, _ in mine]), np.concatenate([y for _, y in mine])
+
+
 def _live(trainer) -> LiveRecovery | None:
     """The trainer's live recovery when its communicator can re-form its group (`recovery.way:
     peer`) and the trainer can rebuild its strategy over it; None: a failure ends the run."""
@@ -176,7 +188,7 @@ def train_mode(
         dp,
         comm,
         mode,
-        lambda s: sampler.rank_batch(s, comm.rank, comm.size),
+        functools.partial(rank_rows, sampler, comm, comm.size),
         steps,
         on_step=on_step,
         checkpoints=checkpoints,

@@ -164,7 +164,7 @@ class Supervisor:
         mtbf_s = self.recovery.mtbf_s
         if mtbf_s is None:
             return
-        after_s, rank = self.rng.expovariate(1.0 / mtbf_s), self.rng.randrange(self.scenario.ranks)
+        after_s, rank = self.rng.expovariate(1.0 / mtbf_s), self.rng.randrange(coordinator.n)
         coordinator.timers.append((after_s, lambda: self._kill(coordinator, generation, rank, after_s)))
 
     def _kill(self, coordinator: Coordinator, generation: int, rank: int, after_s: float) -> None:

@@ -11,6 +11,13 @@ once: the others are told to abort (their waits raise PeerLost immediately), and
 is reported as the root cause. Ranks started by another launcher use the same Coordinator without
 the sentinels (`playground.launcher.external`).
 
+With `recovery.way: peer` or `shrink` a failure does not end the group (`_recover_live`): the
+coordinator ends its generation at the first failure, once the survivors are told, the launcher
+reaps the failed rank and starts the next generation's coordinator (handing it what the survivors
+already sent it) and, for peer, a replacement process for the failed rank alone (`_shrink`
+renumbers the survivors instead); every generation's scratch directory is made with the one
+before it, and all of them are removed at the end.
+
 With emulated hosts (`scenario.hosts`) the launcher first builds the cluster (hosts/netns.py); each
 forked rank enters its host's namespace, and the coordinator listens in the bridge namespace, which
 every host reaches over its own link: the launcher's main thread enters it before it makes its ZeroMQ

@@ -25,8 +25,16 @@ Each restart's record splits the time to recover (`Restart`):
 
 and the steps redone: from the checkpoint's step to the last step rank 0 reported done.
 
+With `recovery.way: peer` or `shrink` the group is not stopped (`live_recovery`): the launcher
+asks the supervisor at the first failure, which records a live recovery in the same list (`way`,
+the ranks replaced or lost, the survivor the state came from, the steps redone) and counts it
+against `max_restarts`; re-form and transfer take the restart and load columns. A failure it
+cannot recover live (a rank already finished, no survivor, StateLost) stops the group as above;
+a shrunk group is then not restarted.
+
 `recovery.mtbf_s` is a drill: at an exponential time of that mean after each generation's
-rendezvous, the supervisor SIGKILLs a rank drawn at random (from outside, as a dying machine would).
+rendezvous, the supervisor SIGKILLs a rank drawn at random among the group's (from outside, as a
+dying machine would).
 """
 
 import dataclasses

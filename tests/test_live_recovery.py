@@ -217,3 +217,21 @@ def test_a_group_that_shrinks_ends_within_rounding_of_the_run_without_the_fault(
     assert sorted(p.name for p in (tmp_path / "shrunk").glob("rank-*.jsonl")) == [
         f"rank-{r}.jsonl" for r in range(ranks - 1)
     ]  # the survivors' logs under their new ranks, the lost rank's kept aside
+
+
+@pytest.mark.timeout(60)
+def test_a_hung_rank_falls_back_to_a_restart_from_the_checkpoint(tmp_path):
+    """A hang kills nothing: its peer times out waiting (timeout_s 3 s), and only the abort's
+    settling can say who was silent, so the group is stopped and restarted from its checkpoint."""
+    sets = [*TRAIN, *CASES["bucketed"][0], *STEPS, "params.checkpoint_every=2", "timeout_s=3"]
+    clean, _ = launched("train", sets, tmp_path / "clean")
+    faulty, _ = launched(
+        "train",
+        [*sets, "fault.action=hang", "fault.rank=1", "fault.after_ops=46", *PEER],
+        tmp_path / "faulty",
+    )
+    assert faulty.ok, faulty.failures
+    [restart] = faulty.restarts
+    assert restart["way"] == "restart" and restart["rank"] == 1 and "unresponsive" in restart["why"], restart
+    assert restart["checkpoint_step"] is not None
+    assert [trained(r) for r in faulty.results] == [trained(r) for r in clean.results]

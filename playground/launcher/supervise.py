@@ -241,6 +241,7 @@ class Supervisor:
             return None  # the survivors renumber around the one rank their abort named
         if (
             len(self.restarts) >= self.recovery.max_restarts
+            or root.is_waiting  # a rank timed out waiting: the one at fault may be silent, blamed only once the abort settles
             or root.error_type in NOT_MENDED_LIVE
             or coordinator.reported - set(replaced)  # a survivor has finished or reported an error
             or len(replaced) >= self.scenario.ranks

@@ -11,12 +11,9 @@ once: the others are told to abort (their waits raise PeerLost immediately), and
 is reported as the root cause. Ranks started by another launcher use the same Coordinator without
 the sentinels (`playground.launcher.external`).
 
-With `recovery.way: peer` or `shrink` a failure does not end the group (`_recover_live`): the
-coordinator ends its generation at the first failure, once the survivors are told, the launcher
-reaps the failed rank and starts the next generation's coordinator (handing it what the survivors
-already sent it) and, for peer, a replacement process for the failed rank alone (`_shrink`
-renumbers the survivors instead); every generation's scratch directory is made with the one
-before it, and all of them are removed at the end.
+With `recovery.way: peer` or `shrink` a failure does not end the group (playground.launcher.live,
+mixed in); every generation's scratch directory is then made with the one before it, and all of
+them are removed at the end.
 
 With emulated hosts (`scenario.hosts`) the launcher first builds the cluster (hosts/netns.py); each
 forked rank enters its host's namespace, and the coordinator listens in the bridge namespace, which
@@ -49,7 +46,7 @@ from playground.core.errors import UsageError
 from playground.core.topology import BRIDGE_ADDR
 from playground.hosts import netns
 from playground.hosts.drills import HostDrill
-from playground.launcher.membership import REPLACEMENT_VARIABLE
+from playground.launcher.live import LiveRecovery
 from playground.launcher.worker import FAULT_FIRED_FILE, child_main
 from playground.rendezvous.coordinator import Coordinator
 from playground.rendezvous.failures import HEARTBEAT_LOST_S, LaunchOutcome, RankFailure
@@ -113,7 +110,7 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-class Launcher:
+class Launcher(LiveRecovery):
     """Starts the ranks (forked, or spawned: `start_method`) and adds what only a parent can do to
     the `Coordinator`: exit sentinels in the same poll loop, SIGKILL teardown, and Ctrl-C / SIGTERM
     handling. With a `supervisor` (`supervise.Supervisor`) a failed group is started again, each
@@ -282,59 +279,6 @@ class Launcher:
             if d not in self.scratch:
                 scratch.claim(d)
                 self.scratch.append(d)
-
-    def _recover_live(self, mp) -> bool:
-        """After a failure under `recovery.way: peer`: if the supervisor agrees, the failed ranks
-        reaped, the next generation's coordinator made (with what the survivors already sent it)
-        and a replacement started for each failed rank, while the survivors keep running (True).
-        False: the run finished, or the group must stop as it always does."""
-        coord = self.coordinator
-        if not self.live or self.interrupts.pending or not coord.failures or self.supervisor is None:
-            return False
-        failed = {f.rank for f in coord.failures if not f.secondary}
-        deadline = time.monotonic() + LOG_FLUSH_GRACE_S
-        for rank in sorted(failed):  # one that raised is exiting; one that hangs is killed
-            self.procs[rank].join(max(0.0, deadline - time.monotonic()))
-            if self.procs[rank].exitcode is None:
-                try:
-                    os.kill(self.procs[rank].pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.procs[rank].join(5.0)
-        self._record_fired_fault()
-        gone = {rank for rank, p in enumerate(self.procs) if p.exitcode is not None}
-        replaced = self.supervisor.live_recovery(self.generation, coord, gone)
-        if replaced is None:
-            return False
-        self._remove_empty_stacks()
-        self.backlog = coord.early
-        self.generation += 1
-        if self.scenario.recovery.way == "shrink":
-            self._shrink(replaced)
-            self.coordinator = self._coordinator()
-            self.backlog = []
-            self._claim_scratch(self.generation + 1)
-            for rank, p in enumerate(self.procs):
-                self.coordinator.pids[rank] = p.pid
-            self.supervisor.arm(self.coordinator, self.generation)
-            return True
-        self.coordinator = self._coordinator()
-        self.backlog = []
-        self._start_ranks(mp, {REPLACEMENT_VARIABLE: "1"}, ranks=replaced)
-        return True
-
-    def _shrink(self, lost: list[int]) -> None:
-        """The group goes on without the `lost` ranks: the survivors renumbered in order (as each
-        renumbers itself: its rank less the lost ranks below it), and their logs renamed with them
-        (the lost ranks' were kept aside), before any survivor writes to its new name."""
-        survivors = [rank for rank in range(self.n) if rank not in lost]
-        for new, old in enumerate(survivors):
-            if new != old:
-                path = self.run_dir / f"rank-{old}.jsonl"
-                if path.exists():
-                    os.replace(path, self.run_dir / f"rank-{new}.jsonl")
-        self.procs = [self.procs[rank] for rank in survivors]
-        self.n = len(survivors)
 
     def _serve(self, router) -> None:
         sentinels = {

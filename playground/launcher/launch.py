@@ -47,6 +47,7 @@ from playground.core.topology import BRIDGE_ADDR
 from playground.hosts import netns
 from playground.hosts.drills import HostDrill
 from playground.launcher.live import LiveRecovery
+from playground.launcher.membership import LIVE_VARIABLE
 from playground.launcher.worker import FAULT_FIRED_FILE, child_main
 from playground.rendezvous.coordinator import Coordinator
 from playground.rendezvous.failures import HEARTBEAT_LOST_S, LaunchOutcome, RankFailure
@@ -135,7 +136,11 @@ class Launcher(LiveRecovery):
         self.supervisor = supervisor
         self.generation = 0
         self.procs: list = []  # the ranks' processes (multiprocessing's, or multiprocess's when spawned)
-        self.live = scenario.recovery.way in ("peer", "shrink") and supervisor is not None
+        self.live = (
+            scenario.recovery.way in ("peer", "shrink")
+            and supervisor is not None
+            and scenario.recovery.max_restarts > 0
+        )
         self.scratch: list[str] = []  # every generation's scratch directories claimed, removed at the end
         self.backlog: list[list[bytes]] = []  # the next generation's messages its coordinator takes first
         self.coordinator = self._coordinator()
@@ -168,6 +173,7 @@ class Launcher(LiveRecovery):
             "PLAYGROUND_RUN_DIR": str(self.run_dir),
             "PLAYGROUND_IPC_DIR": ipc_dir(port),  # the base: a rank adds its generation's suffix
             "PLAYGROUND_GENERATION": str(self.generation),
+            LIVE_VARIABLE: "1" if self.live else "0",
         }
         if self.cluster is not None:
             placement = self.scenario.placement
@@ -219,7 +225,7 @@ class Launcher(LiveRecovery):
                         self._serve(router)
                         if self._recover_live(mp):
                             continue
-                        self.coordinator.live = False
+                        self.coordinator.refuse_live()
                         self._serve(router)  # a failure not recovered live: its abort settles as always
                         self._stop_ranks()
                         extra = self._next_generation()

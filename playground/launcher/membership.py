@@ -31,6 +31,9 @@ from playground.comm.control import Heartbeat, control_identity
 from playground.rendezvous.join import RankEnv
 
 REPLACEMENT_VARIABLE = "PLAYGROUND_REPLACEMENT"  # "1": a process started for a failed rank (way: peer)
+# "1": the launcher recovers this group live (way peer or shrink, restarts allowed); a rank re-forms
+# only then: under another launcher, or with no restart allowed, nobody would form the next generation
+LIVE_VARIABLE = "PLAYGROUND_LIVE"
 _CTRL_LINGER_MS = 2000  # let a final error/done message reach the coordinator after close
 
 # connect(env, ctrl) -> (transport, control link, hosts): the worker's join and connect for one generation

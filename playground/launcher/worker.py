@@ -28,7 +28,7 @@ from playground.core.errors import CommTimeout, PeerLost, ScenarioMismatch
 from playground.core.machine import keep_freed_memory
 from playground.core.topology import host_name
 from playground.hosts import netns
-from playground.launcher.membership import REPLACEMENT_VARIABLE, Membership
+from playground.launcher.membership import LIVE_VARIABLE, REPLACEMENT_VARIABLE, Membership
 from playground.rendezvous import join as rendezvous
 from playground.tracing import clocks
 from playground.tracing.trace import CAT_META, Tracer
@@ -126,7 +126,7 @@ def _connect(
         run_dir=run_dir,
         hosts=hosts,
     )
-    if scenario.recovery.way in ("peer", "shrink"):
+    if scenario.recovery.way in ("peer", "shrink") and os.environ.get(LIVE_VARIABLE) == "1":
         member.comm, member.connect = comm, connect
         comm.live = member
     return comm, faulty

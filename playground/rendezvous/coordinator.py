@@ -70,6 +70,7 @@ class Coordinator(FailureDetection):
         # went out, so that the launcher can start a replacement while the survivors re-form; what
         # they send the next generation meanwhile is kept (`early`) for its coordinator (`backlog`)
         self.live = live
+        self.live_refused = False  # the launcher stops the group after all (`refuse_live`)
         self.early: list[list[bytes]] = []
         self.backlog = list(backlog or [])
         self.num_stale = 0  # messages of another generation refused (the first is said on stderr)
@@ -175,6 +176,11 @@ class Coordinator(FailureDetection):
         if self.live and generation == self.generation + 1:
             self.early.append(parts)  # a survivor re-forming: the next generation's coordinator's
             return None
+        if self.live_refused and generation == self.generation + 1:
+            if msg["type"] != "register":
+                return msg  # a survivor's last word (its PeerLost), said from its new socket
+            self._tell_final(parts[0])
+            return None
         if generation != self.generation:
             self.num_stale += 1
             if self.num_stale == 1:
@@ -184,6 +190,25 @@ class Coordinator(FailureDetection):
                 )
             return None
         return msg
+
+    def refuse_live(self) -> None:
+        """The group is not recovered live after all: it stops as it always does (the abort settles),
+        and a survivor already re-forming for the next generation is told now, not left waiting."""
+        self.live, self.live_refused = False, True
+        for parts in self.early:
+            try:
+                if parse_control(parts).get("type") == "register":
+                    self._tell_final(parts[0])
+            except MalformedControl:
+                pass
+        self.early = []
+
+    def _tell_final(self, ident: bytes) -> None:
+        """The abort, marked final: the rank must not try another generation."""
+        self._send(
+            ident,
+            {**(self.abort_message or {"type": "abort", "reason": "the run was aborted"}), "final": True},
+        )
 
     def ignore(self, ident: bytes, why: str) -> None:
         self.num_ignored += 1

@@ -142,8 +142,8 @@ class LiveRecovery:
                 t0 = time.monotonic()
                 self.rebuild(self.member.reform)
                 return self._catch_up(trainer, log, in_flight, reform_s=time.monotonic() - t0)
-            except PeerLost:
-                if attempt == MAX_REFORMS:
+            except PeerLost as e:
+                if e.final or attempt == MAX_REFORMS:
                     raise
         raise AssertionError("unreachable: the last attempt returns or raises")
 

@@ -115,6 +115,8 @@ def test_a_run_that_uses_up_its_live_recoveries_exits_1_naming_every_failure(tmp
     assert recovery["way"] == "peer" and "killed by SIGKILL" in recovery["why"]
     assert result["failures"][0] == f"before restart 1: {recovery['why']}"
     assert "killed by SIGKILL" in result["failures"][1]
+    # the survivor, already re-forming when the launcher said no, was told at once (a final abort)
+    assert not any("unresponsive" in f for f in result["failures"]), result["failures"]
 
 
 @pytest.mark.timeout(60)

@@ -11,6 +11,7 @@ renumbers itself (launcher/membership.py), and renames their logs with them. Whe
 says no, the launcher lets the abort settle and stops the group as it always does.
 """
 
+import functools
 import os
 import signal
 import time
@@ -70,8 +71,9 @@ class LiveRecovery:
         self.backlog = coord.early
         self.generation += 1
         if self.scenario.recovery.way == "shrink":
-            self._shrink(replaced)
+            renamed = self._shrink(replaced)
             self.coordinator = self._coordinator()
+            self.coordinator.on_table = functools.partial(self._rename_logs, renamed)
             self.backlog = []
             self._claim_scratch(self.generation + 1)
             for rank, p in enumerate(self.procs):
@@ -83,15 +85,20 @@ class LiveRecovery:
         self._start_ranks(mp, {REPLACEMENT_VARIABLE: "1"}, ranks=replaced)
         return True
 
-    def _shrink(self, lost: list[int]) -> None:
-        """The group goes on without the `lost` ranks: the survivors renumbered in order (as each
-        renumbers itself: its rank less the lost ranks below it), and their logs renamed with them
-        (the lost ranks' were kept aside), before any survivor writes to its new name."""
+    def _shrink(self, lost: list[int]) -> list[tuple[int, int]]:
+        """The group goes on without the `lost` ranks: the survivors renumbered in order, as each
+        renumbers itself (its rank less the lost ranks below it); returns each moved survivor's
+        (old rank, new rank), for its log to be renamed with it."""
         survivors = [rank for rank in range(self.n) if rank not in lost]
-        for new, old in enumerate(survivors):
-            if new != old:
-                path = self.run_dir / f"rank-{old}.jsonl"
-                if path.exists():
-                    os.replace(path, self.run_dir / f"rank-{new}.jsonl")
         self.procs = [self.procs[rank] for rank in survivors]
         self.n = len(survivors)
+        return [(old, new) for new, old in enumerate(survivors) if new != old]
+
+    def _rename_logs(self, renamed: list[tuple[int, int]]) -> None:
+        """The survivors' logs under their new ranks (the lost ranks' were kept aside), once every
+        survivor has registered in the new generation: each wrote its last line under its old name
+        before it re-formed, and writes its next under the new one only after the table."""
+        for old, new in renamed:  # in rank order: a new name is always free by then
+            path = self.run_dir / f"rank-{old}.jsonl"
+            if path.exists():
+                os.replace(path, self.run_dir / f"rank-{new}.jsonl")

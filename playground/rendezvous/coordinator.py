@@ -100,6 +100,9 @@ class Coordinator(FailureDetection):
         self.on_fault: Callable[[int, dict], None] | None = (
             None  # a rank asks for its drill (cut its link, ...)
         )
+        # runs once every rank registered, just before the tables go out (a shrunk group's logs
+        # renamed while no rank can write to them)
+        self.on_table: Callable[[], None] | None = None
 
     def outcome(self, interrupted: bool = False) -> LaunchOutcome:
         failures = link_waits_first(self.failures, self.hosts, self.host_notes)
@@ -303,6 +306,8 @@ class Coordinator(FailureDetection):
         endpoints = [self.endpoints[r] for r in range(self.n)]
         local_endpoints = [self.local_endpoints[r] for r in range(self.n)]
         hosts = [self.hosts[r] for r in range(self.n)]
+        if self.on_table is not None:
+            self.on_table()
         self.started_at = time.monotonic()
         for r in range(self.n):
             self._send(

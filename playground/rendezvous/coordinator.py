@@ -186,6 +186,8 @@ class Coordinator(FailureDetection):
             return None
         if generation != self.generation:
             self.num_stale += 1
+            if self.live and generation == self.generation - 1:
+                return None  # a survivor's last words to the group before (progress): expected, counted
             if self.num_stale == 1:
                 self._say(
                     f"coordinator: refused a {msg['type']!r} message of generation {generation} from "

@@ -237,3 +237,19 @@ def test_a_hung_rank_falls_back_to_a_restart_from_the_checkpoint(tmp_path):
     assert restart["way"] == "restart" and restart["rank"] == 1 and "unresponsive" in restart["why"], restart
     assert restart["checkpoint_step"] is not None
     assert [trained(r) for r in faulty.results] == [trained(r) for r in clean.results]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("way", ["peer", "shrink"])
+def test_a_run_that_fails_after_live_recoveries_exits_1_and_leaves_nothing_behind(runs_dir, way):
+    """The drill strikes every 0.3 s on average, one recovery is allowed: the command exits 1 naming
+    both failures, and no process, scratch directory or /dev/shm file of any generation is left."""
+    sets = [*TRAIN, *CASES["bucketed"][0], "params.steps=100000", "params.batch=6", f"recovery.way={way}"]
+    args = ["run", "train", "--ranks", "3", "--out", str(runs_dir), "--max-restarts", "1"]
+    proc = launch([*args, *set_args([*sets, "recovery.mtbf_s=0.3"])])
+    out, err, leftovers = finish(proc, timeout_s=80)
+    assert proc.returncode == 1, out + err
+    assert not leftovers and owned_scratch(proc.pid) == []
+    result = json.loads((runs_dir / "latest" / "result.json").read_text())
+    assert [r["way"] for r in result["recovery"]["restarts"]] == [way]
+    assert len(result["failures"]) >= 2 and "killed by SIGKILL" in result["failures"][1]

@@ -1,5 +1,6 @@
 """Live recovery of a data-parallel run (`recovery.way: peer`): a failed rank's replacement takes a
-survivor's state over the network, and no rank reads a checkpoint.
+survivor's state over the network, and no rank reads a checkpoint. (`shrink` runs the same steps
+with no replacement: the survivors re-form as fewer ranks, `loop.rank_rows` shares the batch out.)
 
 When a peer dies, every survivor's communicator raises PeerLost within a slice of its wait; the
 loop (`loop.train_steps`) drops the step in flight and calls `recover`:
@@ -157,7 +158,7 @@ class LiveRecovery:
             "step": got.step,
             "load_s": got.transfer_s,
             "loaded_at": time.monotonic(),
-            "way": "peer",
+            "way": self.member.way,
             "steps_redone": redone,
             "reform_s": reform_s,
         }

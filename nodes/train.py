@@ -156,6 +156,30 @@ def checkpoint_identity(params: Params, ranks: int) -> dict:
     return identity("nodes.train", params, ranks, NOT_TRAINING)
 
 
+REPLICATED = ("per_tensor", "bucketed", "after_backward")  # every rank holds the whole state
+
+
+def live_recovery(params: Params, ranks: int, way: str) -> None:
+    """`recovery.way: peer` and `shrink` need one mode whose every rank holds the whole state (a
+    survivor then has all a replacement, or the smaller group, needs); the sharded modes are
+    refused (ParamError). A shrunk group writes no checkpoints: its parts would never make a whole
+    one of the run's world size, so shrink refuses `checkpoint_every`."""
+    refused = [m.name for m in params.mode if m.name not in REPLICATED]
+    if refused or len(params.mode) != 1:
+        raise ParamError(
+            "recovery.way",
+            f"{way} needs params.mode to be one of {', '.join(REPLICATED)} (a survivor holds the whole "
+            f"state), got {[m.name for m in params.mode]}; allowed otherwise: restart",
+        )
+    if way == "shrink" and params.checkpoint_every:
+        raise ParamError(
+            "recovery.way",
+            "shrink needs params.checkpoint_every=0 (a shrunk group's checkpoint would not fit the run)",
+        )
+    if way == "shrink" and ranks < 2:
+        raise ParamError("recovery.way", "shrink needs at least 2 ranks (one must survive)")
+
+
 NOT_TRAINING = ("sample_bytes", "prompt", "temperature", "model", "baseline")  # a resumed run may change them
 
 
@@ -203,4 +227,5 @@ CONTRACT = NodeContract(
     check_scenario=check_scenario,
     threaded=True,  # a communication thread beside the compute
     checkpoint_identity=checkpoint_identity,
+    live_recovery=live_recovery,
 )

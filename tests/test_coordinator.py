@@ -214,3 +214,51 @@ def test_a_report_still_in_flight_when_its_rank_is_seen_gone_is_read(tmp_path):
         for s in (rank, router):
             s.close(linger=0)
         ctx.term()
+
+
+def _register(rank: int, generation: int) -> list[bytes]:
+    msg = {
+        "type": "register",
+        "rank": rank,
+        "endpoint": f"tcp://127.0.0.1:{9000 + rank}",
+        "generation": generation,
+    }
+    return [control_identity(rank, generation), json.dumps(msg).encode()]
+
+
+def test_a_live_group_keeps_the_next_generations_registrations_for_its_coordinator(tmp_path):
+    """A live recovery: survivors register with generation 1 while generation 0's coordinator
+    still serves; it keeps them (`early`) and generation 1's takes them first (`backlog`)."""
+    old = Coordinator(2, 10.0, tmp_path, generation=0, live=True)
+    old.handle(_register(0, 1))
+    assert len(old.early) == 1 and not old.endpoints
+    new = Coordinator(2, 10.0, tmp_path, generation=1, live=True, backlog=old.early)
+    for parts in new.backlog:
+        new.handle(parts)
+    assert new.endpoints == {0: "tcp://127.0.0.1:9000"}
+
+
+def test_a_refused_live_recovery_tells_a_survivor_already_re_forming_at_once(tmp_path):
+    """The launcher stops the group after all: a survivor that registered for generation 1 is sent
+    the abort marked final, so its rendezvous raises PeerLost(final=True) rather than wait."""
+    coordinator = Coordinator(2, 10.0, tmp_path, generation=0, live=True)
+    ctx = zmq.Context()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    try:
+        port = free_tcp_port()
+        router.bind(f"tcp://127.0.0.1:{port}")
+        dealer.setsockopt(zmq.IDENTITY, control_identity(0, 1))
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        dealer.send(_register(0, 1)[1])
+        assert router.poll(5000)
+        coordinator.router = router
+        coordinator.drain(router)
+        coordinator.abort_message = {"type": "abort", "reason": "rank 1 failed: killed by SIGKILL"}
+        coordinator.refuse_live()
+        with pytest.raises(PeerLost, match="rank 1 failed") as lost:
+            rendezvous.recv_ctrl(dealer, "table", 5.0, 0)
+        assert lost.value.final
+    finally:
+        router.close(0)
+        dealer.close(0)
+        ctx.term()

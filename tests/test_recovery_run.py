@@ -54,9 +54,9 @@ CASES = {
 }
 
 
-def launched(scenario: str, sets: list[str], run_dir: Path):
+def launched(scenario: str, sets: list[str], run_dir: Path, ranks: int = 2):
     """The run's outcome, launched with a supervisor, and what the supervisor said."""
-    loaded = load_scenario(scenario, ranks=2, overrides=sets)
+    loaded = load_scenario(scenario, ranks=ranks, overrides=sets)
     run_dir.mkdir(parents=True)
     said: list[str] = []
     outcome = Launcher(loaded, run_dir, supervisor=Supervisor(loaded, run_dir, say=said.append)).run()

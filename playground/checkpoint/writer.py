@@ -120,6 +120,16 @@ class PartWriter:
             return
         self._join()
 
+    def abandon(self) -> None:
+        """Stop waiting for the checkpoint in flight: a peer failed and the group re-forms live
+        (training/live.py), so the dead rank's part may never come. Without every part it gets no
+        manifest and is not whole; the next save goes on as usual."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._stop.clear()
+
     def summary(self) -> dict:
         """The checkpoints' figures for a report: how many, bytes, stall and write (median, max)."""
         return summarize(self.records)

@@ -27,7 +27,7 @@ import operator
 import time
 from collections import defaultdict, deque
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from _playground_native import CommCore, configure_comm
@@ -91,6 +91,33 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
         # (peer, tag) -> the number of the next message sent / taken (counted when traced): ~0.1 us
         self._send_seq: dict[tuple[int, int], itertools.count] = defaultdict(itertools.count)
         self._recv_seq: dict[tuple[int, int], itertools.count] = defaultdict(itertools.count)
+        # how this rank re-forms its group after a peer failed (`recovery.way: peer`): the launcher's
+        # worker sets it (launcher/membership.py); None: a failure ends the group
+        self.live: Any = None
+
+    def reopen(
+        self,
+        transport: Transport,
+        control,
+        hosts: list[str] | None = None,
+        rank: int | None = None,
+        size: int | None = None,
+    ) -> None:
+        """Go on in a re-formed group (a live recovery): the same tracer, flight ring and byte counts,
+        a new `transport` and launcher `control` link, and the same rank and size unless the group
+        shrank (`rank`, `size`: this rank renumbered among the survivors). What belonged to the group
+        before (parked messages, per-peer sequence numbers, desync notes) is dropped, as a replacement
+        rank starts with none of it; close the old transport first (`close`). Every holder of this
+        communicator (a node, its strategy, a communication thread started after) sees the new group."""
+        if rank is not None and size is not None:
+            self.rank, self.size = rank, size
+        self.control = control
+        self.transport = transport
+        self.hosts = list(hosts) if hosts is not None else self.hosts[: self.size]
+        self._pending.clear()
+        self._send_seq.clear()
+        self._recv_seq.clear()
+        self._init_desync()
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport.name})"

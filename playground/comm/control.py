@@ -38,6 +38,7 @@ class LauncherLink:
     def __init__(self, sock: zmq.Socket, rank: int, generation: int = 0):
         self.sock, self.rank, self.generation = sock, rank, generation
         self.reason: str | None = None  # why the run was aborted, once it was
+        self.abort: dict = {}  # the abort message itself (a live recovery reads `lost` from it)
 
     def abort_reason(self) -> str | None:
         """Why the coordinator aborted the run, or None (non-blocking)."""
@@ -45,6 +46,7 @@ class LauncherLink:
             msg = json.loads(self.sock.recv())
             if msg.get("type") == "abort":
                 self.reason = msg.get("reason", "the run was aborted")
+                self.abort = msg
         return self.reason
 
     def progress(self, done: int, total: int, label: str = "") -> None:

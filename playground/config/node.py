@@ -59,6 +59,9 @@ class NodeContract:
                     writes must match to be gone on from (model, world size, mode...); the launcher
                     compares it with a checkpoint's before a restart or `run --resume` (absent: the
                     node writes none, and a restarted group starts from the beginning)
+    live_recovery   live_recovery(params, ranks, way) -> None: the node can go on through a rank's
+                    failure without a restart (`recovery.way: peer`, `shrink`), for these params, or
+                    raises ParamError saying why not (absent: only `way: restart`)
     """
 
     params: type | None = None
@@ -67,6 +70,7 @@ class NodeContract:
     check_scenario: CheckScenario | None = None
     threaded: bool = False
     checkpoint_identity: Callable[[Any, int], dict] | None = None
+    live_recovery: Callable[[Any, int, str], None] | None = None
 
     def build_params(self, raw: Any) -> Any:
         """The scenario's `params:` as the node's `Params` (ParamError naming the key), or as given."""
@@ -78,6 +82,15 @@ class NodeContract:
             self.ranks.check(ranks)
         if self.check_scenario is not None:
             self.check_scenario(params, ranks)
+
+    def check_recovery(self, params: Any, ranks: int, way: str) -> None:
+        """`recovery.way` against the node: restart always works; another way only when the node
+        offers it for these params (ParamError naming the key)."""
+        if way == "restart":
+            return
+        if self.live_recovery is None:
+            raise ParamError("recovery.way", f"this node cannot recover live ({way}); allowed: restart")
+        self.live_recovery(params, ranks, way)
 
 
 # The plain form's module-level names, each with the contract field it fills.

@@ -2,6 +2,7 @@
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from playground.core.errors import ParamError
 
@@ -10,12 +11,15 @@ from playground.core.errors import ParamError
 class Recovery:
     """What the launcher does when a rank fails (raises, exits, is killed, hangs, its host dies).
 
-    With `max_restarts` > 0 it stops the group, starts it again under a new rendezvous generation
-    (a late message of the group before is refused), and every rank goes on from the newest whole
-    checkpoint (a training node's `checkpoint_every`); after `max_restarts` restarts a failure ends
-    the run, exit status 1, naming every failure. The state comes from the checkpoint alone: every
-    rank of the group is started again, so none keeps its memory for a peer to copy (torchft's live
-    recovery), and the world size stays. `mtbf_s` is a drill: the launcher SIGKILLs a rank drawn at
+    `way: restart` (the default): with `max_restarts` > 0 it stops the group, starts it again under
+    a new rendezvous generation (a late message of the group before is refused), and every rank goes
+    on from the newest whole checkpoint (a training node's `checkpoint_every`). `way: peer`
+    (torchft's live recovery): the survivors keep running; the launcher starts a replacement for
+    the failed rank only, every rank re-forms the group under a new generation, and a survivor
+    copies its state (parameters, optimizer, step) to the ranks behind: no checkpoint is read.
+    `way: shrink`: no replacement; the survivors re-form as N-1 ranks, renumbered, and go on with
+    the same global batch (its N row-blocks shared out over N-1 ranks). Either way, after `max_restarts` recoveries a failure ends the run,
+    exit status 1, naming every failure. `mtbf_s` is a drill: the launcher SIGKILLs a rank drawn at
     random at exponential intervals of that mean, in every generation (`seed` draws them).
     """
 
@@ -26,6 +30,10 @@ class Recovery:
     # each generation's rendezvous); null: none
     mtbf_s: float | None = None
     seed: int = 0  # the drill's draws (which rank, when)
+    # how the group goes on after a failure: restart (every rank, from the newest checkpoint), peer
+    # (a replacement rank copies a survivor's state), shrink (the survivors go on as N-1 ranks); the
+    # node must offer peer and shrink
+    way: Literal["restart", "peer", "shrink"] = "restart"
 
     def __post_init__(self):
         if self.max_restarts < 0:

@@ -233,6 +233,9 @@ def _validated(raw: dict, at: Origins) -> Scenario:
         check_fault(fault, raw["ranks"], raw.get("hosts"), at)
     try:
         contract.check(params, raw["ranks"])
+        contract.check_recovery(params, raw["ranks"], recovery.way)
+        if recovery.way != "restart" and raw.get("hosts"):
+            raise ParamError("recovery.way", f"{recovery.way} runs on one host (no hosts:); allowed: restart")
     except ParamError as e:
         raise ScenarioError(f"{at(e.field)}: {e.message}") from None
     return Scenario(

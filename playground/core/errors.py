@@ -114,7 +114,8 @@ class CommTimeout(CommError):
 class PeerLost(CommError):
     """Another rank died or failed, so this rank cannot go on. `peer` is the rank this one was
     waiting for (or sending to) when it found out, if it was; `context` says which collective (and
-    its sequence number) was running, as NCCL's watchdog does."""
+    its sequence number) was running, as NCCL's watchdog does. `final`: the launcher will not
+    recover the group live (a survivor re-forming must not try the next generation)."""
 
     def __init__(
         self,
@@ -126,8 +127,9 @@ class PeerLost(CommError):
         tag: int | None = None,
         op: str = "",
         context: str = "",
+        final: bool = False,
     ):
-        self.reason = reason
+        self.reason, self.final = reason, final
         where = f" ({context})" if context else ""
         if peer is None:
             text = f"rank {rank}: aborted{where}: {reason}"
@@ -207,6 +209,19 @@ class ScenarioMismatch(PlaygroundError):
     def __init__(self, rank: int, reason: str):
         self.rank, self.reason = rank, reason
         super().__init__(f"rank {rank}: {reason}")
+
+
+class StateLost(PlaygroundError):
+    """A live recovery (`recovery.way: peer`) found no rank holding the training's state: every
+    survivor died before a replacement had copied it. Only a checkpoint has it now, so the launcher
+    stops the group and restarts it from the newest whole one (if restarts are left)."""
+
+    def __init__(self, rank: int, generation: int):
+        self.rank, self.generation = rank, generation
+        super().__init__(
+            f"rank {rank}: no rank of generation {generation} holds the training's state (every "
+            f"survivor failed before a replacement copied it)"
+        )
 
 
 class FaultInjected(PlaygroundError):

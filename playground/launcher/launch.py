@@ -11,6 +11,10 @@ once: the others are told to abort (their waits raise PeerLost immediately), and
 is reported as the root cause. Ranks started by another launcher use the same Coordinator without
 the sentinels (`playground.launcher.external`).
 
+With `recovery.way: peer` or `shrink` a failure does not end the group (playground.launcher.live,
+mixed in); every generation's scratch directory is then made with the one before it, and all of
+them are removed at the end.
+
 With emulated hosts (`scenario.hosts`) the launcher first builds the cluster (hosts/netns.py); each
 forked rank enters its host's namespace, and the coordinator listens in the bridge namespace, which
 every host reaches over its own link: the launcher's main thread enters it before it makes its ZeroMQ
@@ -23,6 +27,7 @@ import functools
 import json
 import multiprocessing  # the stdlib one: with fork nothing is pickled, and it imports without dill
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -35,13 +40,14 @@ import zmq
 from playground.comm import flight_report
 from playground.comm.addresses import free_tcp_port, ipc_dir, shm_dir_for
 from playground.comm.registry import BY_NAME
-from playground.comm.shm import remove_shm_dir
 from playground.config.scenario import Scenario
 from playground.core import interrupts, scratch
 from playground.core.errors import UsageError
 from playground.core.topology import BRIDGE_ADDR
 from playground.hosts import netns
 from playground.hosts.drills import HostDrill
+from playground.launcher.live import LiveRecovery
+from playground.launcher.membership import LIVE_VARIABLE
 from playground.launcher.worker import FAULT_FIRED_FILE, child_main
 from playground.rendezvous.coordinator import Coordinator
 from playground.rendezvous.failures import HEARTBEAT_LOST_S, LaunchOutcome, RankFailure
@@ -105,7 +111,7 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-class Launcher:
+class Launcher(LiveRecovery):
     """Starts the ranks (forked, or spawned: `start_method`) and adds what only a parent can do to
     the `Coordinator`: exit sentinels in the same poll loop, SIGKILL teardown, and Ctrl-C / SIGTERM
     handling. With a `supervisor` (`supervise.Supervisor`) a failed group is started again, each
@@ -130,6 +136,13 @@ class Launcher:
         self.supervisor = supervisor
         self.generation = 0
         self.procs: list = []  # the ranks' processes (multiprocessing's, or multiprocess's when spawned)
+        self.live = (
+            scenario.recovery.way in ("peer", "shrink")
+            and supervisor is not None
+            and scenario.recovery.max_restarts > 0
+        )
+        self.scratch: list[str] = []  # every generation's scratch directories claimed, removed at the end
+        self.backlog: list[list[bytes]] = []  # the next generation's messages its coordinator takes first
         self.coordinator = self._coordinator()
         self.ipc_dir = ""
         self.port = 0
@@ -146,6 +159,8 @@ class Launcher:
             watch_exits=True,
             heartbeat_lost_s=HEARTBEAT_LOST_S if self.scenario.hosts else None,
             generation=self.generation,
+            live=self.live,
+            backlog=self.backlog,
         )
 
     def _env(self, rank: int, port: int) -> dict:
@@ -156,8 +171,9 @@ class Launcher:
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "PLAYGROUND_RUN_DIR": str(self.run_dir),
-            "PLAYGROUND_IPC_DIR": self.ipc_dir,
+            "PLAYGROUND_IPC_DIR": ipc_dir(port),  # the base: a rank adds its generation's suffix
             "PLAYGROUND_GENERATION": str(self.generation),
+            LIVE_VARIABLE: "1" if self.live else "0",
         }
         if self.cluster is not None:
             placement = self.scenario.placement
@@ -207,6 +223,10 @@ class Launcher:
                     router.bind(f"tcp://{BRIDGE_ADDR if self.cluster else '127.0.0.1'}:{port}")
                     while True:
                         self._serve(router)
+                        if self._recover_live(mp):
+                            continue
+                        self.coordinator.refuse_live()
+                        self._serve(router)  # a failure not recovered live: its abort settles as always
                         self._stop_ranks()
                         extra = self._next_generation()
                         if extra is None:
@@ -224,38 +244,54 @@ class Launcher:
         outcome = self.coordinator.outcome(interrupted)
         return self.supervisor.outcome(outcome) if self.supervisor else outcome
 
-    def _start_ranks(self, mp, extra_env: dict) -> None:
-        """Fork (or spawn) the current generation's ranks in their own scratch directories; `extra_env`
-        tells them more (the checkpoint to go on from)."""
-        port = self.port
-        self.ipc_dir = ipc_dir(port, self.generation)
-        scratch.claim(self.ipc_dir)
-        if BY_NAME[self.scenario.transport].uses_shm:
-            scratch.claim(shm_dir_for(port, self.generation))
+    def _start_ranks(self, mp, extra_env: dict, ranks: list[int] | None = None) -> None:
+        """Fork (or spawn) the current generation's ranks (`ranks`: only these, beside the survivors
+        of a live recovery) in their own scratch directories; `extra_env` tells them more (the
+        checkpoint to go on from). With live recovery the next generation's directories are made
+        too, so that survivors can re-form the moment a peer fails."""
+        self.ipc_dir = ipc_dir(self.port, self.generation)
+        for generation in (self.generation, self.generation + 1) if self.live else (self.generation,):
+            self._claim_scratch(generation)
         cpus = rank_cpus(self.scenario)
-        self.procs = []
+        if ranks is None:
+            self.procs = [None] * self.n
         # Hold Ctrl-C while forking: a child must not see it before it has set its own handlers.
         with interrupts.held(), self._without_main():
-            for rank in range(self.n):
+            for rank in range(self.n) if ranks is None else ranks:
                 p = mp.Process(
                     target=child_main,
                     args=(
                         self.scenario,
                         self.run_dir,
-                        {**self._env(rank, port), **extra_env},
+                        {**self._env(rank, self.port), **extra_env},
                         os.getpid(),
                         cpus[rank] if cpus else None,
                     ),
                     name=f"rank-{rank}",
                 )
                 p.start()
-                self.procs.append(p)
-                self.coordinator.pids[rank] = p.pid
+                self.procs[rank] = p
+        for rank, p in enumerate(self.procs):
+            self.coordinator.pids[rank] = p.pid
         if self.supervisor is not None:
             self.supervisor.arm(self.coordinator, self.generation)
 
+    def _claim_scratch(self, generation: int) -> None:
+        """The ipc sockets' directory of `generation` (and its /dev/shm one), once."""
+        dirs = [ipc_dir(self.port, generation)]
+        if BY_NAME[self.scenario.transport].uses_shm:
+            dirs.append(shm_dir_for(self.port, generation))
+        for d in dirs:
+            if d not in self.scratch:
+                scratch.claim(d)
+                self.scratch.append(d)
+
     def _serve(self, router) -> None:
-        sentinels = {p.sentinel: functools.partial(self._on_exit, rank) for rank, p in enumerate(self.procs)}
+        sentinels = {
+            p.sentinel: functools.partial(self._on_exit, rank)
+            for rank, p in enumerate(self.procs)
+            if rank not in self.coordinator.exited
+        }
         with self.interrupts.armed_here():
             self.coordinator.serve(router, watch=sentinels)
 
@@ -266,8 +302,7 @@ class Launcher:
         self._kill_all()
         self._record_fired_fault()
         self._remove_empty_stacks()
-        self._cleanup_ipc()
-        remove_shm_dir(self.port, self.generation)
+        self._cleanup_scratch()
         self.procs = []
 
     def _next_generation(self) -> dict | None:
@@ -400,8 +435,17 @@ class Launcher:
             except OSError:
                 pass
 
-    def _cleanup_ipc(self) -> None:
-        d = self.ipc_dir
+    def _cleanup_scratch(self) -> None:
+        """Every claimed scratch directory removed: the ipc sockets' and /dev/shm's of each generation."""
+        for d in self.scratch:
+            if d.startswith("/dev/shm/"):
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                self._cleanup_ipc(d)
+        self.scratch = []
+
+    @staticmethod
+    def _cleanup_ipc(d: str) -> None:
         if d and os.path.isdir(d):
             for name in os.listdir(d):
                 if (name.startswith("rank-") and name.endswith(".sock")) or name == scratch.OWNER_FILE:

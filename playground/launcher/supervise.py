@@ -25,8 +25,16 @@ Each restart's record splits the time to recover (`Restart`):
 
 and the steps redone: from the checkpoint's step to the last step rank 0 reported done.
 
+With `recovery.way: peer` or `shrink` the group is not stopped (`live_recovery`): the launcher
+asks the supervisor at the first failure, which records a live recovery in the same list (`way`,
+the ranks replaced or lost, the survivor the state came from, the steps redone) and counts it
+against `max_restarts`; re-form and transfer take the restart and load columns. A failure it
+cannot recover live (a rank already finished, no survivor, StateLost) stops the group as above;
+a shrunk group is then not restarted.
+
 `recovery.mtbf_s` is a drill: at an exponential time of that mean after each generation's
-rendezvous, the supervisor SIGKILLs a rank drawn at random (from outside, as a dying machine would).
+rendezvous, the supervisor SIGKILLs a rank drawn at random among the group's (from outside, as a
+dying machine would).
 """
 
 import dataclasses
@@ -42,11 +50,12 @@ from pathlib import Path
 
 from playground.checkpoint import store
 from playground.config.scenario import Scenario
-from playground.core.errors import CheckpointRefused, ScenarioMismatch
+from playground.core.errors import CheckpointRefused, ScenarioMismatch, StateLost
 from playground.rendezvous.coordinator import Coordinator
 from playground.rendezvous.failures import LaunchOutcome
 
 NOT_MENDED_BY_A_RESTART = (ScenarioMismatch.__name__, CheckpointRefused.__name__)
+NOT_MENDED_LIVE = (*NOT_MENDED_BY_A_RESTART, StateLost.__name__)  # a restart from a checkpoint may mend it
 GENERATIONS = "generations"  # a run directory's folder of the failed generations' rank logs
 
 
@@ -67,6 +76,11 @@ class Restart:
     first_step_at: float | None = None
     usual_step_s: float | None = None
     failures: list[str] = field(default_factory=list)
+    way: str = "restart"  # restart: every rank from a checkpoint; peer: a replacement from a survivor
+    replaced: list[int] = field(default_factory=list)  # peer: the ranks started again
+    steps_redone: int | None = None  # peer: the most any rank did again (its reports)
+    source_rank: int | None = None  # peer: the survivor that sent its state
+    step_from: int | None = None  # peer: the step the group went on from
 
     def phases(self) -> dict:
         """The time to recover split (module doc), seconds; None where not measured."""
@@ -89,13 +103,23 @@ class Restart:
 
     def to_dict(self) -> dict:
         redone = None if self.checkpoint_step is None else self.step_reached - self.checkpoint_step
+        if self.way in ("peer", "shrink"):
+            redone = self.steps_redone
+        elif redone is None:
+            redone = self.step_reached
         return {
             "generation": self.generation,
+            "way": self.way,
             "rank": self.rank,
             "why": self.why,
             "step_reached": self.step_reached,
             "checkpoint_step": self.checkpoint_step,
-            "steps_redone": self.step_reached if redone is None else redone,
+            "steps_redone": redone,
+            **(
+                {"replaced": self.replaced, "source_rank": self.source_rank, "step_from": self.step_from}
+                if self.way in ("peer", "shrink")
+                else {}
+            ),
             **{k: None if v is None else round(v, 4) for k, v in self.phases().items()},
             "failures": self.failures,
         }
@@ -148,7 +172,7 @@ class Supervisor:
         mtbf_s = self.recovery.mtbf_s
         if mtbf_s is None:
             return
-        after_s, rank = self.rng.expovariate(1.0 / mtbf_s), self.rng.randrange(self.scenario.ranks)
+        after_s, rank = self.rng.expovariate(1.0 / mtbf_s), self.rng.randrange(coordinator.n)
         coordinator.timers.append((after_s, lambda: self._kill(coordinator, generation, rank, after_s)))
 
     def _kill(self, coordinator: Coordinator, generation: int, rank: int, after_s: float) -> None:
@@ -169,8 +193,8 @@ class Supervisor:
         self._complete_last(coordinator)
         outcome = coordinator.outcome()
         root = outcome.root_cause
-        if outcome.ok or root is None:
-            return None
+        if outcome.ok or root is None or self.recovery.way == "shrink":
+            return None  # a shrunk group is not restarted: a checkpoint of fewer ranks would not fit
         restart = Restart(
             generation,
             root.rank,
@@ -202,6 +226,55 @@ class Supervisor:
         )
         return self._env(checkpoint)
 
+    # -- live recovery (recovery.way: peer) -------------------------------------------------
+    def live_recovery(self, generation: int, coordinator: Coordinator, gone: set[int]) -> list[int] | None:
+        """A rank of `generation` failed and the survivors still run (`gone`: the ranks whose process
+        ended): the ranks to start again beside the survivors, recorded as a recovery, or None when
+        the group must stop instead (restarts used up, a failure another start cannot mend, a rank
+        already done, or no survivor left to copy from)."""
+        outcome = coordinator.outcome()
+        root = outcome.root_cause
+        if self.recovery.way not in ("peer", "shrink") or root is None:
+            return None
+        replaced = sorted({f.rank for f in outcome.failures if not f.secondary} | gone)
+        if self.recovery.way == "shrink" and len(replaced) != 1:
+            return None  # the survivors renumber around the one rank their abort named
+        if (
+            len(self.restarts) >= self.recovery.max_restarts
+            or root.is_waiting  # a rank timed out waiting: the one at fault may be silent, blamed only once the abort settles
+            or root.error_type in NOT_MENDED_LIVE
+            or coordinator.reported - set(replaced)  # a survivor has finished or reported an error
+            or len(replaced) >= self.scenario.ranks
+        ):
+            return None
+        self._complete_last(coordinator)
+        recovery = Restart(
+            generation,
+            root.rank,
+            root.headline(),
+            max(coordinator.progress_done, self.started_from.get(generation, 0)),
+            detected_at=coordinator.t0 + root.at_s,
+            stopped_at=time.monotonic(),
+            fault_at=self._fault_at(coordinator, generation),
+            failures=[f.headline() for f in outcome.failures],
+            way=self.recovery.way,
+            replaced=replaced,
+        )
+        self.restarts.append(recovery)
+        self._keep_logs(replaced)
+        ranks = ", ".join(map(str, replaced))
+        how = (
+            f"rank {ranks} started again, the others re-form generation {generation + 1}"
+            if self.recovery.way == "peer"
+            else f"the group goes on without rank {ranks} as generation {generation + 1}, renumbered"
+        )
+        self.say(
+            f"recovery {len(self.restarts)}/{self.recovery.max_restarts} ({self.recovery.way}): "
+            f"{root.headline()}; {how} and the newest state is copied from a survivor "
+            f"(step {recovery.step_reached} reached)"
+        )
+        return replaced
+
     def _checkpoint(self) -> store.Checkpoint | None:
         """The newest whole checkpoint of this run, once the torn ones are gone (no writer lives now)."""
         if self.identity is None:
@@ -232,15 +305,22 @@ class Supervisor:
         last.table_at = coordinator.started_at
         reports = list(coordinator.resumed.values())
         if reports:
-            last.load_s = max(r["load_s"] for r in reports)
+            last.load_s = max(r.get("load_s", 0.0) for r in reports)
+        if last.way in ("peer", "shrink") and reports:
+            last.steps_redone = max(r.get("steps_redone", 0) for r in reports)
+            last.step_from = max(r["step"] for r in reports)
+            sources = [r["source_rank"] for r in reports if "source_rank" in r]
+            last.source_rank = sources[0] if sources else None
+            self.started_from[coordinator.generation] = last.step_from
         if reports and all("first_step_at" in r for r in reports):
             last.first_step_at = max(r["first_step_at"] for r in reports)
             usual = [r["usual_step_s"] for r in reports if r.get("usual_step_s") is not None]
             last.usual_step_s = max(usual) if usual else None
 
-    def _keep_logs(self) -> None:
+    def _keep_logs(self, ranks: list[int] | None = None) -> None:
         """The last generation's rank logs and stacks into generations/<n>/ (n counts over every
-        launch of this run directory, `run --resume` included), so the next one's start afresh."""
+        launch of this run directory, `run --resume` included), so the next one's start afresh;
+        `ranks`: only theirs (a live recovery's replaced ranks: the survivors' logs go on)."""
         base = self.run_dir / GENERATIONS
         n = 0
         while (base / str(n)).exists():
@@ -248,7 +328,8 @@ class Supervisor:
         target = base / str(n)
         target.mkdir(parents=True)
         for path in [*self.run_dir.glob("rank-*.jsonl"), *self.run_dir.glob("rank-*.stack")]:
-            shutil.move(str(path), target / path.name)
+            if ranks is None or int(path.name.split("-")[1].split(".")[0]) in ranks:
+                shutil.move(str(path), target / path.name)
 
     def outcome(self, last: LaunchOutcome) -> LaunchOutcome:
         """The run's outcome: the last generation's, with every restart and, when it failed, the

@@ -18,7 +18,7 @@ from pathlib import Path
 import zmq
 
 from playground.comm.communicator import Communicator
-from playground.comm.control import Heartbeat, LauncherLink, control_identity
+from playground.comm.control import LauncherLink
 from playground.comm.delay import DelayedTransport
 from playground.comm.faults import FaultyTransport
 from playground.comm.slowdown import Slowdown
@@ -28,12 +28,12 @@ from playground.core.errors import CommTimeout, PeerLost, ScenarioMismatch
 from playground.core.machine import keep_freed_memory
 from playground.core.topology import host_name
 from playground.hosts import netns
+from playground.launcher.membership import LIVE_VARIABLE, REPLACEMENT_VARIABLE, Membership
 from playground.rendezvous import join as rendezvous
 from playground.tracing import clocks
 from playground.tracing.trace import CAT_META, Tracer
 
 RELEASE_TIMEOUT_S = 60.0  # waiting for the slowest rank to finish, after this rank is done
-_CTRL_LINGER_MS = 2000  # let a final error/done message reach the coordinator after close
 FAULT_FIRED_FILE = "fault-fired.json"  # when a drill fired, written by its rank just before
 _PR_SET_NAME, _PR_SET_PDEATHSIG = 15, 1
 
@@ -60,29 +60,28 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     stack_file = open(run_dir / f"rank-{env.rank}.stack", "w")  # noqa: SIM115 - lives as long as the process
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     ctx = zmq.Context()
-    ctrl = ctx.socket(zmq.DEALER)
-    ctrl.setsockopt(zmq.IDENTITY, control_identity(env.rank, env.generation))
-    ctrl.setsockopt(zmq.LINGER, _CTRL_LINGER_MS)
-    ctrl.setsockopt(zmq.RECONNECT_IVL, 20)
-    ctrl.connect(env.coordinator)
-    heartbeat = (
-        Heartbeat(ctx, env.coordinator, env.rank, generation=env.generation) if scenario.hosts else None
+    member = Membership(
+        ctx,
+        env,
+        heartbeat=bool(scenario.hosts),
+        is_replacement=os.environ.get(REPLACEMENT_VARIABLE) == "1",
+        way=scenario.recovery.way,
     )
     tracer = Tracer(env.rank, run_dir / f"rank-{env.rank}.jsonl")
     comm = None
     try:
-        comm, faulty = _connect(scenario, run_dir, env, ctx, ctrl, tracer)
+        comm, faulty = _connect(scenario, run_dir, member, tracer)
         comm.barrier()
         result = node_function(scenario)(comm, scenario.params)
         tracer.flush()
         result = _as_reported(result, comm, faulty)
-        done = {"type": "done", "rank": env.rank, "result": result, "generation": env.generation}
-        rendezvous.send_ctrl(ctrl, done)
-        rendezvous.recv_ctrl(ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
+        done = {"type": "done", "rank": member.env.rank, "result": result, "generation": member.generation}
+        rendezvous.send_ctrl(member.ctrl, done)
+        rendezvous.recv_ctrl(member.ctrl, "release", max(RELEASE_TIMEOUT_S, scenario.timeout_s), env.rank)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
         try:  # first: the launcher's report must not wait for a long log to be written
-            rendezvous.send_ctrl(ctrl, _error_message(env.rank, exc, env.generation))
+            rendezvous.send_ctrl(member.ctrl, _error_message(member.env.rank, exc, member.generation))
         except zmq.ZMQError:
             pass
         tracer.add(
@@ -93,9 +92,7 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
     finally:
         if comm is not None:
             comm.close()
-        if heartbeat is not None:
-            heartbeat.stop()
-        ctrl.close()
+        member.close()
         ctx.term()
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
@@ -105,17 +102,39 @@ def run_rank(scenario: Scenario, run_dir: Path, env: rendezvous.RankEnv) -> int:
 
 
 def _connect(
-    scenario: Scenario,
-    run_dir: Path,
-    env: rendezvous.RankEnv,
-    ctx: zmq.Context,
-    ctrl: zmq.Socket,
-    tracer: Tracer,
+    scenario: Scenario, run_dir: Path, member: Membership, tracer: Tracer
 ) -> tuple[Communicator, FaultyTransport | None]:
-    """Join the run (open the transport's end, register, get the table and this rank's clock
-    offset), connect to the peers, wrap the transport in the run's link delay and drill, and build
-    the communicator; also the drill's wrapper, when this rank's posts trigger it."""
-    tracer.clock_ns = clock_ns = clocks.rank_clock_ns(env.rank)  # skewed on purpose in drills
+    """Join the run (`_join`), wrap the transport in the run's drill, and build the communicator;
+    also the drill's wrapper, when this rank's posts trigger it. With `recovery.way: peer` the
+    communicator can re-form its group (`comm.live`, the rank's `Membership`)."""
+    tracer.clock_ns = clocks.rank_clock_ns(member.env.rank)  # skewed on purpose in drills
+
+    def connect(env: rendezvous.RankEnv, ctrl: zmq.Socket) -> tuple:
+        transport, hosts = _join(scenario, env, ctx, ctrl, tracer)
+        return transport, LauncherLink(ctrl, env.rank, env.generation), hosts
+
+    ctx, env = member.ctx, member.env
+    transport, hosts = _join(scenario, env, ctx, member.ctrl, tracer)
+    faulty = _with_fault(transport, scenario, run_dir, env, member.ctrl, tracer)
+    comm = Communicator(
+        env.rank,
+        env.world_size,
+        faulty or transport,
+        tracer=tracer,
+        timeout_s=scenario.timeout_s,
+        control=LauncherLink(member.ctrl, env.rank, env.generation),
+        run_dir=run_dir,
+        hosts=hosts,
+    )
+    if scenario.recovery.way in ("peer", "shrink") and os.environ.get(LIVE_VARIABLE) == "1":
+        member.comm, member.connect = comm, connect
+        comm.live = member
+    return comm, faulty
+
+
+def _join(scenario: Scenario, env: rendezvous.RankEnv, ctx: zmq.Context, ctrl: zmq.Socket, tracer: Tracer):
+    """Open the transport's end, register, get the table and this rank's clock offset, connect to
+    the peers and wrap the transport in the run's link delay: (transport, each rank's host)."""
     end = rendezvous.open_end(scenario.transport, env, ctx, hosts=bool(scenario.hosts))
     try:
         peers, clock = rendezvous.join(
@@ -124,7 +143,7 @@ def _connect(
             end.endpoint,
             max(30.0, scenario.timeout_s),
             scenario.to_dict(),
-            clock_ns,
+            tracer.clock_ns,
             end.local_endpoint,
         )
         # Raw times stay in the log, the offset beside them: `inspect` shifts them onto rank 0's clock.
@@ -135,19 +154,7 @@ def _connect(
     except BaseException:
         end.close()
         raise
-    transport = _with_delay(transport, scenario, env, ctx, endpoints, peers.hosts)
-    faulty = _with_fault(transport, scenario, run_dir, env, ctrl, tracer)
-    comm = Communicator(
-        env.rank,
-        env.world_size,
-        faulty or transport,
-        tracer=tracer,
-        timeout_s=scenario.timeout_s,
-        control=LauncherLink(ctrl, env.rank, env.generation),
-        run_dir=run_dir,
-        hosts=peers.hosts,
-    )
-    return comm, faulty
+    return _with_delay(transport, scenario, env, ctx, endpoints, peers.hosts), peers.hosts
 
 
 def _with_fault(

@@ -60,10 +60,19 @@ class Coordinator(FailureDetection):
         watch_exits: bool = True,
         heartbeat_lost_s: float | None = None,
         generation: int = 0,
+        live: bool = False,
+        backlog: list[list[bytes]] | None = None,
     ):
         super().__init__(run_dir, watch_exits, heartbeat_lost_s)
         self.n = world_size
         self.generation = generation  # the group it serves; a message of another one is refused
+        # live recovery (`recovery.way: peer`): the loop ends at the first failure, once the abort
+        # went out, so that the launcher can start a replacement while the survivors re-form; what
+        # they send the next generation meanwhile is kept (`early`) for its coordinator (`backlog`)
+        self.live = live
+        self.live_refused = False  # the launcher stops the group after all (`refuse_live`)
+        self.early: list[list[bytes]] = []
+        self.backlog = list(backlog or [])
         self.num_stale = 0  # messages of another generation refused (the first is said on stderr)
         self.resumed: dict[int, dict] = {}  # rank -> how it went on from a checkpoint (its report)
         self.progress_done = 0  # the last progress rank 0 reported: steps done, for a restart's record
@@ -91,6 +100,9 @@ class Coordinator(FailureDetection):
         self.on_fault: Callable[[int, dict], None] | None = (
             None  # a rank asks for its drill (cut its link, ...)
         )
+        # runs once every rank registered, just before the tables go out (a shrunk group's logs
+        # renamed while no rank can write to them)
+        self.on_table: Callable[[], None] | None = None
 
     def outcome(self, interrupted: bool = False) -> LaunchOutcome:
         failures = link_waits_first(self.failures, self.hosts, self.host_notes)
@@ -111,7 +123,12 @@ class Coordinator(FailureDetection):
         poller.register(router, zmq.POLLIN)
         for fd in watch:
             poller.register(fd, zmq.POLLIN)
+        backlog, self.backlog = self.backlog, []
+        for parts in backlog:  # what the survivors sent this generation before it had a coordinator
+            self.handle(parts)
         while len(self.exited) < self.n and not (stop is not None and stop.is_set()):
+            if self.live and self.failures:
+                break
             for sock, _ in poller.poll(POLL_MS):
                 if sock is router:
                     self.drain(router)
@@ -128,11 +145,14 @@ class Coordinator(FailureDetection):
         for _ in range(MAX_DRAIN):
             if not router.poll(0):
                 return
-            parts = router.recv_multipart()
-            self.arrived_ns = time.monotonic_ns()
-            msg = self.parse(parts)
-            if msg is not None:
-                self.on_message(parts[0], msg)
+            self.handle(router.recv_multipart())
+
+    def handle(self, parts: list[bytes]) -> None:
+        """One ROUTER delivery [identity, JSON]: parsed, checked and acted on."""
+        self.arrived_ns = time.monotonic_ns()
+        msg = self.parse(parts)
+        if msg is not None:
+            self.on_message(parts[0], msg)
 
     def await_report(self, rank: int, timeout_s: float = REPORT_GRACE_S) -> bool:
         """Whether `rank` has reported, reading the router for up to `timeout_s` first. A rank
@@ -156,8 +176,18 @@ class Coordinator(FailureDetection):
             self.ignore(parts[0], str(e))
             return None
         generation = msg.get("generation", 0)
+        if self.live and generation == self.generation + 1:
+            self.early.append(parts)  # a survivor re-forming: the next generation's coordinator's
+            return None
+        if self.live_refused and generation == self.generation + 1:
+            if msg["type"] != "register":
+                return msg  # a survivor's last word (its PeerLost), said from its new socket
+            self._tell_final(parts[0])
+            return None
         if generation != self.generation:
             self.num_stale += 1
+            if self.live and generation == self.generation - 1:
+                return None  # a survivor's last words to the group before (progress): expected, counted
             if self.num_stale == 1:
                 self._say(
                     f"coordinator: refused a {msg['type']!r} message of generation {generation} from "
@@ -165,6 +195,25 @@ class Coordinator(FailureDetection):
                 )
             return None
         return msg
+
+    def refuse_live(self) -> None:
+        """The group is not recovered live after all: it stops as it always does (the abort settles),
+        and a survivor already re-forming for the next generation is told now, not left waiting."""
+        self.live, self.live_refused = False, True
+        for parts in self.early:
+            try:
+                if parse_control(parts).get("type") == "register":
+                    self._tell_final(parts[0])
+            except MalformedControl:
+                pass
+        self.early = []
+
+    def _tell_final(self, ident: bytes) -> None:
+        """The abort, marked final: the rank must not try another generation."""
+        self._send(
+            ident,
+            {**(self.abort_message or {"type": "abort", "reason": "the run was aborted"}), "final": True},
+        )
 
     def ignore(self, ident: bytes, why: str) -> None:
         self.num_ignored += 1
@@ -259,6 +308,8 @@ class Coordinator(FailureDetection):
         endpoints = [self.endpoints[r] for r in range(self.n)]
         local_endpoints = [self.local_endpoints[r] for r in range(self.n)]
         hosts = [self.hosts[r] for r in range(self.n)]
+        if self.on_table is not None:
+            self.on_table()
         self.started_at = time.monotonic()
         for r in range(self.n):
             self._send(

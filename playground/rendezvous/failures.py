@@ -181,6 +181,8 @@ class FailureDetection:
             who = f"rank {failure.rank}" + (f" on host {failure.host}" if failure.host and several else "")
             reason = f"{who} failed: {failure.message.splitlines()[0] if failure.message else failure.kind}"
             message = self.abort_message = {"type": "abort", "reason": reason, **(abort or {})}
+            if getattr(self, "live", False):  # a live recovery's survivors renumber around the lost rank
+                message["lost"] = [failure.rank]
             for r, ident in self.identities.items():
                 if (r != failure.rank or abort is not None) and r not in self.exited:
                     self._send(ident, message)

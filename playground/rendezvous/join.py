@@ -163,7 +163,7 @@ def recv_ctrl(sock: zmq.Socket, want: str | tuple[str, ...], timeout_s: float, r
         if msg.get("type") == "abort":
             if msg.get("error") == ScenarioMismatch.__name__:
                 raise ScenarioMismatch(rank, msg.get("reason", "the ranks run different scenarios"))
-            raise PeerLost(rank, msg.get("reason", "the run was aborted"))
+            raise PeerLost(rank, msg.get("reason", "the run was aborted"), final=bool(msg.get("final")))
         if msg.get("type") in wanted:
             return msg
 

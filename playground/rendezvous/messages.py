@@ -31,7 +31,7 @@ _REQUIRED: dict[str, dict[str, Types]] = {
     "error": {"rank": _INT},
     "heartbeat": {"rank": _INT},  # emulated hosts: from the rank's heartbeat socket
     "fault": {"rank": _INT, "action": _STR},  # a host drill's request, from the counting rank
-    "resumed": {"rank": _INT, "step": _INT},  # a restarted rank went on from a checkpoint: how
+    "resumed": {"rank": _INT, "step": _INT},  # a restarted rank went on from a checkpoint or a peer: how
 }
 _OPTIONAL: dict[str, Types] = {
     "host": _STR,
@@ -54,6 +54,10 @@ _OPTIONAL: dict[str, Types] = {
     "first_step_at": _NUM,
     "first_step_s": _NUM,
     "usual_step_s": _NUM + (type(None),),
+    "way": _STR,  # resumed: how the rank came back (peer: from a survivor, not a checkpoint)
+    "steps_redone": _INT,
+    "source_rank": _INT,
+    "reform_s": _NUM,
 }
 
 

@@ -178,6 +178,11 @@ class Checkpoints:
     def end(self) -> None:
         self.offset += self.steps
 
+    def abandon(self) -> None:
+        """A peer failed: the checkpoint in flight is given up (`PartWriter.abandon`)."""
+        if self.writer is not None:
+            self.writer.abandon()
+
     def close(self, ok: bool = True) -> dict:
         """Finish the checkpoint in flight (not waiting for other ranks when the run failed); the
         checkpoints' figures for the node's record."""

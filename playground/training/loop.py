@@ -16,6 +16,7 @@ its parameters after every step; `gaps_to_one_process` compares a rank's run wit
 rank's part of the model (a stage's layers, a shard's slices).
 """
 
+import functools
 import math
 import socket
 from collections.abc import Callable
@@ -24,9 +25,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from playground.core.errors import PeerLost
 from playground.tracing.trace import CAT_META
 from playground.training.checkpointing import Checkpoints
 from playground.training.checks import Reduction, StepChecks
+from playground.training.live import LiveRecovery
 from playground.training.memory import memory_record, rss_bytes
 from playground.training.modes import GradientStrategy, Mode
 from playground.training.step import DataParallel, PhaseTimes, TrainSetup
@@ -98,17 +101,28 @@ def train_steps(
     log = StepLog()
     first = 0 if checkpoints is None else checkpoints.begin(trainer, log, steps)
     root = getattr(trainer.comm, "parent", trainer.comm)  # a group's bytes are its root's
+    live = _live(trainer)
     try:
-        for step in range(first, steps):
-            inputs, targets = batch(step)
-            checks = StepChecks(group, step, mode, trainer.model.config.np_dtype)
-            sent = root.bytes_sent
-            t0_us = trainer.comm.tracer.now_us()
-            times = trainer.train_step(step, inputs, targets, checks.gradients)
-            step_us = trainer.comm.tracer.now_us() - t0_us
-            sent = root.bytes_sent - sent
-            log.digest = checks.params(trainer.gradients)
-            trainer.check_step(step, times)
+        step = first if live is None or not live.member.is_replacement else live.join(trainer, log)
+        while step < steps:
+            times, checks, sent = None, None, 0
+            try:
+                inputs, targets = batch(step)
+                checks = StepChecks(group, step, mode, trainer.model.config.np_dtype)
+                sent = root.bytes_sent
+                t0_us = trainer.comm.tracer.now_us()
+                times = trainer.train_step(step, inputs, targets, checks.gradients)
+                step_us = trainer.comm.tracer.now_us() - t0_us
+                sent = root.bytes_sent - sent
+                log.digest = checks.params(trainer.gradients)
+                trainer.check_step(step, times)
+            except PeerLost:
+                if live is None:
+                    raise
+                if checkpoints is not None:
+                    checkpoints.abandon()
+                step = live.recover(trainer, log, step, times, checks, sent)
+                continue
             log.steps.append(
                 {
                     "step": step,
@@ -122,6 +136,8 @@ def train_steps(
                 log.snapshots.append(trainer.gradients.full_params())
             if checkpoints is not None:
                 checkpoints.after_step(step, trainer, log)
+            if live is not None:
+                live.after_step(log)
             # the step's loss in the rank's log as it goes (the live page reads it; meta: not timing)
             trainer.comm.tracer.add(
                 "train.step", CAT_META, t0_us, step_us, {"step": step, "loss": float(checks.loss)}
@@ -129,11 +145,31 @@ def train_steps(
             trainer.comm.tracer.flush()
             if on_step is not None:
                 on_step(step)
+            step += 1
     finally:
         trainer.close()
     if checkpoints is not None:
         checkpoints.end()
     return log
+
+
+def rank_rows(sampler: BatchSampler, comm, num_blocks: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows of step `step`'s global batch, cut into `num_blocks` row-blocks (the world
+    size the run started with): block r for rank r, and after a group shrank (`recovery.way:
+    shrink`) the blocks k with k mod size == rank, one after the other, so the group of fewer ranks
+    still covers the whole global batch, some ranks taking two blocks."""
+    if comm.size == num_blocks:
+        return sampler.rank_batch(step, comm.rank, num_blocks)
+    mine = [sampler.rank_batch(step, k, num_blocks) for k in range(comm.rank, num_blocks, comm.size)]
+    return np.concatenate([x for x, _ in mine]), np.concatenate([y for _, y in mine])
+
+
+def _live(trainer) -> LiveRecovery | None:
+    """The trainer's live recovery when its communicator can re-form its group (`recovery.way:
+    peer`) and the trainer can rebuild its strategy over it; None: a failure ends the run."""
+    member = getattr(trainer.comm, "live", None)
+    rebuild = getattr(trainer, "reform", None)
+    return None if member is None or rebuild is None else LiveRecovery(trainer.comm, member, rebuild)
 
 
 def train_mode(
@@ -152,7 +188,7 @@ def train_mode(
         dp,
         comm,
         mode,
-        lambda s: sampler.rank_batch(s, comm.rank, comm.size),
+        functools.partial(rank_rows, sampler, comm, comm.size),
         steps,
         on_step=on_step,
         checkpoints=checkpoints,

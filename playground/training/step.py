@@ -204,6 +204,8 @@ class DataParallel:
         self.model = Transformer(setup.config, seed=setup.seed)
         self.gradients = mode.gradients(comm, self.model, setup)
         self.accumulated: np.ndarray | None = None  # the micro-batches' gradients added up (m > 1)
+        self.pass_rows: int | None = None  # rows a pass, fixed by the first step (a shrunk group's
+        # ranks may take two row-blocks a step: as many more passes, the same rows each)
 
     def train_step(self, step: int, inputs, targets, check=None) -> StepTimes:
         """One step; `check(loss, reductions)` runs between the gradients' reduction and the update
@@ -214,8 +216,10 @@ class DataParallel:
             return tracer.span(piece, cat="compute", mode=name, step=step)
 
         pieces = gradients.unit_span(span)
-        m = self.setup.micro_batches
-        rows = inputs.shape[0] // m
+        if self.pass_rows is None:
+            self.pass_rows = inputs.shape[0] // self.setup.micro_batches
+        rows = self.pass_rows
+        m = inputs.shape[0] // rows
         cpu0, t0, step_start = time.thread_time(), time.perf_counter(), time.monotonic()
         gradients.begin(step)
         loss = forward_s = backward_s = 0.0
@@ -275,6 +279,18 @@ class DataParallel:
 
     def check_step(self, step: int, times: PhaseTimes) -> None:
         """Nothing beyond the loop's checks: every rank holds the whole model."""
+
+    def reform(self, reopen) -> None:
+        """Go on in a re-formed group (a live recovery, training/live.py): the strategy and its
+        communication thread, which died with the old group, closed first (nothing then waits on the
+        old transport), `reopen()` moves the communicator to the new group, and the strategy is built
+        again over it with this rank's state (parameters are the model's, kept in place)."""
+        state = {k: np.array(v, copy=True) for k, v in self.gradients.state().items()}
+        self.gradients.close()
+        reopen()
+        self.gradients = self.mode.gradients(self.comm, self.model, self.setup)
+        self.gradients.load_state(state)
+        self.accumulated = None
 
     def close(self) -> None:
         self.gradients.close()

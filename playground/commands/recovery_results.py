@@ -8,6 +8,10 @@
    as needed; the measured useful steps per second beside the model (`models/recovery.py`) fed with
    this machine's step, stall and recovery times, and Young/Daly's optimum marked; a plot; the
    restarts' time to recover, phase by phase.
+3. The three ways against each other: `run train` with rank 1 SIGKILLed mid-run, recovered by a
+   restart from its checkpoint, live by a replacement that copies a survivor's state (`peer`), and by
+   the survivors going on as fewer ranks (`shrink`), round by round: each recovery's phases, the
+   steps redone, the final parameters against the run without the fault.
 
 `ctx` is results' Context: `run(*args)` runs `python -m playground ARGS` as a child and records the
 command for the page, `latest(runs)` is the newest run under `runs`.
@@ -209,8 +213,86 @@ def goodput_plot(path: Path, rows: list[dict], step_s, checkpoint_s, recover_s, 
     return path
 
 
+WAYS = ("restart", "peer", "shrink")
+WAY_RUN = (
+    "params.steps=100",
+    "params.sample_bytes=0",
+    "fault.action=kill",
+    "fault.rank=1",
+    "fault.after_ops=400",
+)
+WAY_PHASES = ("detection_s", *PHASES)
+
+
+def _train(ctx, runs: Path, *pairs: str) -> dict:
+    """`run train --max-restarts 1 --set ...`: its result.json."""
+    ctx.run("run", "train", "--max-restarts", "1", "--out", str(runs), *sets(pairs))
+    return json.loads((ctx.latest(runs) / "result.json").read_text())
+
+
+def way_pairs(way: str) -> tuple[str, ...]:
+    """One way's run: a checkpoint every 10 steps for a restart to go on from (shrink takes none)."""
+    return (*WAY_RUN, f"recovery.way={way}", f"params.checkpoint_every={0 if way == 'shrink' else 10}")
+
+
+def ways_part(ctx, runs: Path) -> list[str]:
+    """Restart, peer and shrink on the same run and fault, the order rotating round by round."""
+    rounds = 1 if ctx.quick else ctx.rounds
+    clean = _train(ctx, runs, *WAY_RUN[:2])["modes"][0]["hashes"][0]
+    seen: dict[str, list[dict]] = {w: [] for w in WAYS}
+    for r in range(rounds):
+        for way in WAYS[r % 3 :] + WAYS[: r % 3]:
+            result = _train(ctx, runs, *way_pairs(way))
+            for restart in (result.get("recovery") or {}).get("restarts") or []:
+                same = set(result["modes"][0]["hashes"]) == {clean}
+                seen[way].append({**restart, "same": same})
+    return way_lines(seen, clean)
+
+
+def way_lines(seen: dict[str, list[dict]], clean: str) -> list[str]:
+    """The three ways' table: each phase's median (min-max) over the recoveries, steps redone, and
+    how many ended with the fault-free run's parameters."""
+
+    def cell(rows: list[dict], key: str) -> str:
+        values = [x[key] for x in rows if x.get(key) is not None]
+        if not values:
+            return "-"
+        return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+    lines = [
+        "## Three ways to recover\n",
+        "`run train` (bucketed, float32, 2 ranks, 100 steps), rank 1 SIGKILLed at its 401st post (in "
+        "the 40th step): a **restart** of the whole group from its newest checkpoint (every 10 steps), "
+        "**peer** (a replacement for rank 1 alone, the survivor's parameters and Adam state copied to "
+        "it, no checkpoint read) and **shrink** (no replacement: the survivor goes on alone with the "
+        "whole batch, no checkpoint taken). Seconds, median (min-max) over the recoveries; re-form: "
+        "restart and rendezvous, or the survivors' new group; load: the checkpoint's read, or the "
+        "state's transfer. Same parameters: the run's final parameters hashed against the run without "
+        f"the fault ({clean}).\n",
+        "| way | recoveries | detection | teardown | restart / re-form | load / transfer | warm-up | time to "
+        "recover | steps redone | same parameters |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for way, rows in seen.items():
+        redone = [x["steps_redone"] for x in rows if x.get("steps_redone") is not None]
+        lines.append(
+            f"| {way} | {len(rows)} | "
+            + " | ".join(cell(rows, k) for k in WAY_PHASES)
+            + f" | {f'{statistics.median(redone):g}' if redone else '-'} | {sum(x['same'] for x in rows)} of {len(rows)} |"
+        )
+    return [
+        *lines,
+        "",
+        "A restart also trains again the steps since its checkpoint; a live recovery loses at most the "
+        "step in flight and reads no checkpoint; a shrunk group pays instead with slower steps for the "
+        "rest of the run (here one rank does the work of two). Shrink's parameters equal the fault-free "
+        "run's to rounding, not bit for bit (the gradient's sum is taken in another order), so its hash "
+        "differs (docs/recovery.md).\n",
+    ]
+
+
 def section(ctx) -> str:
     runs = ctx.work / "runs"
     stall_lines, stall = stall_part(ctx, runs)
     goodput_lines, _ = goodput_part(ctx, runs, stall)
-    return "\n".join([*stall_lines, "", *goodput_lines]) + "\n"
+    return "\n".join([*stall_lines, "", *goodput_lines, "", *ways_part(ctx, runs)]) + "\n"

@@ -119,7 +119,8 @@ def test_resume_after_the_launcher_was_sigkilled_skips_a_corrupted_checkpoint_an
     """The launcher SIGKILLed mid-run (its ranks die with it); the newest checkpoint then gets one
     byte flipped; `--resume` with another rank count is refused in one line; `--resume` goes on from
     the whole one before it, and the run ends bit for bit as one never stopped, leaving nothing."""
-    sets = [*TRAIN, "params.mode=[bucketed]", "params.steps=200", "params.checkpoint_every=10"]
+    # 600 steps: the kill after the third checkpoint (step 30) lands mid-run on a fast machine too
+    sets = [*TRAIN, "params.mode=[bucketed]", "params.steps=600", "params.checkpoint_every=10"]
     proc = start_cli(["run", "train", "--out", str(runs_dir), *set_args(sets)])
     checkpoints = None
     deadline = time.monotonic() + 60
@@ -129,6 +130,7 @@ def test_resume_after_the_launcher_was_sigkilled_skips_a_corrupted_checkpoint_an
         if checkpoints is not None and (store.step_dir(checkpoints, 30) / store.MANIFEST).exists():
             break
         time.sleep(0.05)  # polling for the run to reach its third checkpoint, not papering over a race
+    assert proc.poll() is None, "the run ended before the launcher could be killed mid-run"
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
     assert checkpoints is not None and (store.step_dir(checkpoints, 30) / store.MANIFEST).exists()

@@ -285,9 +285,10 @@ def way_lines(seen: dict[str, list[dict]], clean: str) -> list[str]:
         "",
         "A restart also trains again the steps since its checkpoint; a live recovery loses at most the "
         "step in flight and reads no checkpoint; a shrunk group pays instead with slower steps for the "
-        "rest of the run (here one rank does the work of two). Shrink's parameters equal the fault-free "
-        "run's to rounding, not bit for bit (the gradient's sum is taken in another order), so its hash "
-        "differs (docs/recovery.md).\n",
+        "rest of the run (here one rank does the work of two). A shrunk group's parameters equal the "
+        "fault-free run's to rounding in general (its gradient sums can be taken in another order, "
+        "docs/recovery.md); the last column says whether they came out bit for bit (from 2 ranks to 1 "
+        "the two halves are added once, as the all-reduce added them).\n",
     ]
 
 

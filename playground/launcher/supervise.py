@@ -195,16 +195,7 @@ class Supervisor:
         root = outcome.root_cause
         if outcome.ok or root is None or self.recovery.way == "shrink":
             return None  # a shrunk group is not restarted: a checkpoint of fewer ranks would not fit
-        restart = Restart(
-            generation,
-            root.rank,
-            root.headline(),
-            max(coordinator.progress_done, self.started_from.get(generation, 0)),
-            detected_at=coordinator.t0 + root.at_s,
-            stopped_at=time.monotonic(),
-            fault_at=self._fault_at(coordinator, generation),
-            failures=[f.headline() for f in outcome.failures],
-        )
+        restart = self._record(generation, coordinator, outcome)
         if len(self.restarts) >= self.recovery.max_restarts or root.error_type in NOT_MENDED_BY_A_RESTART:
             return None
         self.restarts.append(restart)
@@ -225,6 +216,21 @@ class Supervisor:
             f"generation {generation + 1} goes on from {where} (step {restart.step_reached} reached)"
         )
         return self._env(checkpoint)
+
+    def _record(self, generation: int, coordinator: Coordinator, outcome, **extra) -> Restart:
+        """The record of a failure of `generation` about to be recovered from (its root cause's)."""
+        root = outcome.root_cause
+        return Restart(
+            generation,
+            root.rank,
+            root.headline(),
+            max(coordinator.progress_done, self.started_from.get(generation, 0)),
+            detected_at=coordinator.t0 + root.at_s,
+            stopped_at=time.monotonic(),
+            fault_at=self._fault_at(coordinator, generation),
+            failures=[f.headline() for f in outcome.failures],
+            **extra,
+        )
 
     # -- live recovery (recovery.way: peer) -------------------------------------------------
     def live_recovery(self, generation: int, coordinator: Coordinator, gone: set[int]) -> list[int] | None:
@@ -248,18 +254,7 @@ class Supervisor:
         ):
             return None
         self._complete_last(coordinator)
-        recovery = Restart(
-            generation,
-            root.rank,
-            root.headline(),
-            max(coordinator.progress_done, self.started_from.get(generation, 0)),
-            detected_at=coordinator.t0 + root.at_s,
-            stopped_at=time.monotonic(),
-            fault_at=self._fault_at(coordinator, generation),
-            failures=[f.headline() for f in outcome.failures],
-            way=self.recovery.way,
-            replaced=replaced,
-        )
+        recovery = self._record(generation, coordinator, outcome, way=self.recovery.way, replaced=replaced)
         self.restarts.append(recovery)
         self._keep_logs(replaced)
         ranks = ", ".join(map(str, replaced))

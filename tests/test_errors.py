@@ -79,6 +79,7 @@ def test_errors_py_holds_the_classes_we_document():
         "LabError",
         "WaitTimeout",
         "CheckpointRefused",
+        "StateLost",
     }
 
 

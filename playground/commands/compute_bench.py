@@ -131,7 +131,8 @@ def run_compute(config: ComputeConfig) -> int:
         systems.remove("torch")
     if "mkl" in systems and not mkl_installed():
         err.print(
-            "the mkl package is not installed (pip install 'playground[mkl]'): no column of ours on MKL"
+            "the mkl package is not installed (pip install 'playground[mkl]'): no column of ours on MKL",
+            markup=False,  # [mkl] is text, not a style
         )
         systems.remove("mkl")
     dtype = specs[0]["config"]["dtype"]

@@ -80,6 +80,18 @@ VARIABLES: tuple[Variable, ...] = (
         "unset: start from the beginning",
     ),
     Variable(
+        "PLAYGROUND_LIVE",
+        "launcher",
+        "1 where our launcher can re-form a rank's group in place (`recovery.way: peer` or `shrink` with "
+        "restarts allowed): a rank whose peer died then re-forms instead of ending",
+    ),
+    Variable(
+        "PLAYGROUND_REPLACEMENT",
+        "launcher",
+        "1 in a rank started to replace a failed one (`recovery.way: peer`): it takes its state from a "
+        "survivor before its first step",
+    ),
+    Variable(
         "PLAYGROUND_CLOCK_SKEW_US",
         "user, tests",
         "drill: `RANK=US[,RANK=US]` makes those ranks' clocks run US microseconds ahead (negative: behind), "

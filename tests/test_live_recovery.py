@@ -31,6 +31,13 @@ CASES = {
 PEER = ["recovery.way=peer", "recovery.max_restarts=1"]
 
 
+def with_and_without(sets: list[str], fault: list[str], tmp_path: Path, ranks: int = 2) -> tuple:
+    """`train` with `sets` run clean and then with `fault` too: (clean, faulty, faulty's lines)."""
+    clean, _ = launched("train", sets, tmp_path / "clean", ranks=ranks)
+    faulty, said = launched("train", [*sets, *fault], tmp_path / "faulty", ranks=ranks)
+    return clean, faulty, said
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("case", CASES)
 def test_a_rank_killed_mid_training_is_replaced_live_and_ends_bit_for_bit_as_without_the_fault(
@@ -39,8 +46,7 @@ def test_a_rank_killed_mid_training_is_replaced_live_and_ends_bit_for_bit_as_wit
     keys, post = CASES[case]
     sets = [*TRAIN, *keys, *STEPS]
     fault = ["fault.action=kill", "fault.rank=1", f"fault.after_ops={post}", *PEER]
-    clean, _ = launched("train", sets, tmp_path / "clean")
-    faulty, said = launched("train", [*sets, *fault], tmp_path / "faulty")
+    clean, faulty, said = with_and_without(sets, fault, tmp_path)
     assert clean.ok and faulty.ok, faulty.failures
     [recovery] = faulty.restarts
     assert recovery["way"] == "peer" and recovery["rank"] == 1 and "killed by SIGKILL" in recovery["why"]
@@ -58,11 +64,8 @@ def test_a_rank_killed_mid_training_is_replaced_live_and_ends_bit_for_bit_as_wit
 @pytest.mark.timeout(60)
 def test_a_rank_that_raises_is_replaced_live_too(tmp_path):
     sets = [*TRAIN, *CASES["bucketed"][0], *STEPS]
-    clean, _ = launched("train", sets, tmp_path / "clean")
-    faulty, _ = launched(
-        "train",
-        [*sets, "fault.action=raise", "fault.rank=0", "fault.after_ops=30", *PEER],
-        tmp_path / "faulty",
+    clean, faulty, _ = with_and_without(
+        sets, ["fault.action=raise", "fault.rank=0", "fault.after_ops=30", *PEER], tmp_path
     )
     assert faulty.ok, faulty.failures
     [recovery] = faulty.restarts
@@ -164,8 +167,7 @@ def test_checkpoints_go_on_through_a_live_recovery(tmp_path):
     last checkpoint is whole and holds the fault-free parameters."""
     sets = [*TRAIN, *CASES["bucketed"][0], *STEPS, "params.checkpoint_every=1"]
     fault = ["fault.action=kill", "fault.rank=1", "fault.after_ops=46", *PEER]
-    clean, _ = launched("train", sets, tmp_path / "clean")
-    faulty, _ = launched("train", [*sets, *fault], tmp_path / "faulty")
+    clean, faulty, _ = with_and_without(sets, fault, tmp_path)
     assert faulty.ok, faulty.failures
     [recovery] = faulty.restarts
     assert recovery["way"] == "peer" and recovery["total_s"] < 10, recovery
@@ -201,22 +203,19 @@ def test_a_group_that_shrinks_ends_within_rounding_of_the_run_without_the_fault(
     ranks, batch, keys, rank, post = SHRINK_CASES[case]
     sets = [*TRAIN, *keys, "params.steps=8", f"params.batch={batch}"]
     fault = ["fault.action=kill", f"fault.rank={rank}", f"fault.after_ops={post}", "recovery.way=shrink"]
-    clean, _ = launched("train", sets, tmp_path / "clean", ranks=ranks)
-    shrunk, said = launched(
-        "train", [*sets, *fault, "recovery.max_restarts=1"], tmp_path / "shrunk", ranks=ranks
-    )
+    clean, shrunk, said = with_and_without(sets, [*fault, "recovery.max_restarts=1"], tmp_path, ranks)
     assert clean.ok and shrunk.ok, shrunk.failures
     assert len(shrunk.results) == ranks - 1
     [recovery] = shrunk.restarts
     assert recovery["way"] == "shrink" and recovery["rank"] == rank and recovery["replaced"] == [rank]
     assert recovery["checkpoint_step"] is None and recovery["steps_redone"] in (0, 1), recovery
     assert any("goes on without rank" in line for line in said), said
-    want, got = final_weights(tmp_path / "clean"), final_weights(tmp_path / "shrunk")
+    want, got = final_weights(tmp_path / "clean"), final_weights(tmp_path / "faulty")
     assert np.max(np.abs(got - want)) <= 1e-12 * np.max(np.abs(want))
     losses = [s["loss"] for s in shrunk.results[0]["modes"][0]["steps"]]
     for a, b in zip(losses, [s["loss"] for s in clean.results[0]["modes"][0]["steps"]], strict=True):
         assert abs(a - b) <= 1e-12 * abs(b)
-    assert sorted(p.name for p in (tmp_path / "shrunk").glob("rank-*.jsonl")) == [
+    assert sorted(p.name for p in (tmp_path / "faulty").glob("rank-*.jsonl")) == [
         f"rank-{r}.jsonl" for r in range(ranks - 1)
     ]  # the survivors' logs under their new ranks, the lost rank's kept aside
 
@@ -226,11 +225,8 @@ def test_a_hung_rank_falls_back_to_a_restart_from_the_checkpoint(tmp_path):
     """A hang kills nothing: its peer times out waiting (timeout_s 3 s), and only the abort's
     settling can say who was silent, so the group is stopped and restarted from its checkpoint."""
     sets = [*TRAIN, *CASES["bucketed"][0], *STEPS, "params.checkpoint_every=2", "timeout_s=3"]
-    clean, _ = launched("train", sets, tmp_path / "clean")
-    faulty, _ = launched(
-        "train",
-        [*sets, "fault.action=hang", "fault.rank=1", "fault.after_ops=46", *PEER],
-        tmp_path / "faulty",
+    clean, faulty, _ = with_and_without(
+        sets, ["fault.action=hang", "fault.rank=1", "fault.after_ops=46", *PEER], tmp_path
     )
     assert faulty.ok, faulty.failures
     [restart] = faulty.restarts

@@ -3,8 +3,13 @@ view the BLAS can read in place (transposes, slices, batches of matrices, a stri
 itself on the rest, a linear layer's bias and residual added by the product, on numpy's OpenBLAS
 and on MKL when it is installed; a BLAS that cannot be had is one clear error."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+from tools import need
 
 from playground.core.errors import UsageError
 from playground.transformer import blas, fused, layers
@@ -78,3 +83,23 @@ def test_a_blas_that_cannot_be_had_is_one_clear_error(monkeypatch):
     ):
         blas.bind_blas("mkl")
     assert blas.bound_blas() is not None  # the binding before is kept
+
+
+def test_a_process_on_mkl_that_leaves_by_os_exit_leaves_nothing_in_dev_shm():
+    """MKL runs its sequential layer: Intel's OpenMP runtime, which registers each process in
+    /dev/shm and removes the file only at a normal exit, is not loaded."""
+    need(blas._mkl_library() is not None, "the mkl package is not installed (pip install 'playground[mkl]')")
+    code = (
+        "import os, numpy as np\n"
+        "from playground.transformer import blas, fused\n"
+        "assert blas.bind_blas('mkl').name == 'MKL'\n"
+        "a = np.ones((256, 256), np.float32)\n"
+        "fused.matmul(a, a)\n"
+        "print(os.getpid(), flush=True)\n"
+        "os._exit(0)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MKL_THREADING_LAYER"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    pid = proc.stdout.strip()
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"__KMP_REGISTERED_LIB_{pid}_")]

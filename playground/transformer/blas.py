@@ -27,6 +27,10 @@ from playground.core.errors import UsageError
 from playground.core.native import load_native
 
 ENVIRONMENT = "PLAYGROUND_BLAS"
+# MKL without its OpenMP layer: a rank pins its BLAS to one thread anyway, and Intel's OpenMP runtime
+# registers every process in /dev/shm (__KMP_REGISTERED_LIB_<pid>_<uid>), a file that a rank leaving
+# by os._exit or SIGKILL never removes. MKL_THREADING_LAYER set beforehand wins.
+SEQUENTIAL = "SEQUENTIAL"
 CHOICES = ("auto", "numpy", "mkl")
 
 
@@ -79,6 +83,7 @@ def bind_blas(choice: str) -> BoundBlas | None:
     threads = blas_threads() or 1
     if mkl is not None:
         path, version = mkl
+        os.environ.setdefault("MKL_THREADING_LAYER", SEQUENTIAL)  # read when MKL is first opened
         symbol = native.blas_bind(path)
         if symbol:
             threadpool_limits(limits=threads, user_api="blas")  # MKL's own default: every core

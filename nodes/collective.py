@@ -17,14 +17,12 @@ on the calibrated host instead (`model_by`: sim), which shares the cores as this
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
 from playground.collectives import ALGORITHMS, IN_PLACE, registry
 from playground.collectives.alltoall import check_counts
 from playground.collectives.bench_report import bench_report
 from playground.collectives.measure import measure
 from playground.config.node import NodeContract
-from playground.core.dtypes import DtypeName
+from playground.core.dtypes import DtypeName, resolve
 from playground.core.errors import ParamError, UsageError
 from playground.core.sizes import Size, format_size
 from playground.display.report import Report
@@ -99,7 +97,7 @@ def check_scenario(params: Params, ranks: int) -> None:
             f"must divide the {ranks} ranks into whole nodes, got {params.ranks_per_node}",
         )
     if params.counts is not None:
-        itemsize = np.dtype(params.dtype).itemsize
+        itemsize = resolve(params.dtype).itemsize
         try:
             check_counts(params.counts, ranks, [s // itemsize for s in params.sizes])
         except UsageError as e:

@@ -1,6 +1,14 @@
+import os
 from pathlib import Path
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers start with COLUMNS=80 and LINES=24 set; a run started by a test would
+    # then wrap its piped output at 80 columns instead of display/report.py's PIPED_WIDTH, as no
+    # serial run does. Its children see what a serial run's see.
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 
 def pytest_runtest_logreport(report):
@@ -8,6 +16,15 @@ def pytest_runtest_logreport(report):
     from tools import note_skipped
 
     note_skipped(report)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The timing tests measure speed: a run that selects them runs one test at a time, in this
+    process, whatever addopts' `-n` says (a worker a core would share the cores they time)."""
+    expression = config.option.markexpr or ""
+    if "timing" in expression.replace("not timing", "") and hasattr(config.option, "numprocesses"):
+        config.option.numprocesses, config.option.dist, config.option.tx = 0, "no", []
 
 
 @pytest.fixture(autouse=True)

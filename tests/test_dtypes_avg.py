@@ -1,6 +1,9 @@
 """Every element type (float16 and bfloat16 among them) and the avg reduction, through every collective
 and algorithm, over every transport and the simulator, against the closed form."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -21,21 +24,37 @@ POINTS = [(c, a) for c, algos in ALGORITHMS.items() for a in algos if a != "hier
 
 def test_bfloat16_travels_by_name_and_float16_by_its_letter():
     for name in dtypes.DTYPES:
-        dtype = np.dtype(name)
+        dtype = dtypes.resolve(name)
         header = wire.encode_header(3, -60, wire.KIND_INLINE, dtype, (5,))
         _, _, _, got, shape = wire.decode_header(header + bytes(5 * dtype.itemsize), 8)
         assert got == dtype and shape == (5,)
-    assert dtypes.wire_name(np.dtype("bfloat16")) == b"bfloat16"
+    assert dtypes.wire_name(dtypes.resolve("bfloat16")) == b"bfloat16"
     assert dtypes.wire_name(np.dtype("float16")) == b"<f2"
+
+
+def test_ml_dtypes_is_imported_only_once_bfloat16_is_named():
+    """Its import costs every process about half a second: a rank or a command that never names
+    bfloat16 does not pay it, and a header naming it is read in a process that had not imported it."""
+    header = wire.encode_header(1, 7, wire.KIND_INLINE, dtypes.resolve("bfloat16"), (2,)) + bytes(4)
+    code = (
+        "import sys; from playground.comm import wire; from playground.collectives import check, measure; "
+        "from playground.cli import main; assert 'ml_dtypes' not in sys.modules, 'imported at start'; "
+        f"got = wire.decode_header(bytes.fromhex('{header.hex()}'), 8)[3]; "
+        "assert got.name == 'bfloat16' and 'ml_dtypes' in sys.modules, got"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_avg_divides_once_in_the_type_and_integers_toward_zero():
     x = np.array([-7, -6, 5, 7], np.int32)
     average_into(x, 3)
     assert x.tolist() == [-2, -2, 1, 2]  # C's (and NCCL's) integer division, not numpy's floor
-    h = np.array([1, 2], "bfloat16")
+    h = np.array([1, 2], dtypes.resolve("bfloat16"))
     average_into(h, 3)
-    assert h.dtype == np.dtype("bfloat16") and h.tolist() == np.array([1 / 3, 2 / 3], "bfloat16").tolist()
+    assert (
+        h.dtype == dtypes.resolve("bfloat16") and h.tolist() == np.array([1 / 3, 2 / 3], "bfloat16").tolist()
+    )
     assert expected_result(3, 2, "float16", ReduceOp.AVG).dtype == np.float16
 
 
@@ -47,7 +66,7 @@ def _every_point(n: int, large: bool):
         wrong = 0
         for collective, algorithm in POINTS:
             for dtype in dtypes.DTYPES:
-                itemsize = np.dtype(dtype).itemsize
+                itemsize = dtypes.resolve(dtype).itemsize
                 sizes = [(itemsize * (7 * n + 1), 16)]
                 if large and dtype in dtypes.HALF:
                     sizes.append((n << 16, None))

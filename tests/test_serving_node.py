@@ -211,7 +211,9 @@ DEFAULT_SMALL = ["params.num_requests=40", "params.verify_every=1"]
 @pytest.mark.timeout(90)
 def test_the_default_serves_the_last_trained_model_and_shows_its_text(tmp_path):
     run = _trained_run(tmp_path)
-    code, result, out, err = run_scenario("serving", out=tmp_path, sets=DEFAULT_SMALL, timeout_s=80)
+    # wide enough that the line naming the model is one line however long the temporary path
+    wide = {"COLUMNS": "400"}
+    code, result, out, err = run_scenario("serving", out=tmp_path, sets=DEFAULT_SMALL, timeout_s=80, env=wide)
     assert code == 0, out + err
     assert result["model_path"] == str(run / "model.npz")
     said = f"served model: {run / 'model.npz'} (2 layers, d_model 64, 4 heads, context 64, trained 3 steps"

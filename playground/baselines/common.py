@@ -27,6 +27,7 @@ import numpy as np
 from playground.collectives.bench_report import build_row
 from playground.collectives.check import ROOT, SENTINEL, busbw_factor, expected_output, pattern
 from playground.collectives.ops import ReduceOp
+from playground.core.dtypes import resolve
 from playground.core.errors import ScenarioError, UsageError
 
 OPS = ("sum", "max", "min")
@@ -105,7 +106,7 @@ def validate(
 
 
 def layout(collective: str, size_bytes: int, nranks: int, dtype: str) -> Layout:
-    itemsize = np.dtype(dtype).itemsize
+    itemsize = resolve(dtype).itemsize
     per_rank = size_bytes // (itemsize * nranks)
     if collective in ("allgather", "gather"):
         return Layout(collective, nranks, itemsize, per_rank, per_rank * nranks)

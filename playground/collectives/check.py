@@ -18,7 +18,7 @@ import numpy as np
 from playground.collectives.chunks import ChunkBounds
 from playground.collectives.ops import ReduceOp, average_into
 from playground.collectives.registry import COLLECTIVES
-from playground.core import dtypes  # noqa: F401 - registers bfloat16 with numpy: "bfloat16" names it
+from playground.core.dtypes import resolve
 from playground.core.errors import UsageError
 
 ROOT = 0
@@ -34,7 +34,7 @@ def pattern(rank: int, count: int, dtype, start: int = 0) -> np.ndarray:
     """Elements start..start+count-1 of rank `rank`'s input: ((7 i + 13 rank) mod 17) - 8 (periodic
     in i: built from one period, which keeps a 1 GiB input cheap to make)."""
     i = start + np.arange(PERIOD)
-    cycle = (((7 * i + 13 * rank) % PERIOD) - 8).astype(dtype)
+    cycle = (((7 * i + 13 * rank) % PERIOD) - 8).astype(resolve(dtype))
     return np.resize(cycle, count)
 
 
@@ -44,7 +44,7 @@ def expected_result(size: int, count: int, dtype, op: ReduceOp) -> np.ndarray:
     acc = pattern(0, PERIOD, "int64")
     for r in range(1, size):
         op.ufunc(acc, pattern(r, PERIOD, "int64"), out=acc)
-    result = acc.astype(dtype)
+    result = acc.astype(resolve(dtype))
     if op.averages:
         average_into(result, size)
     return np.resize(result, count)
@@ -78,7 +78,7 @@ def make_input(collective: str, rank: int, n: int, count: int, dtype, inplace: b
     """Rank `rank`'s input of `count` elements: its pattern; an in-place gather's is the whole
     output, this rank's block in its place and `SENTINEL` elsewhere (nccl-tests' in-place layout)."""
     if collective == "gather" and inplace:
-        buf = np.full(count * n, SENTINEL, dtype=dtype)
+        buf = np.full(count * n, SENTINEL, dtype=resolve(dtype))
         buf[rank * count : (rank + 1) * count] = pattern(rank, count, dtype)
         return buf
     return pattern(rank, count, dtype)

@@ -4,6 +4,7 @@ import functools
 
 import numpy as np
 
+from playground.core.dtypes import resolve
 from playground.core.errors import UsageError
 
 DEFAULT_SEGMENT_BYTES = 1 << 20
@@ -24,7 +25,7 @@ _PHANTOM_MAX = 1 << 48
 def phantom(count: int, dtype) -> np.ndarray:
     """An array of `count` elements stored in one (every stride 0): what a data-free simulation
     passes to the algorithms, whose messages then carry sizes, not bytes (playground.sim)."""
-    dtype = np.dtype(dtype)
+    dtype = resolve(dtype)
     base = _PHANTOMS.get(dtype)
     if base is None:
         base = _PHANTOMS[dtype] = np.lib.stride_tricks.as_strided(

@@ -16,6 +16,7 @@ import numpy.ma  # noqa: F401 - np.median imports it on first use: once here, be
 from playground.collectives import ReduceOp, run_collective
 from playground.collectives.auto import choose_allreduce, choose_alltoall
 from playground.collectives.check import Tally, expected_output, input_count, make_input, reported_count
+from playground.core.dtypes import resolve
 from playground.tracing.trace import CAT_OP
 
 
@@ -23,7 +24,7 @@ def measure(comm, p, algorithm: str, size_bytes: int, inplace: bool = False) -> 
     """{size, count, algorithm, median_us, mean_us, min_us, wrong[, first_wrong]} of `algorithm` at
     `size_bytes`; in place, the input is refilled (untimed) before each call. Every call's result,
     warm-up included, is checked against the closed form after its timing (`check.Tally`)."""
-    itemsize = np.dtype(p.dtype).itemsize
+    itemsize = resolve(p.dtype).itemsize
     count = input_count(p.collective, size_bytes, itemsize, comm.size)
     op = ReduceOp.parse(p.op)
     counts = getattr(p, "counts", None)  # alltoallv's layout, if the scenario gives one

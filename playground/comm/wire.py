@@ -29,7 +29,7 @@ import struct
 
 import numpy as np
 
-from playground.core.dtypes import wire_name
+from playground.core.dtypes import resolve, wire_name
 from playground.core.errors import WireError
 
 KIND_ARRAY_FRAME = 0
@@ -106,7 +106,7 @@ def _decode(
 def _parse_dtype(dt: bytes) -> np.dtype:
     """A plain numpy dtype from its 8-byte `dtype.str` (or name: `wire_name`); never an object dtype (no pointers on the wire)."""
     try:
-        dtype = np.dtype(dt.rstrip(b"\0").decode("ascii"))
+        dtype = resolve(dt.rstrip(b"\0").decode("ascii"))
     except (TypeError, ValueError, UnicodeDecodeError, SyntaxError):
         raise WireError(f"dtype {dt!r} is not a numpy dtype") from None
     if dtype.hasobject or dtype.itemsize == 0 or dtype.subdtype is not None:

@@ -2,7 +2,9 @@
 
 float16 is numpy's own; bfloat16 comes from ml_dtypes (the library JAX and TensorFlow use), which
 registers it with numpy, so arrays of it add, compare and divide like any other and
-`np.dtype("bfloat16")` names it once this module is imported. Its `dtype.str` is a bare '<V2' (numpy
+`np.dtype("bfloat16")` names it once `resolve` has met the name. ml_dtypes is imported then, not
+before: its import costs about half a second of CPU, which every process (the CLI, each rank) would
+otherwise pay at start. Its `dtype.str` is a bare '<V2' (numpy
 has no letter for it), which would arrive as raw bytes: the wire carries its name instead
 (`wire_name`). Integers and float32/64 reduce in C on the shared-memory path (native/reduce.c); the
 half types reduce through numpy's ufuncs, in their own type, as nccl-tests' checks expect.
@@ -10,14 +12,12 @@ half types reduce through numpy's ufuncs, in their own type, as nccl-tests' chec
 
 from typing import TYPE_CHECKING, Literal
 
-import ml_dtypes
 import numpy as np
 
 from playground.core.errors import UsageError
 
 DTYPES = ("float32", "float64", "int32", "int64", "float16", "bfloat16")  # what bench and simulate offer
 HALF = ("float16", "bfloat16")
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 # `DTYPES` as a parameter type (a node's `Params` reads the Literal at run time); a string to the
 # type checker, which cannot evaluate a Literal built from a tuple.
@@ -27,11 +27,19 @@ else:
     DtypeName = Literal[DTYPES]
 
 
+def resolve(dtype) -> np.dtype:
+    """np.dtype(dtype), where the name "bfloat16" works too (ml_dtypes registers it on first use)."""
+    if isinstance(dtype, str | bytes) and dtype in ("bfloat16", b"bfloat16"):
+        import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy
+
+    return np.dtype(dtype)
+
+
 def parse(name: str) -> np.dtype:
     """The numpy dtype of one of `DTYPES`; UsageError naming the allowed ones otherwise."""
     if name not in DTYPES:
         raise UsageError(f"unknown dtype {name!r}; allowed: {', '.join(DTYPES)}", field="dtype")
-    return np.dtype(name)
+    return resolve(name)
 
 
 def wire_name(dtype: np.dtype) -> bytes:

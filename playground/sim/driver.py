@@ -15,12 +15,11 @@ import gc
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
 from playground.collectives import ReduceOp, run_collective
 from playground.collectives.bench_report import build_row
 from playground.collectives.check import Tally, expected_output, input_count, make_input, reported_count
 from playground.collectives.chunks import phantom
+from playground.core.dtypes import resolve
 from playground.sim.fold import symmetry
 from playground.sim.network import Machine
 from playground.sim.transport import SimWorld
@@ -64,7 +63,7 @@ def simulate(
     """(nccl-tests row, the finished world) of one collective in virtual time; with `fold`, one
     rank runs for all where fold.py shows their timelines are the same (`world.folded`)."""
     n = machine.num_ranks
-    itemsize = np.dtype(dtype).itemsize
+    itemsize = resolve(dtype).itemsize
     count = input_count(collective, size_bytes, itemsize, n)
     reduce_op = ReduceOp.parse(op)
     world = SimWorld(

@@ -296,40 +296,92 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         _configured(leaves, c.name, Configured(c.make, c.run), c.add_flags, help=c.help, description=c.help)
 
 
-def _add_configured(sub: argparse._SubParsersAction) -> None:
-    """The commands with a config of their own (besides `bench`), each from its module: its help,
-    its flags, its config's `from_flags`, what runs it."""
-    from playground.chaos import command as chaos
-    from playground.commands import calibrate, results, serve
-    from playground.lecture import command as lecture
-    from playground.live import command as watch
-    from playground.sim import command as simulate
-    from playground.sim.options import SimulateConfig
+def _configured_command(name: str) -> Callable[[argparse._SubParsersAction], None]:
+    """The adder of the command `name` with a config of its own (besides `bench`), from its module:
+    its help, its flags, its config's `from_flags`, what runs it (the module imported when added)."""
 
-    for name, module, make, run, add_flags in (
-        ("simulate", simulate, SimulateConfig.from_flags, simulate.run_simulate, simulate.add_simulate_flags),
-        ("calibrate", calibrate, calibrate.CalibrateConfig.from_flags, calibrate.run_calibrate, calibrate.add_calibrate_flags),
-        ("results", results, results.ResultsConfig.from_flags, results.run_results, results.add_results_flags),
-        ("chaos", chaos, chaos.ChaosConfig.from_flags, chaos.run_chaos, chaos.add_chaos_flags),
-        ("serve", serve, serve.serve_config, serve.run_serve, serve.add_serve_flags),
-        ("lecture", lecture, lecture.LectureConfig.from_flags, lecture.run_lecture, lecture.add_lecture_flags),
-        ("watch", watch, watch.WatchConfig.from_flags, watch.run_watch, watch.add_watch_flags),
-    ):  # fmt: skip
+    def add(sub: argparse._SubParsersAction) -> None:
+        module: Any
+        parts: tuple[Callable[..., Any], Callable[[Any], int], Callable[[argparse.ArgumentParser], None]]
+        if name == "simulate":
+            from playground.sim import command as simulate
+            from playground.sim.options import SimulateConfig
+
+            module, parts = (
+                simulate,
+                (SimulateConfig.from_flags, simulate.run_simulate, simulate.add_simulate_flags),
+            )
+        elif name == "calibrate":
+            from playground.commands import calibrate
+
+            module, parts = (
+                calibrate,
+                (
+                    calibrate.CalibrateConfig.from_flags,
+                    calibrate.run_calibrate,
+                    calibrate.add_calibrate_flags,
+                ),
+            )
+        elif name == "results":
+            from playground.commands import results
+
+            module, parts = (
+                results,
+                (results.ResultsConfig.from_flags, results.run_results, results.add_results_flags),
+            )
+        elif name == "chaos":
+            from playground.chaos import command as chaos
+
+            module, parts = chaos, (chaos.ChaosConfig.from_flags, chaos.run_chaos, chaos.add_chaos_flags)
+        elif name == "serve":
+            from playground.commands import serve
+
+            module, parts = serve, (serve.serve_config, serve.run_serve, serve.add_serve_flags)
+        elif name == "lecture":
+            from playground.lecture import command as lecture
+
+            module, parts = (
+                lecture,
+                (lecture.LectureConfig.from_flags, lecture.run_lecture, lecture.add_lecture_flags),
+            )
+        else:
+            from playground.live import command as watch
+
+            module, parts = watch, (watch.WatchConfig.from_flags, watch.run_watch, watch.add_watch_flags)
+        make, run, add_flags = parts
         _configured(sub, name, Configured(make, run), add_flags, module.HELP, module.DESCRIPTION)
+
+    return add
+
+
+def _add_list(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
+
+
+# Every command, in the order `--help` lists them: what adds its sub-parser (and imports its module).
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "run": _add_run,
+    "list": _add_list,
+    "inspect": _add_inspect,
+    "node": _add_node,
+    "bench": _add_bench,
+    **{
+        name: _configured_command(name)
+        for name in ("simulate", "calibrate", "results", "chaos", "serve", "lecture", "watch")
+    },
+}
 
 
 def build_parser(
-    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser, only: str | None = None
 ) -> argparse.ArgumentParser:
-    """The command line; `parser_class` is also each subcommand's."""
+    """The command line; `parser_class` is also each subcommand's. With `only` (one of `COMMANDS`),
+    that command's sub-parser alone: a command then starts without importing the others' modules."""
     p = parser_class(prog="python -m playground", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    _add_run(sub)
-    sub.add_parser("list", help="list the built-in scenarios").set_defaults(func=_cmd_list)
-    _add_inspect(sub)
-    _add_node(sub)
-    _add_bench(sub)
-    _add_configured(sub)
+    for name, add in COMMANDS.items():
+        if only is None or name == only:
+            add(sub)
     return p
 
 
@@ -353,7 +405,10 @@ def _attach_signed_values(argv: list[str]) -> list[str]:
 def parse_args(
     argv: list[str], parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
 ) -> argparse.Namespace:
-    return build_parser(parser_class).parse_args(_attach_signed_values(argv))
+    command = (
+        argv[0] if argv and argv[0] in COMMANDS else None
+    )  # else every command, for the help or the error
+    return build_parser(parser_class, only=command).parse_args(_attach_signed_values(argv))
 
 
 def main(argv: list[str] | None = None) -> int:

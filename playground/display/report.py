@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table as RichTable
-
 from playground.display.fit import Column, Part, fit, table_width
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
     from playground.display.notebook import NotebookProgress
 
 
@@ -97,8 +96,12 @@ def default_report(results: list[dict], title: str) -> Report:
 PIPED_WIDTH = 200  # output to a file or pipe: no terminal to fit, and a log is read in an editor
 
 
-def make_console(stderr: bool = False) -> Console:
-    """A console as wide as the terminal, or as $COLUMNS says; piped, `PIPED_WIDTH`."""
+def make_console(stderr: bool = False) -> "Console":
+    """A console as wide as the terminal, or as $COLUMNS says; piped, `PIPED_WIDTH`. (rich is imported
+    here and in the functions that draw, not with the module: every rank imports this one for its
+    `Report`, and draws nothing.)"""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
@@ -181,9 +184,11 @@ def legend_lines(table: Table) -> list[str]:
     return [f"{columns.get(k, k)}: {meaning}" for k, meaning in table.legend.items()]
 
 
-def render_table(table: Table, console: Console) -> None:
+def render_table(table: Table, console: "Console") -> None:
     """The table fitted to the console's width (`table_parts`), or in one piece with
     PLAYGROUND_WIDE; its legend once under it."""
+    from rich.table import Table as RichTable
+
     if not table.rows:
         console.print(f"[bold]{table.title}[/bold]: no rows")
         return
@@ -212,7 +217,7 @@ def naming_columns(rows: list[dict], keys: list[str], most: int = 4) -> list[str
 
 
 @contextlib.contextmanager
-def _at_least(console: Console, width: int):
+def _at_least(console: "Console", width: int):
     """The console at least `width` wide while a table of that width is printed (PLAYGROUND_WIDE:
     wider than the terminal, which then wraps the lines rather than the table cutting values)."""
     saved = console._width  # None: the terminal's own width
@@ -272,14 +277,14 @@ def data_uri(path: Path) -> str:
     return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def render_report(report: Report, console: Console) -> None:
+def render_report(report: Report, console: "Console") -> None:
     for table in report.tables:
         render_table(table, console)
     for note in report.notes:
         console.print(note, highlight=False)
 
 
-def progress_bar(console: Console) -> "Progress | NotebookProgress":
+def progress_bar(console: "Console") -> "Progress | NotebookProgress":
     """The bar of a long command (description, bar, done/total, elapsed) on `console`, gone when done;
     in a Jupyter notebook, where rich's live display needs ipywidgets, the same bar drawn as HTML
     (`playground.display.notebook`)."""
@@ -287,6 +292,8 @@ def progress_bar(console: Console) -> "Progress | NotebookProgress":
         from playground.display.notebook import NotebookProgress
 
         return NotebookProgress()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),

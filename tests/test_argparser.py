@@ -4,9 +4,12 @@ the wrong type, a choice that is not one, a missing value, a missing positional)
 parser itself so that a new flag is covered without a new test. Misspelt names get a "did you mean"."""
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
+from playground import cli
 from playground.cli import build_parser, main
 from playground.core.argparser import OneLineParser
 from playground.core.rundir import EXIT_BAD_INPUT
@@ -144,3 +147,27 @@ def test_did_you_mean_only_when_a_name_is_close():
     assert closest("rnig", ["ring", "tree"]) == "ring" and closest("xyz", ["ring", "tree"]) is None
     assert did_you_mean("itres", ["iters", "sizes"]) == "did you mean 'iters'? "
     assert did_you_mean("zzz", ["iters"]) == ""
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_a_command_parser_built_alone_is_the_one_built_with_all(command):
+    """`parse_args` builds only the command given (its start-up then imports no other command's
+    modules): that parser must be the very one the whole command line has."""
+    alone = _commands(build_parser(OneLineParser, only=command))
+    whole = _commands(build_parser(OneLineParser))  # now too: a default may read the environment
+    assert {k: v.format_help() for k, v in alone.items()} == {
+        k: v.format_help() for k, v in whole.items() if k == command or k.startswith(command + " ")
+    }
+
+
+def test_run_and_a_rank_start_without_the_other_commands_rich_or_ml_dtypes():
+    """What a `run` and each rank import at start: not the bench, chaos or lecture commands, not
+    rich (a rank draws nothing), not ml_dtypes (half a second of CPU; imported once bfloat16 is named)."""
+    heavy = ("playground.commands.bench_commands", "playground.chaos.command", "playground.lecture.command")
+    code = (
+        "import sys; from playground.cli import parse_args; parse_args(['run', 'ring']); "
+        "import playground.launcher.worker, nodes.collective; "
+        f"print([m for m in {(*heavy, 'rich', 'ml_dtypes')!r} if m in sys.modules])"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

@@ -1,6 +1,8 @@
 """`python -m playground` subcommands: run, list, inspect, node, bench, simulate, calibrate, lecture, results, chaos, serve, watch."""
 
 import argparse
+import importlib
+import operator
 import os
 import sys
 from collections.abc import Callable
@@ -296,59 +298,26 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         _configured(leaves, c.name, Configured(c.make, c.run), c.add_flags, help=c.help, description=c.help)
 
 
+# The commands with a config of their own (besides `bench`): name -> (their module, and in it the
+# config's `from_flags`, what runs it, what adds its flags); the module is imported when added.
+_CONFIGURED = {
+    "simulate": ("playground.sim.command", "SimulateConfig.from_flags", "run_simulate", "add_simulate_flags"),
+    "calibrate": ("playground.commands.calibrate", "CalibrateConfig.from_flags", "run_calibrate", "add_calibrate_flags"),
+    "results": ("playground.commands.results", "ResultsConfig.from_flags", "run_results", "add_results_flags"),
+    "chaos": ("playground.chaos.command", "ChaosConfig.from_flags", "run_chaos", "add_chaos_flags"),
+    "serve": ("playground.commands.serve", "serve_config", "run_serve", "add_serve_flags"),
+    "lecture": ("playground.lecture.command", "LectureConfig.from_flags", "run_lecture", "add_lecture_flags"),
+    "watch": ("playground.live.command", "WatchConfig.from_flags", "run_watch", "add_watch_flags"),
+}  # fmt: skip
+
+
 def _configured_command(name: str) -> Callable[[argparse._SubParsersAction], None]:
-    """The adder of the command `name` with a config of its own (besides `bench`), from its module:
-    its help, its flags, its config's `from_flags`, what runs it (the module imported when added)."""
+    """What adds `name`'s sub-parser (`_CONFIGURED`): its module's help, flags, config and run."""
 
     def add(sub: argparse._SubParsersAction) -> None:
-        module: Any
-        parts: tuple[Callable[..., Any], Callable[[Any], int], Callable[[argparse.ArgumentParser], None]]
-        if name == "simulate":
-            from playground.sim import command as simulate
-            from playground.sim.options import SimulateConfig
-
-            module, parts = (
-                simulate,
-                (SimulateConfig.from_flags, simulate.run_simulate, simulate.add_simulate_flags),
-            )
-        elif name == "calibrate":
-            from playground.commands import calibrate
-
-            module, parts = (
-                calibrate,
-                (
-                    calibrate.CalibrateConfig.from_flags,
-                    calibrate.run_calibrate,
-                    calibrate.add_calibrate_flags,
-                ),
-            )
-        elif name == "results":
-            from playground.commands import results
-
-            module, parts = (
-                results,
-                (results.ResultsConfig.from_flags, results.run_results, results.add_results_flags),
-            )
-        elif name == "chaos":
-            from playground.chaos import command as chaos
-
-            module, parts = chaos, (chaos.ChaosConfig.from_flags, chaos.run_chaos, chaos.add_chaos_flags)
-        elif name == "serve":
-            from playground.commands import serve
-
-            module, parts = serve, (serve.serve_config, serve.run_serve, serve.add_serve_flags)
-        elif name == "lecture":
-            from playground.lecture import command as lecture
-
-            module, parts = (
-                lecture,
-                (lecture.LectureConfig.from_flags, lecture.run_lecture, lecture.add_lecture_flags),
-            )
-        else:
-            from playground.live import command as watch
-
-            module, parts = watch, (watch.WatchConfig.from_flags, watch.run_watch, watch.add_watch_flags)
-        make, run, add_flags = parts
+        module_name, *names = _CONFIGURED[name]
+        module = importlib.import_module(module_name)
+        make, run, add_flags = (operator.attrgetter(n)(module) for n in names)
         _configured(sub, name, Configured(make, run), add_flags, module.HELP, module.DESCRIPTION)
 
     return add
@@ -365,10 +334,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "inspect": _add_inspect,
     "node": _add_node,
     "bench": _add_bench,
-    **{
-        name: _configured_command(name)
-        for name in ("simulate", "calibrate", "results", "chaos", "serve", "lecture", "watch")
-    },
+    **{name: _configured_command(name) for name in _CONFIGURED},
 }
 
 
@@ -405,9 +371,8 @@ def _attach_signed_values(argv: list[str]) -> list[str]:
 def parse_args(
     argv: list[str], parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
 ) -> argparse.Namespace:
-    command = (
-        argv[0] if argv and argv[0] in COMMANDS else None
-    )  # else every command, for the help or the error
+    # the command's own sub-parser alone; for the help or an unknown command, every one
+    command = argv[0] if argv and argv[0] in COMMANDS else None
     return build_parser(parser_class, only=command).parse_args(_attach_signed_values(argv))
 
 

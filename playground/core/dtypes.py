@@ -29,7 +29,7 @@ else:
 
 def resolve(dtype) -> np.dtype:
     """np.dtype(dtype), where the name "bfloat16" works too (ml_dtypes registers it on first use)."""
-    if isinstance(dtype, str | bytes) and dtype in ("bfloat16", b"bfloat16"):
+    if isinstance(dtype, str) and dtype == "bfloat16":
         import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy
 
     return np.dtype(dtype)

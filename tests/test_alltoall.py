@@ -5,7 +5,7 @@ a process group, and bad counts."""
 import numpy as np
 import pytest
 
-from playground.collectives import ALGORITHMS, alltoall, alltoallv, run_collective
+from playground.collectives import ALGORITHMS, alltoall, alltoallv, bruck, chunks, run_collective
 from playground.collectives.alltoall import check_counts
 from playground.collectives.bruck import bruck_blocks, bruck_peers, bruck_steps, rotation, unrotation
 from playground.collectives.check import count_wrong, expected_output, pattern, uneven_counts
@@ -55,6 +55,32 @@ def test_bruck_moves_every_block_by_its_index(n):
     for r in range(n):
         got = [work[r][i] for i in unrotation(r, n)]
         assert got == [(s, r) for s in range(n)], "block s on rank r is the one rank s sent to r"
+
+
+@pytest.mark.parametrize("block", [4, 4096])  # rows below and above bruck.ROW_COPY_FROM_BYTES
+def test_a_data_free_bruck_packs_with_the_calls_a_real_one_makes(monkeypatch, block):
+    """A simulated host times the algorithm's own Python: on phantoms the packing makes the same
+    numpy calls (on one element a row) and charges the bytes a real one moves."""
+    calls, charged = [], []
+    for name in ("take", "copyto"):
+        real = getattr(np, name)
+        monkeypatch.setattr(
+            bruck.np, name, lambda *a, _f=real, _n=name, **k: (calls.append(_n), _f(*a, **k))[1]
+        )
+    monkeypatch.setattr(chunks, "local_copy", charged.append)
+    n, idx = 8, np.array(bruck_blocks(8, 1))
+
+    def pack(make):
+        calls.clear(), charged.clear()
+        work, out = make(n * block).reshape(n, block), make(len(idx) * block)
+        bruck._take(work, idx, out.reshape(len(idx), block))
+        bruck._scatter(out, work, idx)
+        return list(calls), list(charged)
+
+    real_calls, real_charged = pack(lambda k: np.zeros(k, np.float32))
+    phantom_calls, phantom_charged = pack(lambda k: chunks.phantom(k, "float32"))
+    assert phantom_calls == real_calls == (["take"] if block == 4 else ["copyto"] * len(idx))
+    assert real_charged == [] and phantom_charged == [len(idx) * block * 4] * 2
 
 
 def test_uneven_counts_add_up_and_have_zeros():

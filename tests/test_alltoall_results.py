@@ -73,6 +73,32 @@ def test_picks_hit_near_and_miss():
     assert "| 8 | 8 KiB | 100 | 200 | 300 | pairwise | bruck | **no** |" in ar.pick_table(cells)
 
 
+def test_picks_say_in_how_many_rounds_the_fastest_was_fastest():
+    # two rounds: at 1 KiB both find bruck fastest; at 4 KiB they disagree (a tie within the noise)
+    rounds = [
+        _bench(4, [("pairwise", 1024, 100.0, 90.0), ("bruck", 1024, 50.0, 40.0), ("scattered", 1024, 60.0, 60.0),
+                   ("pairwise", 4096, 90.0, 80.0), ("bruck", 4096, 200.0, 90.0), ("scattered", 4096, 100.0, 95.0)]),
+        _bench(4, [("pairwise", 1024, 110.0, 90.0), ("bruck", 1024, 54.0, 40.0), ("scattered", 1024, 58.0, 60.0),
+                   ("pairwise", 4096, 120.0, 80.0), ("bruck", 4096, 210.0, 90.0), ("scattered", 4096, 98.0, 95.0)]),
+    ]  # fmt: skip
+    cells = ar.pick_cells(rounds)
+    assert [(c["size"], c["fastest"], c["agree"], c["rounds"], c["hit"]) for c in cells] == [
+        (1024, "bruck", 2, 2, True),
+        (4096, "scattered", 1, 2, False),  # medians 105 / 99: scattered, fastest in the second round only
+    ]
+    assert (
+        "(2 within 10% of the fastest; in the 1 cell whose every round had the same fastest, it picks it in 1)"
+        in (ar.pick_verdict(cells, [], "measured"))
+    )
+    table = ar.pick_table(cells)
+    assert table[0].endswith("| fastest (measured) | fastest in rounds | model's pick | |")
+    assert "| 4 | 4 KiB | 105 | 205 | 99 | scattered | 1 of 2 | pairwise | near |" in table
+    single = ar.pick_cells(rounds[:1])  # one round (the simulator's): no rounds column, no clause
+    assert "rounds" not in ar.pick_table(single)[0] and "every round" not in ar.pick_verdict(
+        single, [], "simulated"
+    )
+
+
 def test_the_crossover_is_read_between_the_neighbours_on_log_axes():
     # Bruck 10 + S/100, pairwise 70 + S/1000 (us, S bytes): equal at S = 60 / (0.01 - 0.001) = 6667
     times = {s: (10 + s / 100, 70 + s / 1000) for s in (1024, 2048, 4096, 8192, 16384)}

@@ -78,16 +78,25 @@ def anchor_verdict(cells: list[dict]) -> str:
 
 def pick_cells(results: list[dict]) -> list[dict]:
     """One cell per (ranks, size) from `bench alltoall` runs with the model column: each algorithm's
-    median measured time and model time over the runs, the fastest measured, the model's pick, and
-    whether the pick is the fastest (`hit`) or within NOISE of it (`near`)."""
+    median measured time and model time over the runs, the fastest measured, the model's pick,
+    whether the pick is the fastest (`hit`) or within NOISE of it (`near`), and in how many of the
+    runs (`rounds`) that fastest was also the run's own (`agree`): where the runs disagree the
+    algorithms are closer than the machine's noise, and no model can be expected to order them."""
     times: dict[tuple, list[float]] = {}
     models: dict[tuple, list[float]] = {}
+    per_run: dict[tuple, list[str]] = {}
     for result in results:
+        own: dict[int, dict[str, float]] = {}
         for r in result["rows"]:
             key = (result["ranks"], r["size"], r["algorithm"])
             times.setdefault(key, []).append(r["time_us"])
+            own.setdefault(r["size"], {})[r["algorithm"]] = r["time_us"]
             if r.get("model_us") is not None:
                 models.setdefault(key, []).append(r["model_us"])
+        for size, measured in own.items():
+            timed = {a: t for a, t in measured.items() if a in PICK_ALGOS}
+            if timed:
+                per_run.setdefault((result["ranks"], size), []).append(min(timed, key=timed.__getitem__))
     out = []
     for ranks, size in sorted({(n, s) for n, s, _ in times}):
         measured = {a: median(times[(ranks, size, a)]) for a in PICK_ALGOS if (ranks, size, a) in times}
@@ -96,6 +105,7 @@ def pick_cells(results: list[dict]) -> list[dict]:
             continue
         fastest = min(measured, key=measured.__getitem__)
         pick = min(modelled, key=modelled.__getitem__)
+        runs = per_run.get((ranks, size), [])
         out.append(
             {
                 "ranks": ranks,
@@ -106,6 +116,8 @@ def pick_cells(results: list[dict]) -> list[dict]:
                 "pick": pick,
                 "hit": pick == fastest,
                 "near": measured[pick] <= measured[fastest] * (1 + NOISE),
+                "rounds": len(runs),
+                "agree": runs.count(fastest),
             }
         )
     return out
@@ -176,15 +188,19 @@ def anchor_table(cells: list[dict]) -> list[str]:
 
 def pick_table(cells: list[dict], measured_name: str = "measured") -> list[str]:
     algos = " | ".join(f"{a} (us)" for a in PICK_ALGOS)
+    rounds = any(c["rounds"] > 1 for c in cells)
     out = [
-        f"| ranks | size | {algos} | fastest ({measured_name}) | model's pick | |",
-        "|---:|---:|" + "---:|" * len(PICK_ALGOS) + "---|---|---|",
+        f"| ranks | size | {algos} | fastest ({measured_name}) |"
+        + (" fastest in rounds |" if rounds else "")
+        + " model's pick | |",
+        "|---:|---:|" + "---:|" * len(PICK_ALGOS) + ("---|---:|---|---|" if rounds else "---|---|---|"),
     ]
     for c in cells:
         times = " | ".join(_us(c["measured"].get(a)) for a in PICK_ALGOS)
         mark = "yes" if c["hit"] else ("near" if c["near"] else "**no**")
+        agree = f" {c['agree']} of {c['rounds']} |" if rounds else ""
         out.append(
-            f"| {c['ranks']} | {format_size(c['size'])} | {times} | {c['fastest']} | {c['pick']} | {mark} |"
+            f"| {c['ranks']} | {format_size(c['size'])} | {times} | {c['fastest']} |{agree} {c['pick']} | {mark} |"
         )
     return out
 
@@ -193,10 +209,18 @@ def pick_verdict(cells: list[dict], crosses: list[dict], what: str) -> str:
     hits, near = sum(c["hit"] for c in cells), sum(c["near"] for c in cells)
     judged = [x for x in crosses if x["ratio"] is not None]
     within = sum(0.5 <= x["ratio"] <= 2 for x in judged)
+    steady = [c for c in cells if c["rounds"] > 1 and c["agree"] == c["rounds"]]
+    agreed = (
+        f"; in the {len(steady)} cell{'' if len(steady) == 1 else 's'} whose every round had the same "
+        "fastest, it picks it in "
+        f"{sum(c['hit'] for c in steady)}"
+        if any(c["rounds"] > 1 for c in cells)
+        else ""
+    )
     return (
         f"**The model picks the {what} fastest in {hits} of {len(cells)} cells** ({near} within "
-        f"{NOISE:.0%} of the fastest); its Bruck/pairwise crossover is within 2x of the {what} one at "
-        f"{within} of {len(judged)} rank counts that have both."
+        f"{NOISE:.0%} of the fastest{agreed}); its Bruck/pairwise crossover is within 2x of the {what} one "
+        f"at {within} of {len(judged)} rank counts that have both."
     )
 
 

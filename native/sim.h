@@ -110,6 +110,8 @@ typedef struct {
     int per_core;               /* run queues per core: a rank waits for its own core (`home`) ... */
     double migrate_s;           /* ... unless it has waited this long and another core is idle */
     int *home;                  /* per rank: the core it last ran on */
+    int *last_rank;             /* per core: the rank it last ran (-1: none yet) */
+    double switch_s;            /* a core that goes on with another rank than the one it last ran: a context switch */
     double *request;            /* per rank: the (fixed_s, mem_s, demand) it asked for */
     double cpu_t;               /* running activities are accounted up to here */
     double slice_s;             /* a time slice (0: none): beyond it a waiting rank goes first */

@@ -15,6 +15,9 @@
  * - Time slices: with `slice_s`, work that has run for a slice goes to the back of the queue with what
  *   is left of it as soon as another rank waits for its core (round robin, as a time-sharing
  *   scheduler does); with nobody waiting it keeps its core.
+ * - Switching: a core that goes on with another rank than the one it last ran first switches to it
+ *   (`switch_s`: the context switch and the caches and TLB the other rank's state fills), so a rank
+ *   that takes several messages in one turn pays one switch, and ranks taking turns pay one each.
  * - Waking: a rank that slept waiting for a message (`wake_s` > 0: its transport sleeps then) and finds
  *   its core idle starts `wake_s` later: an idle core has to be woken too (on a VM, the halted vCPU);
  *   on a busy core it only waits for its turn.
@@ -132,6 +135,9 @@ static int reschedule(SimEngine *e) {
         if (net->running[c].rank >= 0) continue;
         if (!take_waiting(net, c, net->cpu_t, &net->running[c])) continue;
         net->running[c].slice_left = net->slice_s;
+        int rank = net->running[c].rank;
+        if (net->last_rank[c] >= 0 && net->last_rank[c] != rank) net->running[c].fixed_s += net->switch_s;
+        net->last_rank[c] = rank;
     }
     int idle = 0;
     for (int c = 0; c < net->num_cores && !idle; c++) idle = net->running[c].rank < 0;
@@ -208,10 +214,24 @@ void py_mark(SimNetwork *net, int rank) {
     if (net->python_scale > 0) net->py_mark[rank] = thread_cpu_s();
 }
 
+/* What one read of the thread's CPU clock costs (a system call on many machines: ~0.8 us on a VM):
+ * each timed interval holds about one read, which is the timing's, not the rank's. Measured once. */
+static double clock_read_s(void) {
+    static double cost = -1.0;
+    if (cost < 0) {
+        enum { READS = 2000 };
+        double t0 = thread_cpu_s();
+        for (int i = 0; i < READS; i++) (void)thread_cpu_s();
+        cost = (thread_cpu_s() - t0) / (READS + 1);
+    }
+    return cost;
+}
+
 void py_charge(SimNetwork *net, int rank) {
     if (net->python_scale <= 0) return;
     double now = thread_cpu_s();
-    if (net->py_mark[rank] > 0) net->py_owed[rank] += (now - net->py_mark[rank]) * net->python_scale;
+    double ran = now - net->py_mark[rank] - clock_read_s();
+    if (net->py_mark[rank] > 0 && ran > 0) net->py_owed[rank] += ran * net->python_scale;
     net->py_mark[rank] = now;
 }
 

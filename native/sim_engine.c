@@ -207,12 +207,20 @@ static PyObject *SimEngine_time_of(SimEngine *self, PyObject *arg) {
 }
 
 /* A local copy of `nbytes` by the running rank (chunks.copy of a phantom): its copy rate's time. */
-static PyObject *SimEngine_local_copy(SimEngine *self, PyObject *arg) {
-    long long nbytes = PyLong_AsLongLong(arg);
+static PyObject *SimEngine_local_copy(SimEngine *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "local_copy(nbytes, call_s=0.0)");
+        return NULL;
+    }
+    long long nbytes = PyLong_AsLongLong(args[0]);
     if (nbytes == -1 && PyErr_Occurred()) return NULL;
+    double call_s = nargs > 1 ? PyFloat_AsDouble(args[1]) : 0.0;
+    if (call_s == -1.0 && PyErr_Occurred()) return NULL;
     SimNetwork *net = self->net;
-    if (self->current < 0 || !net->copy_s_per_byte || nbytes <= 0) Py_RETURN_NONE;
-    if (sim_work(self, self->current, 0.0, (double)nbytes * net->copy_s_per_byte, net->copy_demand) < 0) return NULL;
+    if (self->current < 0) Py_RETURN_NONE;
+    double mem = net->copy_s_per_byte && nbytes > 0 ? (double)nbytes * net->copy_s_per_byte : 0.0;
+    if (mem <= 0 && call_s <= 0) Py_RETURN_NONE;
+    if (sim_work(self, self->current, call_s > 0 ? call_s : 0.0, mem, net->copy_demand) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -263,8 +271,9 @@ static PyObject *SimEngine_compute(SimEngine *self, PyObject *args) {
 }
 
 static PyMethodDef SimEngine_methods[] = {
-    {"local_copy", (PyCFunction)SimEngine_local_copy, METH_O,
-     "local_copy(nbytes): the running rank copies nbytes in its own memory (at the host's copy rate)."},
+    {"local_copy", (PyCFunction)(void (*)(void))SimEngine_local_copy, METH_FASTCALL,
+     "local_copy(nbytes, call_s=0.0): the running rank copies nbytes in its own memory (at the host's copy "
+     "rate), and works call_s more on its CPU (what the call costs beyond its timed Python)."},
     {"compute", (PyCFunction)SimEngine_compute, METH_VARARGS,
      "compute(rank, fixed_s, mem_s=0, demand=0): the running rank `rank` works: fixed_s of CPU, then mem_s "
      "(alone) of memory-bound work moving `demand` bytes/s; on shared cores it waits for one (sim_cpu.c)."},

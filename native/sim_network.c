@@ -74,11 +74,13 @@ static int SimNetwork_init(SimNetwork *self, PyObject *args, PyObject *kwds) {
         self->flows = PyMem_Calloc(cores, sizeof(Activity *));
         self->asleep = PyMem_Calloc(n, 1);
         self->home = PyMem_Calloc(n, sizeof(int));
-        if (!self->running || !self->queue || !self->request || !self->flows || !self->asleep || !self->home) {
+        self->last_rank = PyMem_Calloc(cores, sizeof(int));
+        if (!self->running || !self->queue || !self->request || !self->flows || !self->asleep || !self->home ||
+            !self->last_rank) {
             PyErr_NoMemory();
             return -1;
         }
-        for (int c = 0; c < cores; c++) self->running[c].rank = -1;
+        for (int c = 0; c < cores; c++) self->running[c].rank = self->last_rank[c] = -1;
         for (int r = 0; r < n; r++) self->home[r] = r % cores;
     }
     return 0;
@@ -95,6 +97,7 @@ static void SimNetwork_dealloc(SimNetwork *self) {
     PyMem_Free(self->flows);
     PyMem_Free(self->asleep);
     PyMem_Free(self->home);
+    PyMem_Free(self->last_rank);
     PyMem_Free(self->py_mark);
     PyMem_Free(self->py_owed);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -178,15 +181,16 @@ static PyObject *SimNetwork_set_host(SimNetwork *self, PyObject *args) {
 static PyObject *SimNetwork_set_cores(SimNetwork *self, PyObject *args) {
     double slice_s, memory, copy_demand, reduce_demand, wake_s = 0.0, copy_s_per_byte = 0.0, migrate_s = 0.0;
     double stream_window = 0.0, message_copy_s_per_byte = 0.0; /* 0: copy_s_per_byte's */
-    if (!PyArg_ParseTuple(args, "dddd|ddddd", &slice_s, &memory, &copy_demand, &reduce_demand, &wake_s,
-                          &copy_s_per_byte, &migrate_s, &stream_window, &message_copy_s_per_byte))
+    double switch_s = 0.0;
+    if (!PyArg_ParseTuple(args, "dddd|dddddd", &slice_s, &memory, &copy_demand, &reduce_demand, &wake_s,
+                          &copy_s_per_byte, &migrate_s, &stream_window, &message_copy_s_per_byte, &switch_s))
         return NULL;
     if (!self->num_cores) {
         PyErr_SetString(PyExc_ValueError, "set_cores: the network has no shared cores");
         return NULL;
     }
     if (slice_s < 0 || memory < 0 || copy_demand < 0 || reduce_demand < 0 || wake_s < 0 || copy_s_per_byte < 0 ||
-        migrate_s < 0 || stream_window < 0) {
+        migrate_s < 0 || stream_window < 0 || switch_s < 0) {
         PyErr_SetString(PyExc_ValueError, "set_cores: every value >= 0");
         return NULL;
     }
@@ -195,6 +199,7 @@ static PyObject *SimNetwork_set_cores(SimNetwork *self, PyObject *args) {
     self->copy_s_per_byte = copy_s_per_byte;
     self->message_copy_s_per_byte = message_copy_s_per_byte > 0 ? message_copy_s_per_byte : copy_s_per_byte;
     self->per_core = migrate_s > 0, self->migrate_s = migrate_s, self->stream_window = stream_window;
+    self->switch_s = switch_s;
     Py_RETURN_NONE;
 }
 
@@ -208,11 +213,12 @@ static PyMethodDef SimNetwork_methods[] = {
      "time each rank's own code takes between its calls is charged to it, times that."},
     {"set_cores", (PyCFunction)SimNetwork_set_cores, METH_VARARGS,
      "set_cores(slice_s, memory_bytes_per_s, copy_demand, reduce_demand, wake_s=0, copy_s_per_byte=0, "
-     "migration_cost_s=0, stream_window_bytes=0, message_copy_s_per_byte=0 (copy_s_per_byte's)): the "
+     "migration_cost_s=0, stream_window_bytes=0, message_copy_s_per_byte=0 (copy_s_per_byte's), switch_s=0): the "
      "shared cores' time slice, the memory bandwidth their copies share (0: none, unlimited), how long a rank "
      "that slept waiting for a message takes to start on an idle core, a local copy's cost per byte, and with "
      "migration_cost_s > 0 a run queue per core (an idle core takes another's waiting rank after that long); "
-     "a streamed swap's window (each of its turns a wake-up when ranks sleep)."},
+     "a streamed swap's window (each of its turns a wake-up when ranks sleep), and what a core pays to go on "
+     "with another rank than the one it last ran."},
     {NULL, NULL, 0, NULL},
 };
 

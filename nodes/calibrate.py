@@ -5,7 +5,8 @@ all pairs at the same time after a barrier, and each pair's even rank records it
 trip. With two ranks this is the textbook ping-pong (alpha and beta of an idle link); with more
 ranks than cores it is what a collective does on this machine: every rank's message waits for a
 core, wakes a sleeping receiver, and competes with the others' copies. The calibration compares
-the two (playground/models/calibration.py).
+the two (playground/models/calibration.py). Three patterns (playground/comm/patterns.py): the
+ping-pong, the ping-ping and the window, where a message is mostly there before its receiver asks.
 
 Round trips per size fit a budget: rank 0 times one probe round trip and tells every rank how many
 fit `budget_s` (at least `min_reps`, at most `reps`), so a 64 MiB size on 8 ranks costs a few
@@ -13,17 +14,18 @@ hundred milliseconds, not seconds. The echo is checked after the timing (one byt
 """
 
 import resource
-import time
+import statistics
 from dataclasses import dataclass
 
 import numpy as np
 
+from playground.comm.patterns import PATTERNS, WINDOW, numpy_times, timed
 from playground.config.node import NodeContract
 from playground.core.errors import ParamError, ResultMismatch
 from playground.core.sizes import Size, format_size
 
-TAG = 7200
 MIN_REPS = 3  # a median of 3 drops one hiccup
+NUMPY_REPS = 300  # ping-ping messages the numpy probe runs after (64 B each: about 10 ms)
 
 
 @dataclass(frozen=True)
@@ -50,24 +52,6 @@ def check_scenario(params: Params, ranks: int) -> None:
         raise ParamError("ranks", f"pairs ping-pong: an even rank count >= 2, got {ranks}")
 
 
-def _round_trips(
-    comm, peer: int, buf: np.ndarray, out: np.ndarray, count: int, both: bool = False
-) -> list[float]:
-    """`count` round trips with `peer` (both=True: both send at once, then receive: IMB's PingPing)."""
-    times = []
-    even = comm.rank % 2 == 0
-    for _ in range(count):
-        t0 = time.perf_counter()
-        if even or both:
-            comm.send(buf, peer, TAG)
-            comm.recv(peer, TAG, out=out)
-        else:
-            comm.recv(peer, TAG, out=out)
-            comm.send(out, peer, TAG)
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def _cpu_s() -> tuple[float, float]:
     """(this process's CPU seconds, all threads; this thread's), user + system."""
     p, t = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_THREAD)
@@ -80,14 +64,14 @@ def main(comm, params: Params) -> dict:
     for k, n in enumerate(params.sizes):
         comm.progress(k, len(params.sizes), format_size(n))
         buf, out = np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
-        for both in (False, True):  # each pattern its own count: an exchange of 16 MiB takes 4x as long
+        for pattern in PATTERNS:  # each pattern its own count: an exchange of 16 MiB takes 4x as long
             comm.barrier()
-            probe = _round_trips(comm, peer, buf, out, 1 + params.warmup, both)[-1]
+            probe = timed(comm, pattern, peer, buf, out, 1 + params.warmup)[-1]
             reps = min(params.reps, max(MIN_REPS, int(params.budget_s / max(probe, 1e-9))))
             reps = comm.bcast_obj(reps if comm.rank == 0 else None, root=0)  # every pair the same count
             comm.barrier()
             cpu0 = _cpu_s()
-            times = _round_trips(comm, peer, buf, out, reps, both)
+            times = timed(comm, pattern, peer, buf, out, reps)
             cpu1 = _cpu_s()
             if out.any():  # the echo must be the zeros sent
                 wrong = int(np.flatnonzero(out)[0])
@@ -99,21 +83,25 @@ def main(comm, params: Params) -> dict:
                 {
                     "size": n,
                     "reps": reps,
-                    "pattern": "pingping" if both else "pingpong",
+                    "messages": reps * (WINDOW if pattern == "window" else 1),
+                    "pattern": pattern,
                     "median_s": float(np.median(times)),
                     "cpu_s": cpu1[0] - cpu0[0],
                     "main_cpu_s": cpu1[1] - cpu0[1],
                 }
             )
+    comm.barrier()
+    hot_s, after_s = numpy_times(comm, peer, np.zeros(64, np.uint8), np.empty(64, np.uint8), NUMPY_REPS)
+    rows.append({"size": 64, "reps": NUMPY_REPS, "pattern": "numpy", "median_s": after_s, "hot_s": hot_s})
     comm.progress(len(params.sizes), len(params.sizes), "done")
     return {"rows": rows}
 
 
 def pattern_rows(results: list[dict]) -> list[dict]:
     """Every rank's rows as one per (pattern, size): `time_s` the median over pairs of the even
-    rank's median (ping-pong: half its round trip, one way; ping-ping: a whole exchange), and the
-    CPU seconds per message of all ranks together (`cpu_s`: every thread; `main_cpu_s`: the ranks'
-    own threads)."""
+    rank's median (ping-pong: half its round trip, one way; ping-ping: a whole exchange; window: a
+    window's time per message), and the CPU seconds per message of all ranks together (`cpu_s`:
+    every thread; `main_cpu_s`: the ranks' own threads)."""
     by: dict[tuple[str, int], list[tuple[int, dict]]] = {}
     for rank, res in enumerate(results):
         for row in res["rows"]:
@@ -121,20 +109,29 @@ def pattern_rows(results: list[dict]) -> list[dict]:
     out = []
     num_ranks = len(results)
     for (pattern, size), rows in by.items():
+        if pattern == "numpy":  # every rank's probe, the median over ranks
+            after = statistics.median(r["median_s"] for _, r in rows)
+            hot = statistics.median(r["hot_s"] for _, r in rows)
+            out.append(
+                {"pattern": pattern, "size": size, "ranks": num_ranks, "reps": rows[0][1]["reps"],
+                 "time_s": after, "cpu_s": after, "main_cpu_s": after, "hot_s": hot}
+            )  # fmt: skip
+            continue
         evens = sorted(r["median_s"] for rank, r in rows if rank % 2 == 0)
         median = (
             evens[len(evens) // 2]
             if len(evens) % 2
             else (evens[len(evens) // 2 - 1] + evens[len(evens) // 2]) / 2
         )
-        messages = num_ranks * rows[0][1]["reps"]
+        first = rows[0][1]
+        messages = num_ranks * first.get("messages", first["reps"])
         out.append(
             {
                 "pattern": pattern,
                 "size": size,
                 "ranks": num_ranks,
-                "reps": rows[0][1]["reps"],
-                "time_s": median / 2 if pattern == "pingpong" else median,
+                "reps": first["reps"],
+                "time_s": median / (WINDOW if pattern == "window" else 2 if pattern == "pingpong" else 1),
                 "cpu_s": sum(r["cpu_s"] for _, r in rows) / messages,
                 "main_cpu_s": sum(r["main_cpu_s"] for _, r in rows) / messages,
             }

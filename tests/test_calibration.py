@@ -172,6 +172,65 @@ def test_where_ranks_sleep_only_a_receiver_that_waited_pays_the_wake_up():
     )
 
 
+def test_a_message_costs_the_windows_cpu_a_switch_the_exchanges_beyond_and_a_wait_the_ping_pongs():
+    """Over shared memory the window (eight sends, then eight receives) finds its messages there: its
+    CPU per message is a message's; the exchange's beyond it is a context switch (each of its messages
+    has its receiver run once for it: the scheduler charges it where a core changes ranks); the
+    ping-pong's beyond that is the wait of a receiver that slept for its message."""
+    rec = record()
+    rates = hostfit.Rates(rec["host"]["rates"])
+    plain = rec["transports"]["shm"]["patterns"]
+    patterns = [
+        {**p, "cpu_s": p["cpu_s"] - (10e-6 if p["pattern"] == "pingping" else 0.0)} for p in plain
+    ] + [{**p, "pattern": "window", "cpu_s": p["cpu_s"] - 20e-6} for p in plain if p["pattern"] == "pingpong"]
+    costs = hostfit.message_costs(patterns, rates, [0, 65536], 4, 2)
+    switch = hostfit.switch_s(patterns, rates, [0, 65536], 4, 2, 0)
+    assert switch == pytest.approx(10e-6, rel=1e-9)
+    assert costs[0].send_s + costs[0].recv_s == pytest.approx(10e-6 + line_s("shm", 0), rel=1e-9)
+    for c in costs:
+        assert c.wait_s == pytest.approx(10e-6, rel=1e-9)
+    # over ZeroMQ the I/O threads batch the window's messages to one peer: the exchange's CPU stands
+    zmq = hostfit.message_costs(patterns, rates, [0, 65536], 4, 2, windows=False)
+    assert zmq[0].send_s + zmq[0].recv_s == pytest.approx(20e-6 + line_s("shm", 0), rel=1e-9)
+    assert hostfit.window_applies("shm") and not hostfit.window_applies("ipc")
+    # with a core per rank nobody waits for a core: the idle ping-pong's costs, window or not
+    assert hostfit.message_costs(patterns, rates, [0, 65536], 2, 2) == hostfit.message_costs(
+        plain, rates, [0, 65536], 2, 2
+    )
+    assert hostfit.switch_s(patterns, rates, [0, 65536], 2, 2, 0) == 0.0
+    # polled: every figure at most the cores' time per message, the window's too
+    polled = hostfit.message_costs(patterns, rates, [0, 65536], 4, 2, polling_cores=2)
+    one_way = next(
+        p["time_s"] for p in plain if p["pattern"] == "pingpong" and p["ranks"] == 4 and p["size"] == 64
+    )
+    assert polled[0].send_s + polled[0].recv_s <= hostfit.cores_per_message(one_way, 4, 2)
+
+
+def test_numpy_calls_among_other_ranks_cost_the_probes_ratio():
+    probe = [
+        {"pattern": "numpy", "size": 64, "ranks": 2, "time_s": 3e-6, "hot_s": 2e-6},
+        {"pattern": "numpy", "size": 64, "ranks": 8, "time_s": 5e-6, "hot_s": 2e-6},
+        {
+            "pattern": "numpy",
+            "size": 64,
+            "ranks": 4,
+            "time_s": 1e-6,
+            "hot_s": 2e-6,
+        },  # faster: a hiccup in the loop
+    ]
+    assert hostfit.numpy_scale(probe, 8) == pytest.approx(2.5) and hostfit.numpy_scale(
+        probe, 2
+    ) == pytest.approx(1.5)
+    assert hostfit.numpy_scale(probe, 4) == 1.0  # never cheaper than in a loop
+    assert hostfit.numpy_scale(probe, 16) == 1.0  # a calibration without the probe: as timed
+    rec = record(cores=2)
+    rec["transports"]["shm"]["patterns"] += [
+        {**p, "cpu_s": p["time_s"], "main_cpu_s": p["time_s"]} for p in probe
+    ]
+    assert hostfit.host_model(rec, "shm", 8, 1024).numpy_scale == pytest.approx(2.5)
+    assert hostfit.host_model(rec, "shm", 2, 1024).numpy_scale == pytest.approx(1.5)
+
+
 def test_a_working_copy_moves_one_ranks_buffers_and_a_message_all_ranks():
     """A 4 MiB all-reduce on 8 ranks on 2 cores touches 96 MiB (inputs, outputs and the rings its
     messages wait in), nearer memory's rate (half the cache's at 64 MiB here), but a rank's working
@@ -310,11 +369,15 @@ def test_calibrate_end_to_end_at_tiny_sizes(tmp_path):
     patterns = rec["transports"]["shm"]["patterns"]
     assert {(p["pattern"], p["ranks"], p["size"]) for p in patterns} == {
         (pattern, ranks, size)
-        for pattern in ("pingpong", "pingping")
+        for pattern in ("pingpong", "pingping", "window")
         for ranks in (2, 4)
         for size in (64, 4096)
-    }
+    } | {("numpy", ranks, 64) for ranks in (2, 4)}  # the numpy probe: one small call after each message
     assert all(p["time_s"] > 0 and p["cpu_s"] > 0 and p["reps"] >= 3 and p["rounds"] == 2 for p in patterns)
+    assert all(p["hot_s"] > 0 for p in patterns if p["pattern"] == "numpy")
+    assert (
+        0 < rec["host"]["timed_python_s"] < 1e-3
+    )  # the communicator's Python a simulation times per message
     assert [r["bytes"] for r in rec["host"]["rates"]] == [64 << 10, 256 << 10]
     assert rec["host"]["slice_s"] >= 0 and rec["host"]["wake_s"] >= 0 and rec["host"]["migration_cost_s"] > 0
     calibration = read_calibration(out)  # this machine's, this version's

@@ -191,6 +191,47 @@ def test_a_receiver_that_waited_for_its_message_pays_the_wake_up_and_one_that_di
     assert received_at(20_000) == pytest.approx(21e-6)
 
 
+def test_a_core_that_goes_on_with_another_rank_pays_a_switch_and_one_that_stays_does_not():
+    """One core, 2 us to send and 2 us to receive, 5 us a switch: a ping-pong's ranks take turns, so
+    each message's sending and receiving run on one core after the other rank's: 4 + 5 us a message
+    after the first; a rank's own work back to back (three local copies) pays none."""
+    host = HostModel(
+        (MessageCosts(0, 2e-6, 0.0, 2e-6, 0.0, 0.0),),
+        cores=1,
+        gamma_bytes_per_s=math.inf,
+        copy_s_per_byte=1e-9,
+        switch_s=5e-6,
+    )
+
+    def ping_pongs(trips: int) -> float:
+        world = SimWorld(Machine(1, 2, FREE, FREE, math.inf, 1, host), data=False)
+
+        def body(comm):
+            buf = np.zeros(8, np.uint8)
+            for _ in range(trips):
+                if comm.rank == 0:
+                    comm.send(buf, 1)
+                    comm.recv(1, out=buf)
+                else:
+                    comm.recv(0, out=buf)
+                    comm.send(buf, 0)
+            return world.time_of(comm.rank)
+
+        return max(world.run(body))
+
+    per_trip = ping_pongs(3) - ping_pongs(2)
+    assert per_trip == pytest.approx(2 * (4e-6 + 5e-6))
+    world = SimWorld(Machine(1, 2, FREE, FREE, math.inf, 1, host), data=False)
+
+    def alone(comm):
+        if comm.rank == 0:
+            for _ in range(3):
+                world.engine.local_copy(1000)
+        return world.time_of(comm.rank)
+
+    assert world.run(alone)[0] == pytest.approx(3e-6)
+
+
 def test_a_swap_that_streams_between_polling_partners_waits_for_the_go_ahead():
     """A stream starts when both partners are there: where they poll, one message's fixed costs
     more than a swap sent the usual way (measured here: a swap of 8 KiB over shm takes a round trip)."""

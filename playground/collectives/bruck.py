@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from playground.collectives.chunks import empty, is_phantom, local_copy_cost
+from playground.collectives.chunks import empty, is_phantom, phantom_call
 from playground.collectives.transfer import exchange
 from playground.tracing.trace import CAT_PHASE
 
@@ -103,8 +103,15 @@ def _take(blocks: np.ndarray, idx: Sequence[int] | np.ndarray, into: np.ndarray)
     """Rows `idx` of `blocks` (rows of one block each), in that order, into the rows of `into`."""
     row_bytes = blocks.shape[1] * blocks.itemsize
     if is_phantom(into.reshape(-1)) or is_phantom(blocks.reshape(-1)):
-        local_copy_cost(into.size * into.itemsize)
-        blocks, into = _stand_in(blocks), _stand_in(into)
+        stand_ins = _stand_in(blocks), _stand_in(into)
+        phantom_call(
+            lambda: _take_rows(stand_ins[0], idx, stand_ins[1], row_bytes), into.size * into.itemsize
+        )
+        return
+    _take_rows(blocks, idx, into, row_bytes)
+
+
+def _take_rows(blocks: np.ndarray, idx: Sequence[int] | np.ndarray, into: np.ndarray, row_bytes: int) -> None:
     if row_bytes < ROW_COPY_FROM_BYTES:
         np.take(blocks, idx, axis=0, out=into)
         return
@@ -115,13 +122,14 @@ def _take(blocks: np.ndarray, idx: Sequence[int] | np.ndarray, into: np.ndarray)
 def _scatter(packed: np.ndarray, work: np.ndarray, idx: Sequence[int] | np.ndarray) -> None:
     """Unpack `packed` into rows `idx` of `work`."""
     if is_phantom(packed) or is_phantom(work.reshape(-1)):
-        local_copy_cost(packed.size * packed.itemsize)
-        packed, work = _stand_in(packed.reshape(len(idx), -1)).reshape(-1), _stand_in(work)
+        rows, into = _stand_in(packed.reshape(len(idx), -1)), _stand_in(work)
+        phantom_call(lambda: into.__setitem__(idx, rows), packed.size * packed.itemsize)
+        return
     work[idx] = packed.reshape(len(idx), -1)
 
 
 def _stand_in(rows: np.ndarray) -> np.ndarray:
-    """A real array of one element a row of phantom `rows`: the moves above run on it, so that a
-    data-free simulation times their calls (what a short all-to-all spends most in) and charges
-    the bytes they would have moved at the copy rate (local_copy_cost)."""
+    """A real array of one element a row of phantom `rows`: the moves above make their calls on it in
+    a data-free simulation (chunks.phantom_call), which times them: a short all-to-all spends most of
+    its time in them."""
     return np.zeros((rows.shape[0], 1), dtype=rows.dtype)

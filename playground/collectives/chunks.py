@@ -1,6 +1,7 @@
 """Pure helpers that cut a buffer into chunks (one per rank) and segments (pipelining units)."""
 
 import functools
+import time
 
 import numpy as np
 
@@ -41,13 +42,25 @@ def is_phantom(x: np.ndarray) -> bool:
 # Buffers are made through these helpers, never with np.empty/np.array directly, so that a
 # phantom input gives phantom buffers (a 1 GiB all-reduce on 1024 simulated ranks allocates nothing).
 # A copy of a phantom copies nothing, but on a simulated host it costs what the copy would: the
-# simulator sets `local_copy` (nbytes -> None, charging the running rank) while it runs.
+# simulator sets `local_copy` (nbytes, call_s -> None, charging the running rank) while it runs.
 local_copy = None
+_ONE = np.zeros(1)
+
+
+def phantom_call(call, nbytes: int) -> None:
+    """What a move of phantoms costs a simulated host (nothing elsewhere, and `call` is not made):
+    `call` makes the numpy call the real move makes, on stand-ins of one element a row, timed, so
+    that its Python and numpy overhead is charged as the rank's own (at the host's `numpy_scale`: a
+    call among other ranks' costs more than in a loop), and the bytes it would move at the copy rate."""
+    if local_copy is None:
+        return
+    t0 = time.thread_time()
+    call()
+    local_copy(nbytes, time.thread_time() - t0)
 
 
 def _copied(x: np.ndarray) -> np.ndarray:
-    if local_copy is not None:
-        local_copy(x.size * x.itemsize)
+    phantom_call(_ONE.copy, x.size * x.itemsize)
     return phantom(x.size, x.dtype)
 
 
@@ -78,14 +91,14 @@ def local_copy_cost(nbytes: int) -> None:
     """What a local copy of `nbytes` costs a simulated host (nothing elsewhere): for a move of a
     phantom, which moves nothing."""
     if local_copy is not None and nbytes:
-        local_copy(nbytes)
+        local_copy(nbytes, 0.0)
 
 
 def copy_into(out: np.ndarray, x: np.ndarray) -> None:
     """out[...] = x (same length): a local move of an algorithm's own block. Into a phantom it moves
     nothing and costs, on a simulated host, what the copy would."""
     if is_phantom(out) or is_phantom(x):
-        local_copy_cost(x.size * x.itemsize)
+        phantom_call(lambda: np.copyto(_ONE, _ONE), x.size * x.itemsize)
         return
     np.copyto(out, x)
 

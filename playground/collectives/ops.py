@@ -46,8 +46,7 @@ def average_into(buf: np.ndarray, num_ranks: int) -> None:
     if num_ranks == 1 or buf.size == 0:
         return
     if chunks.is_phantom(buf):
-        if chunks.local_copy is not None:
-            chunks.local_copy(buf.size * buf.itemsize)
+        chunks.local_copy_cost(buf.size * buf.itemsize)
         return
     if buf.dtype.kind in "iu":
         rounds_up = (buf < 0) & (buf % num_ranks != 0)  # floor division, then back toward zero

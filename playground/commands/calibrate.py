@@ -8,8 +8,8 @@ rings' pages):
    memory, gamma), the
    scheduler's time slice and its migration cost, read from the kernel where it lets us, else its
    default (commands/hostbench.py);
-2. per transport (ipc and shm by default; tcp on request): every pair of ranks ping-pongs at once
-   (nodes/calibrate.py) at 2 ranks (the textbook ping-pong: a message's cost on an idle machine) and
+2. per transport (ipc and shm by default; tcp on request): every pair of ranks ping-pongs, ping-pings
+   and exchanges windows of messages at once (nodes/calibrate.py) at 2 ranks (the textbook ping-pong: a message's cost on an idle machine) and
    at 2 and 4 times as many ranks as cores (what a message costs when ranks wait for cores: wake-ups,
    hand-offs, the CPU every thread spends per message); each launched `--rounds` times (5) in
    alternating order, the median of each figure kept (`median_patterns`); the rates too are measured
@@ -63,7 +63,7 @@ SEGMENT_BYTES = {"ipc": 4 << 20, "shm": 4 << 20, "tcp": 1 << 20}  # the collecti
 # Five: two calibrations of three launches each, minutes apart, priced the same benches 1673 and 1760 of
 # 5 x 392 rows within 25%; two of five launches each, 1730 and 1743 (crowded ranks' placement draws).
 DEFAULT_ROUNDS = 5
-MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s")
+MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s", "hot_s")
 
 
 HELP = "measure this machine once for every model and the simulator (writes calibration.json)"
@@ -212,9 +212,11 @@ def measure(config: CalibrateConfig, console: Console) -> dict:
 
 
 def _host(config: CalibrateConfig) -> dict:
-    """The machine: copy and add rates by size (the rounds' mean), the time slice, wake-up, migration."""
+    """The machine: copy and add rates by size (the rounds' mean), the time slice, wake-up, migration,
+    and the communicator's Python a data-free simulation times per message (sim/replay.py)."""
     from playground.commands.hostbench import migration_cost_s, rate_curve, time_slice_s, wake_up_s
     from playground.display.report import progress_bar
+    from playground.sim.replay import timed_python_s
 
     copy_sizes, cores = list(config.copy_sizes), usable_cores()
     with progress_bar(make_console(stderr=True)) as progress:
@@ -233,12 +235,14 @@ def _host(config: CalibrateConfig) -> dict:
         progress.update(task, completed=config.rounds * len(copy_sizes), description="time slice, wake-up")
         slice_s, wake_s = time_slice_s(), wake_up_s()
         migration_s, migration_from = migration_cost_s()
+        python_s = timed_python_s("window")
     return {
         "rates": rates,
         "slice_s": slice_s,
         "wake_s": wake_s,
         "migration_cost_s": migration_s,
         "migration_cost_from": migration_from,
+        "timed_python_s": python_s,
     }
 
 
@@ -307,7 +311,7 @@ def median_patterns(rounds: list[list[dict]], idle: list[list[dict]] | None = No
         out.append(
             {
                 **same[0],
-                **{k: statistics.median(row[k] for row in crossing) for k in MEDIAN_KEYS},
+                **{k: statistics.median(row[k] for row in crossing) for k in MEDIAN_KEYS if k in same[0]},
                 "rounds": len(same),
             }
         )

@@ -80,6 +80,16 @@ class HostModel:
     copy_s_per_byte: float = 0.0  # a local copy of a buffer (an algorithm's working copy)
     message_copy_s_per_byte: float = 0.0  # a message's copy in or out (0: copy_s_per_byte's)
     python_scale: float = 0.0  # the simulated ranks' own Python, timed, times this (0: not charged)
+    # the communicator's Python a data-free simulation times per message (sim/replay.py): measured in the
+    # calibrated costs already, so a simulation that times Python takes it off each message's fixed CPU
+    timed_python_s: float = 0.0
+    # an algorithm's own numpy call (timed on stand-ins in a data-free simulation) costs this many times
+    # its timed Python: among ranks that share the cores it finds the caches holding theirs (calibrate's
+    # `numpy` pattern: comm/patterns.py)
+    numpy_scale: float = 1.0
+    # a core that goes on with another rank than the one it last ran pays this (the context switch and
+    # the caches the other's state fills): the ping-ping's CPU per message beyond the window's
+    switch_s: float = 0.0
     # > 0: a run queue per core, as Linux keeps them: a rank waits for the core it last ran on, and
     # another core that goes idle takes it over only once it has waited this long (the scheduler's
     # migration cost: until then it counts as cache-hot); 0: one queue, any free core runs any rank

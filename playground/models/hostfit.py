@@ -29,12 +29,17 @@ transport's own boundaries, where its path changes):
   message, fixed and per byte beyond the copies (context switches, hand-offs that now wait for a
   core, wake-ups), where waiting ranks poll (the shm transport up to two ranks a core) at most what
   the cores had per message (`cores_per_message`: they never idle, so the rest was polling), and no
-  latency of its own: the simulator's scheduler adds the waiting for cores. Where ranks sleep (their
-  transport sleeps at that rank count: `sleeps`), every message costs the exchange's CPU (`pingping`:
-  both partners send, then receive, so a message is there when its receiver asks), and only one whose
-  receiver waited for it the ping-pong's beyond that (`wait_s`: the receiver slept and is woken); a
-  rank that slept and finds a core idle starts `wake_s` later (the machine's cross-core wake-up,
+  latency of its own: the simulator's scheduler adds the waiting for cores. Every message costs the
+  window's CPU (`window`: both partners post eight sends, then take eight messages, so a message is
+  there when its receiver asks; polled, at most the cores' time per message too; a calibration
+  without it: the exchange's, `pingping`, where ranks sleep), and only one whose receiver waited for
+  it the ping-pong's beyond that (`wait_s`: the receiver slept and is woken, or polled); a rank that
+  slept and finds a core idle starts `wake_s` later (the machine's cross-core wake-up,
   commands/hostbench.py);
+- an algorithm's own numpy calls (timed on stand-ins in a data-free simulation) at `numpy_scale`: the
+  `numpy` probe's time right after a message over its time in a loop, at the regime's rank count;
+  and the communicator's Python a simulation times per message (`timed_python_s`, sim/replay.py)
+  taken off the messages' fixed CPU, which holds it already;
 - an algorithm's working copy of its input (`copy_s_per_byte`) at the copy rate of one rank's
   footprint: it is made as the call starts, before the other ranks' messages pass through the cache;
 - reductions at gamma = numpy add's rate for the footprint; the memory traffic all cores share =
@@ -143,10 +148,13 @@ def message_costs(
     ranks: int,
     idle_ranks: int,
     polling_cores: int = 0,
+    windows: bool = True,
 ) -> tuple[MessageCosts, ...]:
     """Per size range, a message's costs at `ranks` (see the module), before the copies (added by
     `host_model`, which knows the footprint). `polling_cores`: the cores, where the ranks waiting at
-    `ranks` poll instead of sleeping (0: they sleep)."""
+    `ranks` poll instead of sleeping (0: they sleep). `windows`: whether the window pattern's CPU is a
+    message's (not over ZeroMQ, whose I/O threads batch the window's eight messages to one peer, as a
+    collective's messages to different peers are not: `window_applies`)."""
 
     def points(key: str, at: int, pattern: str = "pingpong") -> list[tuple[int, float]]:
         rows = sorted(
@@ -155,23 +163,22 @@ def message_costs(
         return [(p["size"], p[key]) for p in rows]
 
     wall = _residual_pieces(points("time_s", idle_ranks), rates, bounds, idle_ranks)
-    spent = points("cpu_s", ranks)
-    if polling_cores and ranks != idle_ranks:
-        spent = [
-            (n, min(cpu, cores_per_message(t, ranks, polling_cores)))
-            for (n, cpu), (_, t) in zip(spent, points("time_s", ranks), strict=True)
-        ]
-    cpu = _residual_pieces(spent, rates, bounds, ranks)
+    cpu = _residual_pieces(_spent(patterns, ranks, idle_ranks, polling_cores), rates, bounds, ranks)
+    window = _spent(patterns, ranks, idle_ranks, polling_cores, "window") if windows else []
+    exchange = _spent(patterns, ranks, idle_ranks, polling_cores, "pingping")
     sleeping = ranks != idle_ranks and not polling_cores
-    exchanged = points("cpu_s", ranks, "pingping") if sleeping else []
-    ready = _residual_pieces(exchanged, rates, bounds, ranks) if exchanged else None
+    ready = window or (exchange if sleeping else [])
+    ready_pieces = _residual_pieces(ready, rates, bounds, ranks) if ready else None
+    switch = switch_s(patterns, rates, bounds, ranks, idle_ranks, polling_cores) if windows else 0.0
     out = []
     for piece in wall:
         busy = piece_for(cpu, piece.from_bytes)
         fixed_cpu, extra, latency, wait = busy.alpha_s, busy.s_per_byte / 2, 0.0, 0.0
-        if ready is not None:  # a message already there when its receiver asks costs what the exchange's do
-            fixed_cpu = min(fixed_cpu, piece_for(ready, piece.from_bytes).alpha_s)
-            wait = busy.alpha_s - fixed_cpu
+        if (
+            ready_pieces is not None
+        ):  # a message already there when its receiver asks costs what the window's do
+            fixed_cpu = min(fixed_cpu, piece_for(ready_pieces, piece.from_bytes).alpha_s)
+            wait = max(0.0, busy.alpha_s - fixed_cpu - switch)  # the switch to it is the scheduler's
         if ranks == idle_ranks:
             fixed_cpu = min(fixed_cpu, piece.alpha_s)
             latency = piece.alpha_s - fixed_cpu
@@ -180,6 +187,59 @@ def message_costs(
             MessageCosts(piece.from_bytes, fixed_cpu / 2, extra, fixed_cpu / 2, extra, latency, wait_s=wait)
         )
     return tuple(out)
+
+
+def _spent(
+    patterns: Sequence[dict], ranks: int, idle_ranks: int, polling_cores: int, pattern: str = "pingpong"
+) -> list[tuple[int, float]]:
+    """(size, CPU seconds per message) of `pattern` at `ranks`; where ranks poll, at most what the
+    cores had per message (the rest was polling); none of the window's or the exchange's at a core
+    per rank (nobody waits for a core there)."""
+    rows = sorted(
+        (p for p in patterns if p["pattern"] == pattern and p["ranks"] == ranks), key=lambda p: p["size"]
+    )
+    if pattern != "pingpong" and ranks == idle_ranks:
+        return []
+    if polling_cores and ranks != idle_ranks:
+        return [
+            (p["size"], min(p["cpu_s"], cores_per_message(p["time_s"], ranks, polling_cores))) for p in rows
+        ]
+    return [(p["size"], p["cpu_s"]) for p in rows]
+
+
+def switch_s(
+    patterns: Sequence[dict],
+    rates: Rates,
+    bounds: Sequence[int],
+    ranks: int,
+    idle_ranks: int,
+    polling_cores: int,
+) -> float:
+    """A context switch at `ranks`: the exchange's CPU per message beyond the window's, small messages
+    (in the exchange each message's receiver runs once for it; in the window once for eight), or 0
+    where there is no window (or nobody waits for a core)."""
+    window = _spent(patterns, ranks, idle_ranks, polling_cores, "window")
+    exchange = _spent(patterns, ranks, idle_ranks, polling_cores, "pingping")
+    if not window or not exchange:
+        return 0.0
+    first = [_residual_pieces(points, rates, bounds, ranks)[0].alpha_s for points in (exchange, window)]
+    return max(0.0, first[0] - first[1])
+
+
+def window_applies(transport: str) -> bool:
+    """The window pattern prices a message and the exchange's beyond it a context switch over shared
+    memory; over ZeroMQ (ipc, tcp) the I/O threads also batch the window's eight messages to one peer,
+    which a collective's messages to different peers do not get, so there the exchange's CPU stands."""
+    return transport == "shm"
+
+
+def numpy_scale(patterns: Sequence[dict], ranks: int) -> float:
+    """The numpy probe's time right after a message at `ranks` over its time in a loop (at least 1),
+    or 1 for a calibration without the probe."""
+    probe = [p for p in patterns if p["pattern"] == "numpy" and p["ranks"] == ranks]
+    if not probe or not probe[0].get("hot_s"):
+        return 1.0
+    return max(1.0, probe[0]["time_s"] / probe[0]["hot_s"])
 
 
 def host_model(
@@ -207,7 +267,9 @@ def host_model(
             c.latency_s,
             wait_s=c.wait_s,
         )
-        for c in message_costs(entry["patterns"], rates, entry["bounds"], ranks, idle, polling_cores)
+        for c in message_costs(
+            entry["patterns"], rates, entry["bounds"], ranks, idle, polling_cores, window_applies(transport)
+        )
     )
     gamma = rates.gamma_bytes_per_s(footprint)
     return HostModel(
@@ -222,6 +284,11 @@ def host_model(
         copy_s_per_byte=1.0 / rates.copy_bytes_per_s(rank_footprint(size_bytes, num_ranks, cores)),
         message_copy_s_per_byte=copy_s,
         python_scale=PYTHON_SCALE,
+        timed_python_s=record["host"].get("timed_python_s", 0.0),
+        numpy_scale=numpy_scale(entry["patterns"], ranks),
+        switch_s=switch_s(entry["patterns"], rates, entry["bounds"], ranks, idle, polling_cores)
+        if window_applies(transport)
+        else 0.0,
         migration_cost_s=record["host"].get("migration_cost_s", DEFAULT_MIGRATION_COST_S),
         stream_from_bytes=streams_from_bytes() if transport == "shm" else 0,
         stream_window_bytes=WINDOW_CELLS * CELL_BYTES if transport == "shm" else 0,

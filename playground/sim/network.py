@@ -10,14 +10,15 @@ The model, stated once (the README repeats it):
 - A reduction of n bytes costs n / gamma of the receiving rank's CPU.
 - With `cores`, the ranks share that many CPUs, as processes share a machine's: CPU work waits for a
   free core (first come, first served), past a time slice a rank goes to the back of the queue when
-  another waits, and copies running at once share the memory's bandwidth by max-min fairness
+  another waits, a core that goes on with another rank than its last pays a context switch, and copies running at once share the memory's bandwidth by max-min fairness
   (native/sim_cpu.c; playground/models/contention.py).
 - With a calibrated `host` (models/contention.py's HostModel, from `calibrate`), a message crosses no
   port: the sender's CPU works on it (a fixed part by size range, and a copy in unless the array was
   computed in place), it arrives its range's latency later, and the receiver's CPU works on it (a
   fixed part, and a copy out or the reduction). A rank that slept waiting and finds a core idle
   starts the host's wake-up later, a local copy of a buffer costs its bytes at the copy rate, and,
-  data-free, each rank's own Python between its calls is timed and charged to it.
+  data-free, each rank's own Python between its calls is timed and charged to it (the calibrated
+  per-message CPU less what the simulator times of the communicator's own calls: sim/replay.py).
 - A send completes (its buffer may be reused) when its last byte has left the port.
 """
 
@@ -73,11 +74,14 @@ class Network(SimNetwork):
         host = machine.host
         if host is not None:
             r = host.ranges
+            timed = (
+                host.timed_python_s * host.python_scale / 2 if time_python else 0.0
+            )  # each side's, timed as it runs
             self.set_host(
                 [c.from_bytes for c in r],
-                [c.send_s for c in r],
+                [max(0.0, c.send_s - timed) for c in r],
                 [c.send_s_per_byte for c in r],
-                [c.recv_s for c in r],
+                [max(0.0, c.recv_s - timed) for c in r],
                 [c.recv_s_per_byte for c in r],
                 [c.latency_s for c in r],
                 [c.latency_s_per_byte for c in r],
@@ -95,4 +99,5 @@ class Network(SimNetwork):
                 host.migration_cost_s,
                 host.stream_window_bytes,
                 host.message_copy_s_per_byte,
+                host.switch_s,
             )

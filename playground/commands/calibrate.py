@@ -1,6 +1,6 @@
 """`python -m playground calibrate`: measure what the models and the simulator need, once, into one file.
 
-What it measures (about 50 s here; buffers of at most 64 MiB, 16 MiB messages; at its peak, 8 ranks
+What it measures (about two minutes here; buffers of at most 64 MiB, 16 MiB messages; at its peak, 8 ranks
 ping-ponging 16 MiB, all its processes' proportional set sizes add up to about 0.9 GiB, most of it the
 rings' pages):
 1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB (`DEFAULT_COPY_SIZES`), on
@@ -68,9 +68,9 @@ MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s", "hot_s")
 
 HELP = "measure this machine once for every model and the simulator (writes calibration.json)"
 DESCRIPTION = (
-    "Copy and reduction rates, the scheduler's time slice, and per transport a ping-pong of every pair of "
-    "ranks at once at 2 ranks and at more ranks than cores; one JSON file that bench, run, simulate --link "
-    "and the lecture read."
+    "Copy and reduction rates, the scheduler's time slice, and per transport a ping-pong, a ping-ping and "
+    "windows of messages of every pair of ranks at once at 2 ranks and at more ranks than cores; one JSON "
+    "file that bench, run, simulate --link and the lecture read."
 )
 
 

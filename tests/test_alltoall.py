@@ -81,7 +81,7 @@ def test_a_data_free_bruck_packs_with_the_calls_a_real_one_makes(monkeypatch, bl
     phantom_calls, phantom_charged = pack(lambda k: chunks.phantom(k, "float32"))
     assert phantom_calls == real_calls == (["take"] if block == 4 else ["copyto"] * len(idx))
     assert real_charged == [] and [nbytes for nbytes, _ in phantom_charged] == [len(idx) * block * 4] * 2
-    assert all(0 < call_s < 0.1 for _, call_s in phantom_charged)  # each call's own time, as timed
+    assert all(0 <= call_s < 0.1 for _, call_s in phantom_charged)  # each call's own time, as timed
 
 
 def test_uneven_counts_add_up_and_have_zeros():

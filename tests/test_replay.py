@@ -32,9 +32,23 @@ def _per_message_s(host: HostModel, pattern: str) -> float:
 
 
 @pytest.mark.parametrize("pattern", ["pingpong", "pingping", "window"])
-def test_a_simulated_pattern_costs_its_calibrated_cpu_once(pattern):
+def test_the_replay_times_some_python_per_message_and_none_is_charged_where_python_is_not_timed(pattern):
     python_s = timed_python_s(pattern)
     assert 0 < python_s < 50e-6
+    host = HostModel(
+        (MessageCosts(0, COST_S / 2, 0.0, COST_S / 2, 0.0, 0.0),),
+        cores=2,
+        gamma_bytes_per_s=1e30,
+        python_scale=0.0,  # Python not timed: nothing to take off, the calibrated cost whole
+        timed_python_s=python_s,
+    )
+    assert _per_message_s(host, pattern) == pytest.approx(COST_S, rel=1e-9)
+
+
+@pytest.mark.timing  # compares two timings of Python taken moments apart: a busy machine moves them
+@pytest.mark.parametrize("pattern", ["pingpong", "pingping", "window"])
+def test_a_simulated_pattern_costs_its_calibrated_cpu_once(pattern):
+    python_s = timed_python_s(pattern)
     host = HostModel(
         (MessageCosts(0, COST_S / 2, 0.0, COST_S / 2, 0.0, 0.0),),
         cores=2,

@@ -8,8 +8,8 @@ here so that the simulator can replay them as the ranks ran them (playground/sim
 - `numpy`: a small numpy call (Bruck's packing: rows of a block taken into another) timed on the
   rank's own thread right after each message of a ping-ping, against the same call in a loop. A rank
   that shares its core with others finds the caches and the TLB holding their state when it runs
-  again (a context switch is a cache flush), so the call costs a multiple of its loop time: what
-  `numpy_scale` (models/hostfit.py) charges an algorithm's own numpy calls in the simulator.
+  again (a context switch leaves the caches to the next process), so the call costs more than in a
+  loop: what `numpy_scale` (models/hostfit.py) charges an algorithm's own numpy calls in the simulator.
 """
 
 import time

@@ -29,11 +29,14 @@ transport's own boundaries, where its path changes):
   message, fixed and per byte beyond the copies (context switches, hand-offs that now wait for a
   core, wake-ups), where waiting ranks poll (the shm transport up to two ranks a core) at most what
   the cores had per message (`cores_per_message`: they never idle, so the rest was polling), and no
-  latency of its own: the simulator's scheduler adds the waiting for cores. Every message costs the
-  window's CPU (`window`: both partners post eight sends, then take eight messages, so a message is
-  there when its receiver asks; polled, at most the cores' time per message too; a calibration
-  without it: the exchange's, `pingping`, where ranks sleep), and only one whose receiver waited for
-  it the ping-pong's beyond that (`wait_s`: the receiver slept and is woken, or polled); a rank that
+  latency of its own: the simulator's scheduler adds the waiting for cores. Over shared memory every
+  message costs the window's CPU (`window`: both partners post eight sends, then take eight
+  messages, so a message is there when its receiver asks; polled, at most the cores' time per
+  message too), the exchange's beyond it (`pingping`: each message's receiver runs once for it) is a
+  context switch (`switch_s`, charged by the simulator where a core goes on with another rank), and
+  only a message whose receiver waited for it costs the ping-pong's beyond that (`wait_s`: the
+  receiver slept and is woken, or polled). Over ZeroMQ, whose I/O threads batch the window, and for
+  a calibration without it, every message costs the exchange's CPU where ranks sleep. A rank that
   slept and finds a core idle starts `wake_s` later (the machine's cross-core wake-up,
   commands/hostbench.py);
 - an algorithm's own numpy calls (timed on stand-ins in a data-free simulation) at `numpy_scale`: the
@@ -174,9 +177,7 @@ def message_costs(
     for piece in wall:
         busy = piece_for(cpu, piece.from_bytes)
         fixed_cpu, extra, latency, wait = busy.alpha_s, busy.s_per_byte / 2, 0.0, 0.0
-        if (
-            ready_pieces is not None
-        ):  # a message already there when its receiver asks costs what the window's do
+        if ready_pieces is not None:  # a message there when its receiver asks: the window's CPU
             fixed_cpu = min(fixed_cpu, piece_for(ready_pieces, piece.from_bytes).alpha_s)
             wait = max(0.0, busy.alpha_s - fixed_cpu - switch)  # the switch to it is the scheduler's
         if ranks == idle_ranks:

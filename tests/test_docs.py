@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tools import chromium, have, importable, need, run_chromium
+from tools import chromium, importable, need, run_chromium
 
 from playground.cli import _attach_signed_values, build_parser
 from playground.cli.reference import PAGES, builtin_scenarios, undocumented_fields
@@ -142,7 +142,8 @@ def test_every_key_of_a_scenario_file_has_a_line_of_doc():
 
 @pytest.mark.timeout(120)
 def test_the_site_builds_strictly(tmp_path):
-    need(have("mkdocs"), "the docs toolchain is not installed (pip install '.[docs]')")
+    # it runs as this interpreter's module: an mkdocs of another environment on PATH is not it
+    need(importable("mkdocs"), "the docs toolchain is not installed (pip install '.[docs]')")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
         cwd=ROOT,

@@ -2,6 +2,7 @@
 
 import functools
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,7 +44,7 @@ def is_phantom(x: np.ndarray) -> bool:
 # phantom input gives phantom buffers (a 1 GiB all-reduce on 1024 simulated ranks allocates nothing).
 # A copy of a phantom copies nothing, but on a simulated host it costs what the copy would: the
 # simulator sets `local_copy` (nbytes, call_s -> None, charging the running rank) while it runs.
-local_copy = None
+local_copy: Callable[[int, float], None] | None = None
 _ONE = np.zeros(1)
 
 

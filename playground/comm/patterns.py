@@ -56,7 +56,7 @@ def windows(comm, peer: int, buf: np.ndarray, out: np.ndarray, count: int) -> li
     return times
 
 
-def numpy_probe() -> Callable[[], None]:
+def numpy_probe() -> Callable[[], object]:
     """The call the `numpy` pattern times: four rows of an 8 x 16 float32 block taken into a buffer."""
     blocks, idx, into = np.zeros((8, 16), np.float32), np.array([1, 3, 5, 7]), np.empty((4, 16), np.float32)
     return lambda: np.take(blocks, idx, axis=0, out=into)

@@ -136,11 +136,9 @@ class SimWorld:
                     rank, n, transport, tracer=tracer, timeout_s=timeout_s, hosts=hosts, flight_entries=0
                 )
             )
-        charge_copies = self.machine.host is not None and not self.data
-        if charge_copies:
-            extra = max(
-                0.0, self.machine.host.numpy_scale - 1.0
-            )  # a numpy call's timed Python is charged once
+        host = self.machine.host
+        if host is not None and not self.data:  # a phantom's moves cost a host what the real ones do
+            extra = max(0.0, host.numpy_scale - 1.0)  # beyond the call's timed Python, charged already
 
             def local_copy(nbytes: int, call_s: float, local=engine.local_copy) -> None:
                 local(nbytes, call_s * extra)

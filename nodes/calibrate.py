@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from playground.comm.patterns import PATTERNS, WINDOW, numpy_times, timed
+from playground.comm.patterns import MESSAGES_PER_UNIT, PATTERNS, WINDOW, numpy_times, timed
 from playground.config.node import NodeContract
 from playground.core.errors import ParamError, ResultMismatch
 from playground.core.sizes import Size, format_size
@@ -131,7 +131,7 @@ def pattern_rows(results: list[dict]) -> list[dict]:
                 "size": size,
                 "ranks": num_ranks,
                 "reps": first["reps"],
-                "time_s": median / (WINDOW if pattern == "window" else 2 if pattern == "pingpong" else 1),
+                "time_s": median / MESSAGES_PER_UNIT[pattern],  # a one-way message's share of the unit
                 "cpu_s": sum(r["cpu_s"] for _, r in rows) / messages,
                 "main_cpu_s": sum(r["main_cpu_s"] for _, r in rows) / messages,
             }

@@ -103,10 +103,8 @@ def _take(blocks: np.ndarray, idx: Sequence[int] | np.ndarray, into: np.ndarray)
     """Rows `idx` of `blocks` (rows of one block each), in that order, into the rows of `into`."""
     row_bytes = blocks.shape[1] * blocks.itemsize
     if is_phantom(into.reshape(-1)) or is_phantom(blocks.reshape(-1)):
-        stand_ins = _stand_in(blocks), _stand_in(into)
-        phantom_call(
-            lambda: _take_rows(stand_ins[0], idx, stand_ins[1], row_bytes), into.size * into.itemsize
-        )
+        rows, dst = _stand_in(blocks), _stand_in(into)
+        phantom_call(lambda: _take_rows(rows, idx, dst, row_bytes), into.size * into.itemsize)
         return
     _take_rows(blocks, idx, into, row_bytes)
 

@@ -10,8 +10,9 @@ The model, stated once (the README repeats it):
 - A reduction of n bytes costs n / gamma of the receiving rank's CPU.
 - With `cores`, the ranks share that many CPUs, as processes share a machine's: CPU work waits for a
   free core (first come, first served), past a time slice a rank goes to the back of the queue when
-  another waits, a core that goes on with another rank than its last pays a context switch, and copies running at once share the memory's bandwidth by max-min fairness
-  (native/sim_cpu.c; playground/models/contention.py).
+  another waits, a core that goes on with another rank than its last pays a context switch, and
+  copies running at once share the memory's bandwidth by max-min fairness (native/sim_cpu.c;
+  playground/models/contention.py).
 - With a calibrated `host` (models/contention.py's HostModel, from `calibrate`), a message crosses no
   port: the sender's CPU works on it (a fixed part by size range, and a copy in unless the array was
   computed in place), it arrives its range's latency later, and the receiver's CPU works on it (a
@@ -74,9 +75,8 @@ class Network(SimNetwork):
         host = machine.host
         if host is not None:
             r = host.ranges
-            timed = (
-                host.timed_python_s * host.python_scale / 2 if time_python else 0.0
-            )  # each side's, timed as it runs
+            # each side's share of the communicator's Python, which the simulator times as it runs
+            timed = host.timed_python_s * host.python_scale / 2 if time_python else 0.0
             self.set_host(
                 [c.from_bytes for c in r],
                 [max(0.0, c.send_s - timed) for c in r],

@@ -49,7 +49,7 @@ def test_the_ring_table_fits_and_keeps_every_number(width):
     if width == 80:  # the second part starts with what names a row: its size and algorithm
         second = read_back("┏" + text.split("┏")[2])
         assert list(second[0])[:2] == ["size (B)", "algo"] and len(second[0]) < len(read_back(text)[0])
-    assert text.count("model pick: the all-reduce algorithm the model predicts fastest") == 1
+    assert text.count("model pick: the algorithm the model predicts fastest") == 1
 
 
 def test_wide_keeps_one_piece_at_full_width():

@@ -55,7 +55,7 @@ MODEL_COLUMNS = {"model_us": "model (us)", "vs_model": "measured/model"}
 PICK_COLUMN = {"model_pick": "model pick"}
 BY_COLUMN = {"model_by": "model by"}
 LEGEND = {  # the columns an nccl-tests reader cannot guess, said once under the table
-    "model_pick": "the all-reduce algorithm the model predicts fastest at this size and rank count",
+    "model_pick": "the algorithm the model predicts fastest at this size and rank count",
     "model_us": "the alpha-beta-gamma model's time for the row's algorithm and size (its link: the title)",
     "vs_model": "time / model time: above 1 the run is slower than the model",
     "model_by": "what priced the row: the closed form on the calibrated link, or the simulator where ranks "

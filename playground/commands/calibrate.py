@@ -1,19 +1,21 @@
 """`python -m playground calibrate`: measure what the models and the simulator need, once, into one file.
 
-What it measures (about two minutes here; buffers of at most 64 MiB, 16 MiB messages; at its peak, 8 ranks
-ping-ponging 16 MiB, all its processes' proportional set sizes add up to about 0.9 GiB, most of it the
-rings' pages):
+What it measures (about two minutes here; buffers of at most 64 MiB, 16 MiB messages; at its peak,
+8 ranks ping-ponging 16 MiB, all its processes' proportional set sizes add up to about 0.9 GiB, most
+of it the rings' pages):
 1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB (`DEFAULT_COPY_SIZES`), on
    one core and on all cores at once (the copy rate by footprint, how concurrent copies share the
-   memory, gamma), the
-   scheduler's time slice and its migration cost, read from the kernel where it lets us, else its
-   default (commands/hostbench.py);
+   memory, gamma), the scheduler's time slice and its migration cost, read from the kernel where it
+   lets us, else its default (commands/hostbench.py), and the communicator's Python a data-free
+   simulation times per message (sim/replay.py);
 2. per transport (ipc and shm by default; tcp on request): every pair of ranks ping-pongs, ping-pings
-   and exchanges windows of messages at once (nodes/calibrate.py) at 2 ranks (the textbook ping-pong: a message's cost on an idle machine) and
-   at 2 and 4 times as many ranks as cores (what a message costs when ranks wait for cores: wake-ups,
-   hand-offs, the CPU every thread spends per message); each launched `--rounds` times (5) in
-   alternating order, the median of each figure kept (`median_patterns`); the rates too are measured
-   `--rounds` times and averaged (`mean_rates`).
+   and exchanges windows of messages at once (nodes/calibrate.py) at 2 ranks (the textbook
+   ping-pong: a message's cost on an idle machine) and at 2 and 4 times as many ranks as cores (what
+   a message costs when ranks wait for cores: wake-ups, hand-offs, the CPU every thread spends per
+   message, the context switches), and times a small numpy call right after each message (the caches
+   another rank left); each launched `--rounds` times (5) in alternating order, the median of each
+   figure kept (`median_patterns`); the rates too are measured `--rounds` times and averaged
+   (`mean_rates`).
 Everything measured goes raw into one JSON file (default ./calibration.json, or PLAYGROUND_CALIBRATION)
 with the machine and the version that measured it; models/hostfit.py derives the costs from it
 when it is read, and `bench`, `run`'s collective tables, `simulate --link FILE` and the lecture's

@@ -20,7 +20,7 @@ from typing import Literal
 from playground.collectives import ALGORITHMS, IN_PLACE, registry
 from playground.collectives.alltoall import check_counts
 from playground.collectives.bench_report import bench_report
-from playground.collectives.measure import measure
+from playground.collectives.measure import measure_in_turn
 from playground.config.node import NodeContract
 from playground.core.dtypes import DtypeName, resolve
 from playground.core.errors import ParamError, UsageError
@@ -47,6 +47,9 @@ class Params:
     # with max or min a corrupt drill can go unseen
     op: Literal["sum", "avg", "max", "min"] = "sum"
     iters: int = 10  # timed calls per algorithm and size, each after a barrier; the row is their median
+    # several algorithms: at each size their calls taken in turn (one of each, then the next), so what
+    # slows a shared machine for a while reaches them alike; false: each algorithm's calls together
+    in_turn: bool = True
     warmup: int = 2  # untimed calls before them (their results are checked too)
     check: bool = True  # count wrong elements of every result (nccl-tests' #wrong); false: not checked (-1)
     # largest piece a collective sends at once; bigger chunks are cut and pipelined. null: the
@@ -108,16 +111,27 @@ def main(comm, params: Params) -> dict:
     comm.tracer.messages = comm.tracer.messages and params.trace_messages
     if params.collective == "alltoall" and "auto" in params.algorithm:  # auto runs the model's picks
         install_alltoall_picks(comm, load_model(params.link, run_network(comm.run_dir)), params.sizes)
-    rows = []
-    todo = [(a, s) for a in params.algorithm for s in params.sizes]
-    for k, (algorithm, size) in enumerate(todo):
-        comm.progress(k, len(todo), f"{algorithm} {format_size(size)}")
-        row = measure(comm, params, algorithm, size)
+    which = range(len(params.algorithm))  # by position: an algorithm may be given twice
+    batches = (
+        [(tuple(which), s) for s in params.sizes]
+        if params.in_turn
+        else [((i,), s) for i in which for s in params.sizes]
+    )
+    by_algorithm: list[list[dict]] = [[] for _ in which]
+    for k, (picked, size) in enumerate(batches):
+        algorithms = [params.algorithm[i] for i in picked]
+        comm.progress(k, len(batches), f"{', '.join(algorithms)} {format_size(size)}")
+        rows = measure_in_turn(comm, params, algorithms, size)
         if params.inplace:
-            ip = measure(comm, params, algorithm, size, inplace=True)
-            row.update({f"ip_{k}": v for k, v in ip.items() if k not in ("size", "count", "algorithm")})
-        rows.append(row)
-    comm.progress(len(todo), len(todo), "done")
+            in_place = measure_in_turn(comm, params, algorithms, size, inplace=True)
+            for row, ip in zip(rows, in_place, strict=True):
+                row.update(
+                    {f"ip_{key}": v for key, v in ip.items() if key not in ("size", "count", "algorithm")}
+                )
+        for i, row in zip(picked, rows, strict=True):
+            by_algorithm[i].append(row)
+    comm.progress(len(batches), len(batches), "done")
+    rows = [row for mine in by_algorithm for row in mine]  # each algorithm's sizes in order
     return {"rows": rows, "ok": all(r["wrong"] <= 0 and r.get("ip_wrong", 0) <= 0 for r in rows)}
 
 

@@ -206,18 +206,18 @@ def test_in_place_is_not_for_allgather(tmp_path):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("after_ops", [0, 40])
+@pytest.mark.parametrize("after_ops", [0, 400])
 def test_the_readme_corrupt_drill_fails_the_bench_wherever_the_bit_lands(tmp_path, after_ops):
-    """The README's example, with its default 5 warm-up and 20 timed iterations: the bit lands in
-    a warm-up call (after_ops 0) or a timed one that is not the last (40), and both fail."""
+    """The README's example, with its default 5 warm-up and 20 timed iterations of each algorithm
+    (taken in turn): the bit lands in a warm-up call (after_ops 0) or a timed one that is not the
+    last (400), and both fail."""
     proc = run_cli(
         ["bench", "allreduce", "--ranks", "4", "--sizes", "4KiB", "--out", str(tmp_path)]
         + ["--set", "fault.rank=1", "--set", "fault.action=corrupt", "--set", f"fault.after_ops={after_ops}"],
         timeout_s=80,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    row = _result(tmp_path)["rows"][0]
-    assert row["wrong"] > 0
+    (row,) = [r for r in _result(tmp_path)["rows"] if r["wrong"]]
     first = row["first_wrong"]
     assert first["warmup"] == (after_ops == 0)
     assert first["got"] != first["expected"] and first["index"] >= 0
@@ -265,3 +265,27 @@ def test_a_flag_a_sub_command_does_not_use_is_refused(argv, capsys):
     with pytest.raises(SystemExit) as refused:
         parse_args(argv)
     assert refused.value.code == 2 and argv[2] in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("in_turn", [True, False])
+def test_algorithms_take_their_calls_in_turn(tmp_path, in_turn):
+    """Several algorithms at a size: one call of each, then the next of each (so drift on a shared
+    machine reaches them alike); `in_turn=false`: each algorithm's calls together. Either way the
+    rows come out per algorithm in size order, every result checked."""
+    args = ["bench", "allreduce", "--ranks", "2", "--transport", "shm", "--algo", "ring,tree"]
+    args += ["--sizes", "1KiB,4KiB", "--iters", "3", "--warmup", "1", "--out", str(tmp_path)]
+    proc = run_cli(args + ["--set", f"params.in_turn={str(in_turn).lower()}"], timeout_s=50)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _result(tmp_path)["rows"]
+    assert [(r["algorithm"], r["size"]) for r in rows] == [
+        (a, s) for a in ("ring", "tree") for s in (1024, 4096)
+    ]
+    assert all(r["wrong"] == 0 for r in rows)
+    events = [json.loads(line) for line in (tmp_path / "latest" / "rank-0.jsonl").read_text().splitlines()]
+    timed = [(e["args"]["bytes"], e["args"]["algorithm"]) for e in events if e.get("cat") == "op"]
+    if in_turn:
+        want = [(s, a) for s in (1024, 4096) for _ in range(3) for a in ("ring", "tree")]
+    else:
+        want = [(s, a) for a in ("ring", "tree") for s in (1024, 4096) for _ in range(3)]
+    assert timed == want

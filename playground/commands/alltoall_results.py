@@ -300,7 +300,9 @@ def section(ctx) -> str:
     lines.append(
         "`bench alltoall --algo pairwise,bruck,scattered` with the calibration's model column: at 2 ranks "
         "(a core each) the closed form on the calibrated link, beyond the simulator on the calibrated "
-        f"host. Times are medians of {rounds} round(s); the crossover is read between the swept sizes.\n"
+        f"host. At each size the three take their calls in turn (one of each, then the next), so what "
+        f"slows the machine for a while slows them alike. Times are medians of {rounds} round(s); the "
+        "crossover is read between the swept sizes.\n"
     )
     real = pick_cells(picks)
     if real:

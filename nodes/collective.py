@@ -47,9 +47,10 @@ class Params:
     # with max or min a corrupt drill can go unseen
     op: Literal["sum", "avg", "max", "min"] = "sum"
     iters: int = 10  # timed calls per algorithm and size, each after a barrier; the row is their median
-    # several algorithms: at each size their calls taken in turn (one of each, then the next), so what
-    # slows a shared machine for a while reaches them alike; false: each algorithm's calls together
-    in_turn: bool = True
+    # several algorithms: at each size they take turns of this many timed calls (each turn after a
+    # warm-up call), so what slows a shared machine for a while reaches them alike; 0: each
+    # algorithm's calls all together
+    turn_calls: int = 5
     warmup: int = 2  # untimed calls before them (their results are checked too)
     check: bool = True  # count wrong elements of every result (nccl-tests' #wrong); false: not checked (-1)
     # largest piece a collective sends at once; bigger chunks are cut and pipelined. null: the
@@ -77,6 +78,8 @@ class Params:
             raise ParamError("algorithm", "give at least one algorithm")
         if self.iters < 1:
             raise ParamError("iters", f"must be >= 1, got {self.iters}")
+        if self.turn_calls < 0:
+            raise ParamError("turn_calls", f"must be >= 0, got {self.turn_calls}")
         if self.warmup < 0:
             raise ParamError("warmup", f"must be >= 0, got {self.warmup}")
         if self.segment_bytes is not None and self.segment_bytes < 1:
@@ -114,7 +117,7 @@ def main(comm, params: Params) -> dict:
     which = range(len(params.algorithm))  # by position: an algorithm may be given twice
     batches = (
         [(tuple(which), s) for s in params.sizes]
-        if params.in_turn
+        if params.turn_calls
         else [((i,), s) for i in which for s in params.sizes]
     )
     by_algorithm: list[list[dict]] = [[] for _ in which]

@@ -9,6 +9,7 @@ from tools import NO_MPI4PY, NO_MPICH, have, importable, need
 
 from playground.cli import parse_args
 from playground.cli.testing import run_cli
+from playground.collectives.measure import turns
 from playground.core.sizes import format_size
 from playground.models.calibration import read_calibration
 
@@ -268,14 +269,15 @@ def test_a_flag_a_sub_command_does_not_use_is_refused(argv, capsys):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("in_turn", [True, False])
-def test_algorithms_take_their_calls_in_turn(tmp_path, in_turn):
-    """Several algorithms at a size: one call of each, then the next of each (so drift on a shared
-    machine reaches them alike); `in_turn=false`: each algorithm's calls together. Either way the
-    rows come out per algorithm in size order, every result checked."""
+@pytest.mark.parametrize("turn_calls", [2, 0])
+def test_algorithms_take_turns_of_calls(tmp_path, turn_calls):
+    """Several algorithms at a size take turns of `turn_calls` timed calls (the first after the
+    warm-up, each later one after one more untimed call), so drift on a shared machine reaches them
+    alike; 0: each algorithm's calls all together. Either way the rows come out per algorithm in
+    size order, every result checked."""
     args = ["bench", "allreduce", "--ranks", "2", "--transport", "shm", "--algo", "ring,tree"]
-    args += ["--sizes", "1KiB,4KiB", "--iters", "3", "--warmup", "1", "--out", str(tmp_path)]
-    proc = run_cli(args + ["--set", f"params.in_turn={str(in_turn).lower()}"], timeout_s=50)
+    args += ["--sizes", "1KiB,4KiB", "--iters", "5", "--warmup", "1", "--out", str(tmp_path)]
+    proc = run_cli(args + ["--set", f"params.turn_calls={turn_calls}"], timeout_s=50)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _result(tmp_path)["rows"]
     assert [(r["algorithm"], r["size"]) for r in rows] == [
@@ -283,9 +285,27 @@ def test_algorithms_take_their_calls_in_turn(tmp_path, in_turn):
     ]
     assert all(r["wrong"] == 0 for r in rows)
     events = [json.loads(line) for line in (tmp_path / "latest" / "rank-0.jsonl").read_text().splitlines()]
-    timed = [(e["args"]["bytes"], e["args"]["algorithm"]) for e in events if e.get("cat") == "op"]
-    if in_turn:
-        want = [(s, a) for s in (1024, 4096) for _ in range(3) for a in ("ring", "tree")]
+    timed = [
+        (e["args"]["bytes"], e["args"]["algorithm"], e["args"]["iter"])
+        for e in events
+        if e.get("cat") == "op"
+    ]
+    if turn_calls:  # turns of 2, 2 and 1
+        want = [
+            (s, a, i)
+            for s in (1024, 4096)
+            for turn in ((0, 1), (2, 3), (4,))
+            for a in ("ring", "tree")
+            for i in turn
+        ]
     else:
-        want = [(s, a) for a in ("ring", "tree") for s in (1024, 4096) for _ in range(3)]
+        want = [(s, a, i) for a in ("ring", "tree") for s in (1024, 4096) for i in range(5)]
     assert timed == want
+
+
+def test_turns_split_the_timed_calls():
+    assert turns(20, 5, 3) == [5, 5, 5, 5]
+    assert turns(7, 3, 2) == [3, 3, 1]
+    assert turns(10, 5, 1) == [10]  # one algorithm: no turns
+    assert turns(10, 0, 3) == [10]
+    assert turns(4, 5, 3) == [4]

@@ -300,7 +300,7 @@ def section(ctx) -> str:
     lines.append(
         "`bench alltoall --algo pairwise,bruck,scattered` with the calibration's model column: at 2 ranks "
         "(a core each) the closed form on the calibrated link, beyond the simulator on the calibrated "
-        f"host. At each size the three take their calls in turn (one of each, then the next), so what "
+        "host. At each size the three take turns of 5 timed calls (each after a warm-up call), so what "
         f"slows the machine for a while slows them alike. Times are medians of {rounds} round(s); the "
         "crossover is read between the swept sizes.\n"
     )

@@ -6,20 +6,32 @@ trip. With two ranks this is the textbook ping-pong (alpha and beta of an idle l
 ranks than cores it is what a collective does on this machine: every rank's message waits for a
 core, wakes a sleeping receiver, and competes with the others' copies. The calibration compares
 the two (playground/models/calibration.py). Three patterns (playground/comm/patterns.py): the
-ping-pong, the ping-ping and the window, where a message is mostly there before its receiver asks.
+ping-pong, the ping-ping and the window, where a message is mostly there before its receiver asks;
+up to 1 MiB the ping-ping once more while every rank's other thread computes (`behind_compute`: what
+a training rank's collectives pay beside its backward).
 
 Round trips per size fit a budget: rank 0 times one probe round trip and tells every rank how many
 fit `budget_s` (at least `min_reps`, at most `reps`), so a 64 MiB size on 8 ranks costs a few
 hundred milliseconds, not seconds. The echo is checked after the timing (one byte, untimed).
 """
 
+import contextlib
 import resource
 import statistics
 from dataclasses import dataclass
 
 import numpy as np
 
-from playground.comm.patterns import MESSAGES_PER_UNIT, PATTERNS, WINDOW, numpy_times, timed
+from playground.comm.patterns import (
+    BEHIND_COMPUTE_MAX_BYTES,
+    BEHIND_COMPUTE_REPS,
+    MESSAGES_PER_UNIT,
+    PATTERNS,
+    WINDOW,
+    Computing,
+    numpy_times,
+    timed,
+)
 from playground.config.node import NodeContract
 from playground.core.errors import ParamError, ResultMismatch
 from playground.core.sizes import Size, format_size
@@ -64,15 +76,19 @@ def main(comm, params: Params) -> dict:
     for k, n in enumerate(params.sizes):
         comm.progress(k, len(params.sizes), format_size(n))
         buf, out = np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
-        for pattern in PATTERNS:  # each pattern its own count: an exchange of 16 MiB takes 4x as long
+        behind = ("behind_compute",) if n <= BEHIND_COMPUTE_MAX_BYTES else ()
+        for pattern in (*PATTERNS, *behind):  # each its own count: an exchange of 16 MiB takes 4x as long
             comm.barrier()
-            probe = timed(comm, pattern, peer, buf, out, 1 + params.warmup)[-1]
-            reps = min(params.reps, max(MIN_REPS, int(params.budget_s / max(probe, 1e-9))))
-            reps = comm.bcast_obj(reps if comm.rank == 0 else None, root=0)  # every pair the same count
-            comm.barrier()
-            cpu0 = _cpu_s()
-            times = timed(comm, pattern, peer, buf, out, reps)
-            cpu1 = _cpu_s()
+            computing = Computing() if pattern == "behind_compute" else contextlib.nullcontext()
+            with computing:
+                probe = timed(comm, pattern, peer, buf, out, 1 + params.warmup)[-1]
+                most = BEHIND_COMPUTE_REPS if pattern == "behind_compute" else params.reps
+                reps = min(most, max(MIN_REPS, int(params.budget_s / max(probe, 1e-9))))
+                reps = comm.bcast_obj(reps if comm.rank == 0 else None, root=0)  # every pair the same count
+                comm.barrier()
+                cpu0 = _cpu_s()
+                times = timed(comm, pattern, peer, buf, out, reps)
+                cpu1 = _cpu_s()
             if out.any():  # the echo must be the zeros sent
                 wrong = int(np.flatnonzero(out)[0])
                 raise ResultMismatch(
@@ -86,6 +102,7 @@ def main(comm, params: Params) -> dict:
                     "messages": reps * (WINDOW if pattern == "window" else 1),
                     "pattern": pattern,
                     "median_s": float(np.median(times)),
+                    "mean_s": float(np.mean(times)),
                     "cpu_s": cpu1[0] - cpu0[0],
                     "main_cpu_s": cpu1[1] - cpu0[1],
                 }
@@ -100,8 +117,8 @@ def main(comm, params: Params) -> dict:
 def pattern_rows(results: list[dict]) -> list[dict]:
     """Every rank's rows as one per (pattern, size): `time_s` the median over pairs of the even
     rank's median (ping-pong: half its round trip, one way; ping-ping: a whole exchange; window: a
-    window's time per message), and the CPU seconds per message of all ranks together (`cpu_s`:
-    every thread; `main_cpu_s`: the ranks' own threads)."""
+    window's time per message), `mean_s` the same of the means, and the CPU seconds per message of
+    all ranks together (`cpu_s`: every thread; `main_cpu_s`: the ranks' own threads)."""
     by: dict[tuple[str, int], list[tuple[int, dict]]] = {}
     for rank, res in enumerate(results):
         for row in res["rows"]:
@@ -123,6 +140,7 @@ def pattern_rows(results: list[dict]) -> list[dict]:
             if len(evens) % 2
             else (evens[len(evens) // 2 - 1] + evens[len(evens) // 2]) / 2
         )
+        evens_mean = sorted(r["mean_s"] for rank, r in rows if rank % 2 == 0)
         first = rows[0][1]
         messages = num_ranks * first.get("messages", first["reps"])
         out.append(
@@ -132,6 +150,7 @@ def pattern_rows(results: list[dict]) -> list[dict]:
                 "ranks": num_ranks,
                 "reps": first["reps"],
                 "time_s": median / MESSAGES_PER_UNIT[pattern],  # a one-way message's share of the unit
+                "mean_s": statistics.median(evens_mean) / MESSAGES_PER_UNIT[pattern],
                 "cpu_s": sum(r["cpu_s"] for _, r in rows) / messages,
                 "main_cpu_s": sum(r["main_cpu_s"] for _, r in rows) / messages,
             }

@@ -231,6 +231,41 @@ def test_numpy_calls_among_other_ranks_cost_the_probes_ratio():
     assert hostfit.host_model(rec, "shm", 2, 1024).numpy_scale == pytest.approx(1.5)
 
 
+def test_a_message_beside_compute_costs_the_behind_compute_ping_pings_ratio(tmp_path):
+    rec = record(transports=("ipc",))
+    # the exchange's mean one-way time, plain and while every rank's other thread computes:
+    # 2x and 4x at 2 ranks (64 B, 64 KiB), 3x and 5x at 4 ranks
+    for ranks, ratios in ((2, (2.0, 4.0)), (4, (3.0, 5.0))):
+        for size, ratio in zip((64, 65536), ratios, strict=True):
+            for pattern, mean in (("pingping", 10e-6), ("behind_compute", 10e-6 * ratio)):
+                rec["transports"]["ipc"]["patterns"].append(
+                    {"pattern": pattern, "size": size, "ranks": ranks, "reps": 200, "time_s": 10e-6,
+                     "mean_s": mean, "cpu_s": 1e-6, "main_cpu_s": 1e-6}
+                )  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(rec))
+    calibration = read_calibration(tmp_path / "c.json")
+    assert calibration.behind_compute("ipc", 2, 64) == pytest.approx(2.0)
+    assert calibration.behind_compute("ipc", 2, 65536) == pytest.approx(4.0)
+    assert calibration.behind_compute("ipc", 2, 2048) == pytest.approx(3.0)  # halfway on a log scale
+    assert calibration.behind_compute("ipc", 2, 1 << 24) == pytest.approx(4.0)  # beyond: the end's
+    assert calibration.behind_compute("ipc", 3, 64) == pytest.approx(3.0)  # the next count measured
+    assert calibration.behind_compute("ipc", 64, 65536) == pytest.approx(5.0)  # or the largest
+    for p in rec["transports"]["ipc"]["patterns"]:
+        if p["pattern"] == "behind_compute":
+            p["mean_s"] = 5e-6  # faster beside compute than idle: noise, priced as idle
+    (tmp_path / "c.json").write_text(json.dumps(rec))
+    assert read_calibration(tmp_path / "c.json").behind_compute("ipc", 2, 64) == 1.0
+    assert read_calibration(write(tmp_path / "old.json")).behind_compute("ipc", 2, 64) == 1.0  # none
+
+
+def test_the_compute_beside_the_messages_runs_from_with_to_its_end():
+    from playground.comm.patterns import Computing
+
+    with Computing() as computing:
+        assert computing.thread.is_alive()
+    assert not computing.thread.is_alive()
+
+
 def test_a_working_copy_moves_one_ranks_buffers_and_a_message_all_ranks():
     """A 4 MiB all-reduce on 8 ranks on 2 cores touches 96 MiB (inputs, outputs and the rings its
     messages wait in), nearer memory's rate (half the cache's at 64 MiB here), but a rank's working
@@ -369,11 +404,12 @@ def test_calibrate_end_to_end_at_tiny_sizes(tmp_path):
     patterns = rec["transports"]["shm"]["patterns"]
     assert {(p["pattern"], p["ranks"], p["size"]) for p in patterns} == {
         (pattern, ranks, size)
-        for pattern in ("pingpong", "pingping", "window")
+        for pattern in ("pingpong", "pingping", "window", "behind_compute")  # the last: with compute
         for ranks in (2, 4)
         for size in (64, 4096)
     } | {("numpy", ranks, 64) for ranks in (2, 4)}  # the numpy probe: one small call after each message
     assert all(p["time_s"] > 0 and p["cpu_s"] > 0 and p["reps"] >= 3 and p["rounds"] == 2 for p in patterns)
+    assert all(p["mean_s"] >= p["time_s"] * 0.5 for p in patterns if p["pattern"] != "numpy")
     assert all(p["hot_s"] > 0 for p in patterns if p["pattern"] == "numpy")
     assert (
         0 < rec["host"]["timed_python_s"] < 1e-3

@@ -4,8 +4,11 @@ import pytest
 
 from playground.training import training_stats
 from playground.training.modes import BY_NAME
+from playground.training.step_model_report import model_row
 from playground.training.steptime_model import (
     Contention,
+    at_compute_share,
+    behind_compute_cost,
     bucket_tail_s,
     collective_times_s,
     cores_for,
@@ -86,3 +89,57 @@ def test_the_path_to_the_collectives_runs_from_the_first_start_to_the_last_backw
     # ranks on different hosts have no common clock: the longest forward + backward
     assert training_stats.rank_medians(per_rank, one_clock=False)["last_compute_s"] == pytest.approx(0.03)
     assert training_stats.rank_medians([[{"step_s": 1.0}]]) == {}
+
+
+def test_a_collective_beside_compute_pays_the_ratio_for_the_share_of_the_step_the_ranks_compute():
+    asked = []
+
+    def ratio(message_bytes, num_ranks):
+        asked.append((message_bytes, num_ranks))
+        return 3.0
+
+    beside = behind_compute_cost(fake_cost, ratio, share=0.25)
+    # 4 KiB on 4 ranks: a ring's messages of 1 KiB; idle 4 ms, behind compute a quarter of the time
+    # at 3x: 4 x (1 + 2 x 0.25)
+    assert beside("allreduce", "ring", 4096, 4, 4) == pytest.approx(0.006)
+    assert asked == [(1024, 4)]
+    assert behind_compute_cost(fake_cost, ratio, share=0.0)("allreduce", "ring", 4096, 4, 4) == pytest.approx(
+        0.004
+    )
+
+
+def test_the_compute_share_is_the_fixed_point_of_the_step_it_makes():
+    # 10 ms of compute; the step is 10 ms plus 10 ms of communication that doubles behind compute
+    def step_s(share):
+        return 0.010 + 0.010 * (1 + share)
+
+    share, step = at_compute_share(step_s, 0.010)
+    assert share == pytest.approx(0.010 / step, abs=1e-3)  # consistent: share = compute / step
+    assert share == pytest.approx(0.4142, abs=1e-3)  # (solves s = 1 / (2 + s): sqrt(2) - 1)
+    assert step == pytest.approx(step_s(share))
+    assert at_compute_share(lambda share: 0.0, 0.010) == (0.0, 0.0)  # nothing measured: no share
+
+
+def test_the_overlapped_modes_model_prices_what_runs_beside_backward_behind_compute():
+    stats = {
+        "forward_s": 0.010, "backward_s": 0.030, "optimizer_s": 0.002, "step_s": 0.060,
+        "rank_forward_s": 0.010, "rank_backward_s": 0.030, "last_compute_s": 0.040,
+        "compute_cpu_s": 0.042, "buckets": [8192, 8192, 8192],
+    }  # fmt: skip
+    args = (BY_NAME["bucketed"], stats, 2, 3 * 8192, "ring", fake_cost, 2)
+    idle = model_row(*args)
+    same = model_row(*args, behind=lambda message_bytes, num_ranks: 1.0)
+    slower = model_row(*args, behind=lambda message_bytes, num_ranks: 4.0)
+    assert same["model_ms"] == pytest.approx(idle["model_ms"])  # a ratio of 1: as idle
+    # 2 ranks on the 1 core left beside backward: each 8 KiB bucket 16 ms idle, ready at 10, 20 and
+    # 30 ms of a 30 ms backward; behind compute 4x for the share of the step the ranks compute
+    assert idle["exposed_model_ms"] == pytest.approx(bucket_tail_s(0.030, [8192] * 3, [0.016] * 3) * 1e3)
+    share = 0.040 / (slower["model_ms"] / 1e3)
+    tail = bucket_tail_s(0.030, [8192] * 3, [0.016 * (1 + 3 * share)] * 3)
+    assert slower["exposed_model_ms"] == pytest.approx(tail * 1e3, rel=1e-3)
+    assert slower["model_ms"] == pytest.approx((0.010 + 0.030 + 0.002 + tail) * 1e3, rel=1e-3)
+    # after backward nothing runs beside compute: the ratio changes nothing
+    after = (BY_NAME["after_backward"], stats, 2, 3 * 8192, "ring", fake_cost, 2)
+    assert model_row(*after, behind=lambda b, n: 4.0)["model_ms"] == pytest.approx(
+        model_row(*after)["model_ms"]
+    )

@@ -9,9 +9,16 @@ here so that the simulator can replay them as the ranks ran them (playground/sim
   rank's own thread right after each message of a ping-ping, against the same call in a loop. A rank
   that shares its core with others finds the caches and the TLB holding their state when it runs
   again (a context switch leaves the caches to the next process), so the call costs more than in a
-  loop: what `numpy_scale` (models/hostfit.py) charges an algorithm's own numpy calls in the simulator.
+  loop: what `numpy_scale` (models/hostfit.py) charges an algorithm's own numpy calls in the simulator;
+- `behind_compute`: the ping-ping while every rank's other thread computes (`Computing`), as a
+  training rank's communication thread exchanges while its compute thread runs backward. Where
+  ranks and their compute threads outnumber the cores, a message whose receiver's process is off its
+  core waits until the scheduler gives it one back: most exchanges take no longer than on idle ranks,
+  a few a whole time slice, and the mean (`mean_s`, not the median) is what a collective's steps pay
+  (models/calibration.py's `behind_compute`).
 """
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -21,7 +28,32 @@ TAG = 7200
 WINDOW = 8  # the window's messages in flight each way (osu_bibw's is 64; 8 fill no ring)
 PATTERNS = ("pingpong", "pingping", "window")
 # messages a timed unit moves, both ranks' sides of each: a round trip, an exchange, a window
-MESSAGES_PER_UNIT = {"pingpong": 2, "pingping": 1, "window": WINDOW}
+MESSAGES_PER_UNIT = {"pingpong": 2, "pingping": 1, "window": WINDOW, "behind_compute": 1}
+BEHIND_COMPUTE_MAX_BYTES = 1 << 20  # what a training unit's collective sends a step at most, here
+BEHIND_COMPUTE_REPS = 200  # its tail is the point: a mean over many exchanges
+
+
+class Computing:
+    """A thread doing a training rank's compute beside the communication: matrix products of a
+    block's size in a loop (numpy releases the GIL in them, as in backward), from `with` to its end."""
+
+    def __init__(self, width: int = 96):
+        self.a = np.random.default_rng(0).random((width, width))
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="computing", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for _ in range(16):
+                self.a @ self.a
+
+    def __enter__(self) -> "Computing":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def round_trips(
@@ -87,4 +119,4 @@ def timed(comm, pattern: str, peer: int, buf: np.ndarray, out: np.ndarray, count
     """`count` units of `pattern` with `peer`, each unit's wall time."""
     if pattern == "window":
         return windows(comm, peer, buf, out, count)
-    return round_trips(comm, peer, buf, out, count, both=pattern == "pingping")
+    return round_trips(comm, peer, buf, out, count, both=pattern in ("pingping", "behind_compute"))

@@ -13,7 +13,8 @@ of it the rings' pages):
    ping-pong: a message's cost on an idle machine) and at 2 and 4 times as many ranks as cores (what
    a message costs when ranks wait for cores: wake-ups, hand-offs, the CPU every thread spends per
    message, the context switches), and times a small numpy call right after each message (the caches
-   another rank left); each launched `--rounds` times (5) in alternating order, the median of each
+   another rank left) and, up to 1 MiB, the ping-ping while every rank's other thread computes (what a
+   training rank's collectives pay beside backward); each launched `--rounds` times (5) in alternating order, the median of each
    figure kept (`median_patterns`); the rates too are measured `--rounds` times and averaged
    (`mean_rates`).
 Everything measured goes raw into one JSON file (default ./calibration.json, or PLAYGROUND_CALIBRATION)
@@ -65,7 +66,7 @@ SEGMENT_BYTES = {"ipc": 4 << 20, "shm": 4 << 20, "tcp": 1 << 20}  # the collecti
 # Five: two calibrations of three launches each, minutes apart, priced the same benches 1673 and 1760 of
 # 5 x 392 rows within 25%; two of five launches each, 1730 and 1743 (crowded ranks' placement draws).
 DEFAULT_ROUNDS = 5
-MEDIAN_KEYS = ("time_s", "cpu_s", "main_cpu_s", "hot_s")
+MEDIAN_KEYS = ("time_s", "mean_s", "cpu_s", "main_cpu_s", "hot_s")
 
 
 HELP = "measure this machine once for every model and the simulator (writes calibration.json)"

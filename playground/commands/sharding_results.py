@@ -198,7 +198,8 @@ def sharding_section(ctx) -> str:
         "Each row: a run's step as measured (slowest rank, median of the timed steps) and as the model "
         "predicts it from the calibration; ZeRO-2 and ZeRO-3 are modelled by replaying their schedule on "
         "the compute and communication threads (playground/training/unit_steptime.py) with each piece's "
-        "compute from the trace and each unit's all-gather and reduce-scatter from the calibration. "
+        "compute from the trace and each unit's all-gather and reduce-scatter from the calibration "
+        "(behind compute during the passes, as above). "
         "`prefetch` is ZeRO-3's (units gathered ahead of the one computing; `-`: the mode has none). "
         "Median (range) over the rounds; times in ms.\n",
         *trade_table(trade_rows(ctx)),

@@ -23,6 +23,8 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from playground.core.errors import ScenarioError, UsageError
 from playground.core.machine import cpu_model, usable_cores
 from playground.core.sizes import parse_duration, parse_rate
@@ -98,6 +100,30 @@ class Calibration:
         first = pieces[0]
         beta = 1.0 / first.s_per_byte if first.s_per_byte > 0 else math.inf
         return Link(first.alpha_s, beta, host.gamma_bytes_per_s, pieces=pieces)
+
+    def behind_compute(self, transport: str, num_ranks: int, size_bytes: float) -> float:
+        """How many times longer a message takes while the ranks' compute threads run (a training
+        rank's collectives beside its backward): the mean one-way time of the `behind_compute`
+        ping-ping over the plain ping-ping's, at the nearest rank count measured (the smallest at or
+        above `num_ranks`, else the largest), between the sizes measured on a log scale (the ends
+        beyond them); 1.0 where the file has none (an older calibration) or it came out faster."""
+        means: dict[int, dict[int, dict[str, float]]] = {}
+        for p in self.record["transports"][self._entry_name(transport)]["patterns"]:
+            if p["pattern"] in ("pingping", "behind_compute") and p.get("mean_s", 0) > 0:
+                means.setdefault(p["ranks"], {}).setdefault(p["size"], {})[p["pattern"]] = p["mean_s"]
+        curves = {
+            ranks: sorted(
+                (size, m["behind_compute"] / m["pingping"]) for size, m in by_size.items() if len(m) == 2
+            )
+            for ranks, by_size in means.items()
+        }
+        curves = {ranks: curve for ranks, curve in curves.items() if curve}
+        if not curves:
+            return 1.0
+        at = next((n for n in sorted(curves) if n >= num_ranks), max(curves))
+        sizes, ratios = zip(*curves[at], strict=True)
+        ratio = float(np.interp(math.log(max(size_bytes, 1.0)), [math.log(s) for s in sizes], ratios))
+        return max(1.0, ratio)
 
     def _entry_name(self, transport: str) -> str:
         if transport not in self.record["transports"]:

@@ -1,8 +1,10 @@
 """What one collective costs the training step's model (`steptime_model.CollectiveCost`), from the
 run's model source: with a calibration, the closed form on its link where every rank has a core,
 else the simulator on its host with the cores there are (time slices, wake-ups, memory bandwidth
-shared: what ranks waiting for cores pay); without one, the closed form on the source's link."""
+shared: what ranks waiting for cores pay); without one, the closed form on the source's link. And
+what a message pays beside the ranks' compute threads (`behind_compute_ratio`)."""
 
+from collections.abc import Callable
 from functools import cache
 
 from playground.collectives import registry
@@ -37,3 +39,13 @@ def collective_cost(source: ModelSource) -> CollectiveCost:
         return row["time_us"] * 1e-6
 
     return cost
+
+
+def behind_compute_ratio(source: ModelSource) -> Callable[[float, int], float] | None:
+    """(message bytes, ranks) -> how many times longer a message takes beside the ranks' compute
+    threads (`Calibration.behind_compute`); None without a calibration (the closed forms' link
+    knows no compute)."""
+    calibration, transport = source.calibration, source.transport
+    if calibration is None:
+        return None
+    return lambda message_bytes, num_ranks: calibration.behind_compute(transport, num_ranks, message_bytes)

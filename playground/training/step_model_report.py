@@ -4,6 +4,8 @@ their schedule replayed on two threads), on the cores the ranks got."""
 
 from playground.training.steptime_model import (
     Contention,
+    at_compute_share,
+    behind_compute_cost,
     bucket_tail_s,
     collective_times_s,
     cores_for,
@@ -40,13 +42,22 @@ MODEL_LEGEND = {
 
 
 def model_row(
-    mode, stats: dict, num_ranks: int, total_bytes: int, algorithm: str, cost, cores: int, units=None
+    mode,
+    stats: dict,
+    num_ranks: int,
+    total_bytes: int,
+    algorithm: str,
+    cost,
+    cores: int,
+    units=None,
+    behind=None,
 ) -> dict:
     """The step-time model of one mode (`steptime_model`): measured, the step's path up to the
     collectives (from the first rank's start to the last rank's end of backward, `last_compute_s`)
     of which the last backward is the window the buckets become ready in; modelled, the
     collectives on the cores the ranks got (their compute's CPU over its wall time), all after
-    backward (serial) or the tail that outlasts it (overlapped)."""
+    backward (serial) or the tail that outlasts it (overlapped), those beside backward priced
+    behind compute by `behind(message bytes, ranks)` (the calibration's ratio; None: as idle)."""
     backward = stats.get("rank_backward_s", stats["backward_s"])
     compute = stats.get("last_compute_s", stats["forward_s"] + stats["backward_s"])
     forward = max(0.0, compute - backward)  # forward, and the wait for the last rank to start
@@ -54,16 +65,27 @@ def model_row(
     cpu = stats.get("compute_cpu_s", wall)
     contention = Contention(cores_for(num_ranks, cores, cpu, wall))
     if mode.stage >= 2 and units is not None:
-        return unit_model_row(mode, stats, units, cost, contention)
+        return unit_model_row(mode, stats, units, cost, contention, behind)
     times = collective_times_s(
         mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.cores
     )
     exposed = None
     if mode.overlaps:
-        during = collective_times_s(
-            mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.overlapped_cores
-        )
-        exposed = bucket_tail_s(backward, stats["buckets"], during)
+
+        def tail_s(share: float) -> float:
+            beside = behind_compute_cost(cost, behind, share) if behind is not None else cost
+            during = collective_times_s(
+                mode, stats["buckets"], total_bytes, num_ranks, algorithm, beside, contention.overlapped_cores
+            )
+            return bucket_tail_s(backward, stats["buckets"], during)
+
+        def step_s(share: float) -> float:
+            return predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), tail_s(share))[
+                "overlapped_s"
+            ]
+
+        share, _ = at_compute_share(step_s, _passes_s(stats))
+        exposed = tail_s(share)
     pred = predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), exposed)
     model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
     return {
@@ -80,12 +102,18 @@ def model_row(
     }
 
 
-def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention) -> dict:
+def _passes_s(stats: dict) -> float:
+    """The ranks' own forward and backward (medians): the compute the collectives run beside."""
+    return stats.get("rank_forward_s", stats["forward_s"]) + stats.get("rank_backward_s", stats["backward_s"])
+
+
+def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention, behind=None) -> dict:
     """ZeRO-2's or ZeRO-3's model (`unit_steptime`): the step's path to its last collective as
     measured (from the first rank's start to the last rank's end of backward, as the other modes'),
     less what forward and backward waited for gathers, shared out over the pieces as the trace
-    measured them; the collectives replayed on the two threads in the strategies' order, their
-    exposed part added; serial: every collective waited for."""
+    measured them; the collectives replayed on the two threads in the strategies' order (those
+    during the passes priced behind compute, as `model_row`'s), their exposed part added; serial:
+    every collective waited for."""
     plan, itemsize, params = units["plan"], units["itemsize"], units["params"]
     rank_forward = stats.get("rank_forward_s", stats["forward_s"])
     rank_backward = stats.get("rank_backward_s", stats["backward_s"])
@@ -94,13 +122,24 @@ def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention)
     forward, backward = path * share, path * (1 - share)
     m = params.micro_batches
     compute = scaled_pieces(units["pieces"], forward / m, backward / m)
-    comm = unit_step_comm_s(
-        mode.stage, plan, compute, itemsize, cost, contention.cores, contention.overlapped_cores,
-        params.prefetch, params.reshard_after_forward, m,
-    )  # fmt: skip
+
+    def comm_at(share: float) -> dict[str, float]:
+        return unit_step_comm_s(
+            mode.stage, plan, compute, itemsize, cost, contention.cores, contention.overlapped_cores,
+            params.prefetch, params.reshard_after_forward, m,
+            during=behind_compute_cost(cost, behind, share) if behind is not None else None,
+        )  # fmt: skip
+
     serial_comm = unit_step_comm_s(
         mode.stage, plan, compute, itemsize, cost, contention.cores, contention.cores, 0, True, m
     )["comm_s"]
+
+    def step_s(share: float) -> float:
+        exposed = comm_at(share)["exposed_s"]
+        return predicted_step_s(forward, backward, stats["optimizer_s"], serial_comm, exposed)["overlapped_s"]
+
+    share, _ = at_compute_share(step_s, _passes_s(stats))
+    comm = comm_at(share)
     pred = predicted_step_s(forward, backward, stats["optimizer_s"], serial_comm, comm["exposed_s"])
     return {
         "mode": mode.name,

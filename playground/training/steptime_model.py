@@ -19,7 +19,10 @@ most; fewer when other processes share it). Where the ranks outnumber those core
 time is the simulator's on the calibrated host (time slices, wake-ups, shared memory bandwidth),
 not the closed form. During backward the communication threads also compete with the ranks'
 compute threads, each runnable thread taking an equal share, so the overlapped all-reduces get half
-the cores (`Contention.overlapped_cores`).
+the cores (`Contention.overlapped_cores`), and a message whose receiver's process is computing
+waits until it gets a core back: the calibration's `behind_compute` ping-ping prices that, each
+message taking its ratio over the idle one for the share of the step the ranks compute
+(`behind_compute_cost`), which is itself what the step comes out as (`at_compute_share`).
 """
 
 from collections.abc import Callable, Sequence
@@ -101,6 +104,36 @@ def collective_times_s(
     if mode.sharded:
         return [cost("allreduce", "ring", total_bytes, num_ranks, cores)]
     return [cost("allreduce", _algorithm(algorithm, n, num_ranks), n, num_ranks, cores) for n in bucket_bytes]
+
+
+def behind_compute_cost(
+    cost: CollectiveCost, ratio: Callable[[float, int], float], share: float
+) -> CollectiveCost:
+    """`cost` for collectives that run beside the ranks' compute threads, which compute for `share`
+    of the time: each message (a ring's, bytes / ranks) is behind compute with that chance and then
+    takes `ratio(message bytes, ranks)` times as long (the calibration's `behind_compute`)."""
+
+    def priced(collective: str, algorithm: str, size_bytes: float, num_ranks: int, cores: int) -> float:
+        slower = ratio(size_bytes / max(1, num_ranks), num_ranks) - 1.0
+        return cost(collective, algorithm, size_bytes, num_ranks, cores) * (1.0 + slower * share)
+
+    return priced
+
+
+def at_compute_share(
+    step_s: Callable[[float], float], compute_s: float, rounds: int = 50
+) -> tuple[float, float]:
+    """(share, step): the share of the step the ranks compute, `compute_s / step`, where the step
+    is `step_s(share)` (longer the more of it the collectives spend behind compute): the fixed
+    point, approached in damped steps from an idle network (share 0)."""
+    share, step = 0.0, step_s(0.0)
+    for _ in range(rounds):
+        target = min(1.0, compute_s / step) if step > 0 else 0.0
+        if abs(target - share) < 1e-4:
+            break
+        share = (share + target) / 2
+        step = step_s(share)
+    return share, step
 
 
 def bucket_tail_s(backward_s: float, bucket_bytes: Sequence[int], comm_s: Sequence[float]) -> float:

@@ -15,7 +15,7 @@ from playground.display.report import Report, Table
 from playground.models.calibration import load_model, run_network
 from playground.training import training_stats
 from playground.training.baseline_report import ddp_part, fsdp_part
-from playground.training.comm_cost import collective_cost
+from playground.training.comm_cost import behind_compute_ratio, collective_cost
 from playground.training.plots import largest_difference, plot_losses
 from playground.training.sharding_report import zero_table
 from playground.training.step_model_report import MODEL_COLUMNS, MODEL_LEGEND, model_row
@@ -199,7 +199,7 @@ def mode_tables(
         2 * config.num_params * itemsize,  # without a replicated mode: Adam's m and v of every parameter
     )
     alone = next((s["backward_s"] for mode, s in zip(modes, stats, strict=True) if not mode.overlaps), None)
-    cost = collective_cost(source)
+    cost, behind = collective_cost(source), behind_compute_ratio(source)
     cores = source.calibration.cores if source.calibration is not None else usable_cores()
     plan = UnitPlan(ParamLayout.for_config(config), params.unit_blocks, n)
     step_rows, memory_rows, model_rows, notes = [], [], [], []
@@ -212,7 +212,7 @@ def mode_tables(
             else None
         )
         model_rows.append(
-            model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores, units)
+            model_row(mode, s, n, config.num_params * itemsize, params.algorithm, cost, cores, units, behind)
         )
         if n > 1:
             comm_s = model_rows[-1]["comm_model_ms"] / 1e3

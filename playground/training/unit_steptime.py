@@ -19,6 +19,7 @@ waits for it, which is why a backward piece queues the next gather before its ow
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from playground.training.steptime_model import CollectiveCost
 from playground.training.units import BACKWARD, FORWARD, UnitPlan
 
 
@@ -124,18 +125,21 @@ def unit_step_comm_s(
     prefetch: int = 1,
     reshard_after_forward: bool = True,
     micro_batches: int = 1,
+    during: CollectiveCost | None = None,
 ) -> dict[str, float]:
     """ZeRO-2's or ZeRO-3's communication in one step on `plan.num_ranks` ranks: {"comm_s": every
     collective's own time, "exposed_s": what the step waits for beyond its compute}. `cost(collective,
     algorithm, bytes, ranks, cores)` prices a collective (`steptime_model.CollectiveCost`): during
-    the passes on `overlapped_cores` (the compute threads want the cores too), ZeRO-2's all-gather
-    after the update on `cores`."""
+    the passes by `during` (default `cost`: beside compute, `steptime_model.behind_compute_cost`) on
+    `overlapped_cores` (the compute threads want the cores too), ZeRO-2's all-gather after the
+    update by `cost` on `cores`."""
     n = plan.num_ranks
     if n < 2:
         return {"comm_s": 0.0, "exposed_s": 0.0}
+    passes = during or cost
     sizes = [u.size * itemsize for u in plan.units]
-    gather_s = [cost("allgather", "ring", b, n, overlapped_cores) for b in sizes]
-    scatter_s = [cost("reduce_scatter", "ring", b, n, overlapped_cores) for b in sizes]
+    gather_s = [passes("allgather", "ring", b, n, overlapped_cores) for b in sizes]
+    scatter_s = [passes("reduce_scatter", "ring", b, n, overlapped_cores) for b in sizes]
     timeline = unit_timeline(
         plan, compute_s, gather_s, scatter_s, prefetch, reshard_after_forward, stage >= 3, micro_batches
     )

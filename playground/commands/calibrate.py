@@ -1,6 +1,6 @@
 """`python -m playground calibrate`: measure what the models and the simulator need, once, into one file.
 
-What it measures (about two minutes here; buffers of at most 64 MiB, 16 MiB messages; at its peak,
+What it measures (about two and a half minutes here; buffers of at most 64 MiB, 16 MiB messages; at its peak,
 8 ranks ping-ponging 16 MiB, all its processes' proportional set sizes add up to about 0.9 GiB, most
 of it the rings' pages):
 1. the machine: numpy's copy and add at buffer sizes from 64 KiB to 64 MiB (`DEFAULT_COPY_SIZES`), on

@@ -272,6 +272,24 @@ def test_the_kv_judge_reads_the_class_of_each_clients_error_not_its_words():
     assert "client 1: exit 0, ServerLost; client 2: exit 0, no error line" in verdict.problems[-1]
 
 
+def test_a_kv_client_that_had_every_answer_before_the_fault_is_done_not_failed():
+    """The fault's moment is checked just before it fires: a client's last answer can come in
+    between. Its `answered N at T` line (the same monotonic clock) says it was done."""
+    lost = "error: ServerLost: kvcache client: generate requests 1 to tcp://x are lost: the server restarted"
+    restarted = outside("kvserver", 2, "server restarted", 0, after_s=0.3)
+    obs = _kv_observation("server restarted", "", lost)
+    obs.clients[0] |= {"exit": 0, "stdout": "submitted [1]\nanswered 8 at 9.990000\ndone 8\n"}
+    verdict = judge(restarted, obs, {})
+    assert verdict.root_ok and not verdict.problems and not verdict.missed
+    late = _kv_observation("server restarted", "", lost)  # answered after the fault: it should have failed
+    late.clients[0] |= {"exit": 0, "stdout": "answered 8 at 10.010000\n"}
+    assert "client 1: exit 0, no error line" in judge(restarted, late, {}).problems[-1]
+    both = _kv_observation("server restarted", "", "", code=0)
+    for c in both.clients:
+        c["stdout"] = "answered 8 at 9.5\n"
+    assert judge(restarted, both, {}).missed  # every client done first: the fault came after the run
+
+
 def test_a_failed_run_is_named_with_the_command_that_replays_it():
     record = {
         "run": {"index": 4, "fault": "SIGSTOP"},

@@ -16,12 +16,6 @@ from playground.hosts import netns
 pytestmark = pytest.mark.timeout(60)
 
 
-def _dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
-
-
 def _tc(ns: str, dev: str) -> str:
     return subprocess.run(
         ["tc", "-n", ns, "qdisc", "show", "dev", dev], capture_output=True, text=True
@@ -89,11 +83,19 @@ def test_a_cluster_that_cannot_be_finished_removes_what_it_made(as_root, monkeyp
 
 
 def test_sweep_removes_only_namespaces_of_dead_launchers(as_root):
-    dead = netns.Cluster(1, owner_pid=_dead_pid()).create()
+    # the owner runs while its namespaces are made (any launcher starting beside this test sweeps
+    # the namespaces of dead owners), then ends
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead = netns.Cluster(1, owner_pid=owner.pid).create()
+    finally:
+        owner.kill()
+        owner.wait()
     alive = netns.Cluster(1).create()  # ours: this process runs
     try:
         removed = netns.sweep_stale()
-        assert set(removed) >= {dead.bridge_ns, *dead.host_ns}
+        # gone, by this sweep or by a launcher's beside it
+        assert netns.run_namespaces(owner.pid) == [], removed
         assert netns.run_namespaces(os.getpid()) == sorted([alive.bridge_ns, *alive.host_ns])
     finally:
         dead.destroy()

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from playground.chaos.kinds import ChaosRun, Observation, Verdict
-from playground.chaos.kvclient import error_kind
+from playground.chaos.kvclient import answered_at, error_kind
 from playground.core import scratch
 from playground.core.child import session_processes
 from playground.hosts import netns
@@ -166,10 +166,20 @@ def judge_standalone(run: ChaosRun, obs: Observation, v: Verdict) -> None:
             v.problems.append(f"a surviving client failed: {obs.stderr[:200]}")
         return
     allowed = fault.clients_fail_with
+    # a client that had every answer before the fault is done, not failed (the fault's moment is
+    # checked just before it fires: a last answer can come in between)
+    done = [
+        c
+        for c in obs.clients
+        if c["exit"] == 0 and (t := answered_at(c.get("stdout", ""))) is not None and t <= fault_at
+    ]
+    if len(done) == len(obs.clients):
+        v.missed = True
+        return
     wrong = [
         f"client {c['client']}: exit {c['exit']}, {error_kind(c['stderr']) or 'no error line'}"
         for c in obs.clients
-        if not (c["exit"] == 1 and error_kind(c["stderr"]) in allowed)
+        if c not in done and not (c["exit"] == 1 and error_kind(c["stderr"]) in allowed)
     ]
     v.root_ok = not wrong
     v.root_cause = next(

@@ -16,12 +16,20 @@ import argparse
 import json
 import re
 import sys
+import time
 
 from playground.core.errors import PlaygroundError
 from playground.kvcache.server.client import KVClient
 from playground.transformer import ModelConfig, Transformer, generate
 
 ERROR_LINE = re.compile(r"^error: (\w+): ", re.MULTILINE)
+ANSWERED_LINE = re.compile(r"^answered \d+ at ([0-9.]+)$", re.MULTILINE)
+
+
+def answered_at(stdout: str) -> float | None:
+    """When a client had every answer (its `answered N at T` line), None before that."""
+    found = ANSWERED_LINE.search(stdout)
+    return float(found[1]) if found else None
 
 
 def error_kind(stderr: str) -> str | None:
@@ -56,6 +64,9 @@ def main(argv=None) -> int:
             prompts[client.submit(prompt, args.max_new_tokens, **sampling(i))] = (prompt, sampling(i))
         print(f"submitted {list(prompts)}", flush=True)
         replies = client.collect(prompts)
+        # when the last answer came (the machine's monotonic clock, as the chaos run's): a fault after
+        # it found this client done
+        print(f"answered {len(replies)} at {time.monotonic():.6f}", flush=True)
         history["answered"] = len(replies)
         refused = [h for h in replies.values() if not h.get("ok")]
         if refused:

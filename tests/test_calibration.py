@@ -256,6 +256,14 @@ def test_a_message_beside_compute_costs_the_behind_compute_ping_pings_ratio(tmp_
     (tmp_path / "c.json").write_text(json.dumps(rec))
     assert read_calibration(tmp_path / "c.json").behind_compute("ipc", 2, 64) == 1.0
     assert read_calibration(write(tmp_path / "old.json")).behind_compute("ipc", 2, 64) == 1.0  # none
+    for p in rec["transports"]["ipc"]["patterns"]:
+        if p["pattern"] == "behind_compute":
+            p["mean_s"] = 40e-6
+        if p["ranks"] == 2:
+            p["sleeps"] = False  # receivers that spin: their probe fights its own compute thread
+    (tmp_path / "c.json").write_text(json.dumps(rec))
+    spinning = read_calibration(tmp_path / "c.json")
+    assert spinning.behind_compute("ipc", 2, 64) == 1.0 and spinning.behind_compute("ipc", 4, 64) == 4.0
 
 
 def test_the_compute_beside_the_messages_runs_from_with_to_its_end():

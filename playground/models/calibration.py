@@ -106,11 +106,17 @@ class Calibration:
         rank's collectives beside its backward): the mean one-way time of the `behind_compute`
         ping-ping over the plain ping-ping's, at the nearest rank count measured (the smallest at or
         above `num_ranks`, else the largest), between the sizes measured on a log scale (the ends
-        beyond them); 1.0 where the file has none (an older calibration) or it came out faster."""
+        beyond them); 1.0 where the file has none (an older calibration), where it came out faster,
+        and where the receivers spin instead of sleeping (shared memory while ranks have cores: there
+        the probe's spin loop fights its own compute thread for the core, which a training rank's
+        communication thread, idle between its collectives, does not: the steps measured over shared
+        memory at 2 and 4 ranks on 2 cores take what the idle model says)."""
         means: dict[int, dict[int, dict[str, float]]] = {}
+        asleep: dict[int, bool] = {}
         for p in self.record["transports"][self._entry_name(transport)]["patterns"]:
             if p["pattern"] in ("pingping", "behind_compute") and p.get("mean_s", 0) > 0:
                 means.setdefault(p["ranks"], {}).setdefault(p["size"], {})[p["pattern"]] = p["mean_s"]
+                asleep[p["ranks"]] = bool(p.get("sleeps", True))
         curves = {
             ranks: sorted(
                 (size, m["behind_compute"] / m["pingping"]) for size, m in by_size.items() if len(m) == 2
@@ -121,6 +127,8 @@ class Calibration:
         if not curves:
             return 1.0
         at = next((n for n in sorted(curves) if n >= num_ranks), max(curves))
+        if not asleep[at]:
+            return 1.0
         sizes, ratios = zip(*curves[at], strict=True)
         ratio = float(np.interp(math.log(max(size_bytes, 1.0)), [math.log(s) for s in sizes], ratios))
         return max(1.0, ratio)

@@ -397,6 +397,7 @@ def test_calibrate_end_to_end_at_tiny_sizes(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"calibration: {out}" in proc.stdout
+    assert "beside compute" in proc.stdout  # the summary's column: the ping-ping beside compute
     launches = [
         line.split("]")[0] + "] " + line.split("] ")[1]
         for line in proc.stdout.splitlines()

@@ -72,8 +72,8 @@ MEDIAN_KEYS = ("time_s", "mean_s", "cpu_s", "main_cpu_s", "hot_s")
 HELP = "measure this machine once for every model and the simulator (writes calibration.json)"
 DESCRIPTION = (
     "Copy and reduction rates, the scheduler's time slice, and per transport a ping-pong, a ping-ping and "
-    "windows of messages of every pair of ranks at once at 2 ranks and at more ranks than cores; one JSON "
-    "file that bench, run, simulate --link and the lecture read."
+    "windows of messages of every pair of ranks at once at 2 ranks and at more ranks than cores, and the "
+    "ping-ping beside compute; one JSON file that bench, run, simulate --link and the lecture read."
 )
 
 
@@ -325,9 +325,11 @@ def summary_table(calibration) -> Table:
     """Per transport and rank count measured: a message's one-way time and CPU, small and large."""
     rows = []
     for transport, entry in calibration.record["transports"].items():
+        mean = {(p["pattern"], p["ranks"], p["size"]): p.get("mean_s") for p in entry["patterns"]}
         for p in sorted(entry["patterns"], key=lambda p: (p["ranks"], p["size"])):
             if p["pattern"] != "pingpong":
                 continue
+            idle, beside = (mean.get((k, p["ranks"], p["size"])) for k in ("pingping", "behind_compute"))
             rows.append(
                 {
                     "transport": transport,
@@ -335,10 +337,14 @@ def summary_table(calibration) -> Table:
                     "size": format_size(p["size"]),
                     "one_way_us": p["time_s"] * 1e6,
                     "cpu_us": p["cpu_s"] * 1e6,
+                    "beside": f"{beside / idle:.1f}" + ("" if p.get("sleeps", True) else " (spins)")
+                    if idle and beside
+                    else "-",
                 }
             )
     return Table(
-        "ping-pong of every pair at once: one way, and CPU per message (all threads of all ranks)",
+        "ping-pong of every pair at once: one way, and CPU per message (all threads of all ranks); beside "
+        "compute: the ping-ping's mean while every rank's other thread computes, over its idle mean",
         rows,
         {
             "transport": "transport",
@@ -346,6 +352,7 @@ def summary_table(calibration) -> Table:
             "size": "size",
             "one_way_us": "one way (us)",
             "cpu_us": "CPU (us)",
+            "beside": "beside compute (x)",
         },
     )
 

@@ -36,8 +36,8 @@ MODEL_LEGEND = {
     "the optimizer",
     "cores": "the cores the ranks got (their compute's CPU time over its wall time)",
     "comm_model_ms": "the model's time of the step's collectives on those cores",
-    "exposed_model_ms": "of which the step waits for (all of it serially; overlapped, the tail that outlasts "
-    "backward)",
+    "exposed_model_ms": "what the step waits for (serially all of it; overlapped, the tail that outlasts "
+    "backward, priced on the cores left beside compute and behind it, so it can exceed the comm model)",
 }
 
 

@@ -48,4 +48,9 @@ def behind_compute_ratio(source: ModelSource) -> Callable[[float, int], float] |
     calibration, transport = source.calibration, source.transport
     if calibration is None:
         return None
-    return lambda message_bytes, num_ranks: calibration.behind_compute(transport, num_ranks, message_bytes)
+
+    @cache
+    def ratio(message_bytes: float, num_ranks: int) -> float:
+        return calibration.behind_compute(transport, num_ranks, message_bytes)
+
+    return ratio

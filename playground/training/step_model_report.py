@@ -4,8 +4,7 @@ their schedule replayed on two threads), on the cores the ranks got."""
 
 from playground.training.steptime_model import (
     Contention,
-    at_compute_share,
-    behind_compute_cost,
+    beside_compute,
     bucket_tail_s,
     collective_times_s,
     cores_for,
@@ -72,20 +71,25 @@ def model_row(
     exposed = None
     if mode.overlaps:
 
-        def tail_s(share: float) -> float:
-            beside = behind_compute_cost(cost, behind, share) if behind is not None else cost
+        def tail_s(during_cost) -> float:
             during = collective_times_s(
-                mode, stats["buckets"], total_bytes, num_ranks, algorithm, beside, contention.overlapped_cores
+                mode,
+                stats["buckets"],
+                total_bytes,
+                num_ranks,
+                algorithm,
+                during_cost,
+                contention.overlapped_cores,
             )
             return bucket_tail_s(backward, stats["buckets"], during)
 
-        def step_s(share: float) -> float:
-            return predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), tail_s(share))[
+        def step_s(during_cost) -> float:
+            exposed = tail_s(during_cost)
+            return predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), exposed)[
                 "overlapped_s"
             ]
 
-        share, _ = at_compute_share(step_s, _passes_s(stats))
-        exposed = tail_s(share)
+        exposed = tail_s(beside_compute(step_s, cost, behind, _passes_s(stats)))
     pred = predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), exposed)
     model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
     return {
@@ -123,23 +127,21 @@ def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention,
     m = params.micro_batches
     compute = scaled_pieces(units["pieces"], forward / m, backward / m)
 
-    def comm_at(share: float) -> dict[str, float]:
+    def comm_with(during_cost) -> dict[str, float]:
         return unit_step_comm_s(
             mode.stage, plan, compute, itemsize, cost, contention.cores, contention.overlapped_cores,
-            params.prefetch, params.reshard_after_forward, m,
-            during=behind_compute_cost(cost, behind, share) if behind is not None else None,
+            params.prefetch, params.reshard_after_forward, m, during=during_cost,
         )  # fmt: skip
 
     serial_comm = unit_step_comm_s(
         mode.stage, plan, compute, itemsize, cost, contention.cores, contention.cores, 0, True, m
     )["comm_s"]
 
-    def step_s(share: float) -> float:
-        exposed = comm_at(share)["exposed_s"]
+    def step_s(during_cost) -> float:
+        exposed = comm_with(during_cost)["exposed_s"]
         return predicted_step_s(forward, backward, stats["optimizer_s"], serial_comm, exposed)["overlapped_s"]
 
-    share, _ = at_compute_share(step_s, _passes_s(stats))
-    comm = comm_at(share)
+    comm = comm_with(beside_compute(step_s, cost, behind, _passes_s(stats)))
     pred = predicted_step_s(forward, backward, stats["optimizer_s"], serial_comm, comm["exposed_s"])
     return {
         "mode": mode.name,

@@ -107,11 +107,14 @@ def collective_times_s(
 
 
 def behind_compute_cost(
-    cost: CollectiveCost, ratio: Callable[[float, int], float], share: float
+    cost: CollectiveCost, ratio: Callable[[float, int], float] | None, share: float
 ) -> CollectiveCost:
     """`cost` for collectives that run beside the ranks' compute threads, which compute for `share`
     of the time: each message (a ring's, bytes / ranks) is behind compute with that chance and then
-    takes `ratio(message bytes, ranks)` times as long (the calibration's `behind_compute`)."""
+    takes `ratio(message bytes, ranks)` times as long (the calibration's `behind_compute`; None: as
+    idle, `cost` itself)."""
+    if ratio is None:
+        return cost
 
     def priced(collective: str, algorithm: str, size_bytes: float, num_ranks: int, cores: int) -> float:
         slower = ratio(size_bytes / max(1, num_ranks), num_ranks) - 1.0
@@ -134,6 +137,21 @@ def at_compute_share(
         share = (share + target) / 2
         step = step_s(share)
     return share, step
+
+
+def beside_compute(
+    step_s: Callable[[CollectiveCost], float],
+    cost: CollectiveCost,
+    ratio: Callable[[float, int], float] | None,
+    compute_s: float,
+) -> CollectiveCost:
+    """`cost` priced behind compute (`behind_compute_cost`) at the share of the step the ranks
+    compute, where `step_s(priced cost)` is the step it makes (`at_compute_share`); `cost` itself
+    without a ratio."""
+    if ratio is None:
+        return cost
+    share, _ = at_compute_share(lambda s: step_s(behind_compute_cost(cost, ratio, s)), compute_s)
+    return behind_compute_cost(cost, ratio, share)
 
 
 def bucket_tail_s(backward_s: float, bucket_bytes: Sequence[int], comm_s: Sequence[float]) -> float:

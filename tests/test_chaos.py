@@ -370,16 +370,17 @@ def test_the_results_page_merges_the_finished_pieces(tmp_path):
     )
 
 
-@pytest.mark.parametrize("fault", ["Ctrl-C", "SIGTERM"])
-def test_a_signal_that_finds_the_command_finished_is_missed_not_failed(fault):
+@pytest.mark.parametrize("fault", ["Ctrl-C", "SIGTERM", "server killed"])
+def test_a_fault_that_finds_the_run_finished_is_missed_not_failed(fault):
     run = outside("serving", 2, fault, 0, after_s=1.9)
     result = {"ok": True, "t0_monotonic_s": 100.0, "elapsed_s": 1.5, "failures": []}
     late = Observation(exit_code=0, fault_at=101.6, exited_at=101.7, result=result)
     verdict = judge(run, late, {})
     assert verdict.missed and not verdict.problems
     during = Observation(exit_code=0, fault_at=101.2, exited_at=101.7, result=result)
-    verdict = judge(run, during, {})  # a signal during the run must end it: 0 is a wrong exit
-    assert not verdict.missed and "exit status 0, expected 130" in verdict.problems[0]
+    verdict = judge(run, during, {})  # a fault during the run must end it: 0 is a wrong exit
+    expected = run.workload.expected_exit(run.fault)
+    assert not verdict.missed and f"exit status 0, expected {expected}" in verdict.problems[0]
 
 
 def test_python_m_playground_ignores_a_late_interrupt():

@@ -66,8 +66,10 @@ def judge_launched(run: ChaosRun, obs: Observation, v: Verdict) -> None:
     if obs.exit_code is None:
         v.problems.append(f"did not exit within {run.exit_budget_s:.0f}s of the fault's moment")
         return
-    if fault.interrupts and obs.exit_code == 0 and _finished_before(obs):
-        v.missed = True  # the signal found the finished command shutting down, where it is ignored
+    if obs.exit_code == 0 and _finished_before(obs):
+        # the fault found the finished run shutting down: a signal there is ignored, a rank killed
+        # had nothing left to do
+        v.missed = True
         return
     expected = run.workload.expected_exit(fault)
     if obs.exit_code != expected:

@@ -32,6 +32,16 @@ def test_the_last_bucket_is_always_exposed():
     assert bucket_tail_s(0.020, [3072, 1024], []) == 0.0  # one rank: buckets, but no collectives
 
 
+def test_a_bucket_running_across_backwards_end_goes_on_at_the_rate_after_it():
+    # 4 ms each while backward (10 ms) runs, 1 ms after it, ready at 5 and 10 ms: the first ends
+    # at 9 (inside backward), the second starts at 10 (after it) and takes 1 ms
+    assert bucket_tail_s(0.010, [1, 1], [0.004, 0.004], [0.001, 0.001]) == pytest.approx(0.001)
+    # 8 ms while backward runs: the first, ready at 5, has done 5/8 by 10 ms, the other 3/8 at 1 ms
+    # (10.375 ms); the second then takes 1 ms
+    assert bucket_tail_s(0.010, [1, 1], [0.008] * 2, [0.001] * 2) == pytest.approx(0.001375)
+    assert bucket_tail_s(0.010, [1, 1], [0.008] * 2) == pytest.approx(0.011)  # one rate: 13, 21 ms
+
+
 def test_the_cores_the_ranks_got():
     assert cores_for(4, 2, compute_cpu_s=0.010, compute_wall_s=0.020) == 2  # 4 x 1/2: all of both
     assert cores_for(2, 2, compute_cpu_s=0.010, compute_wall_s=0.020) == 1  # others took one
@@ -132,12 +142,13 @@ def test_the_overlapped_modes_model_prices_what_runs_beside_backward_behind_comp
     slower = model_row(*args, behind=lambda message_bytes, num_ranks: 4.0)
     assert same["model_ms"] == pytest.approx(idle["model_ms"])  # a ratio of 1: as idle
     # 2 ranks on the 1 core left beside backward: each 8 KiB bucket 16 ms idle, ready at 10, 20 and
-    # 30 ms of a 30 ms backward; behind compute 4x for the share of the step the ranks compute
+    # 30 ms of a 30 ms backward
     assert idle["exposed_model_ms"] == pytest.approx(bucket_tail_s(0.030, [8192] * 3, [0.016] * 3) * 1e3)
-    share = 0.040 / (slower["model_ms"] / 1e3)
-    tail = bucket_tail_s(0.030, [8192] * 3, [0.016 * (1 + 3 * share)] * 3)
-    assert slower["exposed_model_ms"] == pytest.approx(tail * 1e3, rel=1e-3)
-    assert slower["model_ms"] == pytest.approx((0.010 + 0.030 + 0.002 + tail) * 1e3, rel=1e-3)
+    assert idle["exposed_model_ms"] == pytest.approx(28.0)  # ends at 26, 42, 58 ms
+    # behind compute 4x while backward runs: the first bucket has done 20 of its 64 ms at 30 ms and
+    # ends its other 44/64 idle (at 41 ms); the next two start after backward, idle (57, 73 ms)
+    assert slower["exposed_model_ms"] == pytest.approx(43.0)
+    assert slower["model_ms"] == pytest.approx(10.0 + 30.0 + 2.0 + 43.0)
     # after backward nothing runs beside compute: the ratio changes nothing
     after = (BY_NAME["after_backward"], stats, 2, 3 * 8192, "ring", fake_cost, 2)
     assert model_row(*after, behind=lambda b, n: 4.0)["model_ms"] == pytest.approx(

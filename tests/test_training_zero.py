@@ -246,6 +246,12 @@ def test_the_timeline_hides_gathers_behind_compute_only_with_prefetch():
     whole = UnitPlan(plan.layout, 0, 2)  # no wrapping: one gather of everything before any compute
     one = unit_timeline(whole, compute, [3.0], [3.0], prefetch=1)
     assert one.waited_s == 6.0 and one.end_s == 16 + 6 + 3
+    # a wait costs 0.5 more to resume from (a late peer, the hand-back): 4 waits without prefetch,
+    # 2 with it; a gather that is whole when its piece starts costs nothing more
+    late = unit_timeline(plan, compute, gather, scatter, prefetch=0, resume_s=0.5)
+    assert late.waited_s == 5.0 + 4 * 0.5 and late.compute_end_s == 16 + 7
+    late = unit_timeline(plan, compute, gather, scatter, prefetch=1, resume_s=0.5)
+    assert late.waited_s == 2.0 + 2 * 0.5 and late.compute_end_s == 16 + 3
 
 
 def test_the_formulas_in_this_labs_bytes():

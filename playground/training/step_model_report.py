@@ -4,6 +4,7 @@ their schedule replayed on two threads), on the cores the ranks got."""
 
 from playground.training.steptime_model import (
     Contention,
+    behind_compute_cost,
     beside_compute,
     bucket_tail_s,
     collective_times_s,
@@ -55,8 +56,9 @@ def model_row(
     collectives (from the first rank's start to the last rank's end of backward, `last_compute_s`)
     of which the last backward is the window the buckets become ready in; modelled, the
     collectives on the cores the ranks got (their compute's CPU over its wall time), all after
-    backward (serial) or the tail that outlasts it (overlapped), those beside backward priced
-    behind compute by `behind(message bytes, ranks)` (the calibration's ratio; None: as idle)."""
+    backward (serial) or the tail that outlasts it (overlapped): while backward runs priced
+    behind compute by `behind(message bytes, ranks)` (the calibration's ratio; None: as idle),
+    after it as idle."""
     backward = stats.get("rank_backward_s", stats["backward_s"])
     compute = stats.get("last_compute_s", stats["forward_s"] + stats["backward_s"])
     forward = max(0.0, compute - backward)  # forward, and the wait for the last rank to start
@@ -69,27 +71,15 @@ def model_row(
         mode, stats["buckets"], total_bytes, num_ranks, algorithm, cost, contention.cores
     )
     exposed = None
-    if mode.overlaps:
+    if mode.overlaps:  # while backward runs the collectives are behind compute, after it idle
 
-        def tail_s(during_cost) -> float:
-            during = collective_times_s(
-                mode,
-                stats["buckets"],
-                total_bytes,
-                num_ranks,
-                algorithm,
-                during_cost,
-                contention.overlapped_cores,
+        def on_cores(priced) -> list[float]:
+            return collective_times_s(
+                mode, stats["buckets"], total_bytes, num_ranks, algorithm, priced, contention.overlapped_cores
             )
-            return bucket_tail_s(backward, stats["buckets"], during)
 
-        def step_s(during_cost) -> float:
-            exposed = tail_s(during_cost)
-            return predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), exposed)[
-                "overlapped_s"
-            ]
-
-        exposed = tail_s(beside_compute(step_s, cost, behind, _passes_s(stats)))
+        during = on_cores(behind_compute_cost(cost, behind, 1.0))
+        exposed = bucket_tail_s(backward, stats["buckets"], during, on_cores(cost))
     pred = predicted_step_s(forward, backward, stats["optimizer_s"], sum(times), exposed)
     model_s = pred["overlapped_s"] if mode.overlaps else pred["serial_s"]
     return {
@@ -116,8 +106,9 @@ def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention,
     measured (from the first rank's start to the last rank's end of backward, as the other modes'),
     less what forward and backward waited for gathers, shared out over the pieces as the trace
     measured them; the collectives replayed on the two threads in the strategies' order (those
-    during the passes priced behind compute, as `model_row`'s), their exposed part added; serial:
-    every collective waited for."""
+    during the passes priced behind compute, as `model_row`'s; a wait for gathers also pays what
+    such a wait paid beyond them in the run, `units["resume_s"]`), their exposed part added;
+    serial: every collective waited for."""
     plan, itemsize, params = units["plan"], units["itemsize"], units["params"]
     rank_forward = stats.get("rank_forward_s", stats["forward_s"])
     rank_backward = stats.get("rank_backward_s", stats["backward_s"])
@@ -130,9 +121,10 @@ def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention,
     def comm_with(during_cost) -> dict[str, float]:
         return unit_step_comm_s(
             mode.stage, plan, compute, itemsize, cost, contention.cores, contention.overlapped_cores,
-            params.prefetch, params.reshard_after_forward, m, during=during_cost,
+            params.prefetch, params.reshard_after_forward, m, during=during_cost, resume_s=resume,
         )  # fmt: skip
 
+    resume = units.get("resume_s", 0.0)
     serial_comm = unit_step_comm_s(
         mode.stage, plan, compute, itemsize, cost, contention.cores, contention.cores, 0, True, m
     )["comm_s"]

@@ -154,18 +154,29 @@ def beside_compute(
     return behind_compute_cost(cost, ratio, share)
 
 
-def bucket_tail_s(backward_s: float, bucket_bytes: Sequence[int], comm_s: Sequence[float]) -> float:
+def bucket_tail_s(
+    backward_s: float,
+    bucket_bytes: Sequence[int],
+    comm_s: Sequence[float],
+    after_s: Sequence[float] | None = None,
+) -> float:
     """What of the all-reduces outlasts backward: bucket b is ready once backward has produced its
     share of the bytes (buckets in backward order), its all-reduce starts when it is ready and the
-    previous one has ended (one communication thread). No collectives (one rank): nothing."""
+    previous one has ended (one communication thread). Each takes `comm_s[b]` while backward runs
+    and `after_s[b]` (default the same) once it has ended: one running across the end goes on at
+    that rate for what is left of it. No collectives (one rank): nothing."""
     if not comm_s:
         return 0.0
     total = sum(bucket_bytes)
     produced, end = 0, 0.0
-    for n, m in zip(bucket_bytes, comm_s, strict=True):
+    for n, during, after in zip(bucket_bytes, comm_s, after_s or comm_s, strict=True):
         produced += n
-        ready = backward_s * produced / total if total else backward_s
-        end = max(ready, end) + m
+        start = max(backward_s * produced / total if total else backward_s, end)
+        if start + during <= backward_s or during <= 0:
+            end = start + during
+        else:
+            left = 1.0 - max(0.0, backward_s - start) / during  # the share not done by backward's end
+            end = max(start, backward_s) + left * after
     return max(0.0, end - backward_s)
 
 

@@ -140,8 +140,9 @@ def report(
     step_overlaps = training_stats.traced_step_overlaps(run_dir, n, params.steps)
     overlap = {mode: training_stats.overlap_over(per_step) for mode, per_step in step_overlaps.items()}
     pieces = training_stats.piece_times(run_dir, n, params.steps, params.micro_batches)
+    resumes = training_stats.gather_delays(run_dir, n, params.steps)
     tables, model_rows, notes = mode_tables(
-        stats, params, n, overlap, load_model(params.model, run_network(run_dir)), pieces
+        stats, params, n, overlap, load_model(params.model, run_network(run_dir)), pieces, resumes
     )
     data: dict[str, object] = {
         "modes": [{k: v for k, v in s.items() if k != "slowest"} for s in stats],
@@ -187,11 +188,18 @@ def report(
 
 
 def mode_tables(
-    stats: list[dict], params, n: int, overlap: dict, source, pieces: dict | None = None
+    stats: list[dict],
+    params,
+    n: int,
+    overlap: dict,
+    source,
+    pieces: dict | None = None,
+    resumes: dict | None = None,
 ) -> tuple[list[Table], list[dict], list[str]]:
     """The step, memory, formulas and model tables, a row per mode; the model's rows; where each
     mode departs from its model (with more than one rank). `pieces`: each mode's piece times from
-    the trace (`training_stats.piece_times`), which the unit modes' model replays."""
+    the trace (`training_stats.piece_times`), which the unit modes' model replays, with what a wait
+    for gathers paid beyond them (`resumes`, `training_stats.gather_delays`)."""
     config, modes = params.model_config, params.mode
     itemsize = config.np_dtype.itemsize
     replicated = next(
@@ -207,7 +215,13 @@ def mode_tables(
         step_rows.append(step_row(s, overlap.get(mode.name)))
         memory_rows.append(memory_row(s, replicated))
         units = (
-            {"plan": plan, "itemsize": itemsize, "params": params, "pieces": pieces[mode.name]}
+            {
+                "plan": plan,
+                "itemsize": itemsize,
+                "params": params,
+                "pieces": pieces[mode.name],
+                "resume_s": (resumes or {}).get(mode.name, 0.0),
+            }
             if pieces and mode.name in pieces
             else None
         )

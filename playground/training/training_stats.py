@@ -212,6 +212,37 @@ def piece_times(run_dir: Path, num_ranks: int, num_steps: int, micro_batches: in
     return {mode: {p: statistics.median(v) for p, v in pieces.items()} for mode, pieces in per.items()}
 
 
+def gather_delays(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, float]:
+    """mode -> what a gather the main thread waited for cost it beyond the gather's own time, per
+    gather: the wait for the last rank to start it (a peer behind by its own jitter) and, after it
+    ended, the hand-back (its check on the communication thread, the main thread woken); the median
+    over the ranks' timed steps of each step's mean (what the unit modes' model adds to a wait)."""
+    compute: dict[tuple, list[tuple[float, float]]] = {}
+    gathers: dict[tuple, list[tuple[float, float]]] = {}
+    for r, e in timed_events(run_dir, num_ranks, num_steps):
+        key = (e["args"]["mode"], e["args"]["step"], r)
+        if is_compute(e):
+            compute.setdefault(key, []).append((e["ts"], e["ts"] + e["dur"]))
+        elif e["name"] == "unit.allgather":
+            gathers.setdefault(key, []).append((e["ts"], e["ts"] + e["dur"]))
+    per: dict[str, list[float]] = {}
+    for (mode, step, r), ops in gathers.items():
+        peers = [sorted(gathers.get((mode, step, p), [])) for p in range(num_ranks)]
+        if any(len(p) != len(ops) for p in peers):
+            continue  # a rank's trace ended early: no matching
+        pieces = sorted(compute.get((mode, step, r), []))
+        waited: dict[float, tuple[float, float]] = {}  # a piece's start -> (end, lag) of its gather
+        for i, (start, end) in enumerate(sorted(ops)):
+            later = [s for s, _ in pieces if s >= end]
+            if later and not any(s < end < e for s, e in pieces):  # the main thread was waiting
+                lag = max(p[i][0] for p in peers) - start
+                waited[later[0]] = max(waited.get(later[0], (0.0, 0.0)), (end, lag))  # the last to end
+        delays = [resumed - end + lag for resumed, (end, lag) in waited.items()]
+        if delays:
+            per.setdefault(mode, []).append(statistics.fmean(delays) / 1e6)
+    return {mode: statistics.median(v) for mode, v in per.items()}
+
+
 def ddp_step_overlaps(per_rank: list[list[dict]]) -> StepOverlaps:
     """DDP's records -> each timed step's hidden and communicating seconds, summed over the ranks:
     the hook's all-reduce spans against backward's compute span."""

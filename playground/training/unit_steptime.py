@@ -51,10 +51,11 @@ class _Clock:
         self.comm += seconds
         return self.comm_free
 
-    def wait_until(self, t: float) -> None:
+    def wait_until(self, t: float, resume_s: float = 0.0) -> None:
+        """Wait for what ends at t; a wait that blocks costs `resume_s` more before going on."""
         if t > self.now:
-            self.waited += t - self.now
-            self.now = t
+            self.waited += t + resume_s - self.now
+            self.now = t + resume_s
 
 
 def unit_timeline(
@@ -66,9 +67,12 @@ def unit_timeline(
     reshard_after_forward: bool = True,
     gathers: bool = True,
     micro_batches: int = 1,
+    resume_s: float = 0.0,
 ) -> Timeline:
     """The passes of one step (`micro_batches` forward-backward pairs): `compute_s[piece]` each
-    piece's compute, `gather_s[u]`, `scatter_s[u]` each unit's all-gather and reduce-scatter."""
+    piece's compute, `gather_s[u]`, `scatter_s[u]` each unit's all-gather and reduce-scatter;
+    `resume_s` what a piece that waited for its gathers pays beyond them (the last rank's late start,
+    the hand-back to the compute thread: `training_stats.gather_delays` measures it)."""
     clock = _Clock()
     whole: set[int] = set()
     queued: dict[int, float] = {}
@@ -83,10 +87,10 @@ def unit_timeline(
                         if u not in whole and u not in queued:
                             queued[u] = clock.queue(gather_s[u])
                     issued = max(issued, upto)
-                    for u in needed:
-                        if u in queued:
-                            clock.wait_until(queued.pop(u))
-                            whole.add(u)
+                    ready = [queued.pop(u) for u in needed if u in queued]
+                    whole.update(needed)
+                    if ready:
+                        clock.wait_until(max(ready), resume_s)
                 clock.now += compute_s.get(piece, 0.0)
                 done = last_use.get(piece, ())
                 if direction == FORWARD and not reshard_after_forward:
@@ -126,13 +130,14 @@ def unit_step_comm_s(
     reshard_after_forward: bool = True,
     micro_batches: int = 1,
     during: CollectiveCost | None = None,
+    resume_s: float = 0.0,
 ) -> dict[str, float]:
     """ZeRO-2's or ZeRO-3's communication in one step on `plan.num_ranks` ranks: {"comm_s": every
     collective's own time, "exposed_s": what the step waits for beyond its compute}. `cost(collective,
     algorithm, bytes, ranks, cores)` prices a collective (`steptime_model.CollectiveCost`): during
     the passes by `during` (default `cost`: beside compute, `steptime_model.behind_compute_cost`) on
     `overlapped_cores` (the compute threads want the cores too), ZeRO-2's all-gather after the
-    update by `cost` on `cores`."""
+    update by `cost` on `cores`; a wait for gathers costs `resume_s` more (`unit_timeline`)."""
     n = plan.num_ranks
     if n < 2:
         return {"comm_s": 0.0, "exposed_s": 0.0}
@@ -141,7 +146,15 @@ def unit_step_comm_s(
     gather_s = [passes("allgather", "ring", b, n, overlapped_cores) for b in sizes]
     scatter_s = [passes("reduce_scatter", "ring", b, n, overlapped_cores) for b in sizes]
     timeline = unit_timeline(
-        plan, compute_s, gather_s, scatter_s, prefetch, reshard_after_forward, stage >= 3, micro_batches
+        plan,
+        compute_s,
+        gather_s,
+        scatter_s,
+        prefetch,
+        reshard_after_forward,
+        stage >= 3,
+        micro_batches,
+        resume_s,
     )
     compute = micro_batches * sum(compute_s.get(p, 0.0) for d in (FORWARD, BACKWARD) for p in plan.pieces(d))
     exposed, comm = timeline.end_s - compute, timeline.comm_s

@@ -199,7 +199,9 @@ def sharding_section(ctx) -> str:
         "predicts it from the calibration; ZeRO-2 and ZeRO-3 are modelled by replaying their schedule on "
         "the compute and communication threads (playground/training/unit_steptime.py) with each piece's "
         "compute from the trace and each unit's all-gather and reduce-scatter from the calibration "
-        "(behind compute during the passes, as above). "
+        "(behind compute during the passes for the share of the step the ranks compute); a piece that "
+        "waits for its gathers also pays what such a wait paid in the run beyond them (the last rank's late "
+        "start, the hand-back to the compute thread; `training_stats.gather_delays`, from the trace). "
         "`prefetch` is ZeRO-3's (units gathered ahead of the one computing; `-`: the mode has none). "
         "Median (range) over the rounds; times in ms.\n",
         *trade_table(trade_rows(ctx)),

@@ -40,8 +40,8 @@ def steptime_section(ctx) -> str:
         "and the optimizer. Modelled from this machine's calibration: the collectives, by the closed "
         "forms where every rank has a core, by the simulator on the calibrated host where they wait "
         "for cores (half the cores during backward, shared with the compute threads, and each message "
-        "beside backward behind compute: the calibration's `behind_compute` ratio for the share of the "
-        "step the ranks compute); serial modes "
+        "behind compute while backward runs: the calibration's `behind_compute` ratio; ZeRO-2 and -3 "
+        "as in the trade below); serial modes "
         "wait for all of it, the overlapped ones for the tail that outlasts backward. `cores`: the "
         "cores the ranks got, their compute's CPU time over its wall time (fewer than the machine's "
         f"when others use it). Median (range) over {rounds} round(s); times in ms.\n",

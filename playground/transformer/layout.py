@@ -21,6 +21,7 @@ finishes the gradients in exactly the reverse of this order (ln_f.bias first, wt
 in backward order is one contiguous slice.
 """
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -67,7 +68,7 @@ class ParamSpec:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)  # not np.prod: a view per parameter per gather asks for it
 
     @property
     def stop(self) -> int:

@@ -215,8 +215,9 @@ def piece_times(run_dir: Path, num_ranks: int, num_steps: int, micro_batches: in
 def gather_delays(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, float]:
     """mode -> what a gather the main thread waited for cost it beyond the gather's own time, per
     gather: the wait for the last rank to start it (a peer behind by its own jitter) and, after it
-    ended, the hand-back (its check on the communication thread, the main thread woken); the median
-    over the ranks' timed steps of each step's mean (what the unit modes' model adds to a wait)."""
+    ended, the hand-back (its check on the communication thread, the main thread woken); the mean
+    over every such wait of the ranks' timed steps (what the unit modes' model adds to a wait: a
+    step pays a sum of them, and a few wake-ups a whole time slice late are part of what it pays)."""
     compute: dict[tuple, list[tuple[float, float]]] = {}
     gathers: dict[tuple, list[tuple[float, float]]] = {}
     for r, e in timed_events(run_dir, num_ranks, num_steps):
@@ -225,7 +226,7 @@ def gather_delays(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, fl
             compute.setdefault(key, []).append((e["ts"], e["ts"] + e["dur"]))
         elif e["name"] == "unit.allgather":
             gathers.setdefault(key, []).append((e["ts"], e["ts"] + e["dur"]))
-    per: dict[str, list[float]] = {}
+    per: dict[str, list[float]] = {}  # mode -> every wait's delay
     for (mode, step, r), ops in gathers.items():
         peers = [sorted(gathers.get((mode, step, p), [])) for p in range(num_ranks)]
         if any(len(p) != len(ops) for p in peers):
@@ -237,10 +238,8 @@ def gather_delays(run_dir: Path, num_ranks: int, num_steps: int) -> dict[str, fl
             if later and not any(s < end < e for s, e in pieces):  # the main thread was waiting
                 lag = max(p[i][0] for p in peers) - start
                 waited[later[0]] = max(waited.get(later[0], (0.0, 0.0)), (end, lag))  # the last to end
-        delays = [resumed - end + lag for resumed, (end, lag) in waited.items()]
-        if delays:
-            per.setdefault(mode, []).append(statistics.fmean(delays) / 1e6)
-    return {mode: statistics.median(v) for mode, v in per.items()}
+        per.setdefault(mode, []).extend((resumed - end + lag) / 1e6 for resumed, (end, lag) in waited.items())
+    return {mode: statistics.fmean(v) for mode, v in per.items() if v}
 
 
 def ddp_step_overlaps(per_rank: list[list[dict]]) -> StepOverlaps:

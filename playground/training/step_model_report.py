@@ -37,7 +37,9 @@ MODEL_LEGEND = {
     "cores": "the cores the ranks got (their compute's CPU time over its wall time)",
     "comm_model_ms": "the model's time of the step's collectives on those cores",
     "exposed_model_ms": "what the step waits for (serially all of it; overlapped, the tail that outlasts "
-    "backward, priced on the cores left beside compute and behind it, so it can exceed the comm model)",
+    "backward, priced on the cores left beside compute and behind it, so it can exceed the comm model; "
+    "ZeRO-3 also its waits for gathers, each with what such a wait paid beyond them in this run: the last "
+    "rank's late start, the hand-back to the compute thread)",
 }
 
 

@@ -41,6 +41,30 @@ def test_md1_wait_cdf_closed_cases():
     assert q.md1_wait_cdf(t, d, rho) == pytest.approx(expect)
 
 
+@pytest.mark.parametrize("rho", [0.3, 0.7, 0.9, 0.99, 0.995])
+def test_md1_wait_tail_beyond_erlangs_sum_is_its_exponential_tail(rho):
+    d = 0.025
+    y, c = q.md1_tail_decay(rho)
+    assert rho * math.expm1(y) == pytest.approx(y)
+    for services in (20, 35, q.ERLANG_TERMS):  # Erlang's sum and the tail agree well before the switch
+        exact = 1 - q.md1_wait_cdf(services * d, d, rho)
+        if exact > 1e-9:
+            assert c * math.exp(-y * services) == pytest.approx(exact, rel=1e-6)
+    beyond = q.ERLANG_TERMS * d * 1.5
+    assert q.md1_wait_cdf(beyond, d, rho) == pytest.approx(1 - c * math.exp(-y * beyond / d))
+    # near saturation the tail is Pollaczek-Khinchine's mean wait, rho D / (2 (1 - rho))
+    if rho >= 0.99:
+        assert d / y == pytest.approx(rho * d / (2 * (1 - rho)), rel=0.01)
+
+
+def test_md1_quantile_near_saturation():
+    """rho 0.995 (a sweep's last point): the p99 lies 100s of services out, in the tail."""
+    d, rho = 0.025, 0.995
+    y, c = q.md1_tail_decay(rho)
+    p99 = q.md1_sojourn_quantile_s(d, rho, 0.99)
+    assert p99 - d == pytest.approx(d * math.log(c / 0.01) / y, rel=1e-3)
+
+
 def test_md1_quantiles_match_a_long_replay():
     rng = np.random.default_rng(7)
     rho, service_s = 0.9, 0.010

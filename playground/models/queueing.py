@@ -56,15 +56,42 @@ def md1_mean_sojourn_s(service_s: float, rho: float) -> float:
     return service_s + mg1_mean_wait_s(service_s, rho, 0.0)
 
 
+ERLANG_TERMS = 50  # beyond this many services of wait, the exponential tail (exact to 1e-12 there)
+
+
+def md1_tail_decay(rho: float) -> tuple[float, float]:
+    """(y, C): the M/D/1 wait's tail P(wait > t) -> C exp(-y t / D) as t grows, where y > 0 solves
+    rho (e^y - 1) = y (lambda (E[e^(theta S)] - 1) = theta for a fixed S = D, theta = y / D) and
+    C = (1 - rho) / (rho e^y - 1) (Cramer-Lundberg for M/G/1's wait). Near saturation y -> 2 (1 - rho)
+    and C -> 1: the tail of mean rho D / (2 (1 - rho)), Pollaczek-Khinchine's."""
+    _check_load(rho)
+    lo, hi = 0.0, 1.0
+    while rho * math.expm1(hi) <= hi:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if rho * math.expm1(mid) > mid:
+            hi = mid
+        else:
+            lo = mid
+    y = (lo + hi) / 2
+    return y, (1 - rho) / (rho * math.exp(y) - 1)
+
+
 def md1_wait_cdf(t_s: float, service_s: float, rho: float) -> float:
     """P(wait <= t) in M/D/1, Erlang's formula:
-    (1 - rho) * sum_{k=0}^{floor(t/D)} (lambda (kD - t))^k / k! * exp(-lambda (kD - t)).
+    (1 - rho) * sum_{k=0}^{floor(t/D)} (lambda (kD - t))^k / k! * exp(-lambda (kD - t));
+    past `ERLANG_TERMS` services its exponential tail (`md1_tail_decay`): Erlang's sum there needs
+    hundreds of digits and terms, minutes near saturation.
     """
     _check_load(rho)
     if t_s < 0:
         return 0.0
     if rho == 0:
         return 1.0
+    if t_s > ERLANG_TERMS * service_s:
+        y, c = md1_tail_decay(rho)
+        return min(1.0, max(0.0, 1.0 - c * math.exp(-y * t_s / service_s)))
     lam = Decimal(rho) / Decimal(service_s)
     d, t = Decimal(service_s), Decimal(t_s)
     with localcontext() as ctx:

@@ -8,7 +8,8 @@ sojourn = time in system (waiting + service), the "latency" a client measures.
   -ln(1 - q) * S / (1 - rho). At rho = 0.9, S = 10 ms: mean 100 ms; p99 at 0.95: 921 ms.
 - M/D/1 (fixed service): Pollaczek-Khinchine gives the mean wait rho S / (2 (1 - rho)), half of
   M/M/1's; its full waiting-time distribution is Erlang's (1909) finite sum, evaluated here in
-  high-precision decimals because its terms alternate in sign and grow like e^(lambda t).
+  high-precision decimals because its terms alternate in sign and grow like e^(lambda t), and past
+  50 services by the exponential tail it tends to (what a p99 near saturation needs).
 - M/G/1 in general: Wq = rho S (1 + cs^2) / (2 (1 - rho)), cs = coefficient of variation of S.
 - Little: L = lambda W in any stable system (and exactly over a window that starts and ends empty).
 - Batching server: a batch of b costs fixed + per_item * b; with batches capped at max_batch the

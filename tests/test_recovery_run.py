@@ -122,18 +122,24 @@ def test_resume_after_the_launcher_was_sigkilled_skips_a_corrupted_checkpoint_an
     # 600 steps: the kill after the third checkpoint (step 30) lands mid-run on a fast machine too
     sets = [*TRAIN, "params.mode=[bucketed]", "params.steps=600", "params.checkpoint_every=10"]
     proc = start_cli(["run", "train", "--out", str(runs_dir), *set_args(sets)])
+
+    def past_third(checkpoints) -> bool:  # a whole checkpoint of step 30 or later (older ones are swept)
+        return any(
+            store.step_of(p) >= 30 and (p / store.MANIFEST).exists() for p in store.candidates(checkpoints)
+        )
+
     checkpoints = None
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:
         if checkpoints is None and (runs_dir / "latest").exists():
             checkpoints = store.checkpoints_dir((runs_dir / "latest").resolve())
-        if checkpoints is not None and (store.step_dir(checkpoints, 30) / store.MANIFEST).exists():
+        if checkpoints is not None and past_third(checkpoints):
             break
         time.sleep(0.05)  # polling for the run to reach its third checkpoint, not papering over a race
     assert proc.poll() is None, "the run ended before the launcher could be killed mid-run"
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
-    assert checkpoints is not None and (store.step_dir(checkpoints, 30) / store.MANIFEST).exists()
+    assert checkpoints is not None and past_third(checkpoints)
     deadline = time.monotonic() + 10
     while session_processes(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)  # the ranks die with their launcher (PR_SET_PDEATHSIG)

@@ -119,6 +119,7 @@ def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention,
     forward, backward = path * share, path * (1 - share)
     m = params.micro_batches
     compute = scaled_pieces(units["pieces"], forward / m, backward / m)
+    resume = units.get("resume_s", 0.0)
 
     def comm_with(during_cost) -> dict[str, float]:
         return unit_step_comm_s(
@@ -126,7 +127,6 @@ def unit_model_row(mode, stats: dict, units: dict, cost, contention: Contention,
             params.prefetch, params.reshard_after_forward, m, during=during_cost, resume_s=resume,
         )  # fmt: skip
 
-    resume = units.get("resume_s", 0.0)
     serial_comm = unit_step_comm_s(
         mode.stage, plan, compute, itemsize, cost, contention.cores, contention.cores, 0, True, m
     )["comm_s"]

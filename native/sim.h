@@ -93,6 +93,7 @@ typedef struct {
     int rank; /* whose (-1: a free core) */
     double fixed_s, mem_s, demand, slice_left, speed;
     double queued_t; /* when it last started waiting for a core */
+    int woke;        /* it slept on a receive before asking (its transport sleeps: wake_s > 0) */
 } Activity;
 
 typedef struct {

@@ -18,6 +18,10 @@
  * - Switching: a core that goes on with another rank than the one it last ran first switches to it
  *   (`switch_s`: the context switch and the caches and TLB the other rank's state fills), so a rank
  *   that takes several messages in one turn pays one switch, and ranks taking turns pay one each.
+ *   Where ranks sleep while they wait (`wake_s` > 0) only a rank woken from that sleep pays it: a
+ *   sleeping transport's rank keeps its core until it blocks, so the sends it posts back to back (the
+ *   scattered all-to-all's N-1) run in the one turn it was woken for, though the queue here serves
+ *   them one request at a time; where ranks poll, yielding the core between polls, every turn is one.
  * - Waking: a rank that slept waiting for a message (`wake_s` > 0: its transport sleeps then) and finds
  *   its core idle starts `wake_s` later: an idle core has to be woken too (on a VM, the halted vCPU);
  *   on a busy core it only waits for its turn.
@@ -136,7 +140,9 @@ static int reschedule(SimEngine *e) {
         if (!take_waiting(net, c, net->cpu_t, &net->running[c])) continue;
         net->running[c].slice_left = net->slice_s;
         int rank = net->running[c].rank;
-        if (net->last_rank[c] >= 0 && net->last_rank[c] != rank) net->running[c].fixed_s += net->switch_s;
+        int polls = net->wake_s <= 0; /* its transport polls, yielding the core between polls */
+        if (net->last_rank[c] >= 0 && net->last_rank[c] != rank && (polls || net->running[c].woke))
+            net->running[c].fixed_s += net->switch_s;
         net->last_rank[c] = rank;
     }
     int idle = 0;
@@ -165,7 +171,8 @@ int cpu_request(SimEngine *e, int rank) {
     advance(net, e->now);
     double *req = &net->request[3 * rank];
     double fixed_s = req[0];
-    if (net->asleep[rank]) { /* it slept: on an idle core it first has to be woken (the core too) */
+    int woke = net->asleep[rank];
+    if (woke) { /* it slept: on an idle core it first has to be woken (the core too) */
         net->asleep[rank] = 0;
         int idle = 0;
         for (int c = 0; c < net->num_cores && !idle; c++)
@@ -173,7 +180,7 @@ int cpu_request(SimEngine *e, int rank) {
         if (idle && !waits_for(net, net->home[rank])) fixed_s += net->wake_s;
     }
     int tail = (net->queue_head + net->queue_len) % net->num_ranks;
-    net->queue[tail] = (Activity){rank, fixed_s, req[1], req[2], 0.0, 1.0, e->now};
+    net->queue[tail] = (Activity){rank, fixed_s, req[1], req[2], 0.0, 1.0, e->now, woke};
     net->queue_len++;
     return reschedule(e);
 }

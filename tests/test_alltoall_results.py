@@ -99,6 +99,18 @@ def test_picks_say_in_how_many_rounds_the_fastest_was_fastest():
     )
 
 
+def test_a_simulated_size_below_one_element_a_peer_is_no_cell():
+    # 64 B on 32 ranks rounds down to 0 elements a peer: every algorithm "takes" 0 us, which is no pick
+    rows = [
+        {"ranks": 32, "size": size, "algorithm": algo, "time_us": t, "model_us": m}
+        for size, algo, t, m in [(0, "pairwise", 0.0, 0.0), (0, "bruck", 0.0, 0.0), (0, "scattered", 0.0, 0.0),
+                                 (256, "pairwise", 155.0, 155.0), (256, "bruck", 25.0, 25.0),
+                                 (256, "scattered", 5.0, 5.0)]
+    ]  # fmt: skip
+    cells = ar.sim_cells({"rows": rows})
+    assert [(c["ranks"], c["size"], c["fastest"]) for c in cells] == [(32, 256, "scattered")]
+
+
 def test_the_crossover_is_read_between_the_neighbours_on_log_axes():
     # Bruck 10 + S/100, pairwise 70 + S/1000 (us, S bytes): equal at S = 60 / (0.01 - 0.001) = 6667
     times = {s: (10 + s / 100, 70 + s / 1000) for s in (1024, 2048, 4096, 8192, 16384)}

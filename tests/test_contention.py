@@ -232,6 +232,55 @@ def test_a_core_that_goes_on_with_another_rank_pays_a_switch_and_one_that_stays_
     assert world.run(alone)[0] == pytest.approx(3e-6)
 
 
+def test_where_ranks_sleep_only_a_rank_woken_from_a_receive_pays_a_switch():
+    """One core, 2 us to send and 2 us to receive, 5 us a switch. Two ranks each send the other three
+    messages, then take the other's three: nobody ever waits for a message, and the queue serves their
+    requests in turns. Where the transport polls (wake_s 0) each turn is a switch; where it sleeps a
+    rank keeps its core until it blocks, so the turns cost nothing beyond the work. And a rank that
+    slept on a receive pays the switch (and, on the idle core, the wake-up) once woken."""
+
+    def host(switch_s: float, wake_s: float) -> HostModel:
+        return HostModel(
+            (MessageCosts(0, 2e-6, 0.0, 2e-6, 0.0, 0.0),),
+            cores=1,
+            gamma_bytes_per_s=math.inf,
+            copy_s_per_byte=1e-9,
+            switch_s=switch_s,
+            wake_s=wake_s,
+        )
+
+    def both_send_first(switch_s: float, wake_s: float) -> float:
+        world = SimWorld(Machine(1, 2, FREE, FREE, math.inf, 1, host(switch_s, wake_s)), data=False)
+
+        def body(comm):
+            buf = np.zeros(8, np.uint8)
+            for _ in range(3):
+                comm.send(buf, 1 - comm.rank)
+            for _ in range(3):
+                comm.recv(1 - comm.rank, out=buf)
+            return world.time_of(comm.rank)
+
+        return max(world.run(body))
+
+    work = both_send_first(0.0, 0.0)
+    assert work == pytest.approx(12 * 2e-6)  # 6 sends and 6 receives on the one core
+    assert both_send_first(5e-6, 1e-6) == pytest.approx(work)
+    assert both_send_first(5e-6, 0.0) > work + 5 * 5e-6  # polling: the turns switch
+
+    world = SimWorld(Machine(1, 2, FREE, FREE, math.inf, 1, host(5e-6, 1e-6)), data=False)
+
+    def woken(comm):
+        buf = np.zeros(8, np.uint8)
+        if comm.rank == 0:
+            world.engine.local_copy(10_000)  # 10 us while rank 1 sleeps on its receive
+            comm.send(buf, 1)
+        else:
+            comm.recv(0, out=buf)
+        return world.time_of(comm.rank)
+
+    assert world.run(woken)[1] == pytest.approx(10e-6 + 2e-6 + 1e-6 + 5e-6 + 2e-6)  # work, wake, switch
+
+
 def test_a_swap_that_streams_between_polling_partners_waits_for_the_go_ahead():
     """A stream starts when both partners are there: where they poll, one message's fixed costs
     more than a swap sent the usual way (measured here: a swap of 8 KiB over shm takes a round trip)."""

@@ -88,7 +88,8 @@ class HostModel:
     # `numpy` pattern: comm/patterns.py)
     numpy_scale: float = 1.0
     # a core that goes on with another rank than the one it last ran pays this (the context switch and
-    # the caches the other's state fills): the ping-ping's CPU per message beyond the window's
+    # the caches the other's state fills): the ping-ping's CPU per message beyond the window's; where
+    # ranks sleep while they wait (wake_s > 0), only for a rank woken from that sleep
     switch_s: float = 0.0
     # > 0: a run queue per core, as Linux keeps them: a rank waits for the core it last ran on, and
     # another core that goes idle takes it over only once it has waited this long (the scheduler's

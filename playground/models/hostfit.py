@@ -33,7 +33,8 @@ transport's own boundaries, where its path changes):
   message costs the window's CPU (`window`: both partners post eight sends, then take eight
   messages, so a message is there when its receiver asks; polled, at most the cores' time per
   message too), the exchange's beyond it (`pingping`: each message's receiver runs once for it) is a
-  context switch (`switch_s`, charged by the simulator where a core goes on with another rank), and
+  context switch (`switch_s`, charged by the simulator where a core goes on with another rank: where
+  ranks sleep, one woken from a receive; where they poll, any), and
   only a message whose receiver waited for it costs the ping-pong's beyond that (`wait_s`: the
   receiver slept and is woken, or polled). Over ZeroMQ, whose I/O threads batch the window, and for
   a calibration without it, every message costs the exchange's CPU where ranks sleep. A rank that

@@ -10,7 +10,9 @@ The model, stated once (the README repeats it):
 - A reduction of n bytes costs n / gamma of the receiving rank's CPU.
 - With `cores`, the ranks share that many CPUs, as processes share a machine's: CPU work waits for a
   free core (first come, first served), past a time slice a rank goes to the back of the queue when
-  another waits, a core that goes on with another rank than its last pays a context switch, and
+  another waits, a core that goes on with another rank than its last pays a context switch (where
+  ranks sleep while they wait, only for a rank woken from that sleep: it keeps its core until it
+  blocks), and
   copies running at once share the memory's bandwidth by max-min fairness (native/sim_cpu.c;
   playground/models/contention.py).
 - With a calibrated `host` (models/contention.py's HostModel, from `calibrate`), a message crosses no

@@ -407,6 +407,21 @@ def test_python_m_playground_ignores_a_late_interrupt():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_python_m_playground_takes_sigterm_as_an_interrupt_outside_the_launcher():
+    """SIGTERM while a command works before or after its ranks run (here: its report) says
+    interrupted and exits 130, as Ctrl-C does, instead of ending the command as killed (-15)."""
+    code = (
+        "import signal, runpy, time; import playground.cli as cli\n"
+        "def main():\n    signal.raise_signal(signal.SIGTERM)\n    time.sleep(30)\n    return 0\n"
+        "cli.main = main\n"
+        "runpy.run_module('playground', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [PLAYGROUND[0], "-c", code], capture_output=True, text=True, timeout=60, env=subprocess_env()
+    )
+    assert proc.returncode == 130 and "interrupted" in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+
+
 def test_every_fault_kind_is_drawn_and_a_seed_still_draws_what_it_drew():
     """The tables are the only place a workload or a fault is named: every fault kind is drawn by a
     workload (or, with --hosts, by any launched one), an outside fault is a signal, and the draws of

@@ -388,6 +388,13 @@ def test_a_fault_that_finds_the_run_finished_is_missed_not_failed(fault):
     assert not verdict.missed and f"exit status 0, expected {expected}" in verdict.problems[0]
 
 
+def _python_m_playground_with(code: str) -> subprocess.CompletedProcess:
+    """`code` in a Python of its own: it replaces `playground.cli.main` and runs `python -m playground`."""
+    return subprocess.run(
+        [PLAYGROUND[0], "-c", code], capture_output=True, text=True, timeout=60, env=subprocess_env()
+    )
+
+
 def test_python_m_playground_ignores_a_late_interrupt():
     """After the command returns, Ctrl-C and SIGTERM are ignored while the interpreter shuts down
     (Python would otherwise reset its handler to the default there and die by the signal)."""
@@ -401,9 +408,7 @@ def test_python_m_playground_ignores_a_late_interrupt():
         "    signal.raise_signal(signal.SIGINT); signal.raise_signal(signal.SIGTERM)\n"
         "    sys.exit(e.code)\n"
     )
-    proc = subprocess.run(
-        [PLAYGROUND[0], "-c", code], capture_output=True, text=True, timeout=60, env=subprocess_env()
-    )
+    proc = _python_m_playground_with(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -416,9 +421,7 @@ def test_python_m_playground_takes_sigterm_as_an_interrupt_outside_the_launcher(
         "cli.main = main\n"
         "runpy.run_module('playground', run_name='__main__')\n"
     )
-    proc = subprocess.run(
-        [PLAYGROUND[0], "-c", code], capture_output=True, text=True, timeout=60, env=subprocess_env()
-    )
+    proc = _python_m_playground_with(code)
     assert proc.returncode == 130 and "interrupted" in proc.stderr, (proc.returncode, proc.stderr[-2000:])
 
 

@@ -21,6 +21,7 @@ arrivals and service times a real run used: the gap between replay and measureme
 system's overhead, the gap between replay and formula is sampling noise.
 """
 
+import functools
 import math
 from decimal import Decimal, localcontext
 
@@ -60,6 +61,7 @@ def md1_mean_sojourn_s(service_s: float, rho: float) -> float:
 ERLANG_TERMS = 50  # beyond this many services of wait, the exponential tail (exact to 1e-12 there)
 
 
+@functools.lru_cache(maxsize=64)  # a p99's bisection asks for it at every step, for one rho
 def md1_tail_decay(rho: float) -> tuple[float, float]:
     """(y, C): the M/D/1 wait's tail P(wait > t) -> C exp(-y t / D) as t grows, where y > 0 solves
     rho (e^y - 1) = y (lambda (E[e^(theta S)] - 1) = theta for a fixed S = D, theta = y / D) and

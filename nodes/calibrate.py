@@ -7,8 +7,9 @@ ranks than cores it is what a collective does on this machine: every rank's mess
 core, wakes a sleeping receiver, and competes with the others' copies. The calibration compares
 the two (playground/models/calibration.py). Three patterns (playground/comm/patterns.py): the
 ping-pong, the ping-ping and the window, where a message is mostly there before its receiver asks;
-up to 1 MiB the ping-ping once more while every rank's other thread computes (`behind_compute`: what
-a training rank's collectives pay beside its backward).
+then, after every size's three and a numpy probe, up to 1 MiB the ping-ping once more while every
+rank's other thread computes (`behind_compute`: what a training rank's collectives pay beside its
+backward; last, as the compute leaves numpy's threads spinning for a while).
 
 Round trips per size fit a budget: rank 0 times one probe round trip and tells every rank how many
 fit `budget_s` (at least `min_reps`, at most `reps`), so a 64 MiB size on 8 ranks costs a few
@@ -72,46 +73,55 @@ def _cpu_s() -> tuple[float, float]:
 
 def main(comm, params: Params) -> dict:
     peer = comm.rank ^ 1
-    rows = []
-    for k, n in enumerate(params.sizes):
-        comm.progress(k, len(params.sizes), format_size(n))
-        buf, out = np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
-        behind = ("behind_compute",) if n <= BEHIND_COMPUTE_MAX_BYTES else ()
-        for pattern in (*PATTERNS, *behind):  # each its own count: an exchange of 16 MiB takes 4x as long
-            comm.barrier()
-            computing = Computing() if pattern == "behind_compute" else contextlib.nullcontext()
-            with computing:
-                probe = timed(comm, pattern, peer, buf, out, 1 + params.warmup)[-1]
-                most = BEHIND_COMPUTE_REPS if pattern == "behind_compute" else params.reps
-                reps = min(most, max(MIN_REPS, int(params.budget_s / max(probe, 1e-9))))
-                reps = comm.bcast_obj(reps if comm.rank == 0 else None, root=0)  # every pair the same count
-                comm.barrier()
-                cpu0 = _cpu_s()
-                times = timed(comm, pattern, peer, buf, out, reps)
-                cpu1 = _cpu_s()
-            if out.any():  # the echo must be the zeros sent
-                wrong = int(np.flatnonzero(out)[0])
-                raise ResultMismatch(
-                    comm.rank,
-                    f"the echo of {n} bytes from rank {peer} has byte {wrong} = {out[wrong]}, expected 0",
-                )
-            rows.append(
-                {
-                    "size": n,
-                    "reps": reps,
-                    "messages": reps * (WINDOW if pattern == "window" else 1),
-                    "pattern": pattern,
-                    "median_s": float(np.median(times)),
-                    "mean_s": float(np.mean(times)),
-                    "cpu_s": cpu1[0] - cpu0[0],
-                    "main_cpu_s": cpu1[1] - cpu0[1],
-                }
-            )
+    idle = [(n, pattern) for n in params.sizes for pattern in PATTERNS]
+    computing = [(n, "behind_compute") for n in params.sizes if n <= BEHIND_COMPUTE_MAX_BYTES]
+    units = len(idle) + len(computing)
+    rows = [_pattern_row(comm, peer, n, pattern, params, k, units) for k, (n, pattern) in enumerate(idle)]
     comm.barrier()
     hot_s, after_s = numpy_times(comm, peer, np.zeros(64, np.uint8), np.empty(64, np.uint8), NUMPY_REPS)
     rows.append({"size": 64, "reps": NUMPY_REPS, "pattern": "numpy", "median_s": after_s, "hot_s": hot_s})
-    comm.progress(len(params.sizes), len(params.sizes), "done")
+    # Last: numpy's BLAS threads go on spinning for a while after the compute thread's last matrix
+    # product and take the cores from whatever is measured next (on 2 ranks a 1 KiB ping-pong right
+    # after it took 64 us a message, 17 us before it, the ranks' own threads getting 4% of the CPU).
+    rows += [
+        _pattern_row(comm, peer, n, pattern, params, len(idle) + k, units)
+        for k, (n, pattern) in enumerate(computing)
+    ]
+    comm.progress(units, units, "done")
     return {"rows": rows}
+
+
+def _pattern_row(comm, peer: int, n: int, pattern: str, params: Params, k: int, units: int) -> dict:
+    """`pattern` on n-byte messages with `peer`, timed: its row (see `pattern_rows`)."""
+    comm.progress(k, units, f"{pattern} {format_size(n)}")
+    buf, out = np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
+    comm.barrier()
+    computing = Computing() if pattern == "behind_compute" else contextlib.nullcontext()
+    with computing:
+        probe = timed(comm, pattern, peer, buf, out, 1 + params.warmup)[-1]
+        most = BEHIND_COMPUTE_REPS if pattern == "behind_compute" else params.reps
+        # each its own count: an exchange of 16 MiB takes 4x as long as a ping-pong
+        reps = min(most, max(MIN_REPS, int(params.budget_s / max(probe, 1e-9))))
+        reps = comm.bcast_obj(reps if comm.rank == 0 else None, root=0)  # every pair the same count
+        comm.barrier()
+        cpu0 = _cpu_s()
+        times = timed(comm, pattern, peer, buf, out, reps)
+        cpu1 = _cpu_s()
+    if out.any():  # the echo must be the zeros sent
+        wrong = int(np.flatnonzero(out)[0])
+        raise ResultMismatch(
+            comm.rank, f"the echo of {n} bytes from rank {peer} has byte {wrong} = {out[wrong]}, expected 0"
+        )
+    return {
+        "size": n,
+        "reps": reps,
+        "messages": reps * (WINDOW if pattern == "window" else 1),
+        "pattern": pattern,
+        "median_s": float(np.median(times)),
+        "mean_s": float(np.mean(times)),
+        "cpu_s": cpu1[0] - cpu0[0],
+        "main_cpu_s": cpu1[1] - cpu0[1],
+    }
 
 
 def pattern_rows(results: list[dict]) -> list[dict]:

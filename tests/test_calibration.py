@@ -9,6 +9,7 @@ import re
 import pytest
 from calibrations import COPY_GBPS, SIZES, copies_s, line_s, record, write
 
+import playground as pg
 from playground.cli.testing import run_cli
 from playground.commands.calibrate import mean_rates, median_patterns
 from playground.core.errors import ScenarioError
@@ -366,6 +367,26 @@ def test_each_figure_is_the_median_of_the_rounds_launches():
     assert got["pingping"]["time_s"] == 80e-6
     fast = [[row("pingpong", 64, 24e-6)], [row("pingpong", 64, 30e-6)]]  # every round: the median of all
     assert median_patterns(fast, idle)[0]["time_s"] == pytest.approx(27e-6)
+
+
+def _calibrate_rows(comm, params):
+    from nodes.calibrate import Params, main
+
+    return [(row["pattern"], row["size"]) for row in main(comm, Params(**params))["rows"]]
+
+
+@pytest.mark.timeout(60)
+def test_the_idle_patterns_are_measured_before_any_compute_thread_runs(tmp_path):
+    # numpy's BLAS threads spin on for a while after the compute thread's matrix products: what is
+    # measured after them shares the cores, so every idle pattern and the numpy probe come first
+    result = pg.launch(
+        _calibrate_rows, 2, {"sizes": (64, 4096), "budget_s": 0.01}, transport="shm", out=tmp_path
+    )
+    idle = [(pattern, size) for size in (64, 4096) for pattern in ("pingpong", "pingping", "window")]
+    computing = [("behind_compute", 64), ("behind_compute", 4096)]
+    assert result.ok and len(result.returned) == 2
+    for rank in result.returned:
+        assert [tuple(r) for r in rank["value"]] == [*idle, ("numpy", 64), *computing]
 
 
 @pytest.mark.timeout(120)

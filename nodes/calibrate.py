@@ -75,25 +75,26 @@ def main(comm, params: Params) -> dict:
     peer = comm.rank ^ 1
     idle = [(n, pattern) for n in params.sizes for pattern in PATTERNS]
     computing = [(n, "behind_compute") for n in params.sizes if n <= BEHIND_COMPUTE_MAX_BYTES]
-    units = len(idle) + len(computing)
-    rows = [_pattern_row(comm, peer, n, pattern, params, k, units) for k, (n, pattern) in enumerate(idle)]
+    steps = len(idle) + len(computing)
+
+    def measured(k: int, n: int, pattern: str) -> dict:
+        comm.progress(k, steps, f"{pattern} {format_size(n)}")
+        return _pattern_row(comm, peer, n, pattern, params)
+
+    rows = [measured(k, n, pattern) for k, (n, pattern) in enumerate(idle)]
     comm.barrier()
     hot_s, after_s = numpy_times(comm, peer, np.zeros(64, np.uint8), np.empty(64, np.uint8), NUMPY_REPS)
     rows.append({"size": 64, "reps": NUMPY_REPS, "pattern": "numpy", "median_s": after_s, "hot_s": hot_s})
     # Last: numpy's BLAS threads go on spinning for a while after the compute thread's last matrix
     # product and take the cores from whatever is measured next (on 2 ranks a 1 KiB ping-pong right
     # after it took 64 us a message, 17 us before it, the ranks' own threads getting 4% of the CPU).
-    rows += [
-        _pattern_row(comm, peer, n, pattern, params, len(idle) + k, units)
-        for k, (n, pattern) in enumerate(computing)
-    ]
-    comm.progress(units, units, "done")
+    rows += [measured(len(idle) + k, n, pattern) for k, (n, pattern) in enumerate(computing)]
+    comm.progress(steps, steps, "done")
     return {"rows": rows}
 
 
-def _pattern_row(comm, peer: int, n: int, pattern: str, params: Params, k: int, units: int) -> dict:
+def _pattern_row(comm, peer: int, n: int, pattern: str, params: Params) -> dict:
     """`pattern` on n-byte messages with `peer`, timed: its row (see `pattern_rows`)."""
-    comm.progress(k, units, f"{pattern} {format_size(n)}")
     buf, out = np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
     comm.barrier()
     computing = Computing() if pattern == "behind_compute" else contextlib.nullcontext()

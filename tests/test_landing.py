@@ -136,12 +136,13 @@ def test_the_transport_lands_only_what_c_computes_and_receives_the_rest(tmp_path
 def test_the_calibrations_shm_size_ranges_change_where_an_array_stops_fitting_a_slot(tmp_path):
     """calibrate fits the shm transport's costs in two size ranges split where its path changes: the
     largest 1-D array a mailbox slot carries inline, and one byte more through the sender's ring."""
+    from playground.comm.shm import SHM_MIN_BYTES
     from playground.comm.shm_transport import RingMessage, _InlineMessage
     from playground.commands.calibrate import BOUNDS
 
     edge = BOUNDS["shm"][1]
     boxes = [mailbox.open_mailboxes(str(tmp_path), r, 2) for r in range(2)]
-    ts = [ShmTransport(r, ShmChannels(r, str(tmp_path)), boxes[r], 32 * 1024) for r in range(2)]
+    ts = [ShmTransport(r, ShmChannels(r, str(tmp_path)), boxes[r], SHM_MIN_BYTES) for r in range(2)]
     try:
         for nbytes, kind in [(edge - 1, _InlineMessage), (edge, RingMessage)]:
             assert ts[0].send(1, 4, np.full(nbytes, 7, np.uint8)) is not None

@@ -210,3 +210,45 @@ def test_a_spinning_receiver_whose_peer_dies_reports_peer_lost(runs_dir):
     assert "rank 1" in root and "killed by SIGKILL" in root
     assert any("rank 0" in line and "PeerLost" in line for line in err.splitlines()), err
     assert result["ok"] is False
+
+
+def test_an_array_of_64_kib_travels_in_its_mailbox_record_and_a_larger_one_through_the_ring(tmp_path):
+    """The default split (shm.SHM_MIN_BYTES, mailbox.SLOT_BYTES): up to 64 KiB one record, which the
+    receiver's C `land` copies out; one element more, a ring message, or a lent one where lent."""
+    from playground.comm.shm import SHM_MIN_BYTES
+    from playground.comm.shm_lend import LentMessage, peer_reads_allowed
+    from playground.comm.shm_transport import RingMessage, _InlineMessage
+
+    boxes = [mailbox.open_mailboxes(str(tmp_path), rank, 2) for rank in range(2)]
+    sender, receiver = (
+        ShmTransport(
+            rank, ShmChannels(rank, str(tmp_path), capacity_bytes=1 << 20), boxes[rank], SHM_MIN_BYTES
+        )
+        for rank in range(2)
+    )
+    try:
+        inline = np.arange(16384, dtype=np.float32)  # 64 KiB
+        assert sender.send(1, 7, inline) is not None
+        msg = receiver.receive(1000)
+        assert type(msg) is _InlineMessage and (msg.src, msg.tag) == (0, 7)
+        np.testing.assert_array_equal(msg.array(), inline)
+
+        assert sender.send(1, 8, inline) is not None
+        landed = np.zeros_like(inline)
+        assert receiver.land(0, 8, landed, None, None, 1000) is True
+        np.testing.assert_array_equal(landed, inline)
+
+        larger = np.arange(16385, dtype=np.float32)
+        assert sender.send(1, 9, larger) is not None
+        msg = receiver.receive(1000)
+        assert type(msg) is RingMessage
+        np.testing.assert_array_equal(msg.owned_array(), larger)
+
+        done = sender.lend(1, 10, larger)
+        msg = receiver.receive(1000)
+        assert type(msg) is (LentMessage if peer_reads_allowed() else RingMessage)
+        np.testing.assert_array_equal(msg.owned_array(), larger)
+        assert done is not None
+    finally:
+        for t in (sender, receiver):
+            t.close()

@@ -133,10 +133,11 @@ def test_grid_over_shared_memory(tmp_path, runs_dir, algorithm, another_run):
     "ranks", [3, 8]
 )  # 3: receivers poll before sleeping; 8 on 2 cores: they sleep at once
 def test_grid_over_shared_memory_default_split(tmp_path, runs_dir, ranks, another_run):
-    """Default thresholds: small arrays inline in pipe records, large ones (big: 3001) through rings."""
+    """Default thresholds: small arrays inline in mailbox records, large ones through rings (big:
+    140,001 elements, whose ring chunks at 8 ranks are 70 KB in float32, above a slot's 64 KiB)."""
     result, left = run_grid(
-        tmp_path, runs_dir, {}, ranks=ranks, algorithm="ring", segment_bytes=4096, big=3001
+        tmp_path, runs_dir, {}, ranks=ranks, algorithm="ring", segment_bytes=1 << 20, big=140_001
     )
-    assert len(result["rows"]) == 4 * 3 * len({0, 1, ranks - 1, ranks + 1, 3001})
+    assert len(result["rows"]) == 4 * 3 * len({0, 1, ranks - 1, ranks + 1, 140_001})
     assert all(row["wrong"] == 0 for row in result["rows"])
     assert left == [] and os.path.exists(os.path.join(another_run, "0-1"))

@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.skipif(not probe_peer_reads(), reason="the kernel refuses cross-process reads here"),
 ]
 
-N = 20_000  # float64: 160 KB, above the 32 KiB from which arrays are lent
+N = 20_000  # float64: 160 KB, above the 64 KiB up to which arrays travel inline
 
 
 def test_read_peer_copies_a_buffer_and_names_what_the_kernel_refused():
@@ -103,7 +103,7 @@ def test_where_reads_are_refused_a_lent_send_is_a_copy(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_the_alltoall_family_with_lent_blocks_equals_the_closed_form(tmp_path, n):
-    count = 8192 * n  # float32 blocks of 32 KiB: lent
+    count = 32768 * n  # float32 blocks of 128 KiB: lent
 
     def body(comm):
         out = {}

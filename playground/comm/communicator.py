@@ -143,7 +143,7 @@ class Communicator(CommCore, OpRecord, DesyncCheck, ObjectMessages, LauncherServ
 
     def _isend_lent(self, x: np.ndarray, dst: int, tag: int = 0) -> PendingOp:
         """isend_lent (CommCore's, C): `isend`, for an array the caller leaves unchanged until the
-        request completes: where the transport can (shm, from 32 KiB), the receiver reads it from this
+        request completes: where the transport can (shm, above 64 KiB), the receiver reads it from this
         process's memory, one copy instead of two (shm_lend.py), and the request completes once it
         has. Wait for it. Transports without `lend` send it as `isend` does."""
         return self._post(dst, tag, x.nbytes, True, self._lend, dst, self._wire_tag(tag), x)

@@ -30,7 +30,9 @@ from playground.comm.addresses import shm_dir_for
 HEADER_BYTES = 64
 ALIGN = 64
 DEFAULT_CAPACITY_BYTES = 1 << 30  # virtual size of each ring; pages are touched only as used
-SHM_MIN_BYTES = 32 * 1024  # smaller arrays travel inline in their pipe record when they fit one
+SHM_MIN_BYTES = (
+    64 << 10
+) + 1  # arrays up to 64 KiB travel inline in their mailbox record (mailbox.SLOT_BYTES)
 _DESC = struct.Struct("<QQQ")  # position, nbytes, end (sender's running total when this message ends)
 DESCRIPTOR_BYTES = _DESC.size
 _END = struct.Struct("<Q")  # a descriptor's third field, read alone

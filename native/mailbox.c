@@ -70,6 +70,28 @@ static inline SlotHeader *slot_in(const Mailboxes *self, char *mailbox, uint64_t
     return (SlotHeader *)(mailbox + MAILBOX_HEADER_BYTES + ((m - 1) % self->slots) * self->slot_bytes);
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#define WARM_OUT 1
+#define WARM_IN 2
+
+/* A pair's first record longer than a page maps all its mailbox's pages at once (written by the
+ * sender, read by the receiver), so that its next 15 records do not fault in a fresh slot each, page
+ * by page (a 64 KiB record: 17 faults on each side); without it, a run's first 16 large messages to
+ * each peer paid them (2-rank send/recv of 64 KiB, 10 calls after 3: 77 us against 15 once warm).
+ * MADV_POPULATE_* maps without changing a byte, so records in flight are safe; where the kernel has
+ * no such advice (before 5.14) the pages fault in as they are used, as before. Only pairs that send
+ * such records use the memory, which their 16 slots would touch within 16 of them anyway. */
+static void warm_up(Mailboxes *self, int peer, char *mailbox, uint8_t side, int advice, uint32_t len) {
+    if (len <= PAGE || (self->warm[peer] & side)) return;
+    self->warm[peer] |= side;
+    madvise(mailbox, self->stride, advice);
+}
+
 void mbox_ring(Bell *b) {
     __atomic_fetch_add(&b->bell, 1, __ATOMIC_SEQ_CST);
     if (LOAD_SC(&b->sleeping)) syscall(SYS_futex, &b->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -225,6 +247,7 @@ static SlotHeader *next_slot(Mailboxes *self, int s, uint32_t *len) {
                      (unsigned long long)m, *len);
         return NULL;
     }
+    warm_up(self, s, mailbox_in(self, self->own, s), WARM_IN, MADV_POPULATE_READ, *len);
     return slot;
 }
 
@@ -302,7 +325,8 @@ int mbox_create(Mailboxes *self, const char *dir, int rank, int size, unsigned i
     self->peer = PyMem_Calloc(size, sizeof(char *));
     self->expected = PyMem_Calloc(size, sizeof(uint64_t));
     self->next = PyMem_Calloc(size, sizeof(uint64_t));
-    if (!self->dir || !self->peer || !self->expected || !self->next) {
+    self->warm = PyMem_Calloc(size, 1);
+    if (!self->dir || !self->peer || !self->expected || !self->next || !self->warm) {
         PyErr_NoMemory();
         return -1;
     }
@@ -373,6 +397,7 @@ int mbox_post(Mailboxes *self, int dst, const void *head, size_t head_len, const
         STORE_SC(&h->waiting, 1); /* then look again: the receiver may have freed a slot meanwhile */
         if (m - 1 - LOAD_SC(&h->consumed) >= self->slots) return 0;
     }
+    warm_up(self, dst, mailbox, WARM_OUT, MADV_POPULATE_WRITE, (uint32_t)(SLOT_HEADER_BYTES + len));
     SlotHeader *slot = slot_in(self, mailbox, m);
     char *payload = (char *)slot + SLOT_HEADER_BYTES;
     memcpy(payload, head, head_len);

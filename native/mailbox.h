@@ -65,6 +65,7 @@ typedef struct {
     char **peer;       /* each peer's file, mapped on first use (NULL until then) */
     uint64_t *expected; /* next message number from each sender */
     uint64_t *next;     /* next message number to each receiver */
+    uint8_t *warm;      /* per peer: WARM_OUT once its mailbox here was populated for writing, WARM_IN for reading */
     uint32_t quiet_bell; /* the bell's value when a scan last found every mailbox empty */
     int scan_from;
     int busy;           /* inside receive() with the GIL released: close() must not unmap */

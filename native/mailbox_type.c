@@ -39,6 +39,7 @@ static void Mailboxes_dealloc(Mailboxes *self) {
     PyMem_Free(self->peer);
     PyMem_Free(self->expected);
     PyMem_Free(self->next);
+    PyMem_Free(self->warm);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -2,6 +2,7 @@
 spin rule, and two ranks (threads here) that flood each other through full mailboxes and full
 rings without deadlocking."""
 
+import os
 import threading
 import time
 
@@ -252,3 +253,28 @@ def test_an_array_of_64_kib_travels_in_its_mailbox_record_and_a_larger_one_throu
     finally:
         for t in (sender, receiver):
             t.close()
+
+
+def test_a_pairs_first_record_longer_than_a_page_maps_all_its_slots_and_a_short_one_does_not(two, tmp_path):
+    """native/mailbox.c's warm_up: the receiver's file gets the pair's 16 slots allocated at the first
+    record of more than a page (so the next 15 do not fault in fresh slots), not at small ones."""
+    a, b = two
+    path = tmp_path / "mbox-1"
+    slots_bytes = mailbox.SLOTS * mailbox.slot_bytes_for(2)
+    for _ in range(3):
+        assert a.try_send(1, b"x" * 8)
+        assert b.receive(1000) == b"x" * 8
+    assert os.stat(path).st_blocks * 512 < slots_bytes // 4  # a page or so
+    record = bytes(range(256)) * 80  # 20 KiB: five pages
+    assert a.try_send(1, record)
+    assert os.stat(path).st_blocks * 512 >= slots_bytes  # every slot of rank 0's mailbox at rank 1
+    assert b.receive(1000) == record
+
+
+def test_slots_shrink_past_15_ranks_so_a_ranks_mailboxes_stay_within_their_budget():
+    assert mailbox.slot_bytes_for(2) == mailbox.slot_bytes_for(15) == mailbox.SLOT_BYTES  # 64 KiB inline
+    for size in (16, 32, 64, 128, 1024):
+        slot = mailbox.slot_bytes_for(size)
+        assert slot % 4096 == 0 and slot >= mailbox.MIN_SLOT_BYTES
+        assert size * mailbox.SLOTS * slot <= mailbox.FILE_BUDGET_BYTES or slot == mailbox.MIN_SLOT_BYTES
+    assert mailbox.slot_bytes_for(64) == 16 << 10 and mailbox.slot_bytes_for(1024) == mailbox.MIN_SLOT_BYTES

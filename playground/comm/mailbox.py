@@ -37,8 +37,13 @@ SLOTS = 16  # messages in flight per (sender, receiver)
 # Python path of a ring message (shm.py) or a lent one. Measured with 8 KiB slots (Intel Xeon, 2 cores, `bench p2p
 # --transport shm`): 8,000 B one way 2.4 us, 8,192 B 14.1 us; with these slots 32 KiB 14.1 -> 4.9 us,
 # 64 KiB 26.9 -> 8.3 us. Virtually 1.06 MiB per (sender, receiver); pages are touched only as far as
-# written, so 8-byte messages touch one page a slot, as before.
+# written, so 8-byte messages touch one page a slot, as before (a pair's first record of more than a
+# page maps its 16 slots at once: native/mailbox.c, warm_up).
 SLOT_BYTES = 68 << 10
+# A rank's inbound mailboxes stay within this once touched, so slots shrink past 15 ranks (64 ranks:
+# 16 KiB), down to 8 KiB; the run's 64 mailbox files then hold 1 GiB at most, not 4.3.
+FILE_BUDGET_BYTES = 16 << 20
+MIN_SLOT_BYTES = 8 << 10
 SPIN_S = 200e-6  # polling before sleeping: a sleep and wake-up costs ~5-50 us here, by load
 
 __all__ = ["Mailboxes", "SLOTS", "SLOT_BYTES", "Swap", "copy_payload", "open_mailboxes", "spin_policy"]
@@ -48,10 +53,17 @@ def mailbox_path(directory: str, rank: int) -> str:
     return os.path.join(directory, f"mbox-{rank}")
 
 
+def slot_bytes_for(size: int) -> int:
+    """The slot of a run of `size` ranks: SLOT_BYTES while a rank's SLOTS x (size - 1) of them fit
+    FILE_BUDGET_BYTES, else the most whole pages that do, at least MIN_SLOT_BYTES."""
+    fit = FILE_BUDGET_BYTES // (max(1, size) * SLOTS) // 4096 * 4096
+    return max(MIN_SLOT_BYTES, min(SLOT_BYTES, fit))
+
+
 def open_mailboxes(directory: str, rank: int, size: int) -> Mailboxes:
     """This rank's file (its bell and inbound mailboxes), created before any peer posts to it."""
     os.makedirs(directory, exist_ok=True)
-    return Mailboxes(directory, rank, size, SLOTS, SLOT_BYTES)
+    return Mailboxes(directory, rank, size, SLOTS, slot_bytes_for(size))
 
 
 def nudge_to_own_core(local_rank: int, local_ranks: int) -> None:

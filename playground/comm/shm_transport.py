@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from playground.comm import shm_lend, wire
-from playground.comm.mailbox import SLOT_BYTES, Mailboxes, Swap, copy_payload
+from playground.comm.mailbox import Mailboxes, Swap, copy_payload, slot_bytes_for
 from playground.comm.shm import SHM_MIN_BYTES, ShmChannels
 from playground.comm.shm_lend import MARKER_BYTES, LentMessage, peer_reads_allowed
 from playground.comm.shm_stream import CELL_BYTES, Streams
@@ -48,10 +48,11 @@ _LAND_OPS = {None: 0, np.add: 1, np.multiply: 2, np.maximum: 3, np.minimum: 4}
 _LAND_DTYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 
 
-def streams_from_bytes() -> int:
+def streams_from_bytes(size: int = 2) -> int:
     """The smallest 1-D array whose swap (`exchange`) streams through a window (shm_stream.py) rather
-    than travelling inline in a mailbox slot: from SHM_MIN_BYTES, or what a slot's record cannot hold."""
-    return min(SHM_MIN_BYTES, SLOT_BYTES - SLOT_HEADER_BYTES - wire.header_size(1) + 1)
+    than travelling inline in a mailbox slot, in a run of `size` ranks: from SHM_MIN_BYTES, or what a
+    slot's record cannot hold (slots shrink past 15 ranks: mailbox.slot_bytes_for)."""
+    return min(SHM_MIN_BYTES, slot_bytes_for(size) - SLOT_HEADER_BYTES - wire.header_size(1) + 1)
 
 
 def _code(ufunc, dtype: np.dtype) -> int | None:

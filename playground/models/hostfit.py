@@ -292,6 +292,6 @@ def host_model(
         if window_applies(transport)
         else 0.0,
         migration_cost_s=record["host"].get("migration_cost_s", DEFAULT_MIGRATION_COST_S),
-        stream_from_bytes=streams_from_bytes() if transport == "shm" else 0,
+        stream_from_bytes=streams_from_bytes(num_ranks) if transport == "shm" else 0,
         stream_window_bytes=WINDOW_CELLS * CELL_BYTES if transport == "shm" else 0,
     )

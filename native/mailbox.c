@@ -82,7 +82,7 @@ static inline SlotHeader *slot_in(const Mailboxes *self, char *mailbox, uint64_t
 /* A pair's first record longer than a page maps all its mailbox's pages at once (written by the
  * sender, read by the receiver), so that its next 15 records do not fault in a fresh slot each, page
  * by page (a 64 KiB record: 17 faults on each side); without it, a run's first 16 large messages to
- * each peer paid them (2-rank send/recv of 64 KiB, 10 calls after 3: 77 us against 15 once warm).
+ * each peer paid them (2-rank send/recv of 64 KiB, 10 calls after 3 warm-ups: 53-64 us a call, 18-27 with it).
  * MADV_POPULATE_* maps without changing a byte, so records in flight are safe; where the kernel has
  * no such advice (before 5.14) the pages fault in as they are used, as before. Only pairs that send
  * such records use the memory, which their 16 slots would touch within 16 of them anyway. */

@@ -33,12 +33,12 @@ from playground.core.machine import usable_cores
 
 SLOTS = 16  # messages in flight per (sender, receiver)
 # A 64 KiB array and its header fit a slot, so up to there a message is one record, which the
-# receiver's C `land` copies into its target with no Python object in between; a larger one takes the
-# Python path of a ring message (shm.py) or a lent one. Measured with 8 KiB slots (Intel Xeon, 2 cores, `bench p2p
-# --transport shm`): 8,000 B one way 2.4 us, 8,192 B 14.1 us; with these slots 32 KiB 14.1 -> 4.9 us,
-# 64 KiB 26.9 -> 8.3 us. Virtually 1.06 MiB per (sender, receiver); pages are touched only as far as
-# written, so 8-byte messages touch one page a slot, as before (a pair's first record of more than a
-# page maps its 16 slots at once: native/mailbox.c, warm_up).
+# receiver's C `land` copies into its target with no Python object in between; a larger one takes
+# the Python path of a ring message (shm.py) or a lent one. `bench p2p --transport shm` on an Intel
+# Xeon (2 cores), one way: with 8 KiB slots 8,000 B 2.4 us, 8,192 B 14.1 us; with these, 32 KiB 14.1
+# -> 4.9 us, 64 KiB 26.9 -> 8.3 us. Virtually 1.06 MiB per (sender, receiver); an 8-byte message
+# touches one page of its slot, and a pair's first record of more than a page maps all 16 of its
+# slots at once (native/mailbox.c, warm_up).
 SLOT_BYTES = 68 << 10
 # A rank's inbound mailboxes stay within this once touched, so slots shrink past 15 ranks (64 ranks:
 # 16 KiB), down to 8 KiB; the run's 64 mailbox files then hold 1 GiB at most, not 4.3.
@@ -54,8 +54,8 @@ def mailbox_path(directory: str, rank: int) -> str:
 
 
 def slot_bytes_for(size: int) -> int:
-    """The slot of a run of `size` ranks: SLOT_BYTES while a rank's SLOTS x (size - 1) of them fit
-    FILE_BUDGET_BYTES, else the most whole pages that do, at least MIN_SLOT_BYTES."""
+    """The slot of a run of `size` ranks: SLOT_BYTES while a rank's file (a mailbox of SLOTS slots per
+    rank) fits FILE_BUDGET_BYTES, else the most whole pages that do, at least MIN_SLOT_BYTES."""
     fit = FILE_BUDGET_BYTES // (max(1, size) * SLOTS) // 4096 * 4096
     return max(MIN_SLOT_BYTES, min(SLOT_BYTES, fit))
 

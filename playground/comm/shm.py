@@ -30,9 +30,8 @@ from playground.comm.addresses import shm_dir_for
 HEADER_BYTES = 64
 ALIGN = 64
 DEFAULT_CAPACITY_BYTES = 1 << 30  # virtual size of each ring; pages are touched only as used
-SHM_MIN_BYTES = (
-    64 << 10
-) + 1  # arrays up to 64 KiB travel inline in their mailbox record (mailbox.SLOT_BYTES)
+# arrays up to 64 KiB travel inline in their mailbox record (mailbox.SLOT_BYTES), larger ones not
+SHM_MIN_BYTES = (64 << 10) + 1
 _DESC = struct.Struct("<QQQ")  # position, nbytes, end (sender's running total when this message ends)
 DESCRIPTOR_BYTES = _DESC.size
 _END = struct.Struct("<Q")  # a descriptor's third field, read alone
